@@ -1,0 +1,135 @@
+/* base64url, SHA-256, randomness, comparison, wiping and HKDF-SHA256. */
+#include "internal.h"
+
+#include <sodium.h>
+#include <string.h>
+
+size_t hc_base64url_encoded_length(size_t n)
+{
+    return (n / 3) * 4 + ((n % 3) ? (n % 3) + 1 : 0);
+}
+
+int hc_base64url_encode(const uint8_t *in, size_t in_len, char *out, size_t *len)
+{
+    if (len == NULL || (in == NULL && in_len > 0)) return HC_E_INVALID_ARGUMENT;
+    size_t need = hc_base64url_encoded_length(in_len);
+    if (out == NULL || *len < need + 1) {
+        *len = need + 1;
+        return HC_E_BUFFER_TOO_SMALL;
+    }
+    sodium_bin2base64(out, need + 1, in, in_len, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+    *len = need;
+    return HC_OK;
+}
+
+int hc_base64url_decode(const char *in, size_t in_len, uint8_t *out, size_t *len)
+{
+    if (len == NULL || (in == NULL && in_len > 0)) return HC_E_INVALID_ARGUMENT;
+    size_t n = in_len;
+    /* Accept correct '=' padding only: the padded text has a length that is a
+     * multiple of four and at most two '='. */
+    size_t pad = 0;
+    while (n > 0 && in[n - 1] == '=') {
+        n--;
+        pad++;
+    }
+    if (pad > 0 && (pad > 2 || in_len % 4 != 0)) return HC_E_BASE64;
+    if (n % 4 == 1) return HC_E_BASE64;
+    size_t need = (n / 4) * 3 + ((n % 4) ? (n % 4) - 1 : 0);
+    if (out == NULL || *len < need) {
+        /* Validate before asking for more room so that garbage is reported as such. */
+        for (size_t i = 0; i < n; i++) {
+            char c = in[i];
+            if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  c == '-' || c == '_'))
+                return HC_E_BASE64;
+        }
+        *len = need;
+        return HC_E_BUFFER_TOO_SMALL;
+    }
+    size_t got = 0;
+    const char *end = NULL;
+    if (n == 0) {
+        *len = 0;
+        return HC_OK;
+    }
+    if (sodium_base642bin(out, *len, in, n, NULL, &got, &end,
+                          sodium_base64_VARIANT_URLSAFE_NO_PADDING) != 0 ||
+        end != in + n || got != need) {
+        sodium_memzero(out, *len);
+        return HC_E_BASE64;
+    }
+    *len = got;
+    return HC_OK;
+}
+
+void hc_sha256(const uint8_t *in, size_t in_len, uint8_t out[HC_SHA256_BYTES])
+{
+    crypto_hash_sha256(out, in, in_len);
+}
+
+int hc_random(uint8_t *out, size_t len)
+{
+    if (out == NULL && len > 0) return HC_E_INVALID_ARGUMENT;
+    if (hc_init() != HC_OK) return HC_E_RANDOM;
+    randombytes_buf(out, len);
+    return HC_OK;
+}
+
+int hc_equal(const uint8_t *a, const uint8_t *b, size_t len)
+{
+    return sodium_memcmp(a, b, len) == 0;
+}
+
+void hc_wipe(void *p, size_t len)
+{
+    if (p != NULL) sodium_memzero(p, len);
+}
+
+void hc_hkdf_extract(const uint8_t *salt, size_t salt_len, const uint8_t *ikm,
+                     size_t ikm_len, uint8_t prk[HC_SHA256_BYTES])
+{
+    crypto_auth_hmacsha256_state st;
+    crypto_auth_hmacsha256_init(&st, salt, salt_len);
+    crypto_auth_hmacsha256_update(&st, ikm, ikm_len);
+    crypto_auth_hmacsha256_final(&st, prk);
+    sodium_memzero(&st, sizeof st);
+}
+
+int hc_hkdf_expand(const uint8_t prk[HC_SHA256_BYTES], const uint8_t *info,
+                   size_t info_len, uint8_t *out, size_t out_len)
+{
+    if (prk == NULL || (out == NULL && out_len > 0) || (info == NULL && info_len > 0))
+        return HC_E_INVALID_ARGUMENT;
+    if (out_len > HC_HKDF_MAX_OUTPUT) return HC_E_HKDF_LENGTH;
+    uint8_t t[HC_SHA256_BYTES];
+    size_t t_len = 0, done = 0;
+    crypto_auth_hmacsha256_state st;
+    for (uint8_t counter = 1; done < out_len; counter++) {
+        crypto_auth_hmacsha256_init(&st, prk, HC_SHA256_BYTES);
+        crypto_auth_hmacsha256_update(&st, t, t_len);
+        crypto_auth_hmacsha256_update(&st, info, info_len);
+        crypto_auth_hmacsha256_update(&st, &counter, 1);
+        crypto_auth_hmacsha256_final(&st, t);
+        t_len = HC_SHA256_BYTES;
+        size_t take = out_len - done < HC_SHA256_BYTES ? out_len - done : HC_SHA256_BYTES;
+        memcpy(out + done, t, take);
+        done += take;
+    }
+    sodium_memzero(&st, sizeof st);
+    sodium_memzero(t, sizeof t);
+    return HC_OK;
+}
+
+int hc_hkdf(const uint8_t *salt, size_t salt_len, const uint8_t *ikm, size_t ikm_len,
+            const uint8_t *info, size_t info_len, uint8_t *out, size_t out_len)
+{
+    if ((ikm == NULL && ikm_len > 0) || (salt == NULL && salt_len > 0))
+        return HC_E_INVALID_ARGUMENT;
+    if (out_len > HC_HKDF_MAX_OUTPUT) return HC_E_HKDF_LENGTH;
+    uint8_t prk[HC_SHA256_BYTES];
+    hc_hkdf_extract(salt, salt_len, ikm, ikm_len, prk);
+    int rc = hc_hkdf_expand(prk, info, info_len, out, out_len);
+    sodium_memzero(prk, sizeof prk);
+    return rc;
+}

@@ -1,0 +1,45 @@
+/* Shared internals of the C core; not part of the public API. */
+#ifndef HC_INTERNAL_H
+#define HC_INTERNAL_H
+
+#include "herald_crypto.h"
+
+#include <openssl/bn.h>
+#include <openssl/ec.h>
+#include <openssl/evp.h>
+
+/* The process-wide P-256 group (read-only after hc_init). */
+const EC_GROUP *hc_p256_group(void);
+
+struct hc_p256_key {
+    EVP_PKEY *pkey;                       /* for ECDSA signing */
+    BIGNUM *d;                            /* the private scalar (constant time) */
+    uint8_t pub[HC_P256_PUBLIC_BYTES];    /* uncompressed public point */
+};
+
+/* Builds a key object from a scalar already checked to be in [1, n-1]. */
+int hc_p256_key_from_scalar(BIGNUM *d, BN_CTX *bn, hc_p256_key **out);
+
+/* The fetched AES-128-GCM implementation (read-only after hc_init). */
+const EVP_CIPHER *hc_aes128gcm_cipher(void);
+
+/* Parses an uncompressed public point into an EC_POINT on the shared group. */
+int hc_p256_point_parse(const uint8_t *pub, size_t pub_len, EC_POINT **out, BN_CTX *bn);
+
+/* X coordinate of d * peer, written into secret[32]. */
+int hc_p256_mul_x(const BIGNUM *d, const EC_POINT *peer, BN_CTX *bn, uint8_t secret[32]);
+
+/* Frees (and wipes) memory allocated by jansson. */
+void hc_json_free(void *p);
+
+/* Copies a NUL-terminated string into out (capacity *len), with the
+ * buffer-too-small contract of the public API. */
+int hc_copy_out(const char *s, size_t s_len, char *out, size_t *len);
+
+/* Signs header.claims and returns the compact JWS ("a.b.c"). kind 0 = ES256 with
+ * es_key, kind 1 = RS256 with rsa_key. */
+int hc_jws_compact(const char *header_json, const char *claims_json,
+                   const hc_p256_key *es_key, const hc_rsa_key *rsa_key, char *out,
+                   size_t *len);
+
+#endif

@@ -1,0 +1,318 @@
+/* Web Push record sealing: RFC 8291 key schedule over RFC 8188 aes128gcm. */
+#include "internal.h"
+
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <sodium.h>
+#include <string.h>
+
+struct hc_webpush_sub {
+    EC_POINT *point;                          /* p256dh, checked on the curve */
+    uint8_t pub[HC_P256_PUBLIC_BYTES];
+    crypto_auth_hmacsha256_state auth_state;  /* HMAC keyed with the auth secret */
+};
+
+struct hc_sealer {
+    BN_CTX *bn;
+    BIGNUM *d;             /* ephemeral scalar, wiped after each seal */
+    EC_POINT *eph;         /* ephemeral public point */
+    EVP_CIPHER_CTX *aes;
+};
+
+static const char key_info_label[] = "WebPush: info";          /* + NUL */
+static const char cek_info[] = "Content-Encoding: aes128gcm";  /* + NUL */
+static const char nonce_info[] = "Content-Encoding: nonce";    /* + NUL */
+
+int hc_webpush_sub_new(const uint8_t *p256dh, size_t p256dh_len, const uint8_t *auth,
+                       size_t auth_len, hc_webpush_sub **out)
+{
+    if (p256dh == NULL || auth == NULL || out == NULL) return HC_E_INVALID_ARGUMENT;
+    if (hc_init() != HC_OK) return HC_E_CRYPTO;
+    EC_POINT *point = NULL;
+    int rc = hc_p256_point_parse(p256dh, p256dh_len, &point, NULL);
+    if (rc != HC_OK) return rc;
+    if (auth_len != HC_WEBPUSH_AUTH_BYTES) {
+        EC_POINT_free(point);
+        return HC_E_AUTH_LENGTH;
+    }
+    hc_webpush_sub *sub = OPENSSL_zalloc(sizeof *sub);
+    if (sub == NULL) {
+        EC_POINT_free(point);
+        return HC_E_NO_MEMORY;
+    }
+    sub->point = point;
+    memcpy(sub->pub, p256dh, HC_P256_PUBLIC_BYTES);
+    crypto_auth_hmacsha256_init(&sub->auth_state, auth, auth_len);
+    *out = sub;
+    return HC_OK;
+}
+
+void hc_webpush_sub_free(hc_webpush_sub *sub)
+{
+    if (sub == NULL) return;
+    EC_POINT_free(sub->point);
+    OPENSSL_clear_free(sub, sizeof *sub);
+}
+
+void hc_webpush_sub_public(const hc_webpush_sub *sub, uint8_t out[HC_P256_PUBLIC_BYTES])
+{
+    memcpy(out, sub->pub, HC_P256_PUBLIC_BYTES);
+}
+
+int hc_sealer_new(hc_sealer **out)
+{
+    if (out == NULL) return HC_E_INVALID_ARGUMENT;
+    if (hc_init() != HC_OK) return HC_E_CRYPTO;
+    hc_sealer *s = OPENSSL_zalloc(sizeof *s);
+    if (s == NULL) return HC_E_NO_MEMORY;
+    s->bn = BN_CTX_secure_new();
+    s->d = BN_secure_new();
+    s->eph = EC_POINT_new(hc_p256_group());
+    s->aes = EVP_CIPHER_CTX_new();
+    if (s->bn == NULL || s->d == NULL || s->eph == NULL || s->aes == NULL ||
+        !EVP_EncryptInit_ex2(s->aes, hc_aes128gcm_cipher(), NULL, NULL, NULL)) {
+        hc_sealer_free(s);
+        return HC_E_NO_MEMORY;
+    }
+    BN_set_flags(s->d, BN_FLG_CONSTTIME);
+    *out = s;
+    return HC_OK;
+}
+
+void hc_sealer_free(hc_sealer *s)
+{
+    if (s == NULL) return;
+    BN_CTX_free(s->bn);
+    BN_clear_free(s->d);
+    EC_POINT_clear_free(s->eph);
+    EVP_CIPHER_CTX_free(s->aes);
+    OPENSSL_free(s);
+}
+
+size_t hc_webpush_max_plaintext(size_t body_size)
+{
+    if (body_size == 0) body_size = HC_WEBPUSH_MAX_BODY;
+    if (body_size < HC_WEBPUSH_OVERHEAD + 1 || body_size > HC_WEBPUSH_MAX_BODY) return 0;
+    return body_size - HC_WEBPUSH_OVERHEAD;
+}
+
+static int body_length(size_t plaintext_len, size_t body_size, size_t *total)
+{
+    if (body_size != 0 && (body_size < HC_WEBPUSH_OVERHEAD + 1 || body_size > HC_WEBPUSH_MAX_BODY))
+        return HC_E_BODY_SIZE;
+    if (plaintext_len > hc_webpush_max_plaintext(body_size)) return HC_E_PLAINTEXT_TOO_LARGE;
+    *total = body_size != 0 ? body_size : plaintext_len + HC_WEBPUSH_OVERHEAD;
+    return HC_OK;
+}
+
+size_t hc_webpush_sealed_length(size_t plaintext_len, size_t body_size)
+{
+    size_t total = 0;
+    return body_length(plaintext_len, body_size, &total) == HC_OK ? total : 0;
+}
+
+/* HMAC-SHA256(key, a || b || c || 0x01), i.e. HKDF-Expand's first block. */
+static void hmac_block(crypto_auth_hmacsha256_state *st, const uint8_t *key, size_t key_len,
+                       const void *a, size_t a_len, const void *b, size_t b_len,
+                       const void *c, size_t c_len, uint8_t out[HC_SHA256_BYTES])
+{
+    static const uint8_t one = 0x01;
+    crypto_auth_hmacsha256_init(st, key, key_len);
+    crypto_auth_hmacsha256_update(st, a, a_len);
+    if (b_len) crypto_auth_hmacsha256_update(st, b, b_len);
+    if (c_len) crypto_auth_hmacsha256_update(st, c, c_len);
+    crypto_auth_hmacsha256_update(st, &one, 1);
+    crypto_auth_hmacsha256_final(st, out);
+}
+
+/* Seals with the scalar already in s->d and the salt given. */
+static int seal_record(hc_sealer *s, const hc_webpush_sub *sub, const uint8_t salt[16],
+                       const uint8_t *pt, size_t pt_len, size_t total, uint8_t *out)
+{
+    const EC_GROUP *group = hc_p256_group();
+    int rc = HC_E_CRYPTO, n = 0;
+    uint8_t ecdh[32], prk_key[32], ikm[32], prk[32], cek[32], nonce[32];
+    crypto_auth_hmacsha256_state st;
+    uint8_t *as_pub = out + 21;
+    uint8_t *record = out + HC_AES128GCM_HEADER_BYTES;
+    size_t record_len = total - HC_AES128GCM_HEADER_BYTES - HC_AES128GCM_TAG_BYTES;
+
+    /* Ephemeral public key straight into the header's keyid. */
+    if (!EC_POINT_mul(group, s->eph, s->d, NULL, NULL, s->bn) ||
+        EC_POINT_point2oct(group, s->eph, POINT_CONVERSION_UNCOMPRESSED, as_pub,
+                           HC_P256_PUBLIC_BYTES, s->bn) != HC_P256_PUBLIC_BYTES)
+        goto out;
+    rc = hc_p256_mul_x(s->d, sub->point, s->bn, ecdh);
+    if (rc != HC_OK) goto out;
+    rc = HC_E_CRYPTO;
+
+    /* PRK_key = HMAC(auth, ecdh); IKM = HKDF-Expand(PRK_key, key_info, 32). */
+    st = sub->auth_state;
+    crypto_auth_hmacsha256_update(&st, ecdh, sizeof ecdh);
+    crypto_auth_hmacsha256_final(&st, prk_key);
+    hmac_block(&st, prk_key, sizeof prk_key, key_info_label, sizeof key_info_label, sub->pub,
+               HC_P256_PUBLIC_BYTES, as_pub, HC_P256_PUBLIC_BYTES, ikm);
+    /* PRK = HMAC(salt, IKM); CEK and NONCE from RFC 8188's labels. */
+    hc_hkdf_extract(salt, HC_WEBPUSH_SALT_BYTES, ikm, sizeof ikm, prk);
+    hmac_block(&st, prk, sizeof prk, cek_info, sizeof cek_info, NULL, 0, NULL, 0, cek);
+    hmac_block(&st, prk, sizeof prk, nonce_info, sizeof nonce_info, NULL, 0, NULL, 0, nonce);
+
+    /* Header: salt || rs || idlen || keyid. */
+    memcpy(out, salt, HC_WEBPUSH_SALT_BYTES);
+    out[16] = (HC_AES128GCM_RECORD_SIZE >> 24) & 0xff;
+    out[17] = (HC_AES128GCM_RECORD_SIZE >> 16) & 0xff;
+    out[18] = (HC_AES128GCM_RECORD_SIZE >> 8) & 0xff;
+    out[19] = HC_AES128GCM_RECORD_SIZE & 0xff;
+    out[20] = HC_P256_PUBLIC_BYTES;
+
+    /* Padded plaintext: data || 0x02 || zeros, sealed in place. */
+    memmove(record, pt, pt_len);
+    record[pt_len] = 0x02;
+    memset(record + pt_len + 1, 0, record_len - pt_len - 1);
+    if (!EVP_EncryptInit_ex2(s->aes, NULL, cek, nonce, NULL) ||
+        !EVP_EncryptUpdate(s->aes, record, &n, record, (int)record_len) ||
+        (size_t)n != record_len || !EVP_EncryptFinal_ex(s->aes, record + n, &n) ||
+        !EVP_CIPHER_CTX_ctrl(s->aes, EVP_CTRL_GCM_GET_TAG, HC_AES128GCM_TAG_BYTES,
+                             record + record_len))
+        goto out;
+    rc = HC_OK;
+out:
+    sodium_memzero(ecdh, sizeof ecdh);
+    sodium_memzero(prk_key, sizeof prk_key);
+    sodium_memzero(ikm, sizeof ikm);
+    sodium_memzero(prk, sizeof prk);
+    sodium_memzero(cek, sizeof cek);
+    sodium_memzero(nonce, sizeof nonce);
+    sodium_memzero(&st, sizeof st);
+    BN_clear(s->d);
+    if (rc != HC_OK) {
+        sodium_memzero(out, total);
+        ERR_clear_error();
+    }
+    return rc;
+}
+
+static int check_args(const hc_sealer *s, const hc_webpush_sub *sub, const uint8_t *pt,
+                      size_t pt_len, size_t body_size, const uint8_t *out, size_t *len,
+                      size_t *total)
+{
+    if (s == NULL || sub == NULL || len == NULL || (pt == NULL && pt_len > 0))
+        return HC_E_INVALID_ARGUMENT;
+    int rc = body_length(pt_len, body_size, total);
+    if (rc != HC_OK) return rc;
+    if (out == NULL || *len < *total) {
+        *len = *total;
+        return HC_E_BUFFER_TOO_SMALL;
+    }
+    return HC_OK;
+}
+
+int hc_webpush_seal(hc_sealer *s, const hc_webpush_sub *sub, const uint8_t *pt,
+                    size_t pt_len, size_t body_size, uint8_t *out, size_t *len)
+{
+    size_t total = 0;
+    int rc = check_args(s, sub, pt, pt_len, body_size, out, len, &total);
+    if (rc != HC_OK) return rc;
+    uint8_t salt[HC_WEBPUSH_SALT_BYTES];
+    randombytes_buf(salt, sizeof salt);
+    do {
+        if (!BN_priv_rand_range_ex(s->d, EC_GROUP_get0_order(hc_p256_group()), 0, s->bn)) {
+            ERR_clear_error();
+            return HC_E_RANDOM;
+        }
+    } while (BN_is_zero(s->d));
+    rc = seal_record(s, sub, salt, pt, pt_len, total, out);
+    if (rc == HC_OK) *len = total;
+    return rc;
+}
+
+int hc_webpush_seal_with_keys(hc_sealer *s, const hc_webpush_sub *sub,
+                              const uint8_t as_private[HC_P256_PRIVATE_BYTES],
+                              const uint8_t salt[HC_WEBPUSH_SALT_BYTES], const uint8_t *pt,
+                              size_t pt_len, size_t body_size, uint8_t *out, size_t *len)
+{
+    if (as_private == NULL || salt == NULL) return HC_E_INVALID_ARGUMENT;
+    size_t total = 0;
+    int rc = check_args(s, sub, pt, pt_len, body_size, out, len, &total);
+    if (rc != HC_OK) return rc;
+    if (BN_bin2bn(as_private, HC_P256_PRIVATE_BYTES, s->d) == NULL) return HC_E_NO_MEMORY;
+    if (BN_is_zero(s->d) || BN_cmp(s->d, EC_GROUP_get0_order(hc_p256_group())) >= 0) {
+        BN_clear(s->d);
+        return HC_E_PRIVATE_KEY_RANGE;
+    }
+    rc = seal_record(s, sub, salt, pt, pt_len, total, out);
+    if (rc == HC_OK) *len = total;
+    return rc;
+}
+
+static int gcm_setup(EVP_CIPHER_CTX *ctx, int enc, const uint8_t key[16], const uint8_t *iv,
+                     size_t iv_len, const uint8_t *aad, size_t aad_len)
+{
+    int n = 0;
+    OSSL_PARAM params[2] = {OSSL_PARAM_END, OSSL_PARAM_END};
+    params[0] = OSSL_PARAM_construct_size_t(OSSL_CIPHER_PARAM_AEAD_IVLEN, &iv_len);
+    if (!EVP_CipherInit_ex2(ctx, hc_aes128gcm_cipher(), NULL, NULL, enc, params) ||
+        !EVP_CipherInit_ex2(ctx, NULL, key, iv, enc, NULL))
+        return 0;
+    return aad_len == 0 || EVP_CipherUpdate(ctx, NULL, &n, aad, (int)aad_len);
+}
+
+static int gcm_args(const uint8_t *key, const uint8_t *iv, size_t iv_len, const uint8_t *aad,
+                    size_t aad_len, const uint8_t *in, size_t in_len, const uint8_t *out,
+                    const uint8_t *tag, size_t tag_len)
+{
+    if (key == NULL || iv == NULL || iv_len == 0 || tag == NULL || tag_len < 4 || tag_len > 16 ||
+        (aad == NULL && aad_len > 0) || (in_len > 0 && (in == NULL || out == NULL)) ||
+        in_len > INT32_MAX || aad_len > INT32_MAX || iv_len > 1024)
+        return HC_E_INVALID_ARGUMENT;
+    return hc_init() == HC_OK ? HC_OK : HC_E_CRYPTO;
+}
+
+int hc_aes128gcm_encrypt(const uint8_t key[16], const uint8_t *iv, size_t iv_len,
+                         const uint8_t *aad, size_t aad_len, const uint8_t *in, size_t in_len,
+                         uint8_t *out, uint8_t *tag, size_t tag_len)
+{
+    int rc = gcm_args(key, iv, iv_len, aad, aad_len, in, in_len, out, tag, tag_len);
+    if (rc != HC_OK) return rc;
+    int n = 0;
+    uint8_t full[16], tail[16];
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    if (ctx == NULL) return HC_E_NO_MEMORY;
+    rc = HC_E_CRYPTO;
+    if (gcm_setup(ctx, 1, key, iv, iv_len, aad, aad_len) &&
+        (in_len == 0 || EVP_EncryptUpdate(ctx, out, &n, in, (int)in_len)) &&
+        EVP_EncryptFinal_ex(ctx, tail, &n) &&
+        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, full)) {
+        memcpy(tag, full, tag_len);
+        rc = HC_OK;
+    }
+    EVP_CIPHER_CTX_free(ctx);
+    ERR_clear_error();
+    return rc;
+}
+
+int hc_aes128gcm_decrypt(const uint8_t key[16], const uint8_t *iv, size_t iv_len,
+                         const uint8_t *aad, size_t aad_len, const uint8_t *in, size_t in_len,
+                         const uint8_t *tag, size_t tag_len, uint8_t *out)
+{
+    int rc = gcm_args(key, iv, iv_len, aad, aad_len, in, in_len, out, tag, tag_len);
+    if (rc != HC_OK) return rc;
+    int n = 0;
+    uint8_t tail[16];
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    if (ctx == NULL) return HC_E_NO_MEMORY;
+    rc = HC_E_CRYPTO;
+    if (gcm_setup(ctx, 0, key, iv, iv_len, aad, aad_len) &&
+        (in_len == 0 || EVP_DecryptUpdate(ctx, out, &n, in, (int)in_len)) &&
+        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, (int)tag_len, (void *)tag)) {
+        if (EVP_DecryptFinal_ex(ctx, tail, &n) > 0) {
+            rc = HC_OK;
+        } else {
+            rc = HC_E_DECRYPT;
+            if (in_len > 0) sodium_memzero(out, in_len);
+        }
+    }
+    EVP_CIPHER_CTX_free(ctx);
+    ERR_clear_error();
+    return rc;
+}
