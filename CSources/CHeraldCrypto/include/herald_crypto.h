@@ -43,11 +43,11 @@ extern "C" {
 #define HC_WEBPUSH_MAX_BODY 4096      /* RFC 8030 7.2: every service accepts this */
 #define HC_WEBPUSH_DEFAULT_BODY 2816  /* Herald's fixed body size */
 /* Overhead of one sealed record: header, padding delimiter and tag. */
-#define HC_WEBPUSH_OVERHEAD (HC_AES128GCM_HEADER_BYTES + 1 + HC_AES128GCM_TAG_BYTES)
+#define HC_WEBPUSH_OVERHEAD 103 /* 86 + 1 + 16 */
 #define HC_SECRETBOX_KEY_BYTES 32
 /* Sealed secret: version 1 || nonce 24 || ciphertext || tag 16. */
-#define HC_SECRETBOX_OVERHEAD (1 + 24 + 16)
-#define HC_HKDF_MAX_OUTPUT (255 * HC_SHA256_BYTES)
+#define HC_SECRETBOX_OVERHEAD 41 /* 1 + 24 + 16 */
+#define HC_HKDF_MAX_OUTPUT 8160 /* 255 * 32 */
 #define HC_VAPID_MAX_TTL 86400 /* seconds a VAPID token may live */
 #define HC_FCM_SCOPE "https://www.googleapis.com/auth/firebase.messaging"
 

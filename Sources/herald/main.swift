@@ -1,0 +1,49 @@
+import Foundation
+
+// herald: the push gateway daemon and its command-line tools.
+
+let usage = """
+    usage: herald COMMAND [ARGS]
+
+    Key tooling:
+      herald vapid generate [--out FILE]
+      herald vapid public-key --key FILE
+      herald vapid verify --key FILE --public-key B64
+      herald vapid token --key FILE --aud URL --sub SUBJECT [--exp SECONDS]
+      herald webpush encrypt --p256dh B64 --auth B64 [--pad BYTES]
+
+      herald help | version
+
+    Bad input exits with status 2 and one line on stderr.
+    """
+
+let heraldVersion = "0.1.0"
+
+func dispatch(_ arguments: [String]) throws(CommandFailure) -> Int32 {
+    guard let command = arguments.first else {
+        Terminal.out(usage)
+        return 0
+    }
+    let rest = Array(arguments.dropFirst())
+    switch command {
+    case "vapid": return try VapidCommand.run(rest)
+    case "webpush": return try WebPushCommand.run(rest)
+    case "help", "--help", "-h":
+        Terminal.out(usage)
+        return 0
+    case "version", "--version":
+        Terminal.out("herald \(heraldVersion)")
+        return 0
+    default:
+        throw CommandFailure("unknown command '\(command)' (try 'herald help')")
+    }
+}
+
+let status: Int32
+do {
+    status = try dispatch(Array(CommandLine.arguments.dropFirst()))
+} catch {
+    Terminal.err("herald: \(error.message)")
+    status = error.status
+}
+exit(status)

@@ -1,0 +1,1 @@
+int hcf_dummy(void);
