@@ -1,0 +1,89 @@
+# Herald: set-up, build, run, test and benchmark targets.
+# `make run` and `make test` work on a fresh Debian 12 machine as root: they
+# install what is missing first.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+SWIFT ?= swift
+CC ?= cc
+PYTHON ?= python3
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+# C libraries from Debian, plus what the tests and benchmarks drive.
+DEBIAN_PACKAGES := libssl-dev libsodium-dev libnghttp2-dev libjansson-dev \
+	libcurl4-openssl-dev libsqlite3-dev libinih-dev openssl pkg-config python3 python3-venv
+
+VENV := .venv
+VENV_STAMP := $(VENV)/.requirements-installed
+BUILD_DIR := build
+HERALD := .build/debug/herald
+
+CORE_SOURCES := $(wildcard CSources/CHeraldCrypto/*.c)
+CORE_TEST_SOURCES := $(wildcard Tests/CCore/*.c)
+CORE_FLAGS := -std=c11 -Wall -Wextra -Werror -DOPENSSL_API_COMPAT=30000 -DOPENSSL_NO_DEPRECATED \
+	-ICSources/CHeraldCrypto/include
+CORE_LIBS := -lcrypto -lsodium -ljansson -lpthread
+SANITIZE := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+
+.PHONY: deps debian-deps python-deps build run test test-c test-swift test-interop \
+	bench bench-crypto clean
+
+## deps: install missing Debian packages and the Python test peers (local venv)
+deps: debian-deps python-deps
+
+debian-deps:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+python-deps: $(VENV_STAMP)
+
+$(VENV_STAMP): Tests/interop/requirements.txt | debian-deps
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r Tests/interop/requirements.txt
+	touch $@
+
+## build: the herald executable (debug)
+build: debian-deps
+	$(SWIFT) build --product herald
+
+## run: start herald (until the daemon lands, its help)
+run: build
+	$(HERALD) help
+
+## test: every suite: C core under ASan+UBSan, Swift suites, interop with Python peers
+test: deps
+	$(MAKE) --no-print-directory test-c test-swift test-interop
+
+test-c: debian-deps
+	@mkdir -p $(BUILD_DIR)/ctest
+	$(CC) $(CORE_FLAGS) $(SANITIZE) $(CORE_SOURCES) $(CORE_TEST_SOURCES) $(CORE_LIBS) \
+		-o $(BUILD_DIR)/ctest/hc_tests
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		$(BUILD_DIR)/ctest/hc_tests Tests/Fixtures
+
+test-swift: debian-deps
+	$(SWIFT) build
+	$(SWIFT) test
+
+test-interop: python-deps
+	$(SWIFT) build --product herald
+	HERALD_BIN=$(HERALD) $(VENV)/bin/python -m pytest -q Tests/interop
+
+## bench: every benchmark
+bench: bench-crypto
+
+## bench-crypto: seal and ES256 figures against the floor, openssl speed and http_ece
+bench-crypto: deps
+	$(SWIFT) build -c release --product herald-bench-crypto
+	$(VENV)/bin/python benchmarks/crypto/run.py --bench-bin .build/release/herald-bench-crypto \
+		--out benchmarks/results/crypto.json
+
+clean:
+	rm -rf .build $(BUILD_DIR)
