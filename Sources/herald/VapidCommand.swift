@@ -11,7 +11,9 @@ enum VapidCommand {
         """
 
     static func run(_ arguments: [String]) throws(CommandFailure) -> Int32 {
-        guard let sub = arguments.first else { throw CommandFailure(usage) }
+        guard let sub = arguments.first else {
+            throw CommandFailure("vapid needs a command: generate, public-key, verify or token")
+        }
         let rest = Array(arguments.dropFirst())
         switch sub {
         case "generate": return try generate(rest)
@@ -21,7 +23,7 @@ enum VapidCommand {
         case "help", "--help", "-h":
             Terminal.out(usage)
             return 0
-        default: throw CommandFailure("unknown vapid command '\(sub)'\n\(usage)")
+        default: throw CommandFailure("unknown vapid command '\(sub)' (try 'herald vapid help')")
         }
     }
 

@@ -9,13 +9,15 @@ enum WebPushCommand {
         """
 
     static func run(_ arguments: [String]) throws(CommandFailure) -> Int32 {
-        guard let sub = arguments.first else { throw CommandFailure(usage) }
+        guard let sub = arguments.first else {
+            throw CommandFailure("webpush needs a command: encrypt")
+        }
         switch sub {
         case "encrypt": return try encrypt(Array(arguments.dropFirst()))
         case "help", "--help", "-h":
             Terminal.out(usage)
             return 0
-        default: throw CommandFailure("unknown webpush command '\(sub)'\n\(usage)")
+        default: throw CommandFailure("unknown webpush command '\(sub)' (try 'herald webpush help')")
         }
     }
 
@@ -31,10 +33,14 @@ enum WebPushCommand {
             try Base64URL.decode(p256dhText)
         }
         let auth = try crypto("--auth") { () throws(CryptoError) in try Base64URL.decode(authText) }
-        let subscriber = try crypto { () throws(CryptoError) in
+        try crypto("--p256dh") { () throws(CryptoError) in try P256.checkPublicKey(p256dh) }
+        let subscriber = try crypto("--auth") { () throws(CryptoError) in
             try WebPushSubscriber(p256dh: p256dh, auth: auth)
         }
         let plaintext = Terminal.readStandardInput()
+        if pad != 0 && WebPushSealer.maximumPlaintext(bodySize: Int(pad)) == 0 {
+            throw CommandFailure("--pad must be 0 or from 104 to \(WebPushSealer.maximumBodySize)")
+        }
         let limit = WebPushSealer.maximumPlaintext(bodySize: Int(pad))
         if plaintext.count > limit {
             throw CommandFailure(
