@@ -7,12 +7,15 @@
 #include <openssl/bn.h>
 #include <openssl/ec.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 
 /* The process-wide P-256 group (read-only after hc_init). */
 const EC_GROUP *hc_p256_group(void);
 
 struct hc_p256_key {
     EVP_PKEY *pkey;                       /* for ECDSA signing */
+    pthread_mutex_t sign_lock;            /* guards sign_ctx */
+    EVP_PKEY_CTX *sign_ctx;               /* initialised once, reused while uncontended */
     BIGNUM *d;                            /* the private scalar (constant time) */
     uint8_t pub[HC_P256_PUBLIC_BYTES];    /* uncompressed public point */
 };

@@ -113,6 +113,7 @@ int hc_p256_key_from_scalar(BIGNUM *d, BN_CTX *bn, hc_p256_key **out)
         goto out;
     key->pkey = pkey_from_parts(d, key->pub);
     if (key->pkey == NULL) goto out;
+    pthread_mutex_init(&key->sign_lock, NULL);
     key->d = d;
     *out = key;
     key = NULL;
@@ -216,6 +217,8 @@ int hc_p256_key_from_text(const char *text, size_t text_len, hc_p256_key **out)
 void hc_p256_key_free(hc_p256_key *key)
 {
     if (key == NULL) return;
+    EVP_PKEY_CTX_free(key->sign_ctx);
+    pthread_mutex_destroy(&key->sign_lock);
     EVP_PKEY_free(key->pkey);
     BN_clear_free(key->d);
     OPENSSL_clear_free(key, sizeof *key);
@@ -258,6 +261,32 @@ int hc_p256_ecdh(const hc_p256_key *key, const uint8_t peer[HC_P256_PUBLIC_BYTES
     return rc;
 }
 
+/* Signs a digest; returns the DER length or 0. Uses the key's cached context
+ * when no other thread holds it, else a fresh one. */
+static size_t sign_digest(hc_p256_key *key, const uint8_t digest[HC_SHA256_BYTES], uint8_t *der,
+                          size_t der_cap)
+{
+    size_t n = der_cap;
+    if (pthread_mutex_trylock(&key->sign_lock) == 0) {
+        if (key->sign_ctx == NULL) {
+            key->sign_ctx = EVP_PKEY_CTX_new_from_pkey(NULL, key->pkey, NULL);
+            if (key->sign_ctx != NULL && EVP_PKEY_sign_init(key->sign_ctx) <= 0) {
+                EVP_PKEY_CTX_free(key->sign_ctx);
+                key->sign_ctx = NULL;
+            }
+        }
+        int ok = key->sign_ctx != NULL &&
+                 EVP_PKEY_sign(key->sign_ctx, der, &n, digest, HC_SHA256_BYTES) > 0;
+        pthread_mutex_unlock(&key->sign_lock);
+        return ok ? n : 0;
+    }
+    EVP_PKEY_CTX *ctx = EVP_PKEY_CTX_new_from_pkey(NULL, key->pkey, NULL);
+    int ok = ctx != NULL && EVP_PKEY_sign_init(ctx) > 0 &&
+             EVP_PKEY_sign(ctx, der, &n, digest, HC_SHA256_BYTES) > 0;
+    EVP_PKEY_CTX_free(ctx);
+    return ok ? n : 0;
+}
+
 int hc_es256_sign(const hc_p256_key *key, const uint8_t *msg, size_t msg_len,
                   uint8_t sig[HC_ES256_SIGNATURE_BYTES])
 {
@@ -265,14 +294,11 @@ int hc_es256_sign(const hc_p256_key *key, const uint8_t *msg, size_t msg_len,
     int rc = HC_E_CRYPTO;
     uint8_t digest[HC_SHA256_BYTES];
     uint8_t der[80];
-    size_t der_len = sizeof der;
     ECDSA_SIG *es = NULL;
-    EVP_PKEY_CTX *ctx = EVP_PKEY_CTX_new_from_pkey(NULL, key->pkey, NULL);
-    if (ctx == NULL) return HC_E_NO_MEMORY;
     crypto_hash_sha256(digest, msg, msg_len);
-    if (EVP_PKEY_sign_init(ctx) <= 0 ||
-        EVP_PKEY_sign(ctx, der, &der_len, digest, sizeof digest) <= 0)
-        goto out;
+    /* The key is logically const: the cached context is an internal detail. */
+    size_t der_len = sign_digest((hc_p256_key *)key, digest, der, sizeof der);
+    if (der_len == 0) goto out;
     const unsigned char *p = der;
     es = d2i_ECDSA_SIG(NULL, &p, (long)der_len);
     if (es == NULL) goto out;
@@ -283,7 +309,6 @@ int hc_es256_sign(const hc_p256_key *key, const uint8_t *msg, size_t msg_len,
     rc = HC_OK;
 out:
     ECDSA_SIG_free(es);
-    EVP_PKEY_CTX_free(ctx);
     ERR_clear_error();
     return rc;
 }
