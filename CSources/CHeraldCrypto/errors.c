@@ -39,7 +39,6 @@ const char *hc_strerror(int code)
     case HC_E_RSA_KEY: return "not an RSA private key of at least 2048 bits";
     case HC_E_SERVICE_ACCOUNT: return "service account lacks project_id, client_email, private_key or token_uri";
     case HC_E_CLAIM: return "a JWT claim has a bad form";
-    case HC_E_PADDING: return "bad padding delimiter in decrypted record";
     case HC_E_HKDF_LENGTH: return "HKDF output longer than 255 * 32 bytes";
     default: return "unknown error";
     }

@@ -263,7 +263,7 @@ static int gcm_args(const uint8_t *key, const uint8_t *iv, size_t iv_len, const 
 {
     if (key == NULL || iv == NULL || iv_len == 0 || tag == NULL || tag_len < 4 || tag_len > 16 ||
         (aad == NULL && aad_len > 0) || (in_len > 0 && (in == NULL || out == NULL)) ||
-        in_len > INT32_MAX || aad_len > INT32_MAX || iv_len > 1024)
+        in_len > INT32_MAX || aad_len > INT32_MAX || iv_len > HC_AES128GCM_MAX_IV)
         return HC_E_INVALID_ARGUMENT;
     return hc_init() == HC_OK ? HC_OK : HC_E_CRYPTO;
 }

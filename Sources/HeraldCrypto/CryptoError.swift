@@ -29,7 +29,6 @@ public enum CryptoError: Error, Equatable, Sendable, CustomStringConvertible {
     case rsaKey
     case serviceAccount
     case claim
-    case padding
     case hkdfLength
     case unknown(Int32)
 
@@ -62,7 +61,6 @@ public enum CryptoError: Error, Equatable, Sendable, CustomStringConvertible {
         case HC_E_RSA_KEY: self = .rsaKey
         case HC_E_SERVICE_ACCOUNT: self = .serviceAccount
         case HC_E_CLAIM: self = .claim
-        case HC_E_PADDING: self = .padding
         case HC_E_HKDF_LENGTH: self = .hkdfLength
         default: self = .unknown(code)
         }
@@ -98,7 +96,6 @@ public enum CryptoError: Error, Equatable, Sendable, CustomStringConvertible {
         case .rsaKey: Int32(HC_E_RSA_KEY)
         case .serviceAccount: Int32(HC_E_SERVICE_ACCOUNT)
         case .claim: Int32(HC_E_CLAIM)
-        case .padding: Int32(HC_E_PADDING)
         case .hkdfLength: Int32(HC_E_HKDF_LENGTH)
         case .unknown(let code): code
         }

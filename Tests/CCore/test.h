@@ -50,12 +50,14 @@ void test_wycheproof_ecdsa(void);
 void test_wycheproof_aes_gcm(void);
 void test_roundtrip_webpush(void);
 void test_roundtrip_es256(void);
+void test_roundtrip_threads(void);
 void test_errors_encoding(void);
 void test_errors_keys(void);
 void test_errors_webpush(void);
 void test_errors_jwt(void);
 void test_errors_secretbox(void);
 void test_errors_strerror(void);
+void test_errors_null(void);
 void test_api_basics(void);
 void test_api_pem(void);
 void test_api_jwt(void);
@@ -75,6 +77,9 @@ size_t t_b64url_encode(const uint8_t *in, size_t n, char *out);
 /* Writes the hex form of in (2n+1 bytes) into out. */
 void t_hex(const uint8_t *in, size_t n, char *out);
 
+/* Frees text returned by json_dumps (see test_util.c). */
+void t_json_text_free(char *text);
+
 char *t_strndup(const char *s, size_t n);
 char *t_strdup(const char *s);
 
@@ -91,9 +96,11 @@ void t_prng_seed(uint64_t seed);
 EVP_PKEY *t_p256_pkey(const uint8_t *priv32, const uint8_t pub[HC_P256_PUBLIC_BYTES]);
 int t_pkey_public(const EVP_PKEY *pkey, uint8_t pub[HC_P256_PUBLIC_BYTES]);
 int t_pkey_private(const EVP_PKEY *pkey, uint8_t priv[HC_P256_PRIVATE_BYTES]);
-/* PEM texts as fresh NUL-terminated strings (free()). */
+/* PEM texts as fresh NUL-terminated strings (free()). t_pem_pkcs8 writes
+ * "PRIVATE KEY"; t_pem_type_specific writes the key type's own structure
+ * ("EC PRIVATE KEY" = SEC1, "RSA PRIVATE KEY" = PKCS#1). */
 char *t_pem_pkcs8(const EVP_PKEY *pkey);
-char *t_pem_sec1(const EVP_PKEY *pkey);
+char *t_pem_type_specific(const EVP_PKEY *pkey);
 char *t_pem_public(const EVP_PKEY *pkey);
 EVP_PKEY *t_pem_read_private(const char *pem);
 /* Plain ECDH through EVP_PKEY_derive. Returns 1 on success. */

@@ -87,12 +87,14 @@ static const t_group_fn t_groups[] = {
     test_errors_webpush,
     test_errors_jwt,
     test_errors_secretbox,
+    test_errors_null,
     test_api_pem,
     test_api_jwt,
     test_api_fcm,
     test_api_secretbox,
     test_roundtrip_webpush,
     test_roundtrip_es256,
+    test_roundtrip_threads,
 };
 
 int main(int argc, char **argv) {

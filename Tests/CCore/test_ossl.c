@@ -83,7 +83,7 @@ char *t_pem_pkcs8(const EVP_PKEY *pkey) {
     return pem;
 }
 
-char *t_pem_sec1(const EVP_PKEY *pkey) {
+char *t_pem_type_specific(const EVP_PKEY *pkey) {
     unsigned char *data = NULL;
     size_t len = 0;
     char *pem = NULL;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 
 #include <openssl/ec.h>
 #include <openssl/evp.h>
@@ -38,7 +39,7 @@ static void prop_fail(prop *p, const char *fmt, ...) {
 }
 
 #define PROP_CHECK(p, rounds) \
-    CHECK((p).bad == 0, "%s: %u of %u iterations failed; first: %s", (p).name, (p).bad, (rounds), (p).first)
+    CHECK((p).bad == 0, "%s: %u of %u attempts failed; first: %s", (p).name, (p).bad, (rounds), (p).first)
 
 static size_t pick_body_size(unsigned i) {
     switch (i % 8) {
@@ -155,10 +156,11 @@ void test_roundtrip_webpush(void) {
         hc_webpush_sub_free(sub);
         EVP_PKEY_free(ua);
     }
-    PROP_CHECK(seal_ok, WEBPUSH_ROUNDS);
+    /* Two seals per round for seal_ok and opens. */
+    PROP_CHECK(seal_ok, 2 * WEBPUSH_ROUNDS);
     PROP_CHECK(lengths, WEBPUSH_ROUNDS);
     PROP_CHECK(header, WEBPUSH_ROUNDS);
-    PROP_CHECK(opens, WEBPUSH_ROUNDS);
+    PROP_CHECK(opens, 2 * WEBPUSH_ROUNDS);
     PROP_CHECK(fresh, WEBPUSH_ROUNDS);
     PROP_CHECK(maxpt, WEBPUSH_ROUNDS);
     CHECK(zero_body >= 50 && padded_body >= 200 && max_fill >= 20,
@@ -238,4 +240,94 @@ void test_roundtrip_es256(void) {
           ES256_ROUNDS);
     t_note("es256: %u of %u signatures had r or s with a leading zero byte", leading_zero,
            ES256_ROUNDS);
+}
+
+/* ---- sharing across threads ---- */
+
+/* hc_p256_key and hc_webpush_sub are documented as shareable between threads;
+ * each thread uses its own hc_sealer. */
+typedef struct {
+    const hc_webpush_sub *sub;
+    const hc_p256_key *key;
+    EVP_PKEY *ua;
+    const uint8_t *auth;
+    const uint8_t *key_pub;
+    uint64_t seed;
+    unsigned bad;
+    char first[160];
+} thread_job;
+
+#define THREADS 4
+#define THREAD_ROUNDS 40u
+
+static int thread_main(void *arg) {
+    thread_job *job = arg;
+    hc_sealer *sealer = NULL;
+    if (hc_sealer_new(&sealer) != HC_OK) {
+        job->bad++;
+        snprintf(job->first, sizeof job->first, "hc_sealer_new failed");
+        return 0;
+    }
+    uint8_t pt[512], body[1024], opened[1024], sig[64];
+    uint64_t x = job->seed;
+    for (unsigned i = 0; i < THREAD_ROUNDS; i++) {
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        size_t pt_len = (size_t)(x >> 40) % sizeof pt;
+        memset(pt, (int)(x >> 56), pt_len);
+        size_t len = sizeof body, opened_len = 0;
+        uint32_t rs;
+        unsigned idlen;
+        int rc = hc_webpush_seal(sealer, job->sub, pt, pt_len, 1024, body, &len);
+        int stage = rc == HC_OK ? t_webpush_open(job->ua, job->auth, body, len, opened,
+                                                 &opened_len, &rs, &idlen)
+                                : -100;
+        int rc_sign = hc_es256_sign(job->key, pt, pt_len, sig);
+        int rc_verify = rc_sign == HC_OK ? hc_es256_verify(job->key_pub, 65, pt, pt_len, sig, 64)
+                                         : -100;
+        if (rc != HC_OK || stage != 0 || opened_len != pt_len || memcmp(opened, pt, pt_len) != 0 ||
+            rc_verify != HC_OK) {
+            if (job->bad++ == 0) {
+                snprintf(job->first, sizeof job->first,
+                         "round %u: seal %d, open stage %d, sign %d, verify %d", i, rc, stage,
+                         rc_sign, rc_verify);
+            }
+        }
+    }
+    hc_sealer_free(sealer);
+    return 0;
+}
+
+void test_roundtrip_threads(void) {
+    EVP_PKEY *ua = EVP_EC_gen("P-256");
+    uint8_t ua_public[65], auth[16], key_pub[65];
+    hc_webpush_sub *sub = NULL;
+    hc_p256_key *key = NULL;
+    if (!CHECK(ua != NULL && t_pkey_public(ua, ua_public) && RAND_bytes(auth, 16) == 1 &&
+                   hc_webpush_sub_new(ua_public, 65, auth, 16, &sub) == HC_OK &&
+                   hc_p256_key_generate(&key) == HC_OK,
+               "thread test setup")) {
+        goto done;
+    }
+    hc_p256_key_public(key, key_pub);
+    thread_job jobs[THREADS];
+    thrd_t threads[THREADS];
+    int started[THREADS] = {0};
+    for (int i = 0; i < THREADS; i++) {
+        jobs[i] = (thread_job){sub, key, ua, auth, key_pub, t_prng(), 0, ""};
+        started[i] = thrd_create(&threads[i], thread_main, &jobs[i]) == thrd_success;
+        CHECK(started[i], "thrd_create %d", i);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        if (started[i]) {
+            thrd_join(threads[i], NULL);
+            CHECK(jobs[i].bad == 0,
+                  "thread %d sharing one hc_webpush_sub and hc_p256_key: %u of %u rounds failed; "
+                  "first: %s",
+                  i, jobs[i].bad, THREAD_ROUNDS, jobs[i].first);
+        }
+    }
+done:
+    hc_webpush_sub_free(sub);
+    hc_p256_key_free(key);
+    EVP_PKEY_free(ua);
 }

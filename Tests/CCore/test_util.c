@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "test.h"
 
 static int t_hexval(char c) {
@@ -198,4 +200,17 @@ void t_jwt_free(t_jwt *jwt) {
     free(jwt->sig);
     free(jwt->signing_input);
     memset(jwt, 0, sizeof *jwt);
+}
+
+void t_json_text_free(char *text) {
+    /* hc_init installs its own jansson allocator (it wipes freed blocks), so
+     * text from json_dumps goes back through jansson's free function. */
+    json_malloc_t alloc_fn = NULL;
+    json_free_t free_fn = NULL;
+    json_get_alloc_funcs(&alloc_fn, &free_fn);
+    if (free_fn != NULL) {
+        free_fn(text);
+    } else {
+        free(text);
+    }
 }

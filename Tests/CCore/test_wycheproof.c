@@ -201,7 +201,7 @@ void test_wycheproof_aes_gcm(void) {
         return;
     }
     counts c = {0};
-    unsigned skipped = 0, refused_iv = 0;
+    unsigned skipped = 0, refused_iv = 0, refused_long_iv = 0;
     size_t gi;
     json_t *group;
     json_array_foreach(json_object_get(root, "testGroups"), gi, group) {
@@ -240,6 +240,14 @@ void test_wycheproof_aes_gcm(void) {
                 int rc_dec = hc_aes128gcm_decrypt(key, iv, iv_len, aad, aad_len, ct, ct_len, tag,
                                                   tag_len, out);
                 int dec_ok = rc_dec == HC_OK && memcmp(out, msg, msg_len) == 0;
+                if (iv_len > 128 && rc_enc == HC_E_INVALID_ARGUMENT &&
+                    rc_dec == HC_E_INVALID_ARGUMENT) {
+                    /* OpenSSL 3.0's GCM takes IVs of at most 128 bytes (as do
+                     * most libraries); refusing a longer one as an argument
+                     * error is acceptable, failing inside OpenSSL is not. */
+                    enc_ok = dec_ok = 1;
+                    refused_long_iv++;
+                }
                 ok = CHECK(enc_ok && dec_ok,
                            "%s tcId %ld (valid, iv %ld bits, %s): encrypt %d (%s), decrypt %d (%s)",
                            file, id, iv_size, str(t, "comment"), rc_enc,
@@ -273,9 +281,11 @@ void test_wycheproof_aes_gcm(void) {
             free(out);
         }
     }
-    char extra[96];
-    snprintf(extra, sizeof extra, " with 128-bit keys (%u other-size cases skipped, %u empty-IV refusals)",
-             skipped, refused_iv);
+    char extra[160];
+    snprintf(extra, sizeof extra,
+             " with 128-bit keys (%u other key sizes skipped; %u empty-IV and %u over-128-byte-IV "
+             "refusals)",
+             skipped, refused_iv, refused_long_iv);
     report(file, &c, extra);
     json_decref(root);
 }

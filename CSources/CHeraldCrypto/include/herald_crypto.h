@@ -81,14 +81,16 @@ enum {
     HC_E_RSA_KEY = -25,              /* not an RSA private key of at least 2048 bits */
     HC_E_SERVICE_ACCOUNT = -26,      /* a service-account file missing a required field */
     HC_E_CLAIM = -27,                /* a JWT claim (kid, iss, email, URL) of a bad form */
-    HC_E_PADDING = -28,              /* a decrypted record with a bad padding delimiter */
-    HC_E_HKDF_LENGTH = -29           /* an HKDF output longer than 255 * 32 bytes */
+    HC_E_HKDF_LENGTH = -28           /* an HKDF output longer than 255 * 32 bytes */
 };
 
 /* Returns a constant sentence for a result code (never NULL). */
 const char *hc_strerror(int code);
 
-/* Initialises libsodium and the shared curve tables. Idempotent. */
+/* Initialises libsodium and the shared curve tables. Idempotent. It also
+ * installs a jansson allocator that wipes memory on free, for the whole
+ * process: text from json_dumps() must then be released through jansson's
+ * own free function (json_get_alloc_funcs), never plain free(). */
 int hc_init(void);
 
 /* ---- Encoding, hashing, randomness ---- */
@@ -222,6 +224,10 @@ int hc_webpush_seal_with_keys(hc_sealer *sealer, const hc_webpush_sub *sub,
                               size_t body_size, uint8_t *out, size_t *len);
 
 /* ---- AES-128-GCM (single shot; used by the record code and tests) ---- */
+
+/* Nonces of 1..HC_AES128GCM_MAX_IV bytes (OpenSSL 3.0's GCM limit); tags of
+ * 4..16 bytes. Other lengths are HC_E_INVALID_ARGUMENT. */
+#define HC_AES128GCM_MAX_IV 128
 
 int hc_aes128gcm_encrypt(const uint8_t key[16], const uint8_t *iv, size_t iv_len,
                          const uint8_t *aad, size_t aad_len, const uint8_t *in,
