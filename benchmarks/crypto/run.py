@@ -8,6 +8,7 @@ threshold here fails anything; targets are shown as met or not met.
 """
 import argparse
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
@@ -105,7 +106,7 @@ def main():
             "processor": _cpu_model(),
             "cores": os.cpu_count(),
             "python": platform.python_version(),
-            "http_ece": http_ece.__version__ if hasattr(http_ece, "__version__") else "1.x",
+            "http_ece": importlib.metadata.version("http_ece"),
             "openssl": subprocess.run(["openssl", "version"], capture_output=True,
                                       text=True).stdout.strip(),
         },
