@@ -102,6 +102,9 @@ int t_pkey_private(const EVP_PKEY *pkey, uint8_t priv[HC_P256_PRIVATE_BYTES]);
 char *t_pem_pkcs8(const EVP_PKEY *pkey);
 char *t_pem_type_specific(const EVP_PKEY *pkey);
 char *t_pem_public(const EVP_PKEY *pkey);
+/* A Google service-account JSON around private_key; omit names a field to leave
+ * out (NULL: none). Free with t_json_text_free. */
+char *t_service_account_json(const char *private_key, const char *omit);
 EVP_PKEY *t_pem_read_private(const char *pem);
 /* Plain ECDH through EVP_PKEY_derive. Returns 1 on success. */
 int t_ossl_ecdh(EVP_PKEY *priv, const uint8_t peer[HC_P256_PUBLIC_BYTES], uint8_t secret[32]);

@@ -341,23 +341,6 @@ void test_api_jwt(void) {
 
 /* ---- FCM ---- */
 
-static char *fcm_json(const char *pem) {
-    json_t *o = json_object();
-    json_object_set_new(o, "type", json_string("service_account"));
-    json_object_set_new(o, "project_id", json_string("herald-test"));
-    json_object_set_new(o, "private_key_id", json_string("0123456789abcdef0123456789abcdef01234567"));
-    json_object_set_new(o, "private_key", json_string(pem));
-    json_object_set_new(o, "client_email",
-                        json_string("herald-push@herald-test.iam.gserviceaccount.com"));
-    json_object_set_new(o, "client_id", json_string("112233445566778899000"));
-    json_object_set_new(o, "auth_uri", json_string("https://accounts.google.com/o/oauth2/auth"));
-    json_object_set_new(o, "token_uri", json_string("https://oauth2.googleapis.com/token"));
-    json_object_set_new(o, "universe_domain", json_string("googleapis.com"));
-    char *s = json_dumps(o, JSON_INDENT(2));
-    json_decref(o);
-    return s;
-}
-
 void test_api_fcm(void) {
     EVP_PKEY *rsa = EVP_RSA_gen(2048);
     char *pem = rsa != NULL ? t_pem_pkcs8(rsa) : NULL;
@@ -402,7 +385,7 @@ void test_api_fcm(void) {
     hc_rsa_key_free(key);
 
     /* The service account. */
-    char *json = fcm_json(pem);
+    char *json = t_service_account_json(pem, NULL);
     hc_fcm_account *acct = NULL;
     CHECK_RC(hc_fcm_account_from_json(json, strlen(json), &acct), HC_OK);
     t_json_text_free(json);

@@ -440,26 +440,6 @@ static void apns_case(const hc_p256_key *key, const char *kid, const char *team,
           rc, hc_strerror(rc), want, hc_strerror(want));
 }
 
-/* A service-account JSON; omit names a field to leave out. */
-static char *service_account(const char *private_key, const char *omit) {
-    json_t *o = json_object();
-    json_object_set_new(o, "type", json_string("service_account"));
-    json_object_set_new(o, "project_id", json_string("herald-test"));
-    json_object_set_new(o, "private_key_id", json_string("0123456789abcdef"));
-    json_object_set_new(o, "private_key", json_string(private_key));
-    json_object_set_new(o, "client_email",
-                        json_string("herald@herald-test.iam.gserviceaccount.com"));
-    json_object_set_new(o, "client_id", json_string("123456789012345678901"));
-    json_object_set_new(o, "auth_uri", json_string("https://accounts.google.com/o/oauth2/auth"));
-    json_object_set_new(o, "token_uri", json_string("https://oauth2.googleapis.com/token"));
-    if (omit != NULL) {
-        json_object_del(o, omit);
-    }
-    char *s = json_dumps(o, JSON_INDENT(2));
-    json_decref(o);
-    return s;
-}
-
 static void fcm_case(const char *json, int want, const char *what) {
     hc_fcm_account *acct = NULL;
     int rc = hc_fcm_account_from_json(json, strlen(json), &acct);
@@ -516,11 +496,11 @@ void test_errors_jwt(void) {
         return;
     }
     static const char *required[] = {"client_email", "project_id", "private_key", "token_uri"};
-    char *json = service_account(pem, NULL);
+    char *json = t_service_account_json(pem, NULL);
     fcm_case(json, HC_OK, "complete");
     t_json_text_free(json);
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
-        json = service_account(pem, required[i]);
+        json = t_service_account_json(pem, required[i]);
         char what[64];
         snprintf(what, sizeof what, "without %s", required[i]);
         fcm_case(json, HC_E_SERVICE_ACCOUNT, what);
@@ -548,14 +528,14 @@ void test_errors_jwt(void) {
         EVP_PKEY *ec = EVP_EC_gen("P-256");
         char *ec_pem = ec != NULL ? t_pem_pkcs8(ec) : NULL;
         if (ec_pem != NULL) {
-            json = service_account(ec_pem, NULL);
+            json = t_service_account_json(ec_pem, NULL);
             fcm_case(json, HC_E_RSA_KEY, "with a P-256 private_key");
             t_json_text_free(json);
         }
         free(ec_pem);
         EVP_PKEY_free(ec);
     }
-    json = service_account(pem, NULL);
+    json = t_service_account_json(pem, NULL);
     hc_fcm_account *acct = NULL;
     if (hc_fcm_account_from_json(json, strlen(json), &acct) == HC_OK) {
         char out[4096];

@@ -214,3 +214,23 @@ void t_json_text_free(char *text) {
         free(text);
     }
 }
+
+char *t_service_account_json(const char *private_key, const char *omit) {
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("service_account"));
+    json_object_set_new(o, "project_id", json_string("herald-test"));
+    json_object_set_new(o, "private_key_id", json_string("0123456789abcdef0123456789abcdef01234567"));
+    json_object_set_new(o, "private_key", json_string(private_key));
+    json_object_set_new(o, "client_email",
+                        json_string("herald-push@herald-test.iam.gserviceaccount.com"));
+    json_object_set_new(o, "client_id", json_string("112233445566778899000"));
+    json_object_set_new(o, "auth_uri", json_string("https://accounts.google.com/o/oauth2/auth"));
+    json_object_set_new(o, "token_uri", json_string("https://oauth2.googleapis.com/token"));
+    json_object_set_new(o, "universe_domain", json_string("googleapis.com"));
+    if (omit != NULL) {
+        json_object_del(o, omit);
+    }
+    char *s = json_dumps(o, JSON_INDENT(2));
+    json_decref(o);
+    return s;
+}
