@@ -76,7 +76,7 @@ public final class WebPushSealer {
 
     /// Deterministic sealing with a given ephemeral key and salt; only for
     /// reproducing published test vectors.
-    public func sealForTesting(
+    @_spi(Testing) public func sealForTesting(
         _ plaintext: [UInt8], for subscriber: WebPushSubscriber, ephemeralPrivateKey: [UInt8],
         salt: [UInt8], bodySize: Int = 0
     ) throws(CryptoError) -> [UInt8] {

@@ -1,4 +1,4 @@
-import HeraldCrypto
+@_spi(Testing) import HeraldCrypto
 import Testing
 
 /// RFC 8291 Appendix A inputs.
