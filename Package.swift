@@ -29,13 +29,36 @@ let package = Package(
             ]
         ),
         .target(
+            name: "CHeraldSys",
+            path: "CSources/CHeraldSys",
+            cSettings: strictC
+        ),
+        .systemLibrary(name: "CSQLite", path: "CSources/CSQLite"),
+        .systemLibrary(name: "CInih", path: "CSources/CInih"),
+        .target(
             name: "HeraldCrypto",
             dependencies: ["CHeraldCrypto"],
             swiftSettings: strictSwift
         ),
+        .target(name: "HeraldCore", swiftSettings: strictSwift),
+        .target(name: "JSONRPC", swiftSettings: strictSwift),
+        .target(name: "WebPush", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
+        .target(
+            name: "HeraldStore",
+            dependencies: ["HeraldCore", "HeraldCrypto", "CSQLite"],
+            swiftSettings: strictSwift
+        ),
+        .target(
+            name: "HeraldDaemon",
+            dependencies: [
+                "HeraldCore", "HeraldCrypto", "JSONRPC", "WebPush", "HeraldStore", "CInih",
+                "CHeraldSys",
+            ],
+            swiftSettings: strictSwift
+        ),
         .executableTarget(
             name: "herald",
-            dependencies: ["HeraldCrypto"],
+            dependencies: ["HeraldCrypto", "HeraldDaemon", "JSONRPC"],
             swiftSettings: strictSwift
         ),
         .target(
@@ -53,6 +76,18 @@ let package = Package(
         .testTarget(
             name: "HeraldCryptoTests",
             dependencies: ["HeraldCrypto"],
+            swiftSettings: strictSwift
+        ),
+        .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC"], swiftSettings: strictSwift),
+        .testTarget(name: "WebPushTests", dependencies: ["WebPush"], swiftSettings: strictSwift),
+        .testTarget(
+            name: "HeraldStoreTests",
+            dependencies: ["HeraldStore", "HeraldCrypto", "HeraldCore"],
+            swiftSettings: strictSwift
+        ),
+        .testTarget(
+            name: "HeraldDaemonTests",
+            dependencies: ["HeraldDaemon", "HeraldCore", "JSONRPC", "herald"],
             swiftSettings: strictSwift
         ),
         .testTarget(

@@ -1,0 +1,12 @@
+/* Thin shims over Linux system calls whose C types or macros Swift does not
+ * import cleanly. */
+#ifndef HERALD_SYS_H
+#define HERALD_SYS_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Peer credentials of a connected Unix socket (SO_PEERCRED); 0 or -errno. */
+int hs_peer_credentials(int fd, uint32_t *uid, uint32_t *gid, int32_t *pid);
+
+#endif
