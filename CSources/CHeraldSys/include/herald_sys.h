@@ -4,7 +4,11 @@
 #define HERALD_SYS_H
 
 #include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 /* Peer credentials of a connected Unix socket (SO_PEERCRED); 0 or -errno. */
 int hs_peer_credentials(int fd, uint32_t *uid, uint32_t *gid, int32_t *pid);

@@ -1,0 +1,130 @@
+/// The push transports a device can be registered for.
+public enum Platform: String, Sendable, CaseIterable, Hashable {
+    case apns
+    case apnsVoIP = "apns_voip"
+    case fcm
+    case web
+
+    /// APNs and VoIP tokens are bound to an APNs environment; the others are not.
+    public var hasEnvironment: Bool { self == .apns || self == .apnsVoIP }
+}
+
+/// The APNs environment a token was issued for.
+public enum APNsEnvironment: String, Sendable, CaseIterable, Hashable {
+    case production
+    case development
+}
+
+/// A Web Push subscription's keys (raw bytes, already checked).
+public struct WebPushKeys: Sendable, Equatable {
+    public let p256dh: [UInt8]
+    public let auth: [UInt8]
+
+    public init(p256dh: [UInt8], auth: [UInt8]) {
+        self.p256dh = p256dh
+        self.auth = auth
+    }
+}
+
+/// One `device.register` call, validated.
+public struct Registration: Sendable {
+    public var app: String
+    public var user: String
+    public var platform: Platform
+    /// For APNs platforms only; nil for FCM and Web Push.
+    public var environment: APNsEnvironment?
+    public var token: String
+    public var keys: WebPushKeys?
+    public var name: String?
+    public var appVersion: String?
+    public var session: String?
+    public var registrationID: String?
+    public var version: Int64?
+
+    public init(
+        app: String, user: String, platform: Platform, environment: APNsEnvironment?,
+        token: String, keys: WebPushKeys? = nil, name: String? = nil, appVersion: String? = nil,
+        session: String? = nil, registrationID: String? = nil, version: Int64? = nil
+    ) {
+        self.app = app
+        self.user = user
+        self.platform = platform
+        self.environment = environment
+        self.token = token
+        self.keys = keys
+        self.name = name
+        self.appVersion = appVersion
+        self.session = session
+        self.registrationID = registrationID
+        self.version = version
+    }
+}
+
+/// What `device.register` did.
+public struct RegistrationOutcome: Sendable, Equatable {
+    public let deviceID: String
+    public let tokenHash: String
+    public let created: Bool
+    public let reclaimed: Bool
+    public let evicted: [String]
+
+    public init(deviceID: String, tokenHash: String, created: Bool, reclaimed: Bool, evicted: [String]) {
+        self.deviceID = deviceID
+        self.tokenHash = tokenHash
+        self.created = created
+        self.reclaimed = reclaimed
+        self.evicted = evicted
+    }
+}
+
+/// Which device(s) a `device.unregister` call names.
+public enum UnregisterSelector: Sendable {
+    case deviceID(String)
+    case binding(platform: Platform, environment: APNsEnvironment?, token: String)
+    case registration(id: String, version: Int64)
+}
+
+/// A device as `device.list` shows it: never a raw token or key.
+public struct DeviceSummary: Sendable, Equatable {
+    public let deviceID: String
+    public let platform: Platform
+    public let environment: APNsEnvironment?
+    public let name: String?
+    public let appVersion: String?
+    public let tokenHash: String
+    /// Milliseconds since the Unix epoch.
+    public let createdAt: Int64
+    public let registeredAt: Int64
+    public let lastSuccessAt: Int64?
+    public let lastFailureAt: Int64?
+    public let lastFailureReason: String?
+
+    public init(
+        deviceID: String, platform: Platform, environment: APNsEnvironment?, name: String?,
+        appVersion: String?, tokenHash: String, createdAt: Int64, registeredAt: Int64,
+        lastSuccessAt: Int64?, lastFailureAt: Int64?, lastFailureReason: String?
+    ) {
+        self.deviceID = deviceID
+        self.platform = platform
+        self.environment = environment
+        self.name = name
+        self.appVersion = appVersion
+        self.tokenHash = tokenHash
+        self.createdAt = createdAt
+        self.registeredAt = registeredAt
+        self.lastSuccessAt = lastSuccessAt
+        self.lastFailureAt = lastFailureAt
+        self.lastFailureReason = lastFailureReason
+    }
+}
+
+/// A registration refused by the ordering rules: the stored version wins.
+public struct RegistrationConflict: Error, Sendable, Equatable {
+    public let storedVersion: Int64
+    public let reason: String
+
+    public init(storedVersion: Int64, reason: String) {
+        self.storedVersion = storedVersion
+        self.reason = reason
+    }
+}

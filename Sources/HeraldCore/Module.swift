@@ -1,1 +1,0 @@
-// HeraldCore module.

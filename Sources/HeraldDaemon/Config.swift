@@ -1,0 +1,807 @@
+// `mode_t`, `uid_t` and `gid_t` appear in the public API.
+public import Glibc
+
+import Foundation
+
+/// Herald's configuration, read from an INI file (SPEC "Process and
+/// configuration"). Every key may be omitted; the defaults are the SPEC's.
+/// Paths to secrets are resolved here, but no secret is read: see
+/// `LoadedCredentials` and `HeraldConfig.Store.loadOrCreateKey()`.
+public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
+    /// Where `herald serve` looks without `--config` or `HERALD_CONFIG`.
+    public static let defaultPath = "/etc/herald/herald.conf"
+
+    /// The config file, as an absolute path.
+    public var file: String
+    public var server: Server
+    public var store: Store
+    public var delivery: Delivery
+    public var endpoints: Endpoints
+    /// One entry per `[app.NAME]` section; `default` when the file has none.
+    public var apps: [String: AppConfig]
+
+    /// The configuration of an empty file at `file`.
+    public init(file: String = HeraldConfig.defaultPath, environment: [String: String] = [:]) {
+        let file = ConfigPath.absolute(file)
+        self.file = file
+        server = Server()
+        delivery = Delivery()
+        endpoints = Endpoints()
+        let resolver = SecretResolver(configFile: file, environment: environment)
+        let location = ConfigLocation(file: file, line: nil, section: "store", key: "key")
+        store = Store(
+            key: ConfigFileReference(
+                value: Store.defaultKeyName,
+                path: resolver.resolve(Store.defaultKeyName, relativeTo: server.stateDirectory),
+                location: location))
+        apps = [AppConfig.defaultName: AppConfig(name: AppConfig.defaultName)]
+    }
+
+    /// `[server]`
+    public struct Server: Sendable, Equatable {
+        /// Ignored when systemd passes the socket.
+        public var socketPath = "/run/herald/herald.sock"
+        public var socketMode: mode_t = 0o660
+        /// `herald.db` lives here; so does the store key when given as a relative path.
+        public var stateDirectory = "/var/lib/herald"
+        /// Sends in flight at once, all transports together.
+        public var maxInflight = 2000
+        public var logLevel = LogLevel.info
+
+        public init() {}
+    }
+
+    /// `[store]`
+    public struct Store: Sendable, Equatable {
+        static let defaultKeyName = "store.key"
+
+        /// SQLite's `synchronous` pragma.
+        public enum Synchronous: String, Sendable, Equatable, CaseIterable {
+            case full, normal
+        }
+
+        /// The 32-byte sealing key; created (0600) if absent.
+        public var key: ConfigFileReference
+        public var synchronous = Synchronous.full
+
+        public init(key: ConfigFileReference, synchronous: Synchronous = .full) {
+            self.key = key
+            self.synchronous = synchronous
+        }
+    }
+
+    /// `[delivery]`
+    public struct Delivery: Sendable, Equatable {
+        public var maxRetries = 5
+        public var backoffBase = Duration.milliseconds(1000)
+        public var backoffMax = Duration.milliseconds(300_000)
+        /// Stale-device deletions allowed per platform in any 60 s.
+        public var staleWindowCap = 500
+        /// Delete none of a batch when at least this share of it is stale…
+        public var staleBatchRatio = 0.5
+        /// …and the batch has at least this many devices on one platform.
+        public var staleBatchMin = 4
+
+        public init() {}
+    }
+
+    /// `[endpoints]`: provider base URLs, overridable for tests and proxies.
+    public struct Endpoints: Sendable, Equatable {
+        public var apnsProduction = EndpointURL(validated: "https", "api.push.apple.com", 443, "")
+        public var apnsDevelopment = EndpointURL(
+            validated: "https", "api.sandbox.push.apple.com", 443, "")
+        public var fcm = EndpointURL(validated: "https", "fcm.googleapis.com", 443, "")
+        /// An extra CA bundle trusted for all providers.
+        public var caFile: ConfigFileReference?
+        /// Lets Web Push endpoints resolve to private or loopback addresses (tests only).
+        public var webPushAllowPrivate = false
+
+        public init() {}
+    }
+
+    /// The config file named by `--config`, else `HERALD_CONFIG`, else the default.
+    public static func path(option: String?, environment: [String: String]) -> String {
+        if let option, !option.isEmpty { return option }
+        if let path = environment["HERALD_CONFIG"], !path.isEmpty { return path }
+        return defaultPath
+    }
+
+    /// This process's environment, for `load` and `SecretResolver`.
+    public static func processEnvironment() -> [String: String] {
+        ProcessInfo.processInfo.environment
+    }
+
+    /// Reads and checks the config file at `path`.
+    public static func load(
+        path: String, environment: [String: String] = processEnvironment()
+    ) throws(ConfigError) -> HeraldConfig {
+        let file = ConfigPath.absolute(path)
+        let bytes: [UInt8]
+        do {
+            bytes = try ConfigIO.read(file, limit: 1 << 20)
+        } catch {
+            throw ConfigError(
+                file: file, line: nil, section: nil, key: nil, message: "cannot read: \(error.reason)")
+        }
+        return try parse(bytes: bytes, file: file, environment: environment)
+    }
+
+    /// Checks config text as though it had been read from `file`.
+    public static func parse(
+        _ text: String, file: String, environment: [String: String] = [:]
+    ) throws(ConfigError) -> HeraldConfig {
+        try parse(bytes: Array(text.utf8), file: ConfigPath.absolute(file), environment: environment)
+    }
+
+    static func parse(
+        bytes: [UInt8], file: String, environment: [String: String]
+    ) throws(ConfigError) -> HeraldConfig {
+        let document = try ConfigDocument.parse(bytes, file: file)
+        var interpreter = ConfigInterpreter(file: file, environment: environment)
+        return try interpreter.interpret(document)
+    }
+
+    /// The effective configuration as INI text (file paths, never secrets).
+    public var description: String {
+        var out = """
+            [server]
+            socket = \(server.socketPath)
+            socket_mode = \(ConfigValue.octal(server.socketMode))
+            state_dir = \(server.stateDirectory)
+            max_inflight = \(server.maxInflight)
+            log_level = \(ConfigValue.name(of: server.logLevel))
+
+            [store]
+            key = \(store.key.path)
+            synchronous = \(store.synchronous.rawValue)
+
+            [delivery]
+            max_retries = \(delivery.maxRetries)
+            backoff_base_ms = \(ConfigValue.milliseconds(delivery.backoffBase))
+            backoff_max_ms = \(ConfigValue.milliseconds(delivery.backoffMax))
+            stale_window_cap = \(delivery.staleWindowCap)
+            stale_batch_ratio = \(delivery.staleBatchRatio)
+            stale_batch_min = \(delivery.staleBatchMin)
+
+            [endpoints]
+            apns_production = \(endpoints.apnsProduction)
+            apns_development = \(endpoints.apnsDevelopment)
+            fcm = \(endpoints.fcm)
+            ca_file = \(endpoints.caFile?.path ?? "")
+            webpush_allow_private = \(endpoints.webPushAllowPrivate)
+
+            """
+        for name in apps.keys.sorted() {
+            out += "\n" + apps[name]!.description
+        }
+        return out
+    }
+}
+
+/// One `[app.NAME]` section: who may call it, its device cap and its provider
+/// credentials (as file references; `LoadedCredentials` reads them).
+public struct AppConfig: Sendable, Equatable, CustomStringConvertible {
+    /// The app used by calls that name none.
+    public static let defaultName = "default"
+
+    public var name: String
+    /// Peer uids allowed to call this app. With `allowGIDs` also empty, any
+    /// peer that can open the socket may.
+    public var allowUIDs: [uid_t] = []
+    /// Peer (primary, from `SO_PEERCRED`) gids allowed to call this app.
+    public var allowGIDs: [gid_t] = []
+    /// Devices per user; the least recently registered is evicted.
+    public var deviceCap = 20
+    public var apnsKey: ConfigFileReference?
+    public var apnsKeyID: String?
+    public var apnsTeamID: String?
+    public var apnsTopic: String?
+    /// Google service-account JSON.
+    public var fcmCredentials: ConfigFileReference?
+    /// PEM, or a base64url raw 32-byte private key.
+    public var vapidKey: ConfigFileReference?
+    /// `mailto:` or `https:`.
+    public var vapidSubject: String?
+    public var alertLocKey = "NEW_MESSAGE"
+    public var androidChannelID = "new_messages"
+    /// The `[app.NAME]` header, when the section was written.
+    public var location: ConfigLocation?
+
+    public init(name: String) { self.name = name }
+
+    /// Whether a peer with this uid and primary gid may call the app.
+    public func allows(uid: uid_t, gid: gid_t) -> Bool {
+        if allowUIDs.isEmpty && allowGIDs.isEmpty { return true }
+        return allowUIDs.contains(uid) || allowGIDs.contains(gid)
+    }
+
+    /// The section as INI text (file paths, never secrets).
+    public var description: String {
+        """
+        [app.\(name)]
+        allow_uids = \(allowUIDs.map(String.init).joined(separator: ", "))
+        allow_gids = \(allowGIDs.map(String.init).joined(separator: ", "))
+        device_cap = \(deviceCap)
+        apns_key = \(apnsKey?.path ?? "")
+        apns_key_id = \(apnsKeyID ?? "")
+        apns_team_id = \(apnsTeamID ?? "")
+        apns_topic = \(apnsTopic ?? "")
+        fcm_credentials = \(fcmCredentials?.path ?? "")
+        vapid_key = \(vapidKey?.path ?? "")
+        vapid_subject = \(vapidSubject ?? "")
+        alert_loc_key = \(alertLocKey)
+        android_channel_id = \(androidChannelID)
+
+        """
+    }
+}
+
+/// A provider base URL: `https://host[:port][/path]`, or `http://` to a
+/// loopback host (test gateways).
+public struct EndpointURL: Sendable, Equatable, CustomStringConvertible {
+    /// `https` or `http`.
+    public let scheme: String
+    /// Lower-cased; an IPv6 address without brackets.
+    public let host: String
+    public let port: Int
+    /// Empty, or a prefix such as `/proxy` (no trailing slash) put before
+    /// the provider's own path.
+    public let path: String
+
+    init(validated scheme: String, _ host: String, _ port: Int, _ path: String) {
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.path = path
+    }
+
+    /// Parses and checks a URL; nil when it is not acceptable.
+    public init?(_ text: String) {
+        guard let url = try? EndpointURL.parse(text) else { return nil }
+        self = url
+    }
+
+    public var usesTLS: Bool { scheme == "https" }
+
+    /// `scheme://host[:port]`, the port only when not the scheme's default.
+    public var origin: String {
+        let host = self.host.contains(":") ? "[\(self.host)]" : self.host
+        let defaultPort = usesTLS ? 443 : 80
+        return port == defaultPort ? "\(scheme)://\(host)" : "\(scheme)://\(host):\(port)"
+    }
+
+    public var description: String { origin + path }
+
+    static func parse(_ text: String) throws(ConfigValueProblem) -> EndpointURL {
+        let problem = ConfigValueProblem(
+            "must be an https:// URL (http:// only to a loopback host) \(ConfigValue.got(text))")
+        let scheme: String
+        var rest: Substring
+        if text.hasPrefix("https://") {
+            scheme = "https"
+            rest = text.dropFirst(8)
+        } else if text.hasPrefix("http://") {
+            scheme = "http"
+            rest = text.dropFirst(7)
+        } else {
+            throw problem
+        }
+        let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? rest.endIndex
+        let authority = rest[..<authorityEnd]
+        rest = rest[authorityEnd...]
+        guard rest.allSatisfy({ $0 != "?" && $0 != "#" && !$0.isWhitespace }), !ConfigValue.hasControl(rest)
+        else { throw problem }
+        var path = String(rest)
+        while path.hasSuffix("/") { path.removeLast() }
+
+        var host: Substring
+        var portText: Substring?
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { throw problem }
+            host = authority[authority.index(after: authority.startIndex)..<close]
+            let after = authority[authority.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":") else { throw problem }
+                portText = after.dropFirst()
+            }
+            var address = in6_addr()
+            guard inet_pton(AF_INET6, String(host), &address) == 1 else { throw problem }
+        } else {
+            if let colon = authority.firstIndex(of: ":") {
+                host = authority[..<colon]
+                portText = authority[authority.index(after: colon)...]
+            } else {
+                host = authority
+            }
+            let allowed = host.allSatisfy {
+                $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "-")
+            }
+            guard !host.isEmpty, allowed, !host.hasPrefix("."), !host.contains("..") else {
+                throw problem
+            }
+        }
+        var port = scheme == "https" ? 443 : 80
+        if let portText {
+            guard !portText.isEmpty, portText.allSatisfy({ $0.isASCII && $0.isNumber }),
+                let number = Int(portText), (1...65535).contains(number)
+            else { throw problem }
+            port = number
+        }
+        let url = EndpointURL(validated: scheme, host.lowercased(), port, path)
+        if scheme == "http" && !url.isLoopback { throw problem }
+        return url
+    }
+
+    /// localhost, 127.0.0.0/8 or ::1.
+    var isLoopback: Bool {
+        if host == "localhost" { return true }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, host, &v4) == 1 {
+            return UInt32(bigEndian: v4.s_addr) >> 24 == 127
+        }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, host, &v6) == 1 {
+            return withUnsafeBytes(of: &v6) { $0.elementsEqual([UInt8](repeating: 0, count: 15) + [1]) }
+        }
+        return false
+    }
+}
+
+// MARK: - Interpretation
+
+/// Gives meaning to a parsed document, collecting every problem and throwing
+/// the earliest.
+struct ConfigInterpreter {
+    private enum Section {
+        case server, store, delivery, endpoints
+        case app(String)
+    }
+
+    static let sectionKeys: [String: [String]] = [
+        "server": ["socket", "socket_mode", "state_dir", "max_inflight", "log_level"],
+        "store": ["key", "synchronous"],
+        "delivery": [
+            "max_retries", "backoff_base_ms", "backoff_max_ms", "stale_window_cap",
+            "stale_batch_ratio", "stale_batch_min",
+        ],
+        "endpoints": ["apns_production", "apns_development", "fcm", "ca_file", "webpush_allow_private"],
+        "app": [
+            "allow_uids", "allow_gids", "device_cap", "apns_key", "apns_key_id", "apns_team_id",
+            "apns_topic", "fcm_credentials", "vapid_key", "vapid_subject", "alert_loc_key",
+            "android_channel_id",
+        ],
+    ]
+
+    let file: String
+    let resolver: SecretResolver
+    private var config: HeraldConfig
+    private var problems: [ConfigError] = []
+    /// Line of each key set, by section name then key.
+    private var lines: [String: [String: Int]] = [:]
+    private var storeKey: (value: String, location: ConfigLocation)?
+
+    init(file: String, environment: [String: String]) {
+        self.file = file
+        resolver = SecretResolver(configFile: file, environment: environment)
+        config = HeraldConfig(file: file, environment: environment)
+        config.apps = [:]
+    }
+
+    mutating func interpret(_ document: ConfigDocument) throws(ConfigError) -> HeraldConfig {
+        var sections: [String: Section] = [:]
+        var firstHeader: [String: Int] = [:]
+        for header in document.sections {
+            if let first = firstHeader[header.name] {
+                problems.append(
+                    ConfigError(
+                        file: file, line: header.line, section: header.name, key: nil,
+                        message: "section appears twice (first on line \(first))"))
+                continue
+            }
+            firstHeader[header.name] = header.line
+            guard let section = classify(header) else { continue }
+            sections[header.name] = section
+            if case .app(let name) = section {
+                var app = AppConfig(name: name)
+                app.location = ConfigLocation(
+                    file: file, line: header.line, section: header.name, key: "")
+                config.apps[name] = app
+            }
+        }
+
+        for entry in document.entries {
+            guard let section = sections[entry.section.name] else { continue }
+            let location = ConfigLocation(
+                file: file, line: entry.line, section: entry.section.name, key: entry.key)
+            if let first = lines[entry.section.name]?[entry.key] {
+                problems.append(ConfigError(location, "duplicate key (first set on line \(first))"))
+                continue
+            }
+            lines[entry.section.name, default: [:]][entry.key] = entry.line
+            do {
+                try apply(entry.value, to: section, at: location)
+            } catch {
+                problems.append(ConfigError(location, error.message))
+            }
+        }
+
+        checkCrossFields()
+        if let first = ConfigError.earliest(problems) { throw first }
+
+        let key = storeKey ?? (Store.defaultKeyName, config.store.key.location)
+        config.store.key = ConfigFileReference(
+            value: key.value,
+            path: resolver.resolve(key.value, relativeTo: config.server.stateDirectory),
+            location: key.location)
+        if config.apps.isEmpty {
+            config.apps[AppConfig.defaultName] = AppConfig(name: AppConfig.defaultName)
+        }
+        return config
+    }
+
+    private typealias Store = HeraldConfig.Store
+
+    private mutating func classify(_ header: ConfigSectionHeader) -> Section? {
+        switch header.name {
+        case "server": return .server
+        case "store": return .store
+        case "delivery": return .delivery
+        case "endpoints": return .endpoints
+        default: break
+        }
+        guard header.name.hasPrefix("app.") else {
+            problems.append(
+                ConfigError(
+                    file: file, line: header.line, section: header.name, key: nil,
+                    message:
+                        "unknown section (expected server, store, delivery, endpoints or app.NAME)"))
+            return nil
+        }
+        let name = String(header.name.dropFirst(4))
+        let valid =
+            (1...64).contains(name.utf8.count)
+            && name.utf8.allSatisfy {
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0)
+                    || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-")
+            }
+        guard valid else {
+            problems.append(
+                ConfigError(
+                    file: file, line: header.line, section: header.name, key: nil,
+                    message: "app name must be 1 to 64 characters of a-z, 0-9, '_' and '-'"))
+            return nil
+        }
+        return .app(name)
+    }
+
+    private mutating func apply(
+        _ value: String, to section: Section, at location: ConfigLocation
+    ) throws(ConfigValueProblem) {
+        switch section {
+        case .server: try applyServer(value, location)
+        case .store: try applyStore(value, location)
+        case .delivery: try applyDelivery(value, location)
+        case .endpoints: try applyEndpoints(value, location)
+        case .app(let name): try applyApp(name, value, location)
+        }
+    }
+
+    private func unknownKey(in section: String) -> ConfigValueProblem {
+        let keys = Self.sectionKeys[section, default: []].joined(separator: ", ")
+        return ConfigValueProblem("unknown key (valid keys: \(keys))")
+    }
+
+    private mutating func applyServer(
+        _ value: String, _ location: ConfigLocation
+    ) throws(ConfigValueProblem) {
+        switch location.key {
+        case "socket":
+            let path = try ConfigValue.absolutePath(value)
+            guard path.utf8.count <= 107 else {
+                throw ConfigValueProblem("a socket path may be at most 107 bytes long")
+            }
+            config.server.socketPath = path
+        case "socket_mode": config.server.socketMode = try ConfigValue.octalMode(value)
+        case "state_dir": config.server.stateDirectory = try ConfigValue.absolutePath(value)
+        case "max_inflight": config.server.maxInflight = try ConfigValue.integer(value, 1...1_000_000)
+        case "log_level":
+            guard let level = LogLevel(name: value.lowercased()) else {
+                throw ConfigValueProblem(
+                    "must be one of error, warning, info, debug \(ConfigValue.got(value))")
+            }
+            config.server.logLevel = level
+        default: throw unknownKey(in: "server")
+        }
+    }
+
+    private mutating func applyStore(
+        _ value: String, _ location: ConfigLocation
+    ) throws(ConfigValueProblem) {
+        switch location.key {
+        case "key":
+            guard !value.isEmpty else {
+                throw ConfigValueProblem("must name the store key file (default store.key)")
+            }
+            try ConfigValue.checkFileName(value)
+            storeKey = (value, location)
+        case "synchronous":
+            guard let mode = Store.Synchronous(rawValue: value.lowercased()) else {
+                throw ConfigValueProblem("must be full or normal \(ConfigValue.got(value))")
+            }
+            config.store.synchronous = mode
+        default: throw unknownKey(in: "store")
+        }
+    }
+
+    private mutating func applyDelivery(
+        _ value: String, _ location: ConfigLocation
+    ) throws(ConfigValueProblem) {
+        switch location.key {
+        case "max_retries": config.delivery.maxRetries = try ConfigValue.integer(value, 0...100)
+        case "backoff_base_ms":
+            config.delivery.backoffBase = .milliseconds(try ConfigValue.integer(value, 1...3_600_000))
+        case "backoff_max_ms":
+            config.delivery.backoffMax = .milliseconds(try ConfigValue.integer(value, 1...86_400_000))
+        case "stale_window_cap":
+            config.delivery.staleWindowCap = try ConfigValue.integer(value, 0...1_000_000)
+        case "stale_batch_ratio": config.delivery.staleBatchRatio = try ConfigValue.ratio(value)
+        case "stale_batch_min":
+            config.delivery.staleBatchMin = try ConfigValue.integer(value, 1...1_000_000)
+        default: throw unknownKey(in: "delivery")
+        }
+    }
+
+    private mutating func applyEndpoints(
+        _ value: String, _ location: ConfigLocation
+    ) throws(ConfigValueProblem) {
+        switch location.key {
+        case "apns_production": config.endpoints.apnsProduction = try EndpointURL.parse(value)
+        case "apns_development": config.endpoints.apnsDevelopment = try EndpointURL.parse(value)
+        case "fcm": config.endpoints.fcm = try EndpointURL.parse(value)
+        case "ca_file": config.endpoints.caFile = try fileReference(value, location)
+        case "webpush_allow_private":
+            config.endpoints.webPushAllowPrivate = try ConfigValue.boolean(value)
+        default: throw unknownKey(in: "endpoints")
+        }
+    }
+
+    private mutating func applyApp(
+        _ name: String, _ value: String, _ location: ConfigLocation
+    ) throws(ConfigValueProblem) {
+        var app = config.apps[name]!
+        defer { config.apps[name] = app }
+        switch location.key {
+        case "allow_uids": app.allowUIDs = try ConfigValue.ids(value, what: "uids")
+        case "allow_gids": app.allowGIDs = try ConfigValue.ids(value, what: "gids")
+        case "device_cap": app.deviceCap = try ConfigValue.integer(value, 1...1000)
+        case "apns_key": app.apnsKey = try fileReference(value, location)
+        case "apns_key_id":
+            app.apnsKeyID = try ConfigValue.appleID(value, what: "the 10-character key ID")
+        case "apns_team_id":
+            app.apnsTeamID = try ConfigValue.appleID(value, what: "the 10-character team ID")
+        case "apns_topic": app.apnsTopic = try ConfigValue.bundleID(value)
+        case "fcm_credentials": app.fcmCredentials = try fileReference(value, location)
+        case "vapid_key": app.vapidKey = try fileReference(value, location)
+        case "vapid_subject": app.vapidSubject = try ConfigValue.vapidSubject(value)
+        case "alert_loc_key": app.alertLocKey = try ConfigValue.label(value)
+        case "android_channel_id": app.androidChannelID = try ConfigValue.label(value)
+        default: throw unknownKey(in: "app")
+        }
+    }
+
+    /// A file setting; empty means none.
+    private func fileReference(
+        _ value: String, _ location: ConfigLocation
+    ) throws(ConfigValueProblem) -> ConfigFileReference? {
+        if value.isEmpty { return nil }
+        try ConfigValue.checkFileName(value)
+        return ConfigFileReference(
+            value: value, path: resolver.resolveSecret(value), location: location)
+    }
+
+    /// Problems between keys, reported on the line of a key that is present.
+    private mutating func checkCrossFields() {
+        let delivery = config.delivery
+        if delivery.backoffMax < delivery.backoffBase {
+            let key = lines["delivery"]?["backoff_max_ms"] != nil ? "backoff_max_ms" : "backoff_base_ms"
+            problems.append(
+                ConfigError(
+                    file: file, line: lines["delivery"]?[key], section: "delivery", key: key,
+                    message:
+                        "backoff_max_ms (\(ConfigValue.milliseconds(delivery.backoffMax))) must not be less than backoff_base_ms (\(ConfigValue.milliseconds(delivery.backoffBase)))"
+                ))
+        }
+        for app in config.apps.values {
+            if let key = app.apnsKey {
+                let missing = [
+                    ("apns_key_id", app.apnsKeyID), ("apns_team_id", app.apnsTeamID),
+                    ("apns_topic", app.apnsTopic),
+                ].filter { $0.1 == nil }.map(\.0)
+                if !missing.isEmpty {
+                    problems.append(
+                        ConfigError(
+                            key.location,
+                            "APNs also needs \(ConfigValue.list(missing)) in this section"))
+                }
+            }
+            if let key = app.vapidKey, app.vapidSubject == nil {
+                problems.append(
+                    ConfigError(
+                        key.location,
+                        "Web Push also needs vapid_subject (mailto: or https:) in this section"))
+            }
+        }
+    }
+}
+
+/// A bad value, described in words that read after `[section] key: `.
+struct ConfigValueProblem: Error {
+    let message: String
+    init(_ message: String) { self.message = message }
+}
+
+/// Parsers and printers for the value types the config file uses.
+enum ConfigValue {
+    /// ` (got "value")`, quoted and escaped.
+    static func got(_ value: String) -> String { "(got \(String(reflecting: value)))" }
+
+    static func list(_ items: [String]) -> String {
+        switch items.count {
+        case 0: return ""
+        case 1: return items[0]
+        default: return items.dropLast().joined(separator: ", ") + " and " + items.last!
+        }
+    }
+
+    static func hasControl(_ text: some StringProtocol) -> Bool {
+        text.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }
+    }
+
+    static func integer(_ text: String, _ range: ClosedRange<Int>) throws(ConfigValueProblem) -> Int {
+        let digits = text.hasPrefix("-") ? text.dropFirst() : Substring(text)
+        guard !digits.isEmpty, digits.utf8.allSatisfy({ (0x30...0x39).contains($0) }),
+            let value = Int(text), range.contains(value)
+        else {
+            throw ConfigValueProblem(
+                "must be an integer from \(range.lowerBound) to \(range.upperBound) \(got(text))")
+        }
+        return value
+    }
+
+    static func boolean(_ text: String) throws(ConfigValueProblem) -> Bool {
+        switch text.lowercased() {
+        case "true", "yes", "on", "1": return true
+        case "false", "no", "off", "0": return false
+        default:
+            throw ConfigValueProblem("must be true or false (or yes/no, on/off, 1/0) \(got(text))")
+        }
+    }
+
+    static func octalMode(_ text: String) throws(ConfigValueProblem) -> mode_t {
+        guard (3...4).contains(text.utf8.count),
+            text.utf8.allSatisfy({ (0x30...0x37).contains($0) }),
+            let mode = mode_t(text, radix: 8), mode <= 0o777
+        else { throw ConfigValueProblem("must be an octal mode such as 0660 \(got(text))") }
+        return mode
+    }
+
+    static func octal(_ mode: mode_t) -> String {
+        let digits = String(mode, radix: 8)
+        return String(repeating: "0", count: max(0, 4 - digits.count)) + digits
+    }
+
+    static func ratio(_ text: String) throws(ConfigValueProblem) -> Double {
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
+        let numeric =
+            (1...2).contains(parts.count)
+            && parts.allSatisfy { !$0.isEmpty && $0.utf8.allSatisfy { (0x30...0x39).contains($0) } }
+        guard numeric, let value = Double(text), value > 0, value <= 1 else {
+            throw ConfigValueProblem(
+                "must be a number greater than 0 and at most 1, such as 0.5 \(got(text))")
+        }
+        return value
+    }
+
+    static func milliseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+
+    static func absolutePath(_ text: String) throws(ConfigValueProblem) -> String {
+        guard text.hasPrefix("/") else {
+            throw ConfigValueProblem("must be an absolute path \(got(text))")
+        }
+        return text
+    }
+
+    /// Comma-separated numeric ids; empty for none.
+    static func ids(_ text: String, what: String) throws(ConfigValueProblem) -> [UInt32] {
+        if text.isEmpty { return [] }
+        var ids: [UInt32] = []
+        for item in text.split(separator: ",", omittingEmptySubsequences: false) {
+            let item = item.trimmingCharacters(in: .whitespaces)
+            guard !item.isEmpty, item.utf8.allSatisfy({ (0x30...0x39).contains($0) }),
+                let id = UInt32(item), id != UInt32.max
+            else {
+                throw ConfigValueProblem(
+                    "must be a comma-separated list of numeric \(what), or empty for anyone \(got(text))"
+                )
+            }
+            if !ids.contains(id) { ids.append(id) }
+        }
+        return ids
+    }
+
+    /// Apple's 10-character key and team identifiers.
+    static func appleID(_ text: String, what: String) throws(ConfigValueProblem) -> String? {
+        if text.isEmpty { return nil }
+        guard text.utf8.count == 10,
+            text.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) })
+        else {
+            throw ConfigValueProblem(
+                "must be \(what) from Apple (10 characters A-Z and 0-9) \(got(text))")
+        }
+        return text
+    }
+
+    /// An app's bundle ID, which APNs takes as the topic.
+    static func bundleID(_ text: String) throws(ConfigValueProblem) -> String? {
+        if text.isEmpty { return nil }
+        let allowed = text.allSatisfy {
+            $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "-")
+        }
+        guard allowed, text.utf8.count <= 200, !text.hasPrefix("."), !text.hasSuffix(".") else {
+            throw ConfigValueProblem(
+                "must be the app's bundle ID, such as com.example.app \(got(text))")
+        }
+        return text
+    }
+
+    static func vapidSubject(_ text: String) throws(ConfigValueProblem) -> String? {
+        if text.isEmpty { return nil }
+        let clean = !text.contains(where: \.isWhitespace) && !hasControl(text)
+        let mailto = text.hasPrefix("mailto:") && text.utf8.count > 7 && text.contains("@")
+        let https = text.hasPrefix("https://") && text.utf8.count > 8
+        guard clean, mailto || https else {
+            throw ConfigValueProblem(
+                "must be a mailto: or https: URL, such as mailto:ops@example.com \(got(text))")
+        }
+        return text
+    }
+
+    /// A non-empty identifier sent to devices (loc key, channel id).
+    static func label(_ text: String) throws(ConfigValueProblem) -> String {
+        guard !text.isEmpty, !hasControl(text), text.utf8.count <= 128 else {
+            throw ConfigValueProblem("must be a non-empty name of at most 128 bytes \(got(text))")
+        }
+        return text
+    }
+
+    /// Refuses a value that looks like a key pasted in place of a file name,
+    /// without repeating it.
+    static func checkFileName(_ text: String) throws(ConfigValueProblem) {
+        let base64 = text.utf8.allSatisfy {
+            (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0)
+                || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "+")
+                || $0 == UInt8(ascii: "=")
+        }
+        let pasted =
+            text.contains("-----") || text.contains("PRIVATE KEY") || text.contains("{")
+            || (base64 && text.utf8.count >= 40)
+        if pasted {
+            throw ConfigValueProblem(
+                "looks like key material rather than a file name; put the key in a file and name the file here"
+            )
+        }
+    }
+
+    static func name(of level: LogLevel) -> String {
+        switch level {
+        case .error: "error"
+        case .warning: "warning"
+        case .info: "info"
+        case .debug: "debug"
+        }
+    }
+}

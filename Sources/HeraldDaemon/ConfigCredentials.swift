@@ -1,0 +1,284 @@
+// `P256PrivateKey`, `FCMServiceAccount` and `StoreKey` appear in the public API.
+public import HeraldCrypto
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A transport's credentials: ready to use, or disabled because none are
+/// configured (not an error: sends to its devices end as `skipped`).
+public enum TransportCredentials<Value: Sendable>: Sendable, CustomStringConvertible {
+    case ready(Value)
+    case disabled(reason: String)
+
+    public var value: Value? {
+        if case .ready(let value) = self { return value }
+        return nil
+    }
+
+    public var isReady: Bool { value != nil }
+
+    /// Why the transport is disabled; nil when ready.
+    public var disabledReason: String? {
+        if case .disabled(let reason) = self { return reason }
+        return nil
+    }
+
+    /// `ready` or `disabled (reason)`; never the credential itself.
+    public var description: String {
+        switch self {
+        case .ready: "ready"
+        case .disabled(let reason): "disabled (\(reason))"
+        }
+    }
+}
+
+/// What APNs needs to sign provider tokens and address pushes.
+public struct APNsCredentials: Sendable, CustomStringConvertible, CustomReflectable {
+    public let key: P256PrivateKey
+    public let keyID: String
+    public let teamID: String
+    /// The bundle ID (`apns-topic`); `.voip` is appended for VoIP pushes.
+    public let topic: String
+
+    public var description: String {
+        "APNs key \(keyID) team \(teamID) topic \(topic) (key redacted)"
+    }
+
+    public var customMirror: Mirror {
+        Mirror(self, children: ["keyID": keyID, "teamID": teamID, "topic": topic])
+    }
+}
+
+/// What Web Push needs to sign VAPID tokens.
+public struct VAPIDCredentials: Sendable, CustomStringConvertible, CustomReflectable {
+    public let key: P256PrivateKey
+    /// `mailto:` or `https:`, the JWT's `sub`.
+    public let subject: String
+
+    public var description: String { "VAPID subject \(subject) (key redacted)" }
+
+    public var customMirror: Mirror { Mirror(self, children: ["subject": subject]) }
+}
+
+/// One app's provider credentials, read from the files its section names and
+/// checked. A transport with no credentials configured is disabled; a named
+/// file that cannot be read or parsed is a startup error.
+public struct LoadedCredentials: Sendable, CustomStringConvertible, CustomReflectable {
+    public let app: String
+    public let apns: TransportCredentials<APNsCredentials>
+    public let fcm: TransportCredentials<FCMServiceAccount>
+    public let webPush: TransportCredentials<VAPIDCredentials>
+
+    /// Reads and checks the credential files of `app`.
+    public init(loading app: AppConfig) throws(ConfigError) {
+        self.app = app.name
+
+        if let file = app.apnsKey {
+            guard let keyID = app.apnsKeyID, let teamID = app.apnsTeamID, let topic = app.apnsTopic
+            else {
+                throw ConfigError(
+                    file.location, "APNs also needs apns_key_id, apns_team_id and apns_topic")
+            }
+            let key = try Self.privateKey(file, what: "an APNs signing key (.p8 PEM)")
+            apns = .ready(APNsCredentials(key: key, keyID: keyID, teamID: teamID, topic: topic))
+        } else {
+            apns = .disabled(reason: "no apns_key configured")
+        }
+
+        if let file = app.fcmCredentials {
+            var bytes = try Self.readSecret(file)
+            defer { ConfigIO.wipe(&bytes) }
+            do {
+                fcm = .ready(try FCMServiceAccount(json: bytes))
+            } catch {
+                throw ConfigError(
+                    file.location, "\(file.path) is not a usable service-account JSON file: \(error)")
+            }
+        } else {
+            fcm = .disabled(reason: "no fcm_credentials configured")
+        }
+
+        if let file = app.vapidKey {
+            guard let subject = app.vapidSubject else {
+                throw ConfigError(file.location, "Web Push also needs vapid_subject")
+            }
+            let key = try Self.privateKey(file, what: "a P-256 private key (PEM or base64url raw)")
+            webPush = .ready(VAPIDCredentials(key: key, subject: subject))
+        } else {
+            webPush = .disabled(reason: "no vapid_key configured")
+        }
+    }
+
+    /// The credentials of every app in `config`, by app name.
+    public static func load(_ config: HeraldConfig) throws(ConfigError) -> [String: LoadedCredentials] {
+        var loaded: [String: LoadedCredentials] = [:]
+        for name in config.apps.keys.sorted() {
+            loaded[name] = try LoadedCredentials(loading: config.apps[name]!)
+        }
+        return loaded
+    }
+
+    /// One line per transport, e.g. `app default: apns ready, fcm disabled (…)`.
+    public var description: String {
+        "app \(app): apns \(apns), fcm \(fcm), webpush \(webPush)"
+    }
+
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "app": app, "apns": apns.description, "fcm": fcm.description,
+                "webPush": webPush.description,
+            ])
+    }
+
+    private static func readSecret(_ file: ConfigFileReference) throws(ConfigError) -> [UInt8] {
+        do {
+            return try ConfigIO.read(file.path, limit: 64 * 1024)
+        } catch {
+            throw ConfigError(file.location, "cannot read \(file.path): \(error.reason)")
+        }
+    }
+
+    private static func privateKey(
+        _ file: ConfigFileReference, what: String
+    ) throws(ConfigError) -> P256PrivateKey {
+        var bytes = try readSecret(file)
+        defer { ConfigIO.wipe(&bytes) }
+        // A raw base64url key is usually saved with a trailing newline.
+        var end = bytes.count
+        while end > 0 && [0x20, 0x09, 0x0A, 0x0D].contains(bytes[end - 1]) { end -= 1 }
+        let text = String(decoding: bytes[..<end], as: UTF8.self)
+        do {
+            return try P256PrivateKey(text: text)
+        } catch {
+            throw ConfigError(file.location, "\(file.path) is not \(what): \(error)")
+        }
+    }
+}
+
+// MARK: - Store key
+
+extension HeraldConfig.Store {
+    /// Loads the store key, creating it on first start; errors name the
+    /// `[store] key` setting.
+    public func loadOrCreateKey() throws(ConfigError) -> StoreKey {
+        do {
+            return try loadOrCreateStoreKey(path: key.path)
+        } catch {
+            throw ConfigError(key.location, error.description)
+        }
+    }
+}
+
+/// The 32-byte store sealing key at `path`. An absent file is created with
+/// fresh random bytes, mode 0600, and made durable (file and directory
+/// fsync'd) before use. An existing file must hold exactly 32 bytes and grant
+/// no permission to group or others.
+public func loadOrCreateStoreKey(path: String) throws(ConfigError) -> StoreKey {
+    func failure(_ message: String) -> ConfigError {
+        ConfigError(file: path, line: nil, section: nil, key: nil, message: message)
+    }
+    for _ in 0..<2 {
+        // O_NONBLOCK: a FIFO in place of the key must not hang startup.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        if fd >= 0 {
+            defer { _ = close(fd) }
+            return try readStoreKey(fd, failure)
+        }
+        let openErrno = errno
+        guard openErrno == ENOENT else {
+            throw failure("cannot open: \(String(cString: strerror(openErrno)))")
+        }
+        if let key = try createStoreKey(path, failure) { return key }
+        // Another process created it first: read theirs.
+    }
+    throw failure("cannot open or create the store key")
+}
+
+private func readStoreKey(
+    _ fd: Int32, _ failure: (String) -> ConfigError
+) throws(ConfigError) -> StoreKey {
+    var st = stat()
+    guard fstat(fd, &st) == 0 else {
+        throw failure("cannot stat: \(String(cString: strerror(errno)))")
+    }
+    guard st.st_mode & S_IFMT == S_IFREG else { throw failure("not a regular file") }
+    let permissions = st.st_mode & 0o7777
+    guard permissions & 0o077 == 0 else {
+        throw failure(
+            "mode \(ConfigValue.octal(permissions)) is too open: the store key must not be accessible to group or others (chmod 0600)"
+        )
+    }
+    guard st.st_size == StoreKey.byteCount else {
+        throw failure("must be exactly \(StoreKey.byteCount) bytes (found \(st.st_size))")
+    }
+    var bytes: [UInt8]
+    do {
+        bytes = try ConfigIO.readAll(fd, expected: StoreKey.byteCount)
+    } catch {
+        throw failure("cannot read: \(error.reason)")
+    }
+    defer { ConfigIO.wipe(&bytes) }
+    guard bytes.count == StoreKey.byteCount else {
+        throw failure("must be exactly \(StoreKey.byteCount) bytes (found \(bytes.count))")
+    }
+    do {
+        return try StoreKey(bytes: bytes)
+    } catch {
+        throw failure("unusable: \(error)")
+    }
+}
+
+/// Writes a new key beside `path` and links it into place, so a crash never
+/// leaves a short key file; nil when `path` appeared meanwhile.
+private func createStoreKey(
+    _ path: String, _ failure: (String) -> ConfigError
+) throws(ConfigError) -> StoreKey? {
+    var bytes: [UInt8]
+    do {
+        bytes = try SecureRandom.bytes(StoreKey.byteCount)
+    } catch {
+        throw failure("cannot generate a key: \(error)")
+    }
+    defer { ConfigIO.wipe(&bytes) }
+
+    let temporary = "\(path).\(getpid()).new"
+    _ = unlink(temporary)
+    let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+    guard fd >= 0 else {
+        throw failure("cannot create: \(String(cString: strerror(errno)))")
+    }
+    var linked = false
+    defer {
+        _ = unlink(temporary)
+        if linked { syncDirectory(of: path) }
+    }
+    do {
+        defer { _ = close(fd) }
+        try syscall("fchmod") { fchmod(fd, 0o600) }
+        try ConfigIO.writeAll(fd, bytes)
+        try syscall("fsync") { fsync(fd) }
+    } catch {
+        throw failure("cannot write \(temporary): \(String(cString: strerror(error.errno)))")
+    }
+    if link(temporary, path) != 0 {
+        let linkErrno = errno
+        if linkErrno == EEXIST { return nil }
+        throw failure("cannot create: \(String(cString: strerror(linkErrno)))")
+    }
+    linked = true
+    do {
+        return try StoreKey(bytes: bytes)
+    } catch {
+        throw failure("unusable: \(error)")
+    }
+}
+
+private func syncDirectory(of path: String) {
+    let fd = open(ConfigPath.directory(of: path), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    guard fd >= 0 else { return }
+    _ = fsync(fd)
+    _ = close(fd)
+}

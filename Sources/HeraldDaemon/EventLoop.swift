@@ -1,0 +1,139 @@
+import CHeraldSys
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// One epoll thread that owns every socket. Other threads hand it work with
+/// `execute`, which wakes it through an eventfd. Everything registered with
+/// the loop is touched only on the loop thread.
+final class EventLoop: @unchecked Sendable {
+    typealias Handler = (_ events: UInt32) -> Void
+
+    private let epfd: Int32
+    private let wakeFD: Int32
+    private var handlers: [Int32: Handler] = [:]  // loop thread only
+    private var ticks: [(interval: Int64, last: Int64, body: () -> Void)] = []  // loop thread only
+    private let lock = NSLock()
+    private var pending: [@Sendable () -> Void] = []  // guarded by lock
+    private var stopRequested = false  // guarded by lock
+    private var loopThread: pthread_t?
+
+    init() throws(SystemError) {
+        epfd = try syscall("epoll_create1") { epoll_create1(Int32(EPOLL_CLOEXEC)) }
+        wakeFD = try syscall("eventfd") { eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK)) }
+        try add(wakeFD, events: UInt32(EPOLLIN.rawValue)) { [wakeFD] _ in
+            var value: UInt64 = 0
+            _ = read(wakeFD, &value, 8)
+        }
+    }
+
+    deinit {
+        close(wakeFD)
+        close(epfd)
+    }
+
+    var inLoop: Bool {
+        guard let t = loopThread else { return false }
+        return pthread_equal(t, pthread_self()) != 0
+    }
+
+    func add(_ fd: Int32, events: UInt32, handler: @escaping Handler) throws(SystemError) {
+        var ev = epoll_event(events: events, data: epoll_data_t(fd: fd))
+        try syscall("epoll_ctl(ADD)") { epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) }
+        handlers[fd] = handler
+    }
+
+    func modify(_ fd: Int32, events: UInt32) {
+        var ev = epoll_event(events: events, data: epoll_data_t(fd: fd))
+        _ = epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev)
+    }
+
+    func remove(_ fd: Int32) {
+        _ = epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nil)
+        handlers[fd] = nil
+    }
+
+    /// Runs body on the loop thread every interval milliseconds (loop thread only).
+    func every(milliseconds interval: Int64, _ body: @escaping () -> Void) {
+        ticks.append((interval, monotonicMilliseconds(), body))
+    }
+
+    /// Queues work for the loop thread; safe from any thread.
+    func execute(_ work: @escaping @Sendable () -> Void) {
+        lock.lock()
+        pending.append(work)
+        let first = pending.count == 1
+        lock.unlock()
+        if first {
+            var one: UInt64 = 1
+            _ = write(wakeFD, &one, 8)
+        }
+    }
+
+    /// Asks the loop to return from `run` after the current iteration.
+    func stop() {
+        lock.lock()
+        stopRequested = true
+        lock.unlock()
+        var one: UInt64 = 1
+        _ = write(wakeFD, &one, 8)
+    }
+
+    /// Runs until `stop`; the calling thread becomes the loop thread.
+    func run() {
+        loopThread = pthread_self()
+        var events = [epoll_event](repeating: epoll_event(), count: 256)
+        while true {
+            let n = events.withUnsafeMutableBufferPointer {
+                epoll_wait(epfd, $0.baseAddress, Int32($0.count), Int32(nextTimeout()))
+            }
+            if n > 0 {
+                for i in 0..<Int(n) {
+                    let fd = events[i].data.fd
+                    handlers[fd]?(events[i].events)
+                }
+            }
+            runPending()
+            runTicks()
+            lock.lock()
+            let stop = stopRequested
+            lock.unlock()
+            if stop { break }
+        }
+        runPending()
+    }
+
+    private func runPending() {
+        while true {
+            lock.lock()
+            let work = pending
+            pending.removeAll(keepingCapacity: true)
+            lock.unlock()
+            if work.isEmpty { return }
+            for w in work { w() }
+        }
+    }
+
+    private func nextTimeout() -> Int64 {
+        guard !ticks.isEmpty else { return 1000 }
+        let now = monotonicMilliseconds()
+        let soonest = ticks.map { $0.last + $0.interval - now }.min() ?? 1000
+        return max(0, min(soonest, 1000))
+    }
+
+    private func runTicks() {
+        let now = monotonicMilliseconds()
+        for i in ticks.indices where now - ticks[i].last >= ticks[i].interval {
+            ticks[i].last = now
+            ticks[i].body()
+        }
+    }
+}
+
+func monotonicMilliseconds() -> Int64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+}

@@ -1,1 +1,0 @@
-// HeraldDaemon module.

@@ -1,0 +1,43 @@
+public import HeraldCore
+import HeraldCrypto
+
+/// The derived identifiers of the registry.
+public enum Identity {
+    /// hex SHA-256 of "push:" + token, as `device.list` and logs show a device's token.
+    public static func tokenHash(_ token: String) -> String { SHA256.hex("push:" + token) }
+
+    /// 32 lowercase hex chars from (user, app, registration_id).
+    public static func deviceID(user: String, app: String, registrationID: String) -> String {
+        String(SHA256.hex(joined(["dev:rid", user, app, registrationID])).prefix(32))
+    }
+
+    /// 32 lowercase hex chars from (user, app, platform, environment, token).
+    public static func deviceID(
+        user: String, app: String, platform: Platform, environment: APNsEnvironment?, token: String
+    ) -> String {
+        String(
+            SHA256.hex(
+                joined(["dev:bind", user, app, platform.rawValue, environment?.rawValue ?? "", token])
+            ).prefix(32))
+    }
+
+    /// The lookup key of a binding (app, platform, environment, token).
+    static func bindingHash(
+        app: String, platform: Platform, environment: APNsEnvironment?, token: String
+    ) -> [UInt8] {
+        SHA256.hash(joined(["bind", app, platform.rawValue, environment?.rawValue ?? "", token]))
+    }
+
+    /// Sessions are stored only as SHA-256 of "sess:" + session.
+    static func sessionHash(_ session: String) -> [UInt8] { SHA256.hash(Array(("sess:" + session).utf8)) }
+
+    /// Fields joined with NUL so that no two different tuples share an encoding.
+    private static func joined(_ fields: [String]) -> [UInt8] {
+        var out: [UInt8] = []
+        for (i, field) in fields.enumerated() {
+            if i > 0 { out.append(0) }
+            out.append(contentsOf: field.utf8)
+        }
+        return out
+    }
+}

@@ -1,0 +1,247 @@
+import HeraldCore
+import HeraldCrypto
+
+/// The device registry on one SQLite connection. Not thread-safe: the
+/// `Store` runs it on its own thread, inside its transactions.
+final class Registry {
+    private let db: Database
+    private let key: StoreKey
+
+    static let tombstoneBound = 1024
+    static let tombstoneLifetimeMs: Int64 = 30 * 24 * 3600 * 1000
+
+    init(db: Database, key: StoreKey) {
+        self.db = db
+        self.key = key
+    }
+
+    private struct Row {
+        let deviceID: String
+        let user: String
+        let bindingHash: [UInt8]
+        let version: Int64?
+    }
+
+    private static let rowColumns = "device_id, user, binding_hash, version"
+
+    private func row(_ stmt: Statement) -> Row {
+        Row(deviceID: stmt.text(0), user: stmt.text(1), bindingHash: stmt.blob(2), version: stmt.optionalInt64(3))
+    }
+
+    private func findByBinding(_ hash: [UInt8]) throws(StoreError) -> Row? {
+        let stmt = try db.statement("SELECT \(Self.rowColumns) FROM devices WHERE binding_hash = ?")
+        try stmt.bind(.blob(hash))
+        return try stmt.step() ? row(stmt) : nil
+    }
+
+    private func findByRegistration(app: String, user: String, id: String) throws(StoreError) -> Row? {
+        let stmt = try db.statement(
+            "SELECT \(Self.rowColumns) FROM devices WHERE app = ? AND user = ? AND registration_id = ?")
+        try stmt.bind(.text(app), .text(user), .text(id))
+        return try stmt.step() ? row(stmt) : nil
+    }
+
+    private func tombstoneVersion(app: String, user: String, id: String, now: Int64) throws(StoreError) -> Int64? {
+        let stmt = try db.statement(
+            "SELECT version FROM tombstones WHERE app = ? AND user = ? AND registration_id = ? AND created_at >= ?")
+        try stmt.bind(.text(app), .text(user), .text(id), .int(now - Self.tombstoneLifetimeMs))
+        return try stmt.step() ? stmt.int64(0) : nil
+    }
+
+    private func delete(deviceID: String) throws(StoreError) {
+        try db.statement("DELETE FROM devices WHERE device_id = ?").bind(.text(deviceID)).run()
+    }
+
+    private func seal(_ r: Registration, deviceID: String) throws(CryptoError) -> (token: [UInt8], keys: StoreValue) {
+        let token = try key.seal(Array(r.token.utf8), context: Array("token:\(deviceID)".utf8))
+        guard let keys = r.keys else { return (token, .null) }
+        let sealed = try key.seal(keys.p256dh + keys.auth, context: Array("keys:\(deviceID)".utf8))
+        return (token, .blob(sealed))
+    }
+
+    /// Every rule of `device.register`: ordering by registration version,
+    /// in-place refresh, cross-user reclaim, eviction over the cap.
+    func register(_ r: Registration, deviceCap: Int, now: Int64) throws -> RegistrationOutcome {
+        let binding = Identity.bindingHash(app: r.app, platform: r.platform, environment: r.environment, token: r.token)
+        let tokenHash = Identity.tokenHash(r.token)
+        var reclaimed = false
+
+        if let rid = r.registrationID {
+            if let version = r.version,
+                let tomb = try tombstoneVersion(app: r.app, user: r.user, id: rid, now: now), tomb >= version
+            {
+                throw RegistrationConflict(storedVersion: tomb, reason: "registration was unregistered at version \(tomb)")
+            }
+            if let existing = try findByRegistration(app: r.app, user: r.user, id: rid) {
+                if let version = r.version, let stored = existing.version {
+                    if version < stored {
+                        throw RegistrationConflict(storedVersion: stored, reason: "a newer version is registered")
+                    }
+                    if version == stored && existing.bindingHash != binding {
+                        throw RegistrationConflict(
+                            storedVersion: stored, reason: "the same version is registered with another token")
+                    }
+                }
+                if existing.bindingHash != binding, let other = try findByBinding(binding) {
+                    // The new token belongs to another row: it moves here.
+                    reclaimed = other.user != r.user
+                    try delete(deviceID: other.deviceID)
+                }
+                try update(existing.deviceID, with: r, binding: binding, tokenHash: tokenHash, now: now)
+                return RegistrationOutcome(
+                    deviceID: existing.deviceID, tokenHash: tokenHash, created: false, reclaimed: reclaimed, evicted: [])
+            }
+        }
+
+        if let existing = try findByBinding(binding) {
+            if existing.user == r.user {
+                try update(existing.deviceID, with: r, binding: binding, tokenHash: tokenHash, now: now)
+                return RegistrationOutcome(
+                    deviceID: existing.deviceID, tokenHash: tokenHash, created: false, reclaimed: false, evicted: [])
+            }
+            try delete(deviceID: existing.deviceID)
+            reclaimed = true
+        }
+
+        let deviceID =
+            r.registrationID.map { Identity.deviceID(user: r.user, app: r.app, registrationID: $0) }
+            ?? Identity.deviceID(user: r.user, app: r.app, platform: r.platform, environment: r.environment, token: r.token)
+        let sealed = try seal(r, deviceID: deviceID)
+        try db.statement(
+            """
+            INSERT INTO devices (device_id, app, user, platform, environment, binding_hash, token_hash,
+                token_sealed, keys_sealed, name, app_version, session_hash, registration_id, version,
+                created_at, registered_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """
+        ).bind(
+            .text(deviceID), .text(r.app), .text(r.user), .text(r.platform.rawValue),
+            .optional(r.environment?.rawValue), .blob(binding), .text(tokenHash), .blob(sealed.token), sealed.keys,
+            .optional(r.name), .optional(r.appVersion), r.session.map { .blob(Identity.sessionHash($0)) } ?? .null,
+            .optional(r.registrationID), .optional(r.version), .int(now), .int(now)
+        ).run()
+        let evicted = try evict(app: r.app, user: r.user, keep: deviceCap)
+        return RegistrationOutcome(
+            deviceID: deviceID, tokenHash: tokenHash, created: true, reclaimed: reclaimed, evicted: evicted)
+    }
+
+    /// Refreshes a row in place: the binding and every field the call gives;
+    /// a field left out keeps its stored value.
+    private func update(
+        _ deviceID: String, with r: Registration, binding: [UInt8], tokenHash: String, now: Int64
+    ) throws {
+        let sealed = try seal(r, deviceID: deviceID)
+        try db.statement(
+            """
+            UPDATE devices SET platform = ?, environment = ?, binding_hash = ?, token_hash = ?, token_sealed = ?,
+                keys_sealed = COALESCE(?, keys_sealed), name = COALESCE(?, name),
+                app_version = COALESCE(?, app_version), session_hash = COALESCE(?, session_hash),
+                registration_id = COALESCE(?, registration_id), version = COALESCE(?, version),
+                registered_at = ?
+            WHERE device_id = ?
+            """
+        ).bind(
+            .text(r.platform.rawValue), .optional(r.environment?.rawValue), .blob(binding), .text(tokenHash),
+            .blob(sealed.token), sealed.keys, .optional(r.name), .optional(r.appVersion),
+            r.session.map { .blob(Identity.sessionHash($0)) } ?? .null, .optional(r.registrationID),
+            .optional(r.version), .int(now), .text(deviceID)
+        ).run()
+    }
+
+    /// Deletes the least recently registered devices beyond the cap.
+    private func evict(app: String, user: String, keep: Int) throws(StoreError) -> [String] {
+        let stmt = try db.statement(
+            """
+            SELECT device_id FROM devices WHERE app = ? AND user = ?
+            ORDER BY registered_at DESC, rowid DESC LIMIT -1 OFFSET ?
+            """)
+        try stmt.bind(.text(app), .text(user), .int(Int64(keep)))
+        var evicted: [String] = []
+        while try stmt.step() { evicted.append(stmt.text(0)) }
+        for id in evicted { try delete(deviceID: id) }
+        return evicted
+    }
+
+    /// Deletes the named device(s) of this user only; returns how many.
+    func unregister(app: String, user: String, _ selector: UnregisterSelector, now: Int64) throws(StoreError) -> Int {
+        switch selector {
+        case .deviceID(let id):
+            try db.statement("DELETE FROM devices WHERE app = ? AND user = ? AND device_id = ?")
+                .bind(.text(app), .text(user), .text(id)).run()
+            return db.changes
+        case .binding(let platform, let environment, let token):
+            let hash = Identity.bindingHash(app: app, platform: platform, environment: environment, token: token)
+            try db.statement("DELETE FROM devices WHERE binding_hash = ? AND user = ?")
+                .bind(.blob(hash), .text(user)).run()
+            return db.changes
+        case .registration(let id, let version):
+            try db.statement(
+                """
+                INSERT INTO tombstones (app, user, registration_id, version, created_at) VALUES (?, ?, ?, ?, ?)
+                ON CONFLICT (app, user, registration_id) DO UPDATE SET
+                    version = max(version, excluded.version), created_at = excluded.created_at
+                """
+            ).bind(.text(app), .text(user), .text(id), .int(version), .int(now)).run()
+            try db.statement(
+                """
+                DELETE FROM tombstones WHERE app = ? AND user = ? AND rowid NOT IN (
+                    SELECT rowid FROM tombstones WHERE app = ? AND user = ?
+                    ORDER BY created_at DESC LIMIT ?)
+                """
+            ).bind(.text(app), .text(user), .text(app), .text(user), .int(Int64(Self.tombstoneBound))).run()
+            try db.statement(
+                "DELETE FROM devices WHERE app = ? AND user = ? AND registration_id = ? AND (version IS NULL OR version <= ?)"
+            ).bind(.text(app), .text(user), .text(id), .int(version)).run()
+            return db.changes
+        }
+    }
+
+    func endSession(app: String, user: String, session: String) throws(StoreError) -> Int {
+        try db.statement("DELETE FROM devices WHERE app = ? AND user = ? AND session_hash = ?")
+            .bind(.text(app), .text(user), .blob(Identity.sessionHash(session))).run()
+        return db.changes
+    }
+
+    func forget(app: String, user: String) throws(StoreError) -> Int {
+        try db.statement("DELETE FROM devices WHERE app = ? AND user = ?").bind(.text(app), .text(user)).run()
+        let removed = db.changes
+        try db.statement("DELETE FROM tombstones WHERE app = ? AND user = ?").bind(.text(app), .text(user)).run()
+        return removed
+    }
+
+    func list(app: String, user: String) throws(StoreError) -> [DeviceSummary] {
+        let stmt = try db.statement(
+            """
+            SELECT device_id, platform, environment, name, app_version, token_hash, created_at, registered_at,
+                last_success_at, last_failure_at, last_failure_reason
+            FROM devices WHERE app = ? AND user = ? ORDER BY registered_at DESC, rowid DESC
+            """)
+        try stmt.bind(.text(app), .text(user))
+        var out: [DeviceSummary] = []
+        while try stmt.step() {
+            out.append(
+                DeviceSummary(
+                    deviceID: stmt.text(0), platform: Platform(rawValue: stmt.text(1)) ?? .apns,
+                    environment: stmt.optionalText(2).flatMap(APNsEnvironment.init(rawValue:)),
+                    name: stmt.optionalText(3), appVersion: stmt.optionalText(4), tokenHash: stmt.text(5),
+                    createdAt: stmt.int64(6), registeredAt: stmt.int64(7), lastSuccessAt: stmt.optionalInt64(8),
+                    lastFailureAt: stmt.optionalInt64(9), lastFailureReason: stmt.optionalText(10)))
+        }
+        return out
+    }
+
+    /// Devices per platform, for `system.stats`.
+    func deviceCounts() throws(StoreError) -> [Platform: Int] {
+        let stmt = try db.statement("SELECT platform, count(*) FROM devices GROUP BY platform")
+        var out: [Platform: Int] = [:]
+        while try stmt.step() {
+            if let p = Platform(rawValue: stmt.text(0)) { out[p] = Int(stmt.int64(1)) }
+        }
+        return out
+    }
+
+    /// Drops tombstones older than their lifetime.
+    func expireTombstones(now: Int64) throws(StoreError) {
+        try db.statement("DELETE FROM tombstones WHERE created_at < ?").bind(.int(now - Self.tombstoneLifetimeMs)).run()
+    }
+}

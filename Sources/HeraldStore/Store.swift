@@ -1,0 +1,207 @@
+import Foundation
+public import HeraldCore
+public import HeraldCrypto
+
+/// SQLite's `synchronous` setting: `full` makes every commit durable on
+/// power loss, `normal` (in WAL mode) only on process crash.
+public enum Synchronous: String, Sendable {
+    case full
+    case normal
+}
+
+/// The embedded store: one SQLite connection in WAL mode owned by one
+/// thread. Work is queued and run in group commits: every job waiting when
+/// a transaction starts joins it, each job in its own savepoint, so one
+/// fsync covers many requests and a failing job rolls back alone.
+/// Completions run on the store thread; they must hand work elsewhere quickly.
+public final class Store: @unchecked Sendable {
+    // State shared with the store thread is guarded by `condition`.
+    private let condition = NSCondition()
+    private var queue: [Job] = []
+    private var stopping = false
+    private var stopped = false
+    private let clock: any WallClock
+    private let path: String
+    private var thread: Thread?
+
+    /// The most jobs one transaction takes, to bound commit latency.
+    static let maxBatch = 512
+
+    private struct Job {
+        let work: (Registry, Int64) throws -> Any
+        let complete: (Result<Any, any Error>) -> Void
+    }
+
+    /// Opens (creating if needed) and migrates the database, then starts the
+    /// store thread. Throws if the file cannot be opened or migrated.
+    public init(path: String, key: StoreKey, synchronous: Synchronous, clock: any WallClock = SystemClock())
+        throws
+    {
+        self.path = path
+        self.clock = clock
+        let db = try Database(path: path)
+        sqlite3BusyTimeout(db, milliseconds: 5000)
+        try db.execute("PRAGMA journal_mode = WAL")
+        try db.execute("PRAGMA synchronous = \(synchronous.rawValue.uppercased())")
+        try db.execute("PRAGMA foreign_keys = ON")
+        try Schema.migrate(db)
+        let registry = Registry(db: db, key: key)
+        try registry.expireTombstones(now: clock.nowMilliseconds())
+        let owned = ThreadOwned(db: db, registry: registry)
+        let thread = Thread { [self] in self.run(db: owned.db, registry: owned.registry) }
+        thread.name = "herald-store"
+        self.thread = thread
+        thread.start()
+    }
+
+    /// Stops taking work, finishes what is queued, and closes the database.
+    public func close() {
+        condition.lock()
+        stopping = true
+        condition.broadcast()
+        while !stopped { condition.wait() }
+        condition.unlock()
+    }
+
+    private func enqueue<T>(
+        _ work: @escaping (Registry, Int64) throws -> T, _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        let job = Job(
+            work: { registry, now in try work(registry, now) as Any },
+            complete: { result in completion(result.map { $0 as! T }) })
+        condition.lock()
+        if stopping {
+            condition.unlock()
+            completion(.failure(StoreError(code: 0, message: "store is closed")))
+            return
+        }
+        queue.append(job)
+        condition.signal()
+        condition.unlock()
+    }
+
+    private func run(db: Database, registry: Registry) {
+        while true {
+            condition.lock()
+            while queue.isEmpty && !stopping { condition.wait() }
+            if queue.isEmpty && stopping {
+                stopped = true
+                condition.broadcast()
+                condition.unlock()
+                return
+            }
+            let take = min(queue.count, Self.maxBatch)
+            let batch = Array(queue.prefix(take))
+            queue.removeFirst(take)
+            condition.unlock()
+            commit(batch, db: db, registry: registry)
+        }
+    }
+
+    private func commit(_ batch: [Job], db: Database, registry: Registry) {
+        let now = clock.nowMilliseconds()
+        var results: [Result<Any, any Error>] = []
+        results.reserveCapacity(batch.count)
+        do {
+            try db.execute("BEGIN IMMEDIATE")
+        } catch {
+            for job in batch { job.complete(.failure(error)) }
+            return
+        }
+        for job in batch {
+            do {
+                try db.execute("SAVEPOINT job")
+                let value = try job.work(registry, now)
+                try db.execute("RELEASE job")
+                results.append(.success(value))
+            } catch {
+                try? db.execute("ROLLBACK TO job")
+                try? db.execute("RELEASE job")
+                results.append(.failure(error))
+            }
+        }
+        do {
+            try db.execute("COMMIT")
+        } catch {
+            try? db.execute("ROLLBACK")
+            // Nothing of this batch is durable: no job may report success.
+            results = results.map { _ in .failure(error) }
+        }
+        for (job, result) in zip(batch, results) { job.complete(result) }
+    }
+
+    // MARK: Registry operations
+
+    public func register(
+        _ registration: Registration, deviceCap: Int,
+        completion: @escaping @Sendable (Result<RegistrationOutcome, any Error>) -> Void
+    ) {
+        enqueue({ registry, now in try registry.register(registration, deviceCap: deviceCap, now: now) }, completion)
+    }
+
+    public func unregister(
+        app: String, user: String, _ selector: UnregisterSelector,
+        completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    ) {
+        enqueue({ registry, now in try registry.unregister(app: app, user: user, selector, now: now) }, completion)
+    }
+
+    public func list(
+        app: String, user: String, completion: @escaping @Sendable (Result<[DeviceSummary], any Error>) -> Void
+    ) {
+        enqueue({ registry, _ in try registry.list(app: app, user: user) }, completion)
+    }
+
+    public func endSession(
+        app: String, user: String, session: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    ) {
+        enqueue({ registry, _ in try registry.endSession(app: app, user: user, session: session) }, completion)
+    }
+
+    public func forget(app: String, user: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
+        enqueue({ registry, _ in try registry.forget(app: app, user: user) }, completion)
+    }
+
+    public func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void) {
+        enqueue({ registry, _ in try registry.deviceCounts() }, completion)
+    }
+
+    /// A quick read that proves the database answers, for `system.health`.
+    public func ping(completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+        enqueue({ registry, _ in _ = try registry.deviceCounts() }, completion)
+    }
+
+    /// Runs a job synchronously (for tools and tests).
+    public func sync<T>(_ body: (Store, @escaping @Sendable (Result<T, any Error>) -> Void) -> Void) throws -> T {
+        let box = ResultBox<T>()
+        body(self) { box.set($0) }
+        return try box.wait().get()
+    }
+}
+
+/// The connection and registry, handed whole to the store thread, which is
+/// their only user from then on.
+private struct ThreadOwned: @unchecked Sendable {
+    let db: Database
+    let registry: Registry
+}
+
+/// A one-shot result that a caller can wait for.
+final class ResultBox<T>: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var value: Result<T, any Error>?
+
+    func set(_ result: Result<T, any Error>) {
+        condition.lock()
+        value = result
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func wait() -> Result<T, any Error> {
+        condition.lock()
+        defer { condition.unlock() }
+        while value == nil { condition.wait() }
+        return value!
+    }
+}

@@ -1,0 +1,93 @@
+/// A Web Push endpoint that passed the guard: its normalised parts and the
+/// addresses that were vetted, which the transport dials instead of resolving
+/// the name again (IP pinning; SNI, `Host` and certificate checks use `host`).
+public struct CheckedEndpoint: Sendable, Hashable {
+    /// The normalised URL: lowercase scheme and host, canonical IP literals,
+    /// no default port, path at least `/`.
+    public let url: String
+    /// Always `https`.
+    public let scheme: String
+    /// The lowercase hostname or canonical IP text, without brackets.
+    public let host: String
+    public let port: Int
+    /// The request target: path (at least `/`) and query, as given.
+    public let pathAndQuery: String
+    /// The host when it is an IP literal (no SNI is sent for these).
+    public let hostAddress: IPAddress?
+    /// The vetted addresses, in resolver order, without duplicates.
+    public let addresses: [IPAddress]
+
+    /// `host[:port]` as written in a URL or `Host` header (IPv6 in brackets).
+    public var authority: String {
+        let name = hostAddress?.urlHost ?? host
+        return port == 443 ? name : "\(name):\(port)"
+    }
+
+    /// `https://host[:port]`, the VAPID `aud` claim and the connection-pool key.
+    public var origin: String {
+        "\(scheme)://\(authority)"
+    }
+}
+
+/// Decides whether a user-supplied Web Push endpoint may be POSTed to.
+///
+/// The URL is parsed strictly by hand (https only, no userinfo, no fragment,
+/// port 443, LDH or numeric host), then every address the host resolves to
+/// must be publicly routable. Run it at registration and again before every
+/// send, and dial only `CheckedEndpoint.addresses`, so neither DNS rebinding
+/// nor a later change of answer reaches an internal address. `check` calls the
+/// resolver, which may block: run it off the event loop.
+public struct EndpointGuard: Sendable {
+    /// The longest endpoint accepted, in bytes.
+    public static let maximumLength = 2048
+
+    /// Skip the address check and allow any port: for tests against loopback
+    /// servers only (`webpush_allow_private`).
+    public let allowPrivate: Bool
+    public let resolver: any HostResolver
+
+    public init(allowPrivate: Bool = false, resolver: any HostResolver = SystemResolver()) {
+        self.allowPrivate = allowPrivate
+        self.resolver = resolver
+    }
+
+    /// Parses, resolves and vets `endpoint`.
+    public func check(_ endpoint: String) throws(EndpointError) -> CheckedEndpoint {
+        let url = try EndpointURL(parsing: endpoint, allowAnyPort: allowPrivate)
+
+        let addresses: [IPAddress]
+        if let literal = url.address {
+            addresses = [literal]
+        } else {
+            var resolved: [IPAddress]
+            do {
+                resolved = try resolver.resolve(host: url.host, port: url.port)
+            } catch let error as ResolverError {
+                switch error {
+                case .notFound: throw .unresolvable(host: url.host)
+                case .failed(_, let reason): throw .resolutionFailed(host: url.host, reason: reason)
+                }
+            } catch {
+                throw .resolutionFailed(host: url.host, reason: String(describing: error))
+            }
+            var unique: [IPAddress] = []
+            for address in resolved where !unique.contains(address) { unique.append(address) }
+            addresses = unique
+        }
+        guard !addresses.isEmpty else { throw .unresolvable(host: url.host) }
+
+        if !allowPrivate, let refused = addresses.first(where: { !isPubliclyRoutable($0) }) {
+            throw .notPubliclyRoutable(address: refused.description)
+        }
+
+        return CheckedEndpoint(
+            url: url.normalized,
+            scheme: "https",
+            host: url.host,
+            port: url.port,
+            pathAndQuery: url.pathAndQuery,
+            hostAddress: url.address,
+            addresses: addresses
+        )
+    }
+}

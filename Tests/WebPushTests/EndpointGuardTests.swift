@@ -1,0 +1,156 @@
+import Testing
+import WebPush
+
+@Suite("EndpointGuard")
+struct EndpointGuardTests {
+    @Test("a hostname endpoint carries its parts, origin and vetted addresses")
+    func checkedHostname() throws {
+        let checked = try strictGuard.check("HTTPS://Push.Example.NET:443/wpush/v2/AbC?x=1")
+        #expect(checked.url == "https://push.example.net/wpush/v2/AbC?x=1")
+        #expect(checked.scheme == "https")
+        #expect(checked.host == "push.example.net")
+        #expect(checked.port == 443)
+        #expect(checked.pathAndQuery == "/wpush/v2/AbC?x=1")
+        #expect(checked.authority == "push.example.net")
+        #expect(checked.origin == "https://push.example.net")
+        #expect(checked.hostAddress == nil)
+        #expect(checked.addresses == [ip("93.184.215.14")])
+    }
+
+    @Test("addresses keep resolver order without duplicates")
+    func dedupedAddresses() throws {
+        let checked = try strictGuard.check("https://dual.example.net/")
+        #expect(checked.addresses == [ip("93.184.215.14"), ip("2606:2800:21f:cb07:6820:80da:af6b:8b2c")])
+    }
+
+    @Test("IP literals are canonicalised and checked without DNS")
+    func literalsSkipResolver() throws {
+        let noDNS = EndpointGuard(allowPrivate: false, resolver: UnreachableResolver())
+        let v4 = try noDNS.check("https://0x08.0x08.0x08.0x08/p")
+        #expect(v4.url == "https://8.8.8.8/p")
+        #expect(v4.host == "8.8.8.8")
+        #expect(v4.hostAddress == ip("8.8.8.8"))
+        #expect(v4.addresses == [ip("8.8.8.8")])
+        #expect(v4.origin == "https://8.8.8.8")
+
+        let v6 = try noDNS.check("https://[2606:4700:0:0::1111]")
+        #expect(v6.url == "https://[2606:4700::1111]/")
+        #expect(v6.host == "2606:4700::1111")
+        #expect(v6.authority == "[2606:4700::1111]")
+        #expect(v6.origin == "https://[2606:4700::1111]")
+        #expect(v6.pathAndQuery == "/")
+
+        #expect(throws: EndpointError.notPubliclyRoutable(address: "127.0.0.1")) {
+            try noDNS.check("https://0x7f.1/")
+        }
+    }
+
+    @Test("one private address among public ones refuses the name (rebinding)")
+    func rebinding() {
+        #expect(throws: EndpointError.notPubliclyRoutable(address: "10.0.0.1")) {
+            try strictGuard.check("https://rebind.example/push")
+        }
+    }
+
+    @Test("resolver errors become unresolvable or resolutionFailed")
+    func resolverErrors() {
+        #expect(throws: EndpointError.unresolvable(host: "nx.example")) { try strictGuard.check("https://NX.example/") }
+        #expect(throws: EndpointError.unresolvable(host: "empty.example")) {
+            try strictGuard.check("https://empty.example/")
+        }
+        #expect(
+            throws: EndpointError.resolutionFailed(
+                host: "servfail.example", reason: "Temporary failure in name resolution")
+        ) { try strictGuard.check("https://servfail.example/") }
+
+        struct Odd: Error, CustomStringConvertible { var description: String { "odd" } }
+        struct Throwing: HostResolver {
+            func resolve(host: String, port: Int) throws -> [IPAddress] { throw Odd() }
+        }
+        let guarded = EndpointGuard(allowPrivate: false, resolver: Throwing())
+        #expect(throws: EndpointError.resolutionFailed(host: "push.example.net", reason: "odd")) {
+            try guarded.check("https://push.example.net/")
+        }
+    }
+
+    @Test("allowPrivate accepts loopback on any port and still demands https")
+    func allowPrivate() throws {
+        let lenient = EndpointGuard(allowPrivate: true, resolver: testResolver)
+        let checked = try lenient.check("https://127.0.0.1:8443/push")
+        #expect(checked.url == "https://127.0.0.1:8443/push")
+        #expect(checked.port == 8443)
+        #expect(checked.origin == "https://127.0.0.1:8443")
+        #expect(checked.addresses == [ip("127.0.0.1")])
+
+        let local = try lenient.check("https://localhost:9443/")
+        #expect(local.addresses == [ip("127.0.0.1"), ip("::1")])
+        #expect(local.origin == "https://localhost:9443")
+        #expect(try lenient.check("https://[::1]:8443/x").origin == "https://[::1]:8443")
+
+        #expect(throws: EndpointError.malformed(reason: "must be an https URL")) {
+            try lenient.check("http://127.0.0.1:8443/push")
+        }
+        #expect(throws: EndpointError.malformed(reason: "must not contain userinfo")) {
+            try lenient.check("https://user@127.0.0.1:8443/push")
+        }
+        #expect(throws: EndpointError.malformed(reason: "port is not a valid port number")) {
+            try lenient.check("https://127.0.0.1:65536/push")
+        }
+        #expect(throws: EndpointError.unresolvable(host: "nx.example")) { try lenient.check("https://nx.example/") }
+    }
+
+    @Test("the resolver is asked for the lowercase host and the port")
+    func resolverArguments() throws {
+        struct Expecting: HostResolver {
+            func resolve(host: String, port: Int) throws -> [IPAddress] {
+                #expect(host == "push.example.net")
+                #expect(port == 443)
+                return [ip("93.184.215.14")]
+            }
+        }
+        _ = try EndpointGuard(allowPrivate: false, resolver: Expecting()).check("https://PUSH.example.net/")
+    }
+
+    @Test("length limit is 2048 bytes")
+    func length() throws {
+        let prefix = "https://push.example.net/"
+        let exact = prefix + String(repeating: "a", count: 2048 - prefix.utf8.count)
+        #expect(try strictGuard.check(exact).url == exact)
+        #expect(throws: EndpointError.malformed(reason: "is longer than 2048 bytes")) {
+            try strictGuard.check(exact + "a")
+        }
+        #expect(throws: EndpointError.malformed(reason: "is longer than 2048 bytes")) {
+            try strictGuard.check("https://127.0.0.1/" + String(repeating: "x", count: 1 << 16))
+        }
+    }
+
+    @Test("a long path with a query passes unchanged")
+    func longPath() throws {
+        let path = "/wpush/v2/" + String(repeating: "gAAAAABk-_Z9", count: 120) + "?ttl=60&topic=a%20b"
+        let checked = try strictGuard.check("https://push.example.net" + path)
+        #expect(checked.pathAndQuery == path)
+        #expect(checked.url == "https://push.example.net" + path)
+    }
+
+    @Test("errors read as sentences")
+    func descriptions() {
+        #expect(EndpointError.malformed(reason: "port must be 443").description == "endpoint port must be 443")
+        #expect(
+            EndpointError.notPubliclyRoutable(address: "10.0.0.1").description
+                == "endpoint address 10.0.0.1 is not publicly routable")
+        #expect(EndpointError.unresolvable(host: "nx.example").description == "endpoint host nx.example does not resolve")
+        #expect(EndpointError.unresolvable(host: "nx.example").reason == "host does not resolve")
+        #expect(EndpointError.malformed(reason: "must be an https URL").reason == "must be an https URL")
+        #expect(
+            EndpointError.resolutionFailed(host: "a.example", reason: "timeout").description
+                == "endpoint host a.example lookup failed: timeout")
+    }
+
+    @Test("StaticResolver matches names case-insensitively and knows no others")
+    func staticResolver() throws {
+        #expect(try testResolver.resolve(host: "PUSH.example.net", port: 443) == [ip("93.184.215.14")])
+        #expect(throws: ResolverError.notFound(host: "other.example")) {
+            try testResolver.resolve(host: "other.example", port: 443)
+        }
+    }
+}
