@@ -26,7 +26,7 @@ CORE_FLAGS := -std=c11 -Wall -Wextra -Werror -DOPENSSL_API_COMPAT=30000 -DOPENSS
 CORE_LIBS := -lcrypto -lsodium -ljansson -lpthread
 SANITIZE := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-.PHONY: deps debian-deps python-deps build run test test-c test-swift test-interop \
+.PHONY: deps debian-deps python-deps build run openrpc test test-c test-swift test-interop \
 	bench bench-crypto clean
 
 ## deps: install missing Debian packages and the Python test peers (local venv)
@@ -53,9 +53,14 @@ $(VENV_STAMP): Tests/interop/requirements.txt | debian-deps
 build: debian-deps
 	$(SWIFT) build --product herald
 
-## run: start herald (until the daemon lands, its help)
+## run: start the daemon on the embedded development set-up under ./.herald/
 run: build
-	$(HERALD) help
+	@HERALD=$(HERALD) scripts/dev-setup.sh $(CURDIR)/.herald
+	exec $(HERALD) serve --config $(CURDIR)/.herald/herald.conf
+
+## openrpc: embed docs/openrpc.json into the daemon (rpc.discover)
+openrpc:
+	$(PYTHON) scripts/embed-openrpc.py
 
 ## test: every suite: C core under ASan+UBSan, Swift suites, interop with Python peers
 test: deps

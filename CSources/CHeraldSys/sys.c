@@ -14,3 +14,8 @@ int hs_peer_credentials(int fd, uint32_t *uid, uint32_t *gid, int32_t *pid)
     *pid = cred.pid;
     return 0;
 }
+
+int hs_accept(int fd)
+{
+    return accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+}

@@ -19,6 +19,8 @@ final class EventLoop: @unchecked Sendable {
     private var pending: [@Sendable () -> Void] = []  // guarded by lock
     private var stopRequested = false  // guarded by lock
     private var loopThread: pthread_t?
+    /// Runs after each iteration's events and queued work (loop thread only).
+    var afterIteration: (() -> Void)?
 
     init() throws(SystemError) {
         epfd = try syscall("epoll_create1") { epoll_create1(Int32(EPOLL_CLOEXEC)) }
@@ -97,12 +99,14 @@ final class EventLoop: @unchecked Sendable {
             }
             runPending()
             runTicks()
+            afterIteration?()
             lock.lock()
             let stop = stopRequested
             lock.unlock()
             if stop { break }
         }
         runPending()
+        afterIteration?()
     }
 
     private func runPending() {

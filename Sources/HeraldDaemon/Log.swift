@@ -17,7 +17,8 @@ public enum LogLevel: Int, Sendable, Comparable {
         }
     }
 
-    public static func < (a: LogLevel, b: LogLevel) -> Bool { a.rawValue > b.rawValue }
+    /// Ordered by verbosity: error < warning < info < debug.
+    public static func < (a: LogLevel, b: LogLevel) -> Bool { a.rawValue < b.rawValue }
 }
 
 /// One line per event on stderr: `<6>event key=value …`. Values are quoted
@@ -35,7 +36,7 @@ public final class Logger: @unchecked Sendable {
     }
 
     public func log(_ level: LogLevel, _ event: String, _ fields: KeyValuePairs<String, String> = [:]) {
-        guard level <= self.level else { return }
+        guard level.rawValue <= self.level.rawValue else { return }
         var line = "<\(level.rawValue)>\(event)"
         for (key, value) in fields {
             line += " \(key)=\(Logger.quote(value))"

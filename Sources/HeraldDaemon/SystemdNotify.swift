@@ -1,3 +1,4 @@
+import CHeraldSys
 import Foundation
 
 #if canImport(Glibc)

@@ -5,6 +5,18 @@ import Foundation
 let usage = """
     usage: herald COMMAND [ARGS]
 
+    Daemon:
+      herald serve [--config FILE]
+
+    Clients (each takes --socket PATH; default $HERALD_SOCKET, then the config's socket):
+      herald call METHOD [JSON-PARAMS]
+      herald register --user U --platform apns|apns_voip|fcm|web --token T [--environment E]
+                      [--p256dh B64 --auth B64] [--name N] [--app-version V] [--session S]
+                      [--registration-id R --version N] [--app A]
+      herald devices USER [--app A]
+      herald health [--app A]      (exit 0 only when healthy)
+      herald stats
+
     Key tooling:
       herald vapid generate [--out FILE]
       herald vapid public-key --key FILE
@@ -14,7 +26,8 @@ let usage = """
 
       herald help | version
 
-    Bad input exits with status 2 and one line on stderr.
+    Bad input exits with status 2 and one line on stderr; a client whose call
+    fails prints the JSON-RPC error on stderr and exits with status 1.
     """
 
 let heraldVersion = "0.1.0"
@@ -26,6 +39,12 @@ func dispatch(_ arguments: [String]) throws(CommandFailure) -> Int32 {
     }
     let rest = Array(arguments.dropFirst())
     switch command {
+    case "serve": return try ClientCommands.serve(rest)
+    case "call": return try ClientCommands.call(rest)
+    case "register": return try ClientCommands.register(rest)
+    case "devices": return try ClientCommands.devices(rest)
+    case "health": return try ClientCommands.health(rest)
+    case "stats": return try ClientCommands.stats(rest)
     case "vapid": return try VapidCommand.run(rest)
     case "webpush": return try WebPushCommand.run(rest)
     case "help", "--help", "-h":

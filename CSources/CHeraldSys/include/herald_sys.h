@@ -13,4 +13,7 @@
 /* Peer credentials of a connected Unix socket (SO_PEERCRED); 0 or -errno. */
 int hs_peer_credentials(int fd, uint32_t *uid, uint32_t *gid, int32_t *pid);
 
+/* accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC; the new fd or -1 with errno. */
+int hs_accept(int fd);
+
 #endif

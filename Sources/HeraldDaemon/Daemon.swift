@@ -1,0 +1,173 @@
+import Dispatch
+import Foundation
+import HeraldCore
+import HeraldCrypto
+import HeraldStore
+import WebPush
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `herald serve`: loads the configuration, opens the store, serves the
+/// socket until SIGTERM or SIGINT, then shuts down in reverse order.
+public enum Daemon {
+    /// How long a stopping daemon waits for requests in flight.
+    static let shutdownBudgetMs: Int64 = 10_000
+
+    /// Runs in the foreground; returns the process exit status.
+    public static func run(configPath option: String?) -> Int32 {
+        let environment = HeraldConfig.processEnvironment()
+        let path = HeraldConfig.path(option: option, environment: environment)
+        let bootLog = Logger(level: .info)
+        let config: HeraldConfig
+        let credentials: [String: LoadedCredentials]
+        let storeKey: StoreKey
+        do {
+            config = try HeraldConfig.load(path: path, environment: environment)
+            credentials = try LoadedCredentials.load(config)
+            try ensureDirectory(config.server.stateDirectory)
+            storeKey = try config.store.loadOrCreateKey()
+        } catch {
+            bootLog.error("startup_failed", ["error": String(describing: error)])
+            return 1
+        }
+        let log = Logger(level: config.server.logLevel)
+        let notifier = SystemdNotifier(environment: environment)
+        signal(SIGPIPE, SIG_IGN)
+
+        let store: Store
+        do {
+            store = try Store(
+                path: config.server.stateDirectory + "/herald.db", key: storeKey,
+                synchronous: config.store.synchronous == .full ? .full : .normal)
+        } catch {
+            log.error("startup_failed", ["error": "store: \(error)"])
+            return 1
+        }
+        let listener: Listener
+        do {
+            listener = try Listener.fromSystemd(environment: environment)
+                ?? Listener.create(path: config.server.socketPath, mode: config.server.socketMode)
+        } catch {
+            log.error("startup_failed", ["error": String(describing: error)])
+            store.close()
+            return 1
+        }
+
+        let loop: EventLoop
+        do {
+            loop = try EventLoop()
+        } catch {
+            log.error("startup_failed", ["error": String(describing: error)])
+            return 1
+        }
+        var apps: [String: AppRuntime] = [:]
+        for (name, app) in config.apps {
+            apps[name] = AppRuntime(config: app, credentials: credentials[name]!)
+        }
+        let service = HeraldService(
+            apps: apps, store: store,
+            endpointGuard: EndpointGuard(allowPrivate: config.endpoints.webPushAllowPrivate),
+            clock: SystemClock(), log: log)
+        let server = RPCServer(loop: loop, listener: listener, handler: service, log: log)
+        service.serverStats = { [unowned server] in (server.openConnections, server.counters) }
+        do {
+            try server.start()
+        } catch {
+            log.error("startup_failed", ["error": String(describing: error)])
+            return 1
+        }
+        loop.every(milliseconds: 5000) {
+            store.ping { result in
+                let state: String
+                switch result {
+                case .success: state = "ok"
+                case .failure(let error): state = "degraded:\(error)"
+                }
+                loop.execute { service.storeHealth = state }
+            }
+        }
+        loop.every(milliseconds: 60_000) { service.expireLimiters() }
+
+        let stopper = Shutdown(loop: loop, server: server, log: log, notifier: notifier)
+        let signals = installSignals(stopper: stopper, log: log)
+        for (name, c) in credentials.sorted(by: { $0.key < $1.key }) {
+            log.info(
+                "app_loaded",
+                [
+                    "app": name, "apns": c.apns.disabledReason.map { "disabled:\($0)" } ?? "ready",
+                    "fcm": c.fcm.disabledReason.map { "disabled:\($0)" } ?? "ready",
+                    "web": c.webPush.disabledReason.map { "disabled:\($0)" } ?? "ready",
+                ])
+        }
+        log.info(
+            "herald_started",
+            ["version": HeraldService.version, "socket": listener.ownedPath ?? "systemd", "config": path])
+        notifier.notify("READY=1\nSTATUS=serving")
+
+        loop.run()
+
+        _ = signals
+        server.closeAll()
+        listener.close()
+        store.close()
+        log.info("herald_stopped")
+        return 0
+    }
+
+    private static func ensureDirectory(_ path: String) throws {
+        var st = stat()
+        if stat(path, &st) == 0 { return }
+        try FileManager.default.createDirectory(
+            atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o750])
+    }
+
+    /// SIGTERM/SIGINT stop; SIGHUP is caught so that it cannot kill the
+    /// daemon (configuration reload is not implemented yet).
+    private static func installSignals(stopper: Shutdown, log: Logger) -> [any DispatchSourceSignal] {
+        var sources: [any DispatchSourceSignal] = []
+        for sig in [SIGTERM, SIGINT, SIGHUP] {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler {
+                if sig == SIGHUP {
+                    log.warning("reload_unsupported", ["signal": "SIGHUP"])
+                } else {
+                    stopper.begin(signal: sig == SIGTERM ? "SIGTERM" : "SIGINT")
+                }
+            }
+            source.resume()
+            sources.append(source)
+        }
+        return sources
+    }
+}
+
+/// Graceful stop: no new connections, requests in flight get up to the
+/// budget to finish, then the loop ends.
+final class Shutdown: @unchecked Sendable {
+    private let loop: EventLoop
+    private let server: RPCServer
+    private let log: Logger
+    private let notifier: SystemdNotifier
+
+    init(loop: EventLoop, server: RPCServer, log: Logger, notifier: SystemdNotifier) {
+        self.loop = loop
+        self.server = server
+        self.log = log
+        self.notifier = notifier
+    }
+
+    func begin(signal: String) {
+        notifier.notify("STOPPING=1")
+        loop.execute { [self] in
+            log.info("herald_stopping", ["signal": signal])
+            server.stopAccepting()
+            let deadline = monotonicMilliseconds() + Daemon.shutdownBudgetMs
+            loop.every(milliseconds: 20) { [self] in
+                if server.pendingRequests == 0 || monotonicMilliseconds() >= deadline { loop.stop() }
+            }
+        }
+    }
+}

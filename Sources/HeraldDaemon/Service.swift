@@ -1,0 +1,422 @@
+import Dispatch
+import Foundation
+import HeraldCore
+import HeraldCrypto
+import HeraldStore
+import JSONRPC
+import WebPush
+
+/// Application error codes of the interface (SPEC "Errors").
+enum AppError {
+    static func notPubliclyRoutable(_ address: String) -> RPCError {
+        .application(
+            code: 1001, reason: "not_publicly_routable",
+            message: "endpoint resolves to an address that is not publicly routable",
+            extra: [("field", "token"), ("address", .string(address))])
+    }
+
+    static func rateLimited(retryAfterMs: Int64) -> RPCError {
+        .application(
+            code: 1002, reason: "rate_limited", message: "rate limit reached",
+            extra: [("retry_after_ms", .int(retryAfterMs))])
+    }
+
+    static func unknownApp(_ app: String) -> RPCError {
+        .application(code: 1004, reason: "unknown_app", message: "no such app: \(app)", extra: [("app", .string(app))])
+    }
+
+    static func forbidden(_ app: String) -> RPCError {
+        .application(code: 1006, reason: "forbidden", message: "this peer may not call app \(app)")
+    }
+
+    static func conflict(_ c: RegistrationConflict) -> RPCError {
+        .application(
+            code: 1008, reason: "conflict", message: c.reason, extra: [("version", .int(c.storedVersion))])
+    }
+}
+
+/// Per-app state the methods need: limits, who may call, credentials.
+struct AppRuntime: Sendable {
+    let config: AppConfig
+    let credentials: LoadedCredentials
+}
+
+/// The Herald methods. `handle` runs on the event loop thread; store and
+/// resolver work completes on their own threads and replies from there.
+final class HeraldService: RequestHandler, @unchecked Sendable {
+    private let apps: [String: AppRuntime]
+    private let store: Store
+    private let endpointGuard: EndpointGuard
+    private let clock: any WallClock
+    private let log: Logger
+    private let resolverQueue = DispatchQueue(label: "herald.resolver", attributes: .concurrent)
+    private let discoverDocument: JSON
+    // Loop thread only:
+    private let registerLimiter = RateLimiter<AppUser>(perMinute: 20)
+    private let unregisterLimiter = RateLimiter<AppUser>(perMinute: 40)
+    private(set) var rateLimited = 0
+    /// Latest store probe, for `system.health` (loop thread only).
+    var storeHealth = "ok"
+    /// Provides the server's counters for `system.stats` (loop thread only).
+    var serverStats: () -> (open: Int, counters: ServerCounters) = { (0, ServerCounters()) }
+    private let startedAt = monotonicMilliseconds()
+    static let version = "0.1.0"
+
+    struct AppUser: Hashable {
+        let app: String
+        let user: String
+    }
+
+    init(
+        apps: [String: AppRuntime], store: Store, endpointGuard: EndpointGuard, clock: any WallClock, log: Logger
+    ) {
+        self.apps = apps
+        self.store = store
+        self.endpointGuard = endpointGuard
+        self.clock = clock
+        self.log = log
+        discoverDocument = (try? JSONParser.parse(Array(OpenRPC.document.utf8))) ?? .null
+    }
+
+    /// The methods this daemon serves, as `rpc.discover` lists them.
+    static let methods = [
+        "device.register", "device.unregister", "device.list", "session.end", "user.forget",
+        "system.health", "system.stats", "vapid.public_key", "rpc.discover",
+    ]
+
+    typealias Reply = @Sendable (Result<JSON, RPCError>) -> Void
+
+    func handle(_ request: RPCRequest, context: CallContext, reply: @escaping Reply) {
+        var params = ParamReader(request.params)
+        do throws(RPCError) {
+            switch request.method {
+            case "device.register": try register(&params, context, reply)
+            case "device.unregister": try unregister(&params, context, reply)
+            case "device.list": try list(&params, context, reply)
+            case "session.end": try endSession(&params, context, reply)
+            case "user.forget": try forget(&params, context, reply)
+            case "system.health": reply(.success(try health(&params, context)))
+            case "system.stats": try stats(&params, context, reply)
+            case "vapid.public_key": reply(.success(try vapidPublicKey(&params, context)))
+            case "rpc.discover":
+                _ = try app(&params, context)
+                try params.finish()
+                reply(.success(discoverDocument))
+            default: throw RPCError.methodNotFound(request.method)
+            }
+        } catch {
+            reply(.failure(error))
+        }
+    }
+
+    // MARK: Shared parameter rules
+
+    /// The `app` param (default "default"), checked to exist and to admit the peer.
+    private func app(_ p: inout ParamReader, _ context: CallContext) throws(RPCError) -> AppRuntime {
+        let name = try p.string("app", maxBytes: 64) ?? "default"
+        guard let runtime = apps[name] else { throw AppError.unknownApp(name) }
+        guard runtime.config.allows(uid: context.uid, gid: context.gid) else { throw AppError.forbidden(name) }
+        return runtime
+    }
+
+    private func user(_ p: inout ParamReader) throws(RPCError) -> String {
+        try p.string("user", required: true, maxBytes: 256)!
+    }
+
+    private func limit(_ limiter: RateLimiter<AppUser>, app: String, user: String) throws(RPCError) {
+        if let wait = limiter.take(AppUser(app: app, user: user), now: monotonicMilliseconds()) {
+            rateLimited += 1
+            throw AppError.rateLimited(retryAfterMs: wait)
+        }
+    }
+
+    /// Completes a store job on its thread, mapping errors to JSON-RPC.
+    private func finish<T>(_ reply: @escaping Reply, _ body: @escaping @Sendable (T) -> JSON)
+        -> @Sendable (Result<T, any Error>) -> Void
+    {
+        { [log] result in
+            switch result {
+            case .success(let value): reply(.success(body(value)))
+            case .failure(let error as RegistrationConflict): reply(.failure(AppError.conflict(error)))
+            case .failure(let error):
+                log.error("store_failed", ["error": String(describing: error)])
+                reply(.failure(.internalError("store failure")))
+            }
+        }
+    }
+
+    // MARK: device.register
+
+    private func register(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let user = try user(&p)
+        let platform = Platform(rawValue: try p.enumeration("platform", required: true, allowed: Platform.allCases.map(\.rawValue))!)!
+        var token = try p.string("token", required: true, maxBytes: 4096)!
+        var environment: APNsEnvironment?
+        if let env = try p.enumeration("environment", allowed: APNsEnvironment.allCases.map(\.rawValue)) {
+            guard platform.hasEnvironment else { throw p.invalid("environment", "is only for apns and apns_voip") }
+            environment = APNsEnvironment(rawValue: env)
+        } else if platform.hasEnvironment {
+            environment = .production
+        }
+        var keys: WebPushKeys?
+        let keysReader = try p.object("keys")
+        switch platform {
+        case .apns, .apnsVoIP:
+            token = try Self.apnsToken(token, p)
+            if keysReader != nil { throw p.invalid("keys", "is only for web") }
+        case .fcm:
+            if token.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7f }) {
+                throw p.invalid("token", "must not contain whitespace or control characters")
+            }
+            if keysReader != nil { throw p.invalid("keys", "is only for web") }
+        case .web:
+            guard var k = keysReader else { throw p.invalid("keys", "is required for web") }
+            keys = try Self.webKeys(&k)
+            try k.finish()
+            if token.utf8.count > EndpointGuard.maximumLength {
+                throw p.invalid("token", "must be at most \(EndpointGuard.maximumLength) bytes")
+            }
+        }
+        let name = try p.string("name", maxBytes: 256, allowEmpty: true)
+        let appVersion = try p.string("app_version", maxBytes: 64, allowEmpty: true)
+        let session = try p.string("session", maxBytes: 512)
+        let registrationID = try p.string("registration_id", maxBytes: 128)
+        let version = try p.int("version", range: 0...(1 << 53))
+        if version != nil && registrationID == nil {
+            throw p.invalid("version", "requires registration_id")
+        }
+        try p.finish()
+        try limit(registerLimiter, app: runtime.config.name, user: user)
+
+        let registration = Registration(
+            app: runtime.config.name, user: user, platform: platform, environment: environment, token: token,
+            keys: keys, name: name, appVersion: appVersion, session: session, registrationID: registrationID,
+            version: version.map(Int64.init))
+        let cap = runtime.config.deviceCap
+        let store = self.store
+        let done = finish(reply) { (o: RegistrationOutcome) -> JSON in
+            [
+                "device_id": .string(o.deviceID), "token_hash": .string(o.tokenHash), "created": .bool(o.created),
+                "reclaimed": .bool(o.reclaimed), "evicted": .array(o.evicted.map { .string($0) }),
+            ]
+        }
+        guard platform == .web else {
+            store.register(registration, deviceCap: cap, completion: done)
+            return
+        }
+        // Resolving the endpoint blocks: off the loop, then on to the store.
+        let endpointGuard = self.endpointGuard
+        resolverQueue.async {
+            do throws(EndpointError) {
+                _ = try endpointGuard.check(registration.token)
+                store.register(registration, deviceCap: cap, completion: done)
+            } catch {
+                reply(.failure(Self.endpointError(error)))
+            }
+        }
+    }
+
+    static func endpointError(_ error: EndpointError) -> RPCError {
+        switch error {
+        case .notPubliclyRoutable(let address): AppError.notPubliclyRoutable(address)
+        case .unresolvable: .invalidParams(field: "token", reason: "host does not resolve")
+        case .malformed, .resolutionFailed: .invalidParams(field: "token", reason: error.description)
+        }
+    }
+
+    /// APNs tokens are hex; stored lowercase so that case never splits a binding.
+    private static func apnsToken(_ token: String, _ p: ParamReader) throws(RPCError) -> String {
+        let bytes = token.utf8
+        guard bytes.count >= 16, bytes.count <= 512, bytes.count % 2 == 0,
+            bytes.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 65 && $0 <= 70) || ($0 >= 97 && $0 <= 102) })
+        else {
+            throw p.invalid("token", "must be an even number (16 to 512) of hex digits")
+        }
+        return token.lowercased()
+    }
+
+    private static func webKeys(_ k: inout ParamReader) throws(RPCError) -> WebPushKeys {
+        let p256dhText = try k.string("p256dh", required: true, maxBytes: 128)!
+        let authText = try k.string("auth", required: true, maxBytes: 64)!
+        let p256dh: [UInt8]
+        do {
+            p256dh = try Base64URL.decode(p256dhText)
+            try P256.checkPublicKey(p256dh)
+        } catch {
+            throw k.invalid("p256dh", Self.keyReason(error))
+        }
+        let auth: [UInt8]
+        do {
+            auth = try Base64URL.decode(authText)
+        } catch {
+            throw k.invalid("auth", Self.keyReason(error))
+        }
+        guard auth.count == 16 else { throw k.invalid("auth", "must be 16 bytes") }
+        return WebPushKeys(p256dh: p256dh, auth: auth)
+    }
+
+    private static func keyReason(_ error: CryptoError) -> String {
+        switch error {
+        case .malformedBase64: "must be base64url"
+        case .publicKeyLength: "must be a 65-byte uncompressed P-256 point"
+        case .publicKeyFormat: "must be an uncompressed point (0x04 prefix)"
+        case .publicKeyNotOnCurve: "is not a point on P-256"
+        default: error.description
+        }
+    }
+
+    // MARK: device.unregister, device.list, session.end, user.forget
+
+    private func unregister(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let user = try user(&p)
+        let deviceID = try p.string("device_id", maxBytes: 32)
+        let platformName = try p.enumeration("platform", allowed: Platform.allCases.map(\.rawValue))
+        let token = try p.string("token", maxBytes: 4096)
+        let envName = try p.enumeration("environment", allowed: APNsEnvironment.allCases.map(\.rawValue))
+        let registrationID = try p.string("registration_id", maxBytes: 128)
+        let version = try p.int("version", range: 0...(1 << 53))
+        try p.finish()
+        let selector: UnregisterSelector
+        let forms = [deviceID != nil, platformName != nil || token != nil, registrationID != nil || version != nil]
+        guard forms.filter({ $0 }).count == 1 else {
+            throw p.invalid("device_id", "give exactly one of: device_id; platform and token; registration_id and version")
+        }
+        if let deviceID {
+            guard deviceID.utf8.count == 32, deviceID.utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) })
+            else { throw p.invalid("device_id", "must be 32 lowercase hex characters") }
+            if envName != nil { throw p.invalid("environment", "goes with platform and token") }
+            selector = .deviceID(deviceID)
+        } else if let registrationID {
+            guard let version else { throw p.invalid("version", "is required with registration_id") }
+            if envName != nil { throw p.invalid("environment", "goes with platform and token") }
+            selector = .registration(id: registrationID, version: Int64(version))
+        } else {
+            guard let platformName, let platform = Platform(rawValue: platformName) else {
+                throw p.invalid("platform", "is required with token")
+            }
+            guard var token else { throw p.invalid("token", "is required with platform") }
+            var environment: APNsEnvironment?
+            if platform.hasEnvironment {
+                token = try Self.apnsToken(token, p)
+                environment = envName.flatMap(APNsEnvironment.init(rawValue:)) ?? .production
+            } else if envName != nil {
+                throw p.invalid("environment", "is only for apns and apns_voip")
+            }
+            selector = .binding(platform: platform, environment: environment, token: token)
+        }
+        try limit(unregisterLimiter, app: runtime.config.name, user: user)
+        store.unregister(app: runtime.config.name, user: user, selector, completion: finish(reply) { ["removed": .int($0)] })
+    }
+
+    private func list(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let user = try user(&p)
+        try p.finish()
+        store.list(app: runtime.config.name, user: user, completion: finish(reply) { devices in
+            ["devices": .array(devices.map(Self.deviceJSON))]
+        })
+    }
+
+    static func deviceJSON(_ d: DeviceSummary) -> JSON {
+        [
+            "device_id": .string(d.deviceID), "platform": .string(d.platform.rawValue),
+            "environment": d.environment.map { .string($0.rawValue) } ?? .null,
+            "name": d.name.map { .string($0) } ?? .null, "app_version": d.appVersion.map { .string($0) } ?? .null,
+            "token_hash": .string(d.tokenHash), "created_at": .string(Timestamp.rfc3339(d.createdAt)),
+            "registered_at": .string(Timestamp.rfc3339(d.registeredAt)),
+            "last_success_at": d.lastSuccessAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
+            "last_failure_at": d.lastFailureAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
+            "last_failure_reason": d.lastFailureReason.map { .string($0) } ?? .null,
+        ]
+    }
+
+    private func endSession(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let user = try user(&p)
+        let session = try p.string("session", required: true, maxBytes: 512)!
+        try p.finish()
+        store.endSession(app: runtime.config.name, user: user, session: session, completion: finish(reply) {
+            ["removed": .int($0)]
+        })
+    }
+
+    private func forget(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let user = try user(&p)
+        try p.finish()
+        store.forget(app: runtime.config.name, user: user, completion: finish(reply) { ["removed": .int($0)] })
+    }
+
+    // MARK: system.*, vapid.public_key
+
+    private func transportState<T>(_ c: TransportCredentials<T>) -> JSON {
+        if let reason = c.disabledReason { return .string("disabled:\(reason)") }
+        return "ready"
+    }
+
+    private func health(_ p: inout ParamReader, _ context: CallContext) throws(RPCError) -> JSON {
+        let only: String? = p.params["app"] == nil ? nil : try app(&p, context).config.name
+        try p.finish()
+        var transports = JSONObject()
+        for name in apps.keys.sorted() where only == nil || only == name {
+            let c = apps[name]!.credentials
+            transports.append(name, ["apns": transportState(c.apns), "fcm": transportState(c.fcm), "web": transportState(c.webPush)])
+        }
+        let status = storeHealth == "ok" ? "ok" : "degraded"
+        return ["status": .string(status), "store": .string(storeHealth), "transports": .object(transports)]
+    }
+
+    private func stats(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        _ = try app(&p, context)
+        try p.finish()
+        let server = serverStats()
+        let uptime = (monotonicMilliseconds() - startedAt) / 1000
+        let rateLimited = self.rateLimited
+        store.deviceCounts(completion: finish(reply) { counts in
+            var devices = JSONObject()
+            for platform in Platform.allCases { devices.append(platform.rawValue, .int(counts[platform] ?? 0)) }
+            return [
+                "version": .string(Self.version), "uptime_s": .int(uptime),
+                "connections": [
+                    "open": .int(server.open), "accepted": .int(server.counters.accepted),
+                    "refused": .int(server.counters.refused),
+                ],
+                "requests": [
+                    "total": .int(server.counters.requests), "errors": .int(server.counters.errors),
+                    "rate_limited": .int(rateLimited),
+                ],
+                "devices": .object(devices),
+            ]
+        })
+    }
+
+    private func vapidPublicKey(_ p: inout ParamReader, _ context: CallContext) throws(RPCError) -> JSON {
+        let runtime = try app(&p, context)
+        try p.finish()
+        guard let vapid = runtime.credentials.webPush.value else {
+            throw RPCError.invalidParams(field: "app", reason: "web push is disabled for this app (no vapid_key)")
+        }
+        return ["public_key": .string(vapid.key.publicKeyBase64URL)]
+    }
+
+    /// Forgets idle rate-limit entries (called from a loop timer).
+    func expireLimiters() {
+        let now = monotonicMilliseconds()
+        registerLimiter.expireIdle(now: now)
+        unregisterLimiter.expireIdle(now: now)
+    }
+}
+
+/// RFC 3339 UTC timestamps with milliseconds.
+enum Timestamp {
+    static func rfc3339(_ ms: Int64) -> String {
+        var seconds = time_t(ms / 1000)
+        var tm = tm()
+        gmtime_r(&seconds, &tm)
+        return String(
+            format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int(tm.tm_year) + 1900, Int(tm.tm_mon) + 1, Int(tm.tm_mday),
+            Int(tm.tm_hour), Int(tm.tm_min), Int(tm.tm_sec), Int(ms % 1000))
+    }
+}

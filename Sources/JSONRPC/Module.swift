@@ -1,1 +1,0 @@
-// JSONRPC module.
