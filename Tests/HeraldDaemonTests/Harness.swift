@@ -1,0 +1,228 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The built `herald` binary (a sibling of the test bundle).
+func heraldBinary() -> String {
+    let sibling = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        .appendingPathComponent("herald").path
+    if FileManager.default.isExecutableFile(atPath: sibling) { return sibling }
+    var dir = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+    while dir.path != "/" {
+        let candidate = dir.appendingPathComponent(".build/debug/herald").path
+        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        dir = dir.deletingLastPathComponent()
+    }
+    fatalError("herald binary not found next to \(CommandLine.arguments[0]) or under .build/debug")
+}
+
+/// A real `herald serve` in a temporary directory, talking over its socket.
+final class DaemonProcess: @unchecked Sendable {
+    let dir: URL
+    let socketPath: String
+    let configPath: String
+    private var process: Process?
+    private let logPath: String
+
+    /// `appSections` replaces the default `[app.default]` section; `extra`
+    /// is appended to the config as is.
+    init(
+        appSections: String = "[app.default]\ndevice_cap = 20\n", synchronous: String = "full",
+        allowPrivate: Bool = false, extra: String = ""
+    ) throws {
+        dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("hd-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        socketPath = dir.appendingPathComponent("herald.sock").path
+        configPath = dir.appendingPathComponent("herald.conf").path
+        logPath = dir.appendingPathComponent("stderr.log").path
+        let config = """
+            [server]
+            socket = \(socketPath)
+            socket_mode = 0600
+            state_dir = \(dir.path)
+            log_level = debug
+
+            [store]
+            key = \(dir.path)/store.key
+            synchronous = \(synchronous)
+
+            [endpoints]
+            webpush_allow_private = \(allowPrivate)
+
+            \(appSections)
+            \(extra)
+            """
+        try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+        try start()
+    }
+
+    func start() throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: heraldBinary())
+        p.arguments = ["serve", "--config", configPath]
+        FileManager.default.createFile(atPath: logPath, contents: nil)
+        let sink = FileHandle(forWritingAtPath: logPath)!
+        sink.seekToEndOfFile()
+        p.standardError = sink
+        p.standardOutput = sink
+        var env = ProcessInfo.processInfo.environment
+        env["NOTIFY_SOCKET"] = nil
+        env["LISTEN_FDS"] = nil
+        env["LISTEN_PID"] = nil
+        p.environment = env
+        try p.run()
+        process = p
+        let deadline = Date().addingTimeInterval(15)
+        while Date() < deadline {
+            if let c = try? TestConnection(path: socketPath) {
+                c.close()
+                return
+            }
+            if !p.isRunning { break }
+            usleep(20_000)
+        }
+        throw HarnessError("daemon did not start:\n\(log(tail: 40))")
+    }
+
+    /// SIGTERM, then wait for exit; returns the exit status.
+    @discardableResult
+    func stop() -> Int32 {
+        guard let p = process, p.isRunning else { return process?.terminationStatus ?? 0 }
+        p.terminate()
+        p.waitUntilExit()
+        return p.terminationStatus
+    }
+
+    /// SIGKILL: no chance to clean up.
+    func kill9() {
+        guard let p = process, p.isRunning else { return }
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+    }
+
+    var isRunning: Bool { process?.isRunning ?? false }
+
+    func log(tail lines: Int = 1000) -> String {
+        let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n", omittingEmptySubsequences: false).suffix(lines).joined(separator: "\n")
+    }
+
+    func connect() throws -> TestConnection { try TestConnection(path: socketPath) }
+
+    /// One call on a fresh connection.
+    func call(_ method: String, _ params: [String: Any] = [:]) throws -> [String: Any] {
+        let c = try connect()
+        defer { c.close() }
+        return try c.call(method, params)
+    }
+
+    func cleanup() {
+        stop()
+        try? FileManager.default.removeItem(at: dir)
+    }
+
+    deinit { if process?.isRunning == true { process?.terminate() } }
+}
+
+struct HarnessError: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
+
+/// A raw client connection: bytes in, lines out.
+final class TestConnection: @unchecked Sendable {
+    let fd: Int32
+    private var buffer: [UInt8] = []
+    private var nextID = 1
+
+    init(path: String) throws {
+        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        withUnsafeMutableBytes(of: &addr.sun_path) { $0.copyBytes(from: bytes) }
+        let rc = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        if rc != 0 {
+            let e = errno
+            Glibc.close(fd)
+            throw HarnessError("connect \(path): \(String(cString: strerror(e)))")
+        }
+    }
+
+    func close() { Glibc.close(fd) }
+
+    func shutdownWrite() { Glibc.shutdown(fd, Int32(SHUT_WR)) }
+
+    func send(_ bytes: [UInt8]) throws {
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n < 0 { throw HarnessError("send: \(String(cString: strerror(errno)))") }
+            sent += n
+        }
+    }
+
+    func send(_ text: String) throws { try send(Array(text.utf8)) }
+
+    /// The next `\n`-terminated line (without it), or nil at EOF or timeout.
+    func readLine(timeout: Double = 10) -> String? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while true {
+            if let nl = buffer.firstIndex(of: 10) {
+                let line = String(decoding: buffer[..<nl], as: UTF8.self)
+                buffer.removeSubrange(...nl)
+                return line
+            }
+            let remaining = deadline.timeIntervalSinceNow
+            if remaining <= 0 { return nil }
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            if poll(&pfd, 1, Int32(remaining * 1000)) <= 0 { return nil }
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { return nil }
+            buffer += chunk[0..<n]
+        }
+    }
+
+    /// True when the daemon closes its side within the timeout (after any data).
+    func readsEOF(timeout: Double = 5) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while deadline.timeIntervalSinceNow > 0 {
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            if poll(&pfd, 1, Int32(deadline.timeIntervalSinceNow * 1000)) <= 0 { return false }
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n == 0 { return true }
+            if n < 0 { return errno == ECONNRESET }
+            buffer += chunk[0..<n]
+        }
+        return false
+    }
+
+    /// Sends a request with a fresh numeric id and returns the whole response object.
+    func call(_ method: String, _ params: [String: Any] = [:]) throws -> [String: Any] {
+        let id = nextID
+        nextID += 1
+        let request: [String: Any] = ["jsonrpc": "2.0", "id": id, "method": method, "params": params]
+        try send([UInt8](try JSONSerialization.data(withJSONObject: request)) + [10])
+        guard let line = readLine() else { throw HarnessError("no response to \(method)") }
+        guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+            throw HarnessError("response is not an object: \(line)")
+        }
+        return object
+    }
+}
+
+extension Dictionary where Key == String, Value == Any {
+    var result: [String: Any]? { self["result"] as? [String: Any] }
+    var error: [String: Any]? { self["error"] as? [String: Any] }
+    var errorCode: Int? { error?["code"] as? Int }
+    var errorData: [String: Any]? { error?["data"] as? [String: Any] }
+}
