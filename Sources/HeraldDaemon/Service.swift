@@ -78,32 +78,36 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         discoverDocument = (try? JSONParser.parse(Array(OpenRPC.document.utf8))) ?? .null
     }
 
-    /// The methods this daemon serves, as `rpc.discover` lists them.
-    static let methods = [
-        "device.register", "device.unregister", "device.list", "session.end", "user.forget",
-        "system.health", "system.stats", "vapid.public_key", "rpc.discover",
+    typealias Reply = @Sendable (Result<JSON, RPCError>) -> Void
+    private typealias Method = @Sendable (HeraldService, inout ParamReader, CallContext, @escaping Reply) throws(RPCError) -> Void
+
+    /// Every method the daemon serves; `rpc.discover` must document exactly these.
+    private static let table: [String: Method] = [
+        "device.register": { s, p, c, r throws(RPCError) in try s.register(&p, c, r) },
+        "device.unregister": { s, p, c, r throws(RPCError) in try s.unregister(&p, c, r) },
+        "device.list": { s, p, c, r throws(RPCError) in try s.list(&p, c, r) },
+        "session.end": { s, p, c, r throws(RPCError) in try s.endSession(&p, c, r) },
+        "user.forget": { s, p, c, r throws(RPCError) in try s.forget(&p, c, r) },
+        "system.health": { s, p, c, r throws(RPCError) in r(.success(try s.health(&p, c))) },
+        "system.stats": { s, p, c, r throws(RPCError) in try s.stats(&p, c, r) },
+        "vapid.public_key": { s, p, c, r throws(RPCError) in r(.success(try s.vapidPublicKey(&p, c))) },
+        "rpc.discover": { s, p, c, r throws(RPCError) in
+            _ = try s.app(&p, c)
+            try p.finish()
+            r(.success(s.discoverDocument))
+        },
     ]
 
-    typealias Reply = @Sendable (Result<JSON, RPCError>) -> Void
+    static var methods: [String] { table.keys.sorted() }
 
     func handle(_ request: RPCRequest, context: CallContext, reply: @escaping Reply) {
+        guard let method = Self.table[request.method] else {
+            reply(.failure(.methodNotFound(request.method)))
+            return
+        }
         var params = ParamReader(request.params)
         do throws(RPCError) {
-            switch request.method {
-            case "device.register": try register(&params, context, reply)
-            case "device.unregister": try unregister(&params, context, reply)
-            case "device.list": try list(&params, context, reply)
-            case "session.end": try endSession(&params, context, reply)
-            case "user.forget": try forget(&params, context, reply)
-            case "system.health": reply(.success(try health(&params, context)))
-            case "system.stats": try stats(&params, context, reply)
-            case "vapid.public_key": reply(.success(try vapidPublicKey(&params, context)))
-            case "rpc.discover":
-                _ = try app(&params, context)
-                try params.finish()
-                reply(.success(discoverDocument))
-            default: throw RPCError.methodNotFound(request.method)
-            }
+            try method(self, &params, context, reply)
         } catch {
             reply(.failure(error))
         }
