@@ -27,7 +27,7 @@ CORE_LIBS := -lcrypto -lsodium -ljansson -lpthread
 SANITIZE := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 .PHONY: deps debian-deps python-deps build run openrpc test test-c test-swift test-interop \
-	bench bench-crypto clean
+	bench bench-crypto bench-rpc clean
 
 ## deps: install missing Debian packages and the Python test peers (local venv)
 deps: debian-deps python-deps
@@ -82,13 +82,18 @@ test-interop: python-deps
 	HERALD_BIN=$(HERALD) $(VENV)/bin/python -m pytest -q Tests/interop
 
 ## bench: every benchmark
-bench: bench-crypto
+bench: bench-crypto bench-rpc
 
 ## bench-crypto: seal and ES256 figures against the floor, openssl speed and http_ece
 bench-crypto: deps
 	$(SWIFT) build -c release --product herald-bench-crypto
 	$(VENV)/bin/python benchmarks/crypto/run.py --bench-bin .build/release/herald-bench-crypto \
 		--out benchmarks/results/crypto.json
+
+## bench-rpc: health round trips, pipelined calls, durable registrations per second
+bench-rpc: debian-deps
+	$(SWIFT) build -c release --product herald
+	$(PYTHON) benchmarks/rpc/bench_rpc.py .build/release/herald
 
 clean:
 	rm -rf .build $(BUILD_DIR)
