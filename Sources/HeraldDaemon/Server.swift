@@ -146,6 +146,9 @@ final class RPCServer: @unchecked Sendable {
         if events & (UInt32(EPOLLIN.rawValue) | UInt32(EPOLLHUP.rawValue) | UInt32(EPOLLRDHUP.rawValue)) != 0 {
             readAvailable(conn)
         }
+        // HUP: the peer closed both directions. What it sent has been read and
+        // dispatched; nothing more can be delivered (and HUP would fire again).
+        if events & UInt32(EPOLLHUP.rawValue) != 0 { close(conn) }
     }
 
     private func readAvailable(_ conn: Connection) {

@@ -102,7 +102,9 @@ public struct JSONNumber: Sendable, Hashable, CustomStringConvertible {
     /// zeros, no surrounding whitespace).
     public init?(_ text: String) {
         var copy = text
-        let valid = copy.withUTF8 { JSONNumber.syntaxLength($0, from: 0) == $0.count && !$0.isEmpty }
+        let valid = copy.withUTF8 {
+            JSONNumber.syntaxLength($0, from: 0) == $0.count && !$0.isEmpty
+        }
         guard valid else { return nil }
         self.text = text
     }
@@ -126,7 +128,9 @@ public struct JSONNumber: Sendable, Hashable, CustomStringConvertible {
 
     /// True when the text is a plain integer: no fraction and no exponent.
     public var isIntegerLiteral: Bool {
-        !text.utf8.contains { $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "e") || $0 == UInt8(ascii: "E") }
+        !text.utf8.contains {
+            $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "e") || $0 == UInt8(ascii: "E")
+        }
     }
 
     /// The value as an `Int64`, only when the text is a plain integer (no fraction,
@@ -163,7 +167,9 @@ public struct JSONNumber: Sendable, Hashable, CustomStringConvertible {
         }
         if i < end && (bytes[i] | 0x20) == UInt8(ascii: "e") {
             i += 1
-            if i < end && (bytes[i] == UInt8(ascii: "+") || bytes[i] == UInt8(ascii: "-")) { i += 1 }
+            if i < end && (bytes[i] == UInt8(ascii: "+") || bytes[i] == UInt8(ascii: "-")) {
+                i += 1
+            }
             guard isDigit(i) else { return nil }
             while isDigit(i) { i += 1 }
         }
@@ -181,7 +187,8 @@ extension JSONNumber: ExpressibleByIntegerLiteral {
 ///
 /// Lookups by name are linear, which is the fast choice for the dozen members of
 /// a request. Build responses with a dictionary literal: `["removed": true]`.
-public struct JSONObject: Sendable, Equatable, RandomAccessCollection, ExpressibleByDictionaryLiteral,
+public struct JSONObject: Sendable, Equatable, RandomAccessCollection,
+    ExpressibleByDictionaryLiteral,
     ExpressibleByArrayLiteral
 {
     public typealias Member = (key: String, value: JSON)

@@ -61,6 +61,9 @@ public struct JSONFramer: Sendable {
     /// Bytes received but not yet returned in a frame.
     public var bufferedByteCount: Int { buffer.count - start }
 
+    /// Bytes held, consumed ones included (for tests of the memory bound).
+    var storedByteCount: Int { buffer.count }
+
     /// Adds bytes read from the stream. Bytes appended after ``finish()`` or after
     /// `.tooLarge` are ignored.
     public mutating func append(_ bytes: some Sequence<UInt8>) {
@@ -192,11 +195,14 @@ public struct JSONFramer: Sendable {
                 if position == start {
                     // A stray closing bracket is a message of its own.
                     let first = bytes[position]
-                    if first == UInt8(ascii: "}") || first == UInt8(ascii: "]") { return position + 1 }
+                    if first == UInt8(ascii: "}") || first == UInt8(ascii: "]") {
+                        return position + 1
+                    }
                 }
                 while position < limit {
                     switch bytes[position] {
-                    case 0x20, 0x09, 0x0A, 0x0D, UInt8(ascii: "{"), UInt8(ascii: "["), UInt8(ascii: "\""):
+                    case 0x20, 0x09, 0x0A, 0x0D, UInt8(ascii: "{"), UInt8(ascii: "["),
+                        UInt8(ascii: "\""):
                         if position > start { return position }
                         position += 1
                     default:

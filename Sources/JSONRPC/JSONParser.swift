@@ -24,8 +24,9 @@ public enum JSONParser {
     public static let maxDepth = 256
 
     public static func parse(_ bytes: UnsafeRawBufferPointer) throws(JSONParseError) -> JSON {
-        var parser = Parser(UnsafeBufferPointer(
-            start: bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), count: bytes.count))
+        var parser = Parser(
+            UnsafeBufferPointer(
+                start: bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), count: bytes.count))
         return try parser.parseDocument()
     }
 
@@ -190,7 +191,8 @@ private struct Parser {
             guard index < end else { throw fail("unexpected end of input") }
             guard bytes[index] == Byte.quote else {
                 throw fail(
-                    bytes[index] == Byte.closeBrace && !members.isEmpty ? "trailing comma" : "expected string key")
+                    bytes[index] == Byte.closeBrace && !members.isEmpty
+                        ? "trailing comma" : "expected string key")
             }
             let key = try parseString()
             skipWhitespace()
@@ -229,7 +231,9 @@ private struct Parser {
             throw fail("leading zero", at: stop - 1)
         }
         index = stop
-        return JSONNumber(unchecked: String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<stop]), as: UTF8.self))
+        return JSONNumber(
+            unchecked: String(
+                decoding: UnsafeBufferPointer(rebasing: bytes[start..<stop]), as: UTF8.self))
     }
 
     /// Parses a string starting at its opening quote.
@@ -242,7 +246,8 @@ private struct Parser {
             let byte = bytes[i]
             if byte == Byte.quote {
                 index = i + 1
-                return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<i]), as: UTF8.self)
+                return String(
+                    decoding: UnsafeBufferPointer(rebasing: bytes[start..<i]), as: UTF8.self)
             } else if byte == Byte.backslash {
                 break
             } else if byte < 0x20 {
@@ -292,10 +297,13 @@ private struct Parser {
             var scalar = try hex4(at: position + 2)
             var next = position + 6
             if scalar >= 0xD800 && scalar <= 0xDBFF {
-                guard next + 1 < end, bytes[next] == Byte.backslash, bytes[next + 1] == UInt8(ascii: "u")
+                guard next + 1 < end, bytes[next] == Byte.backslash,
+                    bytes[next + 1] == UInt8(ascii: "u")
                 else { throw fail("lone surrogate", at: position) }
                 let low = try hex4(at: next + 2)
-                guard low >= 0xDC00 && low <= 0xDFFF else { throw fail("lone surrogate", at: position) }
+                guard low >= 0xDC00 && low <= 0xDFFF else {
+                    throw fail("lone surrogate", at: position)
+                }
                 scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
                 next += 6
             } else if scalar >= 0xDC00 && scalar <= 0xDFFF {
@@ -354,12 +362,20 @@ private struct Parser {
         var high: UInt8 = 0xBF
         switch lead {
         case 0xC2...0xDF: length = 2
-        case 0xE0: length = 3; low = 0xA0
+        case 0xE0:
+            length = 3
+            low = 0xA0
         case 0xE1...0xEC, 0xEE...0xEF: length = 3
-        case 0xED: length = 3; high = 0x9F
-        case 0xF0: length = 4; low = 0x90
+        case 0xED:
+            length = 3
+            high = 0x9F
+        case 0xF0:
+            length = 4
+            low = 0x90
         case 0xF1...0xF3: length = 4
-        case 0xF4: length = 4; high = 0x8F
+        case 0xF4:
+            length = 4
+            high = 0x8F
         default: throw fail("invalid UTF-8", at: i)
         }
         guard i + length <= end else { throw fail("invalid UTF-8", at: i) }

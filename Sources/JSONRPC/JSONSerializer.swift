@@ -14,19 +14,25 @@ extension JSON {
 
     /// Appends the compact serialisation to `out`.
     public func serialize(into out: inout [UInt8]) {
-        JSONWriter.append(bound: JSONWriter.bound(self), to: &out) { JSONWriter.write(self, to: $0) }
+        JSONWriter.append(bound: JSONWriter.bound(self), to: &out) {
+            JSONWriter.write(self, to: $0)
+        }
     }
 
     /// Appends `string` as a quoted, escaped JSON string.
     public static func serialize(string: String, into out: inout [UInt8]) {
-        JSONWriter.append(bound: JSONWriter.bound(string), to: &out) { JSONWriter.write(string, to: $0) }
+        JSONWriter.append(bound: JSONWriter.bound(string), to: &out) {
+            JSONWriter.write(string, to: $0)
+        }
     }
 }
 
 extension JSONObject {
     /// Appends the compact serialisation of the object to `out`.
     public func serialize(into out: inout [UInt8]) {
-        JSONWriter.append(bound: JSONWriter.bound(self), to: &out) { JSONWriter.write(self, to: $0) }
+        JSONWriter.append(bound: JSONWriter.bound(self), to: &out) {
+            JSONWriter.write(self, to: $0)
+        }
     }
 }
 
@@ -142,7 +148,9 @@ enum JSONWriter {
     }
 
     /// Writes the escaped contents of a string (without quotes); returns the length.
-    static func writeEscaped(_ utf8: UnsafeBufferPointer<UInt8>, to p: UnsafeMutablePointer<UInt8>) -> Int {
+    static func writeEscaped(_ utf8: UnsafeBufferPointer<UInt8>, to p: UnsafeMutablePointer<UInt8>)
+        -> Int
+    {
         guard let base = utf8.baseAddress else { return 0 }
         let count = utf8.count
         var i = 0

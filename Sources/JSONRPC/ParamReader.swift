@@ -100,7 +100,9 @@ public struct ParamReader: Sendable {
 
     /// A reader for the nested object `name`, whose fields are reported as
     /// `name.field`. Call ``finish()`` on it as well.
-    public mutating func object(_ name: String, required: Bool = false) throws(RPCError) -> ParamReader? {
+    public mutating func object(_ name: String, required: Bool = false) throws(RPCError)
+        -> ParamReader?
+    {
         guard let value = try present(name, required: required) else { return nil }
         guard case .object(let object) = value else { throw invalid(name, "must be an object") }
         return ParamReader(object, prefix: path(name))
@@ -124,7 +126,8 @@ public struct ParamReader: Sendable {
         guard let value = try present(name, required: required) else { return nil }
         guard case .array(let elements) = value else { throw invalid(name, "must be an array") }
         if elements.count < minCount {
-            throw invalid(name, minCount == 1 ? "must not be empty" : "must have at least \(minCount) items")
+            throw invalid(
+                name, minCount == 1 ? "must not be empty" : "must have at least \(minCount) items")
         }
         if elements.count > maxCount { throw invalid(name, "must have at most \(maxCount) items") }
         var strings: [String] = []
@@ -132,7 +135,8 @@ public struct ParamReader: Sendable {
         for (i, element) in elements.enumerated() {
             switch Self.checkString(element, maxBytes: maxBytes, allowEmpty: allowEmpty) {
             case .success(let string): strings.append(string)
-            case .failure(let reason): throw .invalidParams(field: "\(path(name))[\(i)]", reason: reason.text)
+            case .failure(let reason):
+                throw .invalidParams(field: "\(path(name))[\(i)]", reason: reason.text)
             }
         }
         return strings
@@ -152,7 +156,9 @@ public struct ParamReader: Sendable {
         pairs.reserveCapacity(object.count)
         for (key, value) in object.members {
             if key.isEmpty { throw invalid(name + "." + key, "key must not be empty") }
-            if key.utf8.count > maxKeyBytes { throw invalid(name + "." + key, "key must be at most \(maxKeyBytes) bytes") }
+            if key.utf8.count > maxKeyBytes {
+                throw invalid(name + "." + key, "key must be at most \(maxKeyBytes) bytes")
+            }
             switch Self.checkString(value, maxBytes: maxValueBytes, allowEmpty: allowEmptyValues) {
             case .success(let string): pairs.append((key: key, value: string))
             case .failure(let reason): throw invalid(name + "." + key, reason.text)
@@ -179,7 +185,8 @@ public struct ParamReader: Sendable {
             throw invalid(duplicate, "duplicate parameter")
         }
         for (i, member) in params.members.enumerated() {
-            let read = i < 64 ? readMask & (1 << UInt64(i)) != 0 : readBeyondMask.contains(member.key)
+            let read =
+                i < 64 ? readMask & (1 << UInt64(i)) != 0 : readBeyondMask.contains(member.key)
             if !read { throw invalid(member.key, "unknown parameter") }
         }
     }
@@ -189,8 +196,12 @@ public struct ParamReader: Sendable {
         let text: String
     }
 
-    private static func checkString(_ value: JSON, maxBytes: Int, allowEmpty: Bool) -> Result<String, Refusal> {
-        guard case .string(let string) = value else { return .failure(Refusal(text: "must be a string")) }
+    private static func checkString(_ value: JSON, maxBytes: Int, allowEmpty: Bool) -> Result<
+        String, Refusal
+    > {
+        guard case .string(let string) = value else {
+            return .failure(Refusal(text: "must be a string"))
+        }
         let count = string.utf8.count
         if count == 0 && !allowEmpty { return .failure(Refusal(text: "must not be empty")) }
         if count > maxBytes { return .failure(Refusal(text: "must be at most \(maxBytes) bytes")) }

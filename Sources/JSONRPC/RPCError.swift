@@ -32,12 +32,24 @@ public struct RPCError: Error, Sendable, Equatable, CustomStringConvertible {
 
     /// -32600: the JSON is not a valid request object. `data` = `{"reason"}`.
     public static func invalidRequest(_ reason: String) -> RPCError {
-        RPCError(code: Code.invalidRequest, message: "Invalid Request", data: ["reason": .string(reason)])
+        RPCError(
+            code: Code.invalidRequest, message: "Invalid Request", data: ["reason": .string(reason)]
+        )
+    }
+
+    /// -32600 for a message longer than the framer's limit: `data` =
+    /// `{"reason": "message too large", "limit"}`. Send it with id null, then close.
+    public static func messageTooLarge(limit: Int) -> RPCError {
+        RPCError(
+            code: Code.invalidRequest, message: "Invalid Request",
+            data: ["reason": "message too large", "limit": .int(limit)])
     }
 
     /// -32601. `data` = `{"method"}`.
     public static func methodNotFound(_ method: String) -> RPCError {
-        RPCError(code: Code.methodNotFound, message: "Method not found", data: ["method": .string(method)])
+        RPCError(
+            code: Code.methodNotFound, message: "Method not found",
+            data: ["method": .string(method)])
     }
 
     /// -32602. `data` = `{"field", "reason"}`, where `field` is a dotted path such as

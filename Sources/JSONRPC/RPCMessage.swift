@@ -93,7 +93,9 @@ public enum RPCMessage: Sendable, Equatable {
         do {
             json = try JSONParser.parse(bytes)
         } catch {
-            return .single(.failure(RPCFailure(id: .null, error: .parseError(error.reason, offset: error.offset))))
+            return .single(
+                .failure(
+                    RPCFailure(id: .null, error: .parseError(error.reason, offset: error.offset))))
         }
         return decode(json)
     }
@@ -103,13 +105,16 @@ public enum RPCMessage: Sendable, Equatable {
         switch json {
         case .array(let elements):
             if elements.isEmpty {
-                return .single(.failure(RPCFailure(id: .null, error: .invalidRequest("empty batch"))))
+                return .single(
+                    .failure(RPCFailure(id: .null, error: .invalidRequest("empty batch"))))
             }
             return .batch(elements.map(decodeCall))
         case .object:
             return .single(decodeCall(json))
         default:
-            return .single(.failure(RPCFailure(id: .null, error: .invalidRequest("request must be an object"))))
+            return .single(
+                .failure(RPCFailure(id: .null, error: .invalidRequest("request must be an object")))
+            )
         }
     }
 
@@ -125,7 +130,8 @@ public enum RPCMessage: Sendable, Equatable {
     ///   well-formed notification gets no response.
     public static func decodeCall(_ json: JSON) -> RPCCall {
         guard case .object(let object) = json else {
-            return .failure(RPCFailure(id: .null, error: .invalidRequest("request must be an object")))
+            return .failure(
+                RPCFailure(id: .null, error: .invalidRequest("request must be an object")))
         }
         var id: RPCID? = nil
         var jsonrpc: JSON? = nil
@@ -165,7 +171,8 @@ public enum RPCMessage: Sendable, Equatable {
             }
         }
         func invalid(_ reason: String) -> RPCCall {
-            .failure(RPCFailure(id: idValid ? (id ?? .null) : .null, error: .invalidRequest(reason)))
+            .failure(
+                RPCFailure(id: idValid ? (id ?? .null) : .null, error: .invalidRequest(reason)))
         }
         if let duplicate { return invalid("duplicate member: \(duplicate)") }
         if !idValid { return invalid("id must be a string, number or null") }
@@ -179,8 +186,10 @@ public enum RPCMessage: Sendable, Equatable {
         case .object(let object):
             named = object
         case .array:
-            return .failure(RPCFailure(
-                id: id, error: .invalidParams(field: "params", reason: "params must be an object")))
+            return .failure(
+                RPCFailure(
+                    id: id,
+                    error: .invalidParams(field: "params", reason: "params must be an object")))
         default:
             return invalid("params must be an object")
         }

@@ -18,7 +18,8 @@ struct JSONParserTests {
         " [1] ", "\t\n\r [1]\n\r\t", "[1, 2 ,3]", "[-0]", "[-0.0]", "[1E22]", "[1e-2]", "[1E+2]",
         "[0e1]", "[0E-0]", "[123.456e78]", "[-123]", "[1.5]", "[1e400]", "[-1e400]", "[1e-400]",
         "[123456789012345678901234567890]", "[-9223372036854775809]", #"["\/"]"#, #"["\u0000"]"#,
-        #"["\uD834\uDd1E"]"#, #"["\u00e9"]"#, "[\"é\"]", #"["\"\\\/\b\f\n\r\t"]"#, #"["\u2028\u2029"]"#,
+        #"["\uD834\uDd1E"]"#, #"["\u00e9"]"#, "[\"é\"]", #"["\"\\\/\b\f\n\r\t"]"#,
+        #"["\u2028\u2029"]"#,
         #"[""]"#, #"{"a":[],"a":1}"#, #"{"":0}"#, "[[[[]]]]", #"["\uFFFF"]"#, #"["\uDBFF\uDFFF"]"#,
         "[\"\u{10FFFF}\"]", "[\"\u{7F}\"]", #"{"a":{"b":{"c":[1,{"d":null}]}}}"#, "[\"😀 日本\"]",
         #""\u005C""#, "1", "-1.0e+0",
@@ -31,15 +32,20 @@ struct JSONParserTests {
 
     /// Texts every conforming parser refuses (JSONTestSuite n_ style).
     static let rejected: [String] = [
-        "", " ", "\n", "[1,]", #"{"a":1,}"#, "[,1]", "[1,,2]", "{,}", "[01]", "[-01]", "[00]", "[+1]",
-        "[.5]", "[1.]", "[1.e1]", "[1e]", "[1e+]", "[-]", "[- 1]", "[NaN]", "[Infinity]", "[-Infinity]",
+        "", " ", "\n", "[1,]", #"{"a":1,}"#, "[,1]", "[1,,2]", "{,}", "[01]", "[-01]", "[00]",
+        "[+1]",
+        "[.5]", "[1.]", "[1.e1]", "[1e]", "[1e+]", "[-]", "[- 1]", "[NaN]", "[Infinity]",
+        "[-Infinity]",
         "[0x10]", "// c\n[]", "[] // c", "/* */[]", "[]#", #"["\uD800"]"#, #"["\uDC00"]"#,
         #"["\uD800\u0041"]"#, #"["\uD800\n"]"#, #"["\uD800""#, "[\"a\u{1F}b\"]", "[\"tab\there\"]",
-        "[\"new\nline\"]", #"["\x"]"#, #"["\u12"]"#, #"["\uZZZZ"]"#, #"["\U0041"]"#, "['a']", "{a:1}",
-        #"{"a" 1}"#, #"{"a":}"#, #"{"a"}"#, #"{1:1}"#, "[1 2]", "[true false]", "tru", "nul", "True",
+        "[\"new\nline\"]", #"["\x"]"#, #"["\u12"]"#, #"["\uZZZZ"]"#, #"["\U0041"]"#, "['a']",
+        "{a:1}",
+        #"{"a" 1}"#, #"{"a":}"#, #"{"a"}"#, #"{1:1}"#, "[1 2]", "[true false]", "tru", "nul",
+        "True",
         "[1]x", "[1]]", "{}}", "1 2", #"["a"#, "[", "{", #"{"a":1"#, "[\u{0}]", "[1]\u{0}",
         "[\u{0B}1]", "[\u{0C}1]", "\u{A0}[]", "\u{FEFF}[]", "\"", "[\"a\\\"]", "[1,", "]", "}",
-        #"{"a":1 "b":2}"#, "[1:2]", #"{"a"::1}"#, "[--1]", "[1e1.5]", "[.]", "'single'", "undefined",
+        #"{"a":1 "b":2}"#, "[1:2]", #"{"a"::1}"#, "[--1]", "[1e1.5]", "[.]", "'single'",
+        "undefined",
         nested(JSONParser.maxDepth + 1), "{\"a\":" + nested(JSONParser.maxDepth) + "}",
     ]
 
@@ -79,7 +85,10 @@ struct JSONParserTests {
         #expect(try JSONParser.parse(#""a\u0041b""#) == "aAb")
         #expect(try JSONParser.parse("\"😀 日本\"") == "😀 日本")
         #expect(try parse(bytes: [0x22, 0xF4, 0x8F, 0xBF, 0xBF, 0x22]) == .string("\u{10FFFF}"))
-        #expect(try JSONParser.parse(#"{"a":1,"b":[true,null],"a":"x"}"#) == ["a": 1, "b": [true, nil], "a": "x"])
+        #expect(
+            try JSONParser.parse(#"{"a":1,"b":[true,null],"a":"x"}"#) == [
+                "a": 1, "b": [true, nil], "a": "x",
+            ])
         #expect(try JSONParser.parse("[1.50]") == .array([.number(JSONNumber("1.50")!)]))
         #expect(try JSONParser.parse(nested(JSONParser.maxDepth)) != .null)
     }
@@ -152,7 +161,9 @@ struct JSONParserTests {
         #expect(failure(nested(257))?.offset == 256)
         #expect(failure("{\"a\" 1}")?.reason == "expected ':'")
         #expect(failure("\u{FEFF}[]")?.reason == "byte order mark")
-        #expect(throws: JSONParseError("invalid UTF-8", at: 3)) { try parse(bytes: Array(#"["a"#.utf8) + [0xFF, 0x22, 0x5D]) }
+        #expect(throws: JSONParseError("invalid UTF-8", at: 3)) {
+            try parse(bytes: Array(#"["a"#.utf8) + [0xFF, 0x22, 0x5D])
+        }
         #expect(JSONParseError("x", at: 4).description == "x at byte 4")
     }
 
@@ -163,10 +174,14 @@ struct JSONParserTests {
         let expected: JSON = ["k": [1, "v"]]
         #expect(try JSONParser.parse(bytes) == expected)
         #expect(try JSONParser.parse(bytes[...]) == expected)
-        #expect(try bytes.withUnsafeBytes { raw throws(JSONParseError) in try JSONParser.parse(raw) } == expected)
+        #expect(
+            try bytes.withUnsafeBytes { raw throws(JSONParseError) in try JSONParser.parse(raw) }
+                == expected)
         #expect(try JSONParser.parse(text) == expected)
         #expect(try JSONParser.parse(text.utf8.lazy.map { $0 }) == expected)
         let empty = UnsafeRawBufferPointer(start: nil, count: 0)
-        #expect(throws: JSONParseError("unexpected end of input", at: 0)) { try JSONParser.parse(empty) }
+        #expect(throws: JSONParseError("unexpected end of input", at: 0)) {
+            try JSONParser.parse(empty)
+        }
     }
 }

@@ -66,7 +66,9 @@ struct JSONSerializerTests {
     @Test("every string survives a round trip")
     func stringRoundTrip() throws {
         var scalars: [Unicode.Scalar] = (0..<0x80).map { Unicode.Scalar(UInt8($0)) }
-        let wide: [UInt32] = [0xA0, 0x7FF, 0x800, 0x2028, 0x2029, 0xD7FF, 0xE000, 0xFFFD, 0xFFFF, 0x10000, 0x10FFFF]
+        let wide: [UInt32] = [
+            0xA0, 0x7FF, 0x800, 0x2028, 0x2029, 0xD7FF, 0xE000, 0xFFFD, 0xFFFF, 0x10000, 0x10FFFF,
+        ]
         scalars += wide.compactMap { Unicode.Scalar($0) }
         var string = ""
         string.unicodeScalars.append(contentsOf: scalars)

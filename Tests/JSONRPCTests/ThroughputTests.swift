@@ -12,9 +12,11 @@ struct ThroughputTests {
         for i in 0..<count {
             let line: String
             if i % 2 == 0 {
-                line = #"{"jsonrpc":"2.0","method":"push.send","params":{"to":{"users":["user-\#(i)","u2"]},"kind":"notification","data":{"thread":"t\#(i)","room":"é"},"priority":"high","ttl":3600},"id":\#(i)}"#
+                line =
+                    #"{"jsonrpc":"2.0","method":"push.send","params":{"to":{"users":["user-\#(i)","u2"]},"kind":"notification","data":{"thread":"t\#(i)","room":"é"},"priority":"high","ttl":3600},"id":\#(i)}"#
             } else {
-                line = #"{"jsonrpc":"2.0","id":"r\#(i)","method":"device.register","params":{"user":"user-\#(i)","platform":"apns","token":"\#(String(repeating: "ab", count: 32))","app_version":"1.2.3"}}"#
+                line =
+                    #"{"jsonrpc":"2.0","id":"r\#(i)","method":"device.register","params":{"user":"user-\#(i)","platform":"apns","token":"\#(String(repeating: "ab", count: 32))","app_version":"1.2.3"}}"#
             }
             stream += line.utf8
             stream += i % 3 == 0 ? [0x0A] : i % 3 == 1 ? [0x0D, 0x0A] : []
@@ -33,7 +35,9 @@ struct ThroughputTests {
                     Issue.record("unexpected \(frame)")
                     return
                 }
-                guard case .single(.success(let request)) = RPCMessage.decode(bytes), let id = request.id else {
+                guard case .single(.success(let request)) = RPCMessage.decode(bytes),
+                    let id = request.id
+                else {
                     Issue.record("did not decode \(String(decoding: bytes, as: UTF8.self))")
                     return
                 }
@@ -41,8 +45,10 @@ struct ThroughputTests {
                 let result: JSON
                 switch request.method {
                 case "push.send":
-                    let users = try p.object("to", required: true) { (to: inout ParamReader) throws(RPCError) in
-                        try to.stringArray("users", required: true, minCount: 1, maxCount: 10_000, maxBytes: 256)
+                    let users = try p.object("to", required: true) {
+                        (to: inout ParamReader) throws(RPCError) in
+                        try to.stringArray(
+                            "users", required: true, minCount: 1, maxCount: 10_000, maxBytes: 256)
                     }
                     _ = try p.enumeration("kind", allowed: ["notification", "clear", "call_ring"])
                     _ = try p.stringMap("data", maxCount: 16, maxKeyBytes: 64, maxValueBytes: 256)
@@ -50,14 +56,21 @@ struct ThroughputTests {
                     _ = try p.int("ttl", range: 0...2_419_200)
                     try p.finish()
                     let recipients = users.flatMap { $0 } ?? []
-                    result = ["message_id": .string("m-\(recipients[0])"), "devices": .int(recipients.count), "skipped": 0]
+                    result = [
+                        "message_id": .string("m-\(recipients[0])"),
+                        "devices": .int(recipients.count), "skipped": 0,
+                    ]
                 case "device.register":
                     let user = try p.string("user", required: true, maxBytes: 256)
-                    _ = try p.enumeration("platform", required: true, allowed: ["apns", "apns_voip", "fcm", "web"])
+                    _ = try p.enumeration(
+                        "platform", required: true, allowed: ["apns", "apns_voip", "fcm", "web"])
                     _ = try p.string("token", required: true, maxBytes: 4096)
                     _ = try p.string("app_version", maxBytes: 64)
                     try p.finish()
-                    result = ["device_id": .string("d-\(user ?? "")"), "created": true, "reclaimed": false, "evicted": []]
+                    result = [
+                        "device_id": .string("d-\(user ?? "")"), "created": true,
+                        "reclaimed": false, "evicted": [],
+                    ]
                 default:
                     Issue.record("unexpected method \(request.method)")
                     return
