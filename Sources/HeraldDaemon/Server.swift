@@ -164,7 +164,9 @@ final class RPCServer: @unchecked Sendable {
                 if n < chunk.count { break }
             } else if n == 0 {
                 conn.readClosed = true
-                if let frame = conn.framer.finish() { process(frame, conn) }
+                while !conn.closing, connections[conn.id] != nil, let frame = conn.framer.finish() {
+                    process(frame, conn)
+                }
                 updateInterest(conn)
                 break
             } else {
@@ -191,8 +193,8 @@ final class RPCServer: @unchecked Sendable {
         switch frame {
         case .tooLarge:
             counters.errors += 1
-            let error = RPCError.invalidRequest("message larger than \(limits.maxMessageBytes) bytes")
-            enqueue(conn, RPCResponse.frame(RPCResponse.failure(id: nil, error: error)))
+            let error = RPCError.messageTooLarge(limit: limits.maxMessageBytes)
+            enqueue(conn, RPCResponse.frame(RPCResponse.failure(id: .null, error: error)))
             conn.closing = true
             updateInterest(conn)
         case .message(let bytes):

@@ -69,7 +69,8 @@ public struct JSONFramer: Sendable {
     public mutating func append(_ bytes: some Sequence<UInt8>) {
         guard !atEnd, mode != .done else { return }
         compact()
-        buffer.append(contentsOf: bytes)
+        let copied: Void? = bytes.withContiguousStorageIfAvailable { buffer.append(contentsOf: $0) }
+        if copied == nil { buffer.append(contentsOf: bytes) }
     }
 
     /// Adds bytes read from the stream.
@@ -152,24 +153,44 @@ public struct JSONFramer: Sendable {
         let mode = self.mode
         let start = self.start
         let end: Int? = buffer.withUnsafeBufferPointer { bytes in
-            switch mode {
-            case .container:
+            // Advances past the end of the string the scan is in; false when the
+            // bytes run out first (the state is kept for the next call).
+            func skipString() -> Bool {
+                if escaped {
+                    guard position < limit else { return false }
+                    position += 1
+                    escaped = false
+                }
                 while position < limit {
                     let byte = bytes[position]
                     position += 1
-                    if inString {
-                        if escaped {
-                            escaped = false
-                        } else if byte == UInt8(ascii: "\\") {
+                    if byte == UInt8(ascii: "\"") {
+                        return true
+                    } else if byte == UInt8(ascii: "\\") {
+                        guard position < limit else {
                             escaped = true
-                        } else if byte == UInt8(ascii: "\"") {
-                            inString = false
+                            return false
                         }
-                        continue
+                        position += 1
                     }
+                }
+                return false
+            }
+            switch mode {
+            case .container:
+                if inString {
+                    guard skipString() else { return nil }
+                    inString = false
+                }
+                while position < limit {
+                    let byte = bytes[position]
+                    position += 1
                     switch byte {
                     case UInt8(ascii: "\""):
-                        inString = true
+                        guard skipString() else {
+                            inString = true
+                            return nil
+                        }
                     case UInt8(ascii: "{"), UInt8(ascii: "["):
                         depth += 1
                     case UInt8(ascii: "}"), UInt8(ascii: "]"):
@@ -180,17 +201,7 @@ public struct JSONFramer: Sendable {
                     }
                 }
             case .string:
-                while position < limit {
-                    let byte = bytes[position]
-                    position += 1
-                    if escaped {
-                        escaped = false
-                    } else if byte == UInt8(ascii: "\\") {
-                        escaped = true
-                    } else if byte == UInt8(ascii: "\"") {
-                        return position
-                    }
-                }
+                if skipString() { return position }
             case .scalar:
                 if position == start {
                     // A stray closing bracket is a message of its own.

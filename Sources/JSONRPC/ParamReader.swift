@@ -12,9 +12,10 @@
 ///
 /// Reasons, for clients to read and branch on: "is required", "must be a string",
 /// "must not be empty", "must be at most N bytes", "must be an integer",
-/// "must be between A and B" (or "at least A", "at most B"), "must be a boolean",
-/// "must be an object", "must be an array", "must have at most N items",
-/// "must have at least N items", "must have at most N members",
+/// "must be between A and B" (or "must be at least A", "must be at most B",
+/// "must be a 64-bit integer"), "must be a boolean", "must be an object",
+/// "must be an array", "must have at most N items", "must have at least N items",
+/// "must have at most N members", "key must not be empty",
 /// "key must be at most N bytes", "must be one of: a, b", "duplicate key",
 /// "unknown parameter", "duplicate parameter".
 public struct ParamReader: Sendable {
