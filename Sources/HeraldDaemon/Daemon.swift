@@ -106,9 +106,8 @@ public enum Daemon {
             ["version": HeraldService.version, "socket": listener.ownedPath ?? "systemd", "config": path])
         notifier.notify("READY=1\nSTATUS=serving")
 
-        loop.run()
-
-        _ = signals
+        // The signal sources must live as long as the loop runs.
+        withExtendedLifetime(signals) { loop.run() }
         server.closeAll()
         listener.close()
         store.close()
