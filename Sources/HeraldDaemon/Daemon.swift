@@ -20,6 +20,9 @@ public enum Daemon {
         let environment = HeraldConfig.processEnvironment()
         let path = HeraldConfig.path(option: option, environment: environment)
         let bootLog = Logger(level: .info)
+        // Signals first: a SIGTERM that arrives while starting up must not be lost.
+        let stopper = Shutdown(notifier: SystemdNotifier(environment: environment))
+        let signals = installSignals(stopper: stopper, log: bootLog)
         let config: HeraldConfig
         let credentials: [String: LoadedCredentials]
         let storeKey: StoreKey
@@ -90,8 +93,7 @@ public enum Daemon {
         }
         loop.every(milliseconds: 60_000) { service.expireLimiters() }
 
-        let stopper = Shutdown(loop: loop, server: server, log: log, notifier: notifier)
-        let signals = installSignals(stopper: stopper, log: log)
+        stopper.attach(loop: loop, server: server, log: log)
         for (name, c) in credentials.sorted(by: { $0.key < $1.key }) {
             log.info(
                 "app_loaded",
@@ -144,27 +146,47 @@ public enum Daemon {
 }
 
 /// Graceful stop: no new connections, requests in flight get up to the
-/// budget to finish, then the loop ends.
+/// budget to finish, then the loop ends. A stop asked for before the loop
+/// exists is remembered and carried out as soon as it does.
 final class Shutdown: @unchecked Sendable {
-    private let loop: EventLoop
-    private let server: RPCServer
-    private let log: Logger
+    private let lock = NSLock()
+    private var loop: EventLoop?  // guarded by lock
+    private var server: RPCServer?  // guarded by lock
+    private var log: Logger?  // guarded by lock
+    private var requested: String?  // guarded by lock
     private let notifier: SystemdNotifier
 
-    init(loop: EventLoop, server: RPCServer, log: Logger, notifier: SystemdNotifier) {
-        self.loop = loop
-        self.server = server
-        self.log = log
+    init(notifier: SystemdNotifier) {
         self.notifier = notifier
+    }
+
+    func attach(loop: EventLoop, server: RPCServer, log: Logger) {
+        let early: String? = lock.withLock {
+            self.loop = loop
+            self.server = server
+            self.log = log
+            return requested
+        }
+        if let early { start(signal: early, loop: loop, server: server, log: log) }
     }
 
     func begin(signal: String) {
         notifier.notify("STOPPING=1")
-        loop.execute { [self] in
+        let attached: (EventLoop, RPCServer, Logger)? = lock.withLock {
+            guard requested == nil else { return nil }
+            requested = signal
+            guard let loop, let server, let log else { return nil }
+            return (loop, server, log)
+        }
+        if let (loop, server, log) = attached { start(signal: signal, loop: loop, server: server, log: log) }
+    }
+
+    private func start(signal: String, loop: EventLoop, server: RPCServer, log: Logger) {
+        loop.execute {
             log.info("herald_stopping", ["signal": signal])
             server.stopAccepting()
             let deadline = monotonicMilliseconds() + Daemon.shutdownBudgetMs
-            loop.every(milliseconds: 20) { [self] in
+            loop.every(milliseconds: 20) {
                 if server.pendingRequests == 0 || monotonicMilliseconds() >= deadline { loop.stop() }
             }
         }
