@@ -92,7 +92,14 @@ final class DaemonProcess: @unchecked Sendable {
     func stop() -> Int32 {
         guard let p = process, p.isRunning else { return process?.terminationStatus ?? 0 }
         p.terminate()
-        p.waitUntilExit()
+        // A daemon that ignores SIGTERM must fail the test, not hang it.
+        let deadline = Date().addingTimeInterval(20)
+        while p.isRunning && Date() < deadline { usleep(10_000) }
+        if p.isRunning {
+            kill(p.processIdentifier, SIGKILL)
+            p.waitUntilExit()
+            return -1
+        }
         return p.terminationStatus
     }
 
