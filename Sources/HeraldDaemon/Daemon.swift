@@ -187,7 +187,7 @@ final class Shutdown: @unchecked Sendable {
             server.stopAccepting()
             let deadline = monotonicMilliseconds() + Daemon.shutdownBudgetMs
             loop.every(milliseconds: 20) {
-                if server.pendingRequests == 0 || monotonicMilliseconds() >= deadline { loop.stop() }
+                if server.isQuiescent || monotonicMilliseconds() >= deadline { loop.stop() }
             }
         }
     }

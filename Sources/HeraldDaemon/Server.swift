@@ -65,8 +65,10 @@ final class RPCServer: @unchecked Sendable {
 
     var openConnections: Int { connections.count }
 
-    /// Requests dispatched and not yet answered, over all connections.
-    var pendingRequests: Int { connections.values.reduce(0) { $0 + $1.pending } }
+    /// True when every request is answered and every answer written out.
+    var isQuiescent: Bool {
+        connections.values.allSatisfy { $0.pending == 0 && $0.output.count == $0.outputOffset }
+    }
 
     /// Registers the listener and the idle sweep (call on the loop thread or before `run`).
     func start() throws(SystemError) {
@@ -85,6 +87,7 @@ final class RPCServer: @unchecked Sendable {
     /// Closes every connection (after their pending responses, if they
     /// complete within the loop's remaining life).
     func closeAll() {
+        flushDirty()
         for conn in Array(connections.values) { close(conn) }
     }
 

@@ -190,6 +190,9 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         if version != nil && registrationID == nil {
             throw p.invalid("version", "requires registration_id")
         }
+        if registrationID != nil && version == nil {
+            throw p.invalid("version", "is required with registration_id")
+        }
         try p.finish()
         try limit(registerLimiter, app: runtime.config.name, user: user)
 
@@ -213,8 +216,10 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         let endpointGuard = self.endpointGuard
         resolverQueue.async {
             do throws(EndpointError) {
-                _ = try endpointGuard.check(registration.token)
-                store.register(registration, deviceCap: cap, completion: done)
+                // The binding uses the normalised URL, so spellings of one endpoint are one device.
+                var normalized = registration
+                normalized.token = try endpointGuard.check(registration.token).url
+                store.register(normalized, deviceCap: cap, completion: done)
             } catch {
                 reply(.failure(Self.endpointError(error)))
             }
@@ -287,6 +292,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         guard forms.filter({ $0 }).count == 1 else {
             throw p.invalid("device_id", "give exactly one of: device_id; platform and token; registration_id and version")
         }
+        if version != nil && registrationID == nil { throw p.invalid("version", "requires registration_id") }
         if let deviceID {
             guard deviceID.utf8.count == 32, deviceID.utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) })
             else { throw p.invalid("device_id", "must be 32 lowercase hex characters") }
@@ -308,6 +314,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
             } else if envName != nil {
                 throw p.invalid("environment", "is only for apns and apns_voip")
             }
+            if platform == .web, let normalized = try? endpointGuard.normalize(token) { token = normalized }
             selector = .binding(platform: platform, environment: environment, token: token)
         }
         try limit(unregisterLimiter, app: runtime.config.name, user: user)

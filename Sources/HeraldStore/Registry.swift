@@ -10,9 +10,19 @@ final class Registry {
     static let tombstoneBound = 1024
     static let tombstoneLifetimeMs: Int64 = 30 * 24 * 3600 * 1000
 
-    init(db: Database, key: StoreKey) {
+    /// The last registration sequence number handed out (store thread only).
+    private var sequence: Int64
+
+    init(db: Database, key: StoreKey) throws(StoreError) {
         self.db = db
         self.key = key
+        let stmt = try db.statement("SELECT coalesce(max(registered_seq), 0) FROM devices")
+        sequence = try stmt.step() ? stmt.int64(0) : 0
+    }
+
+    private func nextSequence() -> Int64 {
+        sequence += 1
+        return sequence
     }
 
     private struct Row {
@@ -95,9 +105,12 @@ final class Registry {
 
         if let existing = try findByBinding(binding) {
             if existing.user == r.user {
-                try update(existing.deviceID, with: r, binding: binding, tokenHash: tokenHash, now: now)
+                // A registration_id given now names the installation: the id follows it.
+                let id = r.registrationID.map { Identity.deviceID(user: r.user, app: r.app, registrationID: $0) }
+                    ?? existing.deviceID
+                try update(existing.deviceID, with: r, binding: binding, tokenHash: tokenHash, now: now, newID: id)
                 return RegistrationOutcome(
-                    deviceID: existing.deviceID, tokenHash: tokenHash, created: false, reclaimed: false, evicted: [])
+                    deviceID: id, tokenHash: tokenHash, created: false, reclaimed: false, evicted: [])
             }
             try delete(deviceID: existing.deviceID)
             reclaimed = true
@@ -111,14 +124,14 @@ final class Registry {
             """
             INSERT INTO devices (device_id, app, user, platform, environment, binding_hash, token_hash,
                 token_sealed, keys_sealed, name, app_version, session_hash, registration_id, version,
-                created_at, registered_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                created_at, registered_at, registered_seq)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """
         ).bind(
             .text(deviceID), .text(r.app), .text(r.user), .text(r.platform.rawValue),
             .optional(r.environment?.rawValue), .blob(binding), .text(tokenHash), .blob(sealed.token), sealed.keys,
             .optional(r.name), .optional(r.appVersion), r.session.map { .blob(Identity.sessionHash($0)) } ?? .null,
-            .optional(r.registrationID), .optional(r.version), .int(now), .int(now)
+            .optional(r.registrationID), .optional(r.version), .int(now), .int(now), .int(nextSequence())
         ).run()
         let evicted = try evict(app: r.app, user: r.user, keep: deviceCap)
         return RegistrationOutcome(
@@ -126,25 +139,29 @@ final class Registry {
     }
 
     /// Refreshes a row in place: the binding and every field the call gives;
-    /// a field left out keeps its stored value.
+    /// a field left out keeps its stored value. Web Push keys always follow
+    /// the platform (a move away from web drops them). With `newID` the row
+    /// is re-keyed, and its secrets re-sealed under the new id.
     private func update(
-        _ deviceID: String, with r: Registration, binding: [UInt8], tokenHash: String, now: Int64
+        _ deviceID: String, with r: Registration, binding: [UInt8], tokenHash: String, now: Int64,
+        newID: String? = nil
     ) throws {
-        let sealed = try seal(r, deviceID: deviceID)
+        let id = newID ?? deviceID
+        let sealed = try seal(r, deviceID: id)
         try db.statement(
             """
-            UPDATE devices SET platform = ?, environment = ?, binding_hash = ?, token_hash = ?, token_sealed = ?,
-                keys_sealed = COALESCE(?, keys_sealed), name = COALESCE(?, name),
+            UPDATE devices SET device_id = ?, platform = ?, environment = ?, binding_hash = ?, token_hash = ?,
+                token_sealed = ?, keys_sealed = ?, name = COALESCE(?, name),
                 app_version = COALESCE(?, app_version), session_hash = COALESCE(?, session_hash),
                 registration_id = COALESCE(?, registration_id), version = COALESCE(?, version),
-                registered_at = ?
+                registered_at = ?, registered_seq = ?
             WHERE device_id = ?
             """
         ).bind(
-            .text(r.platform.rawValue), .optional(r.environment?.rawValue), .blob(binding), .text(tokenHash),
-            .blob(sealed.token), sealed.keys, .optional(r.name), .optional(r.appVersion),
+            .text(id), .text(r.platform.rawValue), .optional(r.environment?.rawValue), .blob(binding),
+            .text(tokenHash), .blob(sealed.token), sealed.keys, .optional(r.name), .optional(r.appVersion),
             r.session.map { .blob(Identity.sessionHash($0)) } ?? .null, .optional(r.registrationID),
-            .optional(r.version), .int(now), .text(deviceID)
+            .optional(r.version), .int(now), .int(nextSequence()), .text(deviceID)
         ).run()
     }
 
@@ -153,7 +170,7 @@ final class Registry {
         let stmt = try db.statement(
             """
             SELECT device_id FROM devices WHERE app = ? AND user = ?
-            ORDER BY registered_at DESC, rowid DESC LIMIT -1 OFFSET ?
+            ORDER BY registered_seq DESC LIMIT -1 OFFSET ?
             """)
         try stmt.bind(.text(app), .text(user), .int(Int64(keep)))
         var evicted: [String] = []
@@ -214,7 +231,7 @@ final class Registry {
             """
             SELECT device_id, platform, environment, name, app_version, token_hash, created_at, registered_at,
                 last_success_at, last_failure_at, last_failure_reason
-            FROM devices WHERE app = ? AND user = ? ORDER BY registered_at DESC, rowid DESC
+            FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq DESC
             """)
         try stmt.bind(.text(app), .text(user))
         var out: [DeviceSummary] = []

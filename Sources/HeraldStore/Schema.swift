@@ -36,7 +36,14 @@ enum Schema {
             PRIMARY KEY (app, user, registration_id)
         ) STRICT;
         CREATE INDEX tombstones_by_age ON tombstones (created_at);
+        """,
+        // 2: a registration sequence: registrations in one group commit share a
+        // timestamp, and recency (eviction, listing) must still be exact.
         """
+        ALTER TABLE devices ADD COLUMN registered_seq INTEGER NOT NULL DEFAULT 0;
+        UPDATE devices SET registered_seq = rowid;
+        CREATE INDEX devices_by_user_seq ON devices (app, user, registered_seq);
+        """,
     ]
 
     /// Brings the database to the newest version inside one transaction each.

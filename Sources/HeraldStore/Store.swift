@@ -45,7 +45,7 @@ public final class Store: @unchecked Sendable {
         try db.execute("PRAGMA synchronous = \(synchronous.rawValue.uppercased())")
         try db.execute("PRAGMA foreign_keys = ON")
         try Schema.migrate(db)
-        let registry = Registry(db: db, key: key)
+        let registry = try Registry(db: db, key: key)
         try registry.expireTombstones(now: clock.nowMilliseconds())
         let owned = ThreadOwned(db: db, registry: registry)
         let thread = Thread { [self] in self.run(db: owned.db, registry: owned.registry) }

@@ -52,6 +52,12 @@ public struct EndpointGuard: Sendable {
     }
 
     /// Parses, resolves and vets `endpoint`.
+    /// The normalised form of an endpoint URL (the `url` that `check` would
+    /// return), from parsing alone: no resolution, no address check.
+    public func normalize(_ endpoint: String) throws(EndpointError) -> String {
+        try EndpointURL(parsing: endpoint, allowAnyPort: allowPrivate).normalized
+    }
+
     public func check(_ endpoint: String) throws(EndpointError) -> CheckedEndpoint {
         let url = try EndpointURL(parsing: endpoint, allowAnyPort: allowPrivate)
 
