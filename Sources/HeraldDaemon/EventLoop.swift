@@ -21,6 +21,9 @@ final class EventLoop: @unchecked Sendable {
     private var loopThread: pthread_t?
     /// Runs after each iteration's events and queued work (loop thread only).
     var afterIteration: (() -> Void)?
+    /// True when a component has work left for the next iteration, so the
+    /// loop polls without blocking (loop thread only).
+    var hasDeferredWork: (() -> Bool)?
 
     init() throws(SystemError) {
         epfd = try syscall("epoll_create1") { epoll_create1(Int32(EPOLL_CLOEXEC)) }
@@ -89,7 +92,7 @@ final class EventLoop: @unchecked Sendable {
         var events = [epoll_event](repeating: epoll_event(), count: 256)
         while true {
             let n = events.withUnsafeMutableBufferPointer {
-                epoll_wait(epfd, $0.baseAddress, Int32($0.count), Int32(nextTimeout()))
+                epoll_wait(epfd, $0.baseAddress, Int32($0.count), hasDeferredWork?() == true ? 0 : Int32(nextTimeout()))
             }
             if n > 0 {
                 for i in 0..<Int(n) {

@@ -26,6 +26,9 @@ struct ServerLimits: Sendable {
     var maxPendingPerConnection = 1024
     /// Unsent response bytes on one connection before it stops being read.
     var maxOutputBytes = 8 * 1024 * 1024
+    /// Messages taken from one connection per loop iteration, so that one
+    /// pipelining client cannot hold the loop while others wait.
+    var messagesPerTurn = 256
     var idleTimeoutMs: Int64 = 300_000
     /// A connection whose unsent output makes no progress for this long is dropped.
     var stalledWriteTimeoutMs: Int64 = 30_000
@@ -51,6 +54,8 @@ final class RPCServer: @unchecked Sendable {
     let limits: ServerLimits
     private var connections: [UInt64: Connection] = [:]
     private var dirty: [UInt64] = []
+    /// Connections with complete messages still buffered, served next turn.
+    private var backlog: [UInt64] = []
     private var nextID: UInt64 = 1
     private(set) var counters = ServerCounters()
     private var accepting = true
@@ -74,7 +79,11 @@ final class RPCServer: @unchecked Sendable {
     func start() throws(SystemError) {
         try loop.add(listener.fd, events: UInt32(EPOLLIN.rawValue)) { [self] _ in acceptAll() }
         loop.every(milliseconds: 1000) { [self] in sweep() }
-        loop.afterIteration = { [self] in flushDirty() }
+        loop.afterIteration = { [self] in
+            serveBacklog()
+            flushDirty()
+        }
+        loop.hasDeferredWork = { [self] in !backlog.isEmpty }
     }
 
     /// Stops accepting new connections; open ones are served on.
@@ -157,8 +166,8 @@ final class RPCServer: @unchecked Sendable {
     private func readAvailable(_ conn: Connection) {
         var chunk = [UInt8](repeating: 0, count: 65536)
         // A bounded number of reads per wakeup keeps one busy client from starving others.
-        for _ in 0..<16 {
-            guard !conn.readClosed, !conn.closing, !conn.readPaused else { break }
+        for _ in 0..<4 {
+            guard !conn.readClosed, !conn.closing, !conn.readPaused, !conn.backlogged else { break }
             let n = chunk.withUnsafeMutableBytes { recv(conn.fd, $0.baseAddress, $0.count, 0) }
             if n > 0 {
                 conn.lastActivity = monotonicMilliseconds()
@@ -183,12 +192,36 @@ final class RPCServer: @unchecked Sendable {
     }
 
     private func processFrames(_ conn: Connection) {
-        while !conn.closing, connections[conn.id] != nil, let frame = conn.framer.next() {
+        var taken = 0
+        while !conn.closing, connections[conn.id] != nil {
+            if taken == limits.messagesPerTurn {
+                // More may be buffered: continue next turn, after other clients.
+                if !conn.backlogged {
+                    conn.backlogged = true
+                    backlog.append(conn.id)
+                }
+                return
+            }
+            guard let frame = conn.framer.next() else { return }
+            taken += 1
             process(frame, conn)
             if conn.shouldPause(limits) {
                 pauseReading(conn)
-                break
+                return
             }
+        }
+    }
+
+    private func serveBacklog() {
+        guard !backlog.isEmpty else { return }
+        let ids = backlog
+        backlog.removeAll(keepingCapacity: true)
+        for id in ids {
+            guard let conn = connections[id] else { continue }
+            conn.backlogged = false
+            guard !conn.readPaused else { continue }
+            processFrames(conn)
+            if !conn.backlogged && !conn.readPaused { readAvailable(conn) }
         }
     }
 
@@ -384,6 +417,8 @@ final class Connection {
     /// Set after an oversized message: flush the error, then close.
     var closing = false
     var readPaused = false
+    /// Complete messages are buffered beyond this turn's share.
+    var backlogged = false
     var waitingForWritable = false
     var dirty = false
     var lastActivity = monotonicMilliseconds()

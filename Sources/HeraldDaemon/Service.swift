@@ -368,10 +368,20 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     }
 
     private func health(_ p: inout ParamReader, _ context: CallContext) throws(RPCError) -> JSON {
-        let only: String? = p.params["app"] == nil ? nil : try app(&p, context).config.name
+        // With `app`, that app (checked like any call); without, every app this peer may call.
+        let named = try p.string("app", maxBytes: 64)
+        let only: String?
+        if let named {
+            guard let runtime = apps[named] else { throw AppError.unknownApp(named) }
+            guard runtime.config.allows(uid: context.uid, gid: context.gid) else { throw AppError.forbidden(named) }
+            only = named
+        } else {
+            only = nil
+        }
         try p.finish()
         var transports = JSONObject()
-        for name in apps.keys.sorted() where only == nil || only == name {
+        for name in apps.keys.sorted()
+        where (only == nil || only == name) && apps[name]!.config.allows(uid: context.uid, gid: context.gid) {
             let c = apps[name]!.credentials
             transports.append(name, ["apns": transportState(c.apns), "fcm": transportState(c.fcm), "web": transportState(c.webPush)])
         }
