@@ -1,0 +1,97 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Runs the herald binary and returns (status, stdout, stderr).
+func runHerald(_ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String, String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: heraldBinary())
+    p.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    env["HERALD_SOCKET"] = nil
+    env["HERALD_CONFIG"] = nil
+    for (k, v) in environment { env[k] = v }
+    p.environment = env
+    let out = Pipe()
+    let err = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    try p.run()
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    let e = err.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+}
+
+@Suite("client commands", .serialized)
+struct ClientCommandTests {
+    @Test("register, devices, health, stats and call work against a running daemon")
+    func clients() throws {
+        let d = try DaemonProcess()
+        defer { d.cleanup() }
+        let socket = ["--socket", d.socketPath]
+
+        let (hs, hout, _) = try runHerald(["health"] + socket)
+        #expect(hs == 0)
+        #expect(hout.contains("\"status\":\"ok\""))
+
+        let (rs, rout, rerr) = try runHerald(
+            ["register", "--user", "alice", "--platform", "apns", "--token", "AABBCCDDEEFF00112233445566778899", "--name", "phone"]
+                + socket)
+        #expect(rs == 0, "\(rerr)")
+        let registered = try JSONSerialization.jsonObject(with: Data(rout.utf8)) as? [String: Any]
+        #expect(registered?["created"] as? Bool == true)
+
+        let (ds, dout, _) = try runHerald(["devices", "alice"] + socket)
+        #expect(ds == 0)
+        let listed = try JSONSerialization.jsonObject(with: Data(dout.utf8)) as? [String: Any]
+        #expect((listed?["devices"] as? [[String: Any]])?.first?["name"] as? String == "phone")
+        #expect(!dout.contains("aabbccddeeff"), "no raw token in the listing")
+
+        let (ss, sout, _) = try runHerald(["stats"] + socket)
+        #expect(ss == 0)
+        #expect(sout.contains("\"apns\":1"))
+
+        // A failing call prints the JSON-RPC error on stderr and exits 1.
+        let (cs, cout, cerr) = try runHerald(["call", "device.list", #"{"user":""}"#] + socket)
+        #expect(cs == 1)
+        #expect(cout.isEmpty)
+        #expect(cerr.contains("-32602") && cerr.contains("\"field\":\"user\""))
+
+        // The socket comes from HERALD_SOCKET, then from the config.
+        #expect(try runHerald(["health"], environment: ["HERALD_SOCKET": d.socketPath]).0 == 0)
+        #expect(try runHerald(["health", "--config", d.configPath]).0 == 0)
+    }
+
+    @Test("health exits 1 when the daemon cannot be reached")
+    func unreachable() throws {
+        let (status, out, err) = try runHerald(["health", "--socket", "/tmp/no-such-herald.sock"])
+        #expect(status == 1)
+        #expect(out.isEmpty)
+        #expect(err.contains("cannot connect"))
+    }
+
+    @Test("the connection limit answers 1007 overloaded and closes; others keep working")
+    func connectionLimit() throws {
+        let d = try DaemonProcess()
+        defer { d.cleanup() }
+        var open: [TestConnection] = []
+        defer { open.forEach { $0.close() } }
+        for _ in 0..<512 { open.append(try d.connect()) }
+        // Make sure the daemon has accepted them all.
+        _ = try open[511].call("system.health")
+        let extra = try d.connect()
+        defer { extra.close() }
+        let line = try #require(extra.readLine(timeout: 5))
+        let response = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+        #expect(response?.errorCode == 1007)
+        #expect((response?.errorData?["retry_after_ms"] as? Int ?? 0) > 0)
+        #expect(extra.readsEOF())
+        open.removeLast().close()
+        usleep(100_000)
+        #expect(try d.call("system.health").result?["status"] as? String == "ok")
+    }
+}
