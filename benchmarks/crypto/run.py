@@ -11,6 +11,7 @@ import datetime
 import importlib.metadata
 import json
 import os
+import pathlib
 import platform
 import re
 import statistics
@@ -22,6 +23,9 @@ import time
 import http_ece
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+import machine  # noqa: E402  (benchmarks/machine.py)
 
 SUBSCRIPTIONS = 500
 ROUNDS = 5
@@ -103,7 +107,7 @@ def main():
         "body_bytes": h["body_bytes"],
         "plaintext_bytes": h["plaintext_bytes"],
         "machine": {
-            "processor": _cpu_model(),
+            "processor": machine.cpu_model(),
             "cores": os.cpu_count(),
             "python": platform.python_version(),
             "http_ece": importlib.metadata.version("http_ece"),
@@ -136,17 +140,6 @@ def main():
     print(f"  openssl speed ecdsap256   {r['openssl_es256_signs_per_s']:9d} /s"
           f"   herald/openssl {r['es256_vs_openssl']:.2f}")
     print(f"\nwritten to {args.out}")
-
-
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import argparse
 import datetime
 import json
 import os
+import pathlib
 import platform
 import resource
 import shutil
@@ -28,6 +29,9 @@ import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+import machine  # noqa: E402  (benchmarks/machine.py)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -353,7 +357,7 @@ def registrations(path, clients, per_client, window, run_tag):
 
 def machine_info(path, state_dir):
     info = {
-        "processor": _cpu_model(),
+        "processor": machine.cpu_model(),
         "cores": os.cpu_count(),
         "kernel": platform.release(),
         "python": platform.python_version(),
@@ -365,17 +369,6 @@ def machine_info(path, state_dir):
     except Exception:  # noqa: BLE001 - informational only
         pass
     return info
-
-
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def _filesystem(path):
