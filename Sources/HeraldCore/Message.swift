@@ -1,0 +1,92 @@
+/// What a push is for; it sets the default TTL, urgency and which platforms get it.
+public enum PushKind: String, Sendable, CaseIterable, Hashable {
+    /// A new-content notification: TTL 86400 s, urgency high.
+    case notification
+    /// Clears a shown notification: TTL 3600 s, urgency low (APNs background push).
+    case clear
+    /// An incoming call: TTL 0, urgency high; goes to apns_voip, fcm and web only.
+    case callRing = "call_ring"
+
+    public var defaultTTLSeconds: Int {
+        switch self {
+        case .notification: 86_400
+        case .clear: 3_600
+        case .callRing: 0
+        }
+    }
+
+    public var defaultPriority: PushPriority {
+        switch self {
+        case .notification, .callRing: .high
+        case .clear: .low
+        }
+    }
+
+    /// Whether this kind is delivered to devices of `platform` (VoIP gets rings only).
+    public func reaches(_ platform: Platform) -> Bool {
+        switch self {
+        case .callRing: platform != .apns
+        case .notification, .clear: platform != .apnsVoIP
+        }
+    }
+}
+
+/// Delivery priority, mapped per transport (APNs 10/5, FCM android.priority, Web Push Urgency).
+public enum PushPriority: String, Sendable, CaseIterable, Hashable {
+    case high
+    case normal
+    case low
+}
+
+/// Localisation keys only: Herald never carries message content.
+public struct PushAlert: Sendable, Equatable {
+    public var locKey: String?
+    public var locArgs: [String]?
+    public var titleLocKey: String?
+    public var bodyLocKey: String?
+
+    public init(locKey: String? = nil, locArgs: [String]? = nil, titleLocKey: String? = nil, bodyLocKey: String? = nil) {
+        self.locKey = locKey
+        self.locArgs = locArgs
+        self.titleLocKey = titleLocKey
+        self.bodyLocKey = bodyLocKey
+    }
+}
+
+/// One message as `push.send` accepted it, before it is addressed to devices.
+public struct PushMessage: Sendable, Equatable {
+    public var kind: PushKind
+    /// Flat routing data (ids, never content), in the caller's order.
+    public var data: [(key: String, value: String)]
+    public var alert: PushAlert?
+    /// A badge for every recipient, or one per user (`badge: {user: n}`).
+    public var badge: Int?
+    public var badgePerUser: [String: Int]
+    public var collapseKey: String?
+    public var priority: PushPriority
+    public var ttlSeconds: Int
+
+    public init(
+        kind: PushKind, data: [(key: String, value: String)] = [], alert: PushAlert? = nil, badge: Int? = nil,
+        badgePerUser: [String: Int] = [:], collapseKey: String? = nil, priority: PushPriority? = nil,
+        ttlSeconds: Int? = nil
+    ) {
+        self.kind = kind
+        self.data = data
+        self.alert = alert
+        self.badge = badge
+        self.badgePerUser = badgePerUser
+        self.collapseKey = collapseKey
+        self.priority = priority ?? kind.defaultPriority
+        self.ttlSeconds = ttlSeconds ?? kind.defaultTTLSeconds
+    }
+
+    /// The badge a given user's devices get.
+    public func badge(for user: String) -> Int? { badgePerUser[user] ?? badge }
+
+    public static func == (a: PushMessage, b: PushMessage) -> Bool {
+        a.kind == b.kind && a.data.map(\.key) == b.data.map(\.key) && a.data.map(\.value) == b.data.map(\.value)
+            && a.alert == b.alert && a.badge == b.badge && a.badgePerUser == b.badgePerUser
+            && a.collapseKey == b.collapseKey && a.priority == b.priority && a.ttlSeconds == b.ttlSeconds
+    }
+}
