@@ -223,6 +223,9 @@ final class Registry {
         try db.statement("DELETE FROM devices WHERE app = ? AND user = ?").bind(.text(app), .text(user)).run()
         let removed = db.changes
         try db.statement("DELETE FROM tombstones WHERE app = ? AND user = ?").bind(.text(app), .text(user)).run()
+        try db.statement(
+            "DELETE FROM deliveries WHERE user = ? AND message_id IN (SELECT message_id FROM messages WHERE app = ?)"
+        ).bind(.text(user), .text(app)).run()
         return removed
     }
 

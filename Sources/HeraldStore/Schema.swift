@@ -44,6 +44,40 @@ enum Schema {
         UPDATE devices SET registered_seq = rowid;
         CREATE INDEX devices_by_user_seq ON devices (app, user, registered_seq);
         """,
+        // 3: the durable delivery queue: a message and one delivery per device.
+        """
+        CREATE TABLE messages (
+            message_id TEXT PRIMARY KEY,
+            app TEXT NOT NULL,
+            idempotency_hash BLOB,
+            payload TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL
+        ) STRICT;
+        CREATE UNIQUE INDEX messages_by_idempotency ON messages (app, idempotency_hash)
+            WHERE idempotency_hash IS NOT NULL;
+        CREATE INDEX messages_by_age ON messages (created_at);
+        CREATE TABLE deliveries (
+            delivery_id INTEGER PRIMARY KEY,
+            message_id TEXT NOT NULL REFERENCES messages (message_id) ON DELETE CASCADE,
+            device_id TEXT NOT NULL,
+            user TEXT NOT NULL,
+            platform TEXT NOT NULL,
+            token_hash TEXT NOT NULL,
+            collapse_key TEXT,
+            state TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at INTEGER NOT NULL,
+            http_status INTEGER,
+            reason TEXT,
+            updated_at INTEGER NOT NULL
+        ) STRICT;
+        CREATE INDEX deliveries_by_message ON deliveries (message_id);
+        CREATE INDEX deliveries_due ON deliveries (next_attempt_at) WHERE state IN ('queued', 'retrying');
+        CREATE INDEX deliveries_in_flight ON deliveries (state) WHERE state = 'in_flight';
+        CREATE INDEX deliveries_pending_by_device ON deliveries (device_id, collapse_key)
+            WHERE state IN ('queued', 'retrying');
+        """,
     ]
 
     /// Brings the database to the newest version inside one transaction each.

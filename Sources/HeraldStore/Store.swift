@@ -24,11 +24,15 @@ public final class Store: @unchecked Sendable {
     private let path: String
     private var thread: Thread?
 
+    /// Deliveries found in flight at open (a stop or crash interrupted them),
+    /// now queued again.
+    public private(set) var recoveredDeliveries = 0
+
     /// The most jobs one transaction takes, to bound commit latency.
     static let maxBatch = 512
 
     private struct Job {
-        let work: (Registry, Int64) throws -> Any
+        let work: (Tables, Int64) throws -> Any
         let complete: (Result<Any, any Error>) -> Void
     }
 
@@ -45,10 +49,11 @@ public final class Store: @unchecked Sendable {
         try db.execute("PRAGMA synchronous = \(synchronous.rawValue.uppercased())")
         try db.execute("PRAGMA foreign_keys = ON")
         try Schema.migrate(db)
-        let registry = try Registry(db: db, key: key)
-        try registry.expireTombstones(now: clock.nowMilliseconds())
-        let owned = ThreadOwned(db: db, registry: registry)
-        let thread = Thread { [self] in self.run(db: owned.db, registry: owned.registry) }
+        let tables = Tables(registry: try Registry(db: db, key: key), queue: Queue(db: db, key: key))
+        try tables.registry.expireTombstones(now: clock.nowMilliseconds())
+        recoveredDeliveries = try tables.queue.recoverInFlight(now: clock.nowMilliseconds())
+        let owned = ThreadOwned(db: db, tables: tables)
+        let thread = Thread { [self] in self.run(db: owned.db, tables: owned.tables) }
         thread.name = "herald-store"
         self.thread = thread
         thread.start()
@@ -64,10 +69,10 @@ public final class Store: @unchecked Sendable {
     }
 
     private func enqueue<T>(
-        _ work: @escaping (Registry, Int64) throws -> T, _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
+        _ work: @escaping (Tables, Int64) throws -> T, _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         let job = Job(
-            work: { registry, now in try work(registry, now) as Any },
+            work: { tables, now in try work(tables, now) as Any },
             complete: { result in completion(result.map { $0 as! T }) })
         condition.lock()
         if stopping {
@@ -80,7 +85,7 @@ public final class Store: @unchecked Sendable {
         condition.unlock()
     }
 
-    private func run(db: Database, registry: Registry) {
+    private func run(db: Database, tables: Tables) {
         while true {
             condition.lock()
             while queue.isEmpty && !stopping { condition.wait() }
@@ -94,11 +99,11 @@ public final class Store: @unchecked Sendable {
             let batch = Array(queue.prefix(take))
             queue.removeFirst(take)
             condition.unlock()
-            commit(batch, db: db, registry: registry)
+            commit(batch, db: db, tables: tables)
         }
     }
 
-    private func commit(_ batch: [Job], db: Database, registry: Registry) {
+    private func commit(_ batch: [Job], db: Database, tables: Tables) {
         let now = clock.nowMilliseconds()
         var results: [Result<Any, any Error>] = []
         results.reserveCapacity(batch.count)
@@ -111,7 +116,7 @@ public final class Store: @unchecked Sendable {
         for job in batch {
             do {
                 try db.execute("SAVEPOINT job")
-                let value = try job.work(registry, now)
+                let value = try job.work(tables, now)
                 try db.execute("RELEASE job")
                 results.append(.success(value))
             } catch {
@@ -136,39 +141,73 @@ public final class Store: @unchecked Sendable {
         _ registration: Registration, deviceCap: Int,
         completion: @escaping @Sendable (Result<RegistrationOutcome, any Error>) -> Void
     ) {
-        enqueue({ registry, now in try registry.register(registration, deviceCap: deviceCap, now: now) }, completion)
+        enqueue({ t, now in try t.registry.register(registration, deviceCap: deviceCap, now: now) }, completion)
     }
 
     public func unregister(
         app: String, user: String, _ selector: UnregisterSelector,
         completion: @escaping @Sendable (Result<Int, any Error>) -> Void
     ) {
-        enqueue({ registry, now in try registry.unregister(app: app, user: user, selector, now: now) }, completion)
+        enqueue({ t, now in try t.registry.unregister(app: app, user: user, selector, now: now) }, completion)
     }
 
     public func list(
         app: String, user: String, completion: @escaping @Sendable (Result<[DeviceSummary], any Error>) -> Void
     ) {
-        enqueue({ registry, _ in try registry.list(app: app, user: user) }, completion)
+        enqueue({ t, _ in try t.registry.list(app: app, user: user) }, completion)
     }
 
     public func endSession(
         app: String, user: String, session: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
     ) {
-        enqueue({ registry, _ in try registry.endSession(app: app, user: user, session: session) }, completion)
+        enqueue({ t, _ in try t.registry.endSession(app: app, user: user, session: session) }, completion)
     }
 
     public func forget(app: String, user: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
-        enqueue({ registry, _ in try registry.forget(app: app, user: user) }, completion)
+        enqueue({ t, _ in try t.registry.forget(app: app, user: user) }, completion)
     }
 
     public func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void) {
-        enqueue({ registry, _ in try registry.deviceCounts() }, completion)
+        enqueue({ t, _ in try t.registry.deviceCounts() }, completion)
+    }
+
+    // MARK: Delivery queue
+
+    /// Commits a message and its deliveries (or finds it by idempotency key).
+    public func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void) {
+        enqueue({ t, now in try t.queue.enqueue(e, now: now) }, completion)
+    }
+
+    public func status(
+        app: String, messageID: String, detail: Bool,
+        completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void
+    ) {
+        enqueue({ t, _ in try t.queue.status(app: app, messageID: messageID, detail: detail) }, completion)
+    }
+
+    public func cancel(app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void) {
+        enqueue({ t, now in try t.queue.cancel(app: app, messageID: messageID, now: now) }, completion)
+    }
+
+    public func claimDue(limit: Int, completion: @escaping @Sendable (Result<[DueDelivery], any Error>) -> Void) {
+        enqueue({ t, now in try t.queue.claimDue(limit: limit, now: now) }, completion)
+    }
+
+    public func record(
+        deliveryID: Int64, state: QueueState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
+        enqueue(
+            { t, now in
+                try t.queue.record(
+                    deliveryID: deliveryID, state: state, httpStatus: httpStatus, reason: reason,
+                    nextAttemptAt: nextAttemptAt, now: now)
+            }, completion)
     }
 
     /// A quick read that proves the database answers, for `system.health`.
     public func ping(completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
-        enqueue({ registry, _ in _ = try registry.deviceCounts() }, completion)
+        enqueue({ t, _ in _ = try t.registry.deviceCounts() }, completion)
     }
 
     /// Runs a job synchronously (for tools and tests).
@@ -183,7 +222,13 @@ public final class Store: @unchecked Sendable {
 /// their only user from then on.
 private struct ThreadOwned: @unchecked Sendable {
     let db: Database
+    let tables: Tables
+}
+
+/// The store's tables, as jobs see them.
+struct Tables {
     let registry: Registry
+    let queue: Queue
 }
 
 /// A one-shot result that a caller can wait for.

@@ -15,14 +15,15 @@ final class ManualClock: WallClock, @unchecked Sendable {
 struct TestStore {
     let dir: URL
     let store: Store
+    let key: StoreKey
     let clock = ManualClock()
 
     init(synchronous: Synchronous = .normal) throws {
         dir = FileManager.default.temporaryDirectory.appendingPathComponent("herald-store-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        key = try StoreKey.generate()
         store = try Store(
-            path: dir.appendingPathComponent("herald.db").path, key: StoreKey.generate(), synchronous: synchronous,
-            clock: clock)
+            path: dir.appendingPathComponent("herald.db").path, key: key, synchronous: synchronous, clock: clock)
     }
 
     func register(_ r: Registration, cap: Int = 20) throws -> RegistrationOutcome {
