@@ -42,27 +42,12 @@ public struct Enqueued: Sendable, Equatable {
     public let duplicate: Bool
 }
 
-/// The state of one delivery, as `push.status` reports it.
-public enum QueueState: String, Sendable, CaseIterable {
-    case queued
-    case inFlight = "in_flight"
-    case delivered
-    case retrying
-    case failed
-    case expired
-    case superseded
-    case skipped
-    case removedStale = "removed_stale"
-
-    public var isFinal: Bool { !(self == .queued || self == .inFlight || self == .retrying) }
-}
-
 /// `push.status` for one message.
 public struct MessageStatus: Sendable {
     public struct Device: Sendable {
         public let deviceID: String
         public let platform: Platform
-        public let state: QueueState
+        public let state: DeliveryState
         public let attempts: Int
         public let httpStatus: Int?
         public let reason: String?
@@ -71,7 +56,7 @@ public struct MessageStatus: Sendable {
 
     public let messageID: String
     public let createdAt: Int64
-    public let counts: [QueueState: Int]
+    public let counts: [DeliveryState: Int]
     public let devices: [Device]?
 
     /// complete when every delivery is final.
@@ -141,7 +126,7 @@ final class Queue {
         var devices = 0
         var skipped = 0
         for target in try resolve(e.recipients, app: e.app) {
-            var state = QueueState.queued
+            var state = DeliveryState.queued
             var reason: String?
             if !e.message.kind.reaches(target.platform) {
                 state = .skipped
@@ -213,12 +198,12 @@ final class Queue {
         return out
     }
 
-    private func stateCounts(_ messageID: String) throws(StoreError) -> [QueueState: Int] {
+    private func stateCounts(_ messageID: String) throws(StoreError) -> [DeliveryState: Int] {
         let stmt = try db.statement("SELECT state, count(*) FROM deliveries WHERE message_id = ? GROUP BY state")
         try stmt.bind(.text(messageID))
-        var counts: [QueueState: Int] = [:]
+        var counts: [DeliveryState: Int] = [:]
         while try stmt.step() {
-            if let s = QueueState(rawValue: stmt.text(0)) { counts[s] = Int(stmt.int64(1)) }
+            if let s = DeliveryState(rawValue: stmt.text(0)) { counts[s] = Int(stmt.int64(1)) }
         }
         return counts
     }
@@ -242,7 +227,7 @@ final class Queue {
                 list.append(
                     MessageStatus.Device(
                         deviceID: stmt.text(0), platform: Platform(rawValue: stmt.text(1)) ?? .apns,
-                        state: QueueState(rawValue: stmt.text(2)) ?? .failed, attempts: Int(stmt.int64(3)),
+                        state: DeliveryState(rawValue: stmt.text(2)) ?? .failed, attempts: Int(stmt.int64(3)),
                         httpStatus: stmt.optionalInt64(4).map { Int($0) }, reason: stmt.optionalText(5),
                         updatedAt: stmt.int64(6)))
             }
@@ -330,7 +315,7 @@ final class Queue {
 
     /// Records an attempt's result: a final state, or `retrying` at `nextAttemptAt`.
     func record(
-        deliveryID: Int64, state: QueueState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?, now: Int64
+        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?, now: Int64
     ) throws(StoreError) {
         try db.statement(
             """
@@ -358,7 +343,7 @@ final class Queue {
         }
     }
 
-    private func mark(_ id: Int64, _ state: QueueState, reason: String, now: Int64) throws(StoreError) {
+    private func mark(_ id: Int64, _ state: DeliveryState, reason: String, now: Int64) throws(StoreError) {
         try db.statement("UPDATE deliveries SET state = ?, reason = ?, updated_at = ? WHERE delivery_id = ?")
             .bind(.text(state.rawValue), .text(reason), .int(now), .int(id)).run()
     }

@@ -194,7 +194,7 @@ public final class Store: @unchecked Sendable {
     }
 
     public func record(
-        deliveryID: Int64, state: QueueState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?,
+        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
         enqueue(

@@ -10,7 +10,7 @@ extension TestStore {
         try store.sync { s, done in s.status(app: "default", messageID: id, detail: detail, completion: done) }
     }
     func claim(_ limit: Int = 100) throws -> [DueDelivery] { try store.sync { s, done in s.claimDue(limit: limit, completion: done) } }
-    func record(_ d: DueDelivery, _ state: QueueState, status: Int? = nil, reason: String? = nil, retryAt: Int64? = nil) throws {
+    func record(_ d: DueDelivery, _ state: DeliveryState, status: Int? = nil, reason: String? = nil, retryAt: Int64? = nil) throws {
         try store.sync { s, done in
             s.record(deliveryID: d.deliveryID, state: state, httpStatus: status, reason: reason, nextAttemptAt: retryAt, completion: done)
         }

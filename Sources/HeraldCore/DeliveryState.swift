@@ -1,0 +1,20 @@
+/// Where one device's delivery of a message stands, as `push.status` reports it.
+public enum DeliveryState: String, Sendable, Hashable, CaseIterable {
+    case queued
+    case inFlight = "in_flight"
+    case delivered
+    case retrying
+    case failed
+    case expired
+    case superseded
+    case skipped
+    case removedStale = "removed_stale"
+
+    /// Whether no further attempt will be made.
+    public var isFinal: Bool {
+        switch self {
+        case .queued, .inFlight, .retrying: false
+        case .delivered, .failed, .expired, .superseded, .skipped, .removedStale: true
+        }
+    }
+}
