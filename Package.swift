@@ -44,7 +44,7 @@ let package = Package(
         .target(name: "JSONRPC", swiftSettings: strictSwift),
         .target(name: "WebPush", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto"], swiftSettings: strictSwift),
         .target(name: "HeraldDelivery", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
-        .target(name: "APNs", dependencies: ["HeraldCore", "JSONRPC"], swiftSettings: strictSwift),
+        .target(name: "APNs", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto"], swiftSettings: strictSwift),
         .target(name: "FCM", dependencies: ["HeraldCore", "JSONRPC"], swiftSettings: strictSwift),
         .target(
             name: "HeraldStore",

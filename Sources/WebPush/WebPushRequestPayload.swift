@@ -1,0 +1,90 @@
+public import HeraldCore
+internal import HeraldCrypto
+internal import JSONRPC
+
+/// The plaintext Herald seals into a Web Push record for one device, and the
+/// smaller one it falls back to when a push service answers 413.
+///
+/// Full form: `{"kind":…,"data":{…},"badge":n}` — `data` always present (`{}`
+/// when empty), string values in the caller's order; `badge` a JSON number, left
+/// out when the user has none. The service worker reads the JSON itself, so
+/// there are no reserved data keys.
+///
+/// Every record is padded to one fixed body size (2816 bytes by default, which
+/// holds 2713 bytes of plaintext) so that its length says nothing about what it
+/// carries. A plaintext that does not fit is refused before queueing.
+///
+/// 413 step-down: a push service may take less than RFC 8030's 4096 bytes
+/// (Mozilla's FCM bridge about 2744, Firefox for Android 3070, some 2048). The
+/// sender then tries once more with `minimalPlaintext` sealed to
+/// `stepDownBodySize` (2048 by default), still padded to a fixed size. The
+/// minimal form drops the badge and keeps `{"kind","data"}` when that fits the
+/// smaller record, else it is `{"kind"}` alone: the push stays a wake-up, the
+/// app refetches over its own session, and clients must tolerate missing fields.
+public struct WebPushPayload: Sendable, Hashable {
+    /// Herald's record body size: 2816 bytes.
+    public static let defaultBodySize: Int = WebPushSealer.defaultBodySize
+    /// The record body size of the one retry after a 413: 2048 bytes.
+    public static let defaultStepDownBodySize = 2048
+
+    /// The largest plaintext a record of `bodySize` bytes holds: the body less
+    /// the 86-byte header, the padding delimiter and the 16-byte tag (2713 for
+    /// 2816). 0 is an unpadded record of up to 4096 bytes (3993). Returns 0 for a
+    /// body size no record can have.
+    public static func plaintextCapacity(bodySize: Int) -> Int {
+        bodySize < 0 ? 0 : WebPushSealer.maximumPlaintext(bodySize: bodySize)
+    }
+
+    public let kind: PushKind
+    /// The body size `plaintext` is checked against and must be sealed to.
+    public let bodySize: Int
+    /// The full form, at most `plaintextCapacity(bodySize:)` bytes.
+    public let plaintext: [UInt8]
+    /// The body size to seal `minimalPlaintext` to on the 413 retry.
+    public let stepDownBodySize: Int
+    /// The step-down form: `{"kind","data"}` when it fits a record of
+    /// `stepDownBodySize`, else `{"kind"}`.
+    public let minimalPlaintext: [UInt8]
+    /// Whether `minimalPlaintext` kept the data.
+    public let minimalKeepsData: Bool
+
+    /// Builds both plaintexts for one device.
+    ///
+    /// - Parameters:
+    ///   - message: the message as `push.send` accepted it.
+    ///   - user: the device's user, for a per-user badge.
+    ///   - bodySize: the record body size (default 2816).
+    ///   - stepDownBodySize: the body size of the 413 retry (default 2048).
+    public init(
+        message: PushMessage, user: String, bodySize: Int = WebPushPayload.defaultBodySize,
+        stepDownBodySize: Int = WebPushPayload.defaultStepDownBodySize
+    ) throws(WebPushPayloadError) {
+        let capacity = Self.plaintextCapacity(bodySize: bodySize)
+        guard capacity > 0 else { throw .invalidBodySize(bodySize) }
+        let stepDownCapacity = Self.plaintextCapacity(bodySize: stepDownBodySize)
+        guard stepDownCapacity > 0 else { throw .invalidBodySize(stepDownBodySize) }
+
+        var seen = Set<String>()
+        var data = JSONObject()
+        for (key, value) in message.data {
+            if !seen.insert(key).inserted { throw .duplicateDataKey(key) }
+            data.append(key, .string(value))
+        }
+        let kind = JSON.string(message.kind.rawValue)
+        var full: JSONObject = ["kind": kind, "data": .object(data)]
+        if let badge = message.badge(for: user) { full.append("badge", .int(badge)) }
+        let plaintext = JSON.object(full).serialized()
+        guard plaintext.count <= capacity else {
+            throw .payloadTooLarge(PayloadTooLarge(platform: .web, limit: capacity, size: plaintext.count))
+        }
+
+        let withData = JSON.object(["kind": kind, "data": .object(data)]).serialized()
+        let keepsData = withData.count <= stepDownCapacity
+        self.kind = message.kind
+        self.bodySize = bodySize
+        self.plaintext = plaintext
+        self.stepDownBodySize = stepDownBodySize
+        self.minimalKeepsData = keepsData
+        self.minimalPlaintext = keepsData ? withData : JSON.object(["kind": kind]).serialized()
+    }
+}
