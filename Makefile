@@ -79,7 +79,7 @@ test-swift: debian-deps
 
 test-interop: python-deps
 	$(SWIFT) build --product herald
-	HERALD_BIN=$(HERALD) $(VENV)/bin/python -m pytest -q Tests/interop
+	HERALD_BIN=$(HERALD) $(VENV)/bin/python -m pytest -q Tests/interop Tests/gateways
 
 ## bench: every benchmark
 bench: bench-crypto bench-rpc

@@ -382,9 +382,11 @@ struct LoadAndRestartTests {
         let window = 16
         let logs = (0..<clients).map { ClientLog(index: $0) }
         let tag = "crash"
+        let killed = DispatchSemaphore(value: 0)
         let killer = Thread {
             usleep(1_500_000)
             daemon.kill9()
+            killed.signal()
         }
         killer.start()
         try onThreads(clients, timeout: 60) { c in
@@ -421,6 +423,9 @@ struct LoadAndRestartTests {
                 }
             }
         }
+        // Clients see EOF the moment the kernel kills the daemon; wait for the
+        // killer to have reaped it before looking.
+        killed.wait()
         #expect(!daemon.isRunning)
         let errors = logs.flatMap(\.errors)
         #expect(errors.isEmpty, "\(errors.prefix(5))")

@@ -1,0 +1,563 @@
+"""Self-tests for the provider test gateways (run: .venv/bin/python -m pytest Tests/gateways -q)."""
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.parse
+
+import h2.config
+import h2.connection
+import h2.events
+import http_ece
+import httpx
+import pytest
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOKEN = "a1" * 32
+KID, TEAM = "KEYID12345", "TEAMID1234"
+
+
+def b64u(b):
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+def b64u_decode(s):
+    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+
+
+def jwt_es256(key, header, claims):
+    si = b64u(json.dumps(header).encode()) + "." + b64u(json.dumps(claims).encode())
+    r, s = decode_dss_signature(key.sign(si.encode(), ec.ECDSA(hashes.SHA256())))
+    return si + "." + b64u(r.to_bytes(32, "big") + s.to_bytes(32, "big"))
+
+
+def jwt_rs256(key, claims):
+    si = b64u(json.dumps({"alg": "RS256", "typ": "JWT"}).encode()) + "." + b64u(json.dumps(claims).encode())
+    return si + "." + b64u(key.sign(si.encode(), padding.PKCS1v15(), hashes.SHA256()))
+
+
+def pem(pub):
+    return pub.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+
+def raw_pub(pub):
+    return pub.public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+
+
+class GW:
+    def __init__(self, info):
+        self.info = info
+        self.ctl = httpx.Client(base_url=info["urls"]["control"], timeout=5)
+
+    def post(self, path, body):
+        r = self.ctl.post(path, json=body)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def get(self, path, **q):
+        r = self.ctl.get(path, params=q)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def received(self, gw, **q):
+        return self.get("/control/received", gateway=gw, **q)["requests"]
+
+    def client(self, http2=True):
+        return httpx.Client(http2=http2, verify=ssl.create_default_context(cafile=self.info["ca"]), timeout=5)
+
+
+@pytest.fixture(scope="module")
+def gw_proc(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("gw"))
+    log = open(os.path.join(d, "gateways.log"), "wb")
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, "gateways.py"), "--dir", d],
+                         stdout=log, stderr=subprocess.STDOUT)
+    path = os.path.join(d, "gateways.json")
+    deadline = time.time() + 15
+    while not os.path.exists(path):
+        assert p.poll() is None, open(log.name).read()
+        assert time.time() < deadline, "gateways did not start"
+        time.sleep(0.05)
+    with open(path) as f:
+        info = json.load(f)
+    yield p, info
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(10) == 0
+    log.close()
+    text = open(log.name).read()
+    assert "Traceback" not in text, text
+
+
+@pytest.fixture
+def gw(gw_proc):
+    g = GW(gw_proc[1])
+    g.post("/control/reset", {"all": True})
+    yield g
+    g.ctl.close()
+
+
+@pytest.fixture
+def apns(gw):
+    key = ec.generate_private_key(ec.SECP256R1())
+    gw.post("/control/apns-key", {"key_id": KID, "team_id": TEAM, "public_key_pem": pem(key.public_key())})
+    gw.key = key
+    gw.jwt = jwt_es256(key, {"alg": "ES256", "kid": KID}, {"iss": TEAM, "iat": int(time.time())})
+    gw.apns = gw.info["urls"]["apns"]
+    return gw
+
+
+def apns_headers(jwt, **extra):
+    h = {"authorization": f"bearer {jwt}", "apns-topic": "com.example.app", "apns-push-type": "alert",
+         "apns-priority": "10", "apns-expiration": "0"}
+    h.update(extra)
+    return h
+
+
+PAYLOAD = json.dumps({"aps": {"alert": {"loc-key": "NEW"}, "mutable-content": 1}}).encode()
+
+
+# ------------------------------------------------------------------ raw h2 client
+
+class RawH2:
+    def __init__(self, port, ca):
+        ctx = ssl.create_default_context(cafile=ca)
+        ctx.set_alpn_protocols(["h2"])
+        self.sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5),
+                                    server_hostname="localhost")
+        assert self.sock.selected_alpn_protocol() == "h2"
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        self.sock.sendall(self.conn.data_to_send())
+        self.events = []
+        self.port = port
+
+    def request(self, path, headers, body=b""):
+        sid = self.conn.get_next_available_stream_id()
+        hs = [(":method", "POST"), (":scheme", "https"), (":authority", f"127.0.0.1:{self.port}"),
+              (":path", path)] + list(headers.items())
+        self.conn.send_headers(sid, hs, end_stream=not body)
+        if body:
+            self.conn.send_data(sid, body, end_stream=True)
+        self.sock.sendall(self.conn.data_to_send())
+        return sid
+
+    def pump(self, until, timeout=3.0):
+        deadline = time.time() + timeout
+        while not until(self.events):
+            if time.time() > deadline:
+                return False
+            self.sock.settimeout(max(0.01, deadline - time.time()))
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                return until(self.events)
+            if not data:
+                return until(self.events)
+            evs = self.conn.receive_data(data)
+            self.events.extend(evs)
+            out = self.conn.data_to_send()
+            if out:
+                self.sock.sendall(out)
+        return True
+
+    def status(self, sid):
+        for e in self.events:
+            if isinstance(e, h2.events.ResponseReceived) and e.stream_id == sid:
+                return int(dict(e.headers)[b":status"])
+        return None
+
+    def ended(self, sid):
+        return any(isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)) and e.stream_id == sid
+                   for e in self.events)
+
+    def close(self):
+        self.sock.close()
+
+
+def settings_values(events):
+    return [e.changed_settings[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS].new_value
+            for e in events if isinstance(e, h2.events.RemoteSettingsChanged)
+            and h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS in e.changed_settings]
+
+
+# ------------------------------------------------------------------ APNs
+
+def test_apns_good_jwt_recorded_and_reused(apns):
+    with apns.client() as c:
+        r = c.post(f"{apns.apns}/3/device/{TOKEN}", content=PAYLOAD,
+                   headers=apns_headers(apns.jwt, **{"apns-id": "123e4567-e89b-12d3-a456-426614174000",
+                                                     "apns-collapse-id": "c1"}))
+        assert r.http_version == "HTTP/2"
+        assert r.status_code == 200 and r.content == b""
+        assert r.headers["apns-id"] == "123e4567-e89b-12d3-a456-426614174000"
+        r2 = c.post(f"{apns.apns}/3/device/{TOKEN}", content=PAYLOAD, headers=apns_headers(apns.jwt))
+        assert r2.status_code == 200 and len(r2.headers["apns-id"]) == 36
+    recs = apns.received("apns")
+    assert len(recs) == 2
+    assert recs[0]["valid"] and recs[0]["token"] == TOKEN and recs[0]["jwt"]["valid"]
+    assert recs[0]["body"]["aps"]["mutable-content"] == 1
+    assert recs[0]["headers"]["apns-collapse-id"] == "c1"
+    conns = apns.get("/control/connections", gateway="apns")["connections"]
+    assert len(conns) == 1 and conns[0]["distinct_jwts"] == 1 and conns[0]["jwts"][0]["uses"] == 2
+
+
+def test_apns_bad_jwt(apns):
+    other = ec.generate_private_key(ec.SECP256R1())
+    bad = jwt_es256(other, {"alg": "ES256", "kid": KID}, {"iss": TEAM, "iat": int(time.time())})
+    old = jwt_es256(apns.key, {"alg": "ES256", "kid": KID}, {"iss": TEAM, "iat": int(time.time()) - 4000})
+    with apns.client() as c:
+        r = c.post(f"{apns.apns}/3/device/{TOKEN}", content=PAYLOAD, headers=apns_headers(bad))
+        assert r.status_code == 403 and r.json() == {"reason": "InvalidProviderToken"}
+        r = c.post(f"{apns.apns}/3/device/{TOKEN}", content=PAYLOAD, headers=apns_headers(old))
+        assert r.status_code == 403 and r.json()["reason"] == "ExpiredProviderToken"
+        h = apns_headers(apns.jwt)
+        del h["authorization"]
+        r = c.post(f"{apns.apns}/3/device/{TOKEN}", content=PAYLOAD, headers=h)
+        assert r.status_code == 403 and r.json()["reason"] == "MissingProviderToken"
+    recs = apns.received("apns")
+    assert [x["valid"] for x in recs] == [False, False, False]
+    assert "signature" in recs[0]["jwt_error"]
+
+
+def test_apns_header_and_payload_checks(apns):
+    with apns.client() as c:
+        def post(token=TOKEN, body=PAYLOAD, **h):
+            return c.post(f"{apns.apns}/3/device/{token}", content=body, headers=apns_headers(apns.jwt, **h))
+        assert post(**{"apns-collapse-id": "x" * 65}).json()["reason"] == "BadCollapseId"
+        assert post(**{"apns-priority": "7"}).json()["reason"] == "BadPriority"
+        assert post(**{"apns-push-type": "bogus"}).json()["reason"] == "InvalidPushType"
+        assert post(**{"apns-topic": ""}).json()["reason"] == "MissingTopic"
+        big = json.dumps({"aps": {}, "x": "y" * 4100}).encode()
+        r = post(body=big)
+        assert r.status_code == 413 and r.json()["reason"] == "PayloadTooLarge"
+        voip = json.dumps({"aps": {}, "x": "y" * 4500}).encode()
+        assert post(body=voip, **{"apns-push-type": "voip", "apns-topic": "com.example.app.voip",
+                                  "apns-priority": "10"}).status_code == 200
+        assert post(token="zz").json()["reason"] == "BadDeviceToken"
+        assert post(body=b"").json()["reason"] == "PayloadEmpty"
+
+
+def test_apns_programmed_410_then_200(apns):
+    ts = 1700000000123
+    apns.post("/control/program", {"gateway": "apns", "token": TOKEN, "responses": [
+        {"status": 410, "reason": "Unregistered", "timestamp": ts}, {"status": 429, "reason": "TooManyRequests",
+                                                                      "retry_after": 3}, {"status": 200}]})
+    with apns.client() as c:
+        rs = [c.post(f"{apns.apns}/3/device/{TOKEN}", content=PAYLOAD, headers=apns_headers(apns.jwt))
+              for _ in range(4)]
+    assert rs[0].status_code == 410 and rs[0].json() == {"reason": "Unregistered", "timestamp": ts}
+    assert rs[1].status_code == 429 and rs[1].headers["retry-after"] == "3"
+    assert [r.status_code for r in rs[2:]] == [200, 200]
+
+
+def test_apns_curl_http2(apns):
+    if not shutil.which("curl"):
+        pytest.skip("no curl")
+    out = subprocess.run(["curl", "-s", "--http2", "--cacert", apns.info["ca"], "-o", "/dev/null",
+                          "-w", "%{http_code} %{http_version}", "-X", "POST", "--data-binary", PAYLOAD.decode(),
+                          *sum((["-H", f"{k}: {v}"] for k, v in apns_headers(apns.jwt).items()), []),
+                          f"{apns.apns}/3/device/{TOKEN}"], capture_output=True, text=True, timeout=10)
+    assert out.stdout == "200 2", out
+
+
+def test_apns_settings_1_stream_then_raised_and_refused(apns):
+    apns.post("/control/program", {"gateway": "apns", "token": "ab" * 32, "responses": [{"hang": True}]})
+    c = RawH2(apns.info["apns"], apns.info["ca"])
+    try:
+        assert c.pump(lambda ev: settings_values(ev))
+        assert settings_values(c.events)[0] == 1
+        s1 = c.request(f"/3/device/{'ab' * 32}", apns_headers(apns.jwt), PAYLOAD)   # left unanswered
+        time.sleep(0.2)
+        # Bypass the client-side limit to provoke the server: a second concurrent stream.
+        c.conn.remote_settings._settings[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = \
+            __import__("collections").deque([100])
+        s2 = c.request(f"/3/device/{TOKEN}", apns_headers(apns.jwt), PAYLOAD)
+        assert c.pump(lambda ev: c.ended(s2))
+        reset = [e for e in c.events if isinstance(e, h2.events.StreamReset) and e.stream_id == s2]
+        assert reset and reset[0].error_code == h2.errors.ErrorCodes.REFUSED_STREAM
+        assert not c.ended(s1)
+        # The hung stream produced the raise to 500? No: raising happens after the first answer.
+        assert settings_values(c.events) == [1]
+    finally:
+        c.close()
+    conn = apns.get("/control/connections", gateway="apns")["connections"][-1]
+    assert conn["stream_violations"] == 1
+    # A fresh connection: after the first answered valid request, SETTINGS raises the limit to 500.
+    c = RawH2(apns.info["apns"], apns.info["ca"])
+    try:
+        s = c.request(f"/3/device/{TOKEN}", apns_headers(apns.jwt), PAYLOAD)
+        assert c.pump(lambda ev: c.ended(s) and len(settings_values(ev)) >= 2)
+        assert c.status(s) == 200
+        assert settings_values(c.events) == [1, 500]
+    finally:
+        c.close()
+
+
+def test_apns_goaway_after_n(apns):
+    apns.post("/control/knobs", {"gateway": "apns", "goaway_after": 2, "goaway_reason": "Shutdown"})
+    c = RawH2(apns.info["apns"], apns.info["ca"])
+    try:
+        s1 = c.request(f"/3/device/{TOKEN}", apns_headers(apns.jwt), PAYLOAD)
+        assert c.pump(lambda ev: c.ended(s1))
+        s2 = c.request(f"/3/device/{TOKEN}", apns_headers(apns.jwt), PAYLOAD)
+        assert c.pump(lambda ev: any(isinstance(e, h2.events.ConnectionTerminated) for e in ev))
+        assert c.status(s1) == 200 and c.status(s2) == 200
+        term = [e for e in c.events if isinstance(e, h2.events.ConnectionTerminated)][0]
+        assert term.last_stream_id == s2
+        assert json.loads(term.additional_data) == {"reason": "Shutdown"}
+    finally:
+        c.close()
+    conn = apns.get("/control/connections", gateway="apns")["connections"][-1]
+    assert conn["goaway_sent"]["reason"] == "Shutdown"
+
+
+def test_apns_hang_token(apns):
+    apns.post("/control/knobs", {"gateway": "apns", "hang_tokens": ["cd" * 32]})
+    with apns.client() as c:
+        with pytest.raises(httpx.ReadTimeout):
+            c.post(f"{apns.apns}/3/device/{'cd' * 32}", content=PAYLOAD, headers=apns_headers(apns.jwt),
+                   timeout=0.5)
+    rec = apns.received("apns", token="cd" * 32)[0]
+    assert rec["response"]["hang"] is True
+
+
+# ------------------------------------------------------------------ FCM
+
+@pytest.fixture
+def fcm(gw):
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    gw.post("/control/fcm-key", {"client_email": "sa@p.iam.gserviceaccount.com", "public_key_pem": pem(key.public_key())})
+    gw.rsa = key
+    gw.fcm = gw.info["urls"]["fcm"]
+    return gw
+
+
+def fcm_assertion(key, email="sa@p.iam.gserviceaccount.com", **over):
+    now = int(time.time())
+    claims = {"iss": email, "scope": "https://www.googleapis.com/auth/firebase.messaging",
+              "aud": "https://oauth2.googleapis.com/token", "iat": now, "exp": now + 3600}
+    claims.update(over)
+    return jwt_rs256(key, claims)
+
+
+def fcm_token(c, fcm, assertion):
+    return c.post(f"{fcm.fcm}/token", data={"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+                                            "assertion": assertion})
+
+
+def test_fcm_token_send_and_errors(fcm):
+    fcm.post("/control/knobs", {"gateway": "fcm", "expires_in": 1800})
+    with fcm.client() as c:
+        r = fcm_token(c, fcm, fcm_assertion(fcm.rsa))
+        assert r.status_code == 200, r.text
+        tok = r.json()
+        assert tok["token_type"] == "Bearer" and tok["expires_in"] == 1800
+        auth = {"authorization": f"Bearer {tok['access_token']}"}
+        msg = {"message": {"token": "dev1", "data": {"kind": "x"},
+                           "android": {"priority": "high", "ttl": "60s"}}}
+        r = c.post(f"{fcm.fcm}/v1/projects/p1/messages:send", json=msg, headers=auth)
+        assert r.status_code == 200 and r.json()["name"].startswith("projects/p1/messages/")
+        fcm.post("/control/program", {"gateway": "fcm", "token": "dev2", "responses": [
+            {"error": "UNREGISTERED"}, {"error": "QUOTA_EXCEEDED", "retry_after": 7}, {"error": "UNAVAILABLE"},
+            {"error": "INTERNAL"}, {"error": "THIRD_PARTY_AUTH_ERROR"}, {"error": "INVALID_ARGUMENT"}]})
+        msg["message"]["token"] = "dev2"
+        rs = [c.post(f"{fcm.fcm}/v1/projects/p1/messages:send", json=msg, headers=auth) for _ in range(7)]
+        assert rs[0].status_code == 404
+        assert rs[0].json() == {"error": {"code": 404, "message": "Requested entity was not found.",
+                                          "status": "NOT_FOUND", "details": [
+                                              {"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError",
+                                               "errorCode": "UNREGISTERED"}]}}
+        assert rs[1].status_code == 429 and rs[1].headers["retry-after"] == "7"
+        assert rs[1].json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+        assert [r.status_code for r in rs[2:]] == [503, 500, 401, 400, 400]
+        assert rs[4].json()["error"]["details"][0]["errorCode"] == "THIRD_PARTY_AUTH_ERROR"
+        # data values must be strings
+        bad = {"message": {"token": "dev1", "data": {"n": 12}}}
+        r = c.post(f"{fcm.fcm}/v1/projects/p1/messages:send", json=bad, headers=auth)
+        assert r.status_code == 400 and r.json()["error"]["status"] == "INVALID_ARGUMENT"
+        # unknown access token
+        r = c.post(f"{fcm.fcm}/v1/projects/p1/messages:send", json=msg, headers={"authorization": "Bearer nope"})
+        assert r.status_code == 401 and r.json()["error"]["status"] == "UNAUTHENTICATED"
+        # revoked access token → 401
+        fcm.post("/control/fcm-revoke", {"all": True})
+        r = c.post(f"{fcm.fcm}/v1/projects/p1/messages:send", json=msg, headers=auth)
+        assert r.status_code == 401
+    stats = fcm.get("/control/stats")
+    assert stats["fcm_token_requests"] == 1 and stats["fcm_tokens_issued"] == 1
+    sends = fcm.received("fcm", kind="send")
+    assert sends[0]["body"]["message"]["token"] == "dev1" and sends[0]["valid"]
+
+
+def test_fcm_bad_assertions(fcm):
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    now = int(time.time())
+    with fcm.client(http2=False) as c:   # HTTP/1.1 is allowed on the token endpoint
+        r = fcm_token(c, fcm, fcm_assertion(other))
+        assert r.status_code == 400 and r.json()["error"] == "invalid_grant"
+        assert fcm_token(c, fcm, fcm_assertion(fcm.rsa, exp=now + 7200)).status_code == 400
+        assert fcm_token(c, fcm, fcm_assertion(fcm.rsa, scope="email")).status_code == 400
+        assert fcm_token(c, fcm, fcm_assertion(fcm.rsa, aud="https://evil/token")).status_code == 400
+        r = fcm_token(c, fcm, fcm_assertion(fcm.rsa, aud=fcm.info["urls"]["fcm_token"]))
+        assert r.status_code == 200 and r.http_version == "HTTP/1.1"
+    recs = fcm.received("fcm", kind="token")
+    assert [x["valid"] for x in recs] == [False, False, False, False, True]
+
+
+# ------------------------------------------------------------------ Web Push
+
+@pytest.fixture
+def webpush(gw):
+    vapid = ec.generate_private_key(ec.SECP256R1())
+    sub = gw.post("/control/webpush-subscription", {"id": "sub1", "vapid_public_key": b64u(raw_pub(vapid.public_key()))})
+    gw.vapid = vapid
+    gw.sub = sub
+    gw.origin = f"https://127.0.0.1:{gw.info['webpush']}"
+    return gw
+
+
+def vapid_header(key, aud, sub="mailto:ops@example.com", exp_in=12 * 3600, k=None):
+    t = jwt_es256(key, {"typ": "JWT", "alg": "ES256"}, {"aud": aud, "exp": int(time.time()) + exp_in, "sub": sub})
+    return f"vapid t={t}, k={b64u(raw_pub(k or key.public_key()))}"
+
+
+def wp_encrypt(sub, plaintext, pad_to=2816):
+    eph = ec.generate_private_key(ec.SECP256R1())
+    body = http_ece.encrypt(plaintext, private_key=eph, dh=b64u_decode(sub["p256dh"]),
+                            auth_secret=b64u_decode(sub["auth"]), version="aes128gcm", rs=4096)
+    return body
+
+
+def test_webpush_delivery_decrypted(webpush):
+    plain = json.dumps({"kind": "message", "data": {}, "badge": 3}).encode()
+    body = wp_encrypt(webpush.sub, plain)
+    for http2 in (True, False):
+        with webpush.client(http2=http2) as c:
+            r = c.post(webpush.sub["endpoint"], content=body, headers={
+                "content-encoding": "aes128gcm", "ttl": "60", "urgency": "high", "topic": "abc_DEF-123",
+                "authorization": vapid_header(webpush.vapid, webpush.origin)})
+            assert r.status_code == 201, r.text
+            assert r.headers["location"]
+    recs = webpush.received("webpush")
+    assert len(recs) == 2
+    assert recs[0]["plaintext_json"] == {"kind": "message", "data": {}, "badge": 3}
+    assert recs[0]["body_len"] == len(body) and recs[0]["valid"] and recs[0]["topic"] == "abc_DEF-123"
+    assert recs[0]["vapid"]["sub"] == "mailto:ops@example.com" and recs[0]["http_version"] == "h2"
+    assert recs[1]["http_version"] == "http/1.1"
+    assert recs[1].get("salt_reused") and recs[1].get("ecdh_key_reused")   # same body sent twice
+
+
+def test_webpush_rejections(webpush):
+    body = wp_encrypt(webpush.sub, b'{"kind":"x"}')
+    other = ec.generate_private_key(ec.SECP256R1())
+    good = {"content-encoding": "aes128gcm", "ttl": "60"}
+    with webpush.client() as c:
+        def post(extra, content=body, url=webpush.sub["endpoint"]):
+            h = dict(good, authorization=vapid_header(webpush.vapid, webpush.origin))
+            h.update(extra)
+            h = {k: v for k, v in h.items() if v is not None}
+            return c.post(url, content=content, headers=h)
+        # signed by another key but claiming the subscription's k → bad signature
+        bad_sig = vapid_header(other, webpush.origin, k=webpush.vapid.public_key())
+        assert post({"authorization": bad_sig}).status_code == 401
+        # a different (self-consistent) key that is not the subscription's applicationServerKey
+        assert post({"authorization": vapid_header(other, webpush.origin)}).status_code == 401
+        assert post({"authorization": vapid_header(webpush.vapid, "https://push.example.net")}).status_code == 401
+        assert post({"authorization": vapid_header(webpush.vapid, webpush.origin, exp_in=2 * 86400)}).status_code == 401
+        assert post({"authorization": vapid_header(webpush.vapid, webpush.origin, sub="ops@example.com")}).status_code == 401
+        assert post({"ttl": None}).status_code == 400
+        assert post({"urgency": "urgent"}).status_code == 400
+        assert post({"topic": "x" * 33}).status_code == 400
+        assert post({"content-encoding": "aesgcm"}).status_code == 400
+        assert post({}, content=b"\0" * 4097).status_code == 413
+        assert post({}, url=webpush.origin + "/push/nosuch").status_code == 404
+        assert post({}).status_code == 201
+        webpush.post("/control/program", {"gateway": "webpush", "token": "sub1", "responses": [
+            {"status": 410}, {"status": 429, "retry_after": 30}, {"status": 413}]})
+        assert post({}).status_code == 410
+        r = post({})
+        assert r.status_code == 429 and r.headers["retry-after"] == "30"
+        assert post({}).status_code == 413
+    errs = [x["errors"] for x in webpush.received("webpush") if not x["valid"]]
+    assert "VAPID public key mismatch" in errs[1]
+
+
+def test_control_errors(gw):
+    r = gw.ctl.post("/control/program", json={"gateway": "nope", "responses": []})
+    assert r.status_code == 400
+    r = gw.ctl.post("/control/knobs", json={"gateway": "apns", "no_such_knob": 1})
+    assert r.status_code == 400
+    assert gw.ctl.get("/control/nothing").status_code == 404
+
+
+def test_sigterm_clean_exit(tmp_path):
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, "gateways.py"), "--dir", str(tmp_path)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # little output: PIPE is safe
+    deadline = time.time() + 15
+    while not (tmp_path / "gateways.json").exists():
+        assert time.time() < deadline and p.poll() is None
+        time.sleep(0.05)
+    info = json.loads((tmp_path / "gateways.json").read_text())
+    # an open HTTP/2 connection must not block shutdown
+    c = RawH2(info["apns"], info["ca"])
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(10) == 0, p.stderr.read().decode()
+    c.close()
+
+
+def test_apns_goaway_unprocessed_and_violation_goaway(apns):
+    apns.post("/control/knobs", {"gateway": "apns", "goaway_after": 1, "goaway_answer_last": False,
+                                 "goaway_reason": "Shutdown", "goaway_times": 1})
+    c = RawH2(apns.info["apns"], apns.info["ca"])
+    try:
+        s1 = c.request(f"/3/device/{TOKEN}", apns_headers(apns.jwt), PAYLOAD)
+        assert c.pump(lambda ev: any(isinstance(e, h2.events.ConnectionTerminated) for e in ev))
+        term = [e for e in c.events if isinstance(e, h2.events.ConnectionTerminated)][0]
+        assert term.last_stream_id == 0 and c.status(s1) is None
+    finally:
+        c.close()
+    # goaway_times exhausted: the next connection works normally
+    with apns.client() as hc:
+        assert hc.post(f"{apns.apns}/3/device/{TOKEN}", content=PAYLOAD, headers=apns_headers(apns.jwt)).status_code == 200
+    apns.post("/control/knobs", {"gateway": "apns", "stream_violation": "goaway", "goaway_after": None,
+                                 "hang_tokens": ["ef" * 32]})
+    c = RawH2(apns.info["apns"], apns.info["ca"])
+    try:
+        c.conn.remote_settings._settings[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = \
+            __import__("collections").deque([100])
+        c.request(f"/3/device/{'ef' * 32}", apns_headers(apns.jwt), PAYLOAD)
+        c.request(f"/3/device/{TOKEN}", apns_headers(apns.jwt), PAYLOAD)
+        assert c.pump(lambda ev: any(isinstance(e, h2.events.ConnectionTerminated) for e in ev))
+        term = [e for e in c.events if isinstance(e, h2.events.ConnectionTerminated)][0]
+        assert term.error_code == h2.errors.ErrorCodes.PROTOCOL_ERROR
+        assert b"Maximum active streams" in term.additional_data
+    finally:
+        c.close()
+
+
+def test_control_goaway_and_fcm_token_program(fcm):
+    fcm.post("/control/program", {"gateway": "fcm-token", "token": "*", "responses": [
+        {"status": 503}, {"status": 200, "expires_in": 5}]})
+    with fcm.client() as c:
+        assert fcm_token(c, fcm, fcm_assertion(fcm.rsa)).status_code == 503
+        r = fcm_token(c, fcm, fcm_assertion(fcm.rsa))
+        assert r.status_code == 200 and r.json()["expires_in"] == 5
+        assert fcm.post("/control/goaway", {"gateway": "fcm", "reason": "maintenance"})["connections"] == 1
+        time.sleep(0.7)
+    # (httpx only sees the GOAWAY when it next reads, so a reused client may hit the closed socket)
+    with fcm.client() as c:
+        r = fcm_token(c, fcm, fcm_assertion(fcm.rsa))
+        assert r.status_code == 200
+    conns = fcm.get("/control/connections", gateway="fcm")["connections"]
+    assert conns[0]["goaway_sent"]["reason"] == "maintenance" and len(conns) == 2
+    assert fcm.get("/control/stats")["fcm_token_requests"] == 3
