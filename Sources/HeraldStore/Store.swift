@@ -68,7 +68,7 @@ public final class Store: @unchecked Sendable {
         condition.unlock()
     }
 
-    private func enqueue<T>(
+    private func submit<T>(
         _ work: @escaping (Tables, Int64) throws -> T, _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         let job = Job(
@@ -141,63 +141,63 @@ public final class Store: @unchecked Sendable {
         _ registration: Registration, deviceCap: Int,
         completion: @escaping @Sendable (Result<RegistrationOutcome, any Error>) -> Void
     ) {
-        enqueue({ t, now in try t.registry.register(registration, deviceCap: deviceCap, now: now) }, completion)
+        submit({ t, now in try t.registry.register(registration, deviceCap: deviceCap, now: now) }, completion)
     }
 
     public func unregister(
         app: String, user: String, _ selector: UnregisterSelector,
         completion: @escaping @Sendable (Result<Int, any Error>) -> Void
     ) {
-        enqueue({ t, now in try t.registry.unregister(app: app, user: user, selector, now: now) }, completion)
+        submit({ t, now in try t.registry.unregister(app: app, user: user, selector, now: now) }, completion)
     }
 
     public func list(
         app: String, user: String, completion: @escaping @Sendable (Result<[DeviceSummary], any Error>) -> Void
     ) {
-        enqueue({ t, _ in try t.registry.list(app: app, user: user) }, completion)
+        submit({ t, _ in try t.registry.list(app: app, user: user) }, completion)
     }
 
     public func endSession(
         app: String, user: String, session: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
     ) {
-        enqueue({ t, _ in try t.registry.endSession(app: app, user: user, session: session) }, completion)
+        submit({ t, _ in try t.registry.endSession(app: app, user: user, session: session) }, completion)
     }
 
     public func forget(app: String, user: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
-        enqueue({ t, _ in try t.registry.forget(app: app, user: user) }, completion)
+        submit({ t, _ in try t.registry.forget(app: app, user: user) }, completion)
     }
 
     public func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void) {
-        enqueue({ t, _ in try t.registry.deviceCounts() }, completion)
+        submit({ t, _ in try t.registry.deviceCounts() }, completion)
     }
 
     // MARK: Delivery queue
 
     /// Commits a message and its deliveries (or finds it by idempotency key).
     public func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void) {
-        enqueue({ t, now in try t.queue.enqueue(e, now: now) }, completion)
+        submit({ t, now in try t.queue.enqueue(e, now: now) }, completion)
     }
 
     public func status(
         app: String, messageID: String, detail: Bool,
         completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void
     ) {
-        enqueue({ t, _ in try t.queue.status(app: app, messageID: messageID, detail: detail) }, completion)
+        submit({ t, _ in try t.queue.status(app: app, messageID: messageID, detail: detail) }, completion)
     }
 
     public func cancel(app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void) {
-        enqueue({ t, now in try t.queue.cancel(app: app, messageID: messageID, now: now) }, completion)
+        submit({ t, now in try t.queue.cancel(app: app, messageID: messageID, now: now) }, completion)
     }
 
     public func claimDue(limit: Int, completion: @escaping @Sendable (Result<[DueDelivery], any Error>) -> Void) {
-        enqueue({ t, now in try t.queue.claimDue(limit: limit, now: now) }, completion)
+        submit({ t, now in try t.queue.claimDue(limit: limit, now: now) }, completion)
     }
 
     public func record(
         deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
-        enqueue(
+        submit(
             { t, now in
                 try t.queue.record(
                     deliveryID: deliveryID, state: state, httpStatus: httpStatus, reason: reason,
@@ -207,7 +207,7 @@ public final class Store: @unchecked Sendable {
 
     /// A quick read that proves the database answers, for `system.health`.
     public func ping(completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
-        enqueue({ t, _ in _ = try t.registry.deviceCounts() }, completion)
+        submit({ t, _ in _ = try t.registry.deviceCounts() }, completion)
     }
 
     /// Runs a job synchronously (for tools and tests).
