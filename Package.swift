@@ -29,6 +29,13 @@ let package = Package(
             ]
         ),
         .target(
+            name: "CHeraldCurl",
+            path: "CSources/CHeraldCurl",
+            cSettings: strictC,
+            linkerSettings: [.linkedLibrary("curl")]
+        ),
+        .target(name: "HTTPClient", dependencies: ["CHeraldCurl"], swiftSettings: strictSwift),
+        .target(
             name: "CHeraldSys",
             path: "CSources/CHeraldSys",
             cSettings: strictC
@@ -81,6 +88,7 @@ let package = Package(
             dependencies: ["HeraldCrypto"],
             swiftSettings: strictSwift
         ),
+        .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient"], swiftSettings: strictSwift),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC"], swiftSettings: strictSwift),
         .testTarget(name: "WebPushTests", dependencies: ["WebPush", "HeraldCore"], swiftSettings: strictSwift),
         .testTarget(name: "HeraldDeliveryTests", dependencies: ["HeraldDelivery", "HeraldCore"], swiftSettings: strictSwift),

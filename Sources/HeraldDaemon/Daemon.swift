@@ -127,6 +127,11 @@ public enum Daemon {
     /// SIGTERM/SIGINT stop; SIGHUP is caught so that it cannot kill the
     /// daemon (configuration reload is not implemented yet).
     private static func installSignals(stopper: Shutdown, log: Logger) -> [any DispatchSourceSignal] {
+        // A parent may have left these blocked (a mask is inherited across exec).
+        var unblock = sigset_t()
+        sigemptyset(&unblock)
+        for sig in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&unblock, sig) }
+        pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
         var sources: [any DispatchSourceSignal] = []
         for sig in [SIGTERM, SIGINT, SIGHUP] {
             signal(sig, SIG_IGN)
