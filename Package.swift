@@ -49,10 +49,14 @@ let package = Package(
         ),
         .target(name: "HeraldCore", swiftSettings: strictSwift),
         .target(name: "JSONRPC", swiftSettings: strictSwift),
-        .target(name: "WebPush", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto"], swiftSettings: strictSwift),
+        .target(
+            name: "WebPush", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient"],
+            swiftSettings: strictSwift),
         .target(name: "HeraldDelivery", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
         .target(name: "APNs", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto"], swiftSettings: strictSwift),
-        .target(name: "FCM", dependencies: ["HeraldCore", "JSONRPC"], swiftSettings: strictSwift),
+        .target(
+            name: "FCM", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient"],
+            swiftSettings: strictSwift),
         .target(
             name: "HeraldStore",
             dependencies: ["HeraldCore", "HeraldCrypto", "CSQLite"],
@@ -91,6 +95,9 @@ let package = Package(
         .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient"], swiftSettings: strictSwift),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC"], swiftSettings: strictSwift),
         .testTarget(name: "WebPushTests", dependencies: ["WebPush", "HeraldCore"], swiftSettings: strictSwift),
+        .testTarget(
+            name: "SenderTests", dependencies: ["FCM", "WebPush", "HTTPClient", "HeraldCrypto", "HeraldCore", "HeraldDelivery", "JSONRPC"],
+            swiftSettings: strictSwift),
         .testTarget(name: "HeraldDeliveryTests", dependencies: ["HeraldDelivery", "HeraldCore"], swiftSettings: strictSwift),
         .testTarget(name: "TransportPayloadTests", dependencies: ["APNs", "FCM", "WebPush", "HeraldCore", "JSONRPC"], swiftSettings: strictSwift),
         .testTarget(

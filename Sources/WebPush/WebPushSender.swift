@@ -1,0 +1,184 @@
+public import HeraldCore
+public import HeraldCrypto
+public import HeraldDelivery
+public import HTTPClient
+internal import Dispatch
+internal import Synchronization
+
+/// Sends one sealed Web Push record to one subscription (webpush.md §3.4).
+///
+/// Per send:
+/// 1. The endpoint is checked again with the ``EndpointGuard`` (DNS rebinding
+///    and changed answers are caught at send time). The guard's resolver may
+///    block, so this runs on the sender's concurrent `DispatchQueue`, never on
+///    the caller's thread. A refused endpoint is `.failed(reason:)` with reason
+///    `endpoint_refused` (or `endpoint_unresolvable`): never `.stale`, so a
+///    guard refusal never deletes a subscription.
+/// 2. The plaintext is sealed to `payload.bodySize`. Sealers hold scratch state
+///    and serve one thread at a time: the sender keeps a small pool; a send
+///    takes one (or makes a new one), seals, and puts it back (the pool keeps
+///    at most `maxPooledSealers`).
+/// 3. `POST` with `TTL`, `Urgency`, `Topic` (when set), `Content-Encoding:
+///    aes128gcm`, `Content-Type: application/octet-stream` and the VAPID
+///    `Authorization` from the ``VAPIDTokenCache`` (per app and origin),
+///    pinned to the vetted addresses.
+/// 4. The answer goes through ``WebPushClassifier``. The first 413 makes the
+///    sender seal `payload.minimalPlaintext` to `payload.stepDownBodySize` and
+///    send once more (`steppedDown: true`; a second 413 is `.failed`).
+///    Transport errors are `Outcome.transient`.
+///
+/// The completion gets the outcome and the HTTP status of the last answer (nil
+/// when no request was answered). It runs on an HTTP client or sender queue
+/// thread.
+public final class WebPushSender: Sendable {
+    public static let maxPooledSealers = 16
+    public static let endpointRefused = ProviderReason("endpoint_refused")
+    public static let endpointUnresolvable = ProviderReason("endpoint_unresolvable")
+    public static let vapidFailure = ProviderReason("vapid_failure")
+    public static let sealFailure = ProviderReason("seal_failure")
+    public static let invalidKeys = ProviderReason("invalid_subscription_keys")
+
+    public let endpointGuard: EndpointGuard
+    public let client: HTTPClient
+    public let app: String
+    public let subject: String
+    public let clock: any WallClock
+    public let tokens: VAPIDTokenCache
+    /// The per-request deadline.
+    public let timeout: Duration
+    private let vapidKey: P256PrivateKey
+    private let queue = DispatchQueue(label: "herald.webpush.sender", attributes: .concurrent)
+    private let sealers = Mutex<[SealerBox]>([])
+
+    public init(
+        guard endpointGuard: EndpointGuard, client: HTTPClient, vapidKey: P256PrivateKey, subject: String,
+        app: String, clock: any WallClock = SystemClock(), tokens: VAPIDTokenCache? = nil,
+        timeout: Duration = .seconds(15)
+    ) {
+        self.endpointGuard = endpointGuard
+        self.client = client
+        self.vapidKey = vapidKey
+        self.subject = subject
+        self.app = app
+        self.clock = clock
+        self.tokens = tokens ?? VAPIDTokenCache(clock: clock)
+        self.timeout = timeout
+    }
+
+    /// Sends with the subscription's keys as a browser gives them (base64url).
+    public func send(
+        endpoint: String, p256dh: String, auth: String, payload: WebPushPayload, headers: WebPushHeaders,
+        completion: @escaping @Sendable (Outcome, Int?) -> Void
+    ) {
+        let subscriber: WebPushSubscriber
+        do {
+            subscriber = try WebPushSubscriber(p256dh: p256dh, auth: auth)
+        } catch {
+            queue.async { completion(.failed(reason: Self.invalidKeys), nil) }
+            return
+        }
+        send(endpoint: endpoint, subscriber: subscriber, payload: payload, headers: headers, completion: completion)
+    }
+
+    /// Sends one push; see the type's documentation. Returns at once.
+    public func send(
+        endpoint: String, subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders,
+        completion: @escaping @Sendable (Outcome, Int?) -> Void
+    ) {
+        queue.async { [self] in
+            let checked: CheckedEndpoint
+            do throws(EndpointError) {
+                checked = try endpointGuard.check(endpoint)
+            } catch {
+                switch error {
+                case .unresolvable, .resolutionFailed:
+                    completion(.failed(reason: Self.endpointUnresolvable), nil)
+                case .malformed, .notPubliclyRoutable:
+                    completion(.failed(reason: Self.endpointRefused), nil)
+                }
+                return
+            }
+            attempt(
+                checked, subscriber: subscriber, payload: payload, headers: headers, steppedDown: false,
+                completion: completion)
+        }
+    }
+
+    private func attempt(
+        _ checked: CheckedEndpoint, subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders,
+        steppedDown: Bool, completion: @escaping @Sendable (Outcome, Int?) -> Void
+    ) {
+        let plaintext = steppedDown ? payload.minimalPlaintext : payload.plaintext
+        let bodySize = steppedDown ? payload.stepDownBodySize : payload.bodySize
+        guard let body = seal(plaintext, for: subscriber, bodySize: bodySize) else {
+            completion(.failed(reason: Self.sealFailure), nil)
+            return
+        }
+        let authorization: String
+        do {
+            authorization = try tokens.authorization(app: app, origin: checked.origin, key: vapidKey, subject: subject)
+        } catch {
+            completion(.failed(reason: Self.vapidFailure), nil)
+            return
+        }
+        var fields: [(String, String)] = headers.fields.map { ($0.name, $0.value) }
+        fields.append(("Authorization", authorization))
+        let request = HTTPRequest(
+            method: "POST", url: checked.url, headers: fields, body: body, timeout: timeout,
+            pinnedAddresses: checked.addresses.map(\.description))
+        client.send(request) { [self] result in
+            switch result {
+            case .failure(let error):
+                completion(.transient(reason: Self.reason(for: error)), nil)
+            case .success(let response):
+                let retryAfter = response.header("retry-after").flatMap {
+                    RetryAfter.parse($0, now: clock.nowMilliseconds())
+                }
+                let outcome = WebPushClassifier.classify(
+                    status: response.status, retryAfter: retryAfter, steppedDown: steppedDown)
+                if outcome == .tooLarge && !steppedDown {
+                    queue.async { [self] in
+                        attempt(
+                            checked, subscriber: subscriber, payload: payload, headers: headers, steppedDown: true,
+                            completion: completion)
+                    }
+                    return
+                }
+                completion(outcome, response.status)
+            }
+        }
+    }
+
+    private func seal(_ plaintext: [UInt8], for subscriber: WebPushSubscriber, bodySize: Int) -> [UInt8]? {
+        let box: SealerBox
+        if let pooled = sealers.withLock({ $0.popLast() }) {
+            box = pooled
+        } else {
+            guard let sealer = try? WebPushSealer() else { return nil }
+            box = SealerBox(sealer)
+        }
+        let body = try? box.sealer.seal(plaintext, for: subscriber, bodySize: bodySize)
+        sealers.withLock { pool in
+            if pool.count < Self.maxPooledSealers { pool.append(box) }
+        }
+        return body
+    }
+
+    static func reason(for error: HTTPError) -> ProviderReason {
+        switch error {
+        case .timeout: .timeout
+        case .connectFailed: .connectFailure
+        case .dnsFailure: .dnsFailure
+        case .tls: .tlsFailure
+        case .http2Stream: .connectionReset
+        case .shutdown: .shutdown
+        case .bodyTooLarge, .invalidRequest, .other: .connectionReset
+        }
+    }
+}
+
+/// A sealer moved between threads by the pool; only one thread uses it at a time.
+private final class SealerBox: @unchecked Sendable {
+    let sealer: WebPushSealer
+    init(_ sealer: WebPushSealer) { self.sealer = sealer }
+}
