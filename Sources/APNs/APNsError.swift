@@ -1,28 +1,5 @@
 public import HeraldCore
 
-/// A payload over its transport's size limit: what `push.send` answers with
-/// 1005 `payload_too_large` (`data.platform`, `data.limit`).
-///
-/// APNs measures the JSON body: 4096 bytes, 5120 for VoIP (`apns_voip`).
-public struct PayloadTooLarge: Error, Sendable, Hashable, CustomStringConvertible {
-    /// `apns` or `apns_voip`.
-    public let platform: Platform
-    /// The largest size the transport accepts, in bytes.
-    public let limit: Int
-    /// The size this payload came to, in bytes.
-    public let size: Int
-
-    public init(platform: Platform, limit: Int, size: Int) {
-        self.platform = platform
-        self.limit = limit
-        self.size = size
-    }
-
-    public var description: String {
-        "\(platform.rawValue) payload is \(size) bytes, over the limit of \(limit)"
-    }
-}
-
 /// Why a message cannot become an APNs request.
 public enum APNsRequestError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The device is not an APNs device (`fcm`, `web`).

@@ -63,7 +63,7 @@ final class DaemonProcess: @unchecked Sendable {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: heraldBinary())
         p.arguments = ["serve", "--config", configPath]
-        FileManager.default.createFile(atPath: logPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         let sink = FileHandle(forWritingAtPath: logPath)!
         sink.seekToEndOfFile()
         p.standardError = sink

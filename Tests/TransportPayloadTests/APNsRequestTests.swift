@@ -289,7 +289,7 @@ struct APNsRequestTests {
         let atLimit = try build(sized(kind, platform, limit), platform)
         #expect(atLimit.payload.count == limit)
         let over = try sized(kind, platform, limit + 1)
-        let tooLarge = APNs.PayloadTooLarge(platform: platform, limit: limit, size: limit + 1)
+        let tooLarge = PayloadTooLarge(platform: platform, limit: limit, size: limit + 1)
         #expect(throws: APNsRequestError.payloadTooLarge(tooLarge)) {
             try build(over, platform)
         }

@@ -59,9 +59,9 @@ struct CrossTransportTests {
 
     @Test("size errors carry platform, limit and size")
     func sizeErrorShape() {
-        let apns = APNs.PayloadTooLarge(platform: .apnsVoIP, limit: 5120, size: 5121)
-        let fcm = FCM.PayloadTooLarge(platform: .fcm, limit: 4096, size: 4100)
-        let web = WebPush.PayloadTooLarge(platform: .web, limit: 2713, size: 2714)
+        let apns = PayloadTooLarge(platform: .apnsVoIP, limit: 5120, size: 5121)
+        let fcm = PayloadTooLarge(platform: .fcm, limit: 4096, size: 4100)
+        let web = PayloadTooLarge(platform: .web, limit: 2713, size: 2714)
         #expect(apns.description == "apns_voip payload is 5121 bytes, over the limit of 5120")
         #expect(fcm.description == "fcm payload is 4100 bytes, over the limit of 4096")
         #expect(web.description == "web payload is 2714 bytes, over the limit of 2713")

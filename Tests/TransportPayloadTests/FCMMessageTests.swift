@@ -194,7 +194,7 @@ struct FCMMessageTests {
         #expect(atLimit.payloadSize == 4096)
         #expect(atLimit.body.count > 4096)  // the JSON around it is not counted
         let over = try sized(kind, 4097)
-        #expect(throws: FCMMessageError.payloadTooLarge(FCM.PayloadTooLarge(platform: .fcm, limit: 4096, size: 4097))) {
+        #expect(throws: FCMMessageError.payloadTooLarge(PayloadTooLarge(platform: .fcm, limit: 4096, size: 4097))) {
             try build(over)
         }
     }
@@ -207,7 +207,7 @@ struct FCMMessageTests {
         // ... and one byte over when the message names a key one byte longer.
         var longer = message
         longer.alert = PushAlert(locKey: "DEFAULT_KEY1")
-        #expect(throws: FCMMessageError.payloadTooLarge(FCM.PayloadTooLarge(platform: .fcm, limit: 4096, size: 4097))) {
+        #expect(throws: FCMMessageError.payloadTooLarge(PayloadTooLarge(platform: .fcm, limit: 4096, size: 4097))) {
             try build(longer)
         }
         // The same data as a clear has no notification block and fits easily.

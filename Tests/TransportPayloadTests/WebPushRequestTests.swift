@@ -82,7 +82,7 @@ struct WebPushRequestTests {
     func sizeLimit(kind: PushKind) throws {
         let atLimit = try build(sized(2713, kind: kind, badge: 12))
         #expect(atLimit.plaintext.count == 2713)
-        let tooLarge = WebPush.PayloadTooLarge(platform: .web, limit: 2713, size: 2714)
+        let tooLarge = PayloadTooLarge(platform: .web, limit: 2713, size: 2714)
         #expect(throws: WebPushPayloadError.payloadTooLarge(tooLarge)) {
             try build(sized(2714, kind: kind, badge: 12))
         }
@@ -94,7 +94,7 @@ struct WebPushRequestTests {
         #expect(try WebPushPayload(message: message, user: "u", bodySize: 2048).plaintext.count == 1945)
         var over = message
         over.data = [("pad", over.data[0].value + "a")]
-        let tooLarge = WebPush.PayloadTooLarge(platform: .web, limit: 1945, size: 1946)
+        let tooLarge = PayloadTooLarge(platform: .web, limit: 1945, size: 1946)
         #expect(throws: WebPushPayloadError.payloadTooLarge(tooLarge)) {
             try WebPushPayload(message: over, user: "u", bodySize: 2048)
         }
