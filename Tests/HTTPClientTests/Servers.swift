@@ -52,7 +52,7 @@ final class Gateways: @unchecked Sendable {
         try p.run()
         process = p
         let json = dir.appendingPathComponent("gateways.json")
-        let deadline = Date().addingTimeInterval(20)
+        let deadline = Date().addingTimeInterval(90)
         var data: Data?
         while Date() < deadline {
             if let d = try? Data(contentsOf: json), !d.isEmpty { data = d; break }

@@ -7,7 +7,7 @@ import HeraldDelivery
 import Synchronization
 import Testing
 
-@Suite("FCM sender against the test gateway")
+@Suite("FCM sender against the test gateway", .serialized)
 struct FCMSenderTests {
     @Test func sendIsDelivered() async throws {
         try await withFCMGateways { g in

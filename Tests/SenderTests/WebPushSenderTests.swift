@@ -40,7 +40,7 @@ private final class WPGateways: @unchecked Sendable {
         try p.run()
         process = p
         let json = dir.appendingPathComponent("gateways.json")
-        let deadline = Date().addingTimeInterval(20)
+        let deadline = Date().addingTimeInterval(90)
         var data: Data?
         while Date() < deadline {
             if let d = try? Data(contentsOf: json), !d.isEmpty { data = d; break }
@@ -154,7 +154,7 @@ private func vapidT(_ authorization: String?) -> String? {
 
 // MARK: - Tests
 
-@Suite("WebPushSender against the Web Push test gateway")
+@Suite("WebPushSender against the Web Push test gateway", .serialized)
 struct WebPushSenderTests {
     @Test("A send is delivered: plaintext, 2816-byte body, TTL/Urgency/Topic, one VAPID token per origin")
     func delivered() async throws {
