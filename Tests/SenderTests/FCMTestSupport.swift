@@ -66,63 +66,27 @@ final class FCMTestClock: WallClock {
     func advance(ms: Int64) { offset.withLock { $0 += ms } }
 }
 
-/// The project's Python test gateways (Tests/gateways/gateways.py), one process per test,
-/// with an HTTP client trusting their CA and the FCM service account registered.
+/// The test gateways with the FCM service account registered, one process per test.
 final class FCMGateways: @unchecked Sendable {
-    let process: Process
-    let dir: URL
-    let ca: String
-    let fcm: Int
-    let control: Int
-    let client: HTTPClient
+    let gateways: TestGateways
     let projectID = "herald-test"
     let clientEmail = "herald@herald-test.iam.gserviceaccount.com"
-    var fcmBase: String { "https://127.0.0.1:\(fcm)" }
+    var client: HTTPClient { gateways.client }
+    var fcmBase: String { "https://127.0.0.1:\(gateways.ports["fcm"] ?? 0)" }
 
     init() async throws {
-        guard FileManager.default.isExecutableFile(atPath: fcmVenvPython) else {
-            throw FCMTestError(description: "missing \(fcmVenvPython): run `make deps`")
+        gateways = try await TestGateways()
+        do {
+            _ = try await controlPost("/control/fcm-key", [
+                "client_email": clientEmail, "public_key_pem": fcmTestKey.publicPEM, "project_id": projectID,
+            ])
+        } catch {
+            gateways.stop()
+            throw error
         }
-        dir = FileManager.default.temporaryDirectory.appendingPathComponent("herald-fcm-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: fcmVenvPython)
-        p.arguments = [
-            "-c", fcmUnblockSignalsPrelude + "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')",
-            fcmRepoRoot.appendingPathComponent("Tests/gateways/gateways.py").path, "--dir", dir.path,
-        ]
-        p.standardOutput = FileHandle.nullDevice
-        p.standardError = FileHandle.nullDevice
-        try p.run()
-        process = p
-        let json = dir.appendingPathComponent("gateways.json")
-        let deadline = Date().addingTimeInterval(90)
-        var data: Data?
-        while Date() < deadline {
-            if let d = try? Data(contentsOf: json), !d.isEmpty { data = d; break }
-            if !p.isRunning { break }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        guard let data, let obj = try JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let fcm = obj["fcm"] as? Int, let control = obj["control"] as? Int
-        else {
-            fcmStopProcess(p)
-            throw FCMTestError(description: "gateways did not start")
-        }
-        self.fcm = fcm
-        self.control = control
-        self.ca = dir.appendingPathComponent("ca.pem").path
-        self.client = try HTTPClient(configuration: .init(caFile: ca, allowPlainHTTPToLoopback: true))
-        _ = try await controlPost("/control/fcm-key", [
-            "client_email": clientEmail, "public_key_pem": fcmTestKey.publicPEM, "project_id": projectID,
-        ])
     }
 
-    func stop() {
-        client.shutdown()
-        fcmStopProcess(process)
-        try? FileManager.default.removeItem(at: dir)
-    }
+    func stop() { gateways.stop() }
 
     /// The service-account JSON, its token_uri pointing at the gateway.
     func account() throws -> FCMServiceAccount {
@@ -137,25 +101,11 @@ final class FCMGateways: @unchecked Sendable {
 
     @discardableResult
     func controlPost(_ path: String, _ body: [String: Any]) async throws -> [String: Any] {
-        let data = try JSONSerialization.data(withJSONObject: body)
-        let request = HTTPRequest(
-            method: "POST", url: "http://127.0.0.1:\(control)\(path)",
-            headers: [("content-type", "application/json")], body: Array(data))
-        return try await controlCall(request)
+        try await gateways.control("POST", path, body)
     }
 
     func controlGet(_ path: String) async throws -> [String: Any] {
-        try await controlCall(HTTPRequest(method: "GET", url: "http://127.0.0.1:\(control)\(path)"))
-    }
-
-    private func controlCall(_ request: HTTPRequest) async throws -> [String: Any] {
-        let response = try await client.send(request).get()
-        guard response.status == 200,
-            let obj = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]
-        else {
-            throw FCMTestError(description: "\(request.url): \(response.status) \(String(decoding: response.body, as: UTF8.self))")
-        }
-        return obj
+        try await gateways.control("GET", path)
     }
 
     /// Programs FCM send answers for one device token.

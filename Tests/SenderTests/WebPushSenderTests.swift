@@ -6,90 +6,19 @@ import HeraldDelivery
 import Testing
 import WebPush
 
-// MARK: - Gateway starter (private copy of Tests/HTTPClientTests/Servers.swift's, minimal)
+// MARK: - Gateways (TestGateways, GatewaySupport.swift)
 
-private let wpRepoRoot: URL = URL(fileURLWithPath: #filePath)
-    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-private let wpPython = wpRepoRoot.appendingPathComponent(".venv/bin/python").path
-
-private struct WPError: Error, CustomStringConvertible { var description: String }
-
-private final class WPGateways: @unchecked Sendable {
-    let process: Process
-    let dir: URL
-    let ca: String
-    let control: Int
-    let controlClient: HTTPClient
-
-    init() throws {
-        guard FileManager.default.isExecutableFile(atPath: wpPython) else {
-            throw WPError(description: "missing \(wpPython): run `make deps`")
-        }
-        dir = FileManager.default.temporaryDirectory.appendingPathComponent("herald-wpsender-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: wpPython)
-        p.arguments = [
-            "-c",
-            "import signal, sys, runpy; signal.pthread_sigmask(signal.SIG_SETMASK, set())\n"
-                + "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')",
-            wpRepoRoot.appendingPathComponent("Tests/gateways/gateways.py").path, "--dir", dir.path,
-        ]
-        p.standardOutput = FileHandle.nullDevice
-        p.standardError = FileHandle.nullDevice
-        try p.run()
-        process = p
-        let json = dir.appendingPathComponent("gateways.json")
-        let deadline = Date().addingTimeInterval(90)
-        var data: Data?
-        while Date() < deadline {
-            if let d = try? Data(contentsOf: json), !d.isEmpty { data = d; break }
-            if !p.isRunning { break }
-            Thread.sleep(forTimeInterval: 0.05)
-        }
-        guard let data, let obj = try JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let control = obj["control"] as? Int
-        else {
-            p.terminate()
-            throw WPError(description: "gateways did not start")
-        }
-        self.control = control
-        self.ca = dir.appendingPathComponent("ca.pem").path
-        self.controlClient = try HTTPClient(configuration: .init(allowPlainHTTPToLoopback: true))
-    }
-
-    func stop() {
-        controlClient.shutdown()
-        if process.isRunning {
-            process.terminate()
-            let deadline = Date().addingTimeInterval(5)
-            while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        }
-        try? FileManager.default.removeItem(at: dir)
-    }
-
+extension TestGateways {
     func call(_ method: String, _ path: String, _ body: [String: Any]? = nil) async throws -> [String: Any] {
-        let bytes = try body.map { Array(try JSONSerialization.data(withJSONObject: $0)) } ?? []
-        let response = try await controlClient.send(
-            HTTPRequest(
-                method: method, url: "http://127.0.0.1:\(control)\(path)",
-                headers: body == nil ? [] : [("Content-Type", "application/json")], body: bytes)
-        ).get()
-        guard response.status == 200,
-            let obj = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]
-        else {
-            throw WPError(description: "control \(path): \(response.status) \(String(decoding: response.body, as: UTF8.self))")
-        }
-        return obj
+        try await control(method, path, body)
     }
 
     func received() async throws -> [[String: Any]] {
-        try await call("GET", "/control/received?gateway=webpush")["requests"] as? [[String: Any]] ?? []
+        try await control("GET", "/control/received?gateway=webpush")["requests"] as? [[String: Any]] ?? []
     }
 
     func program(_ token: String, _ responses: [[String: Any]]) async throws {
-        _ = try await call("POST", "/control/program", ["gateway": "webpush", "token": token, "responses": responses])
+        try await control("POST", "/control/program", ["gateway": "webpush", "token": token, "responses": responses])
     }
 }
 
@@ -101,7 +30,7 @@ private struct Subscription {
 }
 
 private struct Harness {
-    let gateways: WPGateways
+    let gateways: TestGateways
     let client: HTTPClient
     let sender: WebPushSender
     let subscription: Subscription
@@ -110,7 +39,7 @@ private struct Harness {
 private func withHarness(
     allowPrivate: Bool = true, _ body: (Harness) async throws -> Void
 ) async throws {
-    let g = try WPGateways()
+    let g = try await TestGateways()
     defer { g.stop() }
     let key = try P256PrivateKey.generate()
     _ = try await g.call("POST", "/control/webpush-vapid-key", ["public_key": key.publicKeyBase64URL])
