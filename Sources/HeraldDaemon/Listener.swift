@@ -83,16 +83,27 @@ func unixAddress(_ path: String) throws -> sockaddr_un {
 
 /// True when something accepts connections on the socket at path.
 func socketIsLive(_ path: String) -> Bool {
-    guard var addr = try? unixAddress(path) else { return false }
-    let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-    guard fd >= 0 else { return false }
-    defer { close(fd) }
+    guard let fd = try? connectUnixSocket(path) else { return false }
+    close(fd)
+    return true
+}
+
+/// A blocking stream connection to the Unix socket at path; the caller
+/// owns (and closes) the descriptor.
+public func connectUnixSocket(_ path: String) throws -> Int32 {
+    var addr = try unixAddress(path)
+    let fd = try syscall("socket") { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
     let rc = withUnsafePointer(to: &addr) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
             connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
         }
     }
-    return rc == 0
+    if rc != 0 {
+        let err = errno
+        close(fd)
+        throw SystemError(call: "connect \(path)", errno: err)
+    }
+    return fd
 }
 
 /// A startup or runtime failure with a message for the operator.

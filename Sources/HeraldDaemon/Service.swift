@@ -117,7 +117,11 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
 
     /// The `app` param (default "default"), checked to exist and to admit the peer.
     private func app(_ p: inout ParamReader, _ context: CallContext) throws(RPCError) -> AppRuntime {
-        let name = try p.string("app", maxBytes: 64) ?? "default"
+        try runtime(named: try p.string("app", maxBytes: 64) ?? "default", context)
+    }
+
+    /// The named app, checked to exist and to admit the peer.
+    private func runtime(named name: String, _ context: CallContext) throws(RPCError) -> AppRuntime {
         guard let runtime = apps[name] else { throw AppError.unknownApp(name) }
         guard runtime.config.allows(uid: context.uid, gid: context.gid) else { throw AppError.forbidden(name) }
         return runtime
@@ -369,14 +373,8 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
 
     private func health(_ p: inout ParamReader, _ context: CallContext) throws(RPCError) -> JSON {
         // With `app`, that app (checked like any call); without, every app this peer may call.
-        let named = try p.string("app", maxBytes: 64)
-        let only: String?
-        if let named {
-            guard let runtime = apps[named] else { throw AppError.unknownApp(named) }
-            guard runtime.config.allows(uid: context.uid, gid: context.gid) else { throw AppError.forbidden(named) }
-            only = named
-        } else {
-            only = nil
+        let only = try p.string("app", maxBytes: 64).map { name throws(RPCError) in
+            try runtime(named: name, context).config.name
         }
         try p.finish()
         var transports = JSONObject()

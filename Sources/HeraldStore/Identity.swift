@@ -31,6 +31,12 @@ public enum Identity {
     /// Sessions are stored only as SHA-256 of "sess:" + session.
     static func sessionHash(_ session: String) -> [UInt8] { SHA256.hash(Array(("sess:" + session).utf8)) }
 
+    /// The associated data that binds a sealed token to its device row.
+    static func tokenContext(_ deviceID: String) -> [UInt8] { Array("token:\(deviceID)".utf8) }
+
+    /// The associated data that binds sealed Web Push keys to their device row.
+    static func keysContext(_ deviceID: String) -> [UInt8] { Array("keys:\(deviceID)".utf8) }
+
     /// Fields joined with NUL so that no two different tuples share an encoding.
     private static func joined(_ fields: [String]) -> [UInt8] {
         var out: [UInt8] = []

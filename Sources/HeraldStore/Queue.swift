@@ -288,10 +288,10 @@ final class Queue {
                 continue
             }
             let deviceID = stmt.text(3)
-            let token = try key.open(stmt.blob(10), context: Array("token:\(deviceID)".utf8))
+            let token = try key.open(stmt.blob(10), context: Identity.tokenContext(deviceID))
             var keys: WebPushKeys?
             if !stmt.isNull(11) {
-                let raw = try key.open(stmt.blob(11), context: Array("keys:\(deviceID)".utf8))
+                let raw = try key.open(stmt.blob(11), context: Identity.keysContext(deviceID))
                 keys = WebPushKeys(p256dh: Array(raw.prefix(65)), auth: Array(raw.dropFirst(65)))
             }
             due.append(

@@ -63,9 +63,9 @@ final class Registry {
     }
 
     private func seal(_ r: Registration, deviceID: String) throws(CryptoError) -> (token: [UInt8], keys: StoreValue) {
-        let token = try key.seal(Array(r.token.utf8), context: Array("token:\(deviceID)".utf8))
+        let token = try key.seal(Array(r.token.utf8), context: Identity.tokenContext(deviceID))
         guard let keys = r.keys else { return (token, .null) }
-        let sealed = try key.seal(keys.p256dh + keys.auth, context: Array("keys:\(deviceID)".utf8))
+        let sealed = try key.seal(keys.p256dh + keys.auth, context: Identity.keysContext(deviceID))
         return (token, .blob(sealed))
     }
 

@@ -13,23 +13,12 @@ final class RPCClient {
     private var nextID = 1
 
     init(socketPath: String) throws(CommandFailure) {
-        var addr = sockaddr_un()
-        addr.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(socketPath.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: addr.sun_path) else {
-            throw CommandFailure("socket path \(socketPath) is too long", status: 1)
-        }
-        withUnsafeMutableBytes(of: &addr.sun_path) { $0.copyBytes(from: bytes) }
-        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        let rc = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
-        if rc != 0 {
-            let reason = String(cString: strerror(errno))
-            close(fd)
-            throw CommandFailure("cannot connect to \(socketPath): \(reason)", status: 1)
+        do {
+            fd = try connectUnixSocket(socketPath)
+        } catch let error as SystemError {
+            throw CommandFailure("cannot connect to \(socketPath): \(String(cString: strerror(error.errno)))", status: 1)
+        } catch {
+            throw CommandFailure("cannot connect to \(socketPath): \(error)", status: 1)
         }
     }
 
