@@ -36,6 +36,13 @@ let package = Package(
         ),
         .target(name: "HTTPClient", dependencies: ["CHeraldCurl"], swiftSettings: strictSwift),
         .target(
+            name: "CHeraldH2",
+            path: "CSources/CHeraldH2",
+            cSettings: strictC,
+            linkerSettings: [.linkedLibrary("nghttp2"), .linkedLibrary("ssl"), .linkedLibrary("crypto")]
+        ),
+        .target(name: "HeraldIO", dependencies: ["CHeraldSys"], swiftSettings: strictSwift),
+        .target(
             name: "CHeraldSys",
             path: "CSources/CHeraldSys",
             cSettings: strictC
@@ -53,7 +60,10 @@ let package = Package(
             name: "WebPush", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient"],
             swiftSettings: strictSwift),
         .target(name: "HeraldDelivery", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
-        .target(name: "APNs", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto"], swiftSettings: strictSwift),
+        .target(
+            name: "APNs",
+            dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HeraldIO", "CHeraldH2"],
+            swiftSettings: strictSwift),
         .target(
             name: "FCM", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient"],
             swiftSettings: strictSwift),
@@ -66,13 +76,13 @@ let package = Package(
             name: "HeraldDaemon",
             dependencies: [
                 "HeraldCore", "HeraldCrypto", "JSONRPC", "WebPush", "HeraldStore", "CInih",
-                "CHeraldSys",
+                "CHeraldSys", "HeraldIO",
             ],
             swiftSettings: strictSwift
         ),
         .executableTarget(
             name: "herald",
-            dependencies: ["HeraldCrypto", "HeraldDaemon", "JSONRPC"],
+            dependencies: ["HeraldCrypto", "HeraldDaemon", "JSONRPC", "HeraldIO"],
             swiftSettings: strictSwift
         ),
         .target(
@@ -92,7 +102,13 @@ let package = Package(
             dependencies: ["HeraldCrypto"],
             swiftSettings: strictSwift
         ),
+        .target(
+            name: "HeraldTestSupport", dependencies: ["HTTPClient"], path: "Tests/HeraldTestSupport",
+            swiftSettings: strictSwift),
         .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient"], swiftSettings: strictSwift),
+        .testTarget(
+            name: "APNsTests", dependencies: ["APNs", "HeraldCore", "HeraldCrypto", "HeraldTestSupport"],
+            swiftSettings: strictSwift),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC"], swiftSettings: strictSwift),
         .testTarget(name: "WebPushTests", dependencies: ["WebPush", "HeraldCore"], swiftSettings: strictSwift),
         .testTarget(

@@ -1,6 +1,7 @@
 // `mode_t`, `uid_t` and `gid_t` appear in the public API.
 public import Glibc
 
+public import HeraldIO
 import Foundation
 
 /// Herald's configuration, read from an INI file (SPEC "Process and

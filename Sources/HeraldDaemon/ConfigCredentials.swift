@@ -1,5 +1,6 @@
 // `P256PrivateKey`, `FCMServiceAccount` and `StoreKey` appear in the public API.
 public import HeraldCrypto
+import HeraldIO
 
 #if canImport(Glibc)
     import Glibc
@@ -257,9 +258,9 @@ private func createStoreKey(
     }
     do {
         defer { _ = close(fd) }
-        try syscall("fchmod") { fchmod(fd, 0o600) }
+        try HeraldIO.syscall("fchmod") { fchmod(fd, 0o600) }
         try ConfigIO.writeAll(fd, bytes)
-        try syscall("fsync") { fsync(fd) }
+        try HeraldIO.syscall("fsync") { fsync(fd) }
     } catch {
         throw failure("cannot write \(temporary): \(String(cString: strerror(error.errno)))")
     }

@@ -1,3 +1,5 @@
+import HeraldIO
+
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -92,11 +94,11 @@ enum ConfigIO {
     static func read(_ path: String, limit: Int) throws(ConfigIOError) -> [UInt8] {
         let fd: Int32
         do {
-            fd = try syscall("open") { open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
+            fd = try HeraldIO.syscall("open") { open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
         } catch { throw ConfigIOError(error) }
         defer { _ = close(fd) }
         var st = stat()
-        do { try syscall("fstat") { fstat(fd, &st) } } catch { throw ConfigIOError(error) }
+        do { try HeraldIO.syscall("fstat") { fstat(fd, &st) } } catch { throw ConfigIOError(error) }
         guard st.st_mode & S_IFMT == S_IFREG else { throw ConfigIOError("not a regular file") }
         guard st.st_size <= limit else { throw ConfigIOError("larger than \(limit) bytes") }
         return try readAll(fd, expected: Int(st.st_size))

@@ -1,3 +1,4 @@
+import HeraldIO
 import Foundation
 
 #if canImport(Glibc)
@@ -36,7 +37,7 @@ struct Listener {
             }
             unlink(path)
         }
-        let fd = try syscall("socket") { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0) }
+        let fd = try HeraldIO.syscall("socket") { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0) }
         do {
             var addr = try unixAddress(path)
             // Create with no access, then open up to the configured mode: no
@@ -50,8 +51,8 @@ struct Listener {
             let bindErrno = errno
             umask(old)
             if rc != 0 { throw SystemError(call: "bind \(path)", errno: bindErrno) }
-            try syscall("chmod \(path)") { chmod(path, mode) }
-            try syscall("listen") { listen(fd, backlog) }
+            try HeraldIO.syscall("chmod \(path)") { chmod(path, mode) }
+            try HeraldIO.syscall("listen") { listen(fd, backlog) }
         } catch {
             _ = Glibc.close(fd)
             throw error
@@ -92,7 +93,7 @@ func socketIsLive(_ path: String) -> Bool {
 /// owns (and closes) the descriptor.
 public func connectUnixSocket(_ path: String) throws -> Int32 {
     var addr = try unixAddress(path)
-    let fd = try syscall("socket") { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
+    let fd = try HeraldIO.syscall("socket") { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
     let rc = withUnsafePointer(to: &addr) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
             connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))

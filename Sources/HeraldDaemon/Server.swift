@@ -1,3 +1,4 @@
+import HeraldIO
 import CHeraldSys
 import Foundation
 import JSONRPC

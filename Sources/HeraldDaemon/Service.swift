@@ -1,3 +1,4 @@
+import HeraldIO
 import Dispatch
 import Foundation
 import HeraldCore

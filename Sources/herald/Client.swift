@@ -1,3 +1,4 @@
+import HeraldIO
 import Foundation
 import HeraldDaemon
 import JSONRPC

@@ -1069,6 +1069,8 @@ class H2Server:
         self.tasks = set()
         self.closing = False
         self.answered = set()
+        self.task_sids = {}         # answer task -> stream id
+        self.refuse_above = None    # set by a GOAWAY: later streams above it are not processed
 
     def flush(self):
         data = self.conn.data_to_send()
@@ -1157,8 +1159,10 @@ class H2Server:
             for sid in list(self.pending):
                 self.push_data(sid)
         elif isinstance(ev, h2.events.SettingsAcknowledged):
+            # SETTINGS are acknowledged in order: each ACK makes the oldest
+            # unacknowledged MAX_CONCURRENT_STREAMS the one in force.
             if self.pending_limits:
-                self.limit = self.pending_limits.popleft() if len(self.pending_limits) > 1 else self.pending_limits[0]
+                self.limit = self.pending_limits.popleft()
             for h in self.info.settings_history:
                 if h["acked"] is None:
                     h["acked"] = time.time()
@@ -1172,6 +1176,8 @@ class H2Server:
         st = self.streams.pop(sid, None)
         if st is None:
             return
+        if self.refuse_above is not None and sid > self.refuse_above:
+            return  # above a GOAWAY's last stream: never processed
         pseudo = {n: v for n, v in st["headers"] if n.startswith(":")}
         hdrs = [(n, v) for n, v in st["headers"] if not n.startswith(":")]
         self.info.requests += 1
@@ -1200,7 +1206,12 @@ class H2Server:
         delay = (resp.delay_ms or 0) + int(k.get("delay_ms") or 0)
         t = asyncio.get_running_loop().create_task(self.answer(sid, resp, delay, goaway_now))
         self.tasks.add(t)
-        t.add_done_callback(self.tasks.discard)
+        self.task_sids[t] = sid
+        t.add_done_callback(self._task_done)
+
+    def _task_done(self, t):
+        self.tasks.discard(t)
+        self.task_sids.pop(t, None)
 
     async def answer(self, sid, resp, delay, goaway_now):
         if delay:
@@ -1281,12 +1292,26 @@ class H2Server:
             self.info.open_streams = max(0, self.info.open_streams - 1)
 
     def goaway(self, code, reason, last_stream_id=None):
+        """GOAWAY with last_stream_id: streams up to it are processed and answered (the
+        frame goes out once their answers are written, at most 1 s later); streams above
+        it are not processed."""
         if self.info.goaway_sent:
             return
-        data = json.dumps({"reason": reason}).encode() if reason else None
         self.info.goaway_sent = {"time": time.time(), "error_code": int(code), "reason": reason,
                                  "last_stream_id": last_stream_id}
         STATE.counters[f"{self.gw}_goaways"] += 1
+        last = last_stream_id if last_stream_id is not None else self.conn.highest_inbound_stream_id
+        self.refuse_above = last
+        current = asyncio.current_task()
+        waiting = [t for t, sid in self.task_sids.items() if sid <= last and t is not current]
+        t = asyncio.get_running_loop().create_task(self._send_goaway(code, reason, last, waiting))
+        self.tasks.add(t)
+        t.add_done_callback(self.tasks.discard)
+
+    async def _send_goaway(self, code, reason, last_stream_id, waiting):
+        if waiting:
+            await asyncio.wait(waiting, timeout=1.0)
+        data = json.dumps({"reason": reason}).encode() if reason else None
         try:
             self.conn.close_connection(error_code=code, additional_data=data, last_stream_id=last_stream_id)
         except h2.exceptions.ProtocolError:

@@ -8,8 +8,8 @@ import Foundation
 /// One epoll thread that owns every socket. Other threads hand it work with
 /// `execute`, which wakes it through an eventfd. Everything registered with
 /// the loop is touched only on the loop thread.
-final class EventLoop: @unchecked Sendable {
-    typealias Handler = (_ events: UInt32) -> Void
+public final class EventLoop: @unchecked Sendable {
+    public typealias Handler = (_ events: UInt32) -> Void
 
     private let epfd: Int32
     private let wakeFD: Int32
@@ -20,12 +20,12 @@ final class EventLoop: @unchecked Sendable {
     private var stopRequested = false  // guarded by lock
     private var loopThread: pthread_t?
     /// Runs after each iteration's events and queued work (loop thread only).
-    var afterIteration: (() -> Void)?
+    public var afterIteration: (() -> Void)?
     /// True when a component has work left for the next iteration, so the
     /// loop polls without blocking (loop thread only).
-    var hasDeferredWork: (() -> Bool)?
+    public var hasDeferredWork: (() -> Bool)?
 
-    init() throws(SystemError) {
+    public init() throws(SystemError) {
         epfd = try syscall("epoll_create1") { epoll_create1(Int32(EPOLL_CLOEXEC)) }
         wakeFD = try syscall("eventfd") { eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK)) }
         try add(wakeFD, events: UInt32(EPOLLIN.rawValue)) { [wakeFD] _ in
@@ -39,34 +39,34 @@ final class EventLoop: @unchecked Sendable {
         close(epfd)
     }
 
-    var inLoop: Bool {
+    public var inLoop: Bool {
         guard let t = loopThread else { return false }
         return pthread_equal(t, pthread_self()) != 0
     }
 
-    func add(_ fd: Int32, events: UInt32, handler: @escaping Handler) throws(SystemError) {
+    public func add(_ fd: Int32, events: UInt32, handler: @escaping Handler) throws(SystemError) {
         var ev = epoll_event(events: events, data: epoll_data_t(fd: fd))
         try syscall("epoll_ctl(ADD)") { epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) }
         handlers[fd] = handler
     }
 
-    func modify(_ fd: Int32, events: UInt32) {
+    public func modify(_ fd: Int32, events: UInt32) {
         var ev = epoll_event(events: events, data: epoll_data_t(fd: fd))
         _ = epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev)
     }
 
-    func remove(_ fd: Int32) {
+    public func remove(_ fd: Int32) {
         _ = epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nil)
         handlers[fd] = nil
     }
 
     /// Runs body on the loop thread every interval milliseconds (loop thread only).
-    func every(milliseconds interval: Int64, _ body: @escaping () -> Void) {
+    public func every(milliseconds interval: Int64, _ body: @escaping () -> Void) {
         ticks.append((interval, monotonicMilliseconds(), body))
     }
 
     /// Queues work for the loop thread; safe from any thread.
-    func execute(_ work: @escaping @Sendable () -> Void) {
+    public func execute(_ work: @escaping @Sendable () -> Void) {
         lock.lock()
         pending.append(work)
         let first = pending.count == 1
@@ -78,7 +78,7 @@ final class EventLoop: @unchecked Sendable {
     }
 
     /// Asks the loop to return from `run` after the current iteration.
-    func stop() {
+    public func stop() {
         lock.lock()
         stopRequested = true
         lock.unlock()
@@ -87,7 +87,7 @@ final class EventLoop: @unchecked Sendable {
     }
 
     /// Runs until `stop`; the calling thread becomes the loop thread.
-    func run() {
+    public func run() {
         loopThread = pthread_self()
         var events = [epoll_event](repeating: epoll_event(), count: 256)
         while true {
@@ -139,8 +139,27 @@ final class EventLoop: @unchecked Sendable {
     }
 }
 
-func monotonicMilliseconds() -> Int64 {
+/// Milliseconds of `CLOCK_MONOTONIC`: for timeouts and intervals, never for wall time.
+public func monotonicMilliseconds() -> Int64 {
     var ts = timespec()
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+}
+
+/// The epoll event bits handlers receive and interests are built from.
+public enum PollEvents {
+    public static let readable = UInt32(EPOLLIN.rawValue)
+    public static let writable = UInt32(EPOLLOUT.rawValue)
+    /// The peer closed its side (or both).
+    public static let hangup = UInt32(EPOLLHUP.rawValue) | UInt32(EPOLLRDHUP.rawValue)
+    public static let error = UInt32(EPOLLERR.rawValue)
+    /// Interest in readability and the peer's half-close.
+    public static let readInterest = UInt32(EPOLLIN.rawValue) | UInt32(EPOLLRDHUP.rawValue)
+}
+
+extension String {
+    /// The text of a NUL-terminated C buffer filled in by a C call.
+    public init(cBuffer: [CChar]) {
+        self.init(decoding: cBuffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
 }

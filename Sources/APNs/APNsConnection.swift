@@ -1,0 +1,512 @@
+import CHeraldH2
+import HeraldIO
+import JSONRPC
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+// C callbacks of herald_h2: they only record what happened; the connection
+// acts on it after hh2_conn_read returns (nghttp2 must not be re-entered).
+private func connection(_ ctx: UnsafeMutableRawPointer?) -> Connection {
+    Unmanaged<Connection>.fromOpaque(ctx!).takeUnretainedValue()
+}
+
+private let onSettings: @convention(c) (UnsafeMutableRawPointer?, UInt32) -> Void = { ctx, max in
+    connection(ctx).events.append(.settings(max))
+}
+
+private let onGoAway: @convention(c) (UnsafeMutableRawPointer?, Int32, UInt32, UnsafePointer<UInt8>?, Int) -> Void = {
+    ctx, last, code, data, len in
+    let debug = data.map { Array(UnsafeBufferPointer(start: $0, count: len)) } ?? []
+    connection(ctx).events.append(.goAway(lastStream: last, code: code, debug: debug))
+}
+
+private let onPingAck: @convention(c) (UnsafeMutableRawPointer?) -> Void = { ctx in
+    connection(ctx).events.append(.pingAck)
+}
+
+private let onResponse: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<hh2_response>?) -> Void = { ctx, r in
+    guard let r = r?.pointee else { return }
+    let headers = r.headers.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: r.headers_len), as: UTF8.self) }
+    let body = r.body.map { Array(UnsafeBufferPointer(start: $0, count: r.body_len)) } ?? []
+    connection(ctx).events.append(
+        .response(stream: r.stream_id, status: Int(r.status), code: r.error_code, headers: headers ?? "", body: body))
+}
+
+/// One HTTP/2 connection of a lane. Loop thread only.
+final class Connection: @unchecked Sendable {
+    enum Event {
+        case settings(UInt32)
+        case goAway(lastStream: Int32, code: UInt32, debug: [UInt8])
+        case pingAck
+        case response(stream: Int32, status: Int, code: UInt32, headers: String, body: [UInt8])
+    }
+
+    private enum Phase { case resolving, connecting, handshaking, awaitingSettings, open, finished }
+
+    let id: Int
+    unowned let lane: Lane
+    var events: [Event] = []
+    private var phase = Phase.resolving
+    private var fd: Int32 = -1
+    private var registered = false
+    private var handle: OpaquePointer?
+    private var addresses: [String] = []
+    private var nextAddress = 0
+    private var streams: [Int32: Pending] = [:]
+    private var maxStreams = 1
+    /// Monotonic ms of the first answer on this connection.
+    private var firstAnswerAt: Int64?
+    /// No new streams: GOAWAY received, or the connection is being retired.
+    private(set) var draining = false
+    private var goAwayLastStream: Int32?
+    private var goAwayReason: String?
+    private var token: ProviderToken?
+    /// Wall-clock ms since this connection uses `token`.
+    private var tokenSince: Int64 = 0
+    private let startedAt = monotonicMilliseconds()
+    private var lastRead = monotonicMilliseconds()
+    private var pingSentAt: Int64?
+    private var interest: UInt32 = 0
+
+    init(id: Int, lane: Lane) {
+        self.id = id
+        self.lane = lane
+    }
+
+    var isReady: Bool { phase == .open }
+
+    /// Past the warm-up: APNs raised the one-stream limit, or had half a
+    /// second after the first answer to do so. Only then does "full" mean
+    /// the lane needs another connection.
+    var isWarm: Bool {
+        maxStreams > 1 || firstAnswerAt.map { monotonicMilliseconds() - $0 >= 500 } ?? false
+    }
+
+    /// Open for two seconds without a single answer (a hung first push):
+    /// another connection may carry the queue meanwhile.
+    var isStuckWarmingUp: Bool {
+        phase == .open && firstAnswerAt == nil && monotonicMilliseconds() - startedAt >= 2000
+    }
+    var isFinished: Bool { phase == .finished }
+    var freeSlots: Int { max(0, maxStreams - streams.count) }
+    var canTakeStream: Bool {
+        phase == .open && !draining && freeSlots > 0 && token != nil && handle.map { hh2_conn_accepts_streams($0) != 0 }
+            ?? false
+    }
+
+    private var client: APNsClient { lane.client }
+    private var fields: KeyValuePairs<String, String> { ["lane": lane.key.description, "conn": String(id)] }
+
+    // MARK: Connecting
+
+    func start() {
+        let endpoint = lane.endpoint
+        if IPLiteral.isNumeric(endpoint.host) {
+            connect(to: [endpoint.host])
+            return
+        }
+        let resolver = lane.settings.resolver
+        client.resolverQueue.async { [self, client] in
+            let result = Result { try resolver(endpoint.host, endpoint.port) }
+            client.loop.execute { [self] in
+                guard phase == .resolving else { return }
+                switch result {
+                case .success(let list) where !list.isEmpty: connect(to: list)
+                case .success: failed(.dnsFailure("\(endpoint.host) has no address"))
+                case .failure(let error): failed(.dnsFailure("\(endpoint.host): \(error)"))
+                }
+            }
+        }
+    }
+
+    private func connect(to list: [String]) {
+        addresses = list
+        nextAddress = 0
+        tryNextAddress(lastError: nil)
+    }
+
+    private func tryNextAddress(lastError: String?) {
+        phase = .connecting
+        while nextAddress < addresses.count {
+            let address = addresses[nextAddress]
+            nextAddress += 1
+            var inProgress: Int32 = 0
+            let rc = hh2_tcp_connect(address, Int32(lane.endpoint.port), &inProgress)
+            if rc < 0 {
+                continue
+            }
+            fd = rc
+            do {
+                try client.loop.add(fd, events: PollEvents.writable) { [self] events in handleEvents(events) }
+                registered = true
+                interest = PollEvents.writable
+            } catch {
+                Glibc.close(fd)
+                fd = -1
+                continue
+            }
+            if inProgress == 0 { startTLS() }
+            return
+        }
+        failed(.connectFailed("\(lane.endpoint.host):\(lane.endpoint.port): \(lastError ?? "no address accepted the connection")"))
+    }
+
+    private func connectFinished() {
+        let err = hh2_socket_error(fd)
+        guard err == 0 else {
+            unregister()
+            Glibc.close(fd)
+            fd = -1
+            tryNextAddress(lastError: String(cString: strerror(err)))
+            return
+        }
+        startTLS()
+    }
+
+    private func startTLS() {
+        var callbacks = hh2_callbacks(on_settings: onSettings, on_goaway: onGoAway, on_ping_ack: onPingAck, on_response: onResponse)
+        var err = [CChar](repeating: 0, count: 256)
+        let ctx = Unmanaged.passUnretained(self).toOpaque()
+        let created = hh2_conn_new(client.tls.handle, fd, lane.endpoint.host, &callbacks, ctx, &err, err.count)
+        guard let created else {
+            unregister()
+            fd = -1  // closed by hh2_conn_new
+            failed(.tls(String(cBuffer: err)))
+            return
+        }
+        handle = created
+        phase = .handshaking
+        handshake()
+    }
+
+    private func handshake() {
+        guard let handle else { return }
+        let rc = hh2_conn_handshake(handle)
+        if rc > 0 {
+            setInterest(read: rc & HH2_WANT_READ != 0, write: rc & HH2_WANT_WRITE != 0)
+            return
+        }
+        if rc < 0 {
+            failed(error(for: rc, during: true))
+            return
+        }
+        phase = .awaitingSettings
+        token = lane.currentToken()
+        tokenSince = client.clock.nowMilliseconds()
+        if token == nil {
+            failed(.connectFailed("cannot sign a provider token"))
+            return
+        }
+        readAndProcess()
+    }
+
+    // MARK: I/O
+
+    private func handleEvents(_ events: UInt32) {
+        switch phase {
+        case .connecting:
+            connectFinished()
+        case .handshaking:
+            handshake()
+        case .awaitingSettings, .open:
+            if events & (PollEvents.readable | PollEvents.hangup | PollEvents.error) != 0 {
+                readAndProcess()
+            } else {
+                flush()
+            }
+        case .resolving, .finished:
+            break
+        }
+    }
+
+    private func readAndProcess() {
+        guard let handle else { return }
+        let rc = hh2_conn_read(handle)
+        lastRead = monotonicMilliseconds()
+        pingSentAt = nil  // any frame proves the connection alive
+        let pending = events
+        events.removeAll()
+        process(pending)
+        guard phase != .finished else { return }
+        if rc < 0 {
+            failed(error(for: rc, during: phase != .open))
+            return
+        }
+        lane.pump()
+        flush()
+    }
+
+    /// Writes what the session has queued and updates the poll interest.
+    func flush() {
+        guard let handle, phase == .open || phase == .awaitingSettings else { return }
+        let rc = hh2_conn_write(handle)
+        if rc < 0 {
+            failed(error(for: rc, during: phase != .open))
+            return
+        }
+        let wants = hh2_conn_wants(handle)
+        if wants == 0 {
+            // Both sides are done (after a GOAWAY): the session is over.
+            finishStreams(.connectionReset("connection closed by the server"))
+            teardown()
+            lane.connectionClosed(self)
+            return
+        }
+        setInterest(read: wants & HH2_WANT_READ != 0, write: wants & HH2_WANT_WRITE != 0)
+        if draining && streams.isEmpty {
+            retire()
+        }
+    }
+
+    private func setInterest(read: Bool, write: Bool) {
+        var e: UInt32 = 0
+        if read { e |= PollEvents.readInterest }
+        if write { e |= PollEvents.writable }
+        guard registered, e != interest else { return }
+        interest = e
+        client.loop.modify(fd, events: e)
+    }
+
+    // MARK: Frames
+
+    private func process(_ list: [Event]) {
+        for event in list {
+            switch event {
+            case .settings(let max):
+                maxStreams = Int(max)
+                if phase == .awaitingSettings {
+                    phase = .open
+                    client.count {
+                        $0.connectionsOpen += 1
+                        $0.connectionsOpened += 1
+                    }
+                    client.log?.info("apns_connected", fields)
+                    lane.connectionReady(self)
+                }
+            case .goAway(let last, let code, let debug):
+                goAway(lastStream: last, code: code, debug: debug)
+            case .pingAck:
+                pingSentAt = nil
+            case .response(let stream, let status, let code, let headers, let body):
+                response(stream: stream, status: status, code: code, headers: headers, body: body)
+            }
+        }
+    }
+
+    private func goAway(lastStream: Int32, code: UInt32, debug: [UInt8]) {
+        draining = true
+        goAwayLastStream = lastStream
+        let reason = (try? JSONParser.parse(debug))?["reason"]?.stringValue
+        goAwayReason = reason
+        client.count {
+            $0.goaways += 1
+            if let reason { $0.lastGoAwayReason = reason }
+        }
+        client.log?.warning(
+            "apns_goaway",
+            [
+                "lane": lane.key.description, "conn": String(id), "error_code": String(code),
+                "last_stream": String(lastStream), "reason": reason ?? "",
+            ])
+        // Streams above the last one were never processed: send them elsewhere.
+        for (sid, pending) in streams where sid > lastStream {
+            streams[sid] = nil
+            lane.requeue(pending, reason: .goAway(reason: reason))
+        }
+    }
+
+    private func response(stream: Int32, status: Int, code: UInt32, headers: String, body: [UInt8]) {
+        guard let pending = streams.removeValue(forKey: stream) else { return }  // cancelled at its deadline
+        guard status > 0 else {
+            if code == HH2_REFUSED_STREAM {
+                lane.requeue(pending, reason: .refusedStream)
+            } else if let last = goAwayLastStream, stream > last {
+                lane.requeue(pending, reason: .goAway(reason: goAwayReason))
+            } else {
+                pending.finish(.failure(.connectionReset("stream closed with HTTP/2 error \(code)")))
+            }
+            return
+        }
+        if firstAnswerAt == nil { firstAnswerAt = monotonicMilliseconds() }
+        var apnsID: String?
+        var retryAfter: String?
+        for line in headers.split(separator: "\n") {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            let name = line[..<colon]
+            let value = line[line.index(after: colon)...].drop { $0 == " " }
+            if name == "apns-id" { apnsID = String(value) } else if name == "retry-after" { retryAfter = String(value) }
+        }
+        let json = body.isEmpty ? nil : try? JSONParser.parse(body)
+        let reason = json?["reason"]?.stringValue
+        let timestamp = json?["timestamp"].flatMap { j -> Int64? in
+            if case .number(let n) = j { return n.int64 ?? Int64(exactly: n.double.rounded(.down)) }
+            return nil
+        }
+        if status == 403, reason == "ExpiredProviderToken" || reason == "UnrelatedKeyIdInToken" {
+            // APNs wedges a connection whose token it rejected: retire it, and
+            // sign anew for the next one.
+            if let token, reason == "ExpiredProviderToken" { lane.tokenRejected(token.value) }
+            draining = true
+        }
+        pending.finish(
+            .success(APNsResponse(status: status, apnsID: apnsID, reason: reason, timestamp: timestamp, retryAfter: retryAfter)))
+    }
+
+    // MARK: Streams
+
+    /// Opens a stream for `pending` (the caller flushes afterwards).
+    func submit(_ pending: Pending) {
+        guard let handle, var current = token else {
+            lane.requeue(pending, reason: .connectionReset("connection not ready"))
+            return
+        }
+        let now = client.clock.nowMilliseconds()
+        let settings = lane.settings
+        if now - current.issuedAt >= settings.tokenRefresh.milliseconds,
+            now - tokenSince >= settings.tokenMinimumInterval.milliseconds, let fresh = lane.currentToken()
+        {
+            current = fresh
+            token = fresh
+            tokenSince = now
+        }
+        let path = lane.endpoint.pathPrefix + "/3/device/" + pending.push.deviceToken
+        var all: [(name: String, value: String)] = [("authorization", "bearer " + current.value)]
+        all.append(contentsOf: pending.push.headers)
+        var owned: [UnsafeMutablePointer<CChar>] = []
+        defer { for p in owned { free(p) } }
+        var headers: [hh2_header] = []
+        headers.reserveCapacity(all.count)
+        for (name, value) in all {
+            guard let n = strdup(name), let v = strdup(value) else { continue }
+            owned.append(n)
+            owned.append(v)
+            headers.append(hh2_header(name: n, value: v))
+        }
+        let sid = pending.push.payload.withUnsafeBufferPointer { body in
+            hh2_conn_submit(
+                handle, "POST", path, lane.endpoint.authority, headers, headers.count, body.baseAddress, body.count, 0)
+        }
+        if sid > 0 {
+            streams[sid] = pending
+            client.count { $0.pushesSent += 1 }
+        } else if sid == HH2_ERR_REFUSED {
+            draining = true
+            lane.requeue(pending, reason: .goAway(reason: goAwayReason))
+        } else {
+            pending.finish(.failure(.connectionReset("cannot open a stream: \(String(cString: hh2_conn_error(handle)))")))
+        }
+    }
+
+    // MARK: Timers
+
+    func sweep(now: Int64) {
+        let settings = lane.settings
+        switch phase {
+        case .resolving, .connecting, .handshaking, .awaitingSettings:
+            if now - startedAt >= settings.connectTimeout.milliseconds {
+                failed(.timeout("no HTTP/2 session within \(settings.connectTimeout)"))
+            }
+        case .open:
+            guard let handle else { return }
+            var wrote = false
+            for (sid, pending) in streams where now >= pending.deadline {
+                streams[sid] = nil
+                _ = hh2_conn_cancel(handle, sid)
+                wrote = true
+                client.count { $0.timeouts += 1 }
+                pending.finish(.failure(.timeout("no answer within \(settings.requestTimeout)")))
+            }
+            if let sent = pingSentAt {
+                if now - sent >= settings.pingTimeout.milliseconds {
+                    failed(.connectionReset("PING not answered within \(settings.pingTimeout)"))
+                    return
+                }
+            } else if now - lastRead >= settings.pingInterval.milliseconds, hh2_conn_ping(handle) == HH2_OK {
+                pingSentAt = now
+                wrote = true
+                client.count { $0.pings += 1 }
+            }
+            if wrote || (draining && streams.isEmpty) { flush() }
+        case .finished:
+            break
+        }
+    }
+
+    // MARK: Ending
+
+    /// A connection that may carry no more: closed once its streams finish.
+    private func retire() {
+        guard phase != .finished else { return }
+        client.log?.info("apns_connection_retired", fields)
+        teardown()
+        lane.connectionClosed(self)
+    }
+
+    /// The connection broke: its streams fail with `error`.
+    private func failed(_ error: APNsClientError) {
+        guard phase != .finished else { return }
+        let wasReady = phase == .open
+        finishStreams(error)
+        teardown()
+        if wasReady {
+            client.log?.warning(
+                "apns_connection_failed",
+                ["lane": lane.key.description, "conn": String(id), "error": error.description])
+            lane.connectionClosed(self)
+        } else {
+            lane.connectionFailed(self, error)
+        }
+    }
+
+    /// Ends the connection at once (client shutdown).
+    func abort(_ error: APNsClientError) {
+        finishStreams(error)
+        teardown()
+    }
+
+    private func finishStreams(_ error: APNsClientError) {
+        let open = streams
+        streams.removeAll()
+        for (_, pending) in open { pending.finish(.failure(error)) }
+    }
+
+    private func teardown() {
+        if phase == .open { client.count { $0.connectionsOpen -= 1 } }
+        phase = .finished
+        unregister()
+        if let handle {
+            hh2_conn_free(handle)  // closes fd
+            self.handle = nil
+        } else if fd >= 0 {
+            Glibc.close(fd)
+        }
+        fd = -1
+    }
+
+    private func unregister() {
+        if registered {
+            client.loop.remove(fd)
+            registered = false
+            interest = 0
+        }
+    }
+
+    private func error(for rc: Int32, during connecting: Bool) -> APNsClientError {
+        let message = handle.map { String(cString: hh2_conn_error($0)) } ?? "error \(rc)"
+        switch rc {
+        case HH2_ERR_TLS, HH2_ERR_ALPN: return .tls(message)
+        case HH2_ERR_EOF, HH2_ERR_IO: return connecting ? .connectFailed(message) : .connectionReset(message)
+        default: return .connectionReset(message)
+        }
+    }
+}
+
+enum IPLiteral {
+    static func isNumeric(_ host: String) -> Bool {
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        return host.withCString { inet_pton(AF_INET, $0, &v4) == 1 || inet_pton(AF_INET6, $0, &v6) == 1 }
+    }
+}

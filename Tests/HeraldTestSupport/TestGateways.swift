@@ -1,0 +1,118 @@
+public import Foundation
+public import HTTPClient
+
+/// The project's Python test gateways (Tests/gateways/gateways.py) in a
+/// process of their own, with an HTTP client for their control API (and,
+/// with the gateways' CA, for the gateways themselves).
+public final class TestGateways: @unchecked Sendable {
+    let process: Process
+    public let dir: URL
+    /// The CA that signed the gateways' certificate.
+    public let ca: String
+    /// Ports by gateway name ("apns", "fcm", "webpush", "control").
+    public let ports: [String: Int]
+    public let client: HTTPClient
+
+    public var control: Int { ports["control"] ?? 0 }
+    public var apns: Int { ports["apns"] ?? 0 }
+    public var fcm: Int { ports["fcm"] ?? 0 }
+    public var webpush: Int { ports["webpush"] ?? 0 }
+
+    public init() async throws {
+        guard FileManager.default.isExecutableFile(atPath: venvPython) else {
+            throw TestSupportError("missing \(venvPython): run `make deps`")
+        }
+        dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("herald-gw-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: venvPython)
+        p.arguments = [
+            "-c", unblockSignalsPrelude + "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')",
+            repoRoot.appendingPathComponent("Tests/gateways/gateways.py").path, "--dir", dir.path,
+        ]
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        try p.run()
+        process = p
+        let json = dir.appendingPathComponent("gateways.json")
+        let deadline = Date().addingTimeInterval(90)
+        var data: Data?
+        while Date() < deadline {
+            if let d = try? Data(contentsOf: json), !d.isEmpty {
+                data = d
+                break
+            }
+            if !p.isRunning { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        guard let data, let obj = try JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+            stopProcess(p)
+            throw TestSupportError("gateways did not start")
+        }
+        var ports: [String: Int] = [:]
+        for name in ["apns", "fcm", "webpush", "control"] { ports[name] = obj[name] as? Int }
+        self.ports = ports
+        ca = dir.appendingPathComponent("ca.pem").path
+        client = try HTTPClient(configuration: .init(caFile: ca, allowPlainHTTPToLoopback: true))
+    }
+
+    public func stop() {
+        client.shutdown()
+        stopProcess(process)
+        try? FileManager.default.removeItem(at: dir)
+    }
+
+    /// A control call: JSON in (POST when body is given), JSON out, 200 only.
+    @discardableResult
+    public func control(_ method: String, _ path: String, _ body: [String: Any]? = nil) async throws -> [String: Any] {
+        let bytes = try body.map { Array(try JSONSerialization.data(withJSONObject: $0)) } ?? []
+        let request = HTTPRequest(
+            method: method, url: "http://127.0.0.1:\(control)\(path)",
+            headers: body == nil ? [] : [("content-type", "application/json")], body: bytes)
+        let response = try await client.send(request).get()
+        guard response.status == 200,
+            let obj = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]
+        else {
+            throw TestSupportError("\(path): \(response.status) \(String(decoding: response.body, as: UTF8.self))")
+        }
+        return obj
+    }
+
+    /// `POST /control/…` with a JSON body.
+    @discardableResult
+    public func post(_ path: String, _ body: [String: Any]) async throws -> [String: Any] {
+        try await control("POST", path, body)
+    }
+
+    /// `GET /control/…`.
+    public func get(_ path: String) async throws -> [String: Any] {
+        try await control("GET", path)
+    }
+
+    /// Programs the answers for one token (or "*") of one gateway.
+    public func program(_ gateway: String, token: String = "*", _ responses: [[String: Any]]) async throws {
+        try await post("/control/program", ["gateway": gateway, "token": token, "responses": responses])
+    }
+
+    /// Sets knobs of one gateway.
+    public func knobs(_ gateway: String, _ values: [String: Any]) async throws {
+        var body = values
+        body["gateway"] = gateway
+        try await post("/control/knobs", body)
+    }
+
+    /// The requests a gateway recorded, in arrival order.
+    public func received(_ gateway: String, query: String = "") async throws -> [[String: Any]] {
+        try await get("/control/received?gateway=\(gateway)\(query)")["requests"] as? [[String: Any]] ?? []
+    }
+
+    /// The gateway's per-connection view.
+    public func connections(_ gateway: String) async throws -> [[String: Any]] {
+        try await get("/control/connections?gateway=\(gateway)")["connections"] as? [[String: Any]] ?? []
+    }
+
+    /// Forgets records, programs, knobs and counters (`all`: keys and subscriptions too).
+    public func reset(all: Bool = false) async throws {
+        try await post("/control/reset", all ? ["all": true] : [:])
+    }
+}
