@@ -61,6 +61,9 @@ let package = Package(
             swiftSettings: strictSwift),
         .target(name: "HeraldDelivery", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
         .target(
+            name: "HeraldScheduler", dependencies: ["HeraldCore", "HeraldDelivery", "HeraldStore", "HeraldIO"],
+            swiftSettings: strictSwift),
+        .target(
             name: "APNs",
             dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HeraldIO", "CHeraldH2"],
             swiftSettings: strictSwift),
@@ -69,14 +72,14 @@ let package = Package(
             swiftSettings: strictSwift),
         .target(
             name: "HeraldStore",
-            dependencies: ["HeraldCore", "HeraldCrypto", "CSQLite"],
+            dependencies: ["HeraldCore", "HeraldCrypto", "JSONRPC", "CSQLite"],
             swiftSettings: strictSwift
         ),
         .target(
             name: "HeraldDaemon",
             dependencies: [
                 "HeraldCore", "HeraldCrypto", "JSONRPC", "WebPush", "HeraldStore", "CInih",
-                "CHeraldSys", "HeraldIO",
+                "CHeraldSys", "HeraldIO", "APNs", "FCM", "HTTPClient", "HeraldDelivery", "HeraldScheduler",
             ],
             swiftSettings: strictSwift
         ),
@@ -123,9 +126,12 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldDaemonTests",
-            dependencies: ["HeraldDaemon", "HeraldCore", "JSONRPC", "herald"],
+            dependencies: ["HeraldDaemon", "HeraldCore", "JSONRPC", "herald", "HeraldTestSupport"],
             swiftSettings: strictSwift
         ),
+        .testTarget(
+            name: "PushDeliveryTests", dependencies: ["HeraldCrypto", "HeraldTestSupport", "herald"],
+            swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldCLITests",
             dependencies: ["herald", "HeraldCrypto"],

@@ -222,12 +222,14 @@ final class Transfer: @unchecked Sendable {
         try t.set(CURLOPT_HEADERDATA, pointer: ctx)
         try t.set(CURLOPT_PRIVATE, pointer: ctx)
 
-        // Pinning: host:port:addr1,addr2 — connect there, keep the name for SNI and verification.
-        if let list = pins {
-            let addrs = list.map { $0.contains(":") && !$0.hasPrefix("[") ? "[\($0)]" : $0 }
-            let entry = "\(target.host):\(target.port):\(addrs.joined(separator: ","))"
-            t.resolveList = try appendList(nil, entry)
-            try t.set(CURLOPT_RESOLVE, list: t.resolveList)
+        // Pinning: CONNECT_TO host:port:addr:port — connect to the first vetted address, keep
+        // the name for SNI and verification. Unlike a RESOLVE entry (which lands in the shared
+        // DNS cache), connection reuse matches the connect-to address, so a connection opened
+        // for one pin never carries a request pinned elsewhere.
+        if let first = pins?.first {
+            let addr = first.contains(":") && !first.hasPrefix("[") ? "[\(first)]" : first
+            t.resolveList = try appendList(nil, "\(target.host):\(target.port):\(addr):\(target.port)")
+            try t.set(CURLOPT_CONNECT_TO, list: t.resolveList)
         }
 
         // Headers.

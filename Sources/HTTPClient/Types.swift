@@ -14,8 +14,9 @@ public struct HTTPRequest: Sendable {
     public var connectTimeout: Duration
     /// IP literals the connection must go to (already checked by the caller).
     ///
-    /// Applied with `CURLOPT_RESOLVE` (`host:port:addr1,addr2`): the resolver is bypassed, while
-    /// TLS SNI and the certificate host check still use the URL's host name.
+    /// The connection goes to the first of them (`CURLOPT_CONNECT_TO`): the resolver is bypassed,
+    /// TLS SNI and the certificate host check still use the URL's host name, and a connection is
+    /// reused only for requests pinned to the same address.
     public var pinnedAddresses: [String]?
 
     public init(

@@ -82,6 +82,8 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         public var staleBatchRatio = 0.5
         /// …and the batch has at least this many devices on one platform.
         public var staleBatchMin = 4
+        /// Deliveries waiting or in flight before `push.send` answers `overloaded`.
+        public var maxQueued = 1_000_000
 
         public init() {}
     }
@@ -163,6 +165,7 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
             stale_window_cap = \(delivery.staleWindowCap)
             stale_batch_ratio = \(delivery.staleBatchRatio)
             stale_batch_min = \(delivery.staleBatchMin)
+            max_queued = \(delivery.maxQueued)
 
             [endpoints]
             apns_production = \(endpoints.apnsProduction)
@@ -363,7 +366,7 @@ struct ConfigInterpreter {
         "store": ["key", "synchronous"],
         "delivery": [
             "max_retries", "backoff_base_ms", "backoff_max_ms", "stale_window_cap",
-            "stale_batch_ratio", "stale_batch_min",
+            "stale_batch_ratio", "stale_batch_min", "max_queued",
         ],
         "endpoints": ["apns_production", "apns_development", "fcm", "ca_file", "webpush_allow_private"],
         "app": [
@@ -549,6 +552,7 @@ struct ConfigInterpreter {
         case "stale_batch_ratio": config.delivery.staleBatchRatio = try ConfigValue.ratio(value)
         case "stale_batch_min":
             config.delivery.staleBatchMin = try ConfigValue.integer(value, 1...1_000_000)
+        case "max_queued": config.delivery.maxQueued = try ConfigValue.integer(value, 1...100_000_000)
         default: throw unknownKey(in: "delivery")
         }
     }

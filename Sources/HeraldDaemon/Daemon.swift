@@ -3,6 +3,7 @@ import Dispatch
 import Foundation
 import HeraldCore
 import HeraldCrypto
+import HeraldScheduler
 import HeraldStore
 import WebPush
 
@@ -13,8 +14,10 @@ import WebPush
 /// `herald serve`: loads the configuration, opens the store, serves the
 /// socket until SIGTERM or SIGINT, then shuts down in reverse order.
 public enum Daemon {
-    /// How long a stopping daemon waits for requests in flight.
+    /// How long a stopping daemon waits for requests and sends in flight.
     static let shutdownBudgetMs: Int64 = 10_000
+    /// Finished messages (and their delivery records) are kept this long for `push.status`.
+    static let messageRetention = Duration.seconds(7 * 24 * 3600)
 
     /// Runs in the foreground; returns the process exit status.
     public static func run(configPath option: String?) -> Int32 {
@@ -66,14 +69,27 @@ public enum Daemon {
             log.error("startup_failed", ["error": String(describing: error)])
             return 1
         }
+        let delivery: DeliveryStack
+        do {
+            delivery = try DeliveryStack(config: config, credentials: credentials, store: store, log: log)
+        } catch {
+            log.error("startup_failed", ["error": "delivery: \(error)"])
+            store.close()
+            return 1
+        }
         var apps: [String: AppRuntime] = [:]
         for (name, app) in config.apps {
-            apps[name] = AppRuntime(config: app, credentials: credentials[name]!)
+            apps[name] = AppRuntime(
+                config: app, credentials: credentials[name]!, disabled: delivery.disabled[name] ?? [:])
         }
         let service = HeraldService(
             apps: apps, store: store,
             endpointGuard: EndpointGuard(allowPrivate: config.endpoints.webPushAllowPrivate),
             clock: SystemClock(), log: log)
+        let waiters = MessageWaiters(loop: loop, store: store, log: log)
+        service.delivery = DeliveryWiring(
+            scheduler: delivery.scheduler, maxQueued: config.delivery.maxQueued, waiters: waiters, apns: delivery.apns)
+        delivery.scheduler.onProgress = { ids in waiters.progressed(ids) }
         let server = RPCServer(loop: loop, listener: listener, handler: service, log: log)
         service.serverStats = { [unowned server] in (server.openConnections, server.counters) }
         do {
@@ -93,8 +109,23 @@ public enum Daemon {
             }
         }
         loop.every(milliseconds: 60_000) { service.expireLimiters() }
+        loop.every(milliseconds: 3_600_000) {
+            store.purgeMessages(olderThan: Daemon.messageRetention) { result in
+                if case .success(let n) = result, n > 0 { log.info("messages_purged", ["count": String(n)]) }
+            }
+        }
+        if store.recoveredDeliveries > 0 {
+            log.info("deliveries_recovered", ["count": String(store.recoveredDeliveries)])
+        }
+        delivery.scheduler.start()
 
-        stopper.attach(loop: loop, server: server, log: log)
+        stopper.attach(
+            loop: loop, server: server, log: log,
+            stopWork: {
+                delivery.scheduler.stopClaiming()
+                waiters.releaseAll()
+            },
+            isIdle: { delivery.scheduler.inFlightCount == 0 })
         for (name, c) in credentials.sorted(by: { $0.key < $1.key }) {
             log.info(
                 "app_loaded",
@@ -113,6 +144,12 @@ public enum Daemon {
         withExtendedLifetime(signals) { loop.run() }
         server.closeAll()
         listener.close()
+        // Sends still out after the budget are abandoned: they stay in flight in
+        // the store and are queued again at the next start.
+        let abandoned = delivery.scheduler.inFlightCount
+        if abandoned > 0 { log.info("deliveries_left_in_flight", ["count": String(abandoned)]) }
+        delivery.shutdownTransports()
+        delivery.scheduler.drain()
         store.close()
         log.info("herald_stopped")
         return 0
@@ -159,6 +196,8 @@ final class Shutdown: @unchecked Sendable {
     private var loop: EventLoop?  // guarded by lock
     private var server: RPCServer?  // guarded by lock
     private var log: Logger?  // guarded by lock
+    private var stopWork: (@Sendable () -> Void)?  // guarded by lock
+    private var isIdle: (@Sendable () -> Bool)?  // guarded by lock
     private var requested: String?  // guarded by lock
     private let notifier: SystemdNotifier
 
@@ -166,34 +205,42 @@ final class Shutdown: @unchecked Sendable {
         self.notifier = notifier
     }
 
-    func attach(loop: EventLoop, server: RPCServer, log: Logger) {
+    /// `stopWork` runs on the loop when the stop begins; the loop ends once
+    /// the server is quiescent and `isIdle` holds, or the budget is spent.
+    func attach(
+        loop: EventLoop, server: RPCServer, log: Logger, stopWork: @escaping @Sendable () -> Void = {},
+        isIdle: @escaping @Sendable () -> Bool = { true }
+    ) {
         let early: String? = lock.withLock {
             self.loop = loop
             self.server = server
             self.log = log
+            self.stopWork = stopWork
+            self.isIdle = isIdle
             return requested
         }
-        if let early { start(signal: early, loop: loop, server: server, log: log) }
+        if let early { start(signal: early) }
     }
 
     func begin(signal: String) {
         notifier.notify("STOPPING=1")
-        let attached: (EventLoop, RPCServer, Logger)? = lock.withLock {
-            guard requested == nil else { return nil }
+        let attached: Bool = lock.withLock {
+            guard requested == nil else { return false }
             requested = signal
-            guard let loop, let server, let log else { return nil }
-            return (loop, server, log)
+            return loop != nil
         }
-        if let (loop, server, log) = attached { start(signal: signal, loop: loop, server: server, log: log) }
+        if attached { start(signal: signal) }
     }
 
-    private func start(signal: String, loop: EventLoop, server: RPCServer, log: Logger) {
+    private func start(signal: String) {
+        let (loop, server, log, stopWork, isIdle) = lock.withLock { (self.loop!, self.server!, self.log!, self.stopWork!, self.isIdle!) }
         loop.execute {
             log.info("herald_stopping", ["signal": signal])
             server.stopAccepting()
+            stopWork()
             let deadline = monotonicMilliseconds() + Daemon.shutdownBudgetMs
             loop.every(milliseconds: 20) {
-                if server.isQuiescent || monotonicMilliseconds() >= deadline { loop.stop() }
+                if (server.isQuiescent && isIdle()) || monotonicMilliseconds() >= deadline { loop.stop() }
             }
         }
     }

@@ -3,6 +3,8 @@ import Dispatch
 import Foundation
 import HeraldCore
 import HeraldCrypto
+import APNs
+import HeraldScheduler
 import HeraldStore
 import JSONRPC
 import WebPush
@@ -40,16 +42,29 @@ enum AppError {
 struct AppRuntime: Sendable {
     let config: AppConfig
     let credentials: LoadedCredentials
+    /// Platforms whose sends are skipped, with why (no credentials, unusable endpoint).
+    let disabled: [Platform: String]
+}
+
+/// The delivery side, as the methods see it.
+struct DeliveryWiring: Sendable {
+    let scheduler: Scheduler
+    /// `[delivery] max_queued`.
+    let maxQueued: Int
+    let waiters: MessageWaiters
+    let apns: APNsClient?
 }
 
 /// The Herald methods. `handle` runs on the event loop thread; store and
 /// resolver work completes on their own threads and replies from there.
 final class HeraldService: RequestHandler, @unchecked Sendable {
-    private let apps: [String: AppRuntime]
-    private let store: Store
+    let apps: [String: AppRuntime]
+    let store: Store
     private let endpointGuard: EndpointGuard
     private let clock: any WallClock
-    private let log: Logger
+    let log: Logger
+    /// Set before the server starts.
+    var delivery: DeliveryWiring?
     private let resolverQueue = DispatchQueue(label: "herald.resolver", attributes: .concurrent)
     private let discoverDocument: JSON
     // Loop thread only:
@@ -80,7 +95,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     }
 
     typealias Reply = @Sendable (Result<JSON, RPCError>) -> Void
-    private typealias Method = @Sendable (HeraldService, inout ParamReader, CallContext, @escaping Reply) throws(RPCError) -> Void
+    typealias Method = @Sendable (HeraldService, inout ParamReader, CallContext, @escaping Reply) throws(RPCError) -> Void
 
     /// Every method the daemon serves; `rpc.discover` must document exactly these.
     private static let table: [String: Method] = [
@@ -88,6 +103,9 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         "device.unregister": { s, p, c, r throws(RPCError) in try s.unregister(&p, c, r) },
         "device.list": { s, p, c, r throws(RPCError) in try s.list(&p, c, r) },
         "session.end": { s, p, c, r throws(RPCError) in try s.endSession(&p, c, r) },
+        "push.send": { s, p, c, r throws(RPCError) in try s.pushSend(&p, c, r) },
+        "push.status": { s, p, c, r throws(RPCError) in try s.pushStatus(&p, c, r) },
+        "push.cancel": { s, p, c, r throws(RPCError) in try s.pushCancel(&p, c, r) },
         "user.forget": { s, p, c, r throws(RPCError) in try s.forget(&p, c, r) },
         "system.health": { s, p, c, r throws(RPCError) in r(.success(try s.health(&p, c))) },
         "system.stats": { s, p, c, r throws(RPCError) in try s.stats(&p, c, r) },
@@ -117,7 +135,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     // MARK: Shared parameter rules
 
     /// The `app` param (default "default"), checked to exist and to admit the peer.
-    private func app(_ p: inout ParamReader, _ context: CallContext) throws(RPCError) -> AppRuntime {
+    func app(_ p: inout ParamReader, _ context: CallContext) throws(RPCError) -> AppRuntime {
         try runtime(named: try p.string("app", maxBytes: 64) ?? "default", context)
     }
 
@@ -367,8 +385,12 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
 
     // MARK: system.*, vapid.public_key
 
-    private func transportState<T>(_ c: TransportCredentials<T>) -> JSON {
-        if let reason = c.disabledReason { return .string("disabled:\(reason)") }
+    /// `ready`, `disabled:<why>` or `degraded:<why>` for one transport of an app.
+    private func transportState(_ runtime: AppRuntime, _ platforms: [Platform], degraded: [QueueLane: String]) -> String {
+        if let why = platforms.compactMap({ runtime.disabled[$0] }).first { return "disabled:\(why)" }
+        if let why = platforms.compactMap({ degraded[QueueLane(app: runtime.config.name, platform: $0)] }).first {
+            return "degraded:\(why)"
+        }
         return "ready"
     }
 
@@ -378,13 +400,21 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
             try runtime(named: name, context).config.name
         }
         try p.finish()
+        let degraded = delivery?.scheduler.degradedLanes ?? [:]
         var transports = JSONObject()
+        var anyDegraded = false
         for name in apps.keys.sorted()
         where (only == nil || only == name) && apps[name]!.config.allows(uid: context.uid, gid: context.gid) {
-            let c = apps[name]!.credentials
-            transports.append(name, ["apns": transportState(c.apns), "fcm": transportState(c.fcm), "web": transportState(c.webPush)])
+            let runtime = apps[name]!
+            var states = JSONObject()
+            for (transport, platforms) in [("apns", [Platform.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web])] {
+                let state = transportState(runtime, platforms, degraded: degraded)
+                if state.hasPrefix("degraded:") { anyDegraded = true }
+                states.append(transport, .string(state))
+            }
+            transports.append(name, .object(states))
         }
-        let status = storeHealth == "ok" ? "ok" : "degraded"
+        let status = storeHealth == "ok" && !anyDegraded ? "ok" : "degraded"
         return ["status": .string(status), "store": .string(storeHealth), "transports": .object(transports)]
     }
 
@@ -394,22 +424,61 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         let server = serverStats()
         let uptime = (monotonicMilliseconds() - startedAt) / 1000
         let rateLimited = self.rateLimited
-        store.deviceCounts(completion: finish(reply) { counts in
-            var devices = JSONObject()
-            for platform in Platform.allCases { devices.append(platform.rawValue, .int(counts[platform] ?? 0)) }
-            return [
-                "version": .string(Self.version), "uptime_s": .int(uptime),
-                "connections": [
-                    "open": .int(server.open), "accepted": .int(server.counters.accepted),
-                    "refused": .int(server.counters.refused),
-                ],
-                "requests": [
-                    "total": .int(server.counters.requests), "errors": .int(server.counters.errors),
-                    "rate_limited": .int(rateLimited),
-                ],
-                "devices": .object(devices),
-            ]
-        })
+        let scheduler = delivery?.scheduler.stats
+        let apns = delivery?.apns?.stats
+        let store = self.store
+        let log = self.log
+        store.queueDepth { depthResult in
+            store.deviceCounts { countsResult in
+                guard case .success(let depth) = depthResult, case .success(let counts) = countsResult else {
+                    log.error("store_failed", ["error": "stats"])
+                    reply(.failure(.internalError("store failure")))
+                    return
+                }
+                var devices = JSONObject()
+                for platform in Platform.allCases { devices.append(platform.rawValue, .int(counts[platform] ?? 0)) }
+                var transports = JSONObject()
+                for platform in Platform.allCases {
+                    let c = scheduler?.platforms[platform] ?? PlatformCounters()
+                    transports.append(
+                        platform.rawValue,
+                        [
+                            "sent": .int(c.sent), "delivered": .int(c.delivered), "failed": .int(c.failed),
+                            "retried": .int(c.retried), "expired": .int(c.expired),
+                            "auth_rejected": .int(c.authRejected), "removed_stale": .int(c.removedStale),
+                            "stale_refused": .int(c.staleRefused), "breaker_trips": .int(c.breakerTrips),
+                        ])
+                }
+                var result: JSONObject = [
+                    "version": .string(Self.version), "uptime_s": .int(uptime),
+                    "connections": [
+                        "open": .int(server.open), "accepted": .int(server.counters.accepted),
+                        "refused": .int(server.counters.refused),
+                    ],
+                    "requests": [
+                        "total": .int(server.counters.requests), "errors": .int(server.counters.errors),
+                        "rate_limited": .int(rateLimited),
+                    ],
+                    "devices": .object(devices),
+                    "queue": [
+                        "depth": .int(depth.waiting), "in_flight": .int(depth.inFlight),
+                        "stale_held": .int(scheduler?.staleHeld ?? 0),
+                    ],
+                    "transports": .object(transports),
+                ]
+                if let apns {
+                    result.append(
+                        "apns",
+                        [
+                            "connections": .int(apns.connectionsOpen), "connections_opened": .int(apns.connectionsOpened),
+                            "connect_failures": .int(apns.connectFailures), "goaways": .int(apns.goaways),
+                            "last_goaway_reason": apns.lastGoAwayReason.map { .string($0) } ?? .null,
+                            "tokens_signed": .int(apns.tokensMinted), "timeouts": .int(apns.timeouts),
+                        ])
+                }
+                reply(.success(.object(result)))
+            }
+        }
     }
 
     private func vapidPublicKey(_ p: inout ParamReader, _ context: CallContext) throws(RPCError) -> JSON {

@@ -218,6 +218,11 @@ public struct StaleGuard: Sendable {
     /// Batches registered and not yet complete or finished.
     public var openBatches: Int { batches.count }
 
+    /// Whether the batch of `messageID` on `platform` is registered and not yet complete or finished.
+    public func isOpen(messageID: String, platform: Platform) -> Bool {
+        batches[BatchKey(messageID: messageID, platform: platform)] != nil
+    }
+
     /// Stale devices waiting for their batch's outcome.
     public var heldCount: Int { batches.values.reduce(0) { $0 + $1.held.count } }
 

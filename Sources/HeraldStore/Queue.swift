@@ -11,24 +11,33 @@ public enum Recipients: Sendable {
 public struct Enqueue: Sendable {
     public var app: String
     public var message: PushMessage
-    /// The message as stored (JSON text), written by the caller.
-    public var payload: String
     public var recipients: Recipients
     public var idempotencyKey: String?
     /// Platforms whose transport is disabled for this app, with the reason.
     public var disabled: [Platform: String]
+    /// Refuse the message when the deliveries waiting to be sent, with its
+    /// own, would exceed this (`[delivery] max_queued`).
+    public var pendingLimit: Int
 
     public init(
-        app: String, message: PushMessage, payload: String, recipients: Recipients, idempotencyKey: String?,
-        disabled: [Platform: String]
+        app: String, message: PushMessage, recipients: Recipients, idempotencyKey: String?,
+        disabled: [Platform: String], pendingLimit: Int = .max
     ) {
         self.app = app
         self.message = message
-        self.payload = payload
         self.recipients = recipients
         self.idempotencyKey = idempotencyKey
         self.disabled = disabled
+        self.pendingLimit = pendingLimit
     }
+}
+
+/// Why a message was not queued.
+public enum EnqueueError: Error, Sendable, Equatable {
+    /// It addresses more devices than one message may (10,000).
+    case tooManyDevices(count: Int, limit: Int)
+    /// The queue holds `pending` deliveries; this message would pass `limit`.
+    case queueFull(pending: Int, limit: Int)
 }
 
 /// What `push.send` answers once the message is committed.
@@ -65,35 +74,69 @@ public struct MessageStatus: Sendable {
     }
 }
 
-/// A delivery handed to the scheduler, with what it needs to send.
-public struct DueDelivery: Sendable {
-    public let deliveryID: Int64
-    public let messageID: String
+/// A scheduler lane as the queue sees it: one app's deliveries on one platform.
+public struct QueueLane: Hashable, Sendable {
     public let app: String
-    public let deviceID: String
-    public let user: String
     public let platform: Platform
-    public let environment: APNsEnvironment?
-    public let token: String
-    public let keys: WebPushKeys?
-    public let tokenHash: String
-    public let registeredAt: Int64
-    public let payload: String
-    public let attempts: Int
-    public let expiresAt: Int64
+
+    public init(app: String, platform: Platform) {
+        self.app = app
+        self.platform = platform
+    }
+}
+
+/// One message's deliveries on one platform: the batch the stale guards judge.
+public struct BatchKey: Hashable, Sendable {
+    public let messageID: String
+    public let platform: Platform
+
+    public init(messageID: String, platform: Platform) {
+        self.messageID = messageID
+        self.platform = platform
+    }
+}
+
+/// What one claim took from the queue.
+public struct Claim: Sendable {
+    /// Deliveries now in flight, with what they need to be sent.
+    public let jobs: [DeliveryJob]
+    /// Deliveries the claim found final instead (past their TTL, device gone).
+    public let finished: [BatchKey]
+    /// For every message the claim touched: its deliveries per platform that
+    /// were still to be answered when the claim began.
+    public let batchSizes: [BatchKey: Int]
+    /// The earliest `next_attempt_at` still waiting (any lane), if any.
+    public let nextDueAt: Int64?
+}
+
+/// Deliveries waiting and in flight, for `system.stats`.
+public struct QueueDepth: Sendable, Equatable {
+    public let waiting: Int
+    public let inFlight: Int
 }
 
 /// The durable delivery queue, on the store thread, inside its transactions.
 final class Queue {
     private let db: Database
     private let key: StoreKey
+    /// Never below the true number of waiting deliveries (queued, retrying,
+    /// in flight): counted at open, raised by every enqueue, and counted again
+    /// whenever an admission would pass its limit.
+    private var pendingBound: Int
 
     static let idempotencyWindowMs: Int64 = 24 * 3600 * 1000
     static let maxDevicesPerMessage = 10_000
 
-    init(db: Database, key: StoreKey) {
+    init(db: Database, key: StoreKey) throws(StoreError) {
         self.db = db
         self.key = key
+        pendingBound = 0
+        pendingBound = try countPending()
+    }
+
+    private func countPending() throws(StoreError) -> Int {
+        let d = try depth()
+        return d.waiting + d.inFlight
     }
 
     /// Commits the message and one delivery per recipient device; with a key
@@ -117,15 +160,28 @@ final class Queue {
                 try db.statement("UPDATE messages SET idempotency_hash = NULL WHERE message_id = ?").bind(.text(id)).run()
             }
         }
+        let targets = try resolve(e.recipients, app: e.app)
+        guard targets.count <= Self.maxDevicesPerMessage else {
+            throw EnqueueError.tooManyDevices(count: targets.count, limit: Self.maxDevicesPerMessage)
+        }
+        if pendingBound + targets.count > e.pendingLimit {
+            pendingBound = try countPending()
+            if pendingBound + targets.count > e.pendingLimit {
+                throw EnqueueError.queueFull(pending: pendingBound, limit: e.pendingLimit)
+            }
+        }
         let messageID = try SecureRandom.bytes(16).hexString
         let expires = now + Int64(e.message.ttlSeconds) * 1000
         try db.statement(
             "INSERT INTO messages (message_id, app, idempotency_hash, payload, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)"
-        ).bind(.text(messageID), .text(e.app), idempotency, .text(e.payload), .int(now), .int(expires)).run()
+        ).bind(
+            .text(messageID), .text(e.app), idempotency, .text(MessageCodec.encode(e.message)), .int(now),
+            .int(expires)
+        ).run()
 
         var devices = 0
         var skipped = 0
-        for target in try resolve(e.recipients, app: e.app) {
+        for target in targets {
             var state = DeliveryState.queued
             var reason: String?
             if !e.message.kind.reaches(target.platform) {
@@ -157,6 +213,7 @@ final class Queue {
             ).run()
             if state == .queued { devices += 1 } else { skipped += 1 }
         }
+        pendingBound += devices
         return Enqueued(messageID: messageID, devices: devices, skipped: skipped, duplicate: false)
     }
 
@@ -181,9 +238,10 @@ final class Queue {
         }
         switch recipients {
         case .users(let users):
-            for user in Set(users) {
+            var once = Set<String>()
+            for user in users where once.insert(user).inserted {
                 let stmt = try db.statement(
-                    "SELECT device_id, user, platform, token_hash FROM devices WHERE app = ? AND user = ?")
+                    "SELECT device_id, user, platform, token_hash FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq")
                 try stmt.bind(.text(app), .text(user))
                 try collect(stmt)
             }
@@ -259,32 +317,51 @@ final class Queue {
         return db.changes
     }
 
-    /// Takes up to `limit` due deliveries, marks them in flight, and returns
-    /// them with their (unsealed) tokens. Past-TTL ones become expired; ones
-    /// whose device is gone become skipped.
-    func claimDue(limit: Int, now: Int64) throws -> [DueDelivery] {
-        let stmt = try db.statement(
-            """
+    /// Takes up to `limit` due deliveries outside `excluding`, oldest due
+    /// first, marks them in flight and returns them with their unsealed
+    /// tokens. Past-TTL ones (after a first attempt) become expired; ones whose
+    /// device is gone become skipped.
+    func claimDue(limit: Int, excluding: Set<QueueLane>, now: Int64) throws -> Claim {
+        var sql = """
             SELECT d.delivery_id, d.message_id, m.app, d.device_id, d.user, d.platform, d.attempts, m.expires_at,
-                m.payload, v.environment, v.token_sealed, v.keys_sealed, v.token_hash, v.registered_at
+                m.payload, v.environment, v.token_sealed, v.keys_sealed, v.token_hash, v.registered_at, m.created_at
             FROM deliveries d JOIN messages m ON m.message_id = d.message_id
             LEFT JOIN devices v ON v.device_id = d.device_id
             WHERE d.state IN ('queued', 'retrying') AND d.next_attempt_at <= ?
-            ORDER BY d.next_attempt_at LIMIT ?
-            """)
-        try stmt.bind(.int(now), .int(Int64(limit)))
-        var due: [DueDelivery] = []
-        var expired: [Int64] = []
-        var gone: [Int64] = []
+            """
+        var binds: [StoreValue] = [.int(now)]
+        if !excluding.isEmpty {
+            let lanes = excluding.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
+            sql += " AND (m.app || char(31) || d.platform) NOT IN (\(lanes.map { _ in "?" }.joined(separator: ", ")))"
+            binds += lanes.map { .text($0.app + "\u{1F}" + $0.platform.rawValue) }
+        }
+        sql += " ORDER BY d.next_attempt_at LIMIT ?"
+        binds.append(.int(Int64(limit)))
+        let stmt = try db.statement(sql)
+        try stmt.bind(binds)
+
+        var jobs: [DeliveryJob] = []
+        var expired: [(Int64, BatchKey)] = []
+        var gone: [(Int64, BatchKey)] = []
+        var messages: [String: PushMessage?] = [:]
         while try stmt.step() {
             let id = stmt.int64(0)
+            let messageID = stmt.text(1)
+            let platform = Platform(rawValue: stmt.text(5)) ?? .apns
+            let batch = BatchKey(messageID: messageID, platform: platform)
             let expiresAt = stmt.int64(7)
             if now > expiresAt && stmt.int64(6) > 0 {
-                expired.append(id)
+                expired.append((id, batch))
                 continue
             }
             if stmt.isNull(10) {
-                gone.append(id)
+                gone.append((id, batch))
+                continue
+            }
+            if messages[messageID] == nil { messages[messageID] = MessageCodec.decode(stmt.text(8)) }
+            guard let message = messages[messageID] ?? nil else {
+                // A payload this version cannot read: fail it rather than retry forever.
+                try mark(id, .failed, reason: "unreadable stored message", now: now)
                 continue
             }
             let deviceID = stmt.text(3)
@@ -294,26 +371,48 @@ final class Queue {
                 let raw = try key.open(stmt.blob(11), context: Identity.keysContext(deviceID))
                 keys = WebPushKeys(p256dh: Array(raw.prefix(65)), auth: Array(raw.dropFirst(65)))
             }
-            due.append(
-                DueDelivery(
-                    deliveryID: id, messageID: stmt.text(1), app: stmt.text(2), deviceID: deviceID,
-                    user: stmt.text(4), platform: Platform(rawValue: stmt.text(5)) ?? .apns,
+            jobs.append(
+                DeliveryJob(
+                    deliveryID: id, messageID: messageID, app: stmt.text(2), deviceID: deviceID,
+                    user: stmt.text(4), platform: platform,
                     environment: stmt.optionalText(9).flatMap(APNsEnvironment.init(rawValue:)),
                     token: String(decoding: token, as: UTF8.self), keys: keys, tokenHash: stmt.text(12),
-                    registeredAt: stmt.int64(13), payload: stmt.text(8), attempts: Int(stmt.int64(6)),
-                    expiresAt: expiresAt))
+                    registeredAt: stmt.int64(13), message: message, acceptedAt: stmt.int64(14), expiresAt: expiresAt,
+                    previousAttempts: Int(stmt.int64(6))))
         }
-        for id in expired { try mark(id, .expired, reason: "ttl elapsed", now: now) }
-        for id in gone { try mark(id, .skipped, reason: "device removed", now: now) }
-        for d in due {
+        // Batch sizes before anything changes state, so that every delivery
+        // counted here is later reported once.
+        var sizes: [BatchKey: Int] = [:]
+        var touched = Set<String>()
+        for messageID in jobs.map(\.messageID) + (expired + gone).map(\.1.messageID)
+        where touched.insert(messageID).inserted {
+            let count = try db.statement(
+                """
+                SELECT platform, count(*) FROM deliveries
+                WHERE message_id = ? AND state IN ('queued', 'retrying', 'in_flight') GROUP BY platform
+                """)
+            try count.bind(.text(messageID))
+            while try count.step() {
+                if let p = Platform(rawValue: count.text(0)) {
+                    sizes[BatchKey(messageID: messageID, platform: p)] = Int(count.int64(1))
+                }
+            }
+        }
+        for (id, _) in expired { try mark(id, .expired, reason: "ttl elapsed", now: now) }
+        for (id, _) in gone { try mark(id, .skipped, reason: "device removed", now: now) }
+        for job in jobs {
             try db.statement(
                 "UPDATE deliveries SET state = 'in_flight', attempts = attempts + 1, updated_at = ? WHERE delivery_id = ?"
-            ).bind(.int(now), .int(d.deliveryID)).run()
+            ).bind(.int(now), .int(job.deliveryID)).run()
         }
-        return due
+        let next = try db.statement("SELECT min(next_attempt_at) FROM deliveries WHERE state IN ('queued', 'retrying')")
+        let nextDueAt = try next.step() ? next.optionalInt64(0) : nil
+        return Claim(jobs: jobs, finished: (expired + gone).map(\.1), batchSizes: sizes, nextDueAt: nextDueAt)
     }
 
-    /// Records an attempt's result: a final state, or `retrying` at `nextAttemptAt`.
+    /// Records an attempt's result: a final state, or `retrying` at
+    /// `nextAttemptAt`. Only a delivery in flight changes (a cancelled or
+    /// forgotten one stays as it is).
     func record(
         deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?, now: Int64
     ) throws(StoreError) {
@@ -321,15 +420,16 @@ final class Queue {
             """
             UPDATE deliveries SET state = ?, http_status = ?, reason = ?,
                 next_attempt_at = COALESCE(?, next_attempt_at), updated_at = ?
-            WHERE delivery_id = ?
+            WHERE delivery_id = ? AND state = 'in_flight'
             """
         ).bind(
             .text(state.rawValue), .optional(httpStatus.map(Int64.init)), .optional(reason),
             .optional(nextAttemptAt), .int(now), .int(deliveryID)
         ).run()
+        guard db.changes > 0 else { return }
         let column: String? =
             switch state {
-            case .delivered: "last_success_at = ?, last_failure_reason = last_failure_reason"
+            case .delivered: "last_success_at = ?"
             case .failed: "last_failure_at = ?, last_failure_reason = ?"
             default: nil
             }
@@ -343,19 +443,48 @@ final class Queue {
         }
     }
 
+    /// A provider called the device's token stale and the guards allowed the
+    /// deletion: delete the device if it still holds `tokenHash` (a device
+    /// that registered a new token meanwhile is kept) and record the
+    /// delivery. Returns whether the device was deleted.
+    func removeStale(
+        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: String, now: Int64
+    ) throws(StoreError) -> Bool {
+        try db.statement("DELETE FROM devices WHERE device_id = ? AND token_hash = ?")
+            .bind(.text(deviceID), .text(tokenHash)).run()
+        let removed = db.changes > 0
+        try record(
+            deliveryID: deliveryID, state: removed ? .removedStale : .failed, httpStatus: httpStatus,
+            reason: removed ? reason : "\(reason) (device kept: it registered a new token)", nextAttemptAt: nil,
+            now: now)
+        return removed
+    }
+
+    /// Deletes messages older than `before` whose deliveries are all final.
+    func purge(before: Int64) throws(StoreError) -> Int {
+        try db.statement(
+            """
+            DELETE FROM messages WHERE created_at < ? AND NOT EXISTS (
+                SELECT 1 FROM deliveries d WHERE d.message_id = messages.message_id
+                AND d.state IN ('queued', 'retrying', 'in_flight'))
+            """
+        ).bind(.int(before)).run()
+        return db.changes
+    }
+
     private func mark(_ id: Int64, _ state: DeliveryState, reason: String, now: Int64) throws(StoreError) {
         try db.statement("UPDATE deliveries SET state = ?, reason = ?, updated_at = ? WHERE delivery_id = ?")
             .bind(.text(state.rawValue), .text(reason), .int(now), .int(id)).run()
     }
 
-    /// Deliveries waiting or in flight, for `system.stats`.
-    func depth() throws(StoreError) -> (queued: Int, inFlight: Int) {
+    /// Deliveries waiting (queued or retrying) and in flight.
+    func depth() throws(StoreError) -> QueueDepth {
         let stmt = try db.statement(
             """
-            SELECT sum(state IN ('queued', 'retrying')), sum(state = 'in_flight') FROM deliveries
-            WHERE state IN ('queued', 'retrying', 'in_flight')
+            SELECT coalesce(sum(state IN ('queued', 'retrying')), 0), coalesce(sum(state = 'in_flight'), 0)
+            FROM deliveries WHERE state IN ('queued', 'retrying', 'in_flight')
             """)
-        guard try stmt.step() else { return (0, 0) }
-        return (Int(stmt.int64(0)), Int(stmt.int64(1)))
+        guard try stmt.step() else { return QueueDepth(waiting: 0, inFlight: 0) }
+        return QueueDepth(waiting: Int(stmt.int64(0)), inFlight: Int(stmt.int64(1)))
     }
 }

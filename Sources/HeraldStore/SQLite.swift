@@ -87,6 +87,11 @@ final class Statement {
 
     @discardableResult
     func bind(_ values: StoreValue...) throws(StoreError) -> Statement {
+        try bind(values)
+    }
+
+    @discardableResult
+    func bind(_ values: [StoreValue]) throws(StoreError) -> Statement {
         for (i, value) in values.enumerated() {
             let index = Int32(i + 1)
             let rc: Int32

@@ -49,7 +49,7 @@ public final class Store: @unchecked Sendable {
         try db.execute("PRAGMA synchronous = \(synchronous.rawValue.uppercased())")
         try db.execute("PRAGMA foreign_keys = ON")
         try Schema.migrate(db)
-        let tables = Tables(registry: try Registry(db: db, key: key), queue: Queue(db: db, key: key))
+        let tables = Tables(registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key))
         try tables.registry.expireTombstones(now: clock.nowMilliseconds())
         recoveredDeliveries = try tables.queue.recoverInFlight(now: clock.nowMilliseconds())
         let owned = ThreadOwned(db: db, tables: tables)
@@ -189,10 +189,14 @@ public final class Store: @unchecked Sendable {
         submit({ t, now in try t.queue.cancel(app: app, messageID: messageID, now: now) }, completion)
     }
 
-    public func claimDue(limit: Int, completion: @escaping @Sendable (Result<[DueDelivery], any Error>) -> Void) {
-        submit({ t, now in try t.queue.claimDue(limit: limit, now: now) }, completion)
+    /// Takes due deliveries (at most `limit`, none of the `excluding` lanes) and marks them in flight.
+    public func claimDue(
+        limit: Int, excluding: Set<QueueLane> = [], completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
+    ) {
+        submit({ t, now in try t.queue.claimDue(limit: limit, excluding: excluding, now: now) }, completion)
     }
 
+    /// Records an attempt's result: a final state, or `retrying` at `nextAttemptAt`.
     public func record(
         deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
@@ -203,6 +207,32 @@ public final class Store: @unchecked Sendable {
                     deliveryID: deliveryID, state: state, httpStatus: httpStatus, reason: reason,
                     nextAttemptAt: nextAttemptAt, now: now)
             }, completion)
+    }
+
+    /// Deletes a stale device if it still holds `tokenHash`, and records the
+    /// delivery (`removed_stale`, or `failed` when the device moved on).
+    public func removeStale(
+        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: String,
+        completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
+    ) {
+        submit(
+            { t, now in
+                try t.queue.removeStale(
+                    deliveryID: deliveryID, deviceID: deviceID, tokenHash: tokenHash, httpStatus: httpStatus,
+                    reason: reason, now: now)
+            }, completion)
+    }
+
+    /// Deletes messages (and their deliveries) older than `retention` whose
+    /// deliveries are all final; returns how many.
+    public func purgeMessages(olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
+        let ms = retention.components.seconds * 1000
+        submit({ t, now in try t.queue.purge(before: now - ms) }, completion)
+    }
+
+    /// Deliveries waiting and in flight.
+    public func queueDepth(completion: @escaping @Sendable (Result<QueueDepth, any Error>) -> Void) {
+        submit({ t, _ in try t.queue.depth() }, completion)
     }
 
     /// A quick read that proves the database answers, for `system.health`.

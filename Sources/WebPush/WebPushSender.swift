@@ -22,7 +22,8 @@ internal import Synchronization
 ///    aes128gcm`, `Content-Type: application/octet-stream` and the VAPID
 ///    `Authorization` from the ``VAPIDTokenCache`` (per app and origin),
 ///    pinned to the vetted addresses.
-/// 4. The answer goes through ``WebPushClassifier``. The first 413 makes the
+/// 4. The answer goes through ``WebPushClassifier``; a 401/403 also drops
+///    the cached VAPID token of that origin. The first 413 makes the
 ///    sender seal `payload.minimalPlaintext` to `payload.stepDownBodySize` and
 ///    send once more (`steppedDown: true`; a second 413 is `.failed`).
 ///    Transport errors are `Outcome.transient`.
@@ -136,6 +137,10 @@ public final class WebPushSender: Sendable {
                 }
                 let outcome = WebPushClassifier.classify(
                     status: response.status, retryAfter: retryAfter, steppedDown: steppedDown)
+                if case .authRejected = outcome {
+                    // The service refused the VAPID token: sign a fresh one for the next send.
+                    tokens.remove(app: app, origin: checked.origin)
+                }
                 if outcome == .tooLarge && !steppedDown {
                     queue.async { [self] in
                         attempt(

@@ -68,7 +68,7 @@ struct HTTPClientTests {
         }
     }
 
-    @Test("Pinning: localhost pinned to 127.0.0.1 goes there; a wrong pin is used too")
+    @Test("Pinning: localhost pinned to 127.0.0.1 goes there; a wrong pin is used too, even with a connection open")
     func pinningLocalhost() async throws {
         try await withGateways { g in
             let client = try HTTPClient(configuration: .init(caFile: g.ca))
@@ -79,14 +79,14 @@ struct HTTPClientTests {
             #expect(r.httpVersion == "2")
 
             // The gateway listens on 127.0.0.1 only: a pin to 127.0.0.2 must be honoured (→ refused),
-            // proving the resolver's answer is not used. A fresh client avoids reusing the connection.
-            let other = try HTTPClient(configuration: .init(caFile: g.ca))
-            defer { other.shutdown() }
-            let wrong = await other.send(webPushRequest("https://localhost:\(g.webpush)/push/x", pinned: ["127.0.0.2"], timeout: .seconds(5)))
+            // proving neither the resolver's answer nor the open connection to 127.0.0.1 is used.
+            let wrong = await client.send(webPushRequest("https://localhost:\(g.webpush)/push/x", pinned: ["127.0.0.2"], timeout: .seconds(5)))
             guard case .connectFailed = wrong.failure else {
                 Issue.record("expected a connect failure, got \(wrong)")
                 return
             }
+            let again = try await client.send(webPushRequest("https://localhost:\(g.webpush)/push/x", pinned: ["127.0.0.1"])).get()
+            #expect(again.primaryIP == "127.0.0.1")
         }
     }
 

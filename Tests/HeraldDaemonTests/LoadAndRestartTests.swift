@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import HeraldTestSupport
 import HeraldCore
 import HeraldCrypto
 import HeraldStore

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldTestSupport
 @testable import HeraldDaemon
 import Testing
 

@@ -9,8 +9,11 @@ extension TestStore {
     func status(_ id: String, detail: Bool = true) throws -> MessageStatus? {
         try store.sync { s, done in s.status(app: "default", messageID: id, detail: detail, completion: done) }
     }
-    func claim(_ limit: Int = 100) throws -> [DueDelivery] { try store.sync { s, done in s.claimDue(limit: limit, completion: done) } }
-    func record(_ d: DueDelivery, _ state: DeliveryState, status: Int? = nil, reason: String? = nil, retryAt: Int64? = nil) throws {
+    func claimAll(_ limit: Int = 100, excluding: Set<QueueLane> = []) throws -> Claim {
+        try store.sync { s, done in s.claimDue(limit: limit, excluding: excluding, completion: done) }
+    }
+    func claim(_ limit: Int = 100) throws -> [DeliveryJob] { try claimAll(limit).jobs }
+    func record(_ d: DeliveryJob, _ state: DeliveryState, status: Int? = nil, reason: String? = nil, retryAt: Int64? = nil) throws {
         try store.sync { s, done in
             s.record(deliveryID: d.deliveryID, state: state, httpStatus: status, reason: reason, nextAttemptAt: retryAt, completion: done)
         }
@@ -20,7 +23,7 @@ extension TestStore {
 func send(
     _ message: PushMessage, to recipients: Recipients, key: String? = nil, disabled: [Platform: String] = [:]
 ) -> Enqueue {
-    Enqueue(app: "default", message: message, payload: "{}", recipients: recipients, idempotencyKey: key, disabled: disabled)
+    Enqueue(app: "default", message: message, recipients: recipients, idempotencyKey: key, disabled: disabled)
 }
 
 @Suite("Delivery queue at the store level")
@@ -108,8 +111,8 @@ struct QueueTests {
         let reopened = try Store(path: t.dir.appendingPathComponent("herald.db").path, key: t.key, synchronous: .full, clock: t.clock)
         defer { reopened.close() }
         #expect(reopened.recoveredDeliveries == 1)
-        let again = try reopened.sync { s, done in s.claimDue(limit: 10, completion: done) }
-        #expect(again.count == 1 && again.first?.attempts == 1)
+        let again = try reopened.sync { s, done in s.claimDue(limit: 10, completion: done) }.jobs
+        #expect(again.count == 1 && again.first?.previousAttempts == 1)
         try reopened.sync { s, done in
             s.record(deliveryID: again[0].deliveryID, state: .delivered, httpStatus: 200, reason: nil, nextAttemptAt: nil, completion: done)
         }
@@ -138,5 +141,102 @@ struct QueueTests {
         #expect(try t.claim().isEmpty)
         #expect(try t.status(n.messageID)?.isComplete == true)
         #expect(try t.status("no-such-message") == nil)
+    }
+
+    @Test("a claimed job carries the whole message back, as accepted")
+    func messageRoundTrip() throws {
+        let t = try TestStore()
+        defer { t.close() }
+        _ = try t.register(Registration(app: "default", user: "gus", platform: .fcm, environment: nil, token: "g1"))
+        let message = PushMessage(
+            kind: .clear, data: [(key: "z", value: "1"), (key: "a", value: "2 \u{2028}")],
+            alert: PushAlert(locKey: "K", locArgs: ["x", "y"], titleLocKey: "T", bodyLocKey: "B"), badge: 4,
+            badgePerUser: ["gus": 9], collapseKey: "c", priority: .normal, ttlSeconds: 77)
+        let m = try t.enqueue(send(message, to: .users(["gus"])))
+        let job = try #require(try t.claim().first)
+        #expect(job.message == message)
+        #expect(job.messageID == m.messageID)
+        #expect(job.expiresAt - job.acceptedAt == 77_000)
+        #expect(job.previousAttempts == 0)
+    }
+
+    @Test("claims report batch sizes per platform, skip excluded lanes, and say when the next delivery is due")
+    func batchesAndLanes() throws {
+        let t = try TestStore()
+        defer { t.close() }
+        _ = try registerMix(t, user: "hal")
+        _ = try t.register(Registration(app: "default", user: "hal", platform: .fcm, environment: nil, token: "fcm-hal-2"))
+        let m = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["hal"])))
+        let first = try t.claimAll(excluding: [QueueLane(app: "default", platform: .fcm)])
+        #expect(first.jobs.map(\.platform) == [.apns])
+        #expect(first.batchSizes == [BatchKey(messageID: m.messageID, platform: .apns): 1, BatchKey(messageID: m.messageID, platform: .fcm): 2])
+        #expect(first.nextDueAt != nil, "the fcm deliveries still wait")
+        let second = try t.claimAll()
+        #expect(second.jobs.map(\.platform) == [.fcm, .fcm])
+        #expect(second.nextDueAt == nil)
+    }
+
+    @Test("a stale device is deleted only while it holds the token that was sent")
+    func removeStale() throws {
+        let t = try TestStore()
+        defer { t.close() }
+        let dev = try t.register(Registration(app: "default", user: "ida", platform: .fcm, environment: nil, token: "old", registrationID: "r", version: 1))
+        _ = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["ida"])))
+        let job = try #require(try t.claim().first)
+        // The device moved to a new token while the push was out.
+        _ = try t.register(Registration(app: "default", user: "ida", platform: .fcm, environment: nil, token: "new", registrationID: "r", version: 2))
+        let kept = try t.store.sync { s, done in
+            s.removeStale(deliveryID: job.deliveryID, deviceID: job.deviceID, tokenHash: job.tokenHash, httpStatus: 404, reason: "UNREGISTERED", completion: done)
+        }
+        #expect(!kept)
+        _ = dev
+        let devices = try t.store.sync { s, done in s.list(app: "default", user: "ida", completion: done) }
+        #expect(devices.count == 1)
+        let status = try #require(try t.status(job.messageID))
+        #expect(status.counts[.failed] == 1)
+        #expect(status.devices?.first?.reason?.contains("device kept") == true)
+
+        let m2 = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["ida"])))
+        let job2 = try #require(try t.claim().first)
+        let removed = try t.store.sync { s, done in
+            s.removeStale(deliveryID: job2.deliveryID, deviceID: job2.deviceID, tokenHash: job2.tokenHash, httpStatus: 404, reason: "UNREGISTERED", completion: done)
+        }
+        #expect(removed)
+        #expect(try t.status(m2.messageID)?.counts[.removedStale] == 1)
+        #expect(try t.store.sync { s, done in s.list(app: "default", user: "ida", completion: done) }.isEmpty)
+    }
+
+    @Test("a full queue refuses new messages until deliveries finish")
+    func admission() throws {
+        let t = try TestStore()
+        defer { t.close() }
+        for i in 0..<3 {
+            _ = try t.register(Registration(app: "default", user: "u\(i)", platform: .fcm, environment: nil, token: "t\(i)"))
+        }
+        var e = send(PushMessage(kind: .notification), to: .users(["u0", "u1"]))
+        e.pendingLimit = 3
+        _ = try t.enqueue(e)
+        #expect(throws: EnqueueError.queueFull(pending: 2, limit: 3)) { try t.enqueue(e) }
+        // Once sent, the room is back.
+        for job in try t.claim() { try t.record(job, .delivered, status: 200) }
+        _ = try t.enqueue(e)
+    }
+
+    @Test("a result for a delivery no longer in flight changes nothing; old finished messages are purged")
+    func recordGuardAndPurge() throws {
+        let t = try TestStore()
+        defer { t.close() }
+        _ = try t.register(Registration(app: "default", user: "jo", platform: .fcm, environment: nil, token: "j"))
+        let m = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["jo"])))
+        let job = try #require(try t.claim().first)
+        try t.record(job, .delivered, status: 200)
+        try t.record(job, .failed, status: 500, reason: "late")
+        #expect(try t.status(m.messageID)?.counts[.delivered] == 1)
+        let pending = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["jo"])))
+        t.clock.advance(8 * 24 * 3600 * 1000)
+        let purged = try t.store.sync { s, done in s.purgeMessages(olderThan: .seconds(7 * 24 * 3600), completion: done) }
+        #expect(purged == 1)
+        #expect(try t.status(m.messageID) == nil)
+        #expect(try t.status(pending.messageID) != nil, "a message with work left is kept")
     }
 }

@@ -53,7 +53,8 @@ public final class TestGateways: @unchecked Sendable {
         for name in ["apns", "fcm", "webpush", "control"] { ports[name] = obj[name] as? Int }
         self.ports = ports
         ca = dir.appendingPathComponent("ca.pem").path
-        client = try HTTPClient(configuration: .init(caFile: ca, allowPlainHTTPToLoopback: true))
+        client = try HTTPClient(
+            configuration: .init(caFile: ca, maxResponseBodyBytes: 256 << 20, allowPlainHTTPToLoopback: true))
     }
 
     public func stop() {

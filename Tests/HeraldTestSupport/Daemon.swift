@@ -1,12 +1,11 @@
-import Foundation
-import Testing
+public import Foundation
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
 /// The built `herald` binary (a sibling of the test bundle).
-func heraldBinary() -> String {
+public func heraldBinary() -> String {
     let sibling = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         .appendingPathComponent("herald").path
     if FileManager.default.isExecutableFile(atPath: sibling) { return sibling }
@@ -20,18 +19,20 @@ func heraldBinary() -> String {
 }
 
 /// A real `herald serve` in a temporary directory, talking over its socket.
-final class DaemonProcess: @unchecked Sendable {
-    let dir: URL
-    let socketPath: String
-    let configPath: String
+public final class DaemonProcess: @unchecked Sendable {
+    public let dir: URL
+    public let socketPath: String
+    public let configPath: String
     private var process: Process?
     private let logPath: String
 
     /// `appSections` replaces the default `[app.default]` section; `extra`
     /// is appended to the config as is.
-    init(
+    /// `server`, `delivery` and `endpoints` are extra lines for those sections.
+    public init(
         appSections: String = "[app.default]\ndevice_cap = 20\n", synchronous: String = "full",
-        allowPrivate: Bool = false, extra: String = ""
+        allowPrivate: Bool = false, extra: String = "", server: String = "", delivery: String = "",
+        endpoints: String = "", logLevel: String = "debug"
     ) throws {
         dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("hd-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
@@ -43,14 +44,19 @@ final class DaemonProcess: @unchecked Sendable {
             socket = \(socketPath)
             socket_mode = 0600
             state_dir = \(dir.path)
-            log_level = debug
+            log_level = \(logLevel)
+            \(server)
 
             [store]
             key = \(dir.path)/store.key
             synchronous = \(synchronous)
 
+            [delivery]
+            \(delivery)
+
             [endpoints]
             webpush_allow_private = \(allowPrivate)
+            \(endpoints)
 
             \(appSections)
             \(extra)
@@ -59,7 +65,7 @@ final class DaemonProcess: @unchecked Sendable {
         try start()
     }
 
-    func start() throws {
+    public func start() throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: heraldBinary())
         p.arguments = ["serve", "--config", configPath]
@@ -89,7 +95,7 @@ final class DaemonProcess: @unchecked Sendable {
 
     /// SIGTERM, then wait for exit; returns the exit status.
     @discardableResult
-    func stop() -> Int32 {
+    public func stop() -> Int32 {
         guard let p = process, p.isRunning else { return process?.terminationStatus ?? 0 }
         p.terminate()
         // A daemon that ignores SIGTERM must fail the test, not hang it.
@@ -104,29 +110,29 @@ final class DaemonProcess: @unchecked Sendable {
     }
 
     /// SIGKILL: no chance to clean up.
-    func kill9() {
+    public func kill9() {
         guard let p = process, p.isRunning else { return }
         kill(p.processIdentifier, SIGKILL)
         p.waitUntilExit()
     }
 
-    var isRunning: Bool { process?.isRunning ?? false }
+    public var isRunning: Bool { process?.isRunning ?? false }
 
-    func log(tail lines: Int = 1000) -> String {
+    public func log(tail lines: Int = 1000) -> String {
         let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
         return text.split(separator: "\n", omittingEmptySubsequences: false).suffix(lines).joined(separator: "\n")
     }
 
-    func connect() throws -> TestConnection { try TestConnection(path: socketPath) }
+    public func connect() throws -> TestConnection { try TestConnection(path: socketPath) }
 
     /// One call on a fresh connection.
-    func call(_ method: String, _ params: [String: Any] = [:]) throws -> [String: Any] {
+    public func call(_ method: String, _ params: [String: Any] = [:]) throws -> [String: Any] {
         let c = try connect()
         defer { c.close() }
         return try c.call(method, params)
     }
 
-    func cleanup() {
+    public func cleanup() {
         stop()
         try? FileManager.default.removeItem(at: dir)
     }
@@ -134,18 +140,18 @@ final class DaemonProcess: @unchecked Sendable {
     deinit { if process?.isRunning == true { process?.terminate() } }
 }
 
-struct HarnessError: Error, CustomStringConvertible {
-    let description: String
-    init(_ d: String) { description = d }
+public struct HarnessError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ d: String) { description = d }
 }
 
 /// A raw client connection: bytes in, lines out.
-final class TestConnection: @unchecked Sendable {
-    let fd: Int32
+public final class TestConnection: @unchecked Sendable {
+    public let fd: Int32
     private var buffer: [UInt8] = []
     private var nextID = 1
 
-    init(path: String) throws {
+    public init(path: String) throws {
         fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         var addr = sockaddr_un()
         addr.sun_family = sa_family_t(AF_UNIX)
@@ -163,11 +169,11 @@ final class TestConnection: @unchecked Sendable {
         }
     }
 
-    func close() { Glibc.close(fd) }
+    public func close() { Glibc.close(fd) }
 
-    func shutdownWrite() { Glibc.shutdown(fd, Int32(SHUT_WR)) }
+    public func shutdownWrite() { Glibc.shutdown(fd, Int32(SHUT_WR)) }
 
-    func send(_ bytes: [UInt8]) throws {
+    public func send(_ bytes: [UInt8]) throws {
         var sent = 0
         while sent < bytes.count {
             let n = bytes[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
@@ -176,10 +182,10 @@ final class TestConnection: @unchecked Sendable {
         }
     }
 
-    func send(_ text: String) throws { try send(Array(text.utf8)) }
+    public func send(_ text: String) throws { try send(Array(text.utf8)) }
 
     /// The next `\n`-terminated line (without it), or nil at EOF or timeout.
-    func readLine(timeout: Double = 10) -> String? {
+    public func readLine(timeout: Double = 10) -> String? {
         let deadline = Date().addingTimeInterval(timeout)
         while true {
             if let nl = buffer.firstIndex(of: 10) {
@@ -199,7 +205,7 @@ final class TestConnection: @unchecked Sendable {
     }
 
     /// True when the daemon closes its side within the timeout (after any data).
-    func readsEOF(timeout: Double = 5) -> Bool {
+    public func readsEOF(timeout: Double = 5) -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
         while deadline.timeIntervalSinceNow > 0 {
             var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
@@ -214,7 +220,7 @@ final class TestConnection: @unchecked Sendable {
     }
 
     /// Sends a request with a fresh numeric id and returns the whole response object.
-    func call(_ method: String, _ params: [String: Any] = [:]) throws -> [String: Any] {
+    public func call(_ method: String, _ params: [String: Any] = [:]) throws -> [String: Any] {
         let id = nextID
         nextID += 1
         let request: [String: Any] = ["jsonrpc": "2.0", "id": id, "method": method, "params": params]
@@ -228,8 +234,8 @@ final class TestConnection: @unchecked Sendable {
 }
 
 extension Dictionary where Key == String, Value == Any {
-    var result: [String: Any]? { self["result"] as? [String: Any] }
-    var error: [String: Any]? { self["error"] as? [String: Any] }
-    var errorCode: Int? { error?["code"] as? Int }
-    var errorData: [String: Any]? { error?["data"] as? [String: Any] }
+    public var result: [String: Any]? { self["result"] as? [String: Any] }
+    public var error: [String: Any]? { self["error"] as? [String: Any] }
+    public var errorCode: Int? { error?["code"] as? Int }
+    public var errorData: [String: Any]? { error?["data"] as? [String: Any] }
 }

@@ -1,0 +1,47 @@
+/// One delivery as the queue hands it out to be sent: the device's unsealed
+/// token (and Web Push keys) and the message as `push.send` accepted it.
+/// It lives only in memory, for the duration of one attempt.
+public struct DeliveryJob: Sendable {
+    public let deliveryID: Int64
+    public let messageID: String
+    public let app: String
+    public let deviceID: String
+    public let user: String
+    public let platform: Platform
+    public let environment: APNsEnvironment?
+    public let token: String
+    public let keys: WebPushKeys?
+    /// The token hash the device held when the job was claimed.
+    public let tokenHash: String
+    /// When the device last registered, ms since the epoch.
+    public let registeredAt: Int64
+    public let message: PushMessage
+    /// When the message was accepted, ms since the epoch: TTLs count from here.
+    public let acceptedAt: Int64
+    /// The end of the message's TTL, ms since the epoch.
+    public let expiresAt: Int64
+    /// Attempts made before this one (0 for the first send).
+    public let previousAttempts: Int
+
+    public init(
+        deliveryID: Int64, messageID: String, app: String, deviceID: String, user: String, platform: Platform,
+        environment: APNsEnvironment?, token: String, keys: WebPushKeys?, tokenHash: String, registeredAt: Int64,
+        message: PushMessage, acceptedAt: Int64, expiresAt: Int64, previousAttempts: Int
+    ) {
+        self.deliveryID = deliveryID
+        self.messageID = messageID
+        self.app = app
+        self.deviceID = deviceID
+        self.user = user
+        self.platform = platform
+        self.environment = environment
+        self.token = token
+        self.keys = keys
+        self.tokenHash = tokenHash
+        self.registeredAt = registeredAt
+        self.message = message
+        self.acceptedAt = acceptedAt
+        self.expiresAt = expiresAt
+        self.previousAttempts = previousAttempts
+    }
+}

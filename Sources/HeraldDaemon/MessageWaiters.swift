@@ -1,0 +1,120 @@
+import HeraldCore
+import HeraldIO
+import HeraldStore
+import JSONRPC
+
+/// `push.send` with `wait: true`: each call is answered once every delivery
+/// of its message is final, or at its timeout, with the counts at that time.
+///
+/// Progress reports from the scheduler (and cancellations) trigger a status
+/// read of the messages waited on; a slow periodic read covers what changes
+/// elsewhere (a newer message superseding, a TTL expiring at claim). At most
+/// one read per message is outstanding. Loop thread only, apart from
+/// ``progressed(_:)``.
+final class MessageWaiters: @unchecked Sendable {
+    typealias Reply = @Sendable (Result<JSON, RPCError>) -> Void
+
+    private struct Waiter {
+        let accepted: Enqueued
+        /// Monotonic ms.
+        let deadline: Int64
+        let reply: Reply
+    }
+
+    private let loop: EventLoop
+    private let store: Store
+    private let log: Logger
+    private var waiting: [String: (app: String, waiters: [Waiter])] = [:]
+    private var reading = Set<String>()
+    private var readAgain = Set<String>()
+    private var lastSweep: Int64 = 0
+
+    init(loop: EventLoop, store: Store, log: Logger) {
+        self.loop = loop
+        self.store = store
+        self.log = log
+        loop.every(milliseconds: 50) { [self] in tick() }
+    }
+
+    /// Waits for `accepted` (any thread).
+    func add(app: String, accepted: Enqueued, timeoutMs: Int64, reply: @escaping Reply) {
+        let waiter = Waiter(accepted: accepted, deadline: monotonicMilliseconds() + timeoutMs, reply: reply)
+        loop.execute { [self] in
+            waiting[accepted.messageID, default: (app, [])].waiters.append(waiter)
+            read(accepted.messageID)
+        }
+    }
+
+    /// Deliveries of these messages were recorded (any thread).
+    func progressed(_ ids: Set<String>) {
+        loop.execute { [self] in
+            for id in ids where waiting[id] != nil { read(id) }
+        }
+    }
+
+    /// Answers every waiter now, with the counts as they stand (shutdown).
+    func releaseAll() {
+        for id in Array(waiting.keys) { read(id, releasing: true) }
+    }
+
+    var count: Int { waiting.values.reduce(0) { $0 + $1.waiters.count } }
+
+    private func tick() {
+        let now = monotonicMilliseconds()
+        let sweep = now - lastSweep >= 500
+        if sweep { lastSweep = now }
+        for (id, entry) in waiting where sweep || entry.waiters.contains(where: { now >= $0.deadline }) {
+            read(id)
+        }
+    }
+
+    private func read(_ id: String, releasing: Bool = false) {
+        guard let entry = waiting[id] else { return }
+        if reading.contains(id) {
+            readAgain.insert(id)
+            return
+        }
+        reading.insert(id)
+        store.status(app: entry.app, messageID: id, detail: false) { [self] result in
+            loop.execute { [self] in done(id, result, releasing: releasing) }
+        }
+    }
+
+    private func done(_ id: String, _ result: Result<MessageStatus?, any Error>, releasing: Bool) {
+        reading.remove(id)
+        guard var entry = waiting[id] else { return }
+        let now = monotonicMilliseconds()
+        switch result {
+        case .failure(let error):
+            log.error("store_failed", ["error": String(describing: error)])
+            for w in entry.waiters { w.reply(.failure(.internalError("store failure"))) }
+            waiting[id] = nil
+            return
+        case .success(nil):
+            // Forgotten meanwhile (user.forget of every recipient): nothing left to wait for.
+            for w in entry.waiters { w.reply(.success(Self.answer(w.accepted, complete: true, counts: [:]))) }
+            waiting[id] = nil
+            return
+        case .success(let status?):
+            let complete = status.isComplete
+            var left: [Waiter] = []
+            for w in entry.waiters {
+                if complete || releasing || now >= w.deadline {
+                    w.reply(.success(Self.answer(w.accepted, complete: complete, counts: status.counts)))
+                } else {
+                    left.append(w)
+                }
+            }
+            entry.waiters = left
+            waiting[id] = left.isEmpty ? nil : entry
+        }
+        if readAgain.remove(id) != nil { read(id) }
+    }
+
+    private static func answer(_ e: Enqueued, complete: Bool, counts: [DeliveryState: Int]) -> JSON {
+        var o = HeraldService.acceptedJSON(e).objectValue ?? JSONObject()
+        o.append("state", .string(complete ? "complete" : "pending"))
+        o.append("counts", HeraldService.countsJSON(counts))
+        return .object(o)
+    }
+}

@@ -1,0 +1,304 @@
+import APNs
+import FCM
+import HeraldCore
+import HeraldIO
+import HeraldStore
+import JSONRPC
+import WebPush
+
+extension AppError {
+    static func notFound(_ messageID: String) -> RPCError {
+        .application(
+            code: 1003, reason: "not_found", message: "no such message: \(messageID)",
+            extra: [("message_id", .string(messageID))])
+    }
+
+    static func payloadTooLarge(_ e: PayloadTooLarge) -> RPCError {
+        .application(
+            code: 1005, reason: "payload_too_large", message: e.description,
+            extra: [("platform", .string(e.platform.rawValue)), ("limit", .int(e.limit)), ("size", .int(e.size))])
+    }
+
+    static func overloaded(_ message: String, retryAfterMs: Int64) -> RPCError {
+        .application(
+            code: 1007, reason: "overloaded", message: message, extra: [("retry_after_ms", .int(retryAfterMs))])
+    }
+}
+
+/// Limits of `push.send` params.
+enum PushLimits {
+    static let maxRecipients = 10_000
+    static let maxDataMembers = 64
+    static let maxKeyBytes = 64
+    static let maxValueBytes = 1024
+    static let maxLocArgs = 16
+    static let maxLocBytes = 256
+    static let maxCollapseKeyBytes = 256
+    static let maxIdempotencyKeyBytes = 256
+    static let maxBadge = 999_999
+    static let defaultWaitMs = 30_000
+    static let maxWaitMs = 300_000
+}
+
+extension HeraldService {
+    // MARK: push.send
+
+    func pushSend(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let recipients: Recipients = try p.object("to", required: true) { (to: inout ParamReader) throws(RPCError) in
+            let users = try to.stringArray(
+                "users", minCount: 1, maxCount: PushLimits.maxRecipients, maxBytes: 256)
+            let devices = try to.stringArray(
+                "devices", minCount: 1, maxCount: PushLimits.maxRecipients, maxBytes: 32)
+            switch (users, devices) {
+            case (let users?, nil): return .users(users)
+            case (nil, let devices?):
+                for (i, id) in devices.enumerated() where !Self.isDeviceID(id) {
+                    throw .invalidParams(field: "to.devices[\(i)]", reason: "must be 32 lowercase hex characters")
+                }
+                return .devices(devices)
+            default:
+                throw to.invalid("users", "give exactly one of users or devices")
+            }
+        }!
+        let kind = PushKind(
+            rawValue: try p.enumeration("kind", allowed: PushKind.allCases.map(\.rawValue)) ?? "notification")!
+        let data =
+            try p.stringMap(
+                "data", maxCount: PushLimits.maxDataMembers, maxKeyBytes: PushLimits.maxKeyBytes,
+                maxValueBytes: PushLimits.maxValueBytes) ?? []
+        let alert = try p.object("alert") { (a: inout ParamReader) throws(RPCError) in
+            PushAlert(
+                locKey: try a.string("loc_key", maxBytes: PushLimits.maxLocBytes),
+                locArgs: try a.stringArray(
+                    "loc_args", maxCount: PushLimits.maxLocArgs, maxBytes: PushLimits.maxLocBytes, allowEmpty: true),
+                titleLocKey: try a.string("title_loc_key", maxBytes: PushLimits.maxLocBytes),
+                bodyLocKey: try a.string("body_loc_key", maxBytes: PushLimits.maxLocBytes))
+        }
+        let (badge, badges) = try Self.badge(&p)
+        let collapseKey = try p.string("collapse_key", maxBytes: PushLimits.maxCollapseKeyBytes)
+        let priority = try p.enumeration("priority", allowed: PushPriority.allCases.map(\.rawValue))
+            .flatMap(PushPriority.init(rawValue:))
+        let ttl = try p.int("ttl", range: 0...APNsRequest.maximumTTLSeconds)
+        let idempotencyKey = try p.string("idempotency_key", maxBytes: PushLimits.maxIdempotencyKeyBytes)
+        let wait = try p.bool("wait") ?? false
+        let timeout = try p.int("timeout_ms", range: 0...PushLimits.maxWaitMs)
+        if timeout != nil && !wait { throw p.invalid("timeout_ms", "requires wait: true") }
+        try p.finish()
+
+        let message = PushMessage(
+            kind: kind, data: data, alert: alert, badge: badge, badgePerUser: badges, collapseKey: collapseKey,
+            priority: priority, ttlSeconds: ttl)
+        try checkPayloads(message, runtime)
+        guard let scheduler = delivery?.scheduler else {
+            throw AppError.overloaded("delivery is not running", retryAfterMs: 1000)
+        }
+        let enqueue = Enqueue(
+            app: runtime.config.name, message: message, recipients: recipients, idempotencyKey: idempotencyKey,
+            disabled: runtime.disabled, pendingLimit: delivery?.maxQueued ?? .max)
+        let waitMs = Int64(timeout ?? PushLimits.defaultWaitMs)
+        let log = self.log
+        store.enqueue(enqueue) { [self] result in
+            switch result {
+            case .success(let e):
+                if !e.duplicate && e.devices > 0 { scheduler.wake() }
+                log.info(
+                    "push_accepted",
+                    [
+                        "app": runtime.config.name, "message": e.messageID, "devices": String(e.devices),
+                        "skipped": String(e.skipped), "duplicate": String(e.duplicate),
+                    ])
+                if wait {
+                    waitForMessage(app: runtime.config.name, accepted: e, timeoutMs: waitMs, reply: reply)
+                } else {
+                    reply(.success(Self.acceptedJSON(e)))
+                }
+            case .failure(EnqueueError.queueFull(let pending, let limit)):
+                log.warning("push_refused", ["app": runtime.config.name, "pending": String(pending), "limit": String(limit)])
+                reply(.failure(AppError.overloaded("the delivery queue is full (\(pending) of \(limit))", retryAfterMs: 1000)))
+            case .failure(EnqueueError.tooManyDevices(let count, let limit)):
+                reply(.failure(.invalidParams(field: "to", reason: "addresses \(count) devices, more than \(limit)")))
+            case .failure(let error):
+                log.error("store_failed", ["error": String(describing: error)])
+                reply(.failure(.internalError("store failure")))
+            }
+        }
+    }
+
+    static func isDeviceID(_ id: String) -> Bool {
+        id.utf8.count == 32 && id.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }
+    }
+
+    /// `badge`: an integer for everyone, or `{user: integer}`.
+    private static func badge(_ p: inout ParamReader) throws(RPCError) -> (Int?, [String: Int]) {
+        switch p.value("badge") {
+        case nil, .null?:
+            return (nil, [:])
+        case .number(let n)?:
+            guard n.isIntegerLiteral, let v = n.int64, (0...Int64(PushLimits.maxBadge)).contains(v) else {
+                throw p.invalid("badge", "must be an integer between 0 and \(PushLimits.maxBadge), or an object of them")
+            }
+            return (Int(v), [:])
+        case .object(let object)?:
+            if object.count > PushLimits.maxRecipients {
+                throw p.invalid("badge", "must have at most \(PushLimits.maxRecipients) members")
+            }
+            if let key = object.firstDuplicateKey { throw p.invalid("badge.\(key)", "duplicate key") }
+            var out: [String: Int] = [:]
+            for (user, value) in object.members {
+                guard !user.isEmpty, user.utf8.count <= 256 else {
+                    throw p.invalid("badge.\(user)", "key must be a user (1 to 256 bytes)")
+                }
+                guard case .number(let n) = value, n.isIntegerLiteral, let v = n.int64,
+                    (0...Int64(PushLimits.maxBadge)).contains(v)
+                else { throw p.invalid("badge.\(user)", "must be an integer between 0 and \(PushLimits.maxBadge)") }
+                out[user] = Int(v)
+            }
+            return (nil, out)
+        default:
+            throw p.invalid("badge", "must be an integer between 0 and \(PushLimits.maxBadge), or an object of them")
+        }
+    }
+
+    /// Builds the payload of every enabled platform the kind reaches, with the
+    /// widest badge any recipient gets, and refuses what a transport would.
+    private func checkPayloads(_ message: PushMessage, _ runtime: AppRuntime) throws(RPCError) {
+        // The user whose badge has the most digits stands for every recipient.
+        let widest = message.badgePerUser.max { String($0.value).count < String($1.value).count }
+        let users = [""] + (widest.map { [$0.key] } ?? [])
+        for platform in Platform.allCases where message.kind.reaches(platform) && runtime.disabled[platform] == nil {
+            for user in users {
+                switch platform {
+                case .apns, .apnsVoIP:
+                    guard let apns = runtime.credentials.apns.value else { continue }
+                    do {
+                        _ = try APNsRequest(
+                            message: message, platform: platform, user: user,
+                            settings: APNsAppSettings(topic: apns.topic, defaultAlertLocKey: runtime.config.alertLocKey),
+                            now: 0)
+                    } catch {
+                        switch error {
+                        case .payloadTooLarge(let e): throw AppError.payloadTooLarge(e)
+                        case .reservedDataKey(let key): throw .invalidParams(field: "data.\(key)", reason: "is reserved by APNs")
+                        case .duplicateDataKey(let key): throw .invalidParams(field: "data.\(key)", reason: "duplicate key")
+                        case .notAPNs, .kindNotRouted: continue
+                        }
+                    }
+                case .fcm:
+                    do {
+                        _ = try FCMMessage(
+                            message: message, token: "", user: user,
+                            settings: FCMAppSettings(
+                                channelID: runtime.config.androidChannelID, defaultAlertLocKey: runtime.config.alertLocKey))
+                    } catch {
+                        switch error {
+                        case .payloadTooLarge(let e): throw AppError.payloadTooLarge(e)
+                        case .reservedDataKey(let key): throw .invalidParams(field: "data.\(key)", reason: "is reserved by FCM")
+                        case .duplicateDataKey(let key): throw .invalidParams(field: "data.\(key)", reason: "duplicate key")
+                        }
+                    }
+                case .web:
+                    do {
+                        _ = try WebPushPayload(message: message, user: user)
+                    } catch {
+                        switch error {
+                        case .payloadTooLarge(let e): throw AppError.payloadTooLarge(e)
+                        case .duplicateDataKey(let key): throw .invalidParams(field: "data.\(key)", reason: "duplicate key")
+                        case .invalidBodySize: throw .internalError("web push record size")
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    static func acceptedJSON(_ e: Enqueued) -> JSON {
+        ["message_id": .string(e.messageID), "devices": .int(e.devices), "skipped": .int(e.skipped)]
+    }
+
+    static func countsJSON(_ counts: [DeliveryState: Int]) -> JSON {
+        var o = JSONObject()
+        for state in DeliveryState.allCases { o.append(state.rawValue, .int(counts[state] ?? 0)) }
+        return .object(o)
+    }
+
+    // MARK: push.status, push.cancel
+
+    private func messageID(_ p: inout ParamReader) throws(RPCError) -> String {
+        let id = try p.string("message_id", required: true, maxBytes: 64)!
+        guard Self.isDeviceID(id) else { throw p.invalid("message_id", "must be 32 lowercase hex characters") }
+        return id
+    }
+
+    func pushStatus(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let id = try messageID(&p)
+        let detail = try p.bool("detail") ?? false
+        try p.finish()
+        store.status(app: runtime.config.name, messageID: id, detail: detail) { [log] result in
+            switch result {
+            case .success(let status?): reply(.success(Self.statusJSON(status)))
+            case .success(nil): reply(.failure(AppError.notFound(id)))
+            case .failure(let error):
+                log.error("store_failed", ["error": String(describing: error)])
+                reply(.failure(.internalError("store failure")))
+            }
+        }
+    }
+
+    static func statusJSON(_ s: MessageStatus) -> JSON {
+        var o: JSONObject = [
+            "message_id": .string(s.messageID), "created_at": .string(Timestamp.rfc3339(s.createdAt)),
+            "state": .string(s.isComplete ? "complete" : "pending"), "counts": countsJSON(s.counts),
+        ]
+        if let devices = s.devices {
+            o.append(
+                "devices",
+                .array(
+                    devices.map { d in
+                        [
+                            "device_id": .string(d.deviceID), "platform": .string(d.platform.rawValue),
+                            "state": .string(d.state.rawValue), "attempts": .int(d.attempts),
+                            "http_status": d.httpStatus.map { .int($0) } ?? .null,
+                            "reason": d.reason.map { .string($0) } ?? .null,
+                            "updated_at": .string(Timestamp.rfc3339(d.updatedAt)),
+                        ]
+                    }))
+        }
+        return .object(o)
+    }
+
+    func pushCancel(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let id = try messageID(&p)
+        try p.finish()
+        store.cancel(app: runtime.config.name, messageID: id) { [self] result in
+            switch result {
+            case .success(let n?):
+                log.info("push_cancelled", ["message": id, "cancelled": String(n)])
+                messagesProgressed([id])
+                reply(.success(["cancelled": .int(n)]))
+            case .success(nil): reply(.failure(AppError.notFound(id)))
+            case .failure(let error):
+                log.error("store_failed", ["error": String(describing: error)])
+                reply(.failure(.internalError("store failure")))
+            }
+        }
+    }
+}
+
+extension HeraldService {
+    /// Answers `reply` once the message is complete or `timeoutMs` passed.
+    func waitForMessage(app: String, accepted: Enqueued, timeoutMs: Int64, reply: @escaping Reply) {
+        guard let waiters = delivery?.waiters else {
+            reply(.success(Self.acceptedJSON(accepted)))
+            return
+        }
+        waiters.add(app: app, accepted: accepted, timeoutMs: timeoutMs, reply: reply)
+    }
+
+    /// Deliveries of these messages changed: waiters may be done.
+    func messagesProgressed(_ ids: Set<String>) {
+        delivery?.waiters.progressed(ids)
+    }
+}

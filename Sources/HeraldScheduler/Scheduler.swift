@@ -1,0 +1,492 @@
+public import HeraldCore
+public import HeraldDelivery
+public import HeraldIO
+public import HeraldStore
+import Dispatch
+import Synchronization
+
+/// How the scheduler paces and judges deliveries (`[server] max_inflight`, `[delivery]`).
+public struct SchedulerSettings: Sendable {
+    /// Sends in flight at once, every lane together.
+    public var maxInflight: Int
+    public var backoff: BackoffPolicy
+    public var stale: StaleGuard.Settings
+    /// A stale batch that hears nothing for this long is closed; devices it
+    /// still holds are kept (fail-safe).
+    public var batchIdleTimeout: Duration = .seconds(900)
+    /// The longest the scheduler sleeps with nothing due.
+    public var idlePoll: Duration = .seconds(1)
+
+    public init(maxInflight: Int = 2000, backoff: BackoffPolicy = BackoffPolicy(), stale: StaleGuard.Settings = .init()) {
+        self.maxInflight = maxInflight
+        self.backoff = backoff
+        self.stale = stale
+    }
+}
+
+/// Counters of one platform, for `system.stats`.
+public struct PlatformCounters: Sendable, Hashable {
+    /// Attempts handed to the transport.
+    public var sent = 0
+    public var delivered = 0
+    public var failed = 0
+    /// Attempts that ended in a retry being scheduled.
+    public var retried = 0
+    public var expired = 0
+    /// Auth/config rejections (the transport was marked degraded).
+    public var authRejected = 0
+    public var removedStale = 0
+    public var staleRefused = 0
+    public var breakerTrips = 0
+
+    public init() {}
+}
+
+/// What the scheduler reports for `system.stats`.
+public struct SchedulerStats: Sendable {
+    public var platforms: [Platform: PlatformCounters] = [:]
+    /// Deliveries claimed and not yet recorded (sending, or waiting for a lane).
+    public var inFlight = 0
+    /// Stale devices waiting for their batch's verdict.
+    public var staleHeld = 0
+}
+
+/// The delivery engine: takes due deliveries from the store, hands each to
+/// its lane's transport, and records what came of it.
+///
+/// - A lane is one app's transport for one platform. At most `maxInflight`
+///   deliveries are claimed at once, and a lane never has more than its
+///   transport's `concurrencyLimit` sending: claims skip full lanes, and a
+///   claim that brings a lane more than it may take holds the rest in memory
+///   until room frees up.
+/// - Outcomes follow SPEC "Delivery rules": `retry` and `authRejected` go
+///   through the backoff policy (full jitter, `Retry-After`, `max_retries`,
+///   never past the TTL); `authRejected` also marks the lane degraded until a
+///   send succeeds; `stale` goes through the ``StaleGuard`` (batch breaker,
+///   window cap) and then deletes the device only if it still holds the token
+///   that was sent.
+/// - Every claimed delivery ends recorded; a stop or crash before that leaves
+///   it in flight in the store, which queues it again at the next open.
+///
+/// All state lives on one serial queue.
+public final class Scheduler: @unchecked Sendable {
+    private let store: Store
+    private let transports: [QueueLane: any PushTransport]
+    private let settings: SchedulerSettings
+    private let clock: any WallClock
+    private let log: Logger?
+    private let queue = DispatchQueue(label: "herald.scheduler")
+    private var rng: any RandomNumberGenerator
+    private var timer: (any DispatchSourceTimer)?
+
+    // Scheduler queue only:
+    private var running = false
+    private var claiming = false
+    private var claimAgain = false
+    private var inFlight = 0
+    private var sending: [QueueLane: Int] = [:]
+    private var waiting: [QueueLane: [DeliveryJob]] = [:]
+    private var guardState: StaleGuard
+    private var batchActivity: [BatchKey: Int64] = [:]
+    private var held: [HeldKey: Held] = [:]
+    private var touched = Set<String>()
+    private var progressScheduled = false
+    private var counters: [Platform: PlatformCounters] = [:]
+
+    private let shared = Mutex(Shared())
+    private struct Shared {
+        var stats = SchedulerStats()
+        var degraded: [QueueLane: String] = [:]
+    }
+
+    private struct HeldKey: Hashable {
+        let messageID: String
+        let deviceID: String
+    }
+
+    private struct Held {
+        let job: DeliveryJob
+        let httpStatus: Int?
+        let reason: String
+    }
+
+    /// Called (on the scheduler's queue) with message ids whose deliveries
+    /// were just recorded; set before `start`.
+    public var onProgress: (@Sendable (Set<String>) -> Void)?
+
+    public init(
+        store: Store, transports: [QueueLane: any PushTransport], settings: SchedulerSettings,
+        clock: any WallClock = SystemClock(), log: Logger? = nil,
+        random: any RandomNumberGenerator = SystemRandomNumberGenerator()
+    ) {
+        self.store = store
+        self.transports = transports
+        self.settings = settings
+        self.clock = clock
+        self.log = log
+        self.rng = random
+        self.guardState = StaleGuard(settings: settings.stale)
+    }
+
+    // MARK: Lifecycle
+
+    /// Starts claiming (what the store recovered at open is due at once).
+    public func start() {
+        queue.async { [self] in
+            running = true
+            let t = DispatchSource.makeTimerSource(queue: queue)
+            t.setEventHandler { [self] in pump() }
+            t.schedule(deadline: .now())
+            t.resume()
+            timer = t
+            let sweeper = DispatchSource.makeTimerSource(queue: queue)
+            sweeper.setEventHandler { [self] in sweepBatches() }
+            sweeper.schedule(deadline: .now() + .seconds(60), repeating: .seconds(60))
+            sweeper.resume()
+            self.sweeper = sweeper
+        }
+    }
+
+    private var sweeper: (any DispatchSourceTimer)?
+
+    /// New deliveries were committed: claim now.
+    public func wake() {
+        queue.async { [self] in pump() }
+    }
+
+    /// Stops claiming; sends in flight go on and are recorded as they finish.
+    public func stopClaiming() {
+        queue.sync {
+            running = false
+            timer?.cancel()
+            sweeper?.cancel()
+        }
+    }
+
+    /// Deliveries claimed and not yet handed back to the store.
+    public var inFlightCount: Int { queue.sync { inFlight } }
+
+    /// The degraded reason of each lane that has one.
+    public var degradedLanes: [QueueLane: String] { shared.withLock { $0.degraded } }
+
+    public var stats: SchedulerStats { shared.withLock { $0.stats } }
+
+    // MARK: Claiming
+
+    private func pump() {
+        guard running else { return }
+        if claiming {
+            claimAgain = true
+            return
+        }
+        let room = settings.maxInflight - inFlight
+        guard room > 0 else { return }
+        let full = Set(transports.keys.filter { lane in
+            (sending[lane] ?? 0) + (waiting[lane]?.count ?? 0) >= limit(of: lane)
+        })
+        let batch = min(room, 1000)
+        claiming = true
+        claimAgain = false
+        store.claimDue(limit: batch, excluding: full) { [self] result in
+            queue.async { [self] in claimed(result, limit: batch, excluded: !full.isEmpty) }
+        }
+    }
+
+    private func limit(of lane: QueueLane) -> Int {
+        max(1, min(settings.maxInflight, transports[lane]?.concurrencyLimit ?? settings.maxInflight))
+    }
+
+    private func claimed(_ result: Result<Claim, any Error>, limit: Int, excluded: Bool) {
+        claiming = false
+        let claim: Claim
+        switch result {
+        case .failure(let error):
+            log?.error("claim_failed", ["error": String(describing: error)])
+            arm(afterMs: 1000)
+            return
+        case .success(let c):
+            claim = c
+        }
+        let now = clock.nowMilliseconds()
+        let mono = monotonicMilliseconds()
+        for (key, size) in claim.batchSizes
+        where guardState.register(messageID: key.messageID, platform: key.platform, size: size) {
+            batchActivity[key] = mono
+        }
+        for key in claim.finished {
+            apply(guardState.reportNotStale(messageID: key.messageID, platform: key.platform, now: now))
+            touched.insert(key.messageID)
+        }
+        for job in claim.jobs { dispatch(job) }
+        publish()
+        scheduleProgress()
+        let took = claim.jobs.count + claim.finished.count
+        if took >= limit || claimAgain {
+            pump()
+        } else if let next = claim.nextDueAt {
+            // With full lanes skipped, "due now" may be theirs: completions
+            // will pump; poll gently meanwhile.
+            arm(afterMs: next <= now && excluded ? 50 : next - now)
+        } else {
+            arm(afterMs: settings.idlePoll.milliseconds)
+        }
+    }
+
+    private func arm(afterMs delay: Int64) {
+        guard running, let timer else { return }
+        let ms = Int(max(1, min(delay, settings.idlePoll.milliseconds)))
+        timer.schedule(deadline: .now() + .milliseconds(ms))
+    }
+
+    // MARK: Sending
+
+    private func dispatch(_ job: DeliveryJob) {
+        inFlight += 1
+        let lane = QueueLane(app: job.app, platform: job.platform)
+        guard transports[lane] != nil else {
+            finish(job, state: .skipped, httpStatus: nil, reason: "transport_disabled: no transport configured")
+            return
+        }
+        if (sending[lane] ?? 0) >= limit(of: lane) {
+            waiting[lane, default: []].append(job)
+            return
+        }
+        send(job, lane: lane)
+    }
+
+    private func send(_ job: DeliveryJob, lane: QueueLane) {
+        sending[lane, default: 0] += 1
+        counters[job.platform, default: PlatformCounters()].sent += 1
+        transports[lane]!.send(job) { [self] report in
+            queue.async { [self] in completed(job, lane: lane, report) }
+        }
+    }
+
+    private func completed(_ job: DeliveryJob, lane: QueueLane, _ report: AttemptReport) {
+        sending[lane, default: 1] -= 1
+        decide(job, lane: lane, report)
+        if var list = waiting[lane], !list.isEmpty, (sending[lane] ?? 0) < limit(of: lane) {
+            let next = list.removeFirst()
+            waiting[lane] = list.isEmpty ? nil : list
+            send(next, lane: lane)
+        }
+        publish()
+        pump()
+    }
+
+    private func decide(_ job: DeliveryJob, lane: QueueLane, _ report: AttemptReport) {
+        let now = clock.nowMilliseconds()
+        let status = report.httpStatus
+        switch report.outcome {
+        case .delivered:
+            counters[job.platform, default: PlatformCounters()].delivered += 1
+            clearDegraded(lane)
+            finish(job, state: .delivered, httpStatus: status, reason: nil)
+            reportNotStale(job, now: now)
+        case .retry(let after, let reason):
+            retry(job, after: after, reason: reason, httpStatus: status, now: now)
+        case .authRejected(let reason):
+            counters[job.platform, default: PlatformCounters()].authRejected += 1
+            markDegraded(lane, reason: reason)
+            retry(job, after: nil, reason: reason, httpStatus: status, now: now)
+        case .failed(let reason):
+            counters[job.platform, default: PlatformCounters()].failed += 1
+            finish(job, state: .failed, httpStatus: status, reason: reason.rawValue)
+            reportNotStale(job, now: now)
+        case .tooLarge:
+            counters[job.platform, default: PlatformCounters()].failed += 1
+            finish(job, state: .failed, httpStatus: status, reason: ProviderReason.payloadTooLarge.rawValue)
+            reportNotStale(job, now: now)
+        case .stale(let reason):
+            let candidate = StaleCandidate(deviceID: job.deviceID, tokenHash: job.tokenHash)
+            let key = HeldKey(messageID: job.messageID, deviceID: job.deviceID)
+            // Held devices wait outside the in-flight count, so that a large
+            // stale batch cannot starve the claims that will settle it.
+            inFlight -= 1
+            held[key] = Held(job: job, httpStatus: status, reason: reason.rawValue)
+            touchBatch(job)
+            apply(guardState.reportStale(candidate, messageID: job.messageID, platform: job.platform, now: now))
+        }
+    }
+
+    private func retry(_ job: DeliveryJob, after: Duration?, reason: ProviderReason, httpStatus: Int?, now: Int64) {
+        let decision = settings.backoff.next(
+            attempt: job.previousAttempts, retryAfter: after, now: now, deadline: job.expiresAt, random: &rng)
+        switch decision {
+        case .retry(let at):
+            counters[job.platform, default: PlatformCounters()].retried += 1
+            finish(job, state: .retrying, httpStatus: httpStatus, reason: reason.rawValue, nextAttemptAt: at)
+            arm(afterMs: at - now)
+        case .giveUp(.exhausted):
+            counters[job.platform, default: PlatformCounters()].failed += 1
+            finish(job, state: .failed, httpStatus: httpStatus, reason: "\(reason.rawValue) (retries exhausted)")
+            reportNotStale(job, now: now)
+        case .giveUp(.expired):
+            counters[job.platform, default: PlatformCounters()].expired += 1
+            finish(job, state: .expired, httpStatus: httpStatus, reason: "\(reason.rawValue) (ttl elapsed)")
+            reportNotStale(job, now: now)
+        }
+    }
+
+    /// Hands a delivery's result to the store; it stops counting as in flight.
+    private func finish(
+        _ job: DeliveryJob, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64? = nil,
+        inFlight counted: Bool = true
+    ) {
+        if counted { inFlight -= 1 }
+        log?.debug(
+            "delivery",
+            [
+                "message": job.messageID, "device": job.deviceID, "platform": job.platform.rawValue,
+                "state": state.rawValue, "http": httpStatus.map(String.init) ?? "", "reason": reason ?? "",
+            ])
+        let messageID = job.messageID
+        store.record(
+            deliveryID: job.deliveryID, state: state, httpStatus: httpStatus, reason: reason,
+            nextAttemptAt: nextAttemptAt
+        ) { [self] result in
+            if case .failure(let error) = result {
+                log?.error("record_failed", ["message": messageID, "error": String(describing: error)])
+            }
+            queue.async { [self] in
+                touched.insert(messageID)
+                scheduleProgress()
+            }
+        }
+    }
+
+    // MARK: Stale guards
+
+    private func reportNotStale(_ job: DeliveryJob, now: Int64) {
+        touchBatch(job)
+        apply(guardState.reportNotStale(messageID: job.messageID, platform: job.platform, now: now))
+    }
+
+    private func touchBatch(_ job: DeliveryJob) {
+        let key = BatchKey(messageID: job.messageID, platform: job.platform)
+        if batchActivity[key] != nil { batchActivity[key] = monotonicMilliseconds() }
+    }
+
+    private func apply(_ verdicts: [StaleVerdict]) {
+        for verdict in verdicts {
+            let key = HeldKey(messageID: verdict.messageID, deviceID: verdict.candidate.deviceID)
+            switch verdict.disposition {
+            case .held:
+                continue
+            case .delete:
+                guard let h = held.removeValue(forKey: key) else { continue }
+                let job = h.job
+                store.removeStale(
+                    deliveryID: job.deliveryID, deviceID: job.deviceID, tokenHash: job.tokenHash,
+                    httpStatus: h.httpStatus, reason: h.reason
+                ) { [self] result in
+                    switch result {
+                    case .success(let removed):
+                        log?.info(
+                            removed ? "device_removed_stale" : "stale_device_kept",
+                            [
+                                "device": job.deviceID, "platform": job.platform.rawValue, "reason": h.reason,
+                                "token_hash": String(job.tokenHash.prefix(12)),
+                            ])
+                    case .failure(let error):
+                        log?.error("record_failed", ["message": job.messageID, "error": String(describing: error)])
+                    }
+                    queue.async { [self] in
+                        if case .success(true) = result {
+                            counters[job.platform, default: PlatformCounters()].removedStale += 1
+                        }
+                        touched.insert(job.messageID)
+                        scheduleProgress()
+                        publish()
+                    }
+                }
+            case .refused(let why):
+                guard let h = held.removeValue(forKey: key) else { continue }
+                log?.info(
+                    "stale_deletion_refused",
+                    ["device": h.job.deviceID, "platform": h.job.platform.rawValue, "why": why.rawValue])
+                finish(
+                    h.job, state: .failed, httpStatus: h.httpStatus,
+                    reason: "\(h.reason) (stale; not deleted: \(why.rawValue))", inFlight: false)
+            }
+        }
+    }
+
+    /// Closes batches that heard nothing for `batchIdleTimeout` (cancelled or
+    /// superseded deliveries are never reported) and forgets finished ones.
+    private func sweepBatches() {
+        let mono = monotonicMilliseconds()
+        for (key, last) in batchActivity {
+            if !guardState.isOpen(messageID: key.messageID, platform: key.platform) {
+                batchActivity[key] = nil
+            } else if mono - last >= settings.batchIdleTimeout.milliseconds {
+                batchActivity[key] = nil
+                apply(guardState.finish(messageID: key.messageID, platform: key.platform))
+            }
+        }
+        publish()
+    }
+
+    // MARK: Health and progress
+
+    private func markDegraded(_ lane: QueueLane, reason: ProviderReason) {
+        let changed = shared.withLock { s -> Bool in
+            let before = s.degraded[lane]
+            s.degraded[lane] = reason.rawValue
+            return before != reason.rawValue
+        }
+        if changed {
+            log?.warning(
+                "transport_degraded", ["app": lane.app, "platform": lane.platform.rawValue, "reason": reason.rawValue])
+        }
+    }
+
+    private func clearDegraded(_ lane: QueueLane) {
+        let was = shared.withLock { $0.degraded.removeValue(forKey: lane) }
+        if was != nil { log?.info("transport_recovered", ["app": lane.app, "platform": lane.platform.rawValue]) }
+    }
+
+    private func scheduleProgress() {
+        guard !progressScheduled, !touched.isEmpty else { return }
+        progressScheduled = true
+        queue.async { [self] in
+            progressScheduled = false
+            let ids = touched
+            touched.removeAll()
+            if !ids.isEmpty { onProgress?(ids) }
+        }
+    }
+
+    private func publish() {
+        var platforms = counters
+        for p in Platform.allCases {
+            let g = guardState.counters(for: p)
+            platforms[p, default: PlatformCounters()].staleRefused = g.staleRefused
+            platforms[p, default: PlatformCounters()].breakerTrips = g.breakerTrips
+        }
+        let inFlight = self.inFlight
+        let heldCount = held.count
+        shared.withLock {
+            $0.stats.platforms = platforms
+            $0.stats.inFlight = inFlight
+            $0.stats.staleHeld = heldCount
+        }
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds, truncated.
+    var milliseconds: Int64 {
+        let (s, atto) = components
+        return s * 1000 + atto / 1_000_000_000_000_000
+    }
+}
+
+extension Scheduler {
+    /// Waits until the scheduler has handed every result it has received to
+    /// the store (call after the transports are shut down, before the store closes).
+    public func drain() {
+        queue.sync {}
+        queue.sync {}
+    }
+}

@@ -1,0 +1,58 @@
+import HeraldCore
+import JSONRPC
+
+/// The stored form of a `PushMessage`: compact JSON in `messages.payload`.
+/// Only the store reads and writes it; version 1 is
+/// `{"v":1,"kind","data":{…},"alert"?,"badge"?,"badges"?,"collapse_key"?,"priority","ttl"}`.
+enum MessageCodec {
+    static func encode(_ m: PushMessage) -> String {
+        var o: JSONObject = ["v": 1, "kind": .string(m.kind.rawValue)]
+        var data = JSONObject()
+        for (key, value) in m.data { data.append(key, .string(value)) }
+        o.append("data", .object(data))
+        if let a = m.alert {
+            var alert = JSONObject()
+            if let v = a.locKey { alert.append("loc_key", .string(v)) }
+            if let v = a.locArgs { alert.append("loc_args", .array(v.map(JSON.string))) }
+            if let v = a.titleLocKey { alert.append("title_loc_key", .string(v)) }
+            if let v = a.bodyLocKey { alert.append("body_loc_key", .string(v)) }
+            o.append("alert", .object(alert))
+        }
+        if let b = m.badge { o.append("badge", .int(b)) }
+        if !m.badgePerUser.isEmpty {
+            var badges = JSONObject()
+            for (user, n) in m.badgePerUser.sorted(by: { $0.key < $1.key }) { badges.append(user, .int(n)) }
+            o.append("badges", .object(badges))
+        }
+        if let c = m.collapseKey { o.append("collapse_key", .string(c)) }
+        o.append("priority", .string(m.priority.rawValue))
+        o.append("ttl", .int(m.ttlSeconds))
+        return String(decoding: JSON.object(o).serialized(), as: UTF8.self)
+    }
+
+    /// Nil when the text is not a message this version wrote.
+    static func decode(_ text: String) -> PushMessage? {
+        guard let json = try? JSONParser.parse(Array(text.utf8)), json["v"]?.numberValue?.int64 == 1,
+            let kind = json["kind"]?.stringValue.flatMap(PushKind.init(rawValue:)),
+            let priority = json["priority"]?.stringValue.flatMap(PushPriority.init(rawValue:)),
+            let ttl = json["ttl"]?.numberValue?.int64
+        else { return nil }
+        let data = (json["data"]?.objectValue ?? JSONObject()).compactMap { member in
+            member.value.stringValue.map { (key: member.key, value: $0) }
+        }
+        var alert: PushAlert?
+        if let a = json["alert"]?.objectValue {
+            alert = PushAlert(
+                locKey: a["loc_key"]?.stringValue, locArgs: a["loc_args"]?.arrayValue?.compactMap(\.stringValue),
+                titleLocKey: a["title_loc_key"]?.stringValue, bodyLocKey: a["body_loc_key"]?.stringValue)
+        }
+        var badges: [String: Int] = [:]
+        for member in json["badges"]?.objectValue ?? JSONObject() {
+            if let n = member.value.numberValue?.int64 { badges[member.key] = Int(n) }
+        }
+        return PushMessage(
+            kind: kind, data: data, alert: alert, badge: json["badge"]?.numberValue?.int64.map { Int($0) },
+            badgePerUser: badges, collapseKey: json["collapse_key"]?.stringValue, priority: priority,
+            ttlSeconds: Int(ttl))
+    }
+}
