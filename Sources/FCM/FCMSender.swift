@@ -39,7 +39,8 @@ public struct HTTPStatusInfo: Sendable, Hashable {
 /// `authorization: Bearer <access token>` (from ``FCMAccessTokenCache``) and the
 /// body built by ``FCMMessage``. The answer goes through ``FCMClassifier``; an
 /// `authRejected` outcome invalidates the access token so the next send fetches
-/// a new one. Transport failures are `Outcome.transient` with Herald's reason.
+/// a new one, and a 401 is sent once more at once with a fresh token.
+/// Transport failures are `Outcome.transient` with Herald's reason.
 public final class FCMSender: Sendable {
     public typealias Completion = @Sendable (Outcome, HTTPStatusInfo?) -> Void
 
@@ -91,7 +92,7 @@ public final class FCMSender: Sendable {
         }
     }
 
-    private func post(body: [UInt8], token: String, completion: @escaping Completion) {
+    private func post(body: [UInt8], token: String, resent: Bool = false, completion: @escaping Completion) {
         let request = HTTPRequest(
             method: "POST", url: sendURL,
             headers: [("authorization", "Bearer " + token), ("content-type", "application/json; charset=UTF-8")],
@@ -102,7 +103,23 @@ public final class FCMSender: Sendable {
                 completion(Self.outcome(for: error), nil)
             case .success(let response):
                 let (outcome, info) = Self.classify(response, now: clock.nowMilliseconds())
-                if case .authRejected = outcome { tokens.invalidate(token: token) }
+                if case .authRejected = outcome {
+                    tokens.invalidate(token: token)
+                    // A 401 usually means the cached access token was revoked or
+                    // expired early: send once more with a fresh one, at once, so
+                    // that a TTL-0 push (a call ring) is not lost to it.
+                    if response.status == 401 && !resent {
+                        tokens.token { [self] fresh in
+                            switch fresh {
+                            case .success(let t): post(body: body, token: t, resent: true, completion: completion)
+                            case .failure(let error):
+                                let (o, i) = Self.outcome(for: error, now: clock.nowMilliseconds())
+                                completion(o, i)
+                            }
+                        }
+                        return
+                    }
+                }
                 completion(outcome, info)
             }
         }

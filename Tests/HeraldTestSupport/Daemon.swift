@@ -69,7 +69,9 @@ public final class DaemonProcess: @unchecked Sendable {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: heraldBinary())
         p.arguments = ["serve", "--config", configPath]
-        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        if !FileManager.default.fileExists(atPath: logPath) {
+            _ = FileManager.default.createFile(atPath: logPath, contents: nil)  // a restart appends
+        }
         let sink = FileHandle(forWritingAtPath: logPath)!
         sink.seekToEndOfFile()
         p.standardError = sink

@@ -73,7 +73,7 @@ final class PushHarness: @unchecked Sendable {
     /// `delivery` lines replace the fast-retry defaults; `apps` replaces the app section.
     init(
         delivery: String = "max_retries = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 200",
-        server: String = "", app: String? = nil, startupExtra: String = ""
+        server: String = "", transports: Set<String> = ["apns", "fcm", "web"]
     ) async throws {
         let g = try await SharedGateways.shared.get()
         gateways = g
@@ -88,12 +88,11 @@ final class PushHarness: @unchecked Sendable {
             "token_uri": "https://127.0.0.1:\(g.fcm)/token",
         ]
         try JSONSerialization.data(withJSONObject: account).write(to: keysDir.appendingPathComponent("fcm.json"))
-        let section =
-            app ?? """
-                [app.default]
-                device_cap = 20
-                \(Self.credentials(keysDir))
-                """
+        let section = """
+            [app.default]
+            device_cap = 20
+            \(Self.credentials(keysDir, transports))
+            """
         daemon = try DaemonProcess(
             appSections: section, allowPrivate: true, server: server, delivery: delivery,
             endpoints: """
@@ -105,16 +104,19 @@ final class PushHarness: @unchecked Sendable {
     }
 
     /// The credential lines of an app section, all three transports.
-    static func credentials(_ dir: URL) -> String {
-        """
-        apns_key = \(dir.path)/apns.p8
-        apns_key_id = \(keyID)
-        apns_team_id = \(teamID)
-        apns_topic = \(topic)
-        fcm_credentials = \(dir.path)/fcm.json
-        vapid_key = \(dir.path)/vapid.pem
-        vapid_subject = mailto:ops@example.com
-        """
+    static func credentials(_ dir: URL, _ transports: Set<String>) -> String {
+        var lines: [String] = []
+        if transports.contains("apns") {
+            lines += [
+                "apns_key = \(dir.path)/apns.p8", "apns_key_id = \(keyID)", "apns_team_id = \(teamID)",
+                "apns_topic = \(topic)",
+            ]
+        }
+        if transports.contains("fcm") { lines.append("fcm_credentials = \(dir.path)/fcm.json") }
+        if transports.contains("web") {
+            lines += ["vapid_key = \(dir.path)/vapid.pem", "vapid_subject = mailto:ops@example.com"]
+        }
+        return lines.joined(separator: "\n")
     }
 
     func stop() {
@@ -238,9 +240,9 @@ func hex(_ i: Int, prefix: Int = 0) -> String {
 
 func withHarness(
     delivery: String = "max_retries = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 200", server: String = "",
-    app: String? = nil, _ body: (PushHarness) async throws -> Void
+    transports: Set<String> = ["apns", "fcm", "web"], _ body: (PushHarness) async throws -> Void
 ) async throws {
-    let h = try await PushHarness(delivery: delivery, server: server, app: app)
+    let h = try await PushHarness(delivery: delivery, server: server, transports: transports)
     defer { h.stop() }
     do {
         try await body(h)

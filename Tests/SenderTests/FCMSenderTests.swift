@@ -101,23 +101,29 @@ struct FCMSenderTests {
             let sender = FCMSender(account: try g.account(), baseURL: g.fcmBase, client: g.client)
             let (outcome, _) = await sender.send(body: fcmBody(token: "auth"))
             #expect(outcome == .authRejected(reason: .fcmThirdPartyAuthError))
-            #expect(try await g.tokenRequests() == 1)
+            #expect(try await g.tokenRequests() == 2, "the 401 was sent once more with a fresh token")
             #expect(sender.tokens.cachedToken == nil)
             #expect(await sender.send(body: fcmBody(token: "fine")).0 == .delivered)
-            #expect(try await g.tokenRequests() == 2)
+            #expect(try await g.tokenRequests() == 3)
         }
     }
 
-    @Test func revokedTokenIsAuthRejectedThenRefreshed() async throws {
+    @Test func revokedTokenIsRefreshedAndTheSendRepeatedOnce() async throws {
         try await withFCMGateways { g in
             let sender = FCMSender(account: try g.account(), baseURL: g.fcmBase, client: g.client)
             #expect(await sender.send(body: fcmBody(token: "a")).0 == .delivered)
             try await g.controlPost("/control/fcm-revoke", ["all": true])
-            let (outcome, info) = await sender.send(body: fcmBody(token: "a"))
-            #expect(outcome.fcmIsAuthRejected)
-            #expect(info?.status == 401)
+            // The 401 invalidates the access token and the push goes again with a fresh one.
             #expect(await sender.send(body: fcmBody(token: "a")).0 == .delivered)
             #expect(try await g.tokenRequests() == 2)
+            // A 401 that persists is sent twice, then reported.
+            try await g.program(token: "b", [["error": "THIRD_PARTY_AUTH_ERROR"]])
+            let (outcome, info) = await sender.send(body: fcmBody(token: "b"))
+            #expect(outcome.fcmIsAuthRejected)
+            #expect(info?.status == 401)
+            let sends = try await g.controlGet("/control/received?gateway=fcm&kind=send&token=b")["requests"] as? [Any]
+            #expect(sends?.count == 2)
+            #expect(try await g.tokenRequests() == 3)
         }
     }
 
