@@ -117,6 +117,10 @@ let package = Package(
         .testTarget(
             name: "SenderTests", dependencies: ["FCM", "WebPush", "HTTPClient", "HeraldCrypto", "HeraldCore", "HeraldDelivery", "JSONRPC"],
             swiftSettings: strictSwift),
+        .testTarget(
+            name: "HeraldSchedulerTests",
+            dependencies: ["HeraldScheduler", "HeraldStore", "HeraldDelivery", "HeraldCore", "HeraldCrypto"],
+            swiftSettings: strictSwift),
         .testTarget(name: "HeraldDeliveryTests", dependencies: ["HeraldDelivery", "HeraldCore"], swiftSettings: strictSwift),
         .testTarget(name: "TransportPayloadTests", dependencies: ["APNs", "FCM", "WebPush", "HeraldCore", "JSONRPC"], swiftSettings: strictSwift),
         .testTarget(

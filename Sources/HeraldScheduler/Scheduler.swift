@@ -179,24 +179,43 @@ public final class Scheduler: @unchecked Sendable {
             claimAgain = true
             return
         }
-        let room = settings.maxInflight - inFlight
+        var room = settings.maxInflight - inFlight
         guard room > 0 else { return }
-        let full = Set(transports.keys.filter { lane in
-            (sending[lane] ?? 0) + (waiting[lane]?.count ?? 0) >= limit(of: lane)
-        })
-        let batch = min(room, 1000)
+        // Each lane asks for what it has room for, lanes taking turns at
+        // going first, so that one busy lane cannot fill the claim.
+        let lanes = transports.keys.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
+        var asks: [QueueLane: Int] = [:]
+        for i in lanes.indices {
+            let lane = lanes[(i + turn) % lanes.count]
+            let free = limit(of: lane) - (sending[lane] ?? 0) - (waiting[lane]?.count ?? 0)
+            let ask = min(max(0, free), room, Self.claimBatch)
+            if ask > 0 {
+                asks[lane] = ask
+                room -= ask
+            }
+        }
+        turn += 1
+        // Deliveries of lanes without a transport (configuration changed) are
+        // claimed too, to be recorded as skipped.
+        let others = min(room, 100)
+        guard !asks.isEmpty || others > 0 else { return }
         claiming = true
         claimAgain = false
-        store.claimDue(limit: batch, excluding: full) { [self] result in
-            queue.async { [self] in claimed(result, limit: batch, excluded: !full.isEmpty) }
+        let asked = asks
+        store.claimDue(lanes: asked, others: others) { [self] result in
+            queue.async { [self] in claimed(result, asked: asked, others: others) }
         }
     }
+
+    /// The most one lane takes in one claim.
+    static let claimBatch = 1000
+    private var turn = 0
 
     private func limit(of lane: QueueLane) -> Int {
         max(1, min(settings.maxInflight, transports[lane]?.concurrencyLimit ?? settings.maxInflight))
     }
 
-    private func claimed(_ result: Result<Claim, any Error>, limit: Int, excluded: Bool) {
+    private func claimed(_ result: Result<Claim, any Error>, asked: [QueueLane: Int], others: Int) {
         claiming = false
         let claim: Claim
         switch result {
@@ -220,13 +239,19 @@ public final class Scheduler: @unchecked Sendable {
         for job in claim.jobs { dispatch(job) }
         publish()
         scheduleProgress()
-        let took = claim.jobs.count + claim.finished.count
-        if took >= limit || claimAgain {
+        // A lane that got all it asked for may have more due: claim again.
+        var got: [QueueLane: Int] = [:]
+        for job in claim.jobs { got[QueueLane(app: job.app, platform: job.platform), default: 0] += 1 }
+        let filled = asked.contains { lane, ask in (got[lane] ?? 0) >= ask }
+        let othersFilled = claim.jobs.count - got.filter { asked[$0.key] != nil }.values.reduce(0, +) >= others
+        if claimAgain || !claim.finished.isEmpty || (filled && inFlight < settings.maxInflight)
+            || (others > 0 && othersFilled)
+        {
             pump()
         } else if let next = claim.nextDueAt {
-            // With full lanes skipped, "due now" may be theirs: completions
-            // will pump; poll gently meanwhile.
-            arm(afterMs: next <= now && excluded ? 50 : next - now)
+            // "Due now" may belong to a full lane: its completions will pump;
+            // poll gently meanwhile.
+            arm(afterMs: next <= now ? 50 : next - now)
         } else {
             arm(afterMs: settings.idlePoll.milliseconds)
         }

@@ -317,68 +317,80 @@ final class Queue {
         return db.changes
     }
 
-    /// Takes up to `limit` due deliveries outside `excluding`, oldest due
-    /// first, marks them in flight and returns them with their unsealed
-    /// tokens. Past-TTL ones (after a first attempt) become expired; ones whose
-    /// device is gone become skipped.
-    func claimDue(limit: Int, excluding: Set<QueueLane>, now: Int64) throws -> Claim {
-        var sql = """
+    /// Takes due deliveries, oldest due first: up to `lanes[lane]` of each
+    /// named lane, and up to `others` of any lane not named (deliveries no
+    /// transport is configured for any more, say). Marks them in flight and
+    /// returns them with their unsealed tokens. Past-TTL ones (after a first
+    /// attempt) become expired; ones whose device is gone become skipped.
+    func claimDue(lanes: [QueueLane: Int], others: Int, now: Int64) throws -> Claim {
+        let select = """
             SELECT d.delivery_id, d.message_id, m.app, d.device_id, d.user, d.platform, d.attempts, m.expires_at,
                 m.payload, v.environment, v.token_sealed, v.keys_sealed, v.token_hash, v.registered_at, m.created_at
             FROM deliveries d JOIN messages m ON m.message_id = d.message_id
             LEFT JOIN devices v ON v.device_id = d.device_id
             WHERE d.state IN ('queued', 'retrying') AND d.next_attempt_at <= ?
             """
-        var binds: [StoreValue] = [.int(now)]
-        if !excluding.isEmpty {
-            let lanes = excluding.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
-            sql += " AND (m.app || char(31) || d.platform) NOT IN (\(lanes.map { _ in "?" }.joined(separator: ", ")))"
-            binds += lanes.map { .text($0.app + "\u{1F}" + $0.platform.rawValue) }
+        var queries: [(sql: String, binds: [StoreValue])] = []
+        let named = lanes.keys.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
+        for lane in named where lanes[lane]! > 0 {
+            queries.append((
+                select + " AND d.platform = ? AND m.app = ? ORDER BY d.next_attempt_at LIMIT ?",
+                [.int(now), .text(lane.platform.rawValue), .text(lane.app), .int(Int64(lanes[lane]!))]
+            ))
         }
-        sql += " ORDER BY d.next_attempt_at LIMIT ?"
-        binds.append(.int(Int64(limit)))
-        let stmt = try db.statement(sql)
-        try stmt.bind(binds)
+        if others > 0 {
+            var sql = select
+            var binds: [StoreValue] = [.int(now)]
+            if !named.isEmpty {
+                sql += " AND (m.app || char(31) || d.platform) NOT IN (\(named.map { _ in "?" }.joined(separator: ", ")))"
+                binds += named.map { .text($0.app + "\u{1F}" + $0.platform.rawValue) }
+            }
+            queries.append((sql + " ORDER BY d.next_attempt_at LIMIT ?", binds + [.int(Int64(others))]))
+        }
 
         var jobs: [DeliveryJob] = []
         var expired: [(Int64, BatchKey)] = []
         var gone: [(Int64, BatchKey)] = []
         var messages: [String: PushMessage?] = [:]
-        while try stmt.step() {
-            let id = stmt.int64(0)
-            let messageID = stmt.text(1)
-            let platform = Platform(rawValue: stmt.text(5)) ?? .apns
-            let batch = BatchKey(messageID: messageID, platform: platform)
-            let expiresAt = stmt.int64(7)
-            if now > expiresAt && stmt.int64(6) > 0 {
-                expired.append((id, batch))
-                continue
+        for (sql, binds) in queries {
+            let stmt = try db.statement(sql)
+            try stmt.bind(binds)
+            while try stmt.step() {
+                let id = stmt.int64(0)
+                let messageID = stmt.text(1)
+                let platform = Platform(rawValue: stmt.text(5)) ?? .apns
+                let batch = BatchKey(messageID: messageID, platform: platform)
+                let expiresAt = stmt.int64(7)
+                if now > expiresAt && stmt.int64(6) > 0 {
+                    expired.append((id, batch))
+                    continue
+                }
+                if stmt.isNull(10) {
+                    gone.append((id, batch))
+                    continue
+                }
+                if messages[messageID] == nil { messages[messageID] = MessageCodec.decode(stmt.text(8)) }
+                guard let message = messages[messageID] ?? nil else {
+                    // A payload this version cannot read: fail it rather than retry forever.
+                    try mark(id, .failed, reason: "unreadable stored message", now: now)
+                    continue
+                }
+                let deviceID = stmt.text(3)
+                let token = try key.open(stmt.blob(10), context: Identity.tokenContext(deviceID))
+                var keys: WebPushKeys?
+                if !stmt.isNull(11) {
+                    let raw = try key.open(stmt.blob(11), context: Identity.keysContext(deviceID))
+                    keys = WebPushKeys(p256dh: Array(raw.prefix(65)), auth: Array(raw.dropFirst(65)))
+                }
+                jobs.append(
+                    DeliveryJob(
+                        deliveryID: id, messageID: messageID, app: stmt.text(2), deviceID: deviceID,
+                        user: stmt.text(4), platform: platform,
+                        environment: stmt.optionalText(9).flatMap(APNsEnvironment.init(rawValue:)),
+                        token: String(decoding: token, as: UTF8.self), keys: keys, tokenHash: stmt.text(12),
+                        registeredAt: stmt.int64(13), message: message, acceptedAt: stmt.int64(14), expiresAt: expiresAt,
+                        previousAttempts: Int(stmt.int64(6))))
             }
-            if stmt.isNull(10) {
-                gone.append((id, batch))
-                continue
-            }
-            if messages[messageID] == nil { messages[messageID] = MessageCodec.decode(stmt.text(8)) }
-            guard let message = messages[messageID] ?? nil else {
-                // A payload this version cannot read: fail it rather than retry forever.
-                try mark(id, .failed, reason: "unreadable stored message", now: now)
-                continue
-            }
-            let deviceID = stmt.text(3)
-            let token = try key.open(stmt.blob(10), context: Identity.tokenContext(deviceID))
-            var keys: WebPushKeys?
-            if !stmt.isNull(11) {
-                let raw = try key.open(stmt.blob(11), context: Identity.keysContext(deviceID))
-                keys = WebPushKeys(p256dh: Array(raw.prefix(65)), auth: Array(raw.dropFirst(65)))
-            }
-            jobs.append(
-                DeliveryJob(
-                    deliveryID: id, messageID: messageID, app: stmt.text(2), deviceID: deviceID,
-                    user: stmt.text(4), platform: platform,
-                    environment: stmt.optionalText(9).flatMap(APNsEnvironment.init(rawValue:)),
-                    token: String(decoding: token, as: UTF8.self), keys: keys, tokenHash: stmt.text(12),
-                    registeredAt: stmt.int64(13), message: message, acceptedAt: stmt.int64(14), expiresAt: expiresAt,
-                    previousAttempts: Int(stmt.int64(6))))
         }
         // Batch sizes before anything changes state, so that every delivery
         // counted here is later reported once.

@@ -78,6 +78,11 @@ enum Schema {
         CREATE INDEX deliveries_pending_by_device ON deliveries (device_id, collapse_key)
             WHERE state IN ('queued', 'retrying');
         """,
+        // 4: claims go lane by lane (one platform of one app at a time).
+        """
+        CREATE INDEX deliveries_due_by_platform ON deliveries (platform, next_attempt_at)
+            WHERE state IN ('queued', 'retrying');
+        """,
     ]
 
     /// Brings the database to the newest version inside one transaction each.

@@ -189,11 +189,17 @@ public final class Store: @unchecked Sendable {
         submit({ t, now in try t.queue.cancel(app: app, messageID: messageID, now: now) }, completion)
     }
 
-    /// Takes due deliveries (at most `limit`, none of the `excluding` lanes) and marks them in flight.
+    /// Takes due deliveries, up to `lanes[lane]` of each named lane and up to
+    /// `others` of any other lane, and marks them in flight.
     public func claimDue(
-        limit: Int, excluding: Set<QueueLane> = [], completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
+        lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
     ) {
-        submit({ t, now in try t.queue.claimDue(limit: limit, excluding: excluding, now: now) }, completion)
+        submit({ t, now in try t.queue.claimDue(lanes: lanes, others: others, now: now) }, completion)
+    }
+
+    /// Takes up to `limit` due deliveries of any lane and marks them in flight.
+    public func claimDue(limit: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void) {
+        claimDue(lanes: [:], others: limit, completion: completion)
     }
 
     /// Records an attempt's result: a final state, or `retrying` at `nextAttemptAt`.

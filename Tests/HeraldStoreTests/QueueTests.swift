@@ -9,8 +9,11 @@ extension TestStore {
     func status(_ id: String, detail: Bool = true) throws -> MessageStatus? {
         try store.sync { s, done in s.status(app: "default", messageID: id, detail: detail, completion: done) }
     }
-    func claimAll(_ limit: Int = 100, excluding: Set<QueueLane> = []) throws -> Claim {
-        try store.sync { s, done in s.claimDue(limit: limit, excluding: excluding, completion: done) }
+    func claimAll(_ limit: Int = 100) throws -> Claim {
+        try store.sync { s, done in s.claimDue(limit: limit, completion: done) }
+    }
+    func claimLanes(_ lanes: [QueueLane: Int], others: Int = 0) throws -> Claim {
+        try store.sync { s, done in s.claimDue(lanes: lanes, others: others, completion: done) }
     }
     func claim(_ limit: Int = 100) throws -> [DeliveryJob] { try claimAll(limit).jobs }
     func record(_ d: DeliveryJob, _ state: DeliveryState, status: Int? = nil, reason: String? = nil, retryAt: Int64? = nil) throws {
@@ -160,20 +163,22 @@ struct QueueTests {
         #expect(job.previousAttempts == 0)
     }
 
-    @Test("claims report batch sizes per platform, skip excluded lanes, and say when the next delivery is due")
+    @Test("claims go lane by lane, report batch sizes per platform, and say when the next delivery is due")
     func batchesAndLanes() throws {
         let t = try TestStore()
         defer { t.close() }
         _ = try registerMix(t, user: "hal")
         _ = try t.register(Registration(app: "default", user: "hal", platform: .fcm, environment: nil, token: "fcm-hal-2"))
         let m = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["hal"])))
-        let first = try t.claimAll(excluding: [QueueLane(app: "default", platform: .fcm)])
+        let first = try t.claimLanes([QueueLane(app: "default", platform: .apns): 5, QueueLane(app: "default", platform: .fcm): 0])
         #expect(first.jobs.map(\.platform) == [.apns])
         #expect(first.batchSizes == [BatchKey(messageID: m.messageID, platform: .apns): 1, BatchKey(messageID: m.messageID, platform: .fcm): 2])
         #expect(first.nextDueAt != nil, "the fcm deliveries still wait")
-        let second = try t.claimAll()
-        #expect(second.jobs.map(\.platform) == [.fcm, .fcm])
-        #expect(second.nextDueAt == nil)
+        let one = try t.claimLanes([QueueLane(app: "default", platform: .fcm): 1])
+        #expect(one.jobs.map(\.platform) == [.fcm], "a lane takes no more than it asks for")
+        let rest = try t.claimLanes([QueueLane(app: "default", platform: .apns): 5], others: 10)
+        #expect(rest.jobs.map(\.platform) == [.fcm], "unnamed lanes come through others")
+        #expect(rest.nextDueAt == nil)
     }
 
     @Test("a stale device is deleted only while it holds the token that was sent")

@@ -2,96 +2,110 @@ import Foundation
 import HeraldTestSupport
 import Testing
 
-@Suite("Fan-out through the socket to the provider gateways", .serialized)
-struct FanOutTests {
-    @Test("one message to 500 devices of every platform: every body checked at the gateways")
-    func fiveHundredMixed() async throws {
-        try await withHarness { h in
-            // 100 users: 2 Web Push, 1 APNs, 1 VoIP (rings only, so skipped here), 1 FCM each.
-            var params: [[String: Any]] = []
-            var subscriptions: [String: String] = [:]  // gateway subscription id -> user
-            for u in 0..<100 {
-                let user = "user-\(u)"
-                for k in 0..<2 {
-                    let s = try await h.subscription()
-                    subscriptions[s.id] = user
-                    params.append(["user": user, "platform": "web", "token": s.endpoint, "keys": ["p256dh": s.p256dh, "auth": s.auth]])
-                    _ = k
+extension PushDelivery {
+    @Suite("Fan-out through the socket to the provider gateways")
+    struct FanOutTests {
+        @Test("one message to 500 devices of every platform: every body checked at the gateways")
+        func fiveHundredMixed() async throws {
+            try await withHarness { h in
+                // 100 users: 2 Web Push, 1 APNs, 1 VoIP (rings only, so skipped here), 1 FCM each.
+                var params: [[String: Any]] = []
+                var subscriptions: [String: String] = [:]  // gateway subscription id -> user
+                for u in 0..<100 {
+                    let user = "user-\(u)"
+                    for k in 0..<2 {
+                        let s = try await h.subscription()
+                        subscriptions[s.id] = user
+                        params.append([
+                            "user": user, "platform": "web", "token": s.endpoint,
+                            "keys": ["p256dh": s.p256dh, "auth": s.auth],
+                        ])
+                        _ = k
+                    }
+                    params.append(["user": user, "platform": "apns", "token": hex(u)])
+                    params.append([
+                        "user": user, "platform": "apns", "token": hex(u, prefix: 1),
+                        "environment": "development",
+                    ])
+                    params.append(["user": user, "platform": "apns_voip", "token": hex(u, prefix: 2)])
+                    params.append(["user": user, "platform": "fcm", "token": "fcm-token-\(u)"])
                 }
-                params.append(["user": user, "platform": "apns", "token": hex(u)])
-                params.append(["user": user, "platform": "apns", "token": hex(u, prefix: 1), "environment": "development"])
-                params.append(["user": user, "platform": "apns_voip", "token": hex(u, prefix: 2)])
-                params.append(["user": user, "platform": "fcm", "token": "fcm-token-\(u)"])
-            }
-            _ = try h.registerMany(params)
-            let users = (0..<100).map { "user-\($0)" }
-            var badges: [String: Int] = [:]
-            for (i, u) in users.enumerated() { badges[u] = i }
-            let r = try h.sendAndWait([
-                "to": ["users": users], "data": ["thread": "t-1", "msg": "m-9"], "badge": badges,
-                "collapse_key": "thread-t-1", "alert": ["loc_key": "NEW_MESSAGE", "loc_args": ["x"]],
-            ])
-            #expect(r["devices"] as? Int == 500)
-            #expect(r["skipped"] as? Int == 100, "VoIP devices get rings only")
-            #expect(r["state"] as? String == "complete")
-            #expect(counts(r)["delivered"] == 500, "\(counts(r))")
+                _ = try h.registerMany(params)
+                let users = (0..<100).map { "user-\($0)" }
+                var badges: [String: Int] = [:]
+                for (i, u) in users.enumerated() { badges[u] = i }
+                let r = try h.sendAndWait([
+                    "to": ["users": users], "data": ["thread": "t-1", "msg": "m-9"], "badge": badges,
+                    "collapse_key": "thread-t-1", "alert": ["loc_key": "NEW_MESSAGE", "loc_args": ["x"]],
+                ])
+                #expect(r["devices"] as? Int == 500)
+                #expect(r["skipped"] as? Int == 100, "VoIP devices get rings only")
+                #expect(r["state"] as? String == "complete")
+                #expect(counts(r)["delivered"] == 500, "\(counts(r))")
 
-            let web = try await h.gateways.received("webpush")
-            #expect(web.count == 200)
-            for rec in web {
-                #expect(rec["valid"] as? Bool == true, "\(rec["errors"] ?? "")")
-                #expect(rec["body_len"] as? Int == 2816)
-                #expect(rec["ttl"] as? Int ?? 0 > 86_000)
-                #expect(rec["urgency"] as? String == "high")
-                #expect((rec["topic"] as? String)?.count == 32)
-                let plain = rec["plaintext_json"] as? [String: Any] ?? [:]
-                let user = subscriptions[rec["token"] as? String ?? ""] ?? "?"
-                #expect(plain["kind"] as? String == "notification")
-                #expect(plain["badge"] as? Int == badges[user])
-                #expect(plain["data"] as? [String: String] == ["thread": "t-1", "msg": "m-9"])
+                let web = try await h.gateways.received("webpush")
+                #expect(web.count == 200)
+                for rec in web {
+                    #expect(rec["valid"] as? Bool == true, "\(rec["errors"] ?? "")")
+                    #expect(rec["body_len"] as? Int == 2816)
+                    #expect(rec["ttl"] as? Int ?? 0 > 86_000)
+                    #expect(rec["urgency"] as? String == "high")
+                    #expect((rec["topic"] as? String)?.count == 32)
+                    let plain = rec["plaintext_json"] as? [String: Any] ?? [:]
+                    let user = subscriptions[rec["token"] as? String ?? ""] ?? "?"
+                    #expect(plain["kind"] as? String == "notification")
+                    #expect(plain["badge"] as? Int == badges[user])
+                    #expect(plain["data"] as? [String: String] == ["thread": "t-1", "msg": "m-9"])
+                }
+                let apns = try await h.gateways.received("apns")
+                #expect(apns.count == 200)
+                for rec in apns {
+                    #expect(rec["valid"] as? Bool == true, "\(rec["errors"] ?? "")")
+                    let body = rec["body"] as? [String: Any] ?? [:]
+                    let aps = body["aps"] as? [String: Any] ?? [:]
+                    #expect((aps["alert"] as? [String: Any])?["loc-key"] as? String == "NEW_MESSAGE")
+                    #expect(aps["mutable-content"] as? Int == 1)
+                    #expect(body["thread"] as? String == "t-1")
+                    let headers = rec["headers"] as? [String: String] ?? [:]
+                    #expect(headers["apns-topic"] == topic)
+                    #expect(headers["apns-push-type"] == "alert")
+                    #expect(headers["apns-collapse-id"] == "thread-t-1")
+                }
+                let fcm = try await h.gateways.received("fcm", query: "&kind=send")
+                #expect(fcm.count == 100)
+                for rec in fcm {
+                    #expect(rec["valid"] as? Bool == true, "\(rec["errors"] ?? "")")
+                    let message = (rec["body"] as? [String: Any])?["message"] as? [String: Any] ?? [:]
+                    let data = message["data"] as? [String: String] ?? [:]
+                    #expect(data["kind"] == "notification" && data["thread"] == "t-1")
+                    let android = message["android"] as? [String: Any] ?? [:]
+                    #expect(android["priority"] as? String == "HIGH")
+                    #expect(android["collapse_key"] as? String == "thread-t-1")
+                }
+                // Provider tokens were reused, not minted per push.
+                let stats = try await h.gateways.get("/control/stats")
+                #expect(stats["fcm_token_requests"] as? Int == 1)
+                for c in try await h.gateways.connections("apns") where (c["requests"] as? Int ?? 0) > 0 {
+                    #expect(c["distinct_jwts"] as? Int == 1)
+                    #expect(c["stream_violations"] as? Int == 0)
+                }
+                let vapidTokens = Set(
+                    web.compactMap { ($0["vapid"] as? [String: Any])?["jwt_hash"] as? String })
+                #expect(vapidTokens.count == 1, "one VAPID token per origin")
+                let s = try h.ok("system.stats")
+                let transports = s["transports"] as? [String: [String: Int]] ?? [:]
+                #expect(transports["web"]?["delivered"] == 200)
+                #expect(transports["apns"]?["delivered"] == 200)
+                #expect(transports["fcm"]?["delivered"] == 100)
+                #expect(
+                    (s["apns"] as? [String: Any])?["tokens_signed"] as? Int == 2,
+                    "one per lane: production and development")
+                // The device registry records the success.
+                #expect(
+                    try h.devices("user-3").allSatisfy {
+                        $0["last_success_at"] is String || $0["platform"] as? String == "apns_voip"
+                    })
             }
-            let apns = try await h.gateways.received("apns")
-            #expect(apns.count == 200)
-            for rec in apns {
-                #expect(rec["valid"] as? Bool == true, "\(rec["errors"] ?? "")")
-                let body = rec["body"] as? [String: Any] ?? [:]
-                let aps = body["aps"] as? [String: Any] ?? [:]
-                #expect((aps["alert"] as? [String: Any])?["loc-key"] as? String == "NEW_MESSAGE")
-                #expect(aps["mutable-content"] as? Int == 1)
-                #expect(body["thread"] as? String == "t-1")
-                let headers = rec["headers"] as? [String: String] ?? [:]
-                #expect(headers["apns-topic"] == topic)
-                #expect(headers["apns-push-type"] == "alert")
-                #expect(headers["apns-collapse-id"] == "thread-t-1")
-            }
-            let fcm = try await h.gateways.received("fcm", query: "&kind=send")
-            #expect(fcm.count == 100)
-            for rec in fcm {
-                #expect(rec["valid"] as? Bool == true, "\(rec["errors"] ?? "")")
-                let message = (rec["body"] as? [String: Any])?["message"] as? [String: Any] ?? [:]
-                let data = message["data"] as? [String: String] ?? [:]
-                #expect(data["kind"] == "notification" && data["thread"] == "t-1")
-                let android = message["android"] as? [String: Any] ?? [:]
-                #expect(android["priority"] as? String == "HIGH")
-                #expect(android["collapse_key"] as? String == "thread-t-1")
-            }
-            // Provider tokens were reused, not minted per push.
-            let stats = try await h.gateways.get("/control/stats")
-            #expect(stats["fcm_token_requests"] as? Int == 1)
-            for c in try await h.gateways.connections("apns") where (c["requests"] as? Int ?? 0) > 0 {
-                #expect(c["distinct_jwts"] as? Int == 1)
-                #expect(c["stream_violations"] as? Int == 0)
-            }
-            let vapidTokens = Set(web.compactMap { ($0["vapid"] as? [String: Any])?["jwt_hash"] as? String })
-            #expect(vapidTokens.count == 1, "one VAPID token per origin")
-            let s = try h.ok("system.stats")
-            let transports = s["transports"] as? [String: [String: Int]] ?? [:]
-            #expect(transports["web"]?["delivered"] == 200)
-            #expect(transports["apns"]?["delivered"] == 200)
-            #expect(transports["fcm"]?["delivered"] == 100)
-            #expect((s["apns"] as? [String: Any])?["tokens_signed"] as? Int == 2, "one per lane: production and development")
-            // The device registry records the success.
-            #expect(try h.devices("user-3").allSatisfy { $0["last_success_at"] is String || $0["platform"] as? String == "apns_voip" })
         }
     }
 }

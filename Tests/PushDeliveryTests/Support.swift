@@ -19,6 +19,10 @@ let topic = "com.example.app"
 let projectID = "herald-test"
 let clientEmail = "herald@herald-test.iam.gserviceaccount.com"
 
+/// Every suite of this target, one test at a time: they share one gateway process.
+@Suite("Push delivery through the daemon", .serialized)
+struct PushDelivery {}
+
 /// Provider keys, made once for the whole run.
 struct ProviderKeys: Sendable {
     let apns: P256PrivateKey

@@ -1,0 +1,178 @@
+import Foundation
+import HeraldCore
+import HeraldCrypto
+import HeraldDelivery
+import HeraldScheduler
+import HeraldStore
+import Synchronization
+import Testing
+
+/// An in-process transport: answers each send with `answer(job)` after
+/// `delayMs`, and records how many of its sends were out at once.
+final class ScriptedTransport: PushTransport, @unchecked Sendable {
+    let concurrencyLimit: Int
+    private let delayMs: Int
+    private let answer: @Sendable (DeliveryJob) -> AttemptReport
+    private let state = Mutex((current: 0, peak: 0, sent: 0))
+    private let queue = DispatchQueue(label: "scripted", attributes: .concurrent)
+
+    init(limit: Int, delayMs: Int = 5, answer: @escaping @Sendable (DeliveryJob) -> AttemptReport = { _ in AttemptReport(outcome: .delivered, httpStatus: 200) }) {
+        self.concurrencyLimit = limit
+        self.delayMs = delayMs
+        self.answer = answer
+    }
+
+    var peak: Int { state.withLock { $0.peak } }
+    var sent: Int { state.withLock { $0.sent } }
+
+    func send(_ job: DeliveryJob, completion: @escaping @Sendable (AttemptReport) -> Void) {
+        state.withLock {
+            $0.current += 1
+            $0.sent += 1
+            $0.peak = max($0.peak, $0.current)
+        }
+        queue.asyncAfter(deadline: .now() + .milliseconds(delayMs)) { [self] in
+            state.withLock { $0.current -= 1 }
+            completion(answer(job))
+        }
+    }
+}
+
+struct Fixture {
+    let dir: URL
+    let store: Store
+
+    init() throws {
+        dir = FileManager.default.temporaryDirectory.appendingPathComponent("herald-sched-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        store = try Store(path: dir.appendingPathComponent("herald.db").path, key: try StoreKey.generate(), synchronous: .normal)
+    }
+
+    func register(_ users: Int, perUser: Int, platform: Platform) throws {
+        for u in 0..<users {
+            for k in 0..<perUser {
+                let token = platform == .fcm ? "fcm-\(u)-\(k)" : String(format: "%064x", u * 100 + k + 1)
+                let r = Registration(
+                    app: "default", user: "\(platform.rawValue)-\(u)", platform: platform,
+                    environment: platform.hasEnvironment ? .production : nil, token: token)
+                _ = try store.sync { s, done in s.register(r, deviceCap: 100, completion: done) }
+            }
+        }
+    }
+
+    func send(_ users: [String]) throws -> String {
+        let e = Enqueue(app: "default", message: PushMessage(kind: .notification), recipients: .users(users), idempotencyKey: nil, disabled: [:])
+        return try store.sync { s, done in s.enqueue(e, completion: done) }.messageID
+    }
+
+    func status(_ id: String) throws -> MessageStatus {
+        try store.sync { s, done in s.status(app: "default", messageID: id, detail: false, completion: done) }!
+    }
+
+    func waitComplete(_ id: String, timeout: Double = 20) async throws -> MessageStatus {
+        let deadline = Date().addingTimeInterval(timeout)
+        while true {
+            let s = try status(id)
+            if s.isComplete || Date() > deadline { return s }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    func close() {
+        store.close()
+        try? FileManager.default.removeItem(at: dir)
+    }
+}
+
+@Suite("Scheduler")
+struct SchedulerTests {
+    @Test("a lane never has more sends out than its transport allows; max_inflight bounds them all")
+    func laneAndGlobalLimits() async throws {
+        let f = try Fixture()
+        defer { f.close() }
+        try f.register(50, perUser: 4, platform: .fcm)
+        try f.register(50, perUser: 4, platform: .apns)
+        let fcm = ScriptedTransport(limit: 7)
+        let apns = ScriptedTransport(limit: 50)
+        let scheduler = Scheduler(
+            store: f.store,
+            transports: [QueueLane(app: "default", platform: .fcm): fcm, QueueLane(app: "default", platform: .apns): apns],
+            settings: SchedulerSettings(maxInflight: 30))
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        let id = try f.send((0..<50).map { "fcm-\($0)" } + (0..<50).map { "apns-\($0)" })
+        scheduler.wake()
+        let s = try await f.waitComplete(id)
+        #expect(s.counts[.delivered] == 400)
+        #expect(fcm.peak <= 7 && fcm.peak >= 2)
+        #expect(fcm.peak + apns.peak <= 30 + 7, "sends out at once stay near max_inflight")
+        #expect(apns.peak <= 30)
+        #expect(scheduler.stats.platforms[.fcm]?.delivered == 200)
+    }
+
+    @Test("a stuck lane does not hold up the others")
+    func laneIsolation() async throws {
+        let f = try Fixture()
+        defer { f.close() }
+        try f.register(10, perUser: 1, platform: .fcm)
+        try f.register(10, perUser: 1, platform: .apns)
+        let slow = ScriptedTransport(limit: 2, delayMs: 3000)
+        let fast = ScriptedTransport(limit: 100)
+        let scheduler = Scheduler(
+            store: f.store,
+            transports: [QueueLane(app: "default", platform: .fcm): slow, QueueLane(app: "default", platform: .apns): fast],
+            settings: SchedulerSettings(maxInflight: 10))
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        let slowID = try f.send((0..<10).map { "fcm-\($0)" })
+        scheduler.wake()
+        try await Task.sleep(for: .milliseconds(200))
+        let fastID = try f.send((0..<10).map { "apns-\($0)" })
+        scheduler.wake()
+        let s = try await f.waitComplete(fastID, timeout: 10)
+        #expect(s.counts[.delivered] == 10)
+        // The slow lane needs five 3-second rounds; the fast one finished inside its first.
+        #expect(try f.status(slowID).counts[.delivered] ?? 0 == 0, "the fast lane finished while the slow one was stuck")
+        #expect(slow.peak <= 2)
+    }
+
+    @Test("stale devices held for their batch's verdict do not starve the claims that settle it")
+    func heldStaleDoNotStarve() async throws {
+        let f = try Fixture()
+        defer { f.close() }
+        try f.register(10, perUser: 10, platform: .fcm)
+        let stale = ScriptedTransport(limit: 100) { _ in AttemptReport(outcome: .stale(reason: .fcmUnregistered), httpStatus: 404) }
+        let scheduler = Scheduler(
+            store: f.store, transports: [QueueLane(app: "default", platform: .fcm): stale],
+            settings: SchedulerSettings(maxInflight: 10))
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        let id = try f.send((0..<10).map { "fcm-\($0)" })
+        scheduler.wake()
+        let s = try await f.waitComplete(id, timeout: 10)
+        #expect(s.isComplete)
+        #expect(s.counts[.failed] == 100, "the breaker refused every deletion")
+        #expect(scheduler.stats.platforms[.fcm]?.breakerTrips == 1)
+    }
+
+    @Test("retries use the backoff policy and end failed after max_retries")
+    func backoff() async throws {
+        let f = try Fixture()
+        defer { f.close() }
+        try f.register(1, perUser: 1, platform: .fcm)
+        let failing = ScriptedTransport(limit: 10) { _ in AttemptReport(outcome: .transient(reason: .timeout)) }
+        var settings = SchedulerSettings(maxInflight: 10)
+        settings.backoff = BackoffPolicy(maxRetries: 2, base: .milliseconds(20), max: .milliseconds(40))
+        let scheduler = Scheduler(
+            store: f.store, transports: [QueueLane(app: "default", platform: .fcm): failing], settings: settings,
+            random: SplitMix64(seed: 7))
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        let id = try f.send(["fcm-0"])
+        scheduler.wake()
+        let s = try await f.waitComplete(id)
+        #expect(s.counts[.failed] == 1)
+        #expect(failing.sent == 3)
+        #expect(scheduler.stats.platforms[.fcm]?.retried == 2)
+    }
+}
