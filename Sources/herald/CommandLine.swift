@@ -16,13 +16,16 @@ struct CommandFailure: Error {
 /// Options of one subcommand: `--name value` pairs and bare flags.
 struct Options {
     private var values: [String: String] = [:]
+    private var lists: [String: [String]] = [:]
     private var flags: Set<String> = []
     private(set) var positional: [String] = []
 
-    /// Parses `arguments` allowing only the named value options and flags.
-    init(_ arguments: [String], values allowed: Set<String>, flags allowedFlags: Set<String> = [])
-        throws(CommandFailure)
-    {
+    /// Parses `arguments` allowing only the named value options and flags;
+    /// options in `repeated` may be given more than once.
+    init(
+        _ arguments: [String], values allowed: Set<String>, flags allowedFlags: Set<String> = [],
+        repeated: Set<String> = []
+    ) throws(CommandFailure) {
         var i = 0
         while i < arguments.count {
             let arg = arguments[i]
@@ -35,8 +38,8 @@ struct Options {
                 }
                 if allowedFlags.contains(name), inline == nil {
                     flags.insert(name)
-                } else if allowed.contains(name) {
-                    if values[name] != nil { throw CommandFailure("--\(name) given twice") }
+                } else if allowed.contains(name) || repeated.contains(name) {
+                    if values[name] != nil && !repeated.contains(name) { throw CommandFailure("--\(name) given twice") }
                     if let inline {
                         values[name] = inline
                     } else {
@@ -46,6 +49,7 @@ struct Options {
                         i += 1
                         values[name] = arguments[i]
                     }
+                    lists[name, default: []].append(values[name]!)
                 } else {
                     throw CommandFailure("unknown option --\(name)")
                 }
@@ -57,6 +61,9 @@ struct Options {
     }
 
     func value(_ name: String) -> String? { values[name] }
+
+    /// Every value of a repeatable option, in order.
+    func all(_ name: String) -> [String] { lists[name] ?? [] }
 
     func required(_ name: String) throws(CommandFailure) -> String {
         guard let v = values[name], !v.isEmpty else {

@@ -14,6 +14,10 @@ let usage = """
                       [--p256dh B64 --auth B64] [--name N] [--app-version V] [--session S]
                       [--registration-id R --version N] [--app A]
       herald devices USER [--app A]
+      herald send (--user U ... | --device ID ...) [--kind K] [--data KEY=VALUE ...] [--badge N]
+                  [--loc-key K] [--collapse-key K] [--priority P] [--ttl S] [--idempotency-key K]
+                  [--wait [--timeout-ms N]] [--app A]
+      herald status MESSAGE_ID [--detail] [--watch [--interval-ms N]] [--app A]
       herald health [--app A]      (exit 0 only when healthy)
       herald stats
 
@@ -43,6 +47,8 @@ func dispatch(_ arguments: [String]) throws(CommandFailure) -> Int32 {
     case "call": return try ClientCommands.call(rest)
     case "register": return try ClientCommands.register(rest)
     case "devices": return try ClientCommands.devices(rest)
+    case "send": return try PushCommands.send(rest)
+    case "status": return try PushCommands.status(rest)
     case "health": return try ClientCommands.health(rest)
     case "stats": return try ClientCommands.stats(rest)
     case "vapid": return try VapidCommand.run(rest)

@@ -6,27 +6,6 @@ import Testing
     import Glibc
 #endif
 
-/// Runs the herald binary and returns (status, stdout, stderr).
-func runHerald(_ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String, String) {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: heraldBinary())
-    p.arguments = arguments
-    var env = ProcessInfo.processInfo.environment
-    env["HERALD_SOCKET"] = nil
-    env["HERALD_CONFIG"] = nil
-    for (k, v) in environment { env[k] = v }
-    p.environment = env
-    let out = Pipe()
-    let err = Pipe()
-    p.standardOutput = out
-    p.standardError = err
-    try p.run()
-    let o = out.fileHandleForReading.readDataToEndOfFile()
-    let e = err.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
-}
-
 @Suite("client commands", .serialized)
 struct ClientCommandTests {
     @Test("register, devices, health, stats and call work against a running daemon")

@@ -241,3 +241,24 @@ extension Dictionary where Key == String, Value == Any {
     public var errorCode: Int? { error?["code"] as? Int }
     public var errorData: [String: Any]? { error?["data"] as? [String: Any] }
 }
+
+/// Runs the herald binary and returns (status, stdout, stderr).
+public func runHerald(_ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String, String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: heraldBinary())
+    p.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    env["HERALD_SOCKET"] = nil
+    env["HERALD_CONFIG"] = nil
+    for (k, v) in environment { env[k] = v }
+    p.environment = env
+    let out = Pipe()
+    let err = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    try p.run()
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    let e = err.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+}

@@ -109,3 +109,39 @@ extension PushDelivery {
         }
     }
 }
+
+extension PushDelivery {
+    @Suite("herald send and herald status")
+    struct CommandLineTests {
+        @Test("send --wait prints the final counts; status --watch shows progress, then the final status")
+        func sendAndWatch() async throws {
+            try await withHarness { h in
+                let socket = ["--socket", h.daemon.socketPath]
+                for i in 0..<5 { try h.registerAPNs("cli", hex(i)) }
+                let (s1, out1, err1) = try runHerald(
+                    ["send", "--user", "cli", "--data", "thread=t9", "--badge", "2", "--collapse-key", "t9", "--wait"]
+                        + socket)
+                #expect(s1 == 0, "\(err1)")
+                let r1 = try JSONSerialization.jsonObject(with: Data(out1.utf8)) as? [String: Any] ?? [:]
+                #expect(r1["state"] as? String == "complete" && counts(r1)["delivered"] == 5)
+                let body = try await h.gateways.received("apns").first?["body"] as? [String: Any]
+                #expect(body?["thread"] as? String == "t9")
+
+                try await h.gateways.knobs("apns", ["delay_ms": 300])
+                let (s2, out2, _) = try runHerald(["send", "--user", "cli"] + socket)
+                #expect(s2 == 0)
+                let id = try #require((try JSONSerialization.jsonObject(with: Data(out2.utf8)) as? [String: Any])?["message_id"] as? String)
+                let (s3, out3, err3) = try runHerald(["status", id, "--watch", "--interval-ms", "50"] + socket)
+                #expect(s3 == 0)
+                #expect(err3.contains("pending") && err3.contains("complete 5/5: delivered 5"), "\(err3)")
+                let final = try JSONSerialization.jsonObject(with: Data(out3.utf8)) as? [String: Any] ?? [:]
+                #expect(final["state"] as? String == "complete")
+
+                let (s4, _, err4) = try runHerald(["send", "--user", "cli", "--device", String(repeating: "a", count: 32)] + socket)
+                #expect(s4 == 2 && err4.contains("not both"))
+                let (s5, _, err5) = try runHerald(["status", String(repeating: "0", count: 32)] + socket)
+                #expect(s5 == 1 && err5.contains("1003"))
+            }
+        }
+    }
+}

@@ -1,0 +1,114 @@
+import Foundation
+import JSONRPC
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `herald send` and `herald status`: push.send and push.status from the shell.
+enum PushCommands {
+    static let sendUsage = """
+        usage: herald send (--user U ... | --device ID ...) [--kind notification|clear|call_ring]
+                   [--data KEY=VALUE ...] [--badge N] [--loc-key K] [--collapse-key K]
+                   [--priority high|normal|low] [--ttl SECONDS] [--idempotency-key K]
+                   [--wait [--timeout-ms N]] [--app A]
+        """
+
+    static func send(_ arguments: [String]) throws(CommandFailure) -> Int32 {
+        let options = try Options(
+            arguments,
+            values: ClientCommands.clientOptions.union([
+                "app", "kind", "badge", "loc-key", "collapse-key", "priority", "ttl", "idempotency-key", "timeout-ms",
+            ]), flags: ["wait"], repeated: ["user", "device", "data"])
+        try options.noPositional()
+        let users = options.all("user")
+        let devices = options.all("device")
+        guard users.isEmpty != devices.isEmpty else {
+            throw CommandFailure("give --user or --device (one or more times), not both\n" + sendUsage)
+        }
+        var params = JSONObject()
+        if let app = options.value("app") { params.append("app", .string(app)) }
+        params.append(
+            "to", users.isEmpty ? ["devices": .array(devices.map(JSON.string))] : ["users": .array(users.map(JSON.string))])
+        if let kind = options.value("kind") { params.append("kind", .string(kind)) }
+        if !options.all("data").isEmpty {
+            var data = JSONObject()
+            for pair in options.all("data") {
+                guard let eq = pair.firstIndex(of: "="), eq != pair.startIndex else {
+                    throw CommandFailure("--data takes KEY=VALUE, got '\(pair)'")
+                }
+                data.append(String(pair[..<eq]), .string(String(pair[pair.index(after: eq)...])))
+            }
+            params.append("data", .object(data))
+        }
+        if options.value("badge") != nil {
+            params.append("badge", .int(try options.integer("badge", default: 0, in: 0...999_999)))
+        }
+        if let key = options.value("loc-key") { params.append("alert", ["loc_key": .string(key)]) }
+        for (option, key) in [("collapse-key", "collapse_key"), ("priority", "priority"), ("idempotency-key", "idempotency_key")] {
+            if let v = options.value(option) { params.append(key, .string(v)) }
+        }
+        if options.value("ttl") != nil {
+            params.append("ttl", .int(try options.integer("ttl", default: 0, in: 0...2_419_200)))
+        }
+        if options.flag("wait") {
+            params.append("wait", true)
+            if options.value("timeout-ms") != nil {
+                params.append("timeout_ms", .int(try options.integer("timeout-ms", default: 0, in: 0...300_000)))
+            }
+        } else if options.value("timeout-ms") != nil {
+            throw CommandFailure("--timeout-ms goes with --wait")
+        }
+        let client = try RPCClient(socketPath: socketPath(options))
+        return ClientCommands.output(try client.call("push.send", params))
+    }
+
+    /// `herald status ID [--detail] [--watch [--interval-ms N]]`. With
+    /// `--watch`, a progress line (redrawn in place on a terminal) on stderr
+    /// until the message is complete, then the final status on stdout.
+    static func status(_ arguments: [String]) throws(CommandFailure) -> Int32 {
+        let options = try Options(
+            arguments, values: ClientCommands.clientOptions.union(["app", "interval-ms"]), flags: ["watch", "detail"])
+        guard options.positional.count == 1 else {
+            throw CommandFailure("usage: herald status MESSAGE_ID [--detail] [--watch [--interval-ms N]] [--app A]")
+        }
+        var params: JSONObject = ["message_id": .string(options.positional[0])]
+        if let app = options.value("app") { params.append("app", .string(app)) }
+        if options.flag("detail") { params.append("detail", true) }
+        let client = try RPCClient(socketPath: socketPath(options))
+        guard options.flag("watch") else { return ClientCommands.output(try client.call("push.status", params)) }
+        let interval = try options.integer("interval-ms", default: 200, in: 10...60_000)
+        let terminal = isatty(2) == 1
+        var last = ""
+        while true {
+            let result = try client.call("push.status", params)
+            guard case .success(let status) = result else { return ClientCommands.output(result) }
+            let line = progressLine(status)
+            if line != last {
+                if terminal {
+                    FileHandle.standardError.write(Data(("\r\u{1B}[K" + line).utf8))
+                } else {
+                    Terminal.err(line)
+                }
+                last = line
+            }
+            if status["state"]?.stringValue == "complete" {
+                if terminal { FileHandle.standardError.write(Data("\n".utf8)) }
+                return ClientCommands.output(result)
+            }
+            usleep(UInt32(interval) * 1000)
+        }
+    }
+
+    /// `pending 412/500 done: delivered 400, failed 2, … | waiting: queued 80, …`
+    static func progressLine(_ status: JSON) -> String {
+        let counts = status["counts"]?.objectValue ?? JSONObject()
+        func n(_ key: String) -> Int { Int(counts[key]?.numberValue?.int64 ?? 0) }
+        let final = ["delivered", "failed", "expired", "superseded", "skipped", "removed_stale"]
+        let open = ["queued", "in_flight", "retrying"]
+        let done = final.reduce(0) { $0 + n($1) }
+        let total = done + open.reduce(0) { $0 + n($1) }
+        let parts = (final + open).filter { n($0) > 0 }.map { "\($0) \(n($0))" }
+        return "\(status["state"]?.stringValue ?? "?") \(done)/\(total): " + parts.joined(separator: ", ")
+    }
+}
