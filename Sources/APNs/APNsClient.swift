@@ -230,8 +230,9 @@ public final class APNsClient: Sendable {
         }
         thread.name = "herald-apns"
         thread.start()
-        loop.execute { [self] in
-            loop.every(milliseconds: 100) { [self] in sweep() }
+        loop.execute { [weak self, loop] in
+            loop.every(milliseconds: 100) { [weak self] in self?.sweep() }
+            _ = self
         }
     }
 

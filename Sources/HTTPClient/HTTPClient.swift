@@ -21,8 +21,8 @@ import Glibc
 ///   ``send(_:completion:)`` again.
 public final class HTTPClient: @unchecked Sendable {
     public struct Configuration: Sendable {
-        /// PEM file of trusted CAs (`CURLOPT_CAINFO`). When set, it is the only trust store
-        /// (`CURLOPT_CAPATH` is cleared). `nil`: libcurl's system default.
+        /// An extra PEM file of trusted CAs (`CURLOPT_CAINFO`), trusted next to the system
+        /// store (`/etc/ssl/certs` as `CURLOPT_CAPATH`). `nil`: libcurl's system default.
         public var caFile: String?
         /// At most this many connections per host (`CURLMOPT_MAX_HOST_CONNECTIONS`).
         public var maxConnectionsPerHost: Int

@@ -144,6 +144,12 @@ final class Transfer: @unchecked Sendable {
         }
     }
 
+    /// OpenSSL's hashed system trust directory on Debian, when present.
+    static let systemCertificateDirectory: String? = {
+        var st = stat()
+        return stat("/etc/ssl/certs", &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR ? "/etc/ssl/certs" : nil
+    }()
+
     // MARK: setup
 
     static func make(
@@ -207,8 +213,10 @@ final class Transfer: @unchecked Sendable {
         try t.set(CURLOPT_SSL_VERIFYPEER, 1)
         try t.set(CURLOPT_SSL_VERIFYHOST, 2)
         if let ca = configuration.caFile {
+            // The extra bundle replaces libcurl's default bundle file; the system
+            // store stays trusted through its hashed directory.
             try t.set(CURLOPT_CAINFO, string: ca)
-            try t.set(CURLOPT_CAPATH, string: nil)
+            try t.set(CURLOPT_CAPATH, string: Transfer.systemCertificateDirectory)
         }
         try t.set(CURLOPT_HTTP_VERSION, herald_curl_http_version_2tls())
         try t.set(CURLOPT_PIPEWAIT, 1)

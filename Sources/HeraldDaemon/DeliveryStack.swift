@@ -45,7 +45,10 @@ final class DeliveryStack: @unchecked Sendable {
         let webClient: HTTPClient? =
             needsWeb ? try HTTPClient(configuration: .init(caFile: caFile, maxConnectionsPerHost: 2)) : nil
         clients += [fcmClient, webClient].compactMap { $0 }
-        let endpointGuard = EndpointGuard(allowPrivate: config.endpoints.webPushAllowPrivate)
+        // Send-time checks reuse a name's answer for 30 s (one lookup per push
+        // service per fan-out, not one per push); registrations resolve afresh.
+        let endpointGuard = EndpointGuard(
+            allowPrivate: config.endpoints.webPushAllowPrivate, resolver: CachingResolver(SystemResolver()))
 
         for (name, app) in config.apps {
             let c = credentials[name]!

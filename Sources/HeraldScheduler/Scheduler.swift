@@ -135,7 +135,10 @@ public final class Scheduler: @unchecked Sendable {
         queue.async { [self] in
             running = true
             let t = DispatchSource.makeTimerSource(queue: queue)
-            t.setEventHandler { [self] in pump() }
+            t.setEventHandler { [self] in
+                armedAt = nil
+                pump()
+            }
             t.schedule(deadline: .now())
             t.resume()
             timer = t
@@ -257,11 +260,18 @@ public final class Scheduler: @unchecked Sendable {
         }
     }
 
+    /// Wakes the claim loop after `delay` ms (at most `idlePoll`), unless it is
+    /// already due to wake sooner.
     private func arm(afterMs delay: Int64) {
         guard running, let timer else { return }
         let ms = Int(max(1, min(delay, settings.idlePoll.milliseconds)))
-        timer.schedule(deadline: .now() + .milliseconds(ms))
+        let at = DispatchTime.now() + .milliseconds(ms)
+        if let armedAt, armedAt <= at { return }
+        armedAt = at
+        timer.schedule(deadline: at)
     }
+
+    private var armedAt: DispatchTime?
 
     // MARK: Sending
 

@@ -91,6 +91,7 @@ public final class Store: @unchecked Sendable {
             while queue.isEmpty && !stopping { condition.wait() }
             if queue.isEmpty && stopping {
                 stopped = true
+                thread = nil  // the thread's closure holds the store: let both go
                 condition.broadcast()
                 condition.unlock()
                 return

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 import WebPush
 
@@ -152,5 +153,41 @@ struct EndpointGuardTests {
         #expect(throws: ResolverError.notFound(host: "other.example")) {
             try testResolver.resolve(host: "other.example", port: 443)
         }
+    }
+}
+
+@Suite("CachingResolver")
+struct CachingResolverTests {
+    final class Counting: HostResolver, @unchecked Sendable {
+        var calls = 0
+        var answer: [IPAddress]
+        init(_ answer: [IPAddress]) { self.answer = answer }
+        func resolve(host: String, port: Int) throws -> [IPAddress] {
+            calls += 1
+            if answer.isEmpty { throw ResolverError.notFound(host: host) }
+            return answer
+        }
+    }
+
+    @Test("an answer is reused within its TTL, failures are not, and the guard still vets what it returns")
+    func reuse() throws {
+        let base = Counting([IPAddress(numericHost: "93.184.216.34")!])
+        let cache = CachingResolver(base, ttl: .milliseconds(200))
+        let guardian = EndpointGuard(resolver: cache)
+        for _ in 0..<50 { _ = try guardian.check("https://push.example.com/p/1") }
+        #expect(base.calls == 1)
+        #expect(cache.baseLookups == 1)
+        _ = try guardian.check("https://PUSH.example.com/p/2")
+        #expect(base.calls == 1, "names are matched case-insensitively")
+        // The name moves to a private address: refused once the entry expires.
+        base.answer = [IPAddress(numericHost: "10.0.0.7")!]
+        Thread.sleep(forTimeInterval: 0.25)
+        #expect(throws: EndpointError.self) { try guardian.check("https://push.example.com/p/1") }
+        #expect(base.calls == 2)
+        base.answer = []
+        Thread.sleep(forTimeInterval: 0.25)
+        #expect(throws: EndpointError.self) { try guardian.check("https://push.example.com/p/1") }
+        #expect(throws: EndpointError.self) { try guardian.check("https://push.example.com/p/1") }
+        #expect(base.calls == 4, "a failure is asked again")
     }
 }

@@ -304,6 +304,44 @@ def test_apns_settings_1_stream_then_raised_and_refused(apns):
         c.close()
 
 
+def test_apns_raised_limit_applies_once_acknowledged(apns):
+    """Each SETTINGS ACK puts the oldest unacknowledged limit in force: after the raise to
+    500 is acknowledged, 100 concurrent streams are served, none refused."""
+    c = RawH2(apns.info["apns"], apns.info["ca"])
+    try:
+        s = c.request(f"/3/device/{TOKEN}", apns_headers(apns.jwt), PAYLOAD)
+        assert c.pump(lambda ev: c.ended(s) and len(settings_values(ev)) >= 2)
+        c.pump(lambda ev: False, timeout=0.2)  # our ACK of the raise reaches the gateway
+        sids = [c.request(f"/3/device/{TOKEN}", apns_headers(apns.jwt), PAYLOAD) for _ in range(100)]
+        assert c.pump(lambda ev: all(c.ended(x) for x in sids), timeout=10)
+        assert all(c.status(x) == 200 for x in sids)
+    finally:
+        c.close()
+    conn = apns.get("/control/connections", gateway="apns")["connections"][-1]
+    assert conn["stream_violations"] == 0 and conn["advertised_max_streams"] == 500
+
+
+def test_apns_goaway_answers_streams_it_keeps(apns):
+    """A GOAWAY after the Nth request, with N left unprocessed: every earlier stream still
+    gets its answer (sent before the GOAWAY frame), N and later get none."""
+    apns.post("/control/knobs", {"gateway": "apns", "goaway_after": 5, "goaway_answer_last": False,
+                                 "delay_ms": 100})
+    c = RawH2(apns.info["apns"], apns.info["ca"])
+    try:
+        s = c.request(f"/3/device/{TOKEN}", apns_headers(apns.jwt), PAYLOAD)
+        assert c.pump(lambda ev: c.ended(s) and len(settings_values(ev)) >= 2)
+        c.pump(lambda ev: False, timeout=0.2)
+        sids = [c.request(f"/3/device/{TOKEN}", apns_headers(apns.jwt), PAYLOAD) for _ in range(6)]
+        assert c.pump(lambda ev: any(isinstance(e, h2.events.ConnectionTerminated) for e in ev), timeout=5)
+        term = [e for e in c.events if isinstance(e, h2.events.ConnectionTerminated)][0]
+        kept = [x for x in sids if x <= term.last_stream_id]
+        assert len(kept) == 3  # requests 2-4 of the connection; the 5th triggered the GOAWAY
+        assert all(c.status(x) == 200 for x in kept)
+        assert all(c.status(x) is None for x in sids if x > term.last_stream_id)
+    finally:
+        c.close()
+
+
 def test_apns_goaway_after_n(apns):
     apns.post("/control/knobs", {"gateway": "apns", "goaway_after": 2, "goaway_reason": "Shutdown"})
     c = RawH2(apns.info["apns"], apns.info["ca"])
