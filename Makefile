@@ -25,9 +25,14 @@ CORE_FLAGS := -std=c11 -Wall -Wextra -Werror -DOPENSSL_API_COMPAT=30000 -DOPENSS
 	-ICSources/CHeraldCrypto/include
 CORE_LIBS := -lcrypto -lsodium -ljansson -lpthread
 SANITIZE := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+# The Swift suites that drive the C layers (the HTTP/2 client, SQLite) run again under
+# ASan (with LeakSanitizer) and, for the C code, UBSan, in a build of their own.
+SWIFT_SANITIZE := --scratch-path .build/sanitize --sanitize=address -Xcc -fsanitize=undefined \
+	-Xcc -fno-sanitize-recover=all
+SANITIZE_SUITES := APNsTests|HeraldSchedulerTests|HeraldStoreTests
 
-.PHONY: deps debian-deps python-deps build run openrpc test test-c test-swift test-interop \
-	bench bench-crypto bench-rpc clean
+.PHONY: deps debian-deps python-deps build run openrpc test test-c test-swift test-sanitize test-interop \
+	bench bench-crypto bench-rpc bench-delivery clean
 
 ## deps: install missing Debian packages and the Python test peers (local venv)
 deps: debian-deps python-deps
@@ -62,9 +67,9 @@ run: build
 openrpc:
 	$(PYTHON) scripts/embed-openrpc.py
 
-## test: every suite: C core under ASan+UBSan, Swift suites, interop with Python peers
+## test: every suite: C core under ASan+UBSan, Swift suites (some again under sanitizers), interop with Python peers
 test: deps
-	$(MAKE) --no-print-directory test-c test-swift test-interop
+	$(MAKE) --no-print-directory test-c test-swift test-sanitize test-interop
 
 test-c: debian-deps
 	@mkdir -p $(BUILD_DIR)/ctest
@@ -77,12 +82,18 @@ test-swift: debian-deps
 	$(SWIFT) build
 	$(SWIFT) test
 
+test-sanitize: python-deps
+	$(SWIFT) build --build-tests $(SWIFT_SANITIZE)
+	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/sanitizers/lsan.supp \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		$(SWIFT) test $(SWIFT_SANITIZE) --skip-build --filter '$(SANITIZE_SUITES)'
+
 test-interop: python-deps
 	$(SWIFT) build --product herald
 	HERALD_BIN=$(HERALD) $(VENV)/bin/python -m pytest -q Tests/interop Tests/gateways
 
 ## bench: every benchmark
-bench: bench-crypto bench-rpc
+bench: bench-crypto bench-rpc bench-delivery
 
 ## bench-crypto: seal and ES256 figures against the floor, openssl speed and http_ece
 bench-crypto: deps
@@ -94,6 +105,12 @@ bench-crypto: deps
 bench-rpc: debian-deps
 	$(SWIFT) build -c release --product herald
 	$(PYTHON) benchmarks/rpc/bench_rpc.py .build/release/herald
+
+## bench-delivery: push.send to 500 devices per platform and mixed, against the test gateways: p50/p99, pushes/s
+bench-delivery: deps
+	$(SWIFT) build -c release --product herald
+	$(VENV)/bin/python benchmarks/delivery/bench_delivery.py .build/release/herald \
+		--out benchmarks/results/delivery.json
 
 clean:
 	rm -rf .build $(BUILD_DIR)

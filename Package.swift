@@ -108,14 +108,19 @@ let package = Package(
         .target(
             name: "HeraldTestSupport", dependencies: ["HTTPClient"], path: "Tests/HeraldTestSupport",
             swiftSettings: strictSwift),
-        .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient"], swiftSettings: strictSwift),
+        .testTarget(
+            name: "HTTPClientTests", dependencies: ["HTTPClient", "HeraldTestSupport"], swiftSettings: strictSwift),
         .testTarget(
             name: "APNsTests", dependencies: ["APNs", "HeraldCore", "HeraldCrypto", "HeraldTestSupport"],
             swiftSettings: strictSwift),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC"], swiftSettings: strictSwift),
         .testTarget(name: "WebPushTests", dependencies: ["WebPush", "HeraldCore"], swiftSettings: strictSwift),
         .testTarget(
-            name: "SenderTests", dependencies: ["FCM", "WebPush", "HTTPClient", "HeraldCrypto", "HeraldCore", "HeraldDelivery", "JSONRPC"],
+            name: "SenderTests",
+            dependencies: [
+                "FCM", "WebPush", "HTTPClient", "HeraldCrypto", "HeraldCore", "HeraldDelivery", "JSONRPC",
+                "HeraldTestSupport",
+            ],
             swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldSchedulerTests",

@@ -29,6 +29,9 @@ public final class TestGateways: @unchecked Sendable {
         p.arguments = [
             "-c", unblockSignalsPrelude + "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')",
             repoRoot.appendingPathComponent("Tests/gateways/gateways.py").path, "--dir", dir.path,
+            // Suites that share one gateway process for the whole run never stop it: it
+            // goes when the test process does.
+            "--exit-with-parent",
         ]
         p.standardOutput = FileHandle.nullDevice
         p.standardError = FileHandle(forWritingAtPath: "/dev/null")

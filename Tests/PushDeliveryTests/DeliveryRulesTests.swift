@@ -61,6 +61,31 @@ extension PushDelivery {
             }
         }
 
+        @Test("priority maps per transport: apns-priority, android.priority, Urgency; ttl reaches every provider")
+        func priorityAndTTL() async throws {
+            try await withHarness { h in
+                let s = try await h.subscription()
+                try h.registerAPNs("q", hex(1))
+                try h.registerFCM("q", "fcm-q")
+                try h.registerWeb("q", s)
+                let r = try h.sendAndWait(["to": ["users": ["q"]], "priority": "normal", "ttl": 600])
+                #expect(counts(r)["delivered"] == 3)
+                let apns = try #require(try await h.gateways.received("apns").first)
+                let headers = apns["headers"] as? [String: String] ?? [:]
+                #expect(headers["apns-priority"] == "5")
+                let expiration = Int(headers["apns-expiration"] ?? "") ?? 0
+                #expect(abs(expiration - Int(Date().timeIntervalSince1970) - 600) < 30)
+                let fcm = try #require(try await h.gateways.received("fcm", query: "&kind=send").first)
+                let android =
+                    ((fcm["body"] as? [String: Any])?["message"] as? [String: Any])?["android"] as? [String: Any] ?? [:]
+                #expect(android["priority"] as? String == "NORMAL")
+                #expect(android["ttl"] as? String == "600s")
+                let web = try #require(try await h.gateways.received("webpush").first)
+                #expect(web["urgency"] as? String == "normal")
+                #expect(web["ttl"] as? Int == 600)
+            }
+        }
+
         @Test("bad sends: the right error, nothing stored, nothing sent, the connection still usable")
         func badSends() async throws {
             try await withHarness { h in

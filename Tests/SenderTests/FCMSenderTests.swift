@@ -1,5 +1,6 @@
 import FCM
 import Foundation
+import HeraldTestSupport
 import HTTPClient
 import HeraldCore
 import HeraldCrypto

@@ -2,59 +2,18 @@ import Foundation
 import HTTPClient
 import HeraldCore
 import HeraldCrypto
+import HeraldTestSupport
 import Synchronization
 import Testing
-
-/// Repository root, from this file's location (Tests/SenderTests/FCMTestSupport.swift).
-let fcmRepoRoot: URL = URL(fileURLWithPath: #filePath)
-    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-
-let fcmVenvPython = fcmRepoRoot.appendingPathComponent(".venv/bin/python").path
-
-/// Processes started from a Swift concurrency thread inherit its blocked signal mask; the
-/// Python side unblocks everything first so SIGTERM works.
-let fcmUnblockSignalsPrelude = "import signal, sys, runpy; signal.pthread_sigmask(signal.SIG_SETMASK, set())\n"
 
 struct FCMTestError: Error, CustomStringConvertible {
     var description: String
 }
 
-func fcmStopProcess(_ p: Process) {
-    guard p.isRunning else { return }
-    p.terminate()
-    let deadline = Date().addingTimeInterval(5)
-    while p.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
-    if p.isRunning {
-        kill(p.processIdentifier, SIGKILL)
-        while p.isRunning { Thread.sleep(forTimeInterval: 0.02) }
-    }
-}
-
-/// Runs a command and returns its stdout.
-func fcmRun(_ path: String, _ args: [String], stdin: Data? = nil) throws -> Data {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: path)
-    p.arguments = args
-    let out = Pipe()
-    p.standardOutput = out
-    p.standardError = FileHandle.nullDevice
-    let input = Pipe()
-    if stdin != nil { p.standardInput = input }
-    try p.run()
-    if let stdin {
-        input.fileHandleForWriting.write(stdin)
-        try input.fileHandleForWriting.close()
-    }
-    let data = out.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    guard p.terminationStatus == 0 else { throw FCMTestError(description: "\(path) \(args) failed") }
-    return data
-}
-
 /// One RSA-2048 key pair for every test (PEM strings).
 let fcmTestKey: (privatePEM: String, publicPEM: String) = {
-    let priv = try! fcmRun("/usr/bin/openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
-    let pub = try! fcmRun("/usr/bin/openssl", ["pkey", "-pubout"], stdin: priv)
+    let priv = try! runCommand("/usr/bin/openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
+    let pub = try! runCommand("/usr/bin/openssl", ["pkey", "-pubout"], stdin: priv)
     return (String(decoding: priv, as: UTF8.self), String(decoding: pub, as: UTF8.self))
 }()
 

@@ -1719,7 +1719,17 @@ async def control_handler(reader, writer):
 
 # ---------------------------------------------------------------- main
 
-async def main_async(state_dir):
+async def watch_parent(parent, stop):
+    """Sets stop once the process that started us is gone (we are re-parented)."""
+    while not stop.is_set():
+        if os.getppid() != parent:
+            stop.set()
+            return
+        await asyncio.sleep(0.5)
+
+
+async def main_async(state_dir, exit_with_parent=False):
+    parent = os.getppid()
     os.makedirs(state_dir, exist_ok=True)
     paths = make_certs(state_dir)
     servers = {}
@@ -1754,7 +1764,10 @@ async def main_async(state_dir):
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watcher = loop.create_task(watch_parent(parent, stop)) if exit_with_parent else None
     await stop.wait()
+    if watcher:
+        watcher.cancel()
     for s in servers.values():
         s.close()
     for gw in GATEWAYS:
@@ -1777,8 +1790,10 @@ async def main_async(state_dir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", required=True, help="state directory (ca.pem, gateways.json)")
+    ap.add_argument("--exit-with-parent", action="store_true",
+                    help="stop as if by SIGTERM when the process that started us exits")
     args = ap.parse_args()
-    asyncio.run(main_async(args.dir))
+    asyncio.run(main_async(args.dir, args.exit_with_parent))
     return 0
 
 
