@@ -57,7 +57,8 @@ let package = Package(
         .target(name: "HeraldCore", swiftSettings: strictSwift),
         .target(name: "JSONRPC", swiftSettings: strictSwift),
         .target(
-            name: "WebPush", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient"],
+            name: "WebPush",
+            dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HeraldIO"],
             swiftSettings: strictSwift),
         .target(name: "HeraldDelivery", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
         .target(
@@ -106,7 +107,7 @@ let package = Package(
             swiftSettings: strictSwift
         ),
         .target(
-            name: "HeraldTestSupport", dependencies: ["HTTPClient"], path: "Tests/HeraldTestSupport",
+            name: "HeraldTestSupport", dependencies: ["HTTPClient", "HeraldCore"], path: "Tests/HeraldTestSupport",
             swiftSettings: strictSwift),
         .testTarget(
             name: "HTTPClientTests", dependencies: ["HTTPClient", "HeraldTestSupport"], swiftSettings: strictSwift),

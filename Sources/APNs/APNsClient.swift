@@ -286,7 +286,7 @@ public struct APNsLaneHandle: Sendable {
 
     /// Sends one push. The completion runs once, on the client's thread.
     public func send(_ push: APNsPush, completion: @escaping @Sendable (Result<APNsResponse, APNsClientError>) -> Void) {
-        let deadline = monotonicMilliseconds() + client.settings.requestTimeout.milliseconds
+        let deadline = monotonicMilliseconds() + client.settings.requestTimeout.wholeMilliseconds
         let pending = Pending(push: push, deadline: deadline, completion: completion)
         if client.isStopping {
             completion(.failure(.shutdown))
@@ -315,12 +315,4 @@ final class TLSContext: @unchecked Sendable {
     }
 
     deinit { hh2_tls_free(handle) }
-}
-
-extension Duration {
-    /// Whole milliseconds, truncated.
-    var milliseconds: Int64 {
-        let (s, atto) = components
-        return s * 1000 + atto / 1_000_000_000_000_000
-    }
 }

@@ -364,8 +364,8 @@ final class Connection: @unchecked Sendable {
         }
         let now = client.clock.nowMilliseconds()
         let settings = lane.settings
-        if now - current.issuedAt >= settings.tokenRefresh.milliseconds,
-            now - tokenSince >= settings.tokenMinimumInterval.milliseconds, let fresh = lane.currentToken()
+        if now - current.issuedAt >= settings.tokenRefresh.wholeMilliseconds,
+            now - tokenSince >= settings.tokenMinimumInterval.wholeMilliseconds, let fresh = lane.currentToken()
         {
             current = fresh
             token = fresh
@@ -405,7 +405,7 @@ final class Connection: @unchecked Sendable {
         let settings = lane.settings
         switch phase {
         case .resolving, .connecting, .handshaking, .awaitingSettings:
-            if now - startedAt >= settings.connectTimeout.milliseconds {
+            if now - startedAt >= settings.connectTimeout.wholeMilliseconds {
                 failed(.timeout("no HTTP/2 session within \(settings.connectTimeout)"))
             }
         case .open:
@@ -419,11 +419,11 @@ final class Connection: @unchecked Sendable {
                 pending.finish(.failure(.timeout("no answer within \(settings.requestTimeout)")))
             }
             if let sent = pingSentAt {
-                if now - sent >= settings.pingTimeout.milliseconds {
+                if now - sent >= settings.pingTimeout.wholeMilliseconds {
                     failed(.connectionReset("PING not answered within \(settings.pingTimeout)"))
                     return
                 }
-            } else if now - lastRead >= settings.pingInterval.milliseconds, hh2_conn_ping(handle) == HH2_OK {
+            } else if now - lastRead >= settings.pingInterval.wholeMilliseconds, hh2_conn_ping(handle) == HH2_OK {
                 pingSentAt = now
                 wrote = true
                 client.count { $0.pings += 1 }

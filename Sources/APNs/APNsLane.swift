@@ -150,7 +150,7 @@ final class Lane: @unchecked Sendable {
             "apns_connect_failed", ["lane": key.description, "conn": String(conn.id), "error": error.description])
         reconnectDelay =
             reconnectDelay == 0
-            ? settings.reconnectBase.milliseconds : min(settings.reconnectMax.milliseconds, reconnectDelay * 2)
+            ? settings.reconnectBase.wholeMilliseconds : min(settings.reconnectMax.wholeMilliseconds, reconnectDelay * 2)
         reconnectAt = monotonicMilliseconds() + reconnectDelay
         remove(conn)
         // Nothing can carry the queue now: tell its pushes why, so they are
@@ -176,7 +176,7 @@ final class Lane: @unchecked Sendable {
     /// the lane's current one, signed again once it is `tokenRefresh` old.
     func currentToken() -> ProviderToken? {
         let now = client.clock.nowMilliseconds()
-        if let token, now - token.issuedAt < settings.tokenRefresh.milliseconds { return token }
+        if let token, now - token.issuedAt < settings.tokenRefresh.wholeMilliseconds { return token }
         return mint(now: now)
     }
 
@@ -186,7 +186,7 @@ final class Lane: @unchecked Sendable {
     func tokenRejected(_ value: String) {
         let now = client.clock.nowMilliseconds()
         guard let token, token.value == value else { return }
-        if now - token.issuedAt >= settings.tokenMinimumInterval.milliseconds { _ = mint(now: now) }
+        if now - token.issuedAt >= settings.tokenMinimumInterval.wholeMilliseconds { _ = mint(now: now) }
     }
 
     private func mint(now: Int64) -> ProviderToken? {

@@ -69,8 +69,7 @@ public final class FCMAccessTokenCache: Sendable {
         self.account = account
         self.client = client
         self.clock = clock
-        let (s, atto) = refreshMargin.components
-        self.refreshMarginMs = s * 1000 + atto / 1_000_000_000_000_000
+        self.refreshMarginMs = refreshMargin.wholeMilliseconds
         self.assertionLifetime = assertionLifetime
         self.requestTimeout = requestTimeout
     }

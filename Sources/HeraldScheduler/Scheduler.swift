@@ -256,7 +256,7 @@ public final class Scheduler: @unchecked Sendable {
             // poll gently meanwhile.
             arm(afterMs: next <= now ? 50 : next - now)
         } else {
-            arm(afterMs: settings.idlePoll.milliseconds)
+            arm(afterMs: settings.idlePoll.wholeMilliseconds)
         }
     }
 
@@ -264,7 +264,7 @@ public final class Scheduler: @unchecked Sendable {
     /// already due to wake sooner.
     private func arm(afterMs delay: Int64) {
         guard running, let timer else { return }
-        let ms = Int(max(1, min(delay, settings.idlePoll.milliseconds)))
+        let ms = Int(max(1, min(delay, settings.idlePoll.wholeMilliseconds)))
         let at = DispatchTime.now() + .milliseconds(ms)
         if let armedAt, armedAt <= at { return }
         armedAt = at
@@ -454,7 +454,7 @@ public final class Scheduler: @unchecked Sendable {
         for (key, last) in batchActivity {
             if !guardState.isOpen(messageID: key.messageID, platform: key.platform) {
                 batchActivity[key] = nil
-            } else if mono - last >= settings.batchIdleTimeout.milliseconds {
+            } else if mono - last >= settings.batchIdleTimeout.wholeMilliseconds {
                 batchActivity[key] = nil
                 apply(guardState.finish(messageID: key.messageID, platform: key.platform))
             }
@@ -509,19 +509,10 @@ public final class Scheduler: @unchecked Sendable {
     }
 }
 
-extension Duration {
-    /// Whole milliseconds, truncated.
-    var milliseconds: Int64 {
-        let (s, atto) = components
-        return s * 1000 + atto / 1_000_000_000_000_000
-    }
-}
-
 extension Scheduler {
     /// Waits until the scheduler has handed every result it has received to
     /// the store (call after the transports are shut down, before the store closes).
     public func drain() {
-        queue.sync {}
         queue.sync {}
     }
 }

@@ -1,8 +1,6 @@
+import HeraldCore
+import HeraldIO
 internal import Synchronization
-
-#if canImport(Glibc)
-    import Glibc
-#endif
 
 /// Remembers another resolver's answers for a short time, so a fan-out to
 /// many subscriptions on one push service resolves its name once rather than
@@ -34,8 +32,7 @@ public final class CachingResolver: HostResolver {
 
     public init(_ base: any HostResolver, ttl: Duration = .seconds(30), capacity: Int = 4096) {
         self.base = base
-        let (s, atto) = ttl.components
-        self.ttlMs = s * 1000 + atto / 1_000_000_000_000_000
+        self.ttlMs = ttl.wholeMilliseconds
         self.capacity = max(1, capacity)
     }
 
@@ -44,7 +41,7 @@ public final class CachingResolver: HostResolver {
 
     public func resolve(host: String, port: Int) throws -> [IPAddress] {
         let key = Key(host: host.lowercased(), port: port)
-        let now = Self.monotonicMs()
+        let now = monotonicMilliseconds()
         if let hit = entries.withLock({ $0[key] }), now - hit.storedAt < ttlMs { return hit.addresses }
         lookups.withLock { $0 += 1 }
         let addresses = try base.resolve(host: host, port: port)
@@ -58,11 +55,5 @@ public final class CachingResolver: HostResolver {
             table[key] = Entry(addresses: addresses, storedAt: now)
         }
         return addresses
-    }
-
-    private static func monotonicMs() -> Int64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
     }
 }

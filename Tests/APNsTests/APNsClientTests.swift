@@ -6,24 +6,6 @@ import HeraldTestSupport
 import Synchronization
 import Testing
 
-/// A wall clock that is the system clock plus an adjustable offset.
-final class OffsetClock: WallClock {
-    private let offset: Mutex<Int64>
-    init(offsetMs: Int64 = 0) { offset = Mutex(offsetMs) }
-    func nowMilliseconds() -> Int64 { SystemClock().nowMilliseconds() + offset.withLock { $0 } }
-    func advance(ms: Int64) { offset.withLock { $0 += ms } }
-}
-
-/// The SPKI PEM of a P-256 public point, the form the gateway takes.
-func spkiPEM(_ point: [UInt8]) -> String {
-    let prefix: [UInt8] = [
-        0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86, 0x48,
-        0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
-    ]
-    let b64 = Data(prefix + point).base64EncodedString(options: [.lineLength64Characters, .endLineWithLineFeed])
-    return "-----BEGIN PUBLIC KEY-----\n\(b64)\n-----END PUBLIC KEY-----\n"
-}
-
 let apnsKeyID = "ABC123DEFG"
 let apnsTeamID = "TEAM123456"
 let apnsTopic = "com.example.app"

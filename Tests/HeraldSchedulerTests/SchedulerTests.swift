@@ -25,15 +25,36 @@ final class ScriptedTransport: PushTransport, @unchecked Sendable {
     var peak: Int { state.withLock { $0.peak } }
     var sent: Int { state.withLock { $0.sent } }
 
+    /// While closed, answers wait (a provider that does not answer) until `open()`.
+    private let gate = Mutex((closed: false, held: [@Sendable () -> Void]()))
+
+    func close() { gate.withLock { $0.closed = true } }
+
+    func open() {
+        let held = gate.withLock { g -> [@Sendable () -> Void] in
+            g.closed = false
+            defer { g.held = [] }
+            return g.held
+        }
+        for h in held { h() }
+    }
+
     func send(_ job: DeliveryJob, completion: @escaping @Sendable (AttemptReport) -> Void) {
         state.withLock {
             $0.current += 1
             $0.sent += 1
             $0.peak = max($0.peak, $0.current)
         }
-        queue.asyncAfter(deadline: .now() + .milliseconds(delayMs)) { [self] in
+        let finish: @Sendable () -> Void = { [self] in
             state.withLock { $0.current -= 1 }
             completion(answer(job))
+        }
+        queue.asyncAfter(deadline: .now() + .milliseconds(delayMs)) { [self] in
+            let later = gate.withLock { g -> Bool in
+                if g.closed { g.held.append(finish) }
+                return g.closed
+            }
+            if !later { finish() }
         }
     }
 }
@@ -116,7 +137,8 @@ struct SchedulerTests {
         defer { f.close() }
         try f.register(10, perUser: 1, platform: .fcm)
         try f.register(10, perUser: 1, platform: .apns)
-        let slow = ScriptedTransport(limit: 2, delayMs: 3000)
+        let slow = ScriptedTransport(limit: 2)
+        slow.close()  // the slow provider answers nothing until the end
         let fast = ScriptedTransport(limit: 100)
         let scheduler = Scheduler(
             store: f.store,
@@ -129,11 +151,12 @@ struct SchedulerTests {
         try await Task.sleep(for: .milliseconds(200))
         let fastID = try f.send((0..<10).map { "apns-\($0)" })
         scheduler.wake()
-        let s = try await f.waitComplete(fastID, timeout: 10)
+        let s = try await f.waitComplete(fastID, timeout: 60)
         #expect(s.counts[.delivered] == 10)
-        // The slow lane needs five 3-second rounds; the fast one finished inside its first.
         #expect(try f.status(slowID).counts[.delivered] ?? 0 == 0, "the fast lane finished while the slow one was stuck")
         #expect(slow.peak <= 2)
+        slow.open()
+        #expect(try await f.waitComplete(slowID, timeout: 60).counts[.delivered] == 10)
     }
 
     @Test("stale devices held for their batch's verdict do not starve the claims that settle it")

@@ -3,16 +3,6 @@ import HeraldCrypto
 import HeraldTestSupport
 import Testing
 
-/// The SPKI PEM of a P-256 public point, the form the gateway takes.
-func spkiPEM(_ point: [UInt8]) -> String {
-    let prefix: [UInt8] = [
-        0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86, 0x48,
-        0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
-    ]
-    let b64 = Data(prefix + point).base64EncodedString(options: [.lineLength64Characters, .endLineWithLineFeed])
-    return "-----BEGIN PUBLIC KEY-----\n\(b64)\n-----END PUBLIC KEY-----\n"
-}
-
 let keyID = "ABC123DEFG"
 let teamID = "TEAM123456"
 let topic = "com.example.app"

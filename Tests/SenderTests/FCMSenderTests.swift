@@ -132,7 +132,7 @@ struct FCMSenderTests {
         try await withFCMGateways { g in
             // The cache's clock starts 3500 s behind: the token it gets (expires_in 3600)
             // ends, by that clock, 100 s after real "now", inside the 5-minute margin.
-            let clock = FCMTestClock(offsetMs: -3_500_000)
+            let clock = OffsetClock(offsetMs: -3_500_000)
             let sender = FCMSender(account: try g.account(), baseURL: g.fcmBase, client: g.client, clock: clock)
             #expect(await sender.send(body: fcmBody(token: "a")).0 == .delivered)
             #expect(await sender.send(body: fcmBody(token: "a")).0 == .delivered)

@@ -17,14 +17,6 @@ let fcmTestKey: (privatePEM: String, publicPEM: String) = {
     return (String(decoding: priv, as: UTF8.self), String(decoding: pub, as: UTF8.self))
 }()
 
-/// A wall clock that is the system clock plus an adjustable offset.
-final class FCMTestClock: WallClock {
-    private let offset = Mutex<Int64>(0)
-    init(offsetMs: Int64 = 0) { offset.withLock { $0 = offsetMs } }
-    func nowMilliseconds() -> Int64 { SystemClock().nowMilliseconds() + offset.withLock { $0 } }
-    func advance(ms: Int64) { offset.withLock { $0 += ms } }
-}
-
 /// The test gateways with the FCM service account registered, one process per test.
 final class FCMGateways: @unchecked Sendable {
     let gateways: TestGateways

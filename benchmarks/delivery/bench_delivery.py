@@ -30,8 +30,6 @@ import pathlib
 import platform
 import resource
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,6 +42,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import machine  # noqa: E402  (benchmarks/machine.py)
+from herald_proc import (  # noqa: E402  (benchmarks/herald_proc.py)
+    HeraldProcess, LineReader, connect, proc_cpu_seconds, request, stop_process, tail)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GATEWAYS_PY = os.path.join(REPO, "Tests/gateways/gateways.py")
@@ -67,20 +67,6 @@ SUSTAINED = {"web_sustained": "web500", "apns_sustained": "apns500", "fcm_sustai
 RECORDS_RESET_AT = 60_000  # the gateway keeps 100,000 records per gateway; reset well before
 
 
-def clk_tck():
-    return os.sysconf("SC_CLK_TCK")
-
-
-def proc_cpu_seconds(pid):
-    """utime + stime of a process (all its threads), from /proc."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / clk_tck()
-    except (OSError, IndexError, ValueError):
-        return float("nan")
-
-
 def self_cpu_seconds():
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
@@ -88,28 +74,6 @@ def self_cpu_seconds():
 
 def b64u(b):
     return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
-
-
-def tail(path, n=30):
-    try:
-        with open(path, "rb") as f:
-            return b"\n".join(f.read().splitlines()[-n:]).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def stop_process(proc, timeout=30):
-    """SIGTERM, then wait (SIGKILL after `timeout`); returns the exit status."""
-    if proc is None:
-        return None
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    return proc.returncode
 
 
 # ---------------------------------------------------------------- gateways
@@ -218,16 +182,11 @@ def provider_keys(tmp, gw):
 # ---------------------------------------------------------------- daemon
 
 
-class Daemon:
+class Daemon(HeraldProcess):
     def __init__(self, binary, tmp, gw):
-        self.dir = tmp
-        self.socket_path = os.path.join(tmp, "herald.sock")
-        self.config = os.path.join(tmp, "herald.conf")
         apns_url = f"https://127.0.0.1:{gw.info['apns']}"
-        with open(self.config, "w") as f:
-            f.write(
-                f"""[server]
-socket = {self.socket_path}
+        super().__init__(binary, tmp, f"""[server]
+socket = {tmp}/herald.sock
 socket_mode = 0600
 state_dir = {tmp}
 log_level = warning
@@ -255,49 +214,7 @@ apns_topic = {TOPIC}
 fcm_credentials = {tmp}/fcm.json
 vapid_key = {tmp}/vapid.pem
 vapid_subject = mailto:ops@example.com
-"""
-            )
-        self.log_path = os.path.join(tmp, "herald.stderr.log")
-        self.log = open(self.log_path, "wb")
-        env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID")}
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--config", self.config], stdout=self.log, stderr=self.log,
-            stdin=subprocess.DEVNULL, env=env,
-        )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                break
-            try:
-                connect(self.socket_path).close()
-                return
-            except OSError:
-                time.sleep(0.02)
-        self.stop()
-        raise RuntimeError("herald did not start:\n" + tail(self.log_path))
-
-    def cpu_seconds(self):
-        return proc_cpu_seconds(self.proc.pid)
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def stop(self):
-        status = stop_process(self.proc)
-        self.log.close()
-        return status
-
-
-def connect(path, timeout=None):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    s.connect(path)
-    return s
-
-
-def request(rid, method, params=None):
-    return (json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params or {}},
-                       separators=(",", ":")).encode() + b"\n")
+""")
 
 
 class Client:
@@ -305,25 +222,14 @@ class Client:
 
     def __init__(self, path, timeout=120):
         self.sock = connect(path, timeout)
-        self.buf = b""
+        self.reader = LineReader(self.sock)
         self.next_id = 1
-
-    def line(self):
-        while True:
-            i = self.buf.find(b"\n")
-            if i >= 0:
-                line, self.buf = self.buf[:i], self.buf[i + 1:]
-                return line
-            chunk = self.sock.recv(1 << 16)
-            if not chunk:
-                raise ConnectionError("herald closed the connection")
-            self.buf += chunk
 
     def call(self, method, params=None):
         rid = self.next_id
         self.next_id += 1
         self.sock.sendall(request(rid, method, params))
-        return json.loads(self.line())
+        return json.loads(self.reader.line())
 
     def pipelined(self, method, params_list, chunk=200):
         """Many calls written ahead of their answers; answers in request order."""
@@ -335,7 +241,7 @@ class Client:
             self.sock.sendall(b"".join(request(i, method, p) for i, p in zip(ids, part)))
             by_id = {}
             for _ in part:
-                obj = json.loads(self.line())
+                obj = json.loads(self.reader.line())
                 by_id[obj.get("id")] = obj
             out += [by_id.get(i) for i in ids]
         return out

@@ -21,10 +21,8 @@ import pathlib
 import platform
 import resource
 import shutil
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,6 +30,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import machine  # noqa: E402  (benchmarks/machine.py)
+from herald_proc import HeraldProcess, LineReader, connect, request  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -45,110 +44,25 @@ PER_USER = 20  # registrations per user: the daemon allows 20/min per (app, user
 # ---------------------------------------------------------------- daemon
 
 
-class Daemon:
+class Daemon(HeraldProcess):
     def __init__(self, binary):
-        self.binary = binary
-        self.dir = tempfile.mkdtemp(prefix="herald-bench-rpc-")
-        self.socket_path = os.path.join(self.dir, "herald.sock")
-        self.config = os.path.join(self.dir, "herald.conf")
-        with open(self.config, "w") as f:
-            f.write(
-                f"""[server]
-socket = {self.socket_path}
+        directory = tempfile.mkdtemp(prefix="herald-bench-rpc-")
+        super().__init__(binary, directory, f"""[server]
+socket = {directory}/herald.sock
 socket_mode = 0600
-state_dir = {self.dir}
+state_dir = {directory}
 log_level = warning
 
 [store]
-key = {self.dir}/store.key
+key = {directory}/store.key
 synchronous = full
 
 [app.default]
 device_cap = 1000
-"""
-            )
-        self.log = open(os.path.join(self.dir, "stderr.log"), "wb")
-        env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID")}
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--config", self.config], stdout=self.log, stderr=self.log, env=env
-        )
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                break
-            try:
-                s = connect(self.socket_path)
-                s.close()
-                return
-            except OSError:
-                time.sleep(0.02)
-        self.stop()
-        raise SystemExit("herald did not start:\n" + self.stderr_tail())
-
-    def cpu_seconds(self):
-        """utime + stime of the daemon, from /proc."""
-        try:
-            with open(f"/proc/{self.proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            return float("nan")
-
-    def stderr_tail(self, n=20):
-        try:
-            with open(os.path.join(self.dir, "stderr.log"), "rb") as f:
-                return b"\n".join(f.read().splitlines()[-n:]).decode("utf-8", "replace")
-        except OSError:
-            return ""
-
-    def stop(self):
-        """SIGTERM, then wait; returns the exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode
+""", start_timeout=15)
 
     def cleanup(self):
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def connect(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(path)
-    return s
-
-
-def request(rid, method, params=None):
-    return (
-        json.dumps(
-            {"jsonrpc": "2.0", "id": rid, "method": method, "params": params or {}}, separators=(",", ":")
-        ).encode()
-        + b"\n"
-    )
-
-
-class LineReader:
-    """Newline-framed responses from a socket, with as little Python per line as possible."""
-
-    def __init__(self, sock):
-        self.sock = sock
-        self.buf = b""
-
-    def line(self):
-        while True:
-            i = self.buf.find(b"\n")
-            if i >= 0:
-                line, self.buf = self.buf[:i], self.buf[i + 1 :]
-                return line
-            chunk = self.sock.recv(1 << 16)
-            if not chunk:
-                raise ConnectionError("daemon closed the connection")
-            self.buf += chunk
 
 
 def call(path, method, params=None):
