@@ -311,6 +311,72 @@ private enum Corpus {
         ]
     }()
 
+    static let push: [BadInput] = {
+        let m = "push.send"
+        let to = #""to":{"users":["\#(witness)"]}"#
+        func send(_ extra: String) -> String { "{\(to),\(extra)}" }
+        let tenThousandOne = "[" + (0...10_000).map { #""u\#($0)""# }.joined(separator: ",") + "]"
+        let sixtyFive = "{" + (0..<65).map { #""k\#($0)":"v""# }.joined(separator: ",") + "}"
+        let seventeen = "[" + (0..<17).map { _ in #""a""# }.joined(separator: ",") + "]"
+        return common(m, to) + [
+            bad(m, "no to", "{}", "to"),
+            bad(m, "to not an object", #"{"to":["\#(witness)"]}"#, "to"),
+            bad(m, "to empty", #"{"to":{}}"#, "to.users"),
+            bad(m, "to with users and devices", #"{"to":{"users":["\#(witness)"],"devices":["$WITNESS_FCM"]}}"#, "to.users"),
+            bad(m, "to.users empty", #"{"to":{"users":[]}}"#, "to.users"),
+            bad(m, "to.users not an array", #"{"to":{"users":"\#(witness)"}}"#, "to.users"),
+            bad(m, "to.users with a number", #"{"to":{"users":[1]}}"#, "to.users[0]"),
+            bad(m, "to.users with an empty user", #"{"to":{"users":["\#(witness)",""]}}"#, "to.users[1]"),
+            bad(m, "to.users over 10,000", #"{"to":{"users":\#(tenThousandOne)}}"#, "to.users"),
+            bad(m, "to.devices not a device id", #"{"to":{"devices":["zz"]}}"#, "to.devices[0]"),
+            bad(m, "to.devices in upper case", #"{"to":{"devices":["\#(x(32, "A"))"]}}"#, "to.devices[0]"),
+            bad(m, "to with an unknown member", #"{"to":{"users":["\#(witness)"],"groups":["g"]}}"#, "to.groups"),
+            bad(m, "kind unknown", send(#""kind":"shout""#), "kind"),
+            bad(m, "kind a number", send(#""kind":1"#), "kind"),
+            bad(m, "data not an object", send(#""data":"x""#), "data"),
+            bad(m, "data with a number", send(#""data":{"n":1}"#), "data.n"),
+            bad(m, "data with an empty key", send(#""data":{"":"v"}"#), "data."),
+            bad(m, "data with a duplicate key", send(#""data":{"k":"a","k":"b"}"#), "data.k"),
+            bad(m, "data with 65 members", send(#""data":\#(sixtyFive)"#), "data"),
+            bad(m, "data value over 1024 bytes", send(#""data":{"k":"\#(x(1025))"}"#), "data.k"),
+            bad(m, "data key over 64 bytes", send(#""data":{"\#(x(65))":"v"}"#), "data.\(x(65))"),
+            bad(m, "alert not an object", send(#""alert":"NEW""#), "alert"),
+            bad(m, "alert.loc_key a number", send(#""alert":{"loc_key":1}"#), "alert.loc_key"),
+            bad(m, "alert with content", send(#""alert":{"title":"hi"}"#), "alert.title"),
+            bad(m, "alert.loc_args not an array", send(#""alert":{"loc_args":"a"}"#), "alert.loc_args"),
+            bad(m, "alert.loc_args with 17 items", send(#""alert":{"loc_args":\#(seventeen)}"#), "alert.loc_args"),
+            bad(m, "badge negative", send(#""badge":-1"#), "badge"),
+            bad(m, "badge a fraction", send(#""badge":1.5"#), "badge"),
+            bad(m, "badge a string", send(#""badge":"3""#), "badge"),
+            bad(m, "badge over 999999", send(#""badge":1000000"#), "badge"),
+            bad(m, "badge of a user negative", send(#""badge":{"\#(witness)":-1}"#), "badge.\(witness)"),
+            bad(m, "badge of an empty user", send(#""badge":{"":1}"#), "badge."),
+            bad(m, "collapse_key empty", send(#""collapse_key":"""#), "collapse_key"),
+            bad(m, "collapse_key a number", send(#""collapse_key":7"#), "collapse_key"),
+            bad(m, "collapse_key over 256 bytes", send(#""collapse_key":"\#(x(257))""#), "collapse_key"),
+            bad(m, "priority unknown", send(#""priority":"urgent""#), "priority"),
+            bad(m, "ttl negative", send(#""ttl":-1"#), "ttl"),
+            bad(m, "ttl over four weeks", send(#""ttl":2419201"#), "ttl"),
+            bad(m, "ttl a string", send(#""ttl":"60""#), "ttl"),
+            bad(m, "idempotency_key empty", send(#""idempotency_key":"""#), "idempotency_key"),
+            bad(m, "wait a string", send(#""wait":"yes""#), "wait"),
+            bad(m, "timeout_ms without wait", send(#""timeout_ms":100"#), "timeout_ms"),
+            bad(m, "timeout_ms over 300000", send(#""wait":true,"timeout_ms":300001"#), "timeout_ms"),
+            bad(m, "content smuggled in", send(#""body":"hello""#), "body"),
+        ]
+    }()
+
+    static func messageMethod(_ m: String, extra: [BadInput] = []) -> [BadInput] {
+        let id = #""message_id":"\#(x(32, "0"))""#
+        return common(m, id) + [
+            bad(m, "no message_id", "{}", "message_id"),
+            bad(m, "message_id a number", #"{"message_id":7}"#, "message_id"),
+            bad(m, "message_id not hex", #"{"message_id":"\#(x(32, "g"))"}"#, "message_id"),
+            bad(m, "message_id too short", #"{"message_id":"abc"}"#, "message_id"),
+            app(m, "unknown message", "{\(id)}", 1003, "not_found"),
+        ] + extra
+    }
+
     static func appOnly(_ m: String) -> [BadInput] {
         common(m, "") + [
             bad(m, "user is not a param here", #"{"user":"\#(user)"}"#, "user"),
@@ -321,6 +387,8 @@ private enum Corpus {
     static let all: [BadInput] =
         register + unregister + userOnly("device.list") + sessionEnd + userOnly("user.forget")
         + appOnly("system.health") + appOnly("system.stats") + appOnly("rpc.discover")
+        + push + messageMethod("push.status", extra: [bad("push.status", "detail a string", #"{"message_id":"\#(x(32, "0"))","detail":"yes"}"#, "detail")])
+        + messageMethod("push.cancel")
         + appOnly("vapid.public_key") + [
             // This daemon has no VAPID key.
             bad("vapid.public_key", "web push disabled for the app", "{}", "app")
