@@ -184,6 +184,16 @@ public final class Scheduler: @unchecked Sendable {
         }
         var room = settings.maxInflight - inFlight
         guard room > 0 else { return }
+        // Deliveries of lanes without a transport (configuration changed) are
+        // claimed too, to be recorded as skipped: now and then, as finding
+        // them means scanning past every other lane's backlog.
+        let mono = monotonicMilliseconds()
+        var others = 0
+        if mono - othersClaimedAt >= 5000 {
+            others = min(room, 100)
+            room -= others
+            othersClaimedAt = mono
+        }
         // Each lane asks for what it has room for, lanes taking turns at
         // going first, so that one busy lane cannot fill the claim.
         let lanes = transports.keys.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
@@ -191,28 +201,27 @@ public final class Scheduler: @unchecked Sendable {
         for i in lanes.indices {
             let lane = lanes[(i + turn) % lanes.count]
             let free = limit(of: lane) - (sending[lane] ?? 0) - (waiting[lane]?.count ?? 0)
+            // Every lane is named, with 0 when it has no room, so that the
+            // "others" claim never takes a lane's deliveries past its limit.
             let ask = min(max(0, free), room, Self.claimBatch)
-            if ask > 0 {
-                asks[lane] = ask
-                room -= ask
-            }
+            asks[lane] = ask
+            room -= ask
         }
         turn += 1
-        // Deliveries of lanes without a transport (configuration changed) are
-        // claimed too, to be recorded as skipped.
-        let others = min(room, 100)
-        guard !asks.isEmpty || others > 0 else { return }
+        guard asks.values.contains(where: { $0 > 0 }) || others > 0 else { return }
         claiming = true
         claimAgain = false
         let asked = asks
-        store.claimDue(lanes: asked, others: others) { [self] result in
-            queue.async { [self] in claimed(result, asked: asked, others: others) }
+        let otherLimit = others
+        store.claimDue(lanes: asked, others: otherLimit) { [self] result in
+            queue.async { [self] in claimed(result, asked: asked, others: otherLimit) }
         }
     }
 
     /// The most one lane takes in one claim.
     static let claimBatch = 1000
     private var turn = 0
+    private var othersClaimedAt: Int64 = .min / 2
 
     private func limit(of lane: QueueLane) -> Int {
         max(1, min(settings.maxInflight, transports[lane]?.concurrencyLimit ?? settings.maxInflight))
@@ -245,7 +254,7 @@ public final class Scheduler: @unchecked Sendable {
         // A lane that got all it asked for may have more due: claim again.
         var got: [QueueLane: Int] = [:]
         for job in claim.jobs { got[QueueLane(app: job.app, platform: job.platform), default: 0] += 1 }
-        let filled = asked.contains { lane, ask in (got[lane] ?? 0) >= ask }
+        let filled = asked.contains { lane, ask in ask > 0 && (got[lane] ?? 0) >= ask }
         let othersFilled = claim.jobs.count - got.filter { asked[$0.key] != nil }.values.reduce(0, +) >= others
         if claimAgain || !claim.finished.isEmpty || (filled && inFlight < settings.maxInflight)
             || (others > 0 && othersFilled)

@@ -198,4 +198,22 @@ struct SchedulerTests {
         #expect(failing.sent == 3)
         #expect(scheduler.stats.platforms[.fcm]?.retried == 2)
     }
+
+    @Test("deliveries of a lane that has no transport any more end skipped, not stuck")
+    func laneWithoutTransport() async throws {
+        let f = try Fixture()
+        defer { f.close() }
+        try f.register(2, perUser: 2, platform: .fcm)
+        try f.register(1, perUser: 1, platform: .apns)
+        let apns = ScriptedTransport(limit: 10)
+        let scheduler = Scheduler(
+            store: f.store, transports: [QueueLane(app: "default", platform: .apns): apns],
+            settings: SchedulerSettings(maxInflight: 10))
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        let id = try f.send(["fcm-0", "fcm-1", "apns-0"])
+        scheduler.wake()
+        let s = try await f.waitComplete(id)
+        #expect(s.counts[.delivered] == 1 && s.counts[.skipped] == 4)
+    }
 }
