@@ -275,6 +275,32 @@ public final class APNsClient: Sendable {
     }
 
     func count(_ update: (inout APNsClientStats) -> Void) { counters.withLock { update(&$0) } }
+
+    /// Pushes handed over from other threads, taken by the loop in one go: a
+    /// fan-out of 500 becomes one wakeup, one pump per lane and a few writes,
+    /// not 500 of each.
+    private let inbox = Mutex<[(Lane, Pending)]>([])
+
+    func submit(_ pending: Pending, to lane: Lane) {
+        let first = inbox.withLock { box -> Bool in
+            box.append((lane, pending))
+            return box.count == 1
+        }
+        if first { loop.execute { [self] in drainInbox() } }
+    }
+
+    private func drainInbox() {
+        let batch = inbox.withLock { box -> [(Lane, Pending)] in
+            defer { box.removeAll(keepingCapacity: true) }
+            return box
+        }
+        var lanes: [Lane] = []
+        for (lane, pending) in batch {
+            lane.enqueue(pending, pump: false)
+            if !lanes.contains(where: { $0 === lane }) { lanes.append(lane) }
+        }
+        for lane in lanes { lane.pump() }
+    }
 }
 
 /// A lane of an ``APNsClient``: where pushes are sent.
@@ -292,7 +318,7 @@ public struct APNsLaneHandle: Sendable {
             completion(.failure(.shutdown))
             return
         }
-        client.loop.execute { [lane] in lane.enqueue(pending) }
+        client.submit(pending, to: lane)
     }
 
     /// The async form of ``send(_:completion:)``.

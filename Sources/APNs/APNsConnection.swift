@@ -330,14 +330,8 @@ final class Connection: @unchecked Sendable {
             return
         }
         if firstAnswerAt == nil { firstAnswerAt = monotonicMilliseconds() }
-        var apnsID: String?
-        var retryAfter: String?
-        for line in headers.split(separator: "\n") {
-            guard let colon = line.firstIndex(of: ":") else { continue }
-            let name = line[..<colon]
-            let value = line[line.index(after: colon)...].drop { $0 == " " }
-            if name == "apns-id" { apnsID = String(value) } else if name == "retry-after" { retryAfter = String(value) }
-        }
+        let apnsID = Self.header("apns-id", in: headers)
+        let retryAfter = status >= 300 ? Self.header("retry-after", in: headers) : nil
         let json = body.isEmpty ? nil : try? JSONParser.parse(body)
         let reason = json?["reason"]?.stringValue
         let timestamp = json?["timestamp"].flatMap { j -> Int64? in
@@ -352,6 +346,23 @@ final class Connection: @unchecked Sendable {
         }
         pending.finish(
             .success(APNsResponse(status: status, apnsID: apnsID, reason: reason, timestamp: timestamp, retryAfter: retryAfter)))
+    }
+
+    /// The value of header `name` in "name: value\n" lines (names are lower case).
+    static func header(_ name: String, in block: String) -> String? {
+        var utf8 = Substring(block).utf8[...]
+        let wanted = Array(name.utf8) + [UInt8(ascii: ":")]
+        while !utf8.isEmpty {
+            let end = utf8.firstIndex(of: 10) ?? utf8.endIndex
+            let line = utf8[utf8.startIndex..<end]
+            if line.starts(with: wanted) {
+                var value = line.dropFirst(wanted.count)
+                while value.first == 32 { value = value.dropFirst() }
+                return String(Substring(value))
+            }
+            utf8 = end == utf8.endIndex ? utf8[end...] : utf8[utf8.index(after: end)...]
+        }
+        return nil
     }
 
     // MARK: Streams

@@ -1,3 +1,4 @@
+import Foundation
 import HeraldCore
 import HeraldCrypto
 import HeraldIO
@@ -62,13 +63,13 @@ final class Lane: @unchecked Sendable {
 
     // MARK: Queue
 
-    func enqueue(_ pending: Pending) {
+    func enqueue(_ pending: Pending, pump now: Bool = true) {
         if closed {
             pending.finish(.failure(.shutdown))
             return
         }
         queue.append(pending)
-        pump()
+        if now { pump() }
     }
 
     /// Puts a push the server did not process back at the front of the queue.

@@ -1,3 +1,4 @@
+import Foundation
 import HeraldCore
 import HeraldIO
 import HeraldStore

@@ -35,6 +35,9 @@ public final class Logger: @unchecked Sendable {
         set { lock.withLock { threshold = newValue } }
     }
 
+    /// Whether lines of `level` are written (to skip building fields that would be dropped).
+    public func enabled(_ level: LogLevel) -> Bool { level.rawValue <= self.level.rawValue }
+
     public func log(_ level: LogLevel, _ event: String, _ fields: KeyValuePairs<String, String> = [:]) {
         guard level.rawValue <= self.level.rawValue else { return }
         var line = "<\(level.rawValue)>\(event)"

@@ -1,3 +1,4 @@
+import Foundation
 public import HeraldCore
 public import HeraldDelivery
 public import HeraldIO
@@ -137,6 +138,7 @@ public final class Scheduler: @unchecked Sendable {
             let t = DispatchSource.makeTimerSource(queue: queue)
             t.setEventHandler { [self] in
                 armedAt = nil
+                idle = false
                 pump()
             }
             t.schedule(deadline: .now())
@@ -154,8 +156,15 @@ public final class Scheduler: @unchecked Sendable {
 
     /// New deliveries were committed: claim now.
     public func wake() {
-        queue.async { [self] in pump() }
+        queue.async { [self] in
+            idle = false
+            pump()
+        }
     }
+
+    /// The last claim found nothing due now: no claim until something is
+    /// (a wake, the timer for the next retry), however many sends complete.
+    private var idle = false
 
     /// Stops claiming; sends in flight go on and are recorded as they finish.
     public func stopClaiming() {
@@ -177,7 +186,7 @@ public final class Scheduler: @unchecked Sendable {
     // MARK: Claiming
 
     private func pump() {
-        guard running else { return }
+        guard running, !idle else { return }
         if claiming {
             claimAgain = true
             return
@@ -194,16 +203,19 @@ public final class Scheduler: @unchecked Sendable {
             room -= others
             othersClaimedAt = mono
         }
-        // Each lane asks for what it has room for, lanes taking turns at
-        // going first, so that one busy lane cannot fill the claim.
+        // The room is shared fairly: each lane asks for at most an equal
+        // part of it (what a lane leaves unused goes to those after it), the
+        // lanes taking turns at going first. A lane that gets all it asked
+        // for is claimed for again at once.
         let lanes = transports.keys.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
         var asks: [QueueLane: Int] = [:]
         for i in lanes.indices {
             let lane = lanes[(i + turn) % lanes.count]
             let free = limit(of: lane) - (sending[lane] ?? 0) - (waiting[lane]?.count ?? 0)
+            let share = max(1, room / (lanes.count - i))
             // Every lane is named, with 0 when it has no room, so that the
             // "others" claim never takes a lane's deliveries past its limit.
-            let ask = min(max(0, free), room, Self.claimBatch)
+            let ask = min(max(0, free), share, room, Self.claimBatch)
             asks[lane] = ask
             room -= ask
         }
@@ -260,12 +272,13 @@ public final class Scheduler: @unchecked Sendable {
             || (others > 0 && othersFilled)
         {
             pump()
-        } else if let next = claim.nextDueAt {
-            // "Due now" may belong to a full lane: its completions will pump;
-            // poll gently meanwhile.
-            arm(afterMs: next <= now ? 50 : next - now)
+        } else if let next = claim.nextDueAt, next <= now {
+            // Due now, but for a full lane: its completions will pump; poll
+            // gently meanwhile.
+            arm(afterMs: 50)
         } else {
-            arm(afterMs: settings.idlePoll.wholeMilliseconds)
+            idle = true
+            arm(afterMs: claim.nextDueAt.map { $0 - now } ?? settings.idlePoll.wholeMilliseconds)
         }
     }
 
@@ -378,26 +391,53 @@ public final class Scheduler: @unchecked Sendable {
         inFlight counted: Bool = true
     ) {
         if counted { inFlight -= 1 }
-        log?.debug(
-            "delivery",
-            [
-                "message": job.messageID, "device": job.deviceID, "platform": job.platform.rawValue,
-                "state": state.rawValue, "http": httpStatus.map(String.init) ?? "", "reason": reason ?? "",
-            ])
-        let messageID = job.messageID
-        store.record(
-            deliveryID: job.deliveryID, state: state, httpStatus: httpStatus, reason: reason,
-            nextAttemptAt: nextAttemptAt
-        ) { [self] result in
+        if let log, log.enabled(.debug) {
+            log.debug(
+                "delivery",
+                [
+                    "message": job.messageID, "device": job.deviceID, "platform": job.platform.rawValue,
+                    "state": state.rawValue, "http": httpStatus.map(String.init) ?? "", "reason": reason ?? "",
+                ])
+        }
+        pendingRecords.append(
+            DeliveryRecord(
+                deliveryID: job.deliveryID, deviceID: job.deviceID, state: state, httpStatus: httpStatus,
+                reason: reason, nextAttemptAt: nextAttemptAt))
+        pendingMessages.insert(job.messageID)
+        if pendingRecords.count >= Self.recordBatch {
+            flushRecords()
+        } else if !flushScheduled {
+            // Answers trickle in one by one: gather those of the next
+            // millisecond into the same store job.
+            flushScheduled = true
+            queue.asyncAfter(deadline: .now() + .milliseconds(1)) { [self] in flushRecords() }
+        }
+    }
+
+    /// Results gathered during this turn of the queue go to the store as one job.
+    private func flushRecords() {
+        flushScheduled = false
+        guard !pendingRecords.isEmpty else { return }
+        let records = pendingRecords
+        let messages = pendingMessages
+        pendingRecords.removeAll(keepingCapacity: true)
+        pendingMessages.removeAll(keepingCapacity: true)
+        store.record(records) { [self] result in
             if case .failure(let error) = result {
-                log?.error("record_failed", ["message": messageID, "error": String(describing: error)])
+                log?.error("record_failed", ["deliveries": String(records.count), "error": String(describing: error)])
             }
             queue.async { [self] in
-                touched.insert(messageID)
+                touched.formUnion(messages)
                 scheduleProgress()
             }
         }
     }
+
+    /// Results handed to the store in one job at the most.
+    static let recordBatch = 512
+    private var pendingRecords: [DeliveryRecord] = []
+    private var pendingMessages = Set<String>()
+    private var flushScheduled = false
 
     // MARK: Stale guards
 
@@ -522,6 +562,6 @@ extension Scheduler {
     /// Waits until the scheduler has handed every result it has received to
     /// the store (call after the transports are shut down, before the store closes).
     public func drain() {
-        queue.sync {}
+        queue.sync { flushRecords() }
     }
 }

@@ -1,3 +1,4 @@
+import Foundation
 public import HeraldCore
 import HeraldCrypto
 
@@ -107,6 +108,29 @@ public struct Claim: Sendable {
     public let batchSizes: [BatchKey: Int]
     /// The earliest `next_attempt_at` still waiting (any lane), if any.
     public let nextDueAt: Int64?
+}
+
+/// One attempt's result, for `Store.record(_:)`.
+public struct DeliveryRecord: Sendable {
+    public let deliveryID: Int64
+    public let deviceID: String
+    /// A final state, or `retrying` at `nextAttemptAt`.
+    public let state: DeliveryState
+    public let httpStatus: Int?
+    public let reason: String?
+    public let nextAttemptAt: Int64?
+
+    public init(
+        deliveryID: Int64, deviceID: String, state: DeliveryState, httpStatus: Int?, reason: String?,
+        nextAttemptAt: Int64?
+    ) {
+        self.deliveryID = deliveryID
+        self.deviceID = deviceID
+        self.state = state
+        self.httpStatus = httpStatus
+        self.reason = reason
+        self.nextAttemptAt = nextAttemptAt
+    }
 }
 
 /// Deliveries waiting and in flight, for `system.stats`.
@@ -412,10 +436,13 @@ final class Queue {
         }
         for (id, _) in expired { try mark(id, .expired, reason: "ttl elapsed", now: now) }
         for (id, _) in gone { try mark(id, .skipped, reason: "device removed", now: now) }
-        for job in jobs {
+        if !jobs.isEmpty {
             try db.statement(
-                "UPDATE deliveries SET state = 'in_flight', attempts = attempts + 1, updated_at = ? WHERE delivery_id = ?"
-            ).bind(.int(now), .int(job.deliveryID)).run()
+                """
+                UPDATE deliveries SET state = 'in_flight', attempts = attempts + 1, updated_at = ?
+                WHERE delivery_id IN (SELECT value FROM json_each(?))
+                """
+            ).bind(.int(now), .text(Self.jsonList(jobs.map(\.deliveryID)))).run()
         }
         let next = try db.statement("SELECT min(next_attempt_at) FROM deliveries WHERE state IN ('queued', 'retrying')")
         let nextDueAt = try next.step() ? next.optionalInt64(0) : nil
@@ -426,7 +453,8 @@ final class Queue {
     /// `nextAttemptAt`. Only a delivery in flight changes (a cancelled or
     /// forgotten one stays as it is).
     func record(
-        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?, now: Int64
+        deliveryID: Int64, deviceID: String? = nil, state: DeliveryState, httpStatus: Int?, reason: String?,
+        nextAttemptAt: Int64?, now: Int64
     ) throws(StoreError) {
         try db.statement(
             """
@@ -446,13 +474,79 @@ final class Queue {
             default: nil
             }
         guard let column else { return }
-        let device = try db.statement(
-            "UPDATE devices SET \(column) WHERE device_id = (SELECT device_id FROM deliveries WHERE delivery_id = ?)")
-        if state == .failed {
-            try device.bind(.int(now), .optional(reason), .int(deliveryID)).run()
+        let device: StoreValue
+        if let deviceID {
+            device = .text(deviceID)
         } else {
-            try device.bind(.int(now), .int(deliveryID)).run()
+            let find = try db.statement("SELECT device_id FROM deliveries WHERE delivery_id = ?")
+            try find.bind(.int(deliveryID))
+            guard try find.step() else { return }
+            device = .text(find.text(0))
         }
+        let update = try db.statement("UPDATE devices SET \(column) WHERE device_id = ?")
+        if state == .failed {
+            try update.bind(.int(now), .optional(reason), device).run()
+        } else {
+            try update.bind(.int(now), device).run()
+        }
+    }
+
+    /// Records many attempts' results in one go: one statement per distinct
+    /// result (state, status, reason, retry time), so a fan-out's 500
+    /// deliveries cost a handful of statements rather than a thousand.
+    func record(_ records: [DeliveryRecord], now: Int64) throws(StoreError) {
+        struct Result: Hashable {
+            let state: DeliveryState
+            let httpStatus: Int?
+            let reason: String?
+            let nextAttemptAt: Int64?
+        }
+        var groups: [Result: [DeliveryRecord]] = [:]
+        for r in records {
+            groups[Result(state: r.state, httpStatus: r.httpStatus, reason: r.reason, nextAttemptAt: r.nextAttemptAt),
+                default: []].append(r)
+        }
+        for (result, members) in groups {
+            let update = try db.statement(
+                """
+                UPDATE deliveries SET state = ?, http_status = ?, reason = ?,
+                    next_attempt_at = COALESCE(?, next_attempt_at), updated_at = ?
+                WHERE delivery_id IN (SELECT value FROM json_each(?)) AND state = 'in_flight'
+                RETURNING device_id
+                """)
+            try update.bind(
+                .text(result.state.rawValue), .optional(result.httpStatus.map(Int64.init)), .optional(result.reason),
+                .optional(result.nextAttemptAt), .int(now), .text(Self.jsonList(members.map(\.deliveryID))))
+            var devices: [String] = []
+            while try update.step() { devices.append(update.text(0)) }
+            guard !devices.isEmpty else { continue }
+            let ids = Self.jsonList(devices)
+            switch result.state {
+            case .delivered:
+                try db.statement(
+                    "UPDATE devices SET last_success_at = ? WHERE device_id IN (SELECT value FROM json_each(?))"
+                ).bind(.int(now), .text(ids)).run()
+            case .failed:
+                try db.statement(
+                    """
+                    UPDATE devices SET last_failure_at = ?, last_failure_reason = ?
+                    WHERE device_id IN (SELECT value FROM json_each(?))
+                    """
+                ).bind(.int(now), .optional(result.reason), .text(ids)).run()
+            default:
+                break
+            }
+        }
+    }
+
+    /// A JSON array of ids, for `json_each`.
+    static func jsonList(_ ids: [Int64]) -> String {
+        "[" + ids.map(String.init).joined(separator: ",") + "]"
+    }
+
+    /// A JSON array of device ids (lowercase hex: nothing to escape).
+    static func jsonList(_ ids: [String]) -> String {
+        "[" + ids.map { "\"\($0)\"" }.joined(separator: ",") + "]"
     }
 
     /// A provider called the device's token stale and the guards allowed the
@@ -466,7 +560,8 @@ final class Queue {
             .bind(.text(deviceID), .text(tokenHash)).run()
         let removed = db.changes > 0
         try record(
-            deliveryID: deliveryID, state: removed ? .removedStale : .failed, httpStatus: httpStatus,
+            deliveryID: deliveryID, deviceID: deviceID, state: removed ? .removedStale : .failed,
+            httpStatus: httpStatus,
             reason: removed ? reason : "\(reason) (device kept: it registered a new token)", nextAttemptAt: nil,
             now: now)
         return removed

@@ -34,7 +34,15 @@ public final class Store: @unchecked Sendable {
     private struct Job {
         let work: (Tables, Int64) throws -> Any
         let complete: (Result<Any, any Error>) -> Void
+        /// Whether the caller is told "committed" as a promise (an accepted
+        /// push, a registration): such a commit waits for `synchronous`.
+        let durable: Bool
     }
+
+    /// The configured `synchronous`, used for commits holding a durable job.
+    private let synchronous: Synchronous
+    /// What the connection is set to now (store thread only).
+    private var currentSynchronous: Synchronous
 
     /// Opens (creating if needed) and migrates the database, then starts the
     /// store thread. Throws if the file cannot be opened or migrated.
@@ -43,6 +51,8 @@ public final class Store: @unchecked Sendable {
     {
         self.path = path
         self.clock = clock
+        self.synchronous = synchronous
+        self.currentSynchronous = synchronous
         let db = try Database(path: path)
         sqlite3BusyTimeout(db, milliseconds: 5000)
         try db.execute("PRAGMA journal_mode = WAL")
@@ -68,12 +78,18 @@ public final class Store: @unchecked Sendable {
         condition.unlock()
     }
 
+    /// Queues a job. `durable: false` for work whose loss in a power cut
+    /// costs nothing but a repeat (claims, attempt results, reads): a commit
+    /// of only such jobs skips the fsync (`synchronous = NORMAL` in WAL mode,
+    /// still safe against corruption and against a process crash), and the
+    /// next durable commit makes it durable with its own.
     private func submit<T>(
-        _ work: @escaping (Tables, Int64) throws -> T, _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
+        durable: Bool = true, _ work: @escaping (Tables, Int64) throws -> T,
+        _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         let job = Job(
             work: { tables, now in try work(tables, now) as Any },
-            complete: { result in completion(result.map { $0 as! T }) })
+            complete: { result in completion(result.map { $0 as! T }) }, durable: durable)
         condition.lock()
         if stopping {
             condition.unlock()
@@ -106,6 +122,10 @@ public final class Store: @unchecked Sendable {
 
     private func commit(_ batch: [Job], db: Database, tables: Tables) {
         let now = clock.nowMilliseconds()
+        let wanted: Synchronous = batch.contains(where: \.durable) ? synchronous : .normal
+        if wanted != currentSynchronous, (try? db.execute("PRAGMA synchronous = \(wanted.rawValue.uppercased())")) != nil {
+            currentSynchronous = wanted
+        }
         var results: [Result<Any, any Error>] = []
         results.reserveCapacity(batch.count)
         do {
@@ -155,7 +175,7 @@ public final class Store: @unchecked Sendable {
     public func list(
         app: String, user: String, completion: @escaping @Sendable (Result<[DeviceSummary], any Error>) -> Void
     ) {
-        submit({ t, _ in try t.registry.list(app: app, user: user) }, completion)
+        submit(durable: false, { t, _ in try t.registry.list(app: app, user: user) }, completion)
     }
 
     public func endSession(
@@ -169,7 +189,7 @@ public final class Store: @unchecked Sendable {
     }
 
     public func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void) {
-        submit({ t, _ in try t.registry.deviceCounts() }, completion)
+        submit(durable: false, { t, _ in try t.registry.deviceCounts() }, completion)
     }
 
     // MARK: Delivery queue
@@ -183,7 +203,7 @@ public final class Store: @unchecked Sendable {
         app: String, messageID: String, detail: Bool,
         completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void
     ) {
-        submit({ t, _ in try t.queue.status(app: app, messageID: messageID, detail: detail) }, completion)
+        submit(durable: false, { t, _ in try t.queue.status(app: app, messageID: messageID, detail: detail) }, completion)
     }
 
     public func cancel(app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void) {
@@ -195,7 +215,7 @@ public final class Store: @unchecked Sendable {
     public func claimDue(
         lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
     ) {
-        submit({ t, now in try t.queue.claimDue(lanes: lanes, others: others, now: now) }, completion)
+        submit(durable: false, { t, now in try t.queue.claimDue(lanes: lanes, others: others, now: now) }, completion)
     }
 
     /// Takes up to `limit` due deliveries of any lane and marks them in flight.
@@ -209,11 +229,19 @@ public final class Store: @unchecked Sendable {
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
         submit(
+            durable: false,
             { t, now in
                 try t.queue.record(
                     deliveryID: deliveryID, state: state, httpStatus: httpStatus, reason: reason,
                     nextAttemptAt: nextAttemptAt, now: now)
             }, completion)
+    }
+
+    /// Records many attempts' results in one job.
+    public func record(
+        _ records: [DeliveryRecord], completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
+        submit(durable: false, { t, now in try t.queue.record(records, now: now) }, completion)
     }
 
     /// Deletes a stale device if it still holds `tokenHash`, and records the
@@ -223,6 +251,7 @@ public final class Store: @unchecked Sendable {
         completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
     ) {
         submit(
+            durable: false,
             { t, now in
                 try t.queue.removeStale(
                     deliveryID: deliveryID, deviceID: deviceID, tokenHash: tokenHash, httpStatus: httpStatus,
@@ -234,17 +263,17 @@ public final class Store: @unchecked Sendable {
     /// deliveries are all final; returns how many.
     public func purgeMessages(olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
         let ms = retention.components.seconds * 1000
-        submit({ t, now in try t.queue.purge(before: now - ms) }, completion)
+        submit(durable: false, { t, now in try t.queue.purge(before: now - ms) }, completion)
     }
 
     /// Deliveries waiting and in flight.
     public func queueDepth(completion: @escaping @Sendable (Result<QueueDepth, any Error>) -> Void) {
-        submit({ t, _ in try t.queue.depth() }, completion)
+        submit(durable: false, { t, _ in try t.queue.depth() }, completion)
     }
 
     /// A quick read that proves the database answers, for `system.health`.
     public func ping(completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
-        submit({ t, _ in _ = try t.registry.deviceCounts() }, completion)
+        submit(durable: false, { t, _ in _ = try t.registry.deviceCounts() }, completion)
     }
 
     /// Runs a job synchronously (for tools and tests).
