@@ -65,8 +65,10 @@ let package = Package(
             name: "HeraldScheduler", dependencies: ["HeraldCore", "HeraldDelivery", "HeraldStore", "HeraldIO"],
             swiftSettings: strictSwift),
         .target(
+            name: "HTTP2", dependencies: ["HeraldCore", "JSONRPC", "HeraldIO", "CHeraldH2"], swiftSettings: strictSwift),
+        .target(
             name: "APNs",
-            dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HeraldIO", "CHeraldH2"],
+            dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HeraldIO", "HTTP2"],
             swiftSettings: strictSwift),
         .target(
             name: "FCM", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient"],

@@ -1,9 +1,8 @@
+public import HTTP2
 public import HeraldCore
 public import HeraldCrypto
-import CHeraldH2
-import Foundation
 public import HeraldIO
-import Synchronization
+import JSONRPC
 
 /// Identifies one APNs lane: the connections that carry one app's pushes for
 /// one signing key and environment.
@@ -90,6 +89,19 @@ public struct APNsClientSettings: Sendable {
         self.caFile = caFile
         self.resolver = resolver
     }
+
+    var http2: HTTP2ClientSettings {
+        var s = HTTP2ClientSettings(caFile: caFile, resolver: resolver)
+        s.maxConnectionsPerLane = maxConnectionsPerLane
+        s.requestTimeout = requestTimeout
+        s.connectTimeout = connectTimeout
+        s.pingInterval = pingInterval
+        s.pingTimeout = pingTimeout
+        s.reconnectBase = reconnectBase
+        s.reconnectMax = reconnectMax
+        s.maxRequeues = maxRequeues
+        return s
+    }
 }
 
 /// One push as the wire sees it: the device token, the `apns-*` headers and the body.
@@ -123,202 +135,77 @@ public struct APNsResponse: Sendable, Hashable {
 }
 
 /// Why a push got no answer from APNs.
-public enum APNsClientError: Error, Sendable, Hashable, CustomStringConvertible {
-    /// No answer within the request deadline (or no connection within it).
-    case timeout(String)
-    case dnsFailure(String)
-    case connectFailed(String)
-    /// The TLS handshake, the certificate check or ALPN h2 failed.
-    case tls(String)
-    /// The connection failed or the stream was reset before an answer.
-    case connectionReset(String)
-    /// The server refused the stream too many times (REFUSED_STREAM).
-    case refusedStream
-    /// The server sent GOAWAY before processing the push, too many times.
-    case goAway(reason: String?)
-    /// The client is shutting down.
-    case shutdown
-
-    public var description: String {
-        switch self {
-        case .timeout(let m): "timeout: \(m)"
-        case .dnsFailure(let m): "DNS failure: \(m)"
-        case .connectFailed(let m): "connect failed: \(m)"
-        case .tls(let m): "TLS failure: \(m)"
-        case .connectionReset(let m): "connection reset: \(m)"
-        case .refusedStream: "stream refused"
-        case .goAway(let r): "GOAWAY\(r.map { " (\($0))" } ?? "")"
-        case .shutdown: "shutting down"
-        }
-    }
-}
+public typealias APNsClientError = HTTP2ClientError
 
 /// Counters of one client, for `system.stats`.
-public struct APNsClientStats: Sendable, Hashable {
-    public var connectionsOpen = 0
-    public var connectionsOpened = 0
-    public var connectFailures = 0
-    public var goaways = 0
-    /// The `reason` of the last GOAWAY that carried one.
-    public var lastGoAwayReason: String?
-    /// Provider tokens signed (one per lane per ~50 min when all is well).
-    public var tokensMinted = 0
-    public var pushesSent = 0
-    public var requeued = 0
-    public var timeouts = 0
-    public var pings = 0
+public typealias APNsClientStats = HTTP2ClientStats
 
-    public init() {}
-}
-
-/// APNs over HTTP/2 (libnghttp2 + OpenSSL) on one event-loop thread.
+/// APNs over HTTP/2 (``HTTP2Client``: libnghttp2 + OpenSSL) on one event-loop
+/// thread.
 ///
-/// Pushes go through lanes (``APNsLaneKey``); each lane keeps a small pool of
-/// long-lived connections (ALPN h2, the certificate checked against the host,
-/// the configured CA file) and a queue:
-/// - A new connection waits for the server's SETTINGS and never opens more
-///   streams than SETTINGS_MAX_CONCURRENT_STREAMS allows. APNs starts token
-///   connections at one stream and raises the limit after the first accepted
-///   push: the lane sends one, then fans out. Pushes beyond the limit wait in
-///   the lane's queue.
-/// - Every push has a deadline (15 s, queueing included); a late stream is
-///   reset and reported as a timeout.
-/// - GOAWAY reasons are recorded; pushes the server left unprocessed
-///   (above the GOAWAY's last stream, or REFUSED_STREAM) go back to the
-///   queue and are sent on another connection.
-/// - Idle connections are kept alive with PING; failed connection attempts
-///   back off exponentially.
-/// - One provider token per connection: a lane signs a token and reuses it
-///   for every connection and push until it is about 50 minutes old; a
-///   connection switches to a newer token no more often than every 20
-///   minutes, and `ExpiredProviderToken` closes the connection.
+/// A lane is (app, key id, team id, environment), with up to two long-lived
+/// connections; see ``HTTP2Client`` for streams, deadlines, GOAWAY, PING and
+/// reconnects. APNs specifics:
+/// - One provider token (ES256 JWT with `kid`, `iss`, `iat`) per connection:
+///   a lane signs a token and reuses it for every connection and push until
+///   it is about 50 minutes old; a connection switches to a newer one no more
+///   often than every 20 minutes.
+/// - `ExpiredProviderToken` retires the connection (APNs wedges it) and signs
+///   a new token; `UnrelatedKeyIdInToken` retires the connection.
+/// - The body's `reason` and `timestamp` are read from error answers.
 ///
 /// Completions run on the client's thread: they must not block.
 public final class APNsClient: Sendable {
     public let settings: APNsClientSettings
-    let clock: any WallClock
-    let log: Logger?
-    let loop: EventLoop
-    let tls: TLSContext
-    let resolverQueue = DispatchQueue(label: "herald.apns.resolver", attributes: .concurrent)
-    private let registry = Mutex<Registry>(Registry())
-    let counters = Mutex(APNsClientStats())
-    private let finished = DispatchSemaphore(value: 0)
-
-    private struct Registry {
-        var lanes: [APNsLaneKey: Lane] = [:]
-        var stopping = false
-    }
+    let http2: HTTP2Client
 
     public init(settings: APNsClientSettings, clock: any WallClock = SystemClock(), log: Logger? = nil)
         throws(APNsClientError)
     {
         self.settings = settings
-        self.clock = clock
-        self.log = log
-        do {
-            loop = try EventLoop()
-        } catch {
-            throw .connectFailed("event loop: \(error)")
-        }
-        tls = try TLSContext(caFile: settings.caFile)
-        let loop = self.loop
-        let done = finished
-        let thread = Thread {
-            loop.run()
-            done.signal()
-        }
-        thread.name = "herald-apns"
-        thread.start()
-        loop.execute { [weak self, loop] in
-            loop.every(milliseconds: 100) { [weak self] in self?.sweep() }
-            _ = self
-        }
+        http2 = try HTTP2Client(settings: settings.http2, clock: clock, log: log)
     }
 
     /// The lane for `key`, created on first use. The endpoint and signer of
     /// an existing lane are kept (a new key or team is a new lane).
     public func lane(_ key: APNsLaneKey, endpoint: APNsEndpoint, signer: APNsSigner) -> APNsLaneHandle {
-        APNsLaneHandle(client: self, lane: registry.withLock { r in
-            if let lane = r.lanes[key] { return lane }
-            let lane = Lane(key: key, endpoint: endpoint, signer: signer, client: self)
-            r.lanes[key] = lane
-            return lane
-        })
+        let tokens = HTTP2BearerTokens(refresh: settings.tokenRefresh, minimumInterval: settings.tokenMinimumInterval) {
+            issuedAt in
+            try APNsProviderToken.make(key: signer.key, keyID: signer.keyID, teamID: signer.teamID, issuedAt: issuedAt)
+        }
+        let options = HTTP2LaneOptions(tokens: tokens) { answer in
+            guard answer.status == 403 else { return .keep }
+            switch APNsAnswer.reason(answer.body) {
+            case "ExpiredProviderToken": return .retireAndRenewToken
+            case "UnrelatedKeyIdInToken": return .retire
+            default: return .keep
+            }
+        }
+        let lane = http2.lane(
+            HTTP2LaneKey("apns:\(key)"), endpoint: HTTP2Endpoint(host: endpoint.host, port: endpoint.port),
+            options: options)
+        return APNsLaneHandle(lane: lane, pathPrefix: endpoint.pathPrefix)
     }
 
-    public var stats: APNsClientStats { counters.withLock { $0 } }
+    public var stats: APNsClientStats { http2.stats }
 
-    /// Fails what is queued or in flight with ``APNsClientError/shutdown``,
-    /// closes every connection and stops the thread. Idempotent; must not be
-    /// called from a completion.
-    public func shutdown() {
-        let lanes: [Lane]? = registry.withLock { r in
-            if r.stopping { return nil }
-            r.stopping = true
-            return Array(r.lanes.values)
-        }
-        guard let lanes else { return }
-        loop.execute { [loop] in
-            for lane in lanes { lane.close() }
-            loop.stop()
-        }
-        finished.wait()
-    }
-
-    var isStopping: Bool { registry.withLock { $0.stopping } }
-
-    private func sweep() {
-        let lanes = registry.withLock { Array($0.lanes.values) }
-        let now = monotonicMilliseconds()
-        for lane in lanes { lane.sweep(now: now) }
-    }
-
-    func count(_ update: (inout APNsClientStats) -> Void) { counters.withLock { update(&$0) } }
-
-    /// Pushes handed over from other threads, taken by the loop in one go: a
-    /// fan-out of 500 becomes one wakeup, one pump per lane and a few writes,
-    /// not 500 of each.
-    private let inbox = Mutex<[(Lane, Pending)]>([])
-
-    func submit(_ pending: Pending, to lane: Lane) {
-        let first = inbox.withLock { box -> Bool in
-            box.append((lane, pending))
-            return box.count == 1
-        }
-        if first { loop.execute { [self] in drainInbox() } }
-    }
-
-    private func drainInbox() {
-        let batch = inbox.withLock { box -> [(Lane, Pending)] in
-            defer { box.removeAll(keepingCapacity: true) }
-            return box
-        }
-        var lanes: [Lane] = []
-        for (lane, pending) in batch {
-            lane.enqueue(pending, pump: false)
-            if !lanes.contains(where: { $0 === lane }) { lanes.append(lane) }
-        }
-        for lane in lanes { lane.pump() }
-    }
+    /// Fails what is queued or in flight with `.shutdown`, closes every
+    /// connection and stops the thread. Idempotent; must not be called from
+    /// a completion.
+    public func shutdown() { http2.shutdown() }
 }
 
 /// A lane of an ``APNsClient``: where pushes are sent.
 public struct APNsLaneHandle: Sendable {
-    let client: APNsClient
-    let lane: Lane
+    let lane: HTTP2LaneHandle
+    let pathPrefix: String
 
-    public var key: APNsLaneKey { lane.key }
-
-    /// Sends one push. The completion runs once, on the client's thread.
+    /// Sends one push (`POST /3/device/<token>`). The completion runs once, on
+    /// the client's thread.
     public func send(_ push: APNsPush, completion: @escaping @Sendable (Result<APNsResponse, APNsClientError>) -> Void) {
-        let deadline = monotonicMilliseconds() + client.settings.requestTimeout.wholeMilliseconds
-        let pending = Pending(push: push, deadline: deadline, completion: completion)
-        if client.isStopping {
-            completion(.failure(.shutdown))
-            return
-        }
-        client.submit(pending, to: lane)
+        let request = HTTP2Request(
+            path: pathPrefix + "/3/device/" + push.deviceToken, headers: push.headers, body: push.payload)
+        lane.send(request) { result in completion(result.map(APNsAnswer.response)) }
     }
 
     /// The async form of ``send(_:completion:)``.
@@ -327,18 +214,20 @@ public struct APNsLaneHandle: Sendable {
     }
 }
 
-/// The OpenSSL client context every connection shares.
-final class TLSContext: @unchecked Sendable {
-    // Immutable after init; OpenSSL allows concurrent use of an SSL_CTX.
-    let handle: OpaquePointer
-
-    init(caFile: String?) throws(APNsClientError) {
-        var err = [CChar](repeating: 0, count: 256)
-        guard let handle = hh2_tls_new(caFile, &err, err.count) else {
-            throw .tls(String(cBuffer: err))
-        }
-        self.handle = handle
+/// Reading APNs' answers.
+enum APNsAnswer {
+    static func reason(_ body: [UInt8]) -> String? {
+        body.isEmpty ? nil : (try? JSONParser.parse(body))?["reason"]?.stringValue
     }
 
-    deinit { hh2_tls_free(handle) }
+    static func response(_ r: HTTP2Response) -> APNsResponse {
+        let json = r.body.isEmpty ? nil : try? JSONParser.parse(r.body)
+        let timestamp = json?["timestamp"].flatMap { j -> Int64? in
+            if case .number(let n) = j { return n.int64 ?? Int64(exactly: n.double.rounded(.down)) }
+            return nil
+        }
+        return APNsResponse(
+            status: r.status, apnsID: r.header("apns-id"), reason: json?["reason"]?.stringValue,
+            timestamp: timestamp, retryAfter: r.status >= 300 ? r.header("retry-after") : nil)
+    }
 }

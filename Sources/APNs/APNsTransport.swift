@@ -59,7 +59,7 @@ public final class APNsTransport: PushTransport {
         case .timeout: .timeout
         case .dnsFailure: .dnsFailure
         case .connectFailed: .connectFailure
-        case .tls: .tlsFailure
+        case .tls, .noHTTP2: .tlsFailure
         case .connectionReset: .connectionReset
         case .refusedStream: .refusedStream
         case .goAway: .goAway

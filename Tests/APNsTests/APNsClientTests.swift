@@ -51,7 +51,7 @@ struct APNsHarness {
         let key = APNsLaneKey(app: "default", keyID: apnsKeyID, teamID: apnsTeamID, environment: .production)
         let lane = client.lane(
             key, endpoint: APNsEndpoint(host: host, port: g.apns),
-            signer: APNsSigner(key: await SharedGateways.shared.key, keyID: apnsKeyID, teamID: apnsTeamID))
+            signer: APNsSigner(key: SharedGateways.shared.key, keyID: apnsKeyID, teamID: apnsTeamID))
         return APNsHarness(gateways: g, client: client, lane: lane, clock: clock)
     }
 
@@ -131,7 +131,7 @@ struct APNsClientTests {
         let stats = try await h.gateways.get("/control/stats")
         #expect(stats["apns_stream_violations"] as? Int ?? 0 == 0)
         #expect(h.client.stats.tokensMinted == 1)
-        #expect(h.client.stats.pushesSent == 500)
+        #expect(h.client.stats.requestsSent == 500)
     }
 
     @Test("error answers carry Apple's reason and the 410 timestamp")
@@ -232,7 +232,7 @@ struct APNsClientTests {
         let lane = client.lane(
             APNsLaneKey(app: "a", keyID: apnsKeyID, teamID: apnsTeamID, environment: .development),
             endpoint: APNsEndpoint(host: "127.0.0.1", port: 1),
-            signer: APNsSigner(key: await SharedGateways.shared.key, keyID: apnsKeyID, teamID: apnsTeamID))
+            signer: APNsSigner(key: SharedGateways.shared.key, keyID: apnsKeyID, teamID: apnsTeamID))
         guard case .connectFailed = await lane.send(h.push(hexToken(1))).failure else {
             Issue.record("expected a connect failure")
             return

@@ -1,35 +1,34 @@
-import Foundation
 import HeraldCore
-import HeraldCrypto
 import HeraldIO
 
-/// A push waiting for, or riding on, a stream.
+/// A request waiting for, or riding on, a stream.
 final class Pending: @unchecked Sendable {
     // Loop thread only after `send` hands it over.
-    let push: APNsPush
+    let request: HTTP2Request
     /// Monotonic ms by which the answer must be in.
     let deadline: Int64
-    private let completion: @Sendable (Result<APNsResponse, APNsClientError>) -> Void
+    private let completion: @Sendable (Result<HTTP2Response, HTTP2ClientError>) -> Void
     var requeues = 0
     private(set) var done = false
 
     init(
-        push: APNsPush, deadline: Int64, completion: @escaping @Sendable (Result<APNsResponse, APNsClientError>) -> Void
+        request: HTTP2Request, deadline: Int64,
+        completion: @escaping @Sendable (Result<HTTP2Response, HTTP2ClientError>) -> Void
     ) {
-        self.push = push
+        self.request = request
         self.deadline = deadline
         self.completion = completion
     }
 
-    func finish(_ result: Result<APNsResponse, APNsClientError>) {
+    func finish(_ result: Result<HTTP2Response, HTTP2ClientError>) {
         guard !done else { return }
         done = true
         completion(result)
     }
 }
 
-/// A lane's provider token: one ES256 JWT reused until it is ~50 minutes old.
-struct ProviderToken {
+/// A lane's bearer token, reused until it is `refresh` old.
+struct BearerToken {
     let value: String
     /// Wall-clock ms of its `iat`.
     let issuedAt: Int64
@@ -37,28 +36,28 @@ struct ProviderToken {
 
 /// One lane: a queue and a small pool of connections. Loop thread only.
 final class Lane: @unchecked Sendable {
-    let key: APNsLaneKey
-    let endpoint: APNsEndpoint
-    let signer: APNsSigner
-    unowned let client: APNsClient
+    let key: HTTP2LaneKey
+    let endpoint: HTTP2Endpoint
+    let options: HTTP2LaneOptions
+    unowned let client: HTTP2Client
     private var queue: [Pending] = []
     private var queueHead = 0
     private(set) var connections: [Connection] = []
     private var nextConnectionID = 1
-    private var token: ProviderToken?
+    private var token: BearerToken?
     /// Monotonic ms before which no new connection is attempted.
     private var reconnectAt: Int64 = 0
     private var reconnectDelay: Int64 = 0
     private var closed = false
 
-    init(key: APNsLaneKey, endpoint: APNsEndpoint, signer: APNsSigner, client: APNsClient) {
+    init(key: HTTP2LaneKey, endpoint: HTTP2Endpoint, options: HTTP2LaneOptions, client: HTTP2Client) {
         self.key = key
         self.endpoint = endpoint
-        self.signer = signer
+        self.options = options
         self.client = client
     }
 
-    var settings: APNsClientSettings { client.settings }
+    var settings: HTTP2ClientSettings { client.settings }
     var queued: Int { queue.count - queueHead }
 
     // MARK: Queue
@@ -72,8 +71,8 @@ final class Lane: @unchecked Sendable {
         if now { pump() }
     }
 
-    /// Puts a push the server did not process back at the front of the queue.
-    func requeue(_ pending: Pending, reason: APNsClientError) {
+    /// Puts a request the server did not process back at the front of the queue.
+    func requeue(_ pending: Pending, reason: HTTP2ClientError) {
         guard !pending.done else { return }
         pending.requeues += 1
         if pending.requeues > settings.maxRequeues || closed {
@@ -124,7 +123,7 @@ final class Lane: @unchecked Sendable {
     private func maybeConnect() {
         guard connections.count < settings.maxConnectionsPerLane else { return }
         guard !connections.contains(where: { !$0.isReady && !$0.isFinished }) else { return }  // one attempt at a time
-        // A connection still warming up (one stream until APNs raises the
+        // A connection still warming up (one stream until the server raises the
         // limit) is not "full": wait for it rather than open another.
         let usable = connections.filter { $0.isReady && !$0.draining }
         guard usable.allSatisfy({ ($0.isWarm && $0.freeSlots == 0) || $0.isStuckWarmingUp }) else { return }
@@ -145,10 +144,10 @@ final class Lane: @unchecked Sendable {
     }
 
     /// A connection attempt failed before it became usable.
-    func connectionFailed(_ conn: Connection, _ error: APNsClientError) {
+    func connectionFailed(_ conn: Connection, _ error: HTTP2ClientError) {
         client.count { $0.connectFailures += 1 }
         client.log?.warning(
-            "apns_connect_failed", ["lane": key.description, "conn": String(conn.id), "error": error.description])
+            "http2_connect_failed", ["lane": key.description, "conn": String(conn.id), "error": error.description])
         reconnectDelay =
             reconnectDelay == 0
             ? settings.reconnectBase.wholeMilliseconds : min(settings.reconnectMax.wholeMilliseconds, reconnectDelay * 2)
@@ -171,36 +170,37 @@ final class Lane: @unchecked Sendable {
         connections.removeAll { $0 === conn }
     }
 
-    // MARK: Provider tokens
+    // MARK: Bearer tokens
 
     /// The token a new connection (or a connection due to switch) should use:
-    /// the lane's current one, signed again once it is `tokenRefresh` old.
-    func currentToken() -> ProviderToken? {
+    /// the lane's current one, signed again once it is `refresh` old. Nil when
+    /// the lane has no tokens, or signing failed.
+    func currentToken() -> BearerToken? {
+        guard let tokens = options.tokens else { return nil }
         let now = client.clock.nowMilliseconds()
-        if let token, now - token.issuedAt < settings.tokenRefresh.wholeMilliseconds { return token }
-        return mint(now: now)
+        if let token, now - token.issuedAt < tokens.refresh.wholeMilliseconds { return token }
+        return mint(tokens, now: now)
     }
 
-    /// APNs called the token expired: sign a new one unless the current one is
+    /// The server rejected `value`: sign a new one unless the current one is
     /// younger than the minimum interval (then the clock is off, and a new
     /// token would be refused as too frequent an update).
     func tokenRejected(_ value: String) {
+        guard let tokens = options.tokens, let token, token.value == value else { return }
         let now = client.clock.nowMilliseconds()
-        guard let token, token.value == value else { return }
-        if now - token.issuedAt >= settings.tokenMinimumInterval.wholeMilliseconds { _ = mint(now: now) }
+        if now - token.issuedAt >= tokens.minimumInterval.wholeMilliseconds { _ = mint(tokens, now: now) }
     }
 
-    private func mint(now: Int64) -> ProviderToken? {
+    private func mint(_ tokens: HTTP2BearerTokens, now: Int64) -> BearerToken? {
         do {
-            let value = try APNsProviderToken.make(
-                key: signer.key, keyID: signer.keyID, teamID: signer.teamID, issuedAt: now / 1000)
-            let minted = ProviderToken(value: value, issuedAt: (now / 1000) * 1000)
+            let value = try tokens.mint(now / 1000)
+            let minted = BearerToken(value: value, issuedAt: (now / 1000) * 1000)
             token = minted
             client.count { $0.tokensMinted += 1 }
-            client.log?.info("apns_token_signed", ["lane": key.description])
+            client.log?.info("http2_token_signed", ["lane": key.description])
             return minted
         } catch {
-            client.log?.error("apns_token_failed", ["lane": key.description, "error": String(describing: error)])
+            client.log?.error("http2_token_failed", ["lane": key.description, "error": String(describing: error)])
             return nil
         }
     }
@@ -211,7 +211,7 @@ final class Lane: @unchecked Sendable {
         guard !closed else { return }
         for p in queue[queueHead...] where !p.done && now >= p.deadline {
             client.count { $0.timeouts += 1 }
-            p.finish(.failure(.timeout("no connection took the push within its deadline")))
+            p.finish(.failure(.timeout("no connection took the request within its deadline")))
         }
         for conn in connections { conn.sweep(now: now) }
         if queued > 0 { pump() }

@@ -62,7 +62,7 @@ final class Connection: @unchecked Sendable {
     private(set) var draining = false
     private var goAwayLastStream: Int32?
     private var goAwayReason: String?
-    private var token: ProviderToken?
+    private var token: BearerToken?
     /// Wall-clock ms since this connection uses `token`.
     private var tokenSince: Int64 = 0
     private let startedAt = monotonicMilliseconds()
@@ -77,7 +77,7 @@ final class Connection: @unchecked Sendable {
 
     var isReady: Bool { phase == .open }
 
-    /// Past the warm-up: APNs raised the one-stream limit, or had half a
+    /// Past the warm-up: the server raised a one-stream limit, or had half a
     /// second after the first answer to do so. Only then does "full" mean
     /// the lane needs another connection.
     var isWarm: Bool {
@@ -92,17 +92,21 @@ final class Connection: @unchecked Sendable {
     var isFinished: Bool { phase == .finished }
     var freeSlots: Int { max(0, maxStreams - streams.count) }
     var canTakeStream: Bool {
-        phase == .open && !draining && freeSlots > 0 && token != nil && handle.map { hh2_conn_accepts_streams($0) != 0 }
-            ?? false
+        phase == .open && !draining && freeSlots > 0 && (token != nil || lane.options.tokens == nil)
+            && handle.map { hh2_conn_accepts_streams($0) != 0 } ?? false
     }
 
-    private var client: APNsClient { lane.client }
+    private var client: HTTP2Client { lane.client }
     private var fields: KeyValuePairs<String, String> { ["lane": lane.key.description, "conn": String(id)] }
 
     // MARK: Connecting
 
     func start() {
         let endpoint = lane.endpoint
+        if let pinned = endpoint.addresses, !pinned.isEmpty {
+            connect(to: pinned)
+            return
+        }
         if IPLiteral.isNumeric(endpoint.host) {
             connect(to: [endpoint.host])
             return
@@ -193,11 +197,13 @@ final class Connection: @unchecked Sendable {
             return
         }
         phase = .awaitingSettings
-        token = lane.currentToken()
-        tokenSince = client.clock.nowMilliseconds()
-        if token == nil {
-            failed(.connectFailed("cannot sign a provider token"))
-            return
+        if lane.options.tokens != nil {
+            token = lane.currentToken()
+            tokenSince = client.clock.nowMilliseconds()
+            if token == nil {
+                failed(.connectFailed("cannot sign a bearer token"))
+                return
+            }
         }
         readAndProcess()
     }
@@ -282,7 +288,7 @@ final class Connection: @unchecked Sendable {
                         $0.connectionsOpen += 1
                         $0.connectionsOpened += 1
                     }
-                    client.log?.info("apns_connected", fields)
+                    client.log?.info("http2_connected", fields)
                     lane.connectionReady(self)
                 }
             case .goAway(let last, let code, let debug):
@@ -305,7 +311,7 @@ final class Connection: @unchecked Sendable {
             if let reason { $0.lastGoAwayReason = reason }
         }
         client.log?.warning(
-            "apns_goaway",
+            "http2_goaway",
             [
                 "lane": lane.key.description, "conn": String(id), "error_code": String(code),
                 "last_stream": String(lastStream), "reason": reason ?? "",
@@ -330,61 +336,45 @@ final class Connection: @unchecked Sendable {
             return
         }
         if firstAnswerAt == nil { firstAnswerAt = monotonicMilliseconds() }
-        let apnsID = Self.header("apns-id", in: headers)
-        let retryAfter = status >= 300 ? Self.header("retry-after", in: headers) : nil
-        let json = body.isEmpty ? nil : try? JSONParser.parse(body)
-        let reason = json?["reason"]?.stringValue
-        let timestamp = json?["timestamp"].flatMap { j -> Int64? in
-            if case .number(let n) = j { return n.int64 ?? Int64(exactly: n.double.rounded(.down)) }
-            return nil
-        }
-        if status == 403, reason == "ExpiredProviderToken" || reason == "UnrelatedKeyIdInToken" {
-            // APNs wedges a connection whose token it rejected: retire it, and
-            // sign anew for the next one.
-            if let token, reason == "ExpiredProviderToken" { lane.tokenRejected(token.value) }
+        let answer = HTTP2Response(status: status, headerBlock: headers, body: body)
+        switch lane.options.judge?(answer) ?? .keep {
+        case .keep:
+            break
+        case .retire:
+            draining = true
+        case .retireAndRenewToken:
+            if let token { lane.tokenRejected(token.value) }
             draining = true
         }
-        pending.finish(
-            .success(APNsResponse(status: status, apnsID: apnsID, reason: reason, timestamp: timestamp, retryAfter: retryAfter)))
-    }
-
-    /// The value of header `name` in "name: value\n" lines (names are lower case).
-    static func header(_ name: String, in block: String) -> String? {
-        var utf8 = Substring(block).utf8[...]
-        let wanted = Array(name.utf8) + [UInt8(ascii: ":")]
-        while !utf8.isEmpty {
-            let end = utf8.firstIndex(of: 10) ?? utf8.endIndex
-            let line = utf8[utf8.startIndex..<end]
-            if line.starts(with: wanted) {
-                var value = line.dropFirst(wanted.count)
-                while value.first == 32 { value = value.dropFirst() }
-                return String(Substring(value))
-            }
-            utf8 = end == utf8.endIndex ? utf8[end...] : utf8[utf8.index(after: end)...]
-        }
-        return nil
+        pending.finish(.success(answer))
     }
 
     // MARK: Streams
 
     /// Opens a stream for `pending` (the caller flushes afterwards).
     func submit(_ pending: Pending) {
-        guard let handle, var current = token else {
+        guard let handle else {
             lane.requeue(pending, reason: .connectionReset("connection not ready"))
             return
         }
-        let now = client.clock.nowMilliseconds()
-        let settings = lane.settings
-        if now - current.issuedAt >= settings.tokenRefresh.wholeMilliseconds,
-            now - tokenSince >= settings.tokenMinimumInterval.wholeMilliseconds, let fresh = lane.currentToken()
-        {
-            current = fresh
-            token = fresh
-            tokenSince = now
+        var all: [(name: String, value: String)] = []
+        if let tokens = lane.options.tokens {
+            guard var current = token else {
+                lane.requeue(pending, reason: .connectionReset("connection not ready"))
+                return
+            }
+            let now = client.clock.nowMilliseconds()
+            if now - current.issuedAt >= tokens.refresh.wholeMilliseconds,
+                now - tokenSince >= tokens.minimumInterval.wholeMilliseconds, let fresh = lane.currentToken()
+            {
+                current = fresh
+                token = fresh
+                tokenSince = now
+            }
+            all.append(("authorization", "bearer " + current.value))
         }
-        let path = lane.endpoint.pathPrefix + "/3/device/" + pending.push.deviceToken
-        var all: [(name: String, value: String)] = [("authorization", "bearer " + current.value)]
-        all.append(contentsOf: pending.push.headers)
+        let request = pending.request
+        all.append(contentsOf: request.headers)
         var owned: [UnsafeMutablePointer<CChar>] = []
         defer { for p in owned { free(p) } }
         var headers: [hh2_header] = []
@@ -395,13 +385,14 @@ final class Connection: @unchecked Sendable {
             owned.append(v)
             headers.append(hh2_header(name: n, value: v))
         }
-        let sid = pending.push.payload.withUnsafeBufferPointer { body in
+        let sid = request.body.withUnsafeBufferPointer { body in
             hh2_conn_submit(
-                handle, "POST", path, lane.endpoint.authority, headers, headers.count, body.baseAddress, body.count, 0)
+                handle, request.method, request.path, lane.endpoint.authority, headers, headers.count,
+                body.baseAddress, body.count, 0)
         }
         if sid > 0 {
             streams[sid] = pending
-            client.count { $0.pushesSent += 1 }
+            client.count { $0.requestsSent += 1 }
         } else if sid == HH2_ERR_REFUSED {
             draining = true
             lane.requeue(pending, reason: .goAway(reason: goAwayReason))
@@ -450,20 +441,20 @@ final class Connection: @unchecked Sendable {
     /// A connection that may carry no more: closed once its streams finish.
     private func retire() {
         guard phase != .finished else { return }
-        client.log?.info("apns_connection_retired", fields)
+        client.log?.info("http2_connection_retired", fields)
         teardown()
         lane.connectionClosed(self)
     }
 
     /// The connection broke: its streams fail with `error`.
-    private func failed(_ error: APNsClientError) {
+    private func failed(_ error: HTTP2ClientError) {
         guard phase != .finished else { return }
         let wasReady = phase == .open
         finishStreams(error)
         teardown()
         if wasReady {
             client.log?.warning(
-                "apns_connection_failed",
+                "http2_connection_failed",
                 ["lane": lane.key.description, "conn": String(id), "error": error.description])
             lane.connectionClosed(self)
         } else {
@@ -472,12 +463,12 @@ final class Connection: @unchecked Sendable {
     }
 
     /// Ends the connection at once (client shutdown).
-    func abort(_ error: APNsClientError) {
+    func abort(_ error: HTTP2ClientError) {
         finishStreams(error)
         teardown()
     }
 
-    private func finishStreams(_ error: APNsClientError) {
+    private func finishStreams(_ error: HTTP2ClientError) {
         let open = streams
         streams.removeAll()
         for (_, pending) in open { pending.finish(.failure(error)) }
@@ -504,10 +495,11 @@ final class Connection: @unchecked Sendable {
         }
     }
 
-    private func error(for rc: Int32, during connecting: Bool) -> APNsClientError {
+    private func error(for rc: Int32, during connecting: Bool) -> HTTP2ClientError {
         let message = handle.map { String(cString: hh2_conn_error($0)) } ?? "error \(rc)"
         switch rc {
-        case HH2_ERR_TLS, HH2_ERR_ALPN: return .tls(message)
+        case HH2_ERR_TLS: return .tls(message)
+        case HH2_ERR_ALPN: return .noHTTP2(message)
         case HH2_ERR_EOF, HH2_ERR_IO: return connecting ? .connectFailed(message) : .connectionReset(message)
         default: return .connectionReset(message)
         }
