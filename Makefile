@@ -11,11 +11,15 @@ PYTHON ?= python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # C libraries from Debian, plus what the tests and benchmarks drive.
+# nginx and nghttp2-client (h2load) are the fan-out benchmark's sink and ceiling; the
+# benchmark runs its own nginx on its own ports and never uses the system one.
 DEBIAN_PACKAGES := libssl-dev libsodium-dev libnghttp2-dev libjansson-dev \
-	libcurl4-openssl-dev libsqlite3-dev libinih-dev openssl pkg-config python3 python3-venv
+	libcurl4-openssl-dev libsqlite3-dev libinih-dev openssl pkg-config python3 python3-venv \
+	nginx nghttp2-client
 
 VENV := .venv
 VENV_STAMP := $(VENV)/.requirements-installed
+BENCH_STAMP := $(VENV)/.bench-requirements-installed
 BUILD_DIR := build
 HERALD := .build/debug/herald
 
@@ -31,8 +35,8 @@ SWIFT_SANITIZE := --scratch-path .build/sanitize --sanitize=address -Xcc -fsanit
 	-Xcc -fno-sanitize-recover=all
 SANITIZE_SUITES := APNsTests|HeraldSchedulerTests|HeraldStoreTests
 
-.PHONY: deps debian-deps python-deps build run openrpc test test-c test-swift test-sanitize test-interop \
-	bench bench-crypto bench-rpc bench-delivery clean
+.PHONY: deps debian-deps python-deps bench-deps build run demo openrpc test test-c test-swift test-sanitize \
+	test-interop bench bench-crypto bench-rpc bench-delivery bench-fanout bench-quick clean
 
 ## deps: install missing Debian packages and the Python test peers (local venv)
 deps: debian-deps python-deps
@@ -54,6 +58,13 @@ $(VENV_STAMP): Tests/interop/requirements.txt | debian-deps
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r Tests/interop/requirements.txt
 	touch $@
 
+## bench-deps: the benchmark-only Python packages (fan-out peers, plots) into the venv
+bench-deps: $(BENCH_STAMP)
+
+$(BENCH_STAMP): benchmarks/requirements.txt $(VENV_STAMP)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r benchmarks/requirements.txt
+	touch $@
+
 ## build: the herald executable (debug)
 build: debian-deps
 	$(SWIFT) build --product herald
@@ -63,13 +74,18 @@ run: build
 	@HERALD=$(HERALD) scripts/dev-setup.sh $(CURDIR)/.herald
 	exec $(HERALD) serve --config $(CURDIR)/.herald/herald.conf
 
+## demo: herald against the benchmark sink: 500 devices, one message, live progress, final counts
+demo: deps bench-deps build
+	$(VENV)/bin/python benchmarks/fanout/demo.py --herald $(HERALD)
+
 ## openrpc: embed docs/openrpc.json into the daemon (rpc.discover)
 openrpc:
 	$(PYTHON) scripts/embed-openrpc.py
 
-## test: every suite: C core under ASan+UBSan, Swift suites (some again under sanitizers), interop with Python peers
+## test: every suite: C core under ASan+UBSan, Swift suites (some again under sanitizers), interop with Python
+## peers, then the fan-out benchmark harness as a smoke check (bench-quick: no timing is asserted)
 test: deps
-	$(MAKE) --no-print-directory test-c test-swift test-sanitize test-interop
+	$(MAKE) --no-print-directory test-c test-swift test-sanitize test-interop bench-quick
 
 test-c: debian-deps
 	@mkdir -p $(BUILD_DIR)/ctest
@@ -94,8 +110,8 @@ test-interop: python-deps
 	$(SWIFT) build --product herald
 	HERALD_BIN=$(HERALD) $(VENV)/bin/python -m pytest -q Tests/interop Tests/gateways
 
-## bench: every benchmark
-bench: bench-crypto bench-rpc bench-delivery
+## bench: the crypto figures, then the fan-out benchmark against nginx and the other senders (REPORT.md)
+bench: bench-crypto bench-fanout
 
 ## bench-crypto: seal and ES256 figures against the floor, openssl speed and http_ece
 bench-crypto: deps
@@ -113,6 +129,20 @@ bench-delivery: deps
 	$(SWIFT) build -c release --product herald
 	$(VENV)/bin/python benchmarks/delivery/bench_delivery.py .build/release/herald \
 		--out benchmarks/results/delivery.json
+
+## bench-fanout: one message to 500 devices and sustained rates, herald next to pywebpush, aioapns and h2load
+## against an nginx sink: table, benchmarks/results/fanout.json, REPORT.md and plots (FANOUT_ARGS=--perf profiles)
+FANOUT_ARGS ?=
+bench-fanout: deps bench-deps
+	$(SWIFT) build -c release --product herald
+	$(VENV)/bin/python benchmarks/fanout/bench_fanout.py --herald .build/release/herald \
+		--out-dir benchmarks/results $(FANOUT_ARGS)
+
+## bench-quick: the fan-out harness with few iterations and the debug herald, into build/bench-quick/;
+## fails only when the harness breaks or a push is not delivered, never on a timing
+bench-quick: deps bench-deps build
+	$(VENV)/bin/python benchmarks/fanout/bench_fanout.py --quick --check --herald $(HERALD) \
+		--out-dir $(BUILD_DIR)/bench-quick
 
 clean:
 	rm -rf .build $(BUILD_DIR)

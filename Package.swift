@@ -58,7 +58,7 @@ let package = Package(
         .target(name: "JSONRPC", swiftSettings: strictSwift),
         .target(
             name: "WebPush",
-            dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HeraldIO"],
+            dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HTTP2", "HeraldIO"],
             swiftSettings: strictSwift),
         .target(name: "HeraldDelivery", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
         .target(

@@ -114,3 +114,28 @@ class HeraldProcess:
         status = stop_process(self.proc)
         self.log.close()
         return status
+
+
+# Added for the fan-out benchmark (benchmarks/fanout): peak memory of a process.
+
+def proc_peak_rss_kb(pid):
+    """VmHWM (peak resident set size, KiB) of a process, from /proc/PID/status; None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def reset_peak_rss(pid):
+    """Resets VmHWM of a process to its current RSS (`5` to /proc/PID/clear_refs,
+    Linux 4.0+; needs the right to write there, e.g. the same user). True when done."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False

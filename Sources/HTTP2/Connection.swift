@@ -67,6 +67,8 @@ final class Connection: @unchecked Sendable {
     private var tokenSince: Int64 = 0
     private let startedAt = monotonicMilliseconds()
     private var lastRead = monotonicMilliseconds()
+    /// Monotonic ms of the last stream opened or finished.
+    private var lastStreamAt = monotonicMilliseconds()
     private var pingSentAt: Int64?
     private var interest: UInt32 = 0
 
@@ -325,6 +327,7 @@ final class Connection: @unchecked Sendable {
 
     private func response(stream: Int32, status: Int, code: UInt32, headers: String, body: [UInt8]) {
         guard let pending = streams.removeValue(forKey: stream) else { return }  // cancelled at its deadline
+        lastStreamAt = monotonicMilliseconds()
         guard status > 0 else {
             if code == HH2_REFUSED_STREAM {
                 lane.requeue(pending, reason: .refusedStream)
@@ -392,6 +395,7 @@ final class Connection: @unchecked Sendable {
         }
         if sid > 0 {
             streams[sid] = pending
+            lastStreamAt = monotonicMilliseconds()
             client.count { $0.requestsSent += 1 }
         } else if sid == HH2_ERR_REFUSED {
             draining = true
@@ -419,6 +423,10 @@ final class Connection: @unchecked Sendable {
                 wrote = true
                 client.count { $0.timeouts += 1 }
                 pending.finish(.failure(.timeout("no answer within \(settings.requestTimeout)")))
+            }
+            if streams.isEmpty, let idle = lane.options.idleTimeout, now - lastStreamAt >= idle.wholeMilliseconds {
+                retire()
+                return
             }
             if let sent = pingSentAt {
                 if now - sent >= settings.pingTimeout.wholeMilliseconds {

@@ -74,9 +74,17 @@ public struct HTTP2LaneOptions: Sendable {
     public var tokens: HTTP2BearerTokens?
     /// Looks at every answer; nil keeps every connection.
     public var judge: (@Sendable (HTTP2Response) -> HTTP2Verdict)?
+    /// A connection that carried no request for this long is closed; nil
+    /// keeps it open (with PINGs) for as long as the server allows. Lanes to
+    /// many servers (Web Push origins) set it so idle ones cost nothing.
+    public var idleTimeout: Duration?
 
-    public init(tokens: HTTP2BearerTokens? = nil, judge: (@Sendable (HTTP2Response) -> HTTP2Verdict)? = nil) {
+    public init(
+        tokens: HTTP2BearerTokens? = nil, idleTimeout: Duration? = nil,
+        judge: (@Sendable (HTTP2Response) -> HTTP2Verdict)? = nil
+    ) {
         self.tokens = tokens
+        self.idleTimeout = idleTimeout
         self.judge = judge
     }
 }
@@ -259,8 +267,10 @@ public final class HTTP2Client: Sendable {
         var stopping = false
     }
 
-    public init(settings: HTTP2ClientSettings, clock: any WallClock = SystemClock(), log: Logger? = nil)
-        throws(HTTP2ClientError)
+    public init(
+        settings: HTTP2ClientSettings, clock: any WallClock = SystemClock(), log: Logger? = nil,
+        threadName: String = "herald-http2"
+    ) throws(HTTP2ClientError)
     {
         self.settings = settings
         self.clock = clock
@@ -277,7 +287,7 @@ public final class HTTP2Client: Sendable {
             loop.run()
             done.signal()
         }
-        thread.name = "herald-http2"
+        thread.name = threadName
         thread.start()
         loop.execute { [weak self, loop] in
             loop.every(milliseconds: 100) { [weak self] in self?.sweep() }
@@ -324,8 +334,23 @@ public final class HTTP2Client: Sendable {
     private func sweep() {
         let lanes = registry.withLock { Array($0.lanes.values) }
         let now = monotonicMilliseconds()
-        for lane in lanes { lane.sweep(now: now) }
+        var idle: [Lane] = []
+        for lane in lanes {
+            lane.sweep(now: now)
+            if lane.isIdle(now: now) { idle.append(lane) }
+        }
+        guard !idle.isEmpty else { return }
+        registry.withLock { r in
+            for lane in idle where r.lanes[lane.key] === lane {
+                r.lanes[lane.key] = nil
+                lane.detached = true
+            }
+        }
     }
+
+    /// Lanes currently known to the client (idle ones with an idle timeout
+    /// are forgotten).
+    public var laneCount: Int { registry.withLock { $0.lanes.count } }
 
     func count(_ update: (inout HTTP2ClientStats) -> Void) { counters.withLock { update(&$0) } }
 
@@ -343,11 +368,25 @@ public final class HTTP2Client: Sendable {
             return box
         }
         var lanes: [Lane] = []
-        for (lane, pending) in batch {
+        for (handed, pending) in batch {
+            let lane = handed.detached ? reattach(handed) : handed
             lane.enqueue(pending, pump: false)
             if !lanes.contains(where: { $0 === lane }) { lanes.append(lane) }
         }
         for lane in lanes { lane.pump() }
+    }
+}
+
+extension HTTP2Client {
+    /// A request reached a lane the sweep forgot: the registered lane of its
+    /// key takes it (or this one is registered again). Loop thread only.
+    fileprivate func reattach(_ lane: Lane) -> Lane {
+        registry.withLock { r in
+            if let current = r.lanes[lane.key] { return current }
+            r.lanes[lane.key] = lane
+            lane.detached = false
+            return lane
+        }
     }
 }
 

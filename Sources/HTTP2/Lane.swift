@@ -49,6 +49,11 @@ final class Lane: @unchecked Sendable {
     private var reconnectAt: Int64 = 0
     private var reconnectDelay: Int64 = 0
     private var closed = false
+    /// Monotonic ms of the last request handed to the lane.
+    private(set) var lastUsed = monotonicMilliseconds()
+    /// Taken out of the client's registry while idle; a request that still
+    /// reaches it puts it back.
+    var detached = false
 
     init(key: HTTP2LaneKey, endpoint: HTTP2Endpoint, options: HTTP2LaneOptions, client: HTTP2Client) {
         self.key = key
@@ -68,6 +73,7 @@ final class Lane: @unchecked Sendable {
             return
         }
         queue.append(pending)
+        lastUsed = monotonicMilliseconds()
         if now { pump() }
     }
 
@@ -215,6 +221,13 @@ final class Lane: @unchecked Sendable {
         }
         for conn in connections { conn.sweep(now: now) }
         if queued > 0 { pump() }
+    }
+
+    /// Holds nothing and has been unused for its idle timeout: the client
+    /// may forget it. Lanes without an idle timeout are kept.
+    func isIdle(now: Int64) -> Bool {
+        guard let idle = options.idleTimeout else { return false }
+        return connections.isEmpty && queued == 0 && now - lastUsed >= idle.wholeMilliseconds
     }
 
     func close() {

@@ -1,5 +1,6 @@
 import APNs
 import FCM
+import HTTP2
 import HTTPClient
 import HeraldCore
 import HeraldDelivery
@@ -13,6 +14,8 @@ import WebPush
 final class DeliveryStack: @unchecked Sendable {
     let scheduler: Scheduler
     let apns: APNsClient?
+    /// Web Push to origins that speak HTTP/2 (the others go through libcurl).
+    let webHTTP2: HTTP2Client?
     private let httpClients: [HTTPClient]
     /// Per app, the platforms whose sends are skipped and why.
     let disabled: [String: [Platform: String]]
@@ -44,6 +47,13 @@ final class DeliveryStack: @unchecked Sendable {
         let needsWeb = credentials.values.contains { $0.webPush.isReady }
         let webClient: HTTPClient? =
             needsWeb ? try HTTPClient(configuration: .init(caFile: caFile, maxConnectionsPerHost: 2)) : nil
+        // Its own thread, so Web Push and APNs fan-outs do not share a loop.
+        let webHTTP2: HTTP2Client? =
+            needsWeb
+            ? try HTTP2Client(
+                settings: HTTP2ClientSettings(caFile: caFile) { host, port in
+                    try SystemResolver().resolve(host: host, port: port).map(\.description)
+                }, log: log, threadName: "herald-webpush") : nil
         clients += [fcmClient, webClient].compactMap { $0 }
         // Send-time checks reuse a name's answer for 30 s (one lookup per push
         // service per fan-out, not one per push); registrations resolve afresh.
@@ -85,7 +95,7 @@ final class DeliveryStack: @unchecked Sendable {
                 off[.web] = reason
             case .ready(let vapid):
                 let sender = WebPushSender(
-                    guard: endpointGuard, client: webClient!, vapidKey: vapid.key, subject: vapid.subject, app: name)
+                    guard: endpointGuard, client: webClient!, http2: webHTTP2, vapidKey: vapid.key, subject: vapid.subject, app: name)
                 transports[QueueLane(app: name, platform: .web)] = WebPushTransport(sender: sender)
             }
             disabled[name] = off
@@ -101,6 +111,7 @@ final class DeliveryStack: @unchecked Sendable {
                     windowCap: d.staleWindowCap, batchRatio: d.staleBatchRatio, batchMin: d.staleBatchMin)),
             log: log)
         self.apns = apns
+        self.webHTTP2 = webHTTP2
         self.httpClients = clients
         self.disabled = disabled
     }
@@ -115,6 +126,7 @@ final class DeliveryStack: @unchecked Sendable {
     /// (`shutdown`) and are recorded as retrying.
     func shutdownTransports() {
         apns?.shutdown()
+        webHTTP2?.shutdown()
         for client in httpClients { client.shutdown() }
     }
 }

@@ -2,6 +2,7 @@ public import HeraldCore
 public import HeraldCrypto
 public import HeraldDelivery
 public import HTTPClient
+public import HTTP2
 internal import Dispatch
 internal import Synchronization
 
@@ -21,7 +22,11 @@ internal import Synchronization
 /// 3. `POST` with `TTL`, `Urgency`, `Topic` (when set), `Content-Encoding:
 ///    aes128gcm`, `Content-Type: application/octet-stream` and the VAPID
 ///    `Authorization` from the ``VAPIDTokenCache`` (per app and origin),
-///    pinned to the vetted addresses.
+///    pinned to the vetted addresses. With an ``HTTP2Client`` the request
+///    goes on the lane of its origin and addresses (long-lived HTTP/2
+///    connections, closed after `idleTimeout` without a request); an origin
+///    that does not offer HTTP/2 in ALPN is sent through the libcurl client
+///    (HTTP/1.1 or HTTP/2) for the next `http1Memory`.
 /// 4. The answer goes through ``WebPushClassifier``; a 401/403 also drops
 ///    the cached VAPID token of that origin. The first 413 makes the
 ///    sender seal `payload.minimalPlaintext` to `payload.stepDownBodySize` and
@@ -39,8 +44,16 @@ public final class WebPushSender: Sendable {
     public static let sealFailure = ProviderReason("seal_failure")
     public static let invalidKeys = ProviderReason("invalid_subscription_keys")
 
+    /// An HTTP/2 lane with no request for this long closes its connection.
+    public static let idleTimeout: Duration = .seconds(120)
+    /// How long an origin that refused HTTP/2 is sent through libcurl.
+    public static let http1Memory: Duration = .seconds(3600)
+    static let maxRememberedHTTP1Origins = 4096
+
     public let endpointGuard: EndpointGuard
     public let client: HTTPClient
+    /// Carries requests to origins that speak HTTP/2; nil sends everything through `client`.
+    public let http2: HTTP2Client?
     public let app: String
     public let subject: String
     public let clock: any WallClock
@@ -50,14 +63,17 @@ public final class WebPushSender: Sendable {
     private let vapidKey: P256PrivateKey
     private let queue = DispatchQueue(label: "herald.webpush.sender", attributes: .concurrent)
     private let sealers = Mutex<[SealerBox]>([])
+    /// Origins that did not offer HTTP/2, until when (wall-clock ms) they go through libcurl.
+    private let http1Origins = Mutex<[String: Int64]>([:])
 
     public init(
-        guard endpointGuard: EndpointGuard, client: HTTPClient, vapidKey: P256PrivateKey, subject: String,
-        app: String, clock: any WallClock = SystemClock(), tokens: VAPIDTokenCache? = nil,
+        guard endpointGuard: EndpointGuard, client: HTTPClient, http2: HTTP2Client? = nil, vapidKey: P256PrivateKey,
+        subject: String, app: String, clock: any WallClock = SystemClock(), tokens: VAPIDTokenCache? = nil,
         timeout: Duration = .seconds(15)
     ) {
         self.endpointGuard = endpointGuard
         self.client = client
+        self.http2 = http2
         self.vapidKey = vapidKey
         self.subject = subject
         self.app = app
@@ -122,21 +138,14 @@ public final class WebPushSender: Sendable {
             completion(.failed(reason: Self.vapidFailure), nil)
             return
         }
-        var fields: [(String, String)] = headers.fields.map { ($0.name, $0.value) }
-        fields.append(("Authorization", authorization))
-        let request = HTTPRequest(
-            method: "POST", url: checked.url, headers: fields, body: body, timeout: timeout,
-            pinnedAddresses: checked.addresses.map(\.description))
-        client.send(request) { [self] result in
+        let answered: @Sendable (ServiceAnswer) -> Void = {
+            [self] result in
             switch result {
-            case .failure(let error):
-                completion(.transient(reason: Self.reason(for: error)), nil)
-            case .success(let response):
-                let retryAfter = response.header("retry-after").flatMap {
-                    RetryAfter.parse($0, now: clock.nowMilliseconds())
-                }
-                let outcome = WebPushClassifier.classify(
-                    status: response.status, retryAfter: retryAfter, steppedDown: steppedDown)
+            case .unanswered(let reason):
+                completion(.transient(reason: reason), nil)
+            case .answered(let status, let retryAfterField):
+                let retryAfter = retryAfterField.flatMap { RetryAfter.parse($0, now: clock.nowMilliseconds()) }
+                let outcome = WebPushClassifier.classify(status: status, retryAfter: retryAfter, steppedDown: steppedDown)
                 if case .authRejected = outcome {
                     // The service refused the VAPID token: sign a fresh one for the next send.
                     tokens.remove(app: app, origin: checked.origin)
@@ -149,10 +158,80 @@ public final class WebPushSender: Sendable {
                     }
                     return
                 }
-                completion(outcome, response.status)
+                completion(outcome, status)
+            }
+        }
+        if let http2, !sendsHTTP1(checked.origin) {
+            sendHTTP2(http2, checked, headers: headers, authorization: authorization, body: body, answered: answered)
+        } else {
+            sendCurl(checked, headers: headers, authorization: authorization, body: body, answered: answered)
+        }
+    }
+
+    private func sendHTTP2(
+        _ http2: HTTP2Client, _ checked: CheckedEndpoint, headers: WebPushHeaders, authorization: String,
+        body: [UInt8], answered: @escaping @Sendable (ServiceAnswer) -> Void
+    ) {
+        let addresses = checked.addresses.map(\.description)
+        let lane = http2.lane(
+            HTTP2LaneKey("web:\(checked.origin)@\(addresses.joined(separator: ","))"),
+            endpoint: HTTP2Endpoint(host: checked.host, port: checked.port, addresses: addresses),
+            options: HTTP2LaneOptions(idleTimeout: Self.idleTimeout))
+        var fields: [(name: String, value: String)] = headers.fields.map { ($0.name.lowercased(), $0.value) }
+        fields.append(("content-length", String(body.count)))
+        fields.append(("authorization", authorization))
+        lane.send(HTTP2Request(path: checked.pathAndQuery, headers: fields, body: body)) { [self] result in
+            switch result {
+            case .success(let response):
+                answered(.answered(status: response.status, retryAfter: response.header("retry-after")))
+            case .failure(.noHTTP2):
+                // This origin speaks HTTP/1.1 only: libcurl carries it (and this request).
+                rememberHTTP1(checked.origin)
+                sendCurl(checked, headers: headers, authorization: authorization, body: body, answered: answered)
+            case .failure(let error):
+                answered(.unanswered(Self.reason(for: error)))
             }
         }
     }
+
+    private func sendCurl(
+        _ checked: CheckedEndpoint, headers: WebPushHeaders, authorization: String, body: [UInt8],
+        answered: @escaping @Sendable (ServiceAnswer) -> Void
+    ) {
+        var fields: [(String, String)] = headers.fields.map { ($0.name, $0.value) }
+        fields.append(("Authorization", authorization))
+        let request = HTTPRequest(
+            method: "POST", url: checked.url, headers: fields, body: body, timeout: timeout,
+            pinnedAddresses: checked.addresses.map(\.description))
+        client.send(request) { result in
+            switch result {
+            case .failure(let error): answered(.unanswered(Self.reason(for: error)))
+            case .success(let response): answered(.answered(status: response.status, retryAfter: response.header("retry-after")))
+            }
+        }
+    }
+
+    private func sendsHTTP1(_ origin: String) -> Bool {
+        let now = clock.nowMilliseconds()
+        return http1Origins.withLock { known in
+            guard let until = known[origin] else { return false }
+            if now < until { return true }
+            known[origin] = nil
+            return false
+        }
+    }
+
+    private func rememberHTTP1(_ origin: String) {
+        let now = clock.nowMilliseconds()
+        http1Origins.withLock { known in
+            if known.count >= Self.maxRememberedHTTP1Origins { known = known.filter { $0.value > now } }
+            if known.count >= Self.maxRememberedHTTP1Origins { known.removeAll() }
+            known[origin] = now + Self.http1Memory.wholeMilliseconds
+        }
+    }
+
+    /// Whether `origin` is currently sent through libcurl because it refused HTTP/2.
+    public func usesHTTP1(_ origin: String) -> Bool { sendsHTTP1(origin) }
 
     private func seal(_ plaintext: [UInt8], for subscriber: WebPushSubscriber, bodySize: Int) -> [UInt8]? {
         let box: SealerBox
@@ -180,6 +259,25 @@ public final class WebPushSender: Sendable {
         case .bodyTooLarge, .invalidRequest, .other: .connectionReset
         }
     }
+
+    static func reason(for error: HTTP2ClientError) -> ProviderReason {
+        switch error {
+        case .timeout: .timeout
+        case .dnsFailure: .dnsFailure
+        case .connectFailed: .connectFailure
+        case .tls, .noHTTP2: .tlsFailure
+        case .connectionReset: .connectionReset
+        case .refusedStream: .refusedStream
+        case .goAway: .goAway
+        case .shutdown: .shutdown
+        }
+    }
+}
+
+/// What a push service said to one request, whichever client carried it.
+enum ServiceAnswer: Sendable {
+    case answered(status: Int, retryAfter: String?)
+    case unanswered(ProviderReason)
 }
 
 /// A sealer moved between threads by the pool; only one thread uses it at a time.

@@ -1,0 +1,160 @@
+"""What the fan-out benchmark and the demo set up around the sink: provider
+credentials, Herald's configuration, Web Push subscriptions (real P-256 keys
+and auth secrets; the sink does not decrypt) and device registrations."""
+import base64
+import json
+import os
+import sys
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from herald_proc import LineReader, connect, request  # noqa: E402  (benchmarks/herald_proc.py)
+
+KEY_ID = "ABC123DEFG"
+TEAM_ID = "TEAM123456"
+TOPIC = "com.example.app"
+PROJECT_ID = "herald-bench"
+CLIENT_EMAIL = "herald@herald-bench.iam.gserviceaccount.com"
+VAPID_SUBJECT = "mailto:ops@example.com"
+
+
+def b64u(b):
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+def pem(key):
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def provider_keys(directory, sink):
+    """Writes the APNs key (apns.p8), the FCM service account (fcm.json, its
+    token_uri at the sink) and the VAPID key (vapid.pem); returns their paths."""
+    paths = {"apns": os.path.join(directory, "apns.p8"), "fcm": os.path.join(directory, "fcm.json"),
+             "vapid": os.path.join(directory, "vapid.pem")}
+    with open(paths["apns"], "wb") as f:
+        f.write(pem(ec.generate_private_key(ec.SECP256R1())))
+    # Herald signs an RS256 assertion with it; the sink does not check it.
+    fcm = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    with open(paths["fcm"], "w") as f:
+        json.dump({"type": "service_account", "project_id": PROJECT_ID, "private_key_id": "k1",
+                   "private_key": pem(fcm).decode(), "client_email": CLIENT_EMAIL,
+                   "token_uri": sink.fcm_url + "/token"}, f)
+    with open(paths["vapid"], "wb") as f:
+        f.write(pem(ec.generate_private_key(ec.SECP256R1())))
+    for p in paths.values():
+        os.chmod(p, 0o600)
+    return paths
+
+
+def herald_config(directory, sink, keys, log_level="warning"):
+    return f"""[server]
+socket = {directory}/herald.sock
+socket_mode = 0600
+state_dir = {directory}
+log_level = {log_level}
+max_inflight = 2000
+
+[store]
+key = {directory}/store.key
+synchronous = full
+
+[delivery]
+
+[endpoints]
+apns_production = {sink.apns_url}
+apns_development = {sink.apns_url}
+fcm = {sink.fcm_url}
+ca_file = {sink.ca}
+webpush_allow_private = true
+
+[app.default]
+device_cap = 20
+apns_key = {keys['apns']}
+apns_key_id = {KEY_ID}
+apns_team_id = {TEAM_ID}
+apns_topic = {TOPIC}
+fcm_credentials = {keys['fcm']}
+vapid_key = {keys['vapid']}
+vapid_subject = {VAPID_SUBJECT}
+"""
+
+
+def web_subscription(sink, index, tag):
+    """A subscription as a browser hands it over: endpoint on one of the sink's
+    origins (round robin), a fresh P-256 public key and a 16-byte auth secret."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    point = key.public_key().public_bytes(serialization.Encoding.X962,
+                                          serialization.PublicFormat.UncompressedPoint)
+    return {"endpoint": f"{sink.web_origin(index)}/push/{tag}-{index:05d}",
+            "keys": {"p256dh": b64u(point), "auth": b64u(os.urandom(16))}}
+
+
+def apns_token(scenario_index, n):
+    return f"{scenario_index + 1:08x}{n + 1:056x}"
+
+
+class Client:
+    """One connection to the daemon: newline-framed JSON-RPC."""
+
+    def __init__(self, path, timeout=120):
+        self.sock = connect(path, timeout)
+        self.reader = LineReader(self.sock)
+        self.next_id = 1
+
+    def call(self, method, params=None):
+        rid = self.next_id
+        self.next_id += 1
+        self.sock.sendall(request(rid, method, params))
+        return json.loads(self.reader.line())
+
+    def pipelined(self, method, params_list, chunk=200):
+        """Many calls written ahead of their answers; answers in request order."""
+        out = []
+        for start in range(0, len(params_list), chunk):
+            part = params_list[start:start + chunk]
+            ids = list(range(self.next_id, self.next_id + len(part)))
+            self.next_id += len(part)
+            self.sock.sendall(b"".join(request(i, method, p) for i, p in zip(ids, part)))
+            by_id = {}
+            for _ in part:
+                obj = json.loads(self.reader.line())
+                by_id[obj.get("id")] = obj
+            out += [by_id.get(i) for i in ids]
+        return out
+
+    def close(self):
+        self.sock.close()
+
+
+def register(client, sink, scenario, scenario_index, users, per_user):
+    """Registers `users` users with `per_user` = (web, apns, fcm) devices each,
+    named `scenario-uNNN`; returns (user names, devices) where devices lists
+    what each peer needs: {"platform", "token", "keys"?}."""
+    n_web, n_apns, n_fcm = per_user
+    names, params, devices = [], [], []
+    web_i = apns_i = 0
+    for u in range(users):
+        user = f"{scenario}-u{u:03d}"
+        names.append(user)
+        for _ in range(n_web):
+            s = web_subscription(sink, web_i, scenario)
+            web_i += 1
+            params.append({"user": user, "platform": "web", "token": s["endpoint"], "keys": s["keys"]})
+            devices.append({"platform": "web", "token": s["endpoint"], "keys": s["keys"]})
+        for _ in range(n_apns):
+            t = apns_token(scenario_index, apns_i)
+            apns_i += 1
+            params.append({"user": user, "platform": "apns", "token": t})
+            devices.append({"platform": "apns", "token": t})
+        for k in range(n_fcm):
+            t = f"bench-{scenario}-{u}-{k}"
+            params.append({"user": user, "platform": "fcm", "token": t})
+            devices.append({"platform": "fcm", "token": t})
+    answers = client.pipelined("device.register", params)
+    bad = [a for a in answers if not a or "result" not in a]
+    if bad:
+        raise RuntimeError(f"{scenario}: {len(bad)} of {len(params)} registrations failed, first: {bad[0]}")
+    return names, devices

@@ -1,0 +1,453 @@
+#!/usr/bin/env python3
+"""The fan-out benchmark's table, target verdicts, REPORT.md and PNG plots,
+from the results the driver collected (fanout-details.json).
+
+    .venv/bin/python benchmarks/fanout/report.py [benchmarks/results/fanout-details.json [OUT_DIR]]
+
+rewrites REPORT.md and the plots from a details file without measuring again.
+benchmarks/fanout/findings.md, when present, goes into the report as it is
+(the analysis of misses, profiles and before/after figures, kept by hand).
+"""
+import json
+import os
+import pathlib
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+LATENCY = ["web500", "apns500", "fcm500", "mixed500"]
+SUSTAINED = ["web_sustained", "apns_sustained", "fcm_sustained"]
+ORDER = ["herald", "pywebpush_seq", "pywebpush_threads", "aioapns", "h2load"]
+COLORS = {"herald": "#1f77b4", "pywebpush_seq": "#d62728", "pywebpush_threads": "#ff7f0e",
+          "aioapns": "#2ca02c", "h2load": "#7f7f7f"}
+FINDINGS = HERE / "findings.md"
+
+
+def rows_by(results):
+    return {(r["scenario"], r["sender"]): r for r in results["rows"]}
+
+
+def herald_ratio(results, r):
+    """Herald / sender: in a 500-device scenario sender p50 / Herald p50 (how many
+    times faster Herald is); in a sustained one Herald pushes/s / sender pushes/s."""
+    by = rows_by(results)
+    h = by.get((r["scenario"], "herald"))
+    if not h or r["sender"] == "herald":
+        return None
+    if r["scenario"] in LATENCY:
+        if h.get("p50_ms") and r.get("p50_ms"):
+            return r["p50_ms"] / h["p50_ms"]
+        return None
+    if h.get("pushes_per_s") and r.get("pushes_per_s"):
+        return h["pushes_per_s"] / r["pushes_per_s"]
+    return None
+
+
+def seal_allowance(results):
+    """Pushes/s the measured seal cost allows on this machine's cores:
+    (all-core figure, cores / one-core figure)."""
+    c = results.get("crypto_json") or {}
+    allcore = 1e6 / c["seal_all_cores_us"] if c.get("seal_all_cores_us") else None
+    cores = c.get("cores") or results["machine"]["cores"]
+    onecore = cores * 1e6 / c["seal_us"] if c.get("seal_us") else None
+    return allcore, onecore
+
+
+def summarise(results):
+    by = rows_by(results)
+    targets = []
+
+    def add(name, target, measured, met, detail):
+        targets.append({"target": name, "wanted": target, "measured": measured, "met": met, "detail": detail})
+
+    def f(x, spec=".1f"):
+        return "-" if x is None else format(x, spec)
+
+    for scen, limit, peer, factor in (("web500", 40, "pywebpush_threads", 10), ("apns500", 25, "aioapns", 3)):
+        h = by.get((scen, "herald"))
+        p = by.get((scen, peer))
+        if h and h.get("p50_ms") is not None:
+            p50 = h["p50_ms"]
+            add(f"{scen} p50", f"<= {limit} ms", f"{p50:.1f} ms", p50 <= limit,
+                "met" if p50 <= limit else f"{p50 - limit:.1f} ms over ({p50 / limit:.2f}x the target)")
+        if h and p and h.get("p50_ms") and p.get("p50_ms"):
+            ratio = p["p50_ms"] / h["p50_ms"]
+            add(f"{scen} vs {peer}", f">= {factor}x faster (p50)", f"{ratio:.2f}x", ratio >= factor,
+                "met" if ratio >= factor else
+                f"{factor / ratio:.2f}x short: Herald p50 would need to be <= {p['p50_ms'] / factor:.1f} ms")
+    h, c = by.get(("apns_sustained", "herald")), by.get(("apns_sustained", "h2load"))
+    if h and c and h.get("pushes_per_s") and c.get("pushes_per_s"):
+        share = h["pushes_per_s"] / c["pushes_per_s"]
+        add("apns_sustained vs h2load", ">= 0.5 of h2load's rate",
+            f"{share:.3f} ({h['pushes_per_s']:,.0f} vs {c['pushes_per_s']:,.0f} /s)", share >= 0.5,
+            "met" if share >= 0.5 else f"{0.5 / share:.1f}x short: needs {0.5 * c['pushes_per_s']:,.0f} pushes/s")
+    h = by.get(("web_sustained", "herald"))
+    allcore, onecore = seal_allowance(results)
+    if h and h.get("pushes_per_s") and allcore:
+        share = h["pushes_per_s"] / allcore
+        add("web_sustained vs seal cost", ">= 0.7 of what the seal cost allows on all cores",
+            f"{share:.3f} ({h['pushes_per_s']:,.0f} vs {allcore:,.0f} /s; "
+            f"{f(onecore, ',.0f')} /s from cores / one-core seal)", share >= 0.7,
+            "met" if share >= 0.7 else f"{0.7 / share:.1f}x short: needs {0.7 * allcore:,.0f} pushes/s")
+    return {"targets": targets}
+
+
+def _fmt(v, spec, width):
+    return f"{format(v, spec) if isinstance(v, (int, float)) else '-':>{width}}"
+
+
+def table(results):
+    m = results["machine"]
+    cfg = results["config"]
+    out = []
+    out.append(f"Herald fan-out, {cfg['devices_per_message']} devices per message, against nginx on loopback "
+               f"(TLS, HTTP/2) - {m['processor']}, {m['cores']} cores"
+               + ("  [QUICK: smoke run, figures not meaningful]" if results.get("quick") else ""))
+    out.append(f"500-device scenarios: {cfg['messages']} messages after {cfg['warmup']} warm-up (peers: "
+               f"{cfg['peer_messages']}); sustained: back to back for {cfg['sustained_seconds']:g} s")
+    out.append("")
+    head = (f"{'scenario':15} {'sender':18} {'p50 ms':>9} {'p90 ms':>9} {'p99 ms':>9} {'pushes/s':>10} "
+            f"{'CPU s/1k':>9} {'RSS MB':>7} {'Herald/x':>9} {'x/h2load':>9}")
+    out.append(head)
+    out.append("-" * len(head))
+    by = rows_by(results)
+    for scen in LATENCY + SUSTAINED:
+        first = True
+        for sender in ORDER:
+            r = by.get((scen, sender))
+            if not r:
+                continue
+            ratio = herald_ratio(results, r)
+            ceiling = by.get((scen, "h2load"))
+            share = (r["pushes_per_s"] / ceiling["pushes_per_s"]
+                     if sender != "h2load" and ceiling and ceiling.get("pushes_per_s") and r.get("pushes_per_s")
+                     else None)
+            out.append(f"{scen if first else '':15} {sender:18} {_fmt(r.get('p50_ms'), '.1f', 9)} "
+                       f"{_fmt(r.get('p90_ms'), '.1f', 9)} {_fmt(r.get('p99_ms'), '.1f', 9)} "
+                       f"{_fmt(r.get('pushes_per_s'), ',.0f', 10)} {_fmt(r.get('cpu_s_per_1000'), '.3f', 9)} "
+                       f"{_fmt(r.get('peak_rss_mb'), '.1f', 7)} "
+                       f"{(format(ratio, '.2f') + 'x') if ratio else '-':>9} "
+                       f"{(format(share, '.3f')) if share else '-':>9}"
+                       + ("" if r.get("delivered_all") else f"  NOT ALL DELIVERED ({r['delivered']}/{r['expected']})"))
+            first = False
+    if results.get("crypto"):
+        out.append("")
+        out.append(f"{'crypto':15} {'sender':18} {'us/seal':>9} {'seals/s':>10}  source")
+        for c in results["crypto"]:
+            out.append(f"{'':15} {c['sender']:18} {_fmt(c.get('us_per_seal'), '.1f', 9)} "
+                       f"{_fmt(c.get('seals_per_s'), ',.0f', 10)}  {c['source']}"
+                       + (f"; CPU {c['cpu_s_per_1000']:.3f} s/1k" if c.get("cpu_s_per_1000") else ""))
+    out.append("")
+    out.append("Herald/x: in a 500-device scenario p50 of x / p50 of Herald (how many times faster Herald is);")
+    out.append("          sustained: Herald pushes/s / pushes/s of x. x/h2load: pushes/s of x / h2load's.")
+    out.append("pushes/s of a 500-device row: delivered / the sum of its message times. CPU s/1k: utime+stime")
+    out.append("of the sender's process over the measured messages per 1,000 pushes; RSS: its peak (VmHWM).")
+    t = results.get("targets") or summarise(results)["targets"]
+    if t:
+        out.append("")
+        out.append("targets:" + ("  (quick run: no verdict, the figures are a smoke run's)" if results.get("quick") else ""))
+        for x in t:
+            out.append(f"  {'MET    ' if x['met'] else 'NOT MET'} {x['target']}: wanted {x['wanted']}, "
+                       f"measured {x['measured']}" + ("" if x["met"] else f" - {x['detail']}"))
+    if results.get("problems"):
+        out.append("")
+        out.append(f"problems ({len(results['problems'])}):")
+        for p in results["problems"][:10]:
+            out.append("  " + json.dumps(p)[:300])
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- plots
+
+
+def plots(results, out_dir):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by = rows_by(results)
+    paths = []
+    for scen in LATENCY:
+        senders = [s for s in ORDER if by.get((scen, s)) and by[(scen, s)].get("samples_ms")]
+        if not senders:
+            continue
+        fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
+        data = [by[(scen, s)]["samples_ms"] for s in senders]
+        bp = ax.boxplot(data, vert=True, patch_artist=True, widths=0.5, showfliers=False)
+        for patch, s in zip(bp["boxes"], senders):
+            patch.set_facecolor(COLORS[s])
+            patch.set_alpha(0.35)
+        for i, (s, d) in enumerate(zip(senders, data), start=1):
+            xs = [i + (k % 7 - 3) * 0.035 for k in range(len(d))]
+            ax.scatter(xs, d, s=12, color=COLORS[s], zorder=3)
+            p50 = by[(scen, s)]["p50_ms"]
+            ax.annotate(f"p50 {p50:.1f}", (i + 0.28, p50), fontsize=8, va="center")
+        ax.set_xticks(range(1, len(senders) + 1), senders)
+        ax.set_yscale("log")
+        ax.set_ylabel("ms per 500-device message (log)")
+        ax.set_title(f"{scen}: time for one message to reach 500 devices")
+        ax.grid(axis="y", which="both", alpha=0.3)
+        fig.tight_layout()
+        p = os.path.join(out_dir, f"fanout-latency-{scen}.png")
+        fig.savefig(p)
+        plt.close(fig)
+        paths.append(p)
+
+    scen_present = [s for s in SUSTAINED if any(by.get((s, x)) for x in ORDER)]
+    if scen_present:
+        fig, ax = plt.subplots(figsize=(8, 5.2), dpi=110)
+        width = 0.2
+        allcore, _ = seal_allowance(results)
+        for gi, scen in enumerate(scen_present):
+            senders = [s for s in ORDER if s != "h2load" and by.get((scen, s)) and by[(scen, s)].get("pushes_per_s")]
+            for k, s in enumerate(senders):
+                x = gi + (k - (len(senders) - 1) / 2) * width
+                v = by[(scen, s)]["pushes_per_s"]
+                ax.bar(x, v, width * 0.9, color=COLORS[s], label=s if gi == [g for g, sc in enumerate(scen_present)
+                                                                            if by.get((sc, s))][0] else None)
+                ax.annotate(f"{v:,.0f}", (x, v), ha="center", va="bottom", fontsize=7)
+            c = by.get((scen, "h2load"))
+            if c and c.get("pushes_per_s"):
+                ax.hlines(c["pushes_per_s"], gi - 0.42, gi + 0.42, colors=COLORS["h2load"], linestyles="--",
+                          label="h2load ceiling" if gi == 0 else None)
+                ax.annotate(f"h2load {c['pushes_per_s']:,.0f}", (gi, c["pushes_per_s"]), ha="center",
+                            va="bottom", fontsize=7, color="#444")
+            if scen == "web_sustained" and allcore:
+                ax.hlines(allcore, gi - 0.42, gi + 0.42, colors="#9467bd", linestyles=":",
+                          label="seal cost allows (all cores)")
+        ax.set_xticks(range(len(scen_present)), scen_present)
+        ax.set_yscale("log")
+        ax.set_ylabel("pushes/s (log)")
+        ax.set_title("Sustained throughput: 500-device messages back to back")
+        ax.grid(axis="y", which="both", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
+        fig.tight_layout()
+        p = os.path.join(out_dir, "fanout-sustained.png")
+        fig.savefig(p)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+# ---------------------------------------------------------------- REPORT.md
+
+
+def markdown_table(results):
+    by = rows_by(results)
+    lines = ["| scenario | sender | p50 ms | p90 ms | p99 ms | pushes/s | CPU s / 1,000 pushes | peak RSS MB "
+             "| Herald/sender | sender/h2load |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for scen in LATENCY + SUSTAINED:
+        for sender in ORDER:
+            r = by.get((scen, sender))
+            if not r:
+                continue
+            ratio = herald_ratio(results, r)
+            c = by.get((scen, "h2load"))
+            share = (r["pushes_per_s"] / c["pushes_per_s"] if sender != "h2load" and c and c.get("pushes_per_s")
+                     and r.get("pushes_per_s") else None)
+
+            def f(v, spec):
+                return format(v, spec) if isinstance(v, (int, float)) else ""
+            lines.append(f"| `{scen}` | {sender} | {f(r.get('p50_ms'), ',.1f')} | {f(r.get('p90_ms'), ',.1f')} | "
+                         f"{f(r.get('p99_ms'), ',.1f')} | {f(r.get('pushes_per_s'), ',.0f')} | "
+                         f"{f(r.get('cpu_s_per_1000'), '.3f')} | {f(r.get('peak_rss_mb'), '.1f')} | "
+                         f"{(f(ratio, '.2f') + '×') if ratio else ''} | {f(share, '.3f')} |"
+                         + ("" if r.get("delivered_all") else f" **not all delivered: {r['delivered']}/{r['expected']}**"))
+    return "\n".join(lines)
+
+
+def write(results, out_dir, table_text=None):
+    os.makedirs(out_dir, exist_ok=True)
+    paths = plots(results, out_dir)
+    m = results["machine"]
+    v = m["versions"]
+    cfg = results["config"]
+    t = results.get("targets") or summarise(results)["targets"]
+    allcore, onecore = seal_allowance(results)
+    L = []
+    L.append("# Fan-out benchmark report")
+    L.append("")
+    if results.get("quick"):
+        L.append("**Quick run (`make bench-quick`): a smoke check of the harness with few iterations; "
+                 "the figures are not meaningful.**")
+        L.append("")
+    L.append(f"Measured {results['date']} by `make bench` (`benchmarks/fanout/bench_fanout.py`), everything in one run "
+             "on one machine against the same sink. No figure is a test; the machine is shared and noisy.")
+    L.append("")
+    L.append("## Machine")
+    L.append("")
+    L.append(f"- {m['processor']}, {m['cores']} cores, {m.get('memory_gib')} GiB; Linux {v.get('kernel')}")
+    for k in ("herald", "swift", "openssl", "nginx", "h2load", "python", "pywebpush", "py-vapid", "requests",
+              "http_ece", "aioapns", "h2", "pyjwt", "cryptography", "matplotlib"):
+        if v.get(k):
+            L.append(f"- {k}: {v[k]}")
+    la = results.get("load_average") or {}
+    L.append(f"- load average before / after: {la.get('before')} / {la.get('after')}")
+    L.append("")
+    L.append("## Results")
+    L.append("")
+    L.append(f"500-device scenarios: {cfg['messages']} messages each after {cfg['warmup']} warm-up "
+             f"(peers: {cfg['peer_messages']} after 1); sustained: 500-device messages back to back for "
+             f"{cfg['sustained_seconds']:g} s per platform and sender. `mixed500` is {cfg['mixed500']}.")
+    L.append("")
+    L.append(markdown_table(results))
+    L.append("")
+    L.append("- **Herald/sender**: in a 500-device scenario the sender's p50 over Herald's (how many times "
+             "faster Herald is); in a sustained one Herald's pushes/s over the sender's. On the h2load row it "
+             "is Herald/h2load.")
+    L.append("- **sender/h2load**: the sender's pushes/s over h2load's in the same scenario.")
+    L.append("- **pushes/s** of a 500-device row: delivered / the sum of its message times; of a sustained "
+             "row: delivered / wall time.")
+    L.append("- **CPU** (utime + stime) and **peak RSS** (VmHWM) are the sender's own process over the measured "
+             "messages: Herald's from `/proc/PID/stat` and `/proc/PID/status` (VmHWM reset through "
+             "`/proc/PID/clear_refs` before each phase), each peer's in a process of its own from its own "
+             "`/proc/self`, h2load's from `wait4()`. The driver (the application server's side, writing "
+             "`push.send`) is not in Herald's figure; nginx's CPU per phase is in `fanout-details.json`.")
+    L.append("")
+    if results.get("crypto"):
+        L.append("Crypto share (one Web Push record per device):")
+        L.append("")
+        L.append("| sender | µs per seal | seals/s | source |")
+        L.append("|---|---:|---:|---|")
+        for c in results["crypto"]:
+            L.append(f"| {c['sender']} | {c.get('us_per_seal') or ''} | "
+                     f"{format(c['seals_per_s'], ',.0f') if c.get('seals_per_s') else ''} | {c['source']} |")
+        L.append("")
+        if allcore:
+            L.append(f"What the measured seal cost allows: {allcore:,.0f} pushes/s on all "
+                     f"{(results.get('crypto_json') or {}).get('cores', m['cores'])} cores (the all-core figure), "
+                     f"{onecore:,.0f} /s as cores / one-core seal time.")
+            L.append("")
+    L.append("## Targets")
+    L.append("")
+    L.append("| target | wanted | measured | verdict |")
+    L.append("|---|---|---|---|")
+    for x in t:
+        L.append(f"| {x['target']} | {x['wanted']} | {x['measured']} | "
+                 f"{'met' if x['met'] else 'NOT MET: ' + x['detail']} |")
+    L.append("")
+    L.append("## Plots")
+    L.append("")
+    for p in paths:
+        name = os.path.basename(p)
+        L.append(f"![{name}]({name})")
+        L.append("")
+    L.append("## How it was measured")
+    L.append("")
+    L.append(f"- **Sink**: Debian's nginx ({v.get('nginx')}), its own process with a configuration written "
+             "for the run (`benchmarks/fanout/sink.py`; pid, logs and temp files in a temporary directory, "
+             f"{cfg.get('nginx_workers', 2)} workers, access log off), TLS with a CA generated for the run, HTTP/2 "
+             "(ALPN h2, no GOAWAY after nginx's default 1000 requests per connection). Streams per connection are "
+             "capped at 200, not APNs' 1000: with more than about 255 streams closing at a time nginx 1.22 stops "
+             "reusing closed-stream nodes, leaks one per request into its stream index and slows down without "
+             "bound (h2load -c 1 -m 300 fell from 16,000 to 9,000 req/s within 12 s, a worker at 100% CPU; "
+             "-m 200 held about 50,000 req/s), so Herald spreads a 500-device APNs message over its 2 lane "
+             "connections here instead of one. It answers APNs `POST /3/device/…` with 200 and the request's `apns-id` echoed (a "
+             "generated UUID when there is none: Herald sends none), FCM `messages:send` with 200 and a message "
+             "`name`, the service account's `token_uri` (`POST /token`) with an access token, and Web Push "
+             "`POST /push/…` with 201. nginx reads every request body before it answers (a `mirror` subrequest "
+             "with `mirror_request_body on`): answering with `return` alone ends each HTTP/2 stream with "
+             "RST_STREAM(NO_ERROR) before the body is read, which libcurl reports as an error.")
+    L.append(f"- **Web Push origins**: {cfg['web_origins']} origins on loopback addresses 127.0.0.2 to "
+             f"127.0.0.{1 + cfg['web_origins']} (one port), standing in for several push services; the "
+             "certificate has IP SANs for them. Host names would need /etc/hosts, which the benchmark does not "
+             "touch. Subscriptions are spread round robin over them and carry real P-256 keys and 16-byte auth "
+             "secrets; the sink does not decrypt.")
+    L.append(f"- **Herald** ({v.get('herald')}, release build): `herald serve` on a temporary directory with "
+             f"`synchronous = full`, `max_inflight = 2000`, `[delivery]` defaults, `[endpoints]` at the sink with "
+             "its CA as `ca_file` and `webpush_allow_private = true`. Each scenario has its own 100 users with "
+             "5 devices each (registrations are limited to 20 per minute per user). A message is "
+             "`push.send {\"to\": {\"users\": [100 users]}, \"wait\": true}` on one Unix-socket connection, timed "
+             "from the write to the answer: the RPC, the store commit of 500 deliveries, sealing, HTTP, and the "
+             "500 outcomes recorded.")
+    L.append("- **pywebpush**: `pywebpush.webpush(subscription_info, data, vapid_private_key=<py_vapid.Vapid "
+             "loaded once>, vapid_claims={\"sub\": …}, ttl=86400, headers={\"Urgency\": \"high\"}, "
+             "requests_session=<requests.Session with verify = the sink CA>)` per device, as its README shows; "
+             "`pywebpush_seq` one after the other on one Session, `pywebpush_threads` in a 32-thread "
+             "`ThreadPoolExecutor` with a Session per thread. No patch. The endpoints are the sink's URLs, as "
+             "a browser's subscription names its push service. The peer's environment has no "
+             "`REQUESTS_CA_BUNDLE`/`CURL_CA_BUNDLE`: requests lets those override a Session's `verify`. It "
+             "sends the plaintext without padding (Herald pads every record to 2,816 bytes).")
+    L.append("- **aioapns**: `APNs(key=…, key_id, team_id, topic, use_sandbox=False, ssl_context=…)` and "
+             "`asyncio.gather` of 500 `send_notification` calls per message on its pool (default "
+             "`max_connections=10`). Redirect to loopback: aioapns always dials `api.push.apple.com:443`, so two "
+             "class attributes are patched, `aioapns.connection.APNsProductionClientProtocol.APNS_SERVER = "
+             "\"127.0.0.1\"` and `.APNS_PORT = <sink port>`; the sink's CA goes in through the public "
+             "`ssl_context` parameter (`ssl.create_default_context(cafile=CA)`), on which the benchmark also "
+             "sets ALPN `h2`: aioapns offers no ALPN (Apple's servers speak HTTP/2 over TLS without it), and "
+             "nginx 1.22 falls back to HTTP/1.1 without it.")
+    L.append("- **h2load**: requests shaped like the providers' (path, headers of about Herald's size, the "
+             "same bodies, a 2,816-byte record for Web Push). A 500-device message is one h2load process per "
+             "origin, all started together, each `-n N -m N` (all streams at once, 200 per connection); "
+             "its time is the longest process's span from its first request's start to its last response's "
+             "end (`--log-file`), so process start-up and TLS handshakes are left out. Sustained: "
+             "`h2load -c 2 -m 100 -t 1 -D <seconds>` against one origin of the platform.")
+    L.append("- **http_ece**: seal-only, as pywebpush does it: a fresh P-256 key "
+             "(`cryptography`) and `http_ece.encrypt(…, version=\"aes128gcm\")` per subscription, no HTTP. "
+             "Herald's seal figures come from `benchmarks/results/crypto.json` (`make bench-crypto`, which "
+             "`make bench` runs first).")
+    L.append("")
+    if results.get("profiles"):
+        L.append("## Profiles (this run)")
+        L.append("")
+        for scen, p in results["profiles"].items():
+            L.append(f"`perf record -g -p <herald>` over {p['messages']} more `{scen}` messages after the measured "
+                     f"ones (p50 under perf {p['p50_ms_under_perf']} ms); the 30 hottest symbols of "
+                     f"`perf report --no-children --stdio -g none --sort dso,symbol` (all of herald's threads together):")
+            L.append("")
+            L.append("```")
+            L += p["top"]
+            L.append("```")
+            L.append("")
+            if p.get("by_dso") or p.get("by_thread"):
+                L.append("By library (`--sort dso`) and by thread (`--sort comm`):")
+                L.append("")
+                L.append("```")
+                L += p.get("by_dso", []) + [""] + p.get("by_thread", [])
+                L.append("```")
+                L.append("")
+    if FINDINGS.exists():
+        L.append(FINDINGS.read_text().rstrip())
+        L.append("")
+    L.append("## Problems in this run")
+    L.append("")
+    if results.get("problems"):
+        for p in results["problems"][:20]:
+            L.append(f"- `{json.dumps(p)[:400]}`")
+    else:
+        L.append("None: every push of every sender was delivered.")
+    L.append("")
+    if results.get("herald_stderr_tail", "").strip():
+        L.append("Herald's stderr (log_level warning), last lines:")
+        L.append("")
+        L.append("```")
+        L += results["herald_stderr_tail"].splitlines()[-15:]
+        L.append("```")
+        L.append("")
+    if table_text:
+        L.append("## The table as printed")
+        L.append("")
+        L.append("```")
+        L.append(table_text)
+        L.append("```")
+        L.append("")
+    path = os.path.join(out_dir, "REPORT.md")
+    with open(path, "w") as f:
+        f.write("\n".join(L))
+    return [path] + paths
+
+
+def main():
+    src = sys.argv[1] if len(sys.argv) > 1 else str(REPO / "benchmarks/results/fanout-details.json")
+    out_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.dirname(os.path.abspath(src))
+    with open(src) as f:
+        results = json.load(f)
+    text = table(results)
+    print(text)
+    for p in write(results, out_dir, text):
+        print("written", p)
+
+
+if __name__ == "__main__":
+    main()
