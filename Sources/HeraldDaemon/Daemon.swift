@@ -89,7 +89,7 @@ public enum Daemon {
         let waiters = MessageWaiters(loop: loop, store: store, log: log)
         service.delivery = DeliveryWiring(
             scheduler: delivery.scheduler, maxQueued: config.delivery.maxQueued, waiters: waiters, apns: delivery.apns)
-        delivery.scheduler.onProgress = { ids in waiters.progressed(ids) }
+        delivery.scheduler.onProgress = { finals in waiters.recorded(finals) }
         let server = RPCServer(loop: loop, listener: listener, handler: service, log: log)
         service.serverStats = { [unowned server] in (server.openConnections, server.counters) }
         do {

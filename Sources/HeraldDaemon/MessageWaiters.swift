@@ -1,16 +1,23 @@
 import Foundation
 import HeraldCore
 import HeraldIO
+import HeraldScheduler
 import HeraldStore
 import JSONRPC
 
 /// `push.send` with `wait: true`: each call is answered once every delivery
 /// of its message is final, or at its timeout, with the counts at that time.
 ///
-/// Progress reports from the scheduler (and cancellations) trigger a status
-/// read of the messages waited on; a slow periodic read covers what changes
-/// elsewhere (a newer message superseding, a TTL expiring at claim). At most
-/// one read per message is outstanding. Loop thread only, apart from
+/// A status read (a `GROUP BY` over the message's deliveries) happens when
+/// the waiter is added, when the scheduler's progress reports add up to every
+/// delivery being final (each report says how many of a message's deliveries
+/// it made final), when a report says the store changed some by itself, on a
+/// cancellation, at a deadline, and every 500 ms for what changes elsewhere
+/// (a newer message superseding). Each read resets the tally to the truth,
+/// so a report counted twice costs one early read, never a wrong answer; a
+/// fan-out of 500 deliveries answered in a few dozen record batches costs
+/// two or three reads, not one per batch. At most one read per message is
+/// outstanding. Loop thread only, apart from ``recorded(_:)`` and
 /// ``progressed(_:)``.
 final class MessageWaiters: @unchecked Sendable {
     typealias Reply = @Sendable (Result<JSON, RPCError>) -> Void
@@ -25,7 +32,16 @@ final class MessageWaiters: @unchecked Sendable {
     private let loop: EventLoop
     private let store: Store
     private let log: Logger
-    private var waiting: [String: (app: String, waiters: [Waiter])] = [:]
+    private var waiting: [String: Entry] = [:]
+
+    private struct Entry {
+        let app: String
+        var waiters: [Waiter]
+        /// Final deliveries as of the last read plus those reported since.
+        var final = 0
+        /// Every delivery of the message: when `final` reaches it, read.
+        let total: Int
+    }
     private var reading = Set<String>()
     private var readAgain = Set<String>()
     private var lastSweep: Int64 = 0
@@ -41,12 +57,26 @@ final class MessageWaiters: @unchecked Sendable {
     func add(app: String, accepted: Enqueued, timeoutMs: Int64, reply: @escaping Reply) {
         let waiter = Waiter(accepted: accepted, deadline: monotonicMilliseconds() + timeoutMs, reply: reply)
         loop.execute { [self] in
-            waiting[accepted.messageID, default: (app, [])].waiters.append(waiter)
+            waiting[accepted.messageID, default: Entry(app: app, waiters: [], total: accepted.devices + accepted.skipped)]
+                .waiters.append(waiter)
             read(accepted.messageID)
         }
     }
 
-    /// Deliveries of these messages were recorded (any thread).
+    /// The scheduler recorded deliveries of these messages, this many of
+    /// each final (`Scheduler.unknownProgress`: read it) (any thread).
+    func recorded(_ finals: [String: Int]) {
+        loop.execute { [self] in
+            for (id, n) in finals {
+                guard var entry = waiting[id] else { continue }
+                entry.final = n == Scheduler.unknownProgress ? entry.total : entry.final + n
+                waiting[id] = entry
+                if entry.final >= entry.total { read(id) }
+            }
+        }
+    }
+
+    /// Deliveries of these messages changed by an unknown number: read them (any thread).
     func progressed(_ ids: Set<String>) {
         loop.execute { [self] in
             for id in ids where waiting[id] != nil { read(id) }
@@ -107,6 +137,7 @@ final class MessageWaiters: @unchecked Sendable {
                 }
             }
             entry.waiters = left
+            entry.final = status.counts.reduce(0) { $0 + ($1.key.isFinal ? $1.value : 0) }
             waiting[id] = left.isEmpty ? nil : entry
         }
         if readAgain.remove(id) != nil { read(id) }

@@ -90,7 +90,9 @@ public final class Scheduler: @unchecked Sendable {
     private var guardState: StaleGuard
     private var batchActivity: [BatchKey: Int64] = [:]
     private var held: [HeldKey: Held] = [:]
-    private var touched = Set<String>()
+    /// Messages whose deliveries changed since the last progress report, with
+    /// how many of them became final (`Scheduler.unknownProgress`: read them).
+    private var touched: [String: Int] = [:]
     private var progressScheduled = false
     private var counters: [Platform: PlatformCounters] = [:]
 
@@ -111,9 +113,14 @@ public final class Scheduler: @unchecked Sendable {
         let reason: String
     }
 
-    /// Called (on the scheduler's queue) with message ids whose deliveries
-    /// were just recorded; set before `start`.
-    public var onProgress: (@Sendable (Set<String>) -> Void)?
+    /// Called (on the scheduler's queue) with the messages whose deliveries
+    /// were just recorded, each with how many of them became final, or
+    /// ``unknownProgress`` when the store finished some by itself (expired at
+    /// claim, a stale device removed); set before `start`.
+    public var onProgress: (@Sendable ([String: Int]) -> Void)?
+
+    /// A progress count meaning "changed by an unknown number: read the message".
+    public static let unknownProgress = Int.max
 
     public init(
         store: Store, transports: [QueueLane: any PushTransport], settings: SchedulerSettings,
@@ -258,7 +265,7 @@ public final class Scheduler: @unchecked Sendable {
         }
         for key in claim.finished {
             apply(guardState.reportNotStale(messageID: key.messageID, platform: key.platform, now: now))
-            touched.insert(key.messageID)
+            touched[key.messageID] = Self.unknownProgress
         }
         for job in claim.jobs { dispatch(job) }
         publish()
@@ -403,7 +410,7 @@ public final class Scheduler: @unchecked Sendable {
             DeliveryRecord(
                 deliveryID: job.deliveryID, deviceID: job.deviceID, state: state, httpStatus: httpStatus,
                 reason: reason, nextAttemptAt: nextAttemptAt))
-        pendingMessages.insert(job.messageID)
+        pendingMessages[job.messageID, default: 0] += state.isFinal ? 1 : 0
         if pendingRecords.count >= Self.recordBatch {
             flushRecords()
         } else if !flushScheduled {
@@ -427,7 +434,7 @@ public final class Scheduler: @unchecked Sendable {
                 log?.error("record_failed", ["deliveries": String(records.count), "error": String(describing: error)])
             }
             queue.async { [self] in
-                touched.formUnion(messages)
+                touched.merge(messages) { a, b in a == Self.unknownProgress ? a : a + b }
                 scheduleProgress()
             }
         }
@@ -436,7 +443,8 @@ public final class Scheduler: @unchecked Sendable {
     /// Results handed to the store in one job at the most.
     static let recordBatch = 512
     private var pendingRecords: [DeliveryRecord] = []
-    private var pendingMessages = Set<String>()
+    /// Messages of `pendingRecords`, with how many of those records are final.
+    private var pendingMessages: [String: Int] = [:]
     private var flushScheduled = false
 
     // MARK: Stale guards
@@ -479,7 +487,7 @@ public final class Scheduler: @unchecked Sendable {
                         if case .success(true) = result {
                             counters[job.platform, default: PlatformCounters()].removedStale += 1
                         }
-                        touched.insert(job.messageID)
+                        touched[job.messageID] = Self.unknownProgress
                         scheduleProgress()
                         publish()
                     }

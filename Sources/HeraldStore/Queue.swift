@@ -483,11 +483,13 @@ final class Queue {
             guard try find.step() else { return }
             device = .text(find.text(0))
         }
-        let update = try db.statement("UPDATE devices SET \(column) WHERE device_id = ?")
         if state == .failed {
-            try update.bind(.int(now), .optional(reason), device).run()
+            try db.statement("UPDATE devices SET \(column) WHERE device_id = ?")
+                .bind(.int(now), .optional(reason), device).run()
         } else {
-            try update.bind(.int(now), device).run()
+            try db.statement(
+                "UPDATE devices SET \(column) WHERE device_id = ? AND (last_success_at IS NULL OR last_success_at <= ?)"
+            ).bind(.int(now), device, .int(now - Self.successResolutionMs)).run()
         }
     }
 
@@ -523,9 +525,17 @@ final class Queue {
             let ids = Self.jsonList(devices)
             switch result.state {
             case .delivered:
+                // Like relatime: a device row is rewritten for a success only
+                // when its last one is older than `successResolution`; a
+                // fan-out to the same devices every second would otherwise
+                // rewrite every device row (sealed token and all) each time.
                 try db.statement(
-                    "UPDATE devices SET last_success_at = ? WHERE device_id IN (SELECT value FROM json_each(?))"
-                ).bind(.int(now), .text(ids)).run()
+                    """
+                    UPDATE devices SET last_success_at = ?
+                    WHERE device_id IN (SELECT value FROM json_each(?))
+                        AND (last_success_at IS NULL OR last_success_at <= ?)
+                    """
+                ).bind(.int(now), .text(ids), .int(now - Self.successResolutionMs)).run()
             case .failed:
                 try db.statement(
                     """
@@ -538,6 +548,10 @@ final class Queue {
             }
         }
     }
+
+    /// How stale `last_success_at` may be: a success within this much of the
+    /// stored one does not rewrite the device row (failures are always written).
+    static let successResolutionMs: Int64 = 60_000
 
     /// A JSON array of ids, for `json_each`.
     static func jsonList(_ ids: [Int64]) -> String {

@@ -126,6 +126,34 @@ struct QueueTests {
         #expect(devices.first?.lastSuccessAt != nil)
     }
 
+    @Test("last_success_at is rewritten at most once a minute per device; failures always are")
+    func successResolution() throws {
+        let t = try TestStore()
+        defer { t.close() }
+        _ = try t.register(Registration(app: "default", user: "gus", platform: .fcm, environment: nil, token: "fcm-gus"))
+        func deliver(_ state: DeliveryState, reason: String? = nil) throws {
+            _ = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["gus"])))
+            let job = try #require(try t.claim().first)
+            let record = DeliveryRecord(
+                deliveryID: job.deliveryID, deviceID: job.deviceID, state: state, httpStatus: 200, reason: reason,
+                nextAttemptAt: nil)
+            try t.store.sync { s, done in s.record([record], completion: done) }
+        }
+        func device() throws -> DeviceSummary {
+            try #require(try t.store.sync { s, done in s.list(app: "default", user: "gus", completion: done) }.first)
+        }
+        try deliver(.delivered)
+        let first = try #require(try device().lastSuccessAt)
+        t.clock.advance(30_000)
+        try deliver(.delivered)
+        #expect(try device().lastSuccessAt == first, "within the resolution the row is not rewritten")
+        try deliver(.failed, reason: "InvalidRegistration")
+        #expect(try device().lastFailureAt == first + 30_000 && device().lastFailureReason == "InvalidRegistration")
+        t.clock.advance(30_000)
+        try deliver(.delivered)
+        #expect(try device().lastSuccessAt == first + 60_000, "a minute on, the success is written")
+    }
+
     @Test("past their TTL, deliveries expire instead of being sent; cancel drops what is not yet sent")
     func expiryAndCancel() throws {
         let t = try TestStore()
