@@ -121,7 +121,7 @@ let package = Package(
         .testTarget(
             name: "SenderTests",
             dependencies: [
-                "FCM", "WebPush", "HTTPClient", "HeraldCrypto", "HeraldCore", "HeraldDelivery", "JSONRPC",
+                "FCM", "WebPush", "HTTPClient", "HTTP2", "HeraldCrypto", "HeraldCore", "HeraldDelivery", "JSONRPC",
                 "HeraldTestSupport",
             ],
             swiftSettings: strictSwift),

@@ -24,9 +24,10 @@ internal import Synchronization
 ///    `Authorization` from the ``VAPIDTokenCache`` (per app and origin),
 ///    pinned to the vetted addresses. With an ``HTTP2Client`` the request
 ///    goes on the lane of its origin and addresses (long-lived HTTP/2
-///    connections, closed after `idleTimeout` without a request); an origin
-///    that does not offer HTTP/2 in ALPN is sent through the libcurl client
-///    (HTTP/1.1 or HTTP/2) for the next `http1Memory`.
+///    connections, closed after `http2IdleTimeout`, by default `idleTimeout`,
+///    without a request); an origin that does not offer HTTP/2 in ALPN is
+///    sent through the libcurl client (HTTP/1.1 or HTTP/2) for the next
+///    `http1Memory`.
 /// 4. The answer goes through ``WebPushClassifier``; a 401/403 also drops
 ///    the cached VAPID token of that origin. The first 413 makes the
 ///    sender seal `payload.minimalPlaintext` to `payload.stepDownBodySize` and
@@ -44,7 +45,7 @@ public final class WebPushSender: Sendable {
     public static let sealFailure = ProviderReason("seal_failure")
     public static let invalidKeys = ProviderReason("invalid_subscription_keys")
 
-    /// An HTTP/2 lane with no request for this long closes its connection.
+    /// By default, an HTTP/2 lane with no request for this long closes its connection.
     public static let idleTimeout: Duration = .seconds(120)
     /// How long an origin that refused HTTP/2 is sent through libcurl.
     public static let http1Memory: Duration = .seconds(3600)
@@ -60,6 +61,8 @@ public final class WebPushSender: Sendable {
     public let tokens: VAPIDTokenCache
     /// The per-request deadline.
     public let timeout: Duration
+    /// An HTTP/2 connection (and lane) of an origin that carried no request for this long is closed.
+    public let http2IdleTimeout: Duration
     private let vapidKey: P256PrivateKey
     private let queue = DispatchQueue(label: "herald.webpush.sender", attributes: .concurrent)
     private let sealers = Mutex<[SealerBox]>([])
@@ -69,7 +72,7 @@ public final class WebPushSender: Sendable {
     public init(
         guard endpointGuard: EndpointGuard, client: HTTPClient, http2: HTTP2Client? = nil, vapidKey: P256PrivateKey,
         subject: String, app: String, clock: any WallClock = SystemClock(), tokens: VAPIDTokenCache? = nil,
-        timeout: Duration = .seconds(15)
+        timeout: Duration = .seconds(15), http2IdleTimeout: Duration = WebPushSender.idleTimeout
     ) {
         self.endpointGuard = endpointGuard
         self.client = client
@@ -80,6 +83,7 @@ public final class WebPushSender: Sendable {
         self.clock = clock
         self.tokens = tokens ?? VAPIDTokenCache(clock: clock)
         self.timeout = timeout
+        self.http2IdleTimeout = http2IdleTimeout
     }
 
     /// Sends with the subscription's keys as a browser gives them (base64url).
@@ -176,7 +180,7 @@ public final class WebPushSender: Sendable {
         let lane = http2.lane(
             HTTP2LaneKey("web:\(checked.origin)@\(addresses.joined(separator: ","))"),
             endpoint: HTTP2Endpoint(host: checked.host, port: checked.port, addresses: addresses),
-            options: HTTP2LaneOptions(idleTimeout: Self.idleTimeout))
+            options: HTTP2LaneOptions(idleTimeout: http2IdleTimeout))
         var fields: [(name: String, value: String)] = headers.fields.map { ($0.name.lowercased(), $0.value) }
         fields.append(("content-length", String(body.count)))
         fields.append(("authorization", authorization))

@@ -1,4 +1,5 @@
 import Foundation
+import HTTP2
 import HeraldTestSupport
 import HTTPClient
 import HeraldCore
@@ -23,37 +24,68 @@ extension TestGateways {
     }
 }
 
-private struct Subscription {
+/// What carries the sender's requests: libcurl alone, or the shared HTTP/2 client
+/// (with libcurl for origins that do not offer HTTP/2).
+enum Carrier: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case curl, http2
+    var testDescription: String { rawValue }
+}
+
+private struct Subscription: Sendable {
     let id: String
     let endpoint: String
     let p256dh: String
     let auth: String
 }
 
-private struct Harness {
+private struct Harness: Sendable {
+    let carrier: Carrier
     let gateways: TestGateways
     let client: HTTPClient
+    /// Set for `.http2`: the client the sender was given.
+    let http2: HTTP2Client?
     let sender: WebPushSender
     let subscription: Subscription
 }
 
+/// A gateway process, a VAPID key it accepts, one subscription (its endpoint on `listener`:
+/// "webpush", or "webpush_h1" which offers only ALPN http/1.1) and a sender over `carrier`.
+/// With `.http2`, once `body` is done, every request that reached the h2-capable listener must
+/// have gone out on the HTTP/2 client (none through libcurl).
 private func withHarness(
-    allowPrivate: Bool = true, _ body: (Harness) async throws -> Void
+    _ carrier: Carrier, allowPrivate: Bool = true, listener: String = "webpush",
+    http2IdleTimeout: Duration = WebPushSender.idleTimeout, _ body: (Harness) async throws -> Void
 ) async throws {
     let g = try await TestGateways()
     defer { g.stop() }
     let key = try P256PrivateKey.generate()
     _ = try await g.call("POST", "/control/webpush-vapid-key", ["public_key": key.publicKeyBase64URL])
-    let sub = try await g.call("POST", "/control/webpush-subscription", [:])
+    let sub = try await g.call("POST", "/control/webpush-subscription", ["listener": listener])
     let subscription = Subscription(
         id: sub["id"] as? String ?? "", endpoint: sub["endpoint"] as? String ?? "",
         p256dh: sub["p256dh"] as? String ?? "", auth: sub["auth"] as? String ?? "")
     let client = try HTTPClient(configuration: .init(caFile: g.ca))
     defer { client.shutdown() }
+    let http2: HTTP2Client? =
+        carrier == .http2
+        ? try HTTP2Client(
+            settings: HTTP2ClientSettings(caFile: g.ca) { host, _ in
+                // Web Push lanes are pinned to the guard's vetted addresses: nothing is looked up.
+                throw TestSupportError("unexpected lookup of \(host)")
+            }, threadName: "herald-webpush-test") : nil
+    defer { http2?.shutdown() }
     let sender = WebPushSender(
-        guard: EndpointGuard(allowPrivate: allowPrivate), client: client, vapidKey: key,
-        subject: "mailto:ops@example.com", app: "app1", clock: SystemClock())
-    try await body(Harness(gateways: g, client: client, sender: sender, subscription: subscription))
+        guard: EndpointGuard(allowPrivate: allowPrivate), client: client, http2: http2, vapidKey: key,
+        subject: "mailto:ops@example.com", app: "app1", clock: SystemClock(), http2IdleTimeout: http2IdleTimeout)
+    let h = Harness(
+        carrier: carrier, gateways: g, client: client, http2: http2, sender: sender, subscription: subscription)
+    try await body(h)
+    if let http2 {
+        let viaH2Listener = try await g.received("webpush").filter { $0["listener"] as? String == "webpush" }
+        #expect(
+            http2.stats.requestsSent == viaH2Listener.count,
+            "every request to the h2 listener went out on the HTTP/2 client")
+    }
 }
 
 private func message(collapseKey: String? = "thread-7") -> PushMessage {
@@ -71,6 +103,11 @@ extension Harness {
             ) { outcome, status in continuation.resume(returning: (outcome, status)) }
         }
     }
+
+    /// The subscription's endpoint on another listener of the gateway (subscriptions are shared).
+    func endpoint(port: Int) -> String {
+        "https://127.0.0.1:\(port)/push/\(subscription.id)"
+    }
 }
 
 private func header(_ record: [String: Any], _ name: String) -> String? {
@@ -82,13 +119,59 @@ private func vapidT(_ authorization: String?) -> String? {
     return String(authorization[range.upperBound...].prefix { $0 != "," && $0 != " " })
 }
 
+/// The gateway decrypted `record` to `payload`'s plaintext and found every Web Push header right.
+private func expectDelivered(_ record: [String: Any], _ payload: WebPushPayload, _ headers: WebPushHeaders) {
+    #expect(record["valid"] as? Bool == true, "errors: \(record["errors"] ?? "")")
+    #expect(record["plaintext"] as? String == String(decoding: payload.plaintext, as: UTF8.self))
+    #expect(record["body_len"] as? Int == 2816)
+    #expect(header(record, "ttl") == "120")
+    #expect(header(record, "urgency") == "high")
+    #expect(header(record, "topic") == headers.topic)
+    #expect(header(record, "content-encoding") == "aes128gcm")
+    #expect(header(record, "content-type") == "application/octet-stream")
+    #expect(header(record, "encryption") == nil)
+}
+
+/// Polls `condition` every 50 ms until it holds; throws after `timeout`.
+private func waitUntil(
+    _ what: String, timeout: Duration = .seconds(10), _ condition: () async throws -> Bool
+) async throws {
+    let clock = ContinuousClock()
+    let deadline = clock.now + timeout
+    while try await !condition() {
+        guard clock.now < deadline else { throw TestSupportError("timed out waiting until \(what)") }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+}
+
+/// A loopback port nothing listens on (bound, then closed).
+private func closedPort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw TestSupportError("socket failed") }
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    addr.sin_port = 0
+    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { p in
+            bind(fd, p, len) == 0 && getsockname(fd, p, &len) == 0
+        }
+    }
+    guard bound else { throw TestSupportError("bind failed") }
+    return Int(UInt16(bigEndian: addr.sin_port))
+}
+
 // MARK: - Tests
 
 @Suite("WebPushSender against the Web Push test gateway", .serialized)
 struct WebPushSenderTests {
-    @Test("A send is delivered: plaintext, 2816-byte body, TTL/Urgency/Topic, one VAPID token per origin")
-    func delivered() async throws {
-        try await withHarness { h in
+    @Test(
+        "A send is delivered: plaintext, 2816-byte body, TTL/Urgency/Topic, one VAPID token per origin",
+        arguments: Carrier.allCases)
+    func delivered(_ carrier: Carrier) async throws {
+        try await withHarness(carrier) { h in
             let msg = message()
             let payload = try WebPushPayload(message: msg, user: "u1")
             let headers = WebPushHeaders(message: msg)
@@ -100,39 +183,40 @@ struct WebPushSenderTests {
 
             let records = try await h.gateways.received()
             try #require(records.count == 2)
-            for record in records {
-                #expect(record["valid"] as? Bool == true, "errors: \(record["errors"] ?? "")")
-                #expect(record["plaintext"] as? String == String(decoding: payload.plaintext, as: UTF8.self))
-                #expect(record["body_len"] as? Int == 2816)
-                #expect(header(record, "ttl") == "120")
-                #expect(header(record, "urgency") == "high")
-                #expect(header(record, "topic") == headers.topic)
-                #expect(header(record, "content-encoding") == "aes128gcm")
-                #expect(header(record, "content-type") == "application/octet-stream")
-                #expect(header(record, "encryption") == nil)
-            }
+            for record in records { expectDelivered(record, payload, headers) }
             let tokens = records.map { vapidT(header($0, "authorization")) }
             #expect(tokens[0] != nil)
             #expect(tokens[0] == tokens[1])
             #expect(h.sender.tokens.count == 1)
+            #expect(h.sender.http2IdleTimeout == .seconds(120))
+            if let http2 = h.http2 {
+                // Both went on one lane and one connection, which stays open (120 s idle timeout).
+                #expect(records.allSatisfy { $0["http_version"] as? String == "h2" })
+                #expect(Set(records.compactMap { $0["conn"] as? Int }).count == 1)
+                #expect(http2.laneCount == 1)
+                #expect(http2.stats.connectionsOpened == 1)
+                #expect(http2.stats.connectionsOpen == 1)
+                #expect(!h.sender.usesHTTP1("https://127.0.0.1:\(h.gateways.webpush)"))
+            }
         }
     }
 
-    @Test("No Topic header without a collapse key")
-    func noTopic() async throws {
-        try await withHarness { h in
+    @Test("No Topic header without a collapse key", arguments: Carrier.allCases)
+    func noTopic(_ carrier: Carrier) async throws {
+        try await withHarness(carrier) { h in
             let msg = message(collapseKey: nil)
             let (outcome, _) = await h.send(try WebPushPayload(message: msg, user: "u1"), WebPushHeaders(message: msg))
             #expect(outcome == .delivered)
             let records = try await h.gateways.received()
             try #require(records.count == 1)
+            #expect(records[0]["valid"] as? Bool == true, "errors: \(records[0]["errors"] ?? "")")
             #expect(header(records[0], "topic") == nil)
         }
     }
 
-    @Test("410 and 404 are stale; 429 with Retry-After is a retry")
-    func errorStatuses() async throws {
-        try await withHarness { h in
+    @Test("410 and 404 are stale; 429 with Retry-After is a retry", arguments: Carrier.allCases)
+    func errorStatuses(_ carrier: Carrier) async throws {
+        try await withHarness(carrier) { h in
             let msg = message()
             let payload = try WebPushPayload(message: msg, user: "u1")
             let headers = WebPushHeaders(message: msg)
@@ -150,12 +234,33 @@ struct WebPushSenderTests {
             let (limited, limitedStatus) = await h.send(payload, headers)
             #expect(limited == .retry(after: .seconds(7), reason: .httpStatus(429)))
             #expect(limitedStatus == 429)
+            #expect(try await h.gateways.received().count == 3)
         }
     }
 
-    @Test("One 413: the sender steps down to a 2048-byte record and delivers")
-    func stepDown() async throws {
-        try await withHarness { h in
+    @Test("A VAPID rejection (401) is authRejected and drops the origin's cached token", arguments: Carrier.allCases)
+    func vapidRejected(_ carrier: Carrier) async throws {
+        try await withHarness(carrier) { h in
+            let msg = message()
+            let payload = try WebPushPayload(message: msg, user: "u1")
+            let headers = WebPushHeaders(message: msg)
+            // The gateway now accepts only another application-server key: the sender's token is refused.
+            let other = try P256PrivateKey.generate()
+            _ = try await h.gateways.call(
+                "POST", "/control/webpush-vapid-key", ["clear": true, "public_key": other.publicKeyBase64URL])
+            let (refused, status) = await h.send(payload, headers)
+            #expect(refused == .authRejected(reason: .httpStatus(401)))
+            #expect(status == 401)
+            #expect(h.sender.tokens.count == 0)
+            let records = try await h.gateways.received()
+            try #require(records.count == 1)
+            #expect((records[0]["errors"] as? [String])?.contains("VAPID public key mismatch") == true)
+        }
+    }
+
+    @Test("One 413: the sender steps down to a 2048-byte record and delivers", arguments: Carrier.allCases)
+    func stepDown(_ carrier: Carrier) async throws {
+        try await withHarness(carrier) { h in
             let msg = message()
             let payload = try WebPushPayload(message: msg, user: "u1")
             try await h.gateways.program(h.subscription.id, [["status": 413], ["status": 201]])
@@ -166,13 +271,14 @@ struct WebPushSenderTests {
             try #require(records.count == 2)
             #expect(records[0]["body_len"] as? Int == 2816)
             #expect(records[1]["body_len"] as? Int == 2048)
+            #expect(records[1]["valid"] as? Bool == true, "errors: \(records[1]["errors"] ?? "")")
             #expect(records[1]["plaintext"] as? String == String(decoding: payload.minimalPlaintext, as: UTF8.self))
         }
     }
 
-    @Test("Two 413s: failed with PayloadTooLarge, no third request")
-    func stepDownFails() async throws {
-        try await withHarness { h in
+    @Test("Two 413s: failed with PayloadTooLarge, no third request", arguments: Carrier.allCases)
+    func stepDownFails(_ carrier: Carrier) async throws {
+        try await withHarness(carrier) { h in
             let msg = message()
             try await h.gateways.program(h.subscription.id, [["status": 413]])
             let (outcome, status) = await h.send(try WebPushPayload(message: msg, user: "u1"), WebPushHeaders(message: msg))
@@ -182,20 +288,188 @@ struct WebPushSenderTests {
         }
     }
 
-    @Test("A loopback endpoint under a strict guard fails without any request")
-    func guardRefuses() async throws {
-        try await withHarness(allowPrivate: false) { h in
+    @Test("A loopback endpoint under a strict guard fails without any request", arguments: Carrier.allCases)
+    func guardRefuses(_ carrier: Carrier) async throws {
+        try await withHarness(carrier, allowPrivate: false) { h in
             let msg = message()
             let endpoint = h.subscription.endpoint
             #expect(endpoint.hasPrefix("https://127.0.0.1:"))
-            let (outcome, status) = await h.send(
-                try WebPushPayload(message: msg, user: "u1"), WebPushHeaders(message: msg), endpoint: endpoint)
-            guard case .failed = outcome else {
-                Issue.record("expected failed, got \(outcome)")
-                return
-            }
+            let payload = try WebPushPayload(message: msg, user: "u1")
+            let headers = WebPushHeaders(message: msg)
+            let (outcome, status) = await h.send(payload, headers, endpoint: endpoint)
+            #expect(outcome == .failed(reason: WebPushSender.endpointRefused))
             #expect(status == nil)
+            // Not https: refused before any lookup, whatever the guard allows.
+            let (plain, _) = await h.send(payload, headers, endpoint: "http://127.0.0.1:\(h.gateways.webpush)/push/x")
+            #expect(plain == .failed(reason: WebPushSender.endpointRefused))
             #expect(try await h.gateways.received().isEmpty)
+            #expect(try await h.gateways.connections("webpush").isEmpty)
+            if let http2 = h.http2 {
+                #expect(http2.laneCount == 0)
+                #expect(http2.stats.connectionsOpened == 0)
+            }
+        }
+    }
+
+    @Test("Nothing listening: transient connect_failure, no status", arguments: Carrier.allCases)
+    func connectFailure(_ carrier: Carrier) async throws {
+        try await withHarness(carrier) { h in
+            let msg = message()
+            let port = try closedPort()
+            let (outcome, status) = await h.send(
+                try WebPushPayload(message: msg, user: "u1"), WebPushHeaders(message: msg),
+                endpoint: h.endpoint(port: port))
+            #expect(outcome == .transient(reason: .connectFailure))
+            #expect(status == nil)
+            if let http2 = h.http2 {
+                // A failed connection is not a refusal of HTTP/2: the origin is not sent through libcurl.
+                #expect(http2.stats.connectFailures == 1)
+                #expect(!h.sender.usesHTTP1("https://127.0.0.1:\(port)"))
+            }
+        }
+    }
+}
+
+// MARK: - The HTTP/2 carrier
+
+@Suite("WebPushSender over the HTTP/2 client", .serialized)
+struct WebPushSenderHTTP2Tests {
+    @Test("50 concurrent sends to one origin share one HTTP/2 connection (ALPN h2)")
+    func oneConnectionPerOrigin() async throws {
+        try await withHarness(.http2) { h in
+            let http2 = try #require(h.http2)
+            // Answers are held for 200 ms, so the streams overlap on the connection.
+            try await h.gateways.knobs("webpush", ["delay_ms": 200])
+            let msg = message()
+            let payload = try WebPushPayload(message: msg, user: "u1")
+            let headers = WebPushHeaders(message: msg)
+            let results = await withTaskGroup(of: (Outcome, Int?).self) { group in
+                for _ in 0..<50 { group.addTask { await h.send(payload, headers) } }
+                var all: [(Outcome, Int?)] = []
+                for await result in group { all.append(result) }
+                return all
+            }
+            #expect(results.count == 50)
+            #expect(results.allSatisfy { $0.0 == .delivered && $0.1 == 201 })
+
+            let records = try await h.gateways.received()
+            #expect(records.count == 50)
+            #expect(Set(records.compactMap { $0["salt"] as? String }).count == 50, "50 distinct records")
+            for record in records {
+                expectDelivered(record, payload, headers)
+                #expect(record["http_version"] as? String == "h2")
+            }
+            #expect(Set(records.compactMap { $0["conn"] as? Int }).count == 1)
+            let connections = try await h.gateways.connections("webpush")
+            try #require(connections.count == 1)
+            let connection = connections[0]
+            #expect(connection["alpn"] as? String == "h2")
+            #expect(connection["requests"] as? Int == 50)
+            #expect((connection["peak_open_streams"] as? Int ?? 0) > 1, "the streams were concurrent")
+            #expect(connection["stream_violations"] as? Int == 0)
+            #expect(connection["closed"] is NSNull)
+            #expect(http2.laneCount == 1)
+            #expect(http2.stats.connectionsOpened == 1)
+            #expect(http2.stats.requestsSent == 50)
+            #expect(h.sender.tokens.count == 1)
+        }
+    }
+
+    @Test("An origin without ALPN h2 is delivered through libcurl over HTTP/1.1 and remembered for the next send")
+    func http1OnlyOrigin() async throws {
+        try await withHarness(.http2, listener: "webpush_h1") { h in
+            let http2 = try #require(h.http2)
+            let origin = "https://127.0.0.1:\(h.gateways.webpushH1)"
+            #expect(h.gateways.webpushH1 != 0 && h.gateways.webpushH1 != h.gateways.webpush)
+            #expect(h.subscription.endpoint == h.endpoint(port: h.gateways.webpushH1))
+            #expect(!h.sender.usesHTTP1(origin))
+            let msg = message()
+            let payload = try WebPushPayload(message: msg, user: "u1")
+            let headers = WebPushHeaders(message: msg)
+
+            let (first, firstStatus) = await h.send(payload, headers)
+            #expect(first == .delivered)
+            #expect(firstStatus == 201)
+            #expect(h.sender.usesHTTP1(origin))
+            #expect(http2.stats.connectFailures == 1, "one HTTP/2 attempt, refused in ALPN")
+            let (second, secondStatus) = await h.send(payload, headers)
+            #expect(second == .delivered)
+            #expect(secondStatus == 201)
+
+            let records = try await h.gateways.received("webpush_h1")
+            try #require(records.count == 2)
+            for record in records {
+                expectDelivered(record, payload, headers)
+                #expect(record["http_version"] as? String == "http/1.1")
+                #expect(record["listener"] as? String == "webpush_h1")
+            }
+            let connections = try await h.gateways.connections("webpush_h1")
+            // The HTTP/2 client's attempt, which got no ALPN protocol, and libcurl's HTTP/1.1 connection(s).
+            let refused = connections.filter { $0["alpn"] is NSNull }
+            let carried = connections.filter { $0["alpn"] as? String == "http/1.1" }
+            #expect(refused.count == 1, "the second send did not try HTTP/2 again")
+            #expect(refused.allSatisfy { $0["requests"] as? Int == 0 })
+            #expect(!carried.isEmpty)
+            #expect(carried.reduce(0) { $0 + ($1["requests"] as? Int ?? 0) } == 2)
+            #expect(connections.count == refused.count + carried.count)
+            #expect(http2.stats.connectFailures == 1)
+            #expect(http2.stats.requestsSent == 0)
+            #expect(h.sender.usesHTTP1(origin))
+
+            // The memory is per origin: the h2 listener of the same gateway still gets HTTP/2.
+            let (other, _) = await h.send(payload, headers, endpoint: h.endpoint(port: h.gateways.webpush))
+            #expect(other == .delivered)
+            #expect(!h.sender.usesHTTP1("https://127.0.0.1:\(h.gateways.webpush)"))
+            #expect(http2.stats.requestsSent == 1)
+            let h2Connections = try await h.gateways.connections("webpush").filter {
+                $0["listener"] as? String == "webpush"
+            }
+            #expect(h2Connections.map { $0["alpn"] as? String } == ["h2"])
+        }
+    }
+
+    @Test("An idle HTTP/2 connection and its lane are retired after the idle timeout; the next send opens a new one")
+    func idleRetirement() async throws {
+        try await withHarness(.http2, http2IdleTimeout: .seconds(2)) { h in
+            let http2 = try #require(h.http2)
+            #expect(h.sender.http2IdleTimeout == .seconds(2))
+            let msg = message()
+            let payload = try WebPushPayload(message: msg, user: "u1")
+            let headers = WebPushHeaders(message: msg)
+            let (first, _) = await h.send(payload, headers)
+            #expect(first == .delivered)
+            #expect(http2.laneCount == 1)
+
+            // Well inside the timeout: still open on both sides.
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(http2.laneCount == 1)
+            #expect(http2.stats.connectionsOpen == 1)
+            var connections = try await h.gateways.connections("webpush")
+            try #require(connections.count == 1)
+            #expect(connections[0]["alpn"] as? String == "h2")
+            #expect(connections[0]["closed"] is NSNull)
+
+            try await waitUntil("the lane is retired") { http2.laneCount == 0 }
+            #expect(http2.stats.connectionsOpen == 0)
+            try await waitUntil("the gateway saw the connection close") {
+                try await h.gateways.connections("webpush").first?["closed"] is Double
+            }
+
+            let (second, status) = await h.send(payload, headers)
+            #expect(second == .delivered)
+            #expect(status == 201)
+            #expect(http2.laneCount == 1)
+            #expect(http2.stats.connectionsOpened == 2)
+            connections = try await h.gateways.connections("webpush")
+            try #require(connections.count == 2)
+            #expect(connections[0]["closed"] is Double)
+            #expect(connections[1]["alpn"] as? String == "h2")
+            #expect(connections[1]["closed"] is NSNull)
+            let records = try await h.gateways.received()
+            try #require(records.count == 2)
+            for record in records { expectDelivered(record, payload, headers) }
+            #expect(records[0]["conn"] as? Int == connections[0]["id"] as? Int)
+            #expect(records[1]["conn"] as? Int == connections[1]["id"] as? Int)
         }
     }
 }

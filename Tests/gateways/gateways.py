@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Loopback test gateways for Herald: APNs, FCM HTTP v1 (+ OAuth2 token endpoint) and Web Push.
 
-One process, four loopback listeners:
-  * apns     TLS, ALPN h2 only
-  * fcm      TLS, ALPN h2 or http/1.1   (POST /token and POST /v1/projects/P/messages:send)
-  * webpush  TLS, ALPN h2 or http/1.1   (POST /push/ID)
-  * control  plain HTTP/1.1 JSON API    (see README.md)
+One process, five loopback listeners:
+  * apns        TLS, ALPN h2 only
+  * fcm         TLS, ALPN h2 or http/1.1   (POST /token and POST /v1/projects/P/messages:send)
+  * webpush     TLS, ALPN h2 or http/1.1   (POST /push/ID)
+  * webpush_h1  TLS, ALPN http/1.1 only    (the webpush gateway again: same subscriptions, records, programs
+                                           and knobs; a push service that does not speak HTTP/2)
+  * control     plain HTTP/1.1 JSON API    (see README.md)
 
 Usage: python gateways.py --dir STATE_DIR
 Writes STATE_DIR/ca.pem, server.pem, server-key.pem and (once listening) gateways.json.
@@ -56,6 +58,9 @@ BIG_STREAMS = 2**31 - 1
 MCS = SettingCodes.MAX_CONCURRENT_STREAMS
 
 GATEWAYS = ("apns", "fcm", "webpush")
+# Extra TLS listeners that serve a gateway of GATEWAYS (its handler, state, records and knobs)
+# with other ALPN offers. Read-only views (received, connections) take their name as a filter.
+EXTRA_LISTENERS = {"webpush_h1": "webpush"}
 
 DEFAULT_KNOBS = {
     "apns": {
@@ -290,10 +295,11 @@ class Response:
 class ConnInfo:
     _ids = 0
 
-    def __init__(self, gateway, peer, alpn):
+    def __init__(self, gateway, peer, alpn, listener=None):
         ConnInfo._ids += 1
         self.id = ConnInfo._ids
         self.gateway = gateway
+        self.listener = listener or gateway   # which listener accepted it (webpush or webpush_h1)
         self.peer = peer
         self.alpn = alpn
         self.opened = time.time()
@@ -315,7 +321,8 @@ class ConnInfo:
 
     def to_json(self):
         return {
-            "id": self.id, "gateway": self.gateway, "peer": self.peer, "alpn": self.alpn,
+            "id": self.id, "gateway": self.gateway, "listener": self.listener, "peer": self.peer,
+            "alpn": self.alpn,
             "opened": self.opened, "closed": self.closed, "requests": self.requests,
             "open_streams": self.open_streams, "peak_open_streams": self.peak_open_streams,
             "advertised_max_streams": self.advertised_max_streams,
@@ -879,7 +886,8 @@ URGENCIES = {"very-low", "low", "normal", "high"}
 
 def handle_webpush(req: Request) -> Response:
     k = STATE.knobs["webpush"]
-    rec = {"gateway": "webpush", "time": req.time, "conn": req.conn.id, "stream": req.stream_id,
+    rec = {"gateway": "webpush", "listener": req.conn.listener, "time": req.time, "conn": req.conn.id,
+           "stream": req.stream_id,
            "http_version": req.http_version, "method": req.method, "path": req.path,
            "headers": dict(req.headers), "body_len": len(req.body)}
     errors = []
@@ -1443,7 +1451,7 @@ async def serve_http1_gateway(gw, reader, writer, info):
             pass
 
 
-def make_gateway_handler(gw):
+def make_gateway_handler(gw, listener=None):
     async def handler(reader, writer):
         task = asyncio.current_task()
         CONNS.add(task)
@@ -1451,7 +1459,7 @@ def make_gateway_handler(gw):
             sslobj = writer.get_extra_info("ssl_object")
             alpn = sslobj.selected_alpn_protocol() if sslobj else None
             peer = writer.get_extra_info("peername")
-            info = ConnInfo(gw, f"{peer[0]}:{peer[1]}" if peer else None, alpn)
+            info = ConnInfo(gw, f"{peer[0]}:{peer[1]}" if peer else None, alpn, listener)
             STATE.connections[gw].append(info)
             if len(STATE.connections[gw]) > 10000:
                 del STATE.connections[gw][:1000]
@@ -1483,6 +1491,17 @@ def _gw(body_or_q, required=True):
     if g not in GATEWAYS:
         raise ControlError(400, f"gateway must be one of {GATEWAYS}")
     return g
+
+
+def _gw_view(q):
+    """(gateway, listener or None) for read-only views: a gateway, or an extra listener's name
+    (its gateway's records or connections that came through that listener)."""
+    g = q.get("gateway")
+    if g in EXTRA_LISTENERS:
+        return EXTRA_LISTENERS[g], g
+    if g not in GATEWAYS:
+        raise ControlError(400, f"gateway must be one of {GATEWAYS + tuple(EXTRA_LISTENERS)}")
+    return g, None
 
 
 def ctl_program(b):
@@ -1553,12 +1572,15 @@ def ctl_webpush_subscription(b):
         raise ControlError(400, "auth must be 16 bytes")
     vk = b.get("vapid_public_key")
     vapid_keys = None
+    listener = b.get("listener", "webpush")
+    if listener != "webpush" and EXTRA_LISTENERS.get(listener) != "webpush":
+        raise ControlError(400, "listener must be webpush or webpush_h1")
     if vk:
         vapid_keys = {b64u(_vapid_raw(x)) for x in (vk if isinstance(vk, list) else [vk])}
     STATE.webpush_subs[sid] = {"priv": priv, "auth": auth, "vapid_keys": vapid_keys}
     p256dh = priv.public_key().public_bytes(serialization.Encoding.X962,
                                             serialization.PublicFormat.UncompressedPoint)
-    return {"ok": True, "id": sid, "endpoint": f"https://127.0.0.1:{STATE.ports['webpush']}/push/{sid}",
+    return {"ok": True, "id": sid, "endpoint": f"https://127.0.0.1:{STATE.ports[listener]}/push/{sid}",
             "p256dh": b64u(p256dh), "auth": b64u(auth)}
 
 
@@ -1603,19 +1625,21 @@ def ctl_goaway(b):
 
 
 def ctl_received(q):
-    g = _gw(q)
+    g, listener = _gw_view(q)
     recs = STATE.received[g]
     since = int(q.get("since", 0))
     token = q.get("token")
     kind = q.get("kind")
     out = [r for r in recs if r["seq"] > since and (token is None or r.get("token") == token)
-           and (kind is None or r.get("kind", "send") == kind)]
-    return {"gateway": g, "count": len(out), "requests": out}
+           and (kind is None or r.get("kind", "send") == kind)
+           and (listener is None or r.get("listener") == listener)]
+    return {"gateway": q.get("gateway"), "count": len(out), "requests": out}
 
 
 def ctl_connections(q):
-    g = _gw(q)
-    return {"gateway": g, "connections": [c.to_json() for c in STATE.connections[g]]}
+    g, listener = _gw_view(q)
+    return {"gateway": q.get("gateway"), "connections": [c.to_json() for c in STATE.connections[g]
+                                                         if listener is None or c.listener == listener]}
 
 
 def ctl_stats(q):
@@ -1733,24 +1757,27 @@ async def main_async(state_dir, exit_with_parent=False):
     os.makedirs(state_dir, exist_ok=True)
     paths = make_certs(state_dir)
     servers = {}
-    alpn = {"apns": ["h2"], "fcm": ["h2", "http/1.1"], "webpush": ["h2", "http/1.1"]}
-    for gw in GATEWAYS:
-        srv = await asyncio.start_server(make_gateway_handler(gw), HOST, 0, ssl=tls_context(paths, alpn[gw]),
+    alpn = {"apns": ["h2"], "fcm": ["h2", "http/1.1"], "webpush": ["h2", "http/1.1"],
+            "webpush_h1": ["http/1.1"]}
+    for name in GATEWAYS + tuple(EXTRA_LISTENERS):
+        gw = EXTRA_LISTENERS.get(name, name)
+        srv = await asyncio.start_server(make_gateway_handler(gw, name), HOST, 0, ssl=tls_context(paths, alpn[name]),
                                          limit=MAX_HEADER_BYTES * 2, ssl_handshake_timeout=10)
-        servers[gw] = srv
-        STATE.ports[gw] = srv.sockets[0].getsockname()[1]
+        servers[name] = srv
+        STATE.ports[name] = srv.sockets[0].getsockname()[1]
     srv = await asyncio.start_server(control_handler, HOST, 0, limit=MAX_HEADER_BYTES * 2)
     servers["control"] = srv
     STATE.ports["control"] = srv.sockets[0].getsockname()[1]
     info = {
         "host": HOST, "pid": os.getpid(), "ca": paths["ca"],
         "apns": STATE.ports["apns"], "fcm": STATE.ports["fcm"], "webpush": STATE.ports["webpush"],
-        "control": STATE.ports["control"],
+        "webpush_h1": STATE.ports["webpush_h1"], "control": STATE.ports["control"],
         "urls": {
             "apns": f"https://127.0.0.1:{STATE.ports['apns']}",
             "fcm": f"https://127.0.0.1:{STATE.ports['fcm']}",
             "fcm_token": f"https://127.0.0.1:{STATE.ports['fcm']}/token",
             "webpush": f"https://127.0.0.1:{STATE.ports['webpush']}/push/",
+            "webpush_h1": f"https://127.0.0.1:{STATE.ports['webpush_h1']}/push/",
             "control": f"http://127.0.0.1:{STATE.ports['control']}",
         },
     }

@@ -495,6 +495,52 @@ def test_webpush_delivery_decrypted(webpush):
     assert recs[1].get("salt_reused") and recs[1].get("ecdh_key_reused")   # same body sent twice
 
 
+def test_webpush_h1_listener_offers_only_http11(webpush):
+    """webpush_h1 serves the same subscriptions and records as webpush, but never selects h2."""
+    port = webpush.info["webpush_h1"]
+    assert port and port != webpush.info["webpush"]
+    assert webpush.info["urls"]["webpush_h1"] == f"https://127.0.0.1:{port}/push/"
+    sub = webpush.post("/control/webpush-subscription", {"id": "sub1", "listener": "webpush_h1",
+                                                         "vapid_public_key": b64u(raw_pub(webpush.vapid.public_key()))})
+    assert sub["endpoint"] == f"https://127.0.0.1:{port}/push/sub1"
+    # A client that offers only h2 gets no ALPN protocol at all.
+    ctx = ssl.create_default_context(cafile=webpush.info["ca"])
+    ctx.set_alpn_protocols(["h2"])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            assert tls.selected_alpn_protocol() is None
+    # One that offers both gets HTTP/1.1; the request is checked and recorded like any Web Push request.
+    origin = f"https://127.0.0.1:{port}"
+    plain = b'{"kind":"message"}'
+    with webpush.client(http2=True) as c:
+        r = c.post(sub["endpoint"], content=wp_encrypt(sub, plain), headers={
+            "content-encoding": "aes128gcm", "ttl": "60", "authorization": vapid_header(webpush.vapid, origin)})
+        assert r.status_code == 201, r.text
+        assert r.http_version == "HTTP/1.1"
+        # The VAPID aud must be this listener's origin, not the h2 listener's.
+        r = c.post(sub["endpoint"], content=wp_encrypt(sub, plain), headers={
+            "content-encoding": "aes128gcm", "ttl": "60", "authorization": vapid_header(webpush.vapid, webpush.origin)})
+        assert r.status_code == 401
+        webpush.post("/control/program", {"gateway": "webpush", "token": "sub1", "responses": [{"status": 410}]})
+        r = c.post(sub["endpoint"], content=wp_encrypt(sub, plain), headers={
+            "content-encoding": "aes128gcm", "ttl": "60", "authorization": vapid_header(webpush.vapid, origin)})
+        assert r.status_code == 410
+    recs = webpush.received("webpush_h1")
+    assert [x["response"]["status"] for x in recs] == [201, 401, 410]
+    assert all(x["listener"] == "webpush_h1" and x["http_version"] == "http/1.1" for x in recs)
+    assert recs[0]["valid"] and recs[0]["plaintext"] == plain.decode()
+    assert [x["seq"] for x in webpush.received("webpush")] == [x["seq"] for x in recs]   # one gateway, one record list
+    conns = webpush.get("/control/connections", gateway="webpush_h1")["connections"]
+    assert [c["alpn"] for c in conns] == [None, "http/1.1"]
+    assert all(c["listener"] == "webpush_h1" and c["gateway"] == "webpush" for c in conns)
+    assert conns[1]["requests"] == 3
+    all_conns = webpush.get("/control/connections", gateway="webpush")["connections"]
+    assert [c["id"] for c in all_conns] == [c["id"] for c in conns]
+    assert webpush.received("webpush_h1", token="sub1") == recs
+    r = webpush.ctl.post("/control/webpush-subscription", json={"listener": "apns"})
+    assert r.status_code == 400
+
+
 def test_webpush_rejections(webpush):
     body = wp_encrypt(webpush.sub, b'{"kind":"x"}')
     other = ec.generate_private_key(ec.SECP256R1())
