@@ -98,10 +98,9 @@ extension HeraldService {
             disabled: runtime.disabled, pendingLimit: delivery?.maxQueued ?? .max)
         let waitMs = Int64(timeout ?? PushLimits.defaultWaitMs)
         let log = self.log
-        store.enqueue(enqueue) { [self] result in
+        scheduler.enqueue(enqueue) { [self] result in
             switch result {
             case .success(let e):
-                if !e.duplicate && e.devices > 0 { scheduler.wake() }
                 log.info(
                     "push_accepted",
                     [

@@ -50,6 +50,8 @@ public struct SchedulerStats: Sendable {
     public var inFlight = 0
     /// Stale devices waiting for their batch's verdict.
     public var staleHeld = 0
+    /// Deliveries handed over at their message's commit (sent without a claim).
+    public var handedOver = 0
 }
 
 /// The delivery engine: takes due deliveries from the store, hands each to
@@ -190,6 +192,80 @@ public final class Scheduler: @unchecked Sendable {
 
     public var stats: SchedulerStats { shared.withLock { $0.stats } }
 
+    // MARK: Accepting
+
+    /// Commits a message through the store (`completion` runs on the store's
+    /// thread once the commit is durable). When the scheduler is idle (its
+    /// last claim found nothing due and none is running), the store hands the
+    /// message's deliveries over at the commit, up to each lane's free room,
+    /// and they are sent at once without a claim; whatever does not fit is
+    /// claimed as usual. With work already due the message queues behind it.
+    public func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void) {
+        queue.async { [self] in
+            let (asks, limit) = handoffAsks(app: e.app)
+            guard !asks.isEmpty else {
+                store.enqueue(e) { [self] result in
+                    completion(result)
+                    if case .success(let accepted) = result, !accepted.duplicate, accepted.devices > 0 { wake() }
+                }
+                return
+            }
+            // Until the commit comes back, the room stays promised: a claim
+            // meanwhile cannot take it.
+            for (lane, n) in asks { reserved[lane, default: 0] += n }
+            reservedTotal += limit
+            store.enqueue(e, handoff: asks, limit: limit) { [self] result in
+                completion(result.map(\.accepted))
+                queue.async { [self] in handedOver(result, asked: asks, limit: limit) }
+            }
+        }
+    }
+
+    /// Room to take a new message's deliveries at its commit: each lane of
+    /// the app its free room, `limit` in all (which lanes the message reaches
+    /// is known only at the commit). Only while idle: nothing due waits in the
+    /// store, so no older delivery is overtaken.
+    private func handoffAsks(app: String) -> (asks: [QueueLane: Int], limit: Int) {
+        let room = settings.maxInflight - inFlight - reservedTotal
+        guard running, idle, !claiming, room > 0 else { return ([:], 0) }
+        var asks: [QueueLane: Int] = [:]
+        for lane in transports.keys where lane.app == app {
+            let free = limit(of: lane) - (sending[lane] ?? 0) - (waiting[lane]?.count ?? 0) - (reserved[lane] ?? 0)
+            if free > 0 { asks[lane] = min(free, room) }
+        }
+        return (asks, room)
+    }
+
+    private func handedOver(
+        _ result: Result<(accepted: Enqueued, claim: Claim), any Error>, asked: [QueueLane: Int], limit: Int
+    ) {
+        for (lane, n) in asked {
+            let left = (reserved[lane] ?? 0) - n
+            reserved[lane] = left > 0 ? left : nil
+        }
+        reservedTotal -= limit
+        guard case .success(let (accepted, claim)) = result else { return }
+        let mono = monotonicMilliseconds()
+        for (key, size) in claim.batchSizes
+        where guardState.register(messageID: key.messageID, platform: key.platform, size: size) {
+            batchActivity[key] = mono
+        }
+        handedOverTotal += claim.jobs.count
+        for job in claim.jobs { dispatch(job) }
+        publish()
+        if !accepted.duplicate && claim.jobs.count < accepted.devices {
+            // Some did not fit (or went to a lane without a transport): claim them.
+            idle = false
+            pump()
+        }
+    }
+
+    private var handedOverTotal = 0
+
+    /// Room promised to hand-overs whose commit has not come back yet.
+    private var reserved: [QueueLane: Int] = [:]
+    private var reservedTotal = 0
+
     // MARK: Claiming
 
     private func pump() {
@@ -198,7 +274,7 @@ public final class Scheduler: @unchecked Sendable {
             claimAgain = true
             return
         }
-        var room = settings.maxInflight - inFlight
+        var room = settings.maxInflight - inFlight - reservedTotal
         guard room > 0 else { return }
         // Deliveries of lanes without a transport (configuration changed) are
         // claimed too, to be recorded as skipped: now and then, as finding
@@ -218,7 +294,7 @@ public final class Scheduler: @unchecked Sendable {
         var asks: [QueueLane: Int] = [:]
         for i in lanes.indices {
             let lane = lanes[(i + turn) % lanes.count]
-            let free = limit(of: lane) - (sending[lane] ?? 0) - (waiting[lane]?.count ?? 0)
+            let free = limit(of: lane) - (sending[lane] ?? 0) - (waiting[lane]?.count ?? 0) - (reserved[lane] ?? 0)
             let share = max(1, room / (lanes.count - i))
             // Every lane is named, with 0 when it has no room, so that the
             // "others" claim never takes a lane's deliveries past its limit.
@@ -558,7 +634,9 @@ public final class Scheduler: @unchecked Sendable {
         }
         let inFlight = self.inFlight
         let heldCount = held.count
+        let handed = handedOverTotal
         shared.withLock {
+            $0.stats.handedOver = handed
             $0.stats.platforms = platforms
             $0.stats.inFlight = inFlight
             $0.stats.staleHeld = heldCount

@@ -166,6 +166,19 @@ final class Queue {
     /// Commits the message and one delivery per recipient device; with a key
     /// seen in the last 24 h, returns the first message instead.
     func enqueue(_ e: Enqueue, now: Int64) throws -> Enqueued {
+        try enqueue(e, now: now, handoff: [:]).accepted
+    }
+
+    /// Commits the message as ``enqueue(_:now:)`` does, and hands up to
+    /// `handoff[lane]` of its deliveries of each lane, `handoffLimit` in all,
+    /// straight to the caller: they are written in flight (one attempt counted), exactly as
+    /// a claim would leave them, and returned ready to send, so that a
+    /// message reaching an idle scheduler skips the claim (a second pass over
+    /// its rows and every due index). A crash before their results are
+    /// recorded queues them again at the next open, like any claimed delivery.
+    func enqueue(
+        _ e: Enqueue, now: Int64, handoff: [QueueLane: Int], handoffLimit: Int = .max
+    ) throws -> (accepted: Enqueued, claim: Claim) {
         var idempotency: StoreValue = .null
         if let k = e.idempotencyKey {
             let hash = SHA256.hash(Array(("idem:" + k).utf8))
@@ -178,8 +191,12 @@ final class Queue {
                 if now - found.int64(1) < Self.idempotencyWindowMs {
                     let counts = try stateCounts(id)
                     let skipped = counts[.skipped] ?? 0
-                    return Enqueued(
-                        messageID: id, devices: counts.values.reduce(0, +) - skipped, skipped: skipped, duplicate: true)
+                    return (
+                        Enqueued(
+                            messageID: id, devices: counts.values.reduce(0, +) - skipped, skipped: skipped,
+                            duplicate: true),
+                        Claim(jobs: [], finished: [], batchSizes: [:], nextDueAt: nil)
+                    )
                 }
                 try db.statement("UPDATE messages SET idempotency_hash = NULL WHERE message_id = ?").bind(.text(id)).run()
             }
@@ -205,6 +222,10 @@ final class Queue {
 
         var devices = 0
         var skipped = 0
+        var room = handoff
+        var roomLeft = handoffLimit
+        var jobs: [DeliveryJob] = []
+        var sizes: [BatchKey: Int] = [:]
         for target in targets {
             var state = DeliveryState.queued
             var reason: String?
@@ -224,21 +245,54 @@ final class Queue {
                     """
                 ).bind(.text("superseded by \(messageID)"), .int(now), .text(target.deviceID), .text(collapse)).run()
             }
-            try db.statement(
+            let lane = QueueLane(app: e.app, platform: target.platform)
+            let handed = state == .queued && roomLeft > 0 && (room[lane] ?? 0) > 0
+            if handed {
+                state = .inFlight
+                room[lane]! -= 1
+                roomLeft -= 1
+            }
+            let insert = try db.statement(
                 """
                 INSERT INTO deliveries (message_id, device_id, user, platform, token_hash, collapse_key, state,
-                    next_attempt_at, reason, updated_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    attempts, next_attempt_at, reason, updated_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
             ).bind(
                 .text(messageID), .text(target.deviceID), .text(target.user), .text(target.platform.rawValue),
-                .text(target.tokenHash), .optional(e.message.collapseKey), .text(state.rawValue), .int(now),
-                .optional(reason), .int(now)
-            ).run()
-            if state == .queued { devices += 1 } else { skipped += 1 }
+                .text(target.tokenHash), .optional(e.message.collapseKey), .text(state.rawValue),
+                .int(handed ? 1 : 0), .int(now), .optional(reason), .int(now))
+            // Not RETURNING: that makes SQLite keep a statement journal for
+            // every insert.
+            try insert.run()
+            let deliveryID = db.lastInsertRowID
+            if state == .skipped {
+                skipped += 1
+                continue
+            }
+            devices += 1
+            sizes[BatchKey(messageID: messageID, platform: target.platform), default: 0] += 1
+            if handed {
+                let token = try key.open(target.tokenSealed, context: Identity.tokenContext(target.deviceID))
+                var keys: WebPushKeys?
+                if let sealed = target.keysSealed {
+                    let raw = try key.open(sealed, context: Identity.keysContext(target.deviceID))
+                    keys = WebPushKeys(p256dh: Array(raw.prefix(65)), auth: Array(raw.dropFirst(65)))
+                }
+                jobs.append(
+                    DeliveryJob(
+                        deliveryID: deliveryID, messageID: messageID, app: e.app, deviceID: target.deviceID,
+                        user: target.user, platform: target.platform, environment: target.environment,
+                        token: String(decoding: token, as: UTF8.self), keys: keys, tokenHash: target.tokenHash,
+                        registeredAt: target.registeredAt, message: e.message, acceptedAt: now, expiresAt: expires,
+                        previousAttempts: 0))
+            }
         }
         pendingBound += devices
-        return Enqueued(messageID: messageID, devices: devices, skipped: skipped, duplicate: false)
+        // Batch sizes only when something was handed: otherwise the claim
+        // that takes these deliveries counts them, as for any message.
+        let claim = Claim(jobs: jobs, finished: [], batchSizes: jobs.isEmpty ? [:] : sizes, nextDueAt: nil)
+        return (Enqueued(messageID: messageID, devices: devices, skipped: skipped, duplicate: false), claim)
     }
 
     private struct Target {
@@ -246,6 +300,10 @@ final class Queue {
         let user: String
         let platform: Platform
         let tokenHash: String
+        let environment: APNsEnvironment?
+        let tokenSealed: [UInt8]
+        let keysSealed: [UInt8]?
+        let registeredAt: Int64
     }
 
     /// The app's devices of the named users, or the named devices of the app
@@ -257,7 +315,12 @@ final class Queue {
             while try stmt.step() {
                 let id = stmt.text(0)
                 guard seen.insert(id).inserted, let platform = Platform(rawValue: stmt.text(2)) else { continue }
-                out.append(Target(deviceID: id, user: stmt.text(1), platform: platform, tokenHash: stmt.text(3)))
+                out.append(
+                    Target(
+                        deviceID: id, user: stmt.text(1), platform: platform, tokenHash: stmt.text(3),
+                        environment: stmt.optionalText(4).flatMap(APNsEnvironment.init(rawValue:)),
+                        tokenSealed: stmt.blob(5), keysSealed: stmt.isNull(6) ? nil : stmt.blob(6),
+                        registeredAt: stmt.int64(7)))
             }
         }
         switch recipients {
@@ -265,14 +328,14 @@ final class Queue {
             var once = Set<String>()
             for user in users where once.insert(user).inserted {
                 let stmt = try db.statement(
-                    "SELECT device_id, user, platform, token_hash FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq")
+                    "SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq")
                 try stmt.bind(.text(app), .text(user))
                 try collect(stmt)
             }
         case .devices(let ids):
             for id in ids {
                 let stmt = try db.statement(
-                    "SELECT device_id, user, platform, token_hash FROM devices WHERE app = ? AND device_id = ?")
+                    "SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at FROM devices WHERE app = ? AND device_id = ?")
                 try stmt.bind(.text(app), .text(id))
                 try collect(stmt)
             }

@@ -58,6 +58,9 @@ final class Database {
 
     var changes: Int { Int(sqlite3_changes(handle)) }
 
+    /// The rowid of the last row this connection inserted.
+    var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
     func pragmaInt(_ name: String) throws(StoreError) -> Int64 {
         let stmt = try statement("PRAGMA \(name)")
         guard try stmt.step() else { return 0 }

@@ -58,6 +58,10 @@ public final class Store: @unchecked Sendable {
         try db.execute("PRAGMA journal_mode = WAL")
         try db.execute("PRAGMA synchronous = \(synchronous.rawValue.uppercased())")
         try db.execute("PRAGMA foreign_keys = ON")
+        // Savepoint and statement journals in memory, not in temporary files:
+        // every job runs in a savepoint, and a fan-out's would otherwise
+        // write page images to a file it throws away at the commit.
+        try db.execute("PRAGMA temp_store = MEMORY")
         try Schema.migrate(db)
         let tables = Tables(registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key))
         try tables.registry.expireTombstones(now: clock.nowMilliseconds())
@@ -199,6 +203,16 @@ public final class Store: @unchecked Sendable {
     /// Commits a message and its deliveries (or finds it by idempotency key).
     public func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void) {
         submit({ t, now in try t.queue.enqueue(e, now: now) }, completion)
+    }
+
+    /// Commits a message and hands up to `handoff[lane]` of its deliveries
+    /// per lane, `limit` in all, to the caller already in flight (see
+    /// `Queue.enqueue(_:now:handoff:handoffLimit:)`).
+    public func enqueue(
+        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int,
+        completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
+    ) {
+        submit({ t, now in try t.queue.enqueue(e, now: now, handoff: handoff, handoffLimit: limit) }, completion)
     }
 
     public func status(

@@ -59,7 +59,8 @@ public final class WebPushSender: Sendable {
     public let subject: String
     public let clock: any WallClock
     public let tokens: VAPIDTokenCache
-    /// The per-request deadline.
+    /// The per-request deadline of libcurl sends; requests carried by
+    /// `http2` have that client's `requestTimeout`.
     public let timeout: Duration
     /// An HTTP/2 connection (and lane) of an origin that carried no request for this long is closed.
     public let http2IdleTimeout: Duration
@@ -176,7 +177,9 @@ public final class WebPushSender: Sendable {
         _ http2: HTTP2Client, _ checked: CheckedEndpoint, headers: WebPushHeaders, authorization: String,
         body: [UInt8], answered: @escaping @Sendable (ServiceAnswer) -> Void
     ) {
-        let addresses = checked.addresses.map(\.description)
+        // Sorted: a resolver that rotates its answers must not open a new
+        // connection (lane) per order.
+        let addresses = checked.addresses.map(\.description).sorted()
         let lane = http2.lane(
             HTTP2LaneKey("web:\(checked.origin)@\(addresses.joined(separator: ","))"),
             endpoint: HTTP2Endpoint(host: checked.host, port: checked.port, addresses: addresses),

@@ -131,6 +131,113 @@ struct SchedulerTests {
         #expect(scheduler.stats.platforms[.fcm]?.delivered == 200)
     }
 
+    @Test("a message reaching an idle scheduler is handed over at its commit: limits kept, each delivery sent once")
+    func handOverAtCommit() async throws {
+        let f = try Fixture()
+        defer { f.close() }
+        try f.register(50, perUser: 4, platform: .fcm)
+        try f.register(50, perUser: 4, platform: .apns)
+        let fcm = ScriptedTransport(limit: 7)
+        let apns = ScriptedTransport(limit: 50)
+        let scheduler = Scheduler(
+            store: f.store,
+            transports: [QueueLane(app: "default", platform: .fcm): fcm, QueueLane(app: "default", platform: .apns): apns],
+            settings: SchedulerSettings(maxInflight: 30))
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        // Idle: the start-up claim found nothing.
+        try await Task.sleep(for: .milliseconds(100))
+        let e = Enqueue(
+            app: "default", message: PushMessage(kind: .notification),
+            recipients: .users((0..<50).map { "fcm-\($0)" } + (0..<50).map { "apns-\($0)" }), idempotencyKey: nil,
+            disabled: [:])
+        let accepted = try await withCheckedThrowingContinuation { c in
+            scheduler.enqueue(e) { c.resume(with: $0) }
+        }
+        #expect(accepted.devices == 400)
+        let s = try await f.waitComplete(accepted.messageID)
+        #expect(s.counts[.delivered] == 400)
+        #expect(fcm.sent == 200 && apns.sent == 200, "no delivery sent twice")
+        #expect(fcm.peak <= 7)
+        #expect(fcm.peak + apns.peak <= 30 + 7, "sends out at once stay near max_inflight")
+        let handed = scheduler.stats.handedOver
+        #expect(handed > 0 && handed <= 30, "the first deliveries went without a claim, within max_inflight")
+        // With work in flight the next message is not handed over: it queues and is claimed.
+        apns.close()
+        let first = try await withCheckedThrowingContinuation { c in
+            scheduler.enqueue(Enqueue(app: "default", message: PushMessage(kind: .notification),
+                recipients: .users((0..<10).map { "apns-\($0)" }), idempotencyKey: nil, disabled: [:])) { c.resume(with: $0) }
+        }
+        let second = try await withCheckedThrowingContinuation { c in
+            scheduler.enqueue(Enqueue(app: "default", message: PushMessage(kind: .notification),
+                recipients: .users((0..<10).map { "apns-\($0)" }), idempotencyKey: nil, disabled: [:])) { c.resume(with: $0) }
+        }
+        apns.open()
+        #expect(try await f.waitComplete(first.messageID).counts[.delivered] == 40)
+        #expect(try await f.waitComplete(second.messageID).counts[.delivered] == 40)
+        #expect(apns.sent == 280)
+    }
+
+    @Test("handed-over deliveries are in flight in the store: a crash before their answers queues them again")
+    func handOverSurvivesCrash() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("herald-sched-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let key = try StoreKey.generate()
+        let path = dir.appendingPathComponent("herald.db").path
+        let store = try Store(path: path, key: key, synchronous: .full)
+        for u in 0..<5 {
+            let r = Registration(app: "default", user: "u\(u)", platform: .fcm, environment: nil, token: "fcm-\(u)")
+            _ = try store.sync { s, done in s.register(r, deviceCap: 100, completion: done) }
+        }
+        let fcm = ScriptedTransport(limit: 100)
+        fcm.close()  // the provider never answers before the "crash"
+        let scheduler = Scheduler(
+            store: store, transports: [QueueLane(app: "default", platform: .fcm): fcm], settings: SchedulerSettings())
+        scheduler.start()
+        try await Task.sleep(for: .milliseconds(100))
+        let e = Enqueue(
+            app: "default", message: PushMessage(kind: .notification), recipients: .users((0..<5).map { "u\($0)" }),
+            idempotencyKey: nil, disabled: [:])
+        let accepted = try await withCheckedThrowingContinuation { c in scheduler.enqueue(e) { c.resume(with: $0) } }
+        let deadline = Date().addingTimeInterval(10)
+        while fcm.sent < 5 && Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(fcm.sent == 5 && scheduler.stats.handedOver == 5)
+        let status = try #require(try store.sync { s, done in
+            s.status(app: "default", messageID: accepted.messageID, detail: false, completion: done)
+        })
+        #expect(status.counts[.inFlight] == 5)
+        scheduler.stopClaiming()
+        store.close()  // the answers never come: as good as a crash for the store
+        let reopened = try Store(path: path, key: key, synchronous: .full)
+        defer { reopened.close() }
+        #expect(reopened.recoveredDeliveries == 5)
+        let again = try reopened.sync { s, done in s.claimDue(limit: 10, completion: done) }.jobs
+        #expect(again.count == 5 && again.allSatisfy { $0.previousAttempts == 1 && $0.token.hasPrefix("fcm-") })
+    }
+
+    @Test("a handed-over batch is guarded like a claimed one: a stale storm trips the breaker")
+    func handOverStaleGuard() async throws {
+        let f = try Fixture()
+        defer { f.close() }
+        try f.register(10, perUser: 10, platform: .fcm)
+        let stale = ScriptedTransport(limit: 100) { _ in AttemptReport(outcome: .stale(reason: .fcmUnregistered), httpStatus: 404) }
+        let scheduler = Scheduler(
+            store: f.store, transports: [QueueLane(app: "default", platform: .fcm): stale],
+            settings: SchedulerSettings(maxInflight: 1000))
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        try await Task.sleep(for: .milliseconds(100))
+        let e = Enqueue(
+            app: "default", message: PushMessage(kind: .notification), recipients: .users((0..<10).map { "fcm-\($0)" }),
+            idempotencyKey: nil, disabled: [:])
+        let accepted = try await withCheckedThrowingContinuation { c in scheduler.enqueue(e) { c.resume(with: $0) } }
+        let s = try await f.waitComplete(accepted.messageID, timeout: 10)
+        #expect(scheduler.stats.handedOver == 100)
+        #expect(s.counts[.failed] == 100, "the breaker refused every deletion")
+        #expect(scheduler.stats.platforms[.fcm]?.breakerTrips == 1)
+    }
+
     @Test("a stuck lane does not hold up the others")
     func laneIsolation() async throws {
         let f = try Fixture()
