@@ -362,6 +362,25 @@ public final class HTTP2Client: Sendable {
         if first { loop.execute { [self] in drainInbox() } }
     }
 
+    /// Sends several requests (of any lanes of this client) with one wakeup
+    /// of the client's thread: they go out in the same writes. Each
+    /// completion runs once, on the client's thread.
+    public func send(_ batch: [HTTP2Send]) {
+        guard !batch.isEmpty else { return }
+        if isStopping {
+            for item in batch { item.completion(.failure(.shutdown)) }
+            return
+        }
+        let deadline = monotonicMilliseconds() + settings.requestTimeout.wholeMilliseconds
+        let items = batch.map { ($0.lane.lane, Pending(request: $0.request, deadline: deadline, completion: $0.completion)) }
+        let first = inbox.withLock { box -> Bool in
+            let wasEmpty = box.isEmpty
+            box.append(contentsOf: items)
+            return wasEmpty
+        }
+        if first { loop.execute { [self] in drainInbox() } }
+    }
+
     private func drainInbox() {
         let batch = inbox.withLock { box -> [(Lane, Pending)] in
             defer { box.removeAll(keepingCapacity: true) }
@@ -387,6 +406,22 @@ extension HTTP2Client {
             lane.detached = false
             return lane
         }
+    }
+}
+
+/// One request of a batch for ``HTTP2Client/send(_:)``.
+public struct HTTP2Send: Sendable {
+    public let lane: HTTP2LaneHandle
+    public let request: HTTP2Request
+    public let completion: @Sendable (Result<HTTP2Response, HTTP2ClientError>) -> Void
+
+    public init(
+        lane: HTTP2LaneHandle, request: HTTP2Request,
+        completion: @escaping @Sendable (Result<HTTP2Response, HTTP2ClientError>) -> Void
+    ) {
+        self.lane = lane
+        self.request = request
+        self.completion = completion
     }
 }
 

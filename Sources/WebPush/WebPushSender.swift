@@ -4,9 +4,16 @@ public import HeraldDelivery
 public import HTTPClient
 public import HTTP2
 internal import Dispatch
+internal import Foundation
 internal import Synchronization
 
 /// Sends one sealed Web Push record to one subscription (webpush.md §3.4).
+///
+/// Sends are worked off in chunks (up to `chunk` at a time, by at most one
+/// worker per core on the sender's concurrent queue): a worker checks and
+/// seals a chunk, then hands its HTTP/2 requests to the client in one batch,
+/// so a fan-out wakes the client's thread and writes to each connection once
+/// per chunk rather than once per push.
 ///
 /// Per send:
 /// 1. The endpoint is checked again with the ``EndpointGuard`` (DNS rebinding
@@ -69,6 +76,25 @@ public final class WebPushSender: Sendable {
     private let sealers = Mutex<[SealerBox]>([])
     /// Origins that did not offer HTTP/2, until when (wall-clock ms) they go through libcurl.
     private let http1Origins = Mutex<[String: Int64]>([:])
+    /// Sends not yet taken by a worker, and how many workers run.
+    private let backlog = Mutex(Backlog())
+    /// The most sends one worker checks and seals before handing them over.
+    static let chunk = 16
+    static let maxWorkers = max(1, ProcessInfo.processInfo.activeProcessorCount)
+
+    private struct Backlog {
+        var items: [Work] = []
+        var next = 0
+        var workers = 0
+    }
+
+    private struct Work {
+        let endpoint: String
+        let subscriber: WebPushSubscriber
+        let payload: WebPushPayload
+        let headers: WebPushHeaders
+        let completion: @Sendable (Outcome, Int?) -> Void
+    }
 
     public init(
         guard endpointGuard: EndpointGuard, client: HTTPClient, http2: HTTP2Client? = nil, vapidKey: P256PrivateKey,
@@ -107,28 +133,70 @@ public final class WebPushSender: Sendable {
         endpoint: String, subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders,
         completion: @escaping @Sendable (Outcome, Int?) -> Void
     ) {
-        queue.async { [self] in
-            let checked: CheckedEndpoint
-            do throws(EndpointError) {
-                checked = try endpointGuard.check(endpoint)
-            } catch {
-                switch error {
-                case .unresolvable, .resolutionFailed:
-                    completion(.failed(reason: Self.endpointUnresolvable), nil)
-                case .malformed, .notPubliclyRoutable:
-                    completion(.failed(reason: Self.endpointRefused), nil)
+        let work = Work(endpoint: endpoint, subscriber: subscriber, payload: payload, headers: headers, completion: completion)
+        let start = backlog.withLock { b -> Bool in
+            b.items.append(work)
+            guard b.workers < Self.maxWorkers else { return false }
+            b.workers += 1
+            return true
+        }
+        if start { queue.async { [self] in drain() } }
+    }
+
+    /// Takes chunks of the backlog until it is empty.
+    private func drain() {
+        while true {
+            let chunk = backlog.withLock { b -> ArraySlice<Work> in
+                let left = b.items.count - b.next
+                guard left > 0 else {
+                    b.items.removeAll(keepingCapacity: true)
+                    b.next = 0
+                    b.workers -= 1
+                    return []
                 }
-                return
+                // Small backlogs are shared between the workers, not taken whole by one.
+                let take = min(Self.chunk, max(1, left / max(1, b.workers)))
+                defer {
+                    b.next += take
+                    // Under a steady stream the backlog never empties: drop what was taken.
+                    if b.next >= 1024 && b.next * 2 >= b.items.count {
+                        b.items.removeFirst(b.next)
+                        b.next = 0
+                    }
+                }
+                return b.items[b.next..<(b.next + take)]
             }
-            attempt(
-                checked, subscriber: subscriber, payload: payload, headers: headers, steppedDown: false,
-                completion: completion)
+            guard !chunk.isEmpty else { return }
+            var outgoing: [HTTP2Send] = []
+            outgoing.reserveCapacity(chunk.count)
+            for w in chunk { process(w, into: &outgoing) }
+            http2?.send(outgoing)
         }
     }
 
+    private func process(_ w: Work, into outgoing: inout [HTTP2Send]) {
+        let checked: CheckedEndpoint
+        do throws(EndpointError) {
+            checked = try endpointGuard.check(w.endpoint)
+        } catch {
+            switch error {
+            case .unresolvable, .resolutionFailed:
+                w.completion(.failed(reason: Self.endpointUnresolvable), nil)
+            case .malformed, .notPubliclyRoutable:
+                w.completion(.failed(reason: Self.endpointRefused), nil)
+            }
+            return
+        }
+        attempt(
+            checked, subscriber: w.subscriber, payload: w.payload, headers: w.headers, steppedDown: false,
+            outgoing: &outgoing, completion: w.completion)
+    }
+
+    /// Seals and sends one push; a request for the HTTP/2 client is added to
+    /// `outgoing` for the caller to hand over, libcurl's go at once.
     private func attempt(
         _ checked: CheckedEndpoint, subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders,
-        steppedDown: Bool, completion: @escaping @Sendable (Outcome, Int?) -> Void
+        steppedDown: Bool, outgoing: inout [HTTP2Send], completion: @escaping @Sendable (Outcome, Int?) -> Void
     ) {
         let plaintext = steppedDown ? payload.minimalPlaintext : payload.plaintext
         let bodySize = steppedDown ? payload.stepDownBodySize : payload.bodySize
@@ -157,9 +225,11 @@ public final class WebPushSender: Sendable {
                 }
                 if outcome == .tooLarge && !steppedDown {
                     queue.async { [self] in
+                        var again: [HTTP2Send] = []
                         attempt(
                             checked, subscriber: subscriber, payload: payload, headers: headers, steppedDown: true,
-                            completion: completion)
+                            outgoing: &again, completion: completion)
+                        http2?.send(again)
                     }
                     return
                 }
@@ -167,16 +237,17 @@ public final class WebPushSender: Sendable {
             }
         }
         if let http2, !sendsHTTP1(checked.origin) {
-            sendHTTP2(http2, checked, headers: headers, authorization: authorization, body: body, answered: answered)
+            outgoing.append(
+                requestHTTP2(http2, checked, headers: headers, authorization: authorization, body: body, answered: answered))
         } else {
             sendCurl(checked, headers: headers, authorization: authorization, body: body, answered: answered)
         }
     }
 
-    private func sendHTTP2(
+    private func requestHTTP2(
         _ http2: HTTP2Client, _ checked: CheckedEndpoint, headers: WebPushHeaders, authorization: String,
         body: [UInt8], answered: @escaping @Sendable (ServiceAnswer) -> Void
-    ) {
+    ) -> HTTP2Send {
         // Sorted: a resolver that rotates its answers must not open a new
         // connection (lane) per order.
         let addresses = checked.addresses.map(\.description).sorted()
@@ -187,7 +258,8 @@ public final class WebPushSender: Sendable {
         var fields: [(name: String, value: String)] = headers.fields.map { ($0.name.lowercased(), $0.value) }
         fields.append(("content-length", String(body.count)))
         fields.append(("authorization", authorization))
-        lane.send(HTTP2Request(path: checked.pathAndQuery, headers: fields, body: body)) { [self] result in
+        return HTTP2Send(lane: lane, request: HTTP2Request(path: checked.pathAndQuery, headers: fields, body: body)) {
+            [self] result in
             switch result {
             case .success(let response):
                 answered(.answered(status: response.status, retryAfter: response.header("retry-after")))
