@@ -410,9 +410,22 @@ public final class Scheduler: @unchecked Sendable {
             waiting[lane] = list.isEmpty ? nil : list
             send(next, lane: lane)
         }
-        publish()
+        schedulePublish()
         pump()
     }
+
+    /// Answers come hundreds at a time: the shared stats are refreshed once
+    /// per burst, after the queue has worked through what is waiting.
+    private func schedulePublish() {
+        guard !publishScheduled else { return }
+        publishScheduled = true
+        queue.async { [self] in
+            publishScheduled = false
+            publish()
+        }
+    }
+
+    private var publishScheduled = false
 
     private func decide(_ job: DeliveryJob, lane: QueueLane, _ report: AttemptReport) {
         let now = clock.nowMilliseconds()

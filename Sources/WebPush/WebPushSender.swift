@@ -90,10 +90,28 @@ public final class WebPushSender: Sendable {
 
     private struct Work {
         let endpoint: String
-        let subscriber: WebPushSubscriber
-        let payload: WebPushPayload
-        let headers: WebPushHeaders
+        let prepare: @Sendable () -> Preparation
         let completion: @Sendable (Outcome, Int?) -> Void
+    }
+
+    /// What `prepare` of ``send(endpoint:prepare:completion:)`` gives: the
+    /// push, or the outcome to report instead of sending it.
+    public enum Preparation: Sendable {
+        case ready(Prepared)
+        case refused(Outcome)
+    }
+
+    /// What one push needs, made on a worker by ``send(endpoint:prepare:completion:)``.
+    public struct Prepared: Sendable {
+        public let subscriber: WebPushSubscriber
+        public let payload: WebPushPayload
+        public let headers: WebPushHeaders
+
+        public init(subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders) {
+            self.subscriber = subscriber
+            self.payload = payload
+            self.headers = headers
+        }
     }
 
     public init(
@@ -133,7 +151,18 @@ public final class WebPushSender: Sendable {
         endpoint: String, subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders,
         completion: @escaping @Sendable (Outcome, Int?) -> Void
     ) {
-        let work = Work(endpoint: endpoint, subscriber: subscriber, payload: payload, headers: headers, completion: completion)
+        let ready = Prepared(subscriber: subscriber, payload: payload, headers: headers)
+        send(endpoint: endpoint, prepare: { .ready(ready) }, completion: completion)
+    }
+
+    /// Sends one push whose subscriber, payload and headers `prepare` makes
+    /// on the worker that seals it (in parallel with the other sends, not on
+    /// the caller's thread); a failure is reported as the push's outcome.
+    public func send(
+        endpoint: String, prepare: @escaping @Sendable () -> Preparation,
+        completion: @escaping @Sendable (Outcome, Int?) -> Void
+    ) {
+        let work = Work(endpoint: endpoint, prepare: prepare, completion: completion)
         let start = backlog.withLock { b -> Bool in
             b.items.append(work)
             guard b.workers < Self.maxWorkers else { return false }
@@ -175,6 +204,13 @@ public final class WebPushSender: Sendable {
     }
 
     private func process(_ w: Work, into outgoing: inout [HTTP2Send]) {
+        let prepared: Prepared
+        switch w.prepare() {
+        case .ready(let p): prepared = p
+        case .refused(let outcome):
+            w.completion(outcome, nil)
+            return
+        }
         let checked: CheckedEndpoint
         do throws(EndpointError) {
             checked = try endpointGuard.check(w.endpoint)
@@ -188,7 +224,8 @@ public final class WebPushSender: Sendable {
             return
         }
         attempt(
-            checked, subscriber: w.subscriber, payload: w.payload, headers: w.headers, steppedDown: false,
+            checked, subscriber: prepared.subscriber, payload: prepared.payload, headers: prepared.headers,
+            steppedDown: false,
             outgoing: &outgoing, completion: w.completion)
     }
 

@@ -17,24 +17,20 @@ public final class WebPushTransport: PushTransport {
     }
 
     public func send(_ job: DeliveryJob, completion: @escaping @Sendable (AttemptReport) -> Void) {
-        let message = job.message(sentAt: clock.nowMilliseconds())
-        let payload: WebPushPayload
-        let subscriber: WebPushSubscriber
-        do {
-            payload = try WebPushPayload(message: message, user: job.user)
-        } catch {
-            completion(AttemptReport(outcome: .failed(reason: .requestInvalid)))
-            return
-        }
-        do {
-            guard let keys = job.keys else { throw CryptoError.publicKeyLength }
-            subscriber = try WebPushSubscriber(p256dh: keys.p256dh, auth: keys.auth)
-        } catch {
-            completion(AttemptReport(outcome: .failed(reason: WebPushSender.invalidKeys)))
-            return
-        }
+        // The payload and the subscriber's key are made on the sender's
+        // worker, in parallel, not on the scheduler's queue.
+        let clock = self.clock
         sender.send(
-            endpoint: job.token, subscriber: subscriber, payload: payload, headers: WebPushHeaders(message: message)
+            endpoint: job.token,
+            prepare: {
+                let message = job.message(sentAt: clock.nowMilliseconds())
+                guard let payload = try? WebPushPayload(message: message, user: job.user) else {
+                    return .refused(.failed(reason: .requestInvalid))
+                }
+                guard let keys = job.keys, let subscriber = try? WebPushSubscriber(p256dh: keys.p256dh, auth: keys.auth)
+                else { return .refused(.failed(reason: WebPushSender.invalidKeys)) }
+                return .ready(.init(subscriber: subscriber, payload: payload, headers: WebPushHeaders(message: message)))
+            }
         ) { outcome, status in
             completion(AttemptReport(outcome: outcome, httpStatus: status))
         }
