@@ -201,6 +201,33 @@ struct WebPushSenderTests {
         }
     }
 
+    @Test("through the transport: a job's push is sealed and delivered; unusable keys fail before any request",
+          arguments: Carrier.allCases)
+    func transportJobs(_ carrier: Carrier) async throws {
+        try await withHarness(carrier) { h in
+            let transport = WebPushTransport(sender: h.sender)
+            func job(_ keys: WebPushKeys?) -> DeliveryJob {
+                let now = SystemClock().nowMilliseconds()
+                return DeliveryJob(
+                    deliveryID: 1, messageID: "m1", app: "app1", deviceID: "d1", user: "u1", platform: .web,
+                    environment: nil, token: h.subscription.endpoint, keys: keys, tokenHash: "h", registeredAt: now,
+                    message: message(), acceptedAt: now, expiresAt: now + 120_000, previousAttempts: 0)
+            }
+            func send(_ j: DeliveryJob) async -> AttemptReport {
+                await withCheckedContinuation { c in transport.send(j) { c.resume(returning: $0) } }
+            }
+            let good = WebPushKeys(
+                p256dh: try Base64URL.decode(h.subscription.p256dh), auth: try Base64URL.decode(h.subscription.auth))
+            #expect(await send(job(good)).outcome == .delivered)
+            let offCurve = WebPushKeys(p256dh: [0x04] + [UInt8](repeating: 7, count: 64), auth: good.auth)
+            #expect(await send(job(offCurve)).outcome == .failed(reason: WebPushSender.invalidKeys))
+            #expect(await send(job(nil)).outcome == .failed(reason: WebPushSender.invalidKeys))
+            let records = try await h.gateways.received()
+            #expect(records.count == 1, "only the good job reached the push service")
+            #expect(records.first?["valid"] as? Bool == true)
+        }
+    }
+
     @Test("No Topic header without a collapse key", arguments: Carrier.allCases)
     func noTopic(_ carrier: Carrier) async throws {
         try await withHarness(carrier) { h in
