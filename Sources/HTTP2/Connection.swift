@@ -246,8 +246,18 @@ final class Connection: @unchecked Sendable {
         flush()
     }
 
+    /// Streams opened since the last flush: counted (and the idle clock
+    /// reset) once per flush, not per request.
+    private var submittedSinceFlush = 0
+
     /// Writes what the session has queued and updates the poll interest.
     func flush() {
+        if submittedSinceFlush > 0 {
+            let n = submittedSinceFlush
+            submittedSinceFlush = 0
+            lastStreamAt = monotonicMilliseconds()
+            client.count { $0.requestsSent += n }
+        }
         guard let handle, phase == .open || phase == .awaitingSettings else { return }
         let rc = hh2_conn_write(handle)
         if rc < 0 {
@@ -378,25 +388,35 @@ final class Connection: @unchecked Sendable {
         }
         let request = pending.request
         all.append(contentsOf: request.headers)
-        var owned: [UnsafeMutablePointer<CChar>] = []
-        defer { for p in owned { free(p) } }
-        var headers: [hh2_header] = []
-        headers.reserveCapacity(all.count)
+        // Every name and value NUL-terminated in one buffer (nghttp2 copies
+        // them at submit): one allocation per request, not two per field.
+        var size = 0
+        for (name, value) in all { size += name.utf8.count + value.utf8.count + 2 }
+        var storage: [CChar] = []
+        storage.reserveCapacity(size)
+        var offsets: [(name: Int, value: Int)] = []
+        offsets.reserveCapacity(all.count)
         for (name, value) in all {
-            guard let n = strdup(name), let v = strdup(value) else { continue }
-            owned.append(n)
-            owned.append(v)
-            headers.append(hh2_header(name: n, value: v))
+            let n = storage.count
+            for b in name.utf8 { storage.append(CChar(bitPattern: b)) }
+            storage.append(0)
+            let v = storage.count
+            for b in value.utf8 { storage.append(CChar(bitPattern: b)) }
+            storage.append(0)
+            offsets.append((n, v))
         }
-        let sid = request.body.withUnsafeBufferPointer { body in
-            hh2_conn_submit(
-                handle, request.method, request.path, lane.endpoint.authority, headers, headers.count,
-                body.baseAddress, body.count, 0)
+        let sid = storage.withUnsafeBufferPointer { text -> Int32 in
+            let base = text.baseAddress!
+            let headers = offsets.map { hh2_header(name: base + $0.name, value: base + $0.value) }
+            return request.body.withUnsafeBufferPointer { body in
+                hh2_conn_submit(
+                    handle, request.method, request.path, lane.endpoint.authority, headers, headers.count,
+                    body.baseAddress, body.count, 0)
+            }
         }
         if sid > 0 {
             streams[sid] = pending
-            lastStreamAt = monotonicMilliseconds()
-            client.count { $0.requestsSent += 1 }
+            submittedSinceFlush += 1
         } else if sid == HH2_ERR_REFUSED {
             draining = true
             lane.requeue(pending, reason: .goAway(reason: goAwayReason))

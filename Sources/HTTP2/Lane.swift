@@ -117,7 +117,9 @@ final class Lane: @unchecked Sendable {
         guard !closed else { return }
         var touched: [Connection] = []
         while queued > 0 {
-            guard let conn = connections.filter(\.canTakeStream).max(by: { $0.freeSlots < $1.freeSlots }) else { break }
+            var best: Connection?
+            for c in connections where c.canTakeStream && c.freeSlots > (best?.freeSlots ?? 0) { best = c }
+            guard let conn = best else { break }
             guard let pending = popFront() else { break }
             if !touched.contains(where: { $0 === conn }) { touched.append(conn) }
             conn.submit(pending)
