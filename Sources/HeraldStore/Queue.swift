@@ -325,13 +325,15 @@ final class Queue {
         }
         switch recipients {
         case .users(let users):
-            var once = Set<String>()
-            for user in users where once.insert(user).inserted {
-                let stmt = try db.statement(
-                    "SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq")
-                try stmt.bind(.text(app), .text(user))
-                try collect(stmt)
-            }
+            // One statement for every user (the index on (app, user,
+            // registered_seq) serves each name of the list).
+            let stmt = try db.statement(
+                """
+                SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at
+                FROM devices WHERE app = ? AND user IN (SELECT value FROM json_each(?)) ORDER BY user, registered_seq
+                """)
+            try stmt.bind(.text(app), .text(Self.jsonTextList(users)))
+            try collect(stmt)
         case .devices(let ids):
             for id in ids {
                 let stmt = try db.statement(
@@ -622,6 +624,31 @@ final class Queue {
     }
 
     /// A JSON array of device ids (lowercase hex: nothing to escape).
+    /// A JSON array of arbitrary strings, each cut at its first NUL as a
+    /// bound text parameter is (so that it names what was stored).
+    static func jsonTextList(_ values: [String]) -> String {
+        var out = "["
+        out.reserveCapacity(values.reduce(2) { $0 + $1.utf8.count + 3 })
+        for (i, value) in values.enumerated() {
+            if i > 0 { out.append(",") }
+            out.append("\"")
+            scalars: for scalar in value.unicodeScalars {
+                switch scalar {
+                case "\0": break scalars
+                case "\"": out.append("\\\"")
+                case "\\": out.append("\\\\")
+                case _ where scalar.value < 0x20:
+                    let hex = String(scalar.value, radix: 16)
+                    out.append("\\u" + String(repeating: "0", count: 4 - hex.count) + hex)
+                default: out.unicodeScalars.append(scalar)
+                }
+            }
+            out.append("\"")
+        }
+        out.append("]")
+        return out
+    }
+
     static func jsonList(_ ids: [String]) -> String {
         "[" + ids.map { "\"\($0)\"" }.joined(separator: ",") + "]"
     }

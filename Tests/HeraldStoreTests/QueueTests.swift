@@ -56,6 +56,20 @@ struct QueueTests {
         #expect(status.devices?.first(where: { $0.state == .skipped })?.reason == "kind_not_for_platform")
     }
 
+    @Test("users are resolved by name whatever their characters; a name given twice counts once")
+    func oddUserNames() throws {
+        let t = try TestStore()
+        defer { t.close() }
+        let names = ["quote\"d", "back\\slash", "tab\tand\nnewline", "ünïcødé 🚀", "[\"json\"]", "plain"]
+        for (i, name) in names.enumerated() {
+            _ = try t.register(Registration(app: "default", user: name, platform: .fcm, environment: nil, token: "fcm-odd-\(i)"))
+        }
+        let m = try t.enqueue(send(PushMessage(kind: .notification), to: .users(names + ["plain", "nobody"])))
+        #expect(m.devices == names.count)
+        let one = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["[\"json\"]"])))
+        #expect(one.devices == 1, "a name that looks like JSON is a name")
+    }
+
     @Test("a disabled transport's devices are skipped with the reason")
     func disabledTransport() throws {
         let t = try TestStore()
