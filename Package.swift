@@ -34,7 +34,7 @@ let package = Package(
             cSettings: strictC,
             linkerSettings: [.linkedLibrary("curl")]
         ),
-        .target(name: "HTTPClient", dependencies: ["CHeraldCurl"], swiftSettings: strictSwift),
+        .target(name: "HTTPClient", dependencies: ["CHeraldCurl", "CHeraldSys"], swiftSettings: strictSwift),
         .target(
             name: "CHeraldH2",
             path: "CSources/CHeraldH2",
@@ -65,7 +65,7 @@ let package = Package(
             name: "HeraldScheduler", dependencies: ["HeraldCore", "HeraldDelivery", "HeraldStore", "HeraldIO"],
             swiftSettings: strictSwift),
         .target(
-            name: "HTTP2", dependencies: ["HeraldCore", "JSONRPC", "HeraldIO", "CHeraldH2"], swiftSettings: strictSwift),
+            name: "HTTP2", dependencies: ["HeraldCore", "JSONRPC", "HeraldIO", "CHeraldH2", "CHeraldSys"], swiftSettings: strictSwift),
         .target(
             name: "APNs",
             dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HeraldIO", "HTTP2"],
@@ -75,7 +75,7 @@ let package = Package(
             swiftSettings: strictSwift),
         .target(
             name: "HeraldStore",
-            dependencies: ["HeraldCore", "HeraldCrypto", "JSONRPC", "CSQLite"],
+            dependencies: ["HeraldCore", "HeraldCrypto", "JSONRPC", "CSQLite", "CHeraldSys"],
             swiftSettings: strictSwift
         ),
         .target(

@@ -2,6 +2,7 @@
 #include "herald_sys.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sys/socket.h>
 
 int hs_peer_credentials(int fd, uint32_t *uid, uint32_t *gid, int32_t *pid)
@@ -18,4 +19,13 @@ int hs_peer_credentials(int fd, uint32_t *uid, uint32_t *gid, int32_t *pid)
 int hs_accept(int fd)
 {
     return accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+}
+
+int hs_set_thread_name(const char *name)
+{
+    char cut[16];
+    size_t i = 0;
+    for (; name[i] && i < sizeof cut - 1; i++) cut[i] = name[i];
+    cut[i] = 0;
+    return pthread_setname_np(pthread_self(), cut);
 }

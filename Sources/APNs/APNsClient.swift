@@ -163,7 +163,7 @@ public final class APNsClient: Sendable {
         throws(APNsClientError)
     {
         self.settings = settings
-        http2 = try HTTP2Client(settings: settings.http2, clock: clock, log: log)
+        http2 = try HTTP2Client(settings: settings.http2, clock: clock, log: log, threadName: "herald-apns")
     }
 
     /// The lane for `key`, created on first use. The endpoint and signer of

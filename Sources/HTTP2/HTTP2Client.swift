@@ -1,6 +1,7 @@
 public import HeraldCore
 public import HeraldIO
 import CHeraldH2
+import CHeraldSys
 import Foundation
 import Synchronization
 
@@ -284,6 +285,7 @@ public final class HTTP2Client: Sendable {
         let loop = self.loop
         let done = finished
         let thread = Thread {
+            _ = hs_set_thread_name(threadName)
             loop.run()
             done.signal()
         }

@@ -1,4 +1,5 @@
 import CHeraldCurl
+import CHeraldSys
 import Dispatch
 import Foundation
 import Synchronization
@@ -73,7 +74,10 @@ public final class HTTPClient: @unchecked Sendable {
         _ = herald_curl_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, max(1, configuration.maxConcurrentStreams))
         engine = Engine(multi: multi)
         let engine = self.engine
-        let thread = Thread { engine.run() }
+        let thread = Thread {
+            _ = hs_set_thread_name("herald-http")
+            engine.run()
+        }
         thread.name = "herald-http"
         thread.start()
     }

@@ -1,3 +1,4 @@
+internal import CHeraldSys
 import Foundation
 public import HeraldCore
 public import HeraldCrypto
@@ -67,7 +68,10 @@ public final class Store: @unchecked Sendable {
         try tables.registry.expireTombstones(now: clock.nowMilliseconds())
         recoveredDeliveries = try tables.queue.recoverInFlight(now: clock.nowMilliseconds())
         let owned = ThreadOwned(db: db, tables: tables)
-        let thread = Thread { [self] in self.run(db: owned.db, tables: owned.tables) }
+        let thread = Thread { [self] in
+            _ = hs_set_thread_name("herald-store")
+            self.run(db: owned.db, tables: owned.tables)
+        }
         thread.name = "herald-store"
         self.thread = thread
         thread.start()

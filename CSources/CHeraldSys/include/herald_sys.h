@@ -16,4 +16,8 @@ int hs_peer_credentials(int fd, uint32_t *uid, uint32_t *gid, int32_t *pid);
 /* accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC; the new fd or -1 with errno. */
 int hs_accept(int fd);
 
+/* Names the calling thread for the kernel (top -H, perf, /proc/PID/task/N/comm),
+ * cut to 15 bytes; 0 or an errno value. */
+int hs_set_thread_name(const char *name);
+
 #endif
