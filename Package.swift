@@ -71,7 +71,7 @@ let package = Package(
             dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HeraldIO", "HTTP2"],
             swiftSettings: strictSwift),
         .target(
-            name: "FCM", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient"],
+            name: "FCM", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HTTP2"],
             swiftSettings: strictSwift),
         .target(
             name: "HeraldStore",

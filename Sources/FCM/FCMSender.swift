@@ -1,8 +1,10 @@
 public import HTTPClient
+public import HTTP2
 public import HeraldCore
 public import HeraldCrypto
 public import HeraldDelivery
 internal import JSONRPC
+internal import Synchronization
 
 /// What the provider said, for logs and `push.status`: present whenever an
 /// HTTP answer was received (from the send, or from the token endpoint when the
@@ -41,38 +43,75 @@ public struct HTTPStatusInfo: Sendable, Hashable {
 /// `authRejected` outcome invalidates the access token so the next send fetches
 /// a new one, and a 401 is sent once more at once with a fresh token.
 /// Transport failures are `Outcome.transient` with Herald's reason.
+///
+/// With an ``HTTP2Client`` (and an `https` base URL) the sends go on one lane
+/// of that client for the FCM origin (`fcm:<host>:<port>`: long-lived HTTP/2
+/// connections, resolved by the client, closed after ``idleTimeout`` without
+/// a request), whatever the service account: the access token is a header of
+/// each request. An origin that does not offer HTTP/2 in ALPN is sent through
+/// the libcurl `client` (the request that found out included) for the next
+/// ``http1Memory``. The OAuth token exchange always goes through libcurl.
+/// Requests carried by `http2` have that client's `requestTimeout`.
 public final class FCMSender: Sendable {
     public typealias Completion = @Sendable (Outcome, HTTPStatusInfo?) -> Void
+
+    /// The HTTP/2 lane of the FCM origin closes its connection after this long without a request.
+    public static let idleTimeout: Duration = .seconds(120)
+    /// How long an origin that refused HTTP/2 is sent through libcurl.
+    public static let http1Memory: Duration = .seconds(3600)
 
     public let account: FCMServiceAccount
     public let tokens: FCMAccessTokenCache
     public let sendURL: String
+    /// Carries the sends when the origin speaks HTTP/2; nil sends everything through libcurl.
+    public let http2: HTTP2Client?
     private let client: HTTPClient
     private let clock: any WallClock
     private let requestTimeout: Duration
+    /// Where `http2` sends: set when there is a client and the base URL is `https`.
+    private let route: Route?
+    /// Wall-clock ms until which the origin, which did not offer HTTP/2, goes through libcurl.
+    private let http1Until = Mutex<Int64>(0)
+
+    /// The FCM origin's lane and the request path on it.
+    private struct Route: Sendable {
+        let key: HTTP2LaneKey
+        let endpoint: HTTP2Endpoint
+        let path: String
+    }
 
     public init(
         account: FCMServiceAccount,
         baseURL: String = "https://fcm.googleapis.com",
         client: HTTPClient,
+        http2: HTTP2Client? = nil,
         clock: any WallClock = SystemClock(),
         refreshMargin: Duration = .seconds(300),
         requestTimeout: Duration = .seconds(15)
     ) {
         self.account = account
         self.client = client
+        self.http2 = http2
         self.clock = clock
         self.requestTimeout = requestTimeout
         var base = baseURL
         while base.hasSuffix("/") { base.removeLast() }
-        self.sendURL = base + "/v1/projects/" + account.projectID + "/messages:send"
+        let path = "/v1/projects/" + account.projectID + "/messages:send"
+        self.sendURL = base + path
+        self.route = http2 == nil ? nil : Self.origin(of: base).map { origin in
+            let authority = origin.host.contains(":") ? "[\(origin.host)]" : origin.host
+            return Route(
+                key: HTTP2LaneKey("fcm:\(authority):\(origin.port)"),
+                endpoint: HTTP2Endpoint(host: origin.host, port: origin.port),
+                path: origin.pathPrefix + path)
+        }
         self.tokens = FCMAccessTokenCache(
             account: account, client: client, clock: clock, refreshMargin: refreshMargin,
             requestTimeout: requestTimeout)
     }
 
     /// Sends one message body (``FCMMessage``'s JSON). The completion runs once,
-    /// on the caller's thread or on the HTTP client's network thread.
+    /// on the caller's thread or on a network thread (libcurl's or the HTTP/2 client's).
     public func send(body: [UInt8], completion: @escaping Completion) {
         tokens.token { [self] result in
             switch result {
@@ -92,23 +131,30 @@ public final class FCMSender: Sendable {
         }
     }
 
+    /// Whether sends currently go through libcurl because the origin refused HTTP/2.
+    public var usesHTTP1: Bool {
+        let now = clock.nowMilliseconds()
+        return http1Until.withLock { now < $0 }
+    }
+
+    /// What a `messages:send` request got, whichever client carried it.
+    private enum Answer {
+        case answered(Outcome, HTTPStatusInfo)
+        case unanswered(Outcome)
+    }
+
     private func post(body: [UInt8], token: String, resent: Bool = false, completion: @escaping Completion) {
-        let request = HTTPRequest(
-            method: "POST", url: sendURL,
-            headers: [("authorization", "Bearer " + token), ("content-type", "application/json; charset=UTF-8")],
-            body: body, timeout: requestTimeout)
-        client.send(request) { [self] result in
-            switch result {
-            case .failure(let error):
-                completion(Self.outcome(for: error), nil)
-            case .success(let response):
-                let (outcome, info) = Self.classify(response, now: clock.nowMilliseconds())
+        let answered: @Sendable (Answer) -> Void = { [self] answer in
+            switch answer {
+            case .unanswered(let outcome):
+                completion(outcome, nil)
+            case .answered(let outcome, let info):
                 if case .authRejected = outcome {
                     tokens.invalidate(token: token)
                     // A 401 usually means the cached access token was revoked or
                     // expired early: send once more with a fresh one, at once, so
                     // that a TTL-0 push (a call ring) is not lost to it.
-                    if response.status == 401 && !resent {
+                    if info.status == 401 && !resent {
                         tokens.token { [self] fresh in
                             switch fresh {
                             case .success(let t): post(body: body, token: t, resent: true, completion: completion)
@@ -123,23 +169,124 @@ public final class FCMSender: Sendable {
                 completion(outcome, info)
             }
         }
+        if let http2, let route, !usesHTTP1 {
+            postHTTP2(http2, route, body: body, token: token, answered: answered)
+        } else {
+            postCurl(body: body, token: token, answered: answered)
+        }
+    }
+
+    private func postHTTP2(
+        _ http2: HTTP2Client, _ route: Route, body: [UInt8], token: String,
+        answered: @escaping @Sendable (Answer) -> Void
+    ) {
+        let lane = http2.lane(route.key, endpoint: route.endpoint, options: HTTP2LaneOptions(idleTimeout: Self.idleTimeout))
+        let request = HTTP2Request(
+            path: route.path,
+            headers: [
+                ("authorization", "Bearer " + token), ("content-type", "application/json; charset=UTF-8"),
+                ("content-length", String(body.count)),
+            ],
+            body: body)
+        lane.send(request) { [self] result in
+            switch result {
+            case .success(let response):
+                let (outcome, info) = Self.classify(response, now: clock.nowMilliseconds())
+                answered(.answered(outcome, info))
+            case .failure(.noHTTP2):
+                // The origin speaks HTTP/1.1 only: libcurl carries it (and this request).
+                rememberHTTP1()
+                postCurl(body: body, token: token, answered: answered)
+            case .failure(let error):
+                answered(.unanswered(Self.outcome(for: error)))
+            }
+        }
+    }
+
+    private func postCurl(body: [UInt8], token: String, answered: @escaping @Sendable (Answer) -> Void) {
+        let request = HTTPRequest(
+            method: "POST", url: sendURL,
+            headers: [("authorization", "Bearer " + token), ("content-type", "application/json; charset=UTF-8")],
+            body: body, timeout: requestTimeout)
+        client.send(request) { [self] result in
+            switch result {
+            case .failure(let error):
+                answered(.unanswered(Self.outcome(for: error)))
+            case .success(let response):
+                let (outcome, info) = Self.classify(response, now: clock.nowMilliseconds())
+                answered(.answered(outcome, info))
+            }
+        }
+    }
+
+    private func rememberHTTP1() {
+        let until = clock.nowMilliseconds() + Self.http1Memory.wholeMilliseconds
+        http1Until.withLock { $0 = max($0, until) }
+    }
+
+    /// Host (an IPv6 address without brackets), port and path prefix of an
+    /// `https` base URL; nil for any other (the HTTP/2 client speaks TLS only).
+    static func origin(of baseURL: String) -> (host: String, port: Int, pathPrefix: String)? {
+        guard baseURL.hasPrefix("https://") else { return nil }
+        let rest = baseURL.dropFirst(8)
+        let slash = rest.firstIndex(of: "/") ?? rest.endIndex
+        let authority = rest[..<slash]
+        var path = String(rest[slash...])
+        while path.hasSuffix("/") { path.removeLast() }
+        let host: Substring
+        var portText: Substring?
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { return nil }
+            host = authority[authority.index(after: authority.startIndex)..<close]
+            let after = authority[authority.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":") else { return nil }
+                portText = after.dropFirst()
+            }
+        } else if let colon = authority.firstIndex(of: ":") {
+            host = authority[..<colon]
+            portText = authority[authority.index(after: colon)...]
+        } else {
+            host = authority
+        }
+        guard !host.isEmpty else { return nil }
+        var port = 443
+        if let portText {
+            guard let n = Int(portText), (1...65535).contains(n) else { return nil }
+            port = n
+        }
+        return (String(host), port, path)
     }
 
     // MARK: - Mapping
 
-    /// Classifies one `messages:send` answer.
+    /// Classifies one `messages:send` answer carried by libcurl.
     static func classify(_ response: HTTPResponse, now: Int64) -> (Outcome, HTTPStatusInfo) {
-        let retryHeader = response.header("retry-after")
-        var info = HTTPStatusInfo(status: response.status, httpVersion: response.httpVersion, retryAfter: retryHeader)
-        let json = response.body.isEmpty ? nil : try? JSONParser.parse(response.body)
-        if (200..<300).contains(response.status) {
+        classify(
+            status: response.status, httpVersion: response.httpVersion, header: response.header, body: response.body,
+            now: now)
+    }
+
+    /// Classifies one `messages:send` answer carried by the HTTP/2 client.
+    static func classify(_ response: HTTP2Response, now: Int64) -> (Outcome, HTTPStatusInfo) {
+        classify(status: response.status, httpVersion: "2", header: response.header, body: response.body, now: now)
+    }
+
+    /// Classifies one `messages:send` answer, whichever client carried it.
+    static func classify(
+        status: Int, httpVersion: String, header: (String) -> String?, body: [UInt8], now: Int64
+    ) -> (Outcome, HTTPStatusInfo) {
+        let retryHeader = header("retry-after")
+        var info = HTTPStatusInfo(status: status, httpVersion: httpVersion, retryAfter: retryHeader)
+        let json = body.isEmpty ? nil : try? JSONParser.parse(body)
+        if (200..<300).contains(status) {
             info.messageName = json?["name"]?.stringValue
         } else if let error = json?["error"] {
             info.errorCode = errorCode(error)
             info.message = error["message"]?.stringValue
         }
         let retryAfter = retryHeader.flatMap { RetryAfter.parse($0, now: now) }
-        let outcome = FCMClassifier.classify(status: response.status, errorCode: info.errorCode, retryAfter: retryAfter)
+        let outcome = FCMClassifier.classify(status: status, errorCode: info.errorCode, retryAfter: retryAfter)
         return (outcome, info)
     }
 
@@ -171,6 +318,21 @@ public final class FCMSender: Sendable {
         case .invalidRequest: return .failed(reason: .unknown("invalid_request"))
         case .shutdown: return .transient(reason: .shutdown)
         case .other: return .transient(reason: .connectionReset)
+        }
+    }
+
+    /// A failure of the HTTP/2 client: always worth a retry, with the reasons
+    /// Web Push uses. (`noHTTP2` is handled before: the send goes through libcurl.)
+    public static func outcome(for error: HTTP2ClientError) -> Outcome {
+        switch error {
+        case .timeout: .transient(reason: .timeout)
+        case .dnsFailure: .transient(reason: .dnsFailure)
+        case .connectFailed: .transient(reason: .connectFailure)
+        case .tls, .noHTTP2: .transient(reason: .tlsFailure)
+        case .connectionReset: .transient(reason: .connectionReset)
+        case .refusedStream: .transient(reason: .refusedStream)
+        case .goAway: .transient(reason: .goAway)
+        case .shutdown: .transient(reason: .shutdown)
         }
     }
 

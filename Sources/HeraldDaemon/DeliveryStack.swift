@@ -16,6 +16,9 @@ final class DeliveryStack: @unchecked Sendable {
     let apns: APNsClient?
     /// Web Push to origins that speak HTTP/2 (the others go through libcurl).
     let webHTTP2: HTTP2Client?
+    /// FCM `messages:send` when the FCM origin speaks HTTP/2 (the OAuth token
+    /// endpoint, and an origin without HTTP/2, go through libcurl).
+    let fcmHTTP2: HTTP2Client?
     private let httpClients: [HTTPClient]
     /// Per app, the platforms whose sends are skipped and why.
     let disabled: [String: [Platform: String]]
@@ -44,6 +47,14 @@ final class DeliveryStack: @unchecked Sendable {
                 configuration: .init(
                     caFile: caFile, maxConnectionsPerHost: 4,
                     allowPlainHTTPToLoopback: !config.endpoints.fcm.usesTLS)) : nil
+        // Its own thread too; the HTTP/2 client speaks TLS only, so an http:// (loopback)
+        // FCM endpoint stays on libcurl.
+        let fcmHTTP2: HTTP2Client? =
+            needsFCM && config.endpoints.fcm.usesTLS
+            ? try HTTP2Client(
+                settings: HTTP2ClientSettings(caFile: caFile) { host, port in
+                    try SystemResolver().resolve(host: host, port: port).map(\.description)
+                }, log: log, threadName: "herald-fcm") : nil
         let needsWeb = credentials.values.contains { $0.webPush.isReady }
         let webClient: HTTPClient? =
             needsWeb ? try HTTPClient(configuration: .init(caFile: caFile, maxConnectionsPerHost: 2)) : nil
@@ -85,7 +96,8 @@ final class DeliveryStack: @unchecked Sendable {
             case .disabled(let reason):
                 off[.fcm] = reason
             case .ready(let account):
-                let sender = FCMSender(account: account, baseURL: config.endpoints.fcm.description, client: fcmClient!)
+                let sender = FCMSender(
+                    account: account, baseURL: config.endpoints.fcm.description, client: fcmClient!, http2: fcmHTTP2)
                 transports[QueueLane(app: name, platform: .fcm)] = FCMTransport(
                     sender: sender,
                     settings: FCMAppSettings(channelID: app.androidChannelID, defaultAlertLocKey: app.alertLocKey))
@@ -112,6 +124,7 @@ final class DeliveryStack: @unchecked Sendable {
             log: log)
         self.apns = apns
         self.webHTTP2 = webHTTP2
+        self.fcmHTTP2 = fcmHTTP2
         self.httpClients = clients
         self.disabled = disabled
     }
@@ -127,6 +140,7 @@ final class DeliveryStack: @unchecked Sendable {
     func shutdownTransports() {
         apns?.shutdown()
         webHTTP2?.shutdown()
+        fcmHTTP2?.shutdown()
         for client in httpClients { client.shutdown() }
     }
 }

@@ -9,7 +9,7 @@ public final class TestGateways: @unchecked Sendable {
     public let dir: URL
     /// The CA that signed the gateways' certificate.
     public let ca: String
-    /// Ports by listener name ("apns", "fcm", "webpush", "webpush_h1", "control").
+    /// Ports by listener name ("apns", "fcm", "fcm_h1", "webpush", "webpush_h1", "control").
     public let ports: [String: Int]
     public let client: HTTPClient
 
@@ -20,6 +20,9 @@ public final class TestGateways: @unchecked Sendable {
     /// The Web Push gateway again, on a listener whose TLS offers only ALPN `http/1.1`
     /// (a push service without HTTP/2); its records and connections are webpush's.
     public var webpushH1: Int { ports["webpush_h1"] ?? 0 }
+    /// The FCM gateway again, on a listener whose TLS offers only ALPN `http/1.1`
+    /// (an FCM origin without HTTP/2); its records and connections are fcm's.
+    public var fcmH1: Int { ports["fcm_h1"] ?? 0 }
 
     public init() async throws {
         guard FileManager.default.isExecutableFile(atPath: venvPython) else {
@@ -56,7 +59,7 @@ public final class TestGateways: @unchecked Sendable {
             throw TestSupportError("gateways did not start")
         }
         var ports: [String: Int] = [:]
-        for name in ["apns", "fcm", "webpush", "webpush_h1", "control"] { ports[name] = obj[name] as? Int }
+        for name in ["apns", "fcm", "fcm_h1", "webpush", "webpush_h1", "control"] { ports[name] = obj[name] as? Int }
         self.ports = ports
         ca = dir.appendingPathComponent("ca.pem").path
         client = try HTTPClient(

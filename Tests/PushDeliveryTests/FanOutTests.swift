@@ -82,6 +82,17 @@ extension PushDelivery {
                     #expect(android["priority"] as? String == "HIGH")
                     #expect(android["collapse_key"] as? String == "thread-t-1")
                 }
+                // The sends went over the daemon's FCM HTTP/2 client (its lane's connections, ALPN h2),
+                // never on libcurl's connection, which carried the token request.
+                let tokenConns = Set(
+                    try await h.gateways.received("fcm", query: "&kind=token").compactMap { $0["conn"] as? Int })
+                let sendConns = Set(fcm.compactMap { $0["conn"] as? Int })
+                #expect(tokenConns.count == 1)
+                #expect((1...2).contains(sendConns.count))
+                #expect(sendConns.isDisjoint(with: tokenConns))
+                #expect(
+                    try await h.gateways.connections("fcm").filter { sendConns.contains($0["id"] as? Int ?? -1) }
+                        .allSatisfy { $0["alpn"] as? String == "h2" })
                 // Provider tokens were reused, not minted per push.
                 let stats = try await h.gateways.get("/control/stats")
                 #expect(stats["fcm_token_requests"] as? Int == 1)

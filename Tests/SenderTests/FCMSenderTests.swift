@@ -1,5 +1,6 @@
 import FCM
 import Foundation
+import HTTP2
 import HeraldTestSupport
 import HTTPClient
 import HeraldCore
@@ -8,25 +9,49 @@ import HeraldDelivery
 import Synchronization
 import Testing
 
-@Suite("FCM sender against the test gateway", .serialized)
+@Suite("FCM sender against the test gateway, over libcurl and over the HTTP/2 client", .serialized)
 struct FCMSenderTests {
-    @Test func sendIsDelivered() async throws {
-        try await withFCMGateways { g in
-            let sender = FCMSender(account: try g.account(), baseURL: g.fcmBase, client: g.client)
+    @Test(arguments: Carrier.allCases)
+    func sendIsDelivered(_ carrier: Carrier) async throws {
+        try await withFCMGateways(carrier) { g in
+            let sender = try g.sender()
             let (outcome, info) = await sender.send(body: fcmBody(token: "device-1"))
             #expect(outcome == .delivered)
             #expect(info?.status == 200)
             #expect(info?.messageName?.hasPrefix("projects/\(g.projectID)/messages/") == true)
+            #expect(info?.httpVersion == "2", "libcurl negotiates h2 with the gateway too")
             #expect(try await g.tokenRequests() == 1)
             // The cached token serves the next send.
             #expect(await sender.send(body: fcmBody(token: "device-2")).0 == .delivered)
             #expect(try await g.tokenRequests() == 1)
+            let sends = try await g.sends()
+            try #require(sends.count == 2)
+            for record in sends {
+                #expect(record["valid"] as? Bool == true, "errors: \(record["errors"] ?? "")")
+                #expect(record["path"] as? String == "/v1/projects/\(g.projectID)/messages:send")
+                #expect(record["http_version"] as? String == "h2")
+                let headers = record["headers"] as? [String: Any] ?? [:]
+                #expect(headers["content-type"] as? String == "application/json; charset=UTF-8")
+                #expect((headers["authorization"] as? String)?.hasPrefix("Bearer ya29.") == true)
+            }
+            #expect(sends[0]["conn"] as? Int == sends[1]["conn"] as? Int, "one connection carried both")
+            #expect(!sender.usesHTTP1)
+            if let http2 = g.http2 {
+                #expect(sender.http2 === http2)
+                #expect(http2.laneCount == 1)
+                #expect(http2.stats.connectionsOpened == 1)
+                #expect(http2.stats.connectionsOpen == 1, "the lane keeps its connection (120 s idle timeout)")
+                #expect(FCMSender.idleTimeout == .seconds(120))
+            } else {
+                #expect(sender.http2 == nil)
+            }
         }
     }
 
-    @Test func fiftyConcurrentSendsShareOneTokenRequest() async throws {
-        try await withFCMGateways { g in
-            let sender = FCMSender(account: try g.account(), baseURL: g.fcmBase, client: g.client)
+    @Test(arguments: Carrier.allCases)
+    func fiftyConcurrentSendsShareOneTokenRequest(_ carrier: Carrier) async throws {
+        try await withFCMGateways(carrier) { g in
+            let sender = try g.sender()
             let outcomes = await withTaskGroup(of: Outcome.self) { group in
                 for i in 0..<50 {
                     group.addTask { await sender.send(body: fcmBody(token: "device-\(i)")).0 }
@@ -42,10 +67,11 @@ struct FCMSenderTests {
         }
     }
 
-    @Test func unregisteredIsStale() async throws {
-        try await withFCMGateways { g in
+    @Test(arguments: Carrier.allCases)
+    func unregisteredIsStale(_ carrier: Carrier) async throws {
+        try await withFCMGateways(carrier) { g in
             try await g.program(token: "gone", [["error": "UNREGISTERED"]])
-            let sender = FCMSender(account: try g.account(), baseURL: g.fcmBase, client: g.client)
+            let sender = try g.sender()
             let (outcome, info) = await sender.send(body: fcmBody(token: "gone"))
             #expect(outcome == .stale(reason: .fcmUnregistered))
             #expect(info?.status == 404)
@@ -53,20 +79,22 @@ struct FCMSenderTests {
         }
     }
 
-    @Test func invalidArgumentIsFailed() async throws {
-        try await withFCMGateways { g in
+    @Test(arguments: Carrier.allCases)
+    func invalidArgumentIsFailed(_ carrier: Carrier) async throws {
+        try await withFCMGateways(carrier) { g in
             try await g.program(token: "bad", [["error": "INVALID_ARGUMENT"]])
-            let sender = FCMSender(account: try g.account(), baseURL: g.fcmBase, client: g.client)
+            let sender = try g.sender()
             let (outcome, info) = await sender.send(body: fcmBody(token: "bad"))
             #expect(outcome == .failed(reason: .fcmInvalidArgument))
             #expect(info?.status == 400)
         }
     }
 
-    @Test func quotaExceededRetriesAfterHeader() async throws {
-        try await withFCMGateways { g in
+    @Test(arguments: Carrier.allCases)
+    func quotaExceededRetriesAfterHeader(_ carrier: Carrier) async throws {
+        try await withFCMGateways(carrier) { g in
             try await g.program(token: "busy", [["error": "QUOTA_EXCEEDED", "retry_after": 7]])
-            let sender = FCMSender(account: try g.account(), baseURL: g.fcmBase, client: g.client)
+            let sender = try g.sender()
             let (outcome, info) = await sender.send(body: fcmBody(token: "busy"))
             #expect(outcome == .retry(after: .seconds(7), reason: .fcmQuotaExceeded))
             #expect(info?.status == 429)
@@ -74,32 +102,35 @@ struct FCMSenderTests {
         }
     }
 
-    @Test func unavailableRetries() async throws {
-        try await withFCMGateways { g in
+    @Test(arguments: Carrier.allCases)
+    func unavailableRetries(_ carrier: Carrier) async throws {
+        try await withFCMGateways(carrier) { g in
             try await g.program(token: "down", [["error": "UNAVAILABLE"]])
-            let sender = FCMSender(account: try g.account(), baseURL: g.fcmBase, client: g.client)
+            let sender = try g.sender()
             let (outcome, _) = await sender.send(body: fcmBody(token: "down"))
             #expect(outcome == .retry(after: .seconds(1), reason: .fcmUnavailable))
         }
     }
 
-    @Test func errorStatusIsTheFallbackCode() async throws {
-        try await withFCMGateways { g in
+    @Test(arguments: Carrier.allCases)
+    func errorStatusIsTheFallbackCode(_ carrier: Carrier) async throws {
+        try await withFCMGateways(carrier) { g in
             // No details: the top-level error.status is the code.
             try await g.program(token: "x", [[
                 "status": 404, "body": ["error": ["code": 404, "message": "gone", "status": "NOT_FOUND"]],
             ]])
-            let sender = FCMSender(account: try g.account(), baseURL: g.fcmBase, client: g.client)
+            let sender = try g.sender()
             let (outcome, info) = await sender.send(body: fcmBody(token: "x"))
             #expect(info?.errorCode == "NOT_FOUND")
             #expect(outcome == .stale(reason: ProviderReason("NOT_FOUND")))
         }
     }
 
-    @Test func thirdPartyAuthErrorInvalidatesTheToken() async throws {
-        try await withFCMGateways { g in
+    @Test(arguments: Carrier.allCases)
+    func thirdPartyAuthErrorInvalidatesTheToken(_ carrier: Carrier) async throws {
+        try await withFCMGateways(carrier) { g in
             try await g.program(token: "auth", [["error": "THIRD_PARTY_AUTH_ERROR"]])
-            let sender = FCMSender(account: try g.account(), baseURL: g.fcmBase, client: g.client)
+            let sender = try g.sender()
             let (outcome, _) = await sender.send(body: fcmBody(token: "auth"))
             #expect(outcome == .authRejected(reason: .fcmThirdPartyAuthError))
             #expect(try await g.tokenRequests() == 2, "the 401 was sent once more with a fresh token")
@@ -109,9 +140,10 @@ struct FCMSenderTests {
         }
     }
 
-    @Test func revokedTokenIsRefreshedAndTheSendRepeatedOnce() async throws {
-        try await withFCMGateways { g in
-            let sender = FCMSender(account: try g.account(), baseURL: g.fcmBase, client: g.client)
+    @Test(arguments: Carrier.allCases)
+    func revokedTokenIsRefreshedAndTheSendRepeatedOnce(_ carrier: Carrier) async throws {
+        try await withFCMGateways(carrier) { g in
+            let sender = try g.sender()
             #expect(await sender.send(body: fcmBody(token: "a")).0 == .delivered)
             try await g.controlPost("/control/fcm-revoke", ["all": true])
             // The 401 invalidates the access token and the push goes again with a fresh one.
@@ -128,12 +160,13 @@ struct FCMSenderTests {
         }
     }
 
-    @Test func tokenNearExpiryByClockIsRefreshed() async throws {
-        try await withFCMGateways { g in
+    @Test(arguments: Carrier.allCases)
+    func tokenNearExpiryByClockIsRefreshed(_ carrier: Carrier) async throws {
+        try await withFCMGateways(carrier) { g in
             // The cache's clock starts 3500 s behind: the token it gets (expires_in 3600)
             // ends, by that clock, 100 s after real "now", inside the 5-minute margin.
             let clock = OffsetClock(offsetMs: -3_500_000)
-            let sender = FCMSender(account: try g.account(), baseURL: g.fcmBase, client: g.client, clock: clock)
+            let sender = try g.sender(clock: clock)
             #expect(await sender.send(body: fcmBody(token: "a")).0 == .delivered)
             #expect(await sender.send(body: fcmBody(token: "a")).0 == .delivered)
             #expect(try await g.tokenRequests() == 1)
@@ -143,11 +176,11 @@ struct FCMSenderTests {
         }
     }
 
-    @Test func shortGatewayExpiryIsRefreshed() async throws {
-        try await withFCMGateways { g in
+    @Test(arguments: Carrier.allCases)
+    func shortGatewayExpiryIsRefreshed(_ carrier: Carrier) async throws {
+        try await withFCMGateways(carrier) { g in
             try await g.programTokenEndpoint([["status": 200, "expires_in": 2]])
-            let sender = FCMSender(
-                account: try g.account(), baseURL: g.fcmBase, client: g.client, refreshMargin: .seconds(1))
+            let sender = try g.sender(refreshMargin: .seconds(1))
             #expect(await sender.send(body: fcmBody(token: "a")).0 == .delivered)
             #expect(await sender.send(body: fcmBody(token: "a")).0 == .delivered)
             #expect(try await g.tokenRequests() == 1)
@@ -157,8 +190,9 @@ struct FCMSenderTests {
         }
     }
 
-    @Test func tokenEndpointErrorReachesEveryWaiter() async throws {
-        try await withFCMGateways { g in
+    @Test(arguments: Carrier.allCases)
+    func tokenEndpointErrorReachesEveryWaiter(_ carrier: Carrier) async throws {
+        try await withFCMGateways(carrier) { g in
             try await g.programTokenEndpoint([["status": 400, "error": "invalid_grant", "message": "nope"]])
             let cache = FCMAccessTokenCache(account: try g.account(), client: g.client)
             let results = await withTaskGroup(of: Result<String, FCMAccessTokenError>.self) { group in
@@ -185,29 +219,144 @@ struct FCMSenderTests {
             #expect(cache.exchangeCount == requests)
             #expect(cache.exchangeCount <= 10)
             // A sender turns it into authRejected; a 5xx would be a retry.
-            let sender = FCMSender(account: try g.account(), baseURL: g.fcmBase, client: g.client)
+            let sender = try g.sender()
             #expect(await sender.send(body: fcmBody(token: "a")).0 == .authRejected(reason: ProviderReason("invalid_grant")))
             try await g.programTokenEndpoint([["status": 503]])
             #expect(await sender.send(body: fcmBody(token: "a")).0.fcmIsRetry)
         }
     }
 
-    @Test func transportErrorIsTransient() async throws {
-        try await withFCMGateways { g in
+    @Test(arguments: Carrier.allCases)
+    func transportErrorIsTransient(_ carrier: Carrier) async throws {
+        try await withFCMGateways(carrier) { g in
             // Token from the gateway, send to a closed port.
-            let sender = FCMSender(account: try g.account(), baseURL: "https://127.0.0.1:1", client: g.client)
+            let sender = try g.sender(baseURL: "https://127.0.0.1:1")
             let (outcome, info) = await sender.send(body: fcmBody(token: "a"))
             #expect(outcome == .transient(reason: .connectFailure))
             #expect(info == nil)
+            if let http2 = g.http2 {
+                // A failed connection is not a refusal of HTTP/2: the origin stays on the HTTP/2 client.
+                #expect(http2.stats.connectFailures == 1)
+                #expect(!sender.usesHTTP1)
+            }
         }
     }
 
     @Test func transportErrorMapping() {
-        #expect(FCMSender.outcome(for: .timeout("t")) == .transient(reason: .timeout))
-        #expect(FCMSender.outcome(for: .dnsFailure("d")) == .transient(reason: .dnsFailure))
-        #expect(FCMSender.outcome(for: .tls("x")) == .transient(reason: .tlsFailure))
-        #expect(FCMSender.outcome(for: .connectFailed("c")) == .transient(reason: .connectFailure))
-        #expect(FCMSender.outcome(for: .shutdown) == .transient(reason: .shutdown))
+        #expect(FCMSender.outcome(for: HTTPError.timeout("t")) == .transient(reason: .timeout))
+        #expect(FCMSender.outcome(for: HTTPError.dnsFailure("d")) == .transient(reason: .dnsFailure))
+        #expect(FCMSender.outcome(for: HTTPError.tls("x")) == .transient(reason: .tlsFailure))
+        #expect(FCMSender.outcome(for: HTTPError.connectFailed("c")) == .transient(reason: .connectFailure))
+        #expect(FCMSender.outcome(for: HTTPError.http2Stream("REFUSED_STREAM")) == .transient(reason: .refusedStream))
+        #expect(FCMSender.outcome(for: HTTPError.http2Stream("GOAWAY")) == .transient(reason: .goAway))
+        #expect(FCMSender.outcome(for: HTTPError.http2Stream("reset")) == .transient(reason: .connectionReset))
+        #expect(FCMSender.outcome(for: HTTPError.shutdown) == .transient(reason: .shutdown))
+    }
+
+    @Test("HTTP/2 client failures map to the reasons Web Push uses")
+    func http2ErrorMapping() {
+        #expect(FCMSender.outcome(for: HTTP2ClientError.timeout("t")) == .transient(reason: .timeout))
+        #expect(FCMSender.outcome(for: HTTP2ClientError.dnsFailure("d")) == .transient(reason: .dnsFailure))
+        #expect(FCMSender.outcome(for: HTTP2ClientError.connectFailed("c")) == .transient(reason: .connectFailure))
+        #expect(FCMSender.outcome(for: HTTP2ClientError.tls("x")) == .transient(reason: .tlsFailure))
+        #expect(FCMSender.outcome(for: HTTP2ClientError.connectionReset("r")) == .transient(reason: .connectionReset))
+        #expect(FCMSender.outcome(for: HTTP2ClientError.refusedStream) == .transient(reason: .refusedStream))
+        #expect(FCMSender.outcome(for: HTTP2ClientError.goAway(reason: "Shutdown")) == .transient(reason: .goAway))
+        #expect(FCMSender.outcome(for: HTTP2ClientError.shutdown) == .transient(reason: .shutdown))
+    }
+}
+
+// MARK: - The HTTP/2 carrier
+
+@Suite("FCM sender over the HTTP/2 client", .serialized)
+struct FCMSenderHTTP2Tests {
+    @Test("50 concurrent sends share one HTTP/2 connection (ALPN h2) and one access token")
+    func oneConnection() async throws {
+        try await withFCMGateways(.http2) { g in
+            let http2 = try #require(g.http2)
+            // Answers are held for 200 ms, so the streams overlap on the connection.
+            try await g.gateways.knobs("fcm", ["delay_ms": 200])
+            let sender = try g.sender()
+            let results = await withTaskGroup(of: (Outcome, HTTPStatusInfo?).self) { group in
+                for i in 0..<50 { group.addTask { await sender.send(body: fcmBody(token: "device-\(i)")) } }
+                var all: [(Outcome, HTTPStatusInfo?)] = []
+                for await result in group { all.append(result) }
+                return all
+            }
+            #expect(results.count == 50)
+            #expect(results.allSatisfy { $0.0 == .delivered && $0.1?.status == 200 && $0.1?.httpVersion == "2" })
+
+            let sends = try await g.sends()
+            #expect(sends.count == 50)
+            #expect(Set(sends.compactMap { $0["token"] as? String }).count == 50)
+            #expect(sends.allSatisfy { $0["valid"] as? Bool == true && $0["http_version"] as? String == "h2" })
+            let conns = Set(sends.compactMap { $0["conn"] as? Int })
+            try #require(conns.count == 1)
+            let connections = try await g.gateways.connections("fcm")
+            // The HTTP/2 client's connection, and libcurl's for the one token request.
+            #expect(connections.count == 2)
+            let connection = try #require(connections.first { $0["id"] as? Int == conns.first })
+            #expect(connection["alpn"] as? String == "h2")
+            #expect(connection["requests"] as? Int == 50)
+            #expect((connection["peak_open_streams"] as? Int ?? 0) > 1, "the streams were concurrent")
+            #expect(connection["stream_violations"] as? Int == 0)
+            #expect(connection["closed"] is NSNull)
+            #expect(http2.laneCount == 1)
+            #expect(http2.stats.connectionsOpened == 1)
+            #expect(http2.stats.requestsSent == 50)
+            #expect(try await g.tokenRequests() == 1)
+            #expect(sender.tokens.exchangeCount == 1)
+        }
+    }
+
+    @Test("An FCM origin without ALPN h2 is sent through libcurl over HTTP/1.1, the first request included, and remembered")
+    func http1OnlyOrigin() async throws {
+        try await withFCMGateways(.http2) { g in
+            let http2 = try #require(g.http2)
+            #expect(g.gateways.fcmH1 != 0 && g.gateways.fcmH1 != g.gateways.fcm)
+            // The token endpoint (token_uri) stays on the h2 listener; the sends go to the HTTP/1.1-only one.
+            let sender = try g.sender(baseURL: g.fcmH1Base)
+            #expect(!sender.usesHTTP1)
+
+            let (first, firstInfo) = await sender.send(body: fcmBody(token: "a"))
+            #expect(first == .delivered)
+            #expect(firstInfo?.status == 200)
+            #expect(firstInfo?.httpVersion == "1.1")
+            #expect(sender.usesHTTP1)
+            #expect(http2.stats.connectFailures == 1, "one HTTP/2 attempt, refused in ALPN")
+            // Classification is the same through the fallback.
+            try await g.program(token: "gone", [["error": "UNREGISTERED"]])
+            let (gone, goneInfo) = await sender.send(body: fcmBody(token: "gone"))
+            #expect(gone == .stale(reason: .fcmUnregistered))
+            #expect(goneInfo?.errorCode == "UNREGISTERED")
+
+            let sends = try await g.sends(listener: "fcm_h1")
+            try #require(sends.count == 2)
+            #expect(sends.allSatisfy { $0["valid"] as? Bool == true && $0["http_version"] as? String == "http/1.1" })
+            let connections = try await g.gateways.connections("fcm_h1")
+            // The HTTP/2 client's attempt, which got no ALPN protocol, and libcurl's HTTP/1.1 connection(s).
+            let refused = connections.filter { $0["alpn"] is NSNull }
+            let carried = connections.filter { $0["alpn"] as? String == "http/1.1" }
+            #expect(refused.count == 1, "the second send did not try HTTP/2 again")
+            #expect(refused.allSatisfy { $0["requests"] as? Int == 0 })
+            #expect(carried.reduce(0) { $0 + ($1["requests"] as? Int ?? 0) } == 2)
+            #expect(connections.count == refused.count + carried.count)
+            #expect(http2.stats.connectFailures == 1)
+            #expect(http2.stats.requestsSent == 0)
+            #expect(try await g.tokenRequests() == 1)
+
+            // A sender for the h2 origin on the same client still gets HTTP/2.
+            let other = try g.sender()
+            #expect(await other.send(body: fcmBody(token: "b")).0 == .delivered)
+            #expect(!other.usesHTTP1)
+            #expect(http2.stats.requestsSent == 1)
+            let h2Sends = try await g.sends()
+            #expect(h2Sends.count == 1)
+            let h2Connections = try await g.gateways.connections("fcm").filter {
+                $0["id"] as? Int == h2Sends.first?["conn"] as? Int
+            }
+            #expect(h2Connections.map { $0["alpn"] as? String } == ["h2"])
+        }
     }
 }
 

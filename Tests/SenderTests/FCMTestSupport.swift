@@ -1,4 +1,6 @@
+import FCM
 import Foundation
+import HTTP2
 import HTTPClient
 import HeraldCore
 import HeraldCrypto
@@ -17,16 +19,36 @@ let fcmTestKey: (privatePEM: String, publicPEM: String) = {
     return (String(decoding: priv, as: UTF8.self), String(decoding: pub, as: UTF8.self))
 }()
 
-/// The test gateways with the FCM service account registered, one process per test.
+/// The test gateways with the FCM service account registered, one process per test, and
+/// what carries the senders' `messages:send` requests: libcurl alone (`.curl`), or an
+/// ``HTTP2Client`` of the test's own with libcurl for an origin without HTTP/2 (`.http2`).
 final class FCMGateways: @unchecked Sendable {
+    let carrier: Carrier
     let gateways: TestGateways
+    /// Set for `.http2`: the client every ``sender(baseURL:clock:refreshMargin:)`` is given.
+    let http2: HTTP2Client?
     let projectID = "herald-test"
     let clientEmail = "herald@herald-test.iam.gserviceaccount.com"
     var client: HTTPClient { gateways.client }
-    var fcmBase: String { "https://127.0.0.1:\(gateways.ports["fcm"] ?? 0)" }
+    var fcmBase: String { "https://127.0.0.1:\(gateways.fcm)" }
+    /// The FCM gateway on its listener that offers only ALPN http/1.1.
+    var fcmH1Base: String { "https://127.0.0.1:\(gateways.fcmH1)" }
 
-    init() async throws {
+    init(_ carrier: Carrier) async throws {
+        self.carrier = carrier
         gateways = try await TestGateways()
+        do {
+            http2 =
+                carrier == .http2
+                ? try HTTP2Client(
+                    settings: HTTP2ClientSettings(caFile: gateways.ca) { host, _ in
+                        // The gateways are at 127.0.0.1: an IP literal is never looked up.
+                        throw TestSupportError("unexpected lookup of \(host)")
+                    }, threadName: "herald-fcm-test") : nil
+        } catch {
+            gateways.stop()
+            throw error
+        }
         do {
             _ = try await controlPost("/control/fcm-key", [
                 "client_email": clientEmail, "public_key_pem": fcmTestKey.publicPEM, "project_id": projectID,
@@ -37,7 +59,26 @@ final class FCMGateways: @unchecked Sendable {
         }
     }
 
-    func stop() { gateways.stop() }
+    func stop() {
+        http2?.shutdown()
+        gateways.stop()
+    }
+
+    /// A sender for the service account over the test's carrier (`baseURL` by default the h2-capable listener).
+    func sender(
+        baseURL: String? = nil, clock: any WallClock = SystemClock(), refreshMargin: Duration = .seconds(300)
+    ) throws -> FCMSender {
+        FCMSender(
+            account: try account(), baseURL: baseURL ?? fcmBase, client: client, http2: http2, clock: clock,
+            refreshMargin: refreshMargin)
+    }
+
+    /// The `messages:send` requests the gateway recorded on `listener` ("fcm" or "fcm_h1"; the
+    /// gateway's own view, `gateway=fcm`, has both).
+    func sends(listener: String = "fcm", token: String? = nil) async throws -> [[String: Any]] {
+        try await gateways.received(listener, query: "&kind=send" + (token.map { "&token=\($0)" } ?? ""))
+            .filter { $0["listener"] as? String == listener }
+    }
 
     /// The service-account JSON, its token_uri pointing at the gateway.
     func account() throws -> FCMServiceAccount {
@@ -75,10 +116,18 @@ final class FCMGateways: @unchecked Sendable {
     }
 }
 
-func withFCMGateways<T>(_ body: (FCMGateways) async throws -> T) async throws -> T {
-    let g = try await FCMGateways()
+/// Runs `body` against a fresh gateway process with senders over `carrier`. With `.http2`, once
+/// `body` is done, every `messages:send` request that reached the h2-capable listener must have
+/// gone out on the HTTP/2 client (none through libcurl).
+func withFCMGateways<T>(_ carrier: Carrier, _ body: (FCMGateways) async throws -> T) async throws -> T {
+    let g = try await FCMGateways(carrier)
     defer { g.stop() }
-    return try await body(g)
+    let result = try await body(g)
+    if let http2 = g.http2 {
+        let sends = try await g.sends()
+        #expect(http2.stats.requestsSent == sends.count, "every send to the h2 listener went out on the HTTP/2 client")
+    }
+    return result
 }
 
 /// A minimal valid v1 body for one device token.

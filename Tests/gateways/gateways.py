@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Loopback test gateways for Herald: APNs, FCM HTTP v1 (+ OAuth2 token endpoint) and Web Push.
 
-One process, five loopback listeners:
+One process, six loopback listeners:
   * apns        TLS, ALPN h2 only
   * fcm         TLS, ALPN h2 or http/1.1   (POST /token and POST /v1/projects/P/messages:send)
+  * fcm_h1      TLS, ALPN http/1.1 only    (the fcm gateway again, for an FCM origin without HTTP/2)
   * webpush     TLS, ALPN h2 or http/1.1   (POST /push/ID)
   * webpush_h1  TLS, ALPN http/1.1 only    (the webpush gateway again: same subscriptions, records, programs
                                            and knobs; a push service that does not speak HTTP/2)
@@ -60,7 +61,7 @@ MCS = SettingCodes.MAX_CONCURRENT_STREAMS
 GATEWAYS = ("apns", "fcm", "webpush")
 # Extra TLS listeners that serve a gateway of GATEWAYS (its handler, state, records and knobs)
 # with other ALPN offers. Read-only views (received, connections) take their name as a filter.
-EXTRA_LISTENERS = {"webpush_h1": "webpush"}
+EXTRA_LISTENERS = {"webpush_h1": "webpush", "fcm_h1": "fcm"}
 
 DEFAULT_KNOBS = {
     "apns": {
@@ -299,7 +300,7 @@ class ConnInfo:
         ConnInfo._ids += 1
         self.id = ConnInfo._ids
         self.gateway = gateway
-        self.listener = listener or gateway   # which listener accepted it (webpush or webpush_h1)
+        self.listener = listener or gateway   # which listener accepted it (e.g. webpush or webpush_h1)
         self.peer = peer
         self.alpn = alpn
         self.opened = time.time()
@@ -713,7 +714,8 @@ def handle_fcm(req: Request) -> Response:
     if req.path.split("?")[0] in ("/token", "/oauth2/v4/token"):
         return handle_fcm_token(req)
     k = STATE.knobs["fcm"]
-    rec = {"gateway": "fcm", "kind": "send", "time": req.time, "conn": req.conn.id, "stream": req.stream_id,
+    rec = {"gateway": "fcm", "listener": req.conn.listener, "kind": "send", "time": req.time, "conn": req.conn.id,
+           "stream": req.stream_id,
            "http_version": req.http_version, "method": req.method, "path": req.path,
            "headers": dict(req.headers)}
     rec.update(decode_body(req.body))
@@ -803,7 +805,8 @@ def _fcm_message_problems(msg):
 def handle_fcm_token(req: Request) -> Response:
     k = STATE.knobs["fcm"]
     STATE.counters["fcm_token_requests"] += 1
-    rec = {"gateway": "fcm", "kind": "token", "time": req.time, "conn": req.conn.id, "stream": req.stream_id,
+    rec = {"gateway": "fcm", "listener": req.conn.listener, "kind": "token", "time": req.time, "conn": req.conn.id,
+           "stream": req.stream_id,
            "http_version": req.http_version, "method": req.method, "path": req.path,
            "headers": dict(req.headers), "body_len": len(req.body)}
     errors = []
@@ -1758,7 +1761,7 @@ async def main_async(state_dir, exit_with_parent=False):
     paths = make_certs(state_dir)
     servers = {}
     alpn = {"apns": ["h2"], "fcm": ["h2", "http/1.1"], "webpush": ["h2", "http/1.1"],
-            "webpush_h1": ["http/1.1"]}
+            "webpush_h1": ["http/1.1"], "fcm_h1": ["http/1.1"]}
     for name in GATEWAYS + tuple(EXTRA_LISTENERS):
         gw = EXTRA_LISTENERS.get(name, name)
         srv = await asyncio.start_server(make_gateway_handler(gw, name), HOST, 0, ssl=tls_context(paths, alpn[name]),
@@ -1771,11 +1774,12 @@ async def main_async(state_dir, exit_with_parent=False):
     info = {
         "host": HOST, "pid": os.getpid(), "ca": paths["ca"],
         "apns": STATE.ports["apns"], "fcm": STATE.ports["fcm"], "webpush": STATE.ports["webpush"],
-        "webpush_h1": STATE.ports["webpush_h1"], "control": STATE.ports["control"],
+        "webpush_h1": STATE.ports["webpush_h1"], "fcm_h1": STATE.ports["fcm_h1"], "control": STATE.ports["control"],
         "urls": {
             "apns": f"https://127.0.0.1:{STATE.ports['apns']}",
             "fcm": f"https://127.0.0.1:{STATE.ports['fcm']}",
             "fcm_token": f"https://127.0.0.1:{STATE.ports['fcm']}/token",
+            "fcm_h1": f"https://127.0.0.1:{STATE.ports['fcm_h1']}",
             "webpush": f"https://127.0.0.1:{STATE.ports['webpush']}/push/",
             "webpush_h1": f"https://127.0.0.1:{STATE.ports['webpush_h1']}/push/",
             "control": f"http://127.0.0.1:{STATE.ports['control']}",

@@ -452,6 +452,41 @@ def test_fcm_bad_assertions(fcm):
     assert [x["valid"] for x in recs] == [False, False, False, False, True]
 
 
+def test_fcm_h1_listener_offers_only_http11(fcm):
+    """fcm_h1 serves the fcm gateway (same keys, access tokens, programs, records), never selecting h2."""
+    port = fcm.info["fcm_h1"]
+    assert port and port != fcm.info["fcm"]
+    base = fcm.info["urls"]["fcm_h1"]
+    assert base == f"https://127.0.0.1:{port}"
+    # A client that offers only h2 gets no ALPN protocol at all.
+    ctx = ssl.create_default_context(cafile=fcm.info["ca"])
+    ctx.set_alpn_protocols(["h2"])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            assert tls.selected_alpn_protocol() is None
+    msg = {"message": {"token": "dev1", "data": {"kind": "x"}}}
+    with fcm.client() as c:
+        tok = fcm_token(c, fcm, fcm_assertion(fcm.rsa)).json()["access_token"]   # from the h2 listener
+        auth = {"authorization": f"Bearer {tok}"}
+        r = c.post(f"{base}/v1/projects/p1/messages:send", json=msg, headers=auth)
+        assert r.status_code == 200 and r.http_version == "HTTP/1.1"
+        fcm.post("/control/program", {"gateway": "fcm", "token": "dev1", "responses": [{"error": "UNREGISTERED"}]})
+        r = c.post(f"{base}/v1/projects/p1/messages:send", json=msg, headers=auth)
+        assert r.status_code == 404
+        r = c.post(f"{fcm.fcm}/v1/projects/p1/messages:send", json=msg, headers=auth)
+        assert r.status_code == 404 and r.http_version == "HTTP/2"
+    recs = fcm.received("fcm_h1", kind="send")
+    assert [x["response"]["status"] for x in recs] == [200, 404]
+    assert all(x["listener"] == "fcm_h1" and x["http_version"] == "http/1.1" for x in recs)
+    everything = fcm.received("fcm")
+    assert [x["listener"] for x in everything] == ["fcm", "fcm_h1", "fcm_h1", "fcm"]
+    conns = fcm.get("/control/connections", gateway="fcm_h1")["connections"]
+    assert [c["alpn"] for c in conns] == [None, "http/1.1"]
+    assert all(c["listener"] == "fcm_h1" and c["gateway"] == "fcm" for c in conns)
+    assert conns[1]["requests"] == 2
+    assert len(fcm.get("/control/connections", gateway="fcm")["connections"]) == 3
+
+
 # ------------------------------------------------------------------ Web Push
 
 @pytest.fixture
