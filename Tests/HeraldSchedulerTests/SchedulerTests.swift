@@ -214,6 +214,11 @@ struct SchedulerTests {
         #expect(reopened.recoveredDeliveries == 5)
         let again = try reopened.sync { s, done in s.claimDue(limit: 10, completion: done) }.jobs
         #expect(again.count == 5 && again.allSatisfy { $0.previousAttempts == 1 && $0.token.hasPrefix("fcm-") })
+        // Let the held answers go (to the closed store, which refuses them) so
+        // that the transport and the scheduler they hold are released.
+        fcm.open()
+        let settled = Date().addingTimeInterval(5)
+        while scheduler.inFlightCount > 0 && Date() < settled { try await Task.sleep(for: .milliseconds(5)) }
     }
 
     @Test("a handed-over batch is guarded like a claimed one: a stale storm trips the breaker")
