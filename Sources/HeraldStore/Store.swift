@@ -63,6 +63,10 @@ public final class Store: @unchecked Sendable {
         // every job runs in a savepoint, and a fan-out's would otherwise
         // write page images to a file it throws away at the commit.
         try db.execute("PRAGMA temp_store = MEMORY")
+        // A page cache of 32 MiB rather than SQLite's 2 MiB: the queue's
+        // indexes outgrow 2 MiB after a few hundred fan-outs, and every
+        // insert and result then reads its index pages back from the OS.
+        try db.execute("PRAGMA cache_size = -32768")
         try Schema.migrate(db)
         let tables = Tables(registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key))
         try tables.registry.expireTombstones(now: clock.nowMilliseconds())
