@@ -173,7 +173,7 @@ def plots(results, out_dir):
             continue
         fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
         data = [by[(scen, s)]["samples_ms"] for s in senders]
-        bp = ax.boxplot(data, vert=True, patch_artist=True, widths=0.5, showfliers=False)
+        bp = ax.boxplot(data, patch_artist=True, widths=0.5, showfliers=False)
         for patch, s in zip(bp["boxes"], senders):
             patch.set_facecolor(COLORS[s])
             patch.set_alpha(0.35)
