@@ -60,7 +60,7 @@ let package = Package(
             name: "WebPush",
             dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HTTP2", "HeraldIO"],
             swiftSettings: strictSwift),
-        .target(name: "HeraldDelivery", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
+        .target(name: "HeraldDelivery", dependencies: ["HeraldCore", "HTTP2"], swiftSettings: strictSwift),
         .target(
             name: "HeraldScheduler", dependencies: ["HeraldCore", "HeraldDelivery", "HeraldStore", "HeraldIO"],
             swiftSettings: strictSwift),

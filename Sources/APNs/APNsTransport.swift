@@ -49,21 +49,9 @@ public final class APNsTransport: PushTransport {
                     retryAfter: retryAfter)
                 completion(AttemptReport(outcome: outcome, httpStatus: r.status))
             case .failure(let error):
-                completion(AttemptReport(outcome: .transient(reason: Self.reason(for: error))))
+                completion(AttemptReport(outcome: .transient(reason: ProviderReason(error))))
             }
         }
     }
 
-    static func reason(for error: APNsClientError) -> ProviderReason {
-        switch error {
-        case .timeout: .timeout
-        case .dnsFailure: .dnsFailure
-        case .connectFailed: .connectFailure
-        case .tls, .noHTTP2: .tlsFailure
-        case .connectionReset: .connectionReset
-        case .refusedStream: .refusedStream
-        case .goAway: .goAway
-        case .shutdown: .shutdown
-        }
-    }
 }

@@ -324,16 +324,7 @@ public final class FCMSender: Sendable {
     /// A failure of the HTTP/2 client: always worth a retry, with the reasons
     /// Web Push uses. (`noHTTP2` is handled before: the send goes through libcurl.)
     public static func outcome(for error: HTTP2ClientError) -> Outcome {
-        switch error {
-        case .timeout: .transient(reason: .timeout)
-        case .dnsFailure: .transient(reason: .dnsFailure)
-        case .connectFailed: .transient(reason: .connectFailure)
-        case .tls, .noHTTP2: .transient(reason: .tlsFailure)
-        case .connectionReset: .transient(reason: .connectionReset)
-        case .refusedStream: .transient(reason: .refusedStream)
-        case .goAway: .transient(reason: .goAway)
-        case .shutdown: .transient(reason: .shutdown)
-        }
+        .transient(reason: ProviderReason(error))
     }
 
     /// No access token: a token-endpoint 4xx is a credential problem

@@ -305,7 +305,7 @@ public final class WebPushSender: Sendable {
                 rememberHTTP1(checked.origin)
                 sendCurl(checked, headers: headers, authorization: authorization, body: body, answered: answered)
             case .failure(let error):
-                answered(.unanswered(Self.reason(for: error)))
+                answered(.unanswered(ProviderReason(error)))
             }
         }
     }
@@ -376,18 +376,6 @@ public final class WebPushSender: Sendable {
         }
     }
 
-    static func reason(for error: HTTP2ClientError) -> ProviderReason {
-        switch error {
-        case .timeout: .timeout
-        case .dnsFailure: .dnsFailure
-        case .connectFailed: .connectFailure
-        case .tls, .noHTTP2: .tlsFailure
-        case .connectionReset: .connectionReset
-        case .refusedStream: .refusedStream
-        case .goAway: .goAway
-        case .shutdown: .shutdown
-        }
-    }
 }
 
 /// What a push service said to one request, whichever client carried it.
