@@ -73,6 +73,39 @@ class LineReader:
             self.buf += chunk
 
 
+class Client:
+    """One connection to the daemon: newline-framed JSON-RPC."""
+
+    def __init__(self, path, timeout=120):
+        self.sock = connect(path, timeout)
+        self.reader = LineReader(self.sock)
+        self.next_id = 1
+
+    def call(self, method, params=None):
+        rid = self.next_id
+        self.next_id += 1
+        self.sock.sendall(request(rid, method, params))
+        return json.loads(self.reader.line())
+
+    def pipelined(self, method, params_list, chunk=200):
+        """Many calls written ahead of their answers; answers in request order."""
+        out = []
+        for start in range(0, len(params_list), chunk):
+            part = params_list[start:start + chunk]
+            ids = list(range(self.next_id, self.next_id + len(part)))
+            self.next_id += len(part)
+            self.sock.sendall(b"".join(request(i, method, p) for i, p in zip(ids, part)))
+            by_id = {}
+            for _ in part:
+                obj = json.loads(self.reader.line())
+                by_id[obj.get("id")] = obj
+            out += [by_id.get(i) for i in ids]
+        return out
+
+    def close(self):
+        self.sock.close()
+
+
 class HeraldProcess:
     """`herald serve` on `directory` with `config` (INI text, whose socket must be
     `directory/herald.sock`); returns once the socket accepts connections."""

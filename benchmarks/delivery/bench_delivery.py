@@ -43,7 +43,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import machine  # noqa: E402  (benchmarks/machine.py)
 from herald_proc import (  # noqa: E402  (benchmarks/herald_proc.py)
-    HeraldProcess, LineReader, connect, proc_cpu_seconds, request, stop_process, tail)
+    Client, HeraldProcess, proc_cpu_seconds, stop_process, tail)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GATEWAYS_PY = os.path.join(REPO, "Tests/gateways/gateways.py")
@@ -215,39 +215,6 @@ fcm_credentials = {tmp}/fcm.json
 vapid_key = {tmp}/vapid.pem
 vapid_subject = mailto:ops@example.com
 """)
-
-
-class Client:
-    """One connection to the daemon: newline-framed JSON-RPC."""
-
-    def __init__(self, path, timeout=120):
-        self.sock = connect(path, timeout)
-        self.reader = LineReader(self.sock)
-        self.next_id = 1
-
-    def call(self, method, params=None):
-        rid = self.next_id
-        self.next_id += 1
-        self.sock.sendall(request(rid, method, params))
-        return json.loads(self.reader.line())
-
-    def pipelined(self, method, params_list, chunk=200):
-        """Many calls written ahead of their answers; answers in request order."""
-        out = []
-        for start in range(0, len(params_list), chunk):
-            part = params_list[start:start + chunk]
-            ids = list(range(self.next_id, self.next_id + len(part)))
-            self.next_id += len(part)
-            self.sock.sendall(b"".join(request(i, method, p) for i, p in zip(ids, part)))
-            by_id = {}
-            for _ in part:
-                obj = json.loads(self.reader.line())
-                by_id[obj.get("id")] = obj
-            out += [by_id.get(i) for i in ids]
-        return out
-
-    def close(self):
-        self.sock.close()
 
 
 def percentile(sorted_values, q):

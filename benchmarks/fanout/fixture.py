@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from herald_proc import LineReader, connect, request  # noqa: E402  (benchmarks/herald_proc.py)
+from herald_proc import Client  # noqa: E402,F401  (benchmarks/herald_proc.py)
 
 KEY_ID = "ABC123DEFG"
 TEAM_ID = "TEAM123456"
@@ -94,39 +94,6 @@ def web_subscription(sink, index, tag):
 
 def apns_token(scenario_index, n):
     return f"{scenario_index + 1:08x}{n + 1:056x}"
-
-
-class Client:
-    """One connection to the daemon: newline-framed JSON-RPC."""
-
-    def __init__(self, path, timeout=120):
-        self.sock = connect(path, timeout)
-        self.reader = LineReader(self.sock)
-        self.next_id = 1
-
-    def call(self, method, params=None):
-        rid = self.next_id
-        self.next_id += 1
-        self.sock.sendall(request(rid, method, params))
-        return json.loads(self.reader.line())
-
-    def pipelined(self, method, params_list, chunk=200):
-        """Many calls written ahead of their answers; answers in request order."""
-        out = []
-        for start in range(0, len(params_list), chunk):
-            part = params_list[start:start + chunk]
-            ids = list(range(self.next_id, self.next_id + len(part)))
-            self.next_id += len(part)
-            self.sock.sendall(b"".join(request(i, method, p) for i, p in zip(ids, part)))
-            by_id = {}
-            for _ in part:
-                obj = json.loads(self.reader.line())
-                by_id[obj.get("id")] = obj
-            out += [by_id.get(i) for i in ids]
-        return out
-
-    def close(self):
-        self.sock.close()
 
 
 def register(client, sink, scenario, scenario_index, users, per_user):
