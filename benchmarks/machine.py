@@ -1,4 +1,5 @@
 """Facts about the machine a benchmark ran on, shared by the drivers."""
+import os
 import platform
 
 
@@ -12,3 +13,11 @@ def cpu_model():
     except OSError:
         pass
     return platform.processor()
+
+
+def load_average():
+    """The 1, 5 and 15 minute load averages, rounded; None where unavailable."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None

@@ -105,6 +105,17 @@ struct Fixture {
     }
 }
 
+extension Scheduler {
+    /// `push.send` of a notification to `users` through the scheduler (the
+    /// hand-over path), answered once the commit is durable.
+    func accept(_ users: [String]) async throws -> Enqueued {
+        let e = Enqueue(
+            app: "default", message: PushMessage(kind: .notification), recipients: .users(users), idempotencyKey: nil,
+            disabled: [:])
+        return try await withCheckedThrowingContinuation { c in enqueue(e) { c.resume(with: $0) } }
+    }
+}
+
 @Suite("Scheduler")
 struct SchedulerTests {
     @Test("a lane never has more sends out than its transport allows; max_inflight bounds them all")
@@ -147,13 +158,7 @@ struct SchedulerTests {
         defer { scheduler.stopClaiming() }
         // Idle: the start-up claim found nothing.
         try await Task.sleep(for: .milliseconds(100))
-        let e = Enqueue(
-            app: "default", message: PushMessage(kind: .notification),
-            recipients: .users((0..<50).map { "fcm-\($0)" } + (0..<50).map { "apns-\($0)" }), idempotencyKey: nil,
-            disabled: [:])
-        let accepted = try await withCheckedThrowingContinuation { c in
-            scheduler.enqueue(e) { c.resume(with: $0) }
-        }
+        let accepted = try await scheduler.accept((0..<50).map { "fcm-\($0)" } + (0..<50).map { "apns-\($0)" })
         #expect(accepted.devices == 400)
         let s = try await f.waitComplete(accepted.messageID)
         #expect(s.counts[.delivered] == 400)
@@ -164,14 +169,8 @@ struct SchedulerTests {
         #expect(handed > 0 && handed <= 30, "the first deliveries went without a claim, within max_inflight")
         // With work in flight the next message is not handed over: it queues and is claimed.
         apns.close()
-        let first = try await withCheckedThrowingContinuation { c in
-            scheduler.enqueue(Enqueue(app: "default", message: PushMessage(kind: .notification),
-                recipients: .users((0..<10).map { "apns-\($0)" }), idempotencyKey: nil, disabled: [:])) { c.resume(with: $0) }
-        }
-        let second = try await withCheckedThrowingContinuation { c in
-            scheduler.enqueue(Enqueue(app: "default", message: PushMessage(kind: .notification),
-                recipients: .users((0..<10).map { "apns-\($0)" }), idempotencyKey: nil, disabled: [:])) { c.resume(with: $0) }
-        }
+        let first = try await scheduler.accept((0..<10).map { "apns-\($0)" })
+        let second = try await scheduler.accept((0..<10).map { "apns-\($0)" })
         apns.open()
         #expect(try await f.waitComplete(first.messageID).counts[.delivered] == 40)
         #expect(try await f.waitComplete(second.messageID).counts[.delivered] == 40)
@@ -196,10 +195,7 @@ struct SchedulerTests {
             store: store, transports: [QueueLane(app: "default", platform: .fcm): fcm], settings: SchedulerSettings())
         scheduler.start()
         try await Task.sleep(for: .milliseconds(100))
-        let e = Enqueue(
-            app: "default", message: PushMessage(kind: .notification), recipients: .users((0..<5).map { "u\($0)" }),
-            idempotencyKey: nil, disabled: [:])
-        let accepted = try await withCheckedThrowingContinuation { c in scheduler.enqueue(e) { c.resume(with: $0) } }
+        let accepted = try await scheduler.accept((0..<5).map { "u\($0)" })
         let deadline = Date().addingTimeInterval(10)
         while fcm.sent < 5 && Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
         #expect(fcm.sent == 5 && scheduler.stats.handedOver == 5)
@@ -233,10 +229,7 @@ struct SchedulerTests {
         scheduler.start()
         defer { scheduler.stopClaiming() }
         try await Task.sleep(for: .milliseconds(100))
-        let e = Enqueue(
-            app: "default", message: PushMessage(kind: .notification), recipients: .users((0..<10).map { "fcm-\($0)" }),
-            idempotencyKey: nil, disabled: [:])
-        let accepted = try await withCheckedThrowingContinuation { c in scheduler.enqueue(e) { c.resume(with: $0) } }
+        let accepted = try await scheduler.accept((0..<10).map { "fcm-\($0)" })
         let s = try await f.waitComplete(accepted.messageID, timeout: 10)
         #expect(scheduler.stats.handedOver == 100)
         #expect(s.counts[.failed] == 100, "the breaker refused every deletion")

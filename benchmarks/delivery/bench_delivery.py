@@ -456,13 +456,6 @@ class GatewayCounters:
 # ---------------------------------------------------------------- report
 
 
-def load_average():
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
 def machine_info():
     return {
         "processor": machine.cpu_model(),
@@ -497,7 +490,7 @@ def main():
     if not os.access(args.binary, os.X_OK):
         raise SystemExit(f"{args.binary} is not an executable (swift build -c release --product herald)")
 
-    load_before = load_average()
+    load_before = machine.load_average()
     tmp = tempfile.mkdtemp(prefix="herald-bench-delivery-")
     gw = daemon = None
     herald_status = gateway_status = None
@@ -555,7 +548,7 @@ def main():
             gateways_log = tail(gw.log_path, 40)
         shutil.rmtree(tmp, ignore_errors=True)
 
-    load_after = load_average()
+    load_after = machine.load_average()
     stats_result = stats_answer.get("result") or {}
     stats = {
         "transports": stats_result.get("transports"),

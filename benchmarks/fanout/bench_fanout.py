@@ -298,13 +298,6 @@ def machine_info(herald_version, peers):
             "versions": versions}
 
 
-def load_average():
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
 # ---------------------------------------------------------------- main
 
 
@@ -346,7 +339,7 @@ def main():
         print(f"no crypto figures at {args.crypto_json} (make bench-crypto writes them)", file=sys.stderr)
 
     started = datetime.datetime.now(datetime.timezone.utc)
-    load_before = load_average()
+    load_before = machine.load_average()
     tmp = tempfile.mkdtemp(prefix="herald-bench-fanout-")
     sink = herald = None
     rows, problems, peer_outs, profiles = [], [], [], {}
@@ -509,7 +502,7 @@ def main():
         "herald_stats": {k: stats.get(k) for k in ("transports", "apns", "queue")},
         "herald_exit_status": herald_status,
         "herald_stderr_tail": herald_log,
-        "load_average": {"before": load_before, "after": load_average()},
+        "load_average": {"before": load_before, "after": machine.load_average()},
     }
     summary = report.summarise(results)
     results["targets"] = summary["targets"]
