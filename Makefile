@@ -14,7 +14,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # nginx and nghttp2-client (h2load) are the fan-out benchmark's sink and ceiling; the
 # benchmark runs its own nginx on its own ports and never uses the system one.
 DEBIAN_PACKAGES := libssl-dev libsodium-dev libnghttp2-dev libjansson-dev \
-	libcurl4-openssl-dev libsqlite3-dev libinih-dev openssl pkg-config python3 python3-venv \
+	libcurl4-openssl-dev libsqlite3-dev libinih-dev libmicrohttpd-dev openssl pkg-config python3 python3-venv \
 	nginx nghttp2-client
 
 VENV := .venv

@@ -41,6 +41,12 @@ let package = Package(
             cSettings: strictC,
             linkerSettings: [.linkedLibrary("nghttp2"), .linkedLibrary("ssl"), .linkedLibrary("crypto")]
         ),
+        .target(
+            name: "CHeraldHTTPD",
+            path: "CSources/CHeraldHTTPD",
+            cSettings: strictC,
+            linkerSettings: [.linkedLibrary("microhttpd")]
+        ),
         .target(name: "HeraldIO", dependencies: ["CHeraldSys"], swiftSettings: strictSwift),
         .target(
             name: "CHeraldSys",
@@ -83,6 +89,7 @@ let package = Package(
             dependencies: [
                 "HeraldCore", "HeraldCrypto", "JSONRPC", "WebPush", "HeraldStore", "CInih",
                 "CHeraldSys", "HeraldIO", "APNs", "FCM", "HTTPClient", "HeraldDelivery", "HeraldScheduler",
+                "CHeraldHTTPD", "HTTP2",
             ],
             swiftSettings: strictSwift
         ),

@@ -11,15 +11,22 @@ public struct APNsLaneKey: Hashable, Sendable, CustomStringConvertible {
     public let keyID: String
     public let teamID: String
     public let environment: APNsEnvironment
+    /// Tells signing keys apart when a key is replaced under the same key ID
+    /// (a few bytes of its public key), so that a reload with a new key gets
+    /// a new lane and new provider tokens; empty when not needed.
+    public let keyTag: String
 
-    public init(app: String, keyID: String, teamID: String, environment: APNsEnvironment) {
+    public init(app: String, keyID: String, teamID: String, environment: APNsEnvironment, keyTag: String = "") {
         self.app = app
         self.keyID = keyID
         self.teamID = teamID
         self.environment = environment
+        self.keyTag = keyTag
     }
 
-    public var description: String { "\(app)/\(teamID).\(keyID)/\(environment.rawValue)" }
+    public var description: String {
+        "\(app)/\(teamID).\(keyID)\(keyTag.isEmpty ? "" : "~" + keyTag)/\(environment.rawValue)"
+    }
 }
 
 /// Where a lane connects: `https://host:port` plus an optional path prefix.

@@ -1,4 +1,5 @@
 public import HeraldCore
+import HeraldCrypto
 public import HeraldDelivery
 
 /// APNs as a ``PushTransport`` for one app: builds each request with
@@ -17,10 +18,12 @@ public final class APNsTransport: PushTransport {
         self.settings = settings
         self.clock = clock
         self.concurrencyLimit = concurrencyLimit
+        // A key replaced under the same key ID must not reuse the old key's lane (and tokens).
+        let keyTag = String(SHA256.hex(signer.key.publicKey).prefix(16))
         func lane(_ env: APNsEnvironment, _ endpoint: APNsEndpoint) -> APNsLaneHandle {
             client.lane(
-                APNsLaneKey(app: app, keyID: signer.keyID, teamID: signer.teamID, environment: env), endpoint: endpoint,
-                signer: signer)
+                APNsLaneKey(app: app, keyID: signer.keyID, teamID: signer.teamID, environment: env, keyTag: keyTag),
+                endpoint: endpoint, signer: signer)
         }
         self.production = lane(.production, production)
         self.development = lane(.development, development)

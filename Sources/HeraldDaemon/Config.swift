@@ -18,6 +18,7 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
     public var store: Store
     public var delivery: Delivery
     public var endpoints: Endpoints
+    public var metrics: Metrics
     /// One entry per `[app.NAME]` section; `default` when the file has none.
     public var apps: [String: AppConfig]
 
@@ -28,6 +29,7 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         server = Server()
         delivery = Delivery()
         endpoints = Endpoints()
+        metrics = Metrics()
         let resolver = SecretResolver(configFile: file, environment: environment)
         let location = ConfigLocation(file: file, line: nil, section: "store", key: "key")
         store = Store(
@@ -98,6 +100,14 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         public var caFile: ConfigFileReference?
         /// Lets Web Push endpoints resolve to private or loopback addresses (tests only).
         public var webPushAllowPrivate = false
+
+        public init() {}
+    }
+
+    /// `[metrics]`: the optional Prometheus HTTP listener.
+    public struct Metrics: Sendable, Equatable {
+        /// `IP:port` (IPv6 in brackets) to serve `/metrics`, `/livez` and `/readyz` on; nil: no listener.
+        public var listen: ListenAddress?
 
         public init() {}
     }
@@ -173,6 +183,9 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
             fcm = \(endpoints.fcm)
             ca_file = \(endpoints.caFile?.path ?? "")
             webpush_allow_private = \(endpoints.webPushAllowPrivate)
+
+            [metrics]
+            listen = \(metrics.listen?.description ?? "")
 
             """
         for name in apps.keys.sorted() {
@@ -353,11 +366,47 @@ public struct EndpointURL: Sendable, Equatable, CustomStringConvertible {
 
 // MARK: - Interpretation
 
+/// A numeric IP address and a TCP port to listen on: `127.0.0.1:9464`, `[::1]:9464`.
+/// Port 0 lets the kernel choose (the daemon logs the port it got).
+public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
+    public let host: String
+    public let port: Int
+    public var isIPv6: Bool { host.contains(":") }
+
+    public var description: String { isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)" }
+
+    static func parse(_ text: String) throws(ConfigValueProblem) -> ListenAddress {
+        let problem = ConfigValueProblem(
+            "must be IP:port with a numeric address, e.g. 127.0.0.1:9464 or [::1]:9464 \(ConfigValue.got(text))")
+        let host: Substring
+        let portText: Substring
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else {
+                throw problem
+            }
+            host = text[text.index(after: text.startIndex)..<close]
+            portText = text[text.index(close, offsetBy: 2)...]
+            var v6 = in6_addr()
+            guard inet_pton(AF_INET6, String(host), &v6) == 1 else { throw problem }
+        } else {
+            guard let colon = text.lastIndex(of: ":") else { throw problem }
+            host = text[..<colon]
+            portText = text[text.index(after: colon)...]
+            var v4 = in_addr()
+            guard inet_pton(AF_INET, String(host), &v4) == 1 else { throw problem }
+        }
+        guard !portText.isEmpty, portText.allSatisfy(\.isASCII), portText.allSatisfy(\.isNumber),
+            let port = Int(portText), (0...65535).contains(port)
+        else { throw problem }
+        return ListenAddress(host: String(host), port: port)
+    }
+}
+
 /// Gives meaning to a parsed document, collecting every problem and throwing
 /// the earliest.
 struct ConfigInterpreter {
     private enum Section {
-        case server, store, delivery, endpoints
+        case server, store, delivery, endpoints, metrics
         case app(String)
     }
 
@@ -369,6 +418,7 @@ struct ConfigInterpreter {
             "stale_batch_ratio", "stale_batch_min", "max_queued",
         ],
         "endpoints": ["apns_production", "apns_development", "fcm", "ca_file", "webpush_allow_private"],
+        "metrics": ["listen"],
         "app": [
             "allow_uids", "allow_gids", "device_cap", "apns_key", "apns_key_id", "apns_team_id",
             "apns_topic", "fcm_credentials", "vapid_key", "vapid_subject", "alert_loc_key",
@@ -451,6 +501,7 @@ struct ConfigInterpreter {
         case "store": return .store
         case "delivery": return .delivery
         case "endpoints": return .endpoints
+        case "metrics": return .metrics
         default: break
         }
         guard header.name.hasPrefix("app.") else {
@@ -458,7 +509,7 @@ struct ConfigInterpreter {
                 ConfigError(
                     file: file, line: header.line, section: header.name, key: nil,
                     message:
-                        "unknown section (expected server, store, delivery, endpoints or app.NAME)"))
+                        "unknown section (expected server, store, delivery, endpoints, metrics or app.NAME)"))
             return nil
         }
         let name = String(header.name.dropFirst(4))
@@ -487,6 +538,9 @@ struct ConfigInterpreter {
         case .store: try applyStore(value, location)
         case .delivery: try applyDelivery(value, location)
         case .endpoints: try applyEndpoints(value, location)
+        case .metrics:
+            guard location.key == "listen" else { throw unknownKey(in: "metrics") }
+            config.metrics.listen = value.isEmpty ? nil : try ListenAddress.parse(value)
         case .app(let name): try applyApp(name, value, location)
         }
     }

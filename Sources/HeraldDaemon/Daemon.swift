@@ -5,6 +5,7 @@ import HeraldCore
 import HeraldCrypto
 import HeraldScheduler
 import HeraldStore
+import Synchronization
 import WebPush
 
 #if canImport(Glibc)
@@ -26,7 +27,8 @@ public enum Daemon {
         let bootLog = Logger(level: .info)
         // Signals first: a SIGTERM that arrives while starting up must not be lost.
         let stopper = Shutdown(notifier: SystemdNotifier(environment: environment))
-        let signals = installSignals(stopper: stopper, log: bootLog)
+        let hangups = Hangups()
+        let signals = installSignals(stopper: stopper, hangups: hangups)
         let config: HeraldConfig
         let credentials: [String: LoadedCredentials]
         let storeKey: StoreKey
@@ -80,7 +82,7 @@ public enum Daemon {
         var apps: [String: AppRuntime] = [:]
         for (name, app) in config.apps {
             apps[name] = AppRuntime(
-                config: app, credentials: credentials[name]!, disabled: delivery.disabled[name] ?? [:])
+                config: app, credentials: credentials[name]!, disabled: delivery.initialDisabled[name] ?? [:])
         }
         let service = HeraldService(
             apps: apps, store: store,
@@ -88,7 +90,7 @@ public enum Daemon {
             clock: SystemClock(), log: log)
         let waiters = MessageWaiters(loop: loop, store: store, log: log)
         service.delivery = DeliveryWiring(
-            scheduler: delivery.scheduler, maxQueued: config.delivery.maxQueued, waiters: waiters, apns: delivery.apns)
+            scheduler: delivery.scheduler, maxQueued: config.delivery.maxQueued, waiters: waiters, providers: delivery.providers)
         delivery.scheduler.onProgress = { finals in waiters.recorded(finals) }
         let server = RPCServer(loop: loop, listener: listener, handler: service, log: log)
         service.serverStats = { [unowned server] in (server.openConnections, server.counters) }
@@ -97,6 +99,19 @@ public enum Daemon {
         } catch {
             log.error("startup_failed", ["error": String(describing: error)])
             return 1
+        }
+        let heartbeat = Heartbeat()
+        loop.every(milliseconds: 1000) { heartbeat.beat() }
+        if let interval = SystemdNotifier.watchdogInterval(environment: environment) {
+            // From the main loop: a wedged loop stops the pings and systemd restarts the daemon.
+            loop.every(milliseconds: max(1, interval / 1000)) { notifier.notify("WATCHDOG=1") }
+        }
+        loop.every(milliseconds: 5000) {
+            let clients = server.openConnections
+            store.queueDepth { result in
+                guard case .success(let depth) = result else { return }
+                notifier.notify("STATUS=serving: queue=\(depth.waiting) in_flight=\(depth.inFlight) clients=\(clients)")
+            }
         }
         loop.every(milliseconds: 5000) {
             store.ping { result in
@@ -119,29 +134,48 @@ public enum Daemon {
         }
         delivery.scheduler.start()
 
+        var metricsListener: MetricsListener?
+        if let address = config.metrics.listen {
+            do {
+                metricsListener = try MetricsListener(
+                    address: address, source: metricsSource(loop: loop, service: service, heartbeat: heartbeat))
+                log.info(
+                    "metrics_listening",
+                    ["address": ListenAddress(host: address.host, port: metricsListener!.port).description])
+            } catch {
+                log.error("startup_failed", ["error": String(describing: error)])
+                return 1
+            }
+        }
+
         stopper.attach(
             loop: loop, server: server, log: log,
             stopWork: {
+                service.serving = false
                 delivery.scheduler.stopClaiming()
                 waiters.releaseAll()
             },
             isIdle: { delivery.scheduler.inFlightCount == 0 })
-        for (name, c) in credentials.sorted(by: { $0.key < $1.key }) {
-            log.info(
-                "app_loaded",
-                [
-                    "app": name, "apns": c.apns.disabledReason.map { "disabled:\($0)" } ?? "ready",
-                    "fcm": c.fcm.disabledReason.map { "disabled:\($0)" } ?? "ready",
-                    "web": c.webPush.disabledReason.map { "disabled:\($0)" } ?? "ready",
-                ])
+        let reloader = Reloader(
+            path: path, environment: environment, running: config, loop: loop, service: service, delivery: delivery,
+            log: log, notifier: notifier)
+        hangups.attach { [stopper] in
+            if stopper.isStopping {
+                log.info("reload_ignored", ["why": "stopping"])
+            } else {
+                reloader.reload()
+            }
         }
+        logApps(credentials, log: log)
         log.info(
             "herald_started",
             ["version": HeraldService.version, "socket": listener.ownedPath ?? "systemd", "config": path])
+        loop.execute { service.serving = true }
         notifier.notify("READY=1\nSTATUS=serving")
 
         // The signal sources must live as long as the loop runs.
         withExtendedLifetime(signals) { loop.run() }
+        metricsListener?.stop()
         server.closeAll()
         listener.close()
         // Sends still out after the budget are abandoned: they stay in flight in
@@ -162,9 +196,56 @@ public enum Daemon {
             atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o750])
     }
 
-    /// SIGTERM/SIGINT stop; SIGHUP is caught so that it cannot kill the
-    /// daemon (configuration reload is not implemented yet).
-    private static func installSignals(stopper: Shutdown, log: Logger) -> [any DispatchSourceSignal] {
+    /// One `app_loaded` line per app: which transports are ready, which disabled and why.
+    static func logApps(_ credentials: [String: LoadedCredentials], log: Logger) {
+        for (name, c) in credentials.sorted(by: { $0.key < $1.key }) {
+            log.info(
+                "app_loaded",
+                [
+                    "app": name, "apns": c.apns.disabledReason.map { "disabled:\($0)" } ?? "ready",
+                    "fcm": c.fcm.disabledReason.map { "disabled:\($0)" } ?? "ready",
+                    "web": c.webPush.disabledReason.map { "disabled:\($0)" } ?? "ready",
+                ])
+        }
+    }
+
+    /// What the metrics listener asks, answered on the loop (at most 2 s wait).
+    private static func metricsSource(
+        loop: EventLoop, service: HeraldService, heartbeat: Heartbeat
+    ) -> MetricsListener.Source {
+        MetricsListener.Source(
+            metrics: {
+                let box = Mutex<String?>(nil)
+                let done = DispatchSemaphore(value: 0)
+                loop.execute {
+                    service.metrics { result in
+                        if case .success(let text) = result { box.withLock { $0 = text } }
+                        done.signal()
+                    }
+                }
+                guard done.wait(timeout: .now() + 2) == .success else { return nil }
+                return box.withLock { $0 }
+            },
+            live: { heartbeat.isRecent(withinMs: 10_000) },
+            ready: {
+                let box = Mutex<(Bool, String)>((false, "the main loop did not answer"))
+                let done = DispatchSemaphore(value: 0)
+                loop.execute {
+                    let state: (Bool, String) =
+                        !service.serving
+                        ? (false, "not serving (starting or stopping)")
+                        : service.storeHealth != "ok" ? (false, "store \(service.storeHealth)") : (true, "ok")
+                    box.withLock { $0 = state }
+                    done.signal()
+                }
+                _ = done.wait(timeout: .now() + 2)
+                return box.withLock { $0 }
+            })
+    }
+
+    /// SIGTERM/SIGINT stop; SIGHUP reloads (once the daemon is up; a SIGHUP
+    /// while starting is remembered and carried out then).
+    private static func installSignals(stopper: Shutdown, hangups: Hangups) -> [any DispatchSourceSignal] {
         // A parent may have left these blocked (a mask is inherited across exec).
         var unblock = sigset_t()
         sigemptyset(&unblock)
@@ -176,7 +257,7 @@ public enum Daemon {
             let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
             source.setEventHandler {
                 if sig == SIGHUP {
-                    log.warning("reload_unsupported", ["signal": "SIGHUP"])
+                    hangups.received()
                 } else {
                     stopper.begin(signal: sig == SIGTERM ? "SIGTERM" : "SIGINT")
                 }
@@ -222,6 +303,9 @@ final class Shutdown: @unchecked Sendable {
         if let early { start(signal: early) }
     }
 
+    /// A stop has been asked for.
+    var isStopping: Bool { lock.withLock { requested != nil } }
+
     func begin(signal: String) {
         notifier.notify("STOPPING=1")
         let attached: Bool = lock.withLock {
@@ -243,5 +327,41 @@ final class Shutdown: @unchecked Sendable {
                 if (server.isQuiescent && isIdle()) || monotonicMilliseconds() >= deadline { loop.stop() }
             }
         }
+    }
+}
+
+/// SIGHUPs, passed on to the reloader once it exists; one that comes while
+/// the daemon is starting is carried out as soon as it is up.
+final class Hangups: @unchecked Sendable {
+    private let lock = NSLock()
+    private var handler: (@Sendable () -> Void)?  // guarded by lock
+    private var pending = false  // guarded by lock
+
+    func attach(_ handler: @escaping @Sendable () -> Void) {
+        let early: Bool = lock.withLock {
+            self.handler = handler
+            defer { pending = false }
+            return pending
+        }
+        if early { handler() }
+    }
+
+    func received() {
+        let handler: (@Sendable () -> Void)? = lock.withLock {
+            if self.handler == nil { pending = true }
+            return self.handler
+        }
+        handler?()
+    }
+}
+
+/// When the main loop last ran its one-second tick, for `/livez`.
+final class Heartbeat: Sendable {
+    private let last = Atomic<Int64>(monotonicMilliseconds())
+
+    func beat() { last.store(monotonicMilliseconds(), ordering: .relaxed) }
+
+    func isRecent(withinMs limit: Int64) -> Bool {
+        monotonicMilliseconds() - last.load(ordering: .relaxed) < limit
     }
 }

@@ -7,126 +7,184 @@ import HeraldDelivery
 import HeraldIO
 import HeraldScheduler
 import HeraldStore
+import Synchronization
 import WebPush
 
 /// The transports of every app and the scheduler that drives them, built
 /// from the configuration and the loaded credentials.
-final class DeliveryStack: @unchecked Sendable {
+///
+/// The provider clients (connections, threads) are shared by every app and
+/// made when the first app needs them; `transports(apps:credentials:)` builds
+/// an app's transports on them, at startup and again at each reload, so a
+/// reload with new keys keeps the connections that still serve.
+final class DeliveryStack: Sendable {
     let scheduler: Scheduler
-    let apns: APNsClient?
-    /// Web Push to origins that speak HTTP/2 (the others go through libcurl).
-    let webHTTP2: HTTP2Client?
-    /// FCM `messages:send` when the FCM origin speaks HTTP/2 (the OAuth token
-    /// endpoint, and an origin without HTTP/2, go through libcurl).
-    let fcmHTTP2: HTTP2Client?
-    private let httpClients: [HTTPClient]
-    /// Per app, the platforms whose sends are skipped and why.
-    let disabled: [String: [Platform: String]]
+    let providers: ProviderClients
+    /// The disabled platforms of the configuration the stack was made with.
+    let initialDisabled: [String: [Platform: String]]
 
     init(config: HeraldConfig, credentials: [String: LoadedCredentials], store: Store, log: Logger) throws {
-        let caFile = config.endpoints.caFile?.path
-        var transports: [QueueLane: any PushTransport] = [:]
-        var disabled: [String: [Platform: String]] = [:]
-        var clients: [HTTPClient] = []
-
-        let apnsEndpoints = (
-            production: Self.apnsEndpoint(config.endpoints.apnsProduction),
-            development: Self.apnsEndpoint(config.endpoints.apnsDevelopment)
-        )
-        let needsAPNs = credentials.values.contains { $0.apns.isReady }
-        let apns: APNsClient? =
-            needsAPNs
-            ? try APNsClient(
-                settings: APNsClientSettings(caFile: caFile) { host, port in
-                    try SystemResolver().resolve(host: host, port: port).map(\.description)
-                }, log: log) : nil
-        let needsFCM = credentials.values.contains { $0.fcm.isReady }
-        let fcmClient: HTTPClient? =
-            needsFCM
-            ? try HTTPClient(
-                configuration: .init(
-                    caFile: caFile, maxConnectionsPerHost: 4,
-                    allowPlainHTTPToLoopback: !config.endpoints.fcm.usesTLS)) : nil
-        // Its own thread too; the HTTP/2 client speaks TLS only, so an http:// (loopback)
-        // FCM endpoint stays on libcurl.
-        let fcmHTTP2: HTTP2Client? =
-            needsFCM && config.endpoints.fcm.usesTLS
-            ? try HTTP2Client(
-                settings: HTTP2ClientSettings(caFile: caFile) { host, port in
-                    try SystemResolver().resolve(host: host, port: port).map(\.description)
-                }, log: log, threadName: "herald-fcm") : nil
-        let needsWeb = credentials.values.contains { $0.webPush.isReady }
-        let webClient: HTTPClient? =
-            needsWeb ? try HTTPClient(configuration: .init(caFile: caFile, maxConnectionsPerHost: 2)) : nil
-        // Its own thread, so Web Push and APNs fan-outs do not share a loop.
-        let webHTTP2: HTTP2Client? =
-            needsWeb
-            ? try HTTP2Client(
-                settings: HTTP2ClientSettings(caFile: caFile) { host, port in
-                    try SystemResolver().resolve(host: host, port: port).map(\.description)
-                }, log: log, threadName: "herald-webpush") : nil
-        clients += [fcmClient, webClient].compactMap { $0 }
-        // Send-time checks reuse a name's answer for 30 s (one lookup per push
-        // service per fan-out, not one per push); registrations resolve afresh.
-        let endpointGuard = EndpointGuard(
-            allowPrivate: config.endpoints.webPushAllowPrivate, resolver: CachingResolver(SystemResolver()))
-
-        for (name, app) in config.apps {
-            let c = credentials[name]!
-            var off: [Platform: String] = [:]
-            switch c.apns {
-            case .disabled(let reason):
-                off[.apns] = reason
-                off[.apnsVoIP] = reason
-            case .ready(let creds):
-                if let apns, let production = apnsEndpoints.production, let development = apnsEndpoints.development {
-                    let transport = APNsTransport(
-                        client: apns, app: name,
-                        signer: APNsSigner(key: creds.key, keyID: creds.keyID, teamID: creds.teamID),
-                        settings: APNsAppSettings(topic: creds.topic, defaultAlertLocKey: app.alertLocKey),
-                        production: production, development: development)
-                    transports[QueueLane(app: name, platform: .apns)] = transport
-                    transports[QueueLane(app: name, platform: .apnsVoIP)] = transport
-                } else {
-                    off[.apns] = "APNs endpoints must be https URLs"
-                    off[.apnsVoIP] = off[.apns]
-                }
-            }
-            switch c.fcm {
-            case .disabled(let reason):
-                off[.fcm] = reason
-            case .ready(let account):
-                let sender = FCMSender(
-                    account: account, baseURL: config.endpoints.fcm.description, client: fcmClient!, http2: fcmHTTP2)
-                transports[QueueLane(app: name, platform: .fcm)] = FCMTransport(
-                    sender: sender,
-                    settings: FCMAppSettings(channelID: app.androidChannelID, defaultAlertLocKey: app.alertLocKey))
-            }
-            switch c.webPush {
-            case .disabled(let reason):
-                off[.web] = reason
-            case .ready(let vapid):
-                let sender = WebPushSender(
-                    guard: endpointGuard, client: webClient!, http2: webHTTP2, vapidKey: vapid.key, subject: vapid.subject, app: name)
-                transports[QueueLane(app: name, platform: .web)] = WebPushTransport(sender: sender)
-            }
-            disabled[name] = off
-        }
-
+        providers = ProviderClients(endpoints: config.endpoints, log: log)
+        let built = try providers.transports(apps: config.apps, credentials: credentials)
+        initialDisabled = built.disabled
         let d = config.delivery
         scheduler = Scheduler(
-            store: store, transports: transports,
+            store: store, transports: built.transports,
             settings: SchedulerSettings(
                 maxInflight: config.server.maxInflight,
                 backoff: BackoffPolicy(maxRetries: d.maxRetries, base: d.backoffBase, max: d.backoffMax),
                 stale: StaleGuard.Settings(
                     windowCap: d.staleWindowCap, batchRatio: d.staleBatchRatio, batchMin: d.staleBatchMin)),
             log: log)
-        self.apns = apns
-        self.webHTTP2 = webHTTP2
-        self.fcmHTTP2 = fcmHTTP2
-        self.httpClients = clients
-        self.disabled = disabled
+    }
+
+    var apns: APNsClient? { providers.apns }
+
+    /// Ends every provider connection; sends still out complete as failures
+    /// (`shutdown`) and are recorded as retrying.
+    func shutdownTransports() { providers.shutdown() }
+}
+
+/// What one configuration gives: the scheduler's transports, and per app the
+/// platforms whose sends are skipped and why.
+struct BuiltTransports {
+    var transports: [QueueLane: any PushTransport] = [:]
+    var disabled: [String: [Platform: String]] = [:]
+}
+
+/// The provider clients (connections and their threads), shared by every app
+/// and made when the first app needs them.
+final class ProviderClients: Sendable {
+    private let endpoints: HeraldConfig.Endpoints
+    private let log: Logger
+    private let clients = Mutex(Clients())
+    /// Send-time checks reuse a name's answer for 30 s (one lookup per push
+    /// service per fan-out, not one per push); registrations resolve afresh.
+    private let endpointGuard: EndpointGuard
+
+    private struct Clients {
+        var apns: APNsClient?
+        var fcm: HTTPClient?
+        /// FCM `messages:send` when the FCM origin speaks HTTP/2 (the OAuth token
+        /// endpoint, and an origin without HTTP/2, go through libcurl).
+        var fcmHTTP2: HTTP2Client?
+        var web: HTTPClient?
+        /// Web Push to origins that speak HTTP/2 (the others go through libcurl).
+        var webHTTP2: HTTP2Client?
+    }
+
+    init(endpoints: HeraldConfig.Endpoints, log: Logger) {
+        self.endpoints = endpoints
+        self.log = log
+        endpointGuard = EndpointGuard(
+            allowPrivate: endpoints.webPushAllowPrivate, resolver: CachingResolver(SystemResolver()))
+    }
+
+    var apns: APNsClient? { clients.withLock { $0.apns } }
+
+    /// Provider connection counters per transport (`apns`, `fcm`, `web`), for the metrics.
+    var connectionStats: [String: HTTP2ClientStats] {
+        clients.withLock { c in
+            var out: [String: HTTP2ClientStats] = [:]
+            if let apns = c.apns { out["apns"] = apns.stats }
+            if let fcm = c.fcmHTTP2 { out["fcm"] = fcm.stats }
+            if let web = c.webHTTP2 { out["web"] = web.stats }
+            return out
+        }
+    }
+
+    /// The transports of `apps` with `credentials`, on the shared clients
+    /// (made now if no earlier configuration needed them).
+    func transports(apps: [String: AppConfig], credentials: [String: LoadedCredentials]) throws -> BuiltTransports {
+        let caFile = endpoints.caFile?.path
+        let apnsEndpoints = (
+            production: Self.apnsEndpoint(endpoints.apnsProduction),
+            development: Self.apnsEndpoint(endpoints.apnsDevelopment)
+        )
+        let needsAPNs = credentials.values.contains { $0.apns.isReady }
+        let needsFCM = credentials.values.contains { $0.fcm.isReady }
+        let needsWeb = credentials.values.contains { $0.webPush.isReady }
+        let fcmOverTLS = endpoints.fcm.usesTLS
+        let log = self.log
+        let c = try clients.withLock { c throws -> Clients in
+            if needsAPNs && c.apns == nil {
+                c.apns = try APNsClient(
+                    settings: APNsClientSettings(caFile: caFile) { host, port in
+                        try SystemResolver().resolve(host: host, port: port).map(\.description)
+                    }, log: log)
+            }
+            if needsFCM && c.fcm == nil {
+                c.fcm = try HTTPClient(
+                    configuration: .init(
+                        caFile: caFile, maxConnectionsPerHost: 4, allowPlainHTTPToLoopback: !fcmOverTLS))
+            }
+            // Its own thread too; the HTTP/2 client speaks TLS only, so an http:// (loopback)
+            // FCM endpoint stays on libcurl.
+            if needsFCM && fcmOverTLS && c.fcmHTTP2 == nil {
+                c.fcmHTTP2 = try HTTP2Client(
+                    settings: HTTP2ClientSettings(caFile: caFile) { host, port in
+                        try SystemResolver().resolve(host: host, port: port).map(\.description)
+                    }, log: log, threadName: "herald-fcm")
+            }
+            if needsWeb && c.web == nil {
+                c.web = try HTTPClient(configuration: .init(caFile: caFile, maxConnectionsPerHost: 2))
+            }
+            // Its own thread, so Web Push and APNs fan-outs do not share a loop.
+            if needsWeb && c.webHTTP2 == nil {
+                c.webHTTP2 = try HTTP2Client(
+                    settings: HTTP2ClientSettings(caFile: caFile) { host, port in
+                        try SystemResolver().resolve(host: host, port: port).map(\.description)
+                    }, log: log, threadName: "herald-webpush")
+            }
+            return c
+        }
+
+        var built = BuiltTransports()
+        for (name, app) in apps {
+            let creds = credentials[name]!
+            var off: [Platform: String] = [:]
+            switch creds.apns {
+            case .disabled(let reason):
+                off[.apns] = reason
+                off[.apnsVoIP] = reason
+            case .ready(let apnsCreds):
+                if let apns = c.apns, let production = apnsEndpoints.production,
+                    let development = apnsEndpoints.development
+                {
+                    let transport = APNsTransport(
+                        client: apns, app: name,
+                        signer: APNsSigner(key: apnsCreds.key, keyID: apnsCreds.keyID, teamID: apnsCreds.teamID),
+                        settings: APNsAppSettings(topic: apnsCreds.topic, defaultAlertLocKey: app.alertLocKey),
+                        production: production, development: development)
+                    built.transports[QueueLane(app: name, platform: .apns)] = transport
+                    built.transports[QueueLane(app: name, platform: .apnsVoIP)] = transport
+                } else {
+                    off[.apns] = "APNs endpoints must be https URLs"
+                    off[.apnsVoIP] = off[.apns]
+                }
+            }
+            switch creds.fcm {
+            case .disabled(let reason):
+                off[.fcm] = reason
+            case .ready(let account):
+                let sender = FCMSender(
+                    account: account, baseURL: endpoints.fcm.description, client: c.fcm!, http2: c.fcmHTTP2)
+                built.transports[QueueLane(app: name, platform: .fcm)] = FCMTransport(
+                    sender: sender,
+                    settings: FCMAppSettings(channelID: app.androidChannelID, defaultAlertLocKey: app.alertLocKey))
+            }
+            switch creds.webPush {
+            case .disabled(let reason):
+                off[.web] = reason
+            case .ready(let vapid):
+                let sender = WebPushSender(
+                    guard: endpointGuard, client: c.web!, http2: c.webHTTP2, vapidKey: vapid.key,
+                    subject: vapid.subject, app: name)
+                built.transports[QueueLane(app: name, platform: .web)] = WebPushTransport(sender: sender)
+            }
+            built.disabled[name] = off
+        }
+        return built
     }
 
     /// APNs speaks HTTP/2 over TLS only.
@@ -135,12 +193,13 @@ final class DeliveryStack: @unchecked Sendable {
         return APNsEndpoint(host: url.host, port: url.port, pathPrefix: url.path)
     }
 
-    /// Ends every provider connection; sends still out complete as failures
-    /// (`shutdown`) and are recorded as retrying.
-    func shutdownTransports() {
-        apns?.shutdown()
-        webHTTP2?.shutdown()
-        fcmHTTP2?.shutdown()
-        for client in httpClients { client.shutdown() }
+    /// Closes every connection and stops the clients' threads.
+    func shutdown() {
+        let c = clients.withLock { $0 }
+        c.apns?.shutdown()
+        c.webHTTP2?.shutdown()
+        c.fcmHTTP2?.shutdown()
+        c.fcm?.shutdown()
+        c.web?.shutdown()
     }
 }

@@ -52,13 +52,14 @@ struct DeliveryWiring: Sendable {
     /// `[delivery] max_queued`.
     let maxQueued: Int
     let waiters: MessageWaiters
-    let apns: APNsClient?
+    let providers: ProviderClients
 }
 
 /// The Herald methods. `handle` runs on the event loop thread; store and
 /// resolver work completes on their own threads and replies from there.
 final class HeraldService: RequestHandler, @unchecked Sendable {
-    let apps: [String: AppRuntime]
+    /// Replaced as a whole by a reload (loop thread only).
+    private(set) var apps: [String: AppRuntime]
     let store: Store
     private let endpointGuard: EndpointGuard
     private let clock: any WallClock
@@ -73,9 +74,13 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     private(set) var rateLimited = 0
     /// Latest store probe, for `system.health` (loop thread only).
     var storeHealth = "ok"
+    /// Configuration reloads that took effect and that were refused (loop thread only).
+    var reloads = (applied: 0, refused: 0)
+    /// Serving and not stopping, for `/readyz` and `herald_ready` (loop thread only).
+    var serving = false
     /// Provides the server's counters for `system.stats` (loop thread only).
     var serverStats: () -> (open: Int, counters: ServerCounters) = { (0, ServerCounters()) }
-    private let startedAt = monotonicMilliseconds()
+    let startedAt = monotonicMilliseconds()
     static let version = "0.1.0"
 
     struct AppUser: Hashable {
@@ -109,6 +114,13 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         "user.forget": { s, p, c, r throws(RPCError) in try s.forget(&p, c, r) },
         "system.health": { s, p, c, r throws(RPCError) in r(.success(try s.health(&p, c))) },
         "system.stats": { s, p, c, r throws(RPCError) in try s.stats(&p, c, r) },
+        "system.metrics": { s, p, c, r throws(RPCError) in
+            _ = try s.app(&p, c)
+            try p.finish()
+            s.metrics { result in
+                r(result.map { ["content_type": .string(PrometheusText.contentType), "text": .string($0)] })
+            }
+        },
         "vapid.public_key": { s, p, c, r throws(RPCError) in r(.success(try s.vapidPublicKey(&p, c))) },
         "rpc.discover": { s, p, c, r throws(RPCError) in
             _ = try s.app(&p, c)
@@ -386,7 +398,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     // MARK: system.*, vapid.public_key
 
     /// `ready`, `disabled:<why>` or `degraded:<why>` for one transport of an app.
-    private func transportState(_ runtime: AppRuntime, _ platforms: [Platform], degraded: [QueueLane: String]) -> String {
+    func transportState(_ runtime: AppRuntime, _ platforms: [Platform], degraded: [QueueLane: String]) -> String {
         if let why = platforms.compactMap({ runtime.disabled[$0] }).first { return "disabled:\(why)" }
         if let why = platforms.compactMap({ degraded[QueueLane(app: runtime.config.name, platform: $0)] }).first {
             return "degraded:\(why)"
@@ -425,7 +437,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         let uptime = (monotonicMilliseconds() - startedAt) / 1000
         let rateLimited = self.rateLimited
         let scheduler = delivery?.scheduler.stats
-        let apns = delivery?.apns?.stats
+        let apns = delivery?.providers.apns?.stats
         let store = self.store
         let log = self.log
         store.queueDepth { depthResult in
@@ -488,6 +500,12 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
             throw RPCError.invalidParams(field: "app", reason: "web push is disabled for this app (no vapid_key)")
         }
         return ["public_key": .string(vapid.key.publicKeyBase64URL)]
+    }
+
+    /// Takes a reloaded configuration's apps (on the loop thread): calls from
+    /// now on see the new limits, peers and credentials.
+    func replaceApps(_ new: [String: AppRuntime]) {
+        apps = new
     }
 
     /// Forgets idle rate-limit entries (called from a loop timer).

@@ -13,6 +13,14 @@ struct SystemdNotifier: Sendable {
         path = environment["NOTIFY_SOCKET"].flatMap { $0.isEmpty ? nil : $0 }
     }
 
+    /// How often to send `WATCHDOG=1`, in microseconds: half of
+    /// `WATCHDOG_USEC`, when systemd asks this process for pings.
+    static func watchdogInterval(environment: [String: String]) -> Int64? {
+        guard let usec = environment["WATCHDOG_USEC"].flatMap(Int64.init), usec > 0 else { return nil }
+        if let pid = environment["WATCHDOG_PID"].flatMap(Int32.init), pid != getpid() { return nil }
+        return usec / 2
+    }
+
     /// Sends e.g. "READY=1\nSTATUS=…"; silently does nothing outside systemd.
     func notify(_ state: String) {
         guard let path else { return }

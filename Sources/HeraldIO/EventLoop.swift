@@ -146,6 +146,13 @@ public func monotonicMilliseconds() -> Int64 {
     return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
 }
 
+/// Microseconds of `CLOCK_MONOTONIC` (systemd's `MONOTONIC_USEC`, latency measurements).
+public func monotonicMicroseconds() -> Int64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Int64(ts.tv_sec) * 1_000_000 + Int64(ts.tv_nsec) / 1000
+}
+
 /// The epoll event bits handlers receive and interests are built from.
 public enum PollEvents {
     public static let readable = UInt32(EPOLLIN.rawValue)

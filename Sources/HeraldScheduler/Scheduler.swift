@@ -39,8 +39,30 @@ public struct PlatformCounters: Sendable, Hashable {
     public var removedStale = 0
     public var staleRefused = 0
     public var breakerTrips = 0
+    /// From handing an attempt to the transport to its answer.
+    public var sendLatency = LatencyHistogram()
 
     public init() {}
+}
+
+/// Send latencies in fixed buckets (Prometheus histogram buckets, in seconds).
+public struct LatencyHistogram: Sendable, Hashable {
+    /// Upper bounds of the buckets, in seconds; one more bucket holds the rest.
+    public static let bounds: [Double] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
+    /// Observations per bucket (not cumulative); the last is above every bound.
+    public private(set) var counts = [Int](repeating: 0, count: LatencyHistogram.bounds.count + 1)
+    public private(set) var count = 0
+    public private(set) var sumMicroseconds: Int64 = 0
+
+    public init() {}
+
+    public mutating func record(microseconds: Int64) {
+        let seconds = Double(microseconds) / 1_000_000
+        let bucket = Self.bounds.firstIndex { seconds <= $0 } ?? Self.bounds.count
+        counts[bucket] += 1
+        count += 1
+        sumMicroseconds += max(0, microseconds)
+    }
 }
 
 /// What the scheduler reports for `system.stats`.
@@ -52,6 +74,8 @@ public struct SchedulerStats: Sendable {
     public var staleHeld = 0
     /// Deliveries handed over at their message's commit (sent without a claim).
     public var handedOver = 0
+
+    public init() {}
 }
 
 /// The delivery engine: takes due deliveries from the store, hands each to
@@ -74,7 +98,7 @@ public struct SchedulerStats: Sendable {
 /// All state lives on one serial queue.
 public final class Scheduler: @unchecked Sendable {
     private let store: Store
-    private let transports: [QueueLane: any PushTransport]
+    private var transports: [QueueLane: any PushTransport]
     private let settings: SchedulerSettings
     private let clock: any WallClock
     private let log: Logger?
@@ -181,6 +205,25 @@ public final class Scheduler: @unchecked Sendable {
             running = false
             timer?.cancel()
             sweeper?.cancel()
+        }
+    }
+
+    /// Swaps in the transports of a reloaded configuration. Sends already
+    /// handed to a transport finish on it; from now on every send goes to the
+    /// new one of its lane. Deliveries waiting for a lane that no longer has a
+    /// transport end as skipped, as at startup. Returns once the swap is done.
+    public func replaceTransports(_ new: [QueueLane: any PushTransport]) {
+        queue.sync {
+            transports = new
+            for (lane, jobs) in waiting where new[lane] == nil {
+                waiting[lane] = nil
+                for job in jobs {
+                    finish(job, state: .skipped, httpStatus: nil, reason: "transport_disabled: no transport configured")
+                }
+            }
+            // Lanes that gained a transport (or room) may have deliveries due.
+            idle = false
+            pump()
         }
     }
 
@@ -395,15 +438,22 @@ public final class Scheduler: @unchecked Sendable {
     }
 
     private func send(_ job: DeliveryJob, lane: QueueLane) {
+        guard let transport = transports[lane] else {
+            finish(job, state: .skipped, httpStatus: nil, reason: "transport_disabled: no transport configured")
+            return
+        }
         sending[lane, default: 0] += 1
         counters[job.platform, default: PlatformCounters()].sent += 1
-        transports[lane]!.send(job) { [self] report in
-            queue.async { [self] in completed(job, lane: lane, report) }
+        let started = monotonicMicroseconds()
+        transport.send(job) { [self] report in
+            let elapsed = monotonicMicroseconds() - started
+            queue.async { [self] in completed(job, lane: lane, report, elapsed: elapsed) }
         }
     }
 
-    private func completed(_ job: DeliveryJob, lane: QueueLane, _ report: AttemptReport) {
+    private func completed(_ job: DeliveryJob, lane: QueueLane, _ report: AttemptReport, elapsed: Int64) {
         sending[lane, default: 1] -= 1
+        counters[job.platform, default: PlatformCounters()].sendLatency.record(microseconds: elapsed)
         decide(job, lane: lane, report)
         if var list = waiting[lane], !list.isEmpty, (sending[lane] ?? 0) < limit(of: lane) {
             let next = list.removeFirst()

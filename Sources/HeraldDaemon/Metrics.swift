@@ -1,0 +1,212 @@
+import HTTP2
+import HeraldCore
+import HeraldIO
+import HeraldScheduler
+import HeraldStore
+import JSONRPC
+
+/// The Prometheus text exposition format (version 0.0.4): `# HELP` and
+/// `# TYPE` once per family, then its samples.
+struct PrometheusText {
+    static let contentType = "text/plain; version=0.0.4; charset=utf-8"
+
+    private(set) var text = ""
+
+    enum Kind: String {
+        case counter, gauge, histogram
+    }
+
+    mutating func family(_ name: String, _ kind: Kind, _ help: String) {
+        text += "# HELP \(name) \(help)\n# TYPE \(name) \(kind.rawValue)\n"
+    }
+
+    mutating func sample(_ name: String, _ labels: KeyValuePairs<String, String> = [:], _ value: Int) {
+        sample(name, labels, String(value))
+    }
+
+    mutating func sample(_ name: String, _ labels: KeyValuePairs<String, String> = [:], _ value: String) {
+        text += name
+        if !labels.isEmpty {
+            text += "{" + labels.map { "\($0.key)=\"\(Self.escape($0.value))\"" }.joined(separator: ",") + "}"
+        }
+        text += " \(value)\n"
+    }
+
+    /// A family with one sample, for the common case.
+    mutating func single(_ name: String, _ kind: Kind, _ help: String, _ value: Int) {
+        family(name, kind, help)
+        sample(name, [:], value)
+    }
+
+    /// Label values escape backslash, double quote and newline.
+    static func escape(_ value: String) -> String {
+        var out = ""
+        for c in value {
+            switch c {
+            case "\\": out += "\\\\"
+            case "\"": out += "\\\""
+            case "\n": out += "\\n"
+            default: out.append(c)
+            }
+        }
+        return out
+    }
+
+    /// Seconds with microsecond precision, as Prometheus expects floats.
+    static func seconds(microseconds: Int64) -> String {
+        let whole = microseconds / 1_000_000
+        let fraction = String(microseconds % 1_000_000)
+        return "\(whole).\(String(repeating: "0", count: 6 - fraction.count))\(fraction)"
+    }
+
+    /// A bucket bound as Prometheus writes it (`0.005`, `1`, `+Inf`).
+    static func bound(_ value: Double) -> String {
+        value == value.rounded() ? String(Int(value)) : String(value)
+    }
+}
+
+extension HeraldService {
+    /// The daemon's figures in the Prometheus text format, for
+    /// `system.metrics` and the `/metrics` listener. Runs on the loop thread;
+    /// `completion` runs on the store's thread.
+    func metrics(completion: @escaping @Sendable (Result<String, RPCError>) -> Void) {
+        var m = PrometheusText()
+        let server = serverStats()
+        m.family("herald_build_info", .gauge, "Herald's version; always 1.")
+        m.sample("herald_build_info", ["version": Self.version], 1)
+        m.single(
+            "herald_uptime_seconds", .gauge, "Seconds since the daemon started.",
+            Int((monotonicMilliseconds() - startedAt) / 1000))
+        m.single(
+            "herald_ready", .gauge, "1 while the daemon serves and its store answers, else 0.",
+            serving && storeHealth == "ok" ? 1 : 0)
+        m.single("herald_client_connections", .gauge, "Client connections open on the socket.", server.open)
+        m.single(
+            "herald_client_connections_accepted_total", .counter, "Client connections accepted.",
+            server.counters.accepted)
+        m.single(
+            "herald_client_connections_refused_total", .counter,
+            "Client connections refused (connection limit reached).", server.counters.refused)
+        m.single("herald_rpc_requests_total", .counter, "JSON-RPC requests answered.", server.counters.requests)
+        m.single("herald_rpc_errors_total", .counter, "JSON-RPC requests answered with an error.", server.counters.errors)
+        m.single("herald_rpc_rate_limited_total", .counter, "Calls refused with rate_limited.", rateLimited)
+        m.family("herald_config_reloads_total", .counter, "Configuration reloads (SIGHUP), by result.")
+        m.sample("herald_config_reloads_total", ["result": "applied"], reloads.applied)
+        m.sample("herald_config_reloads_total", ["result": "refused"], reloads.refused)
+
+        let degraded = delivery?.scheduler.degradedLanes ?? [:]
+        m.family(
+            "herald_transport_state", .gauge,
+            "1 for the state each app's transport is in (ready, disabled or degraded).")
+        for name in apps.keys.sorted() {
+            let runtime = apps[name]!
+            for (transport, platforms) in [("apns", [Platform.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web])] {
+                let state = transportState(runtime, platforms, degraded: degraded)
+                let kind = String(state.prefix { $0 != ":" })
+                for candidate in ["ready", "disabled", "degraded"] {
+                    m.sample(
+                        "herald_transport_state", ["app": name, "transport": transport, "state": candidate],
+                        candidate == kind ? 1 : 0)
+                }
+            }
+        }
+
+        let scheduler = delivery?.scheduler.stats ?? SchedulerStats()
+        Self.schedulerMetrics(scheduler, into: &m)
+        Self.connectionMetrics(delivery?.providers.connectionStats ?? [:], into: &m)
+
+        let store = self.store
+        let log = self.log
+        let head = m
+        store.queueDepth { depthResult in
+            store.deviceCounts { countsResult in
+                guard case .success(let depth) = depthResult, case .success(let counts) = countsResult else {
+                    log.error("store_failed", ["error": "metrics"])
+                    completion(.failure(.internalError("store failure")))
+                    return
+                }
+                var m = head
+                m.single("herald_queue_depth", .gauge, "Deliveries waiting (due now or later).", depth.waiting)
+                m.single(
+                    "herald_queue_in_flight", .gauge, "Deliveries claimed and not yet recorded (in the store).",
+                    depth.inFlight)
+                m.family("herald_devices", .gauge, "Registered devices, by platform.")
+                for platform in Platform.allCases {
+                    m.sample("herald_devices", ["platform": platform.rawValue], counts[platform] ?? 0)
+                }
+                completion(.success(m.text))
+            }
+        }
+    }
+
+    private static func schedulerMetrics(_ s: SchedulerStats, into m: inout PrometheusText) {
+        m.single("herald_in_flight", .gauge, "Sends in flight or waiting for room on their lane.", s.inFlight)
+        m.single("herald_stale_held", .gauge, "Stale devices waiting for their batch's verdict.", s.staleHeld)
+        m.single(
+            "herald_handed_over_total", .counter, "Deliveries sent straight from their message's commit (no claim).",
+            s.handedOver)
+        let platforms = Platform.allCases
+        func counter(_ name: String, _ help: String, _ value: (PlatformCounters) -> Int) {
+            m.family(name, .counter, help)
+            for p in platforms {
+                m.sample(name, ["platform": p.rawValue], value(s.platforms[p] ?? PlatformCounters()))
+            }
+        }
+        counter("herald_sends_total", "Attempts handed to the transport.") { $0.sent }
+        m.family(
+            "herald_outcomes_total", .counter,
+            "Attempts by outcome: delivered, failed (final), expired (TTL passed), auth_rejected (credentials refused; retried).")
+        for p in platforms {
+            let c = s.platforms[p] ?? PlatformCounters()
+            for (outcome, value) in [
+                ("delivered", c.delivered), ("failed", c.failed), ("expired", c.expired),
+                ("auth_rejected", c.authRejected),
+            ] {
+                m.sample("herald_outcomes_total", ["platform": p.rawValue, "outcome": outcome], value)
+            }
+        }
+        counter("herald_retries_total", "Attempts that ended with a retry scheduled.") { $0.retried }
+        counter("herald_stale_removed_total", "Devices deleted after a stale answer (410, Unregistered…).") {
+            $0.removedStale
+        }
+        counter("herald_stale_refused_total", "Stale deletions refused by the batch breaker or the window cap.") {
+            $0.staleRefused
+        }
+        counter("herald_breaker_trips_total", "Times the stale batch breaker tripped.") { $0.breakerTrips }
+
+        let name = "herald_send_duration_seconds"
+        m.family(name, .histogram, "Time from handing an attempt to the transport to its answer.")
+        for p in platforms {
+            let h = (s.platforms[p] ?? PlatformCounters()).sendLatency
+            var cumulative = 0
+            for (i, bound) in LatencyHistogram.bounds.enumerated() {
+                cumulative += h.counts[i]
+                m.sample(name + "_bucket", ["platform": p.rawValue, "le": PrometheusText.bound(bound)], cumulative)
+            }
+            m.sample(name + "_bucket", ["platform": p.rawValue, "le": "+Inf"], h.count)
+            m.sample(name + "_sum", ["platform": p.rawValue], PrometheusText.seconds(microseconds: h.sumMicroseconds))
+            m.sample(name + "_count", ["platform": p.rawValue], h.count)
+        }
+    }
+
+    private static func connectionMetrics(_ stats: [String: HTTP2ClientStats], into m: inout PrometheusText) {
+        let transports = ["apns", "fcm", "web"]
+        func family(_ name: String, _ kind: PrometheusText.Kind, _ help: String, _ value: (HTTP2ClientStats) -> Int) {
+            m.family(name, kind, help)
+            for t in transports { m.sample(name, ["transport": t], value(stats[t] ?? HTTP2ClientStats())) }
+        }
+        family("herald_provider_connections", .gauge, "HTTP/2 connections open to the providers.") {
+            $0.connectionsOpen
+        }
+        family("herald_provider_connections_opened_total", .counter, "HTTP/2 connections opened to the providers.") {
+            $0.connectionsOpened
+        }
+        family("herald_provider_connect_failures_total", .counter, "Failed attempts to connect to a provider.") {
+            $0.connectFailures
+        }
+        family("herald_provider_goaways_total", .counter, "GOAWAY frames received from providers.") { $0.goaways }
+        family("herald_provider_timeouts_total", .counter, "Provider requests that passed their deadline.") {
+            $0.timeouts
+        }
+    }
+}

@@ -1,0 +1,104 @@
+import Dispatch
+import HeraldCore
+import HeraldIO
+
+/// SIGHUP: reads the configuration file and every credential again and, if
+/// all of it is good, puts it into effect without touching client
+/// connections. A configuration that does not load (a bad value, a missing or
+/// unreadable key file) is refused with a log line; the running one stays.
+///
+/// What takes effect: every `[app.*]` section (apps added or removed, peers
+/// allowed, device caps, APNs/FCM/VAPID credentials and their other keys) and
+/// `[server] log_level`. Settings bound at startup (the socket, the state
+/// directory, the store, `max_inflight`, `[delivery]`, `[endpoints]`,
+/// `[metrics]`) keep their running values; a change to one is logged as
+/// needing a restart.
+final class Reloader: @unchecked Sendable {
+    private let queue = DispatchQueue(label: "herald.reload")
+    private let path: String
+    private let environment: [String: String]
+    private let loop: EventLoop
+    private let service: HeraldService
+    private let delivery: DeliveryStack
+    private let log: Logger
+    private let notifier: SystemdNotifier
+    /// The configuration in effect (reload queue only).
+    private var current: HeraldConfig
+
+    init(
+        path: String, environment: [String: String], running: HeraldConfig, loop: EventLoop, service: HeraldService,
+        delivery: DeliveryStack, log: Logger, notifier: SystemdNotifier
+    ) {
+        self.path = path
+        self.environment = environment
+        current = running
+        self.loop = loop
+        self.service = service
+        self.delivery = delivery
+        self.log = log
+        self.notifier = notifier
+    }
+
+    /// Reloads on the reload queue; reloads asked for meanwhile run one after another.
+    func reload() {
+        queue.async { [self] in run() }
+    }
+
+    private func run() {
+        notifier.notify("RELOADING=1\nMONOTONIC_USEC=\(monotonicMicroseconds())")
+        log.info("reload_started", ["config": path])
+        let next: HeraldConfig
+        let credentials: [String: LoadedCredentials]
+        let built: BuiltTransports
+        do {
+            next = try HeraldConfig.load(path: path, environment: environment)
+            credentials = try LoadedCredentials.load(next)
+            built = try delivery.providers.transports(apps: next.apps, credentials: credentials)
+        } catch {
+            log.error("reload_refused", ["error": String(describing: error), "config": path])
+            loop.execute { [service] in service.reloads.refused += 1 }
+            notifier.notify("READY=1\nSTATUS=serving (reload refused: see the log)")
+            return
+        }
+        let fixed = Self.restartOnlyChanges(from: current, to: next)
+        if !fixed.isEmpty {
+            log.warning("reload_needs_restart", ["settings": fixed.joined(separator: ","), "config": path])
+        }
+        var apps: [String: AppRuntime] = [:]
+        for (name, app) in next.apps {
+            apps[name] = AppRuntime(config: app, credentials: credentials[name]!, disabled: built.disabled[name] ?? [:])
+        }
+        delivery.scheduler.replaceTransports(built.transports)
+        loop.execute { [service, apps] in
+            service.replaceApps(apps)
+            service.reloads.applied += 1
+        }
+        log.level = next.server.logLevel
+        current.apps = next.apps
+        current.server.logLevel = next.server.logLevel
+        Daemon.logApps(credentials, log: log)
+        log.info("config_reloaded", ["config": path, "apps": next.apps.keys.sorted().joined(separator: ",")])
+        notifier.notify("READY=1\nSTATUS=serving (configuration reloaded)")
+    }
+
+    /// The settings of `next` that differ from `running` but only take effect at a restart.
+    static func restartOnlyChanges(from running: HeraldConfig, to next: HeraldConfig) -> [String] {
+        var changed: [String] = []
+        func check(_ name: String, _ same: Bool) { if !same { changed.append(name) } }
+        let (a, b) = (running, next)
+        check("server.socket", a.server.socketPath == b.server.socketPath)
+        check("server.socket_mode", a.server.socketMode == b.server.socketMode)
+        check("server.state_dir", a.server.stateDirectory == b.server.stateDirectory)
+        check("server.max_inflight", a.server.maxInflight == b.server.maxInflight)
+        check("store.key", a.store.key.path == b.store.key.path)
+        check("store.synchronous", a.store.synchronous == b.store.synchronous)
+        check("delivery", a.delivery == b.delivery)
+        check("endpoints.apns_production", a.endpoints.apnsProduction == b.endpoints.apnsProduction)
+        check("endpoints.apns_development", a.endpoints.apnsDevelopment == b.endpoints.apnsDevelopment)
+        check("endpoints.fcm", a.endpoints.fcm == b.endpoints.fcm)
+        check("endpoints.ca_file", a.endpoints.caFile?.path == b.endpoints.caFile?.path)
+        check("endpoints.webpush_allow_private", a.endpoints.webPushAllowPrivate == b.endpoints.webPushAllowPrivate)
+        check("metrics.listen", a.metrics.listen == b.metrics.listen)
+        return changed
+    }
+}
