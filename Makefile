@@ -13,9 +13,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # C libraries from Debian, plus what the tests and benchmarks drive.
 # nginx and nghttp2-client (h2load) are the fan-out benchmark's sink and ceiling; the
 # benchmark runs its own nginx on its own ports and never uses the system one.
+# systemd: systemd-analyze, systemd-sysusers and systemd-tmpfiles for test-units.
 DEBIAN_PACKAGES := libssl-dev libsodium-dev libnghttp2-dev libjansson-dev \
 	libcurl4-openssl-dev libsqlite3-dev libinih-dev libmicrohttpd-dev openssl pkg-config python3 python3-venv \
-	nginx nghttp2-client
+	nginx nghttp2-client systemd
 
 VENV := .venv
 VENV_STAMP := $(VENV)/.requirements-installed
@@ -36,7 +37,8 @@ SWIFT_SANITIZE := --scratch-path .build/sanitize --sanitize=address -Xcc -fsanit
 SANITIZE_SUITES := APNsTests|HeraldSchedulerTests|HeraldStoreTests
 
 .PHONY: deps debian-deps python-deps bench-deps build run demo openrpc test test-c test-swift test-sanitize \
-	test-interop bench bench-crypto bench-rpc bench-delivery bench-fanout bench-quick clean
+	test-interop bench bench-crypto bench-rpc bench-delivery bench-fanout bench-quick clean \
+	install install-files test-units
 
 ## deps: install missing Debian packages and the Python test peers (local venv)
 deps: debian-deps python-deps
@@ -82,10 +84,10 @@ demo: deps bench-deps build
 openrpc:
 	$(PYTHON) scripts/embed-openrpc.py
 
-## test: every suite: C core under ASan+UBSan, Swift suites (some again under sanitizers), interop with Python
+## test: the unit-file lint (test-units), every suite: C core under ASan+UBSan, Swift suites (some again under sanitizers), interop with Python
 ## peers, then the fan-out benchmark harness as a smoke check (bench-quick: no timing is asserted)
 test: deps
-	$(MAKE) --no-print-directory test-c test-swift test-sanitize test-interop bench-quick
+	$(MAKE) --no-print-directory test-units test-c test-swift test-sanitize test-interop bench-quick
 
 test-c: debian-deps
 	@mkdir -p $(BUILD_DIR)/ctest
@@ -109,6 +111,47 @@ test-sanitize: python-deps
 test-interop: python-deps
 	$(SWIFT) build --product herald
 	HERALD_BIN=$(HERALD) $(VENV)/bin/python -m pytest -q Tests/interop Tests/gateways
+
+## test-units: stage the systemd units, sysusers and tmpfiles files into a temporary tree (install-files) and
+## check them: systemd-analyze verify must print nothing, security --offline must score at most UNIT_EXPOSURE_MAX.
+## Hermetic: no running systemd needed, no generators, no man pages, no drop-ins from /etc or /run
+## (SYSTEMD_UNIT_PATH is the staged units plus the distribution's own). The staged ExecStart= binary is the debug
+## herald when built, else /bin/true: verify checks that the path exists and is executable, nothing more.
+UNIT_EXPOSURE_MAX := 1.5
+UNIT_TEST_BIN ?= $(if $(wildcard $(HERALD)),$(HERALD),/bin/true)
+DISTRO_UNITDIR := /lib/systemd/system
+test-units: debian-deps
+	@set -euo pipefail; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	units=$$tmp/usr/lib/systemd/system; \
+	$(MAKE) --no-print-directory -s install-files DESTDIR= PREFIX=$$tmp/usr SYSCONFDIR=$$tmp/etc \
+		BINDIR=$$tmp/usr/bin UNITDIR=$$units SYSUSERSDIR=$$tmp/usr/lib/sysusers.d \
+		TMPFILESDIR=$$tmp/usr/lib/tmpfiles.d DOCDIR=$$tmp/usr/share/doc/herald INSTALL_BIN=$(UNIT_TEST_BIN) >/dev/null; \
+	exe=$$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' $$units/herald.service); \
+	[ "$$exe" = $$tmp/usr/bin/herald ] && [ -x "$$exe" ] || { \
+		echo "test-units: ExecStart= names '$$exe', not the staged binary" >&2; exit 1; }; \
+	echo "systemd-analyze verify herald.service herald.socket"; \
+	if ! SYSTEMD_UNIT_PATH=$$units:$(DISTRO_UNITDIR) systemd-analyze verify --man=no --generators=no \
+		$$units/herald.service $$units/herald.socket >$$tmp/verify.log 2>&1 || [ -s $$tmp/verify.log ]; then \
+		cat $$tmp/verify.log; echo "test-units: systemd-analyze verify is not clean" >&2; exit 1; fi; \
+	SYSTEMD_UNIT_PATH=$$units:$(DISTRO_UNITDIR) systemd-analyze security --offline=yes --no-pager \
+		$$units/herald.service >$$tmp/security.log 2>&1 || { cat $$tmp/security.log; exit 1; }; \
+	score=$$(sed -n 's/.*Overall exposure level for herald.service: \([0-9.]*\).*/\1/p' $$tmp/security.log); \
+	[ -n "$$score" ] || { cat $$tmp/security.log; echo "test-units: no exposure level found" >&2; exit 1; }; \
+	echo "systemd-analyze security herald.service: exposure $$score (at most $(UNIT_EXPOSURE_MAX))"; \
+	awk -v s="$$score" -v m=$(UNIT_EXPOSURE_MAX) 'BEGIN { exit !(s + 0 <= m + 0) }' || { \
+		grep '✗' $$tmp/security.log; echo "test-units: exposure $$score is above $(UNIT_EXPOSURE_MAX)" >&2; exit 1; }; \
+	echo "systemd-sysusers and systemd-tmpfiles --create into a scratch root"; \
+	mkdir -p $$tmp/root/etc; \
+	systemd-sysusers --root=$$tmp/root $$tmp/usr/lib/sysusers.d/herald.conf >$$tmp/sysusers.log 2>&1 || { \
+		cat $$tmp/sysusers.log; exit 1; }; \
+	grep -q '^herald-clients:' $$tmp/root/etc/group || { cat $$tmp/sysusers.log; \
+		echo "test-units: sysusers did not create herald-clients" >&2; exit 1; }; \
+	if ! systemd-tmpfiles --root=$$tmp/root --create $$tmp/usr/lib/tmpfiles.d/herald.conf >$$tmp/tmpfiles.log 2>&1 \
+		|| [ -s $$tmp/tmpfiles.log ]; then cat $$tmp/tmpfiles.log; echo "test-units: tmpfiles is not clean" >&2; exit 1; fi; \
+	[ "$$(stat -c '%a %u' $$tmp/root/etc/herald $$tmp/root/etc/herald/credentials)" = "$$(printf '755 0\n700 0')" ] || { \
+		stat -c '%a %u %n' $$tmp/root/etc/herald $$tmp/root/etc/herald/credentials; \
+		echo "test-units: tmpfiles made the wrong modes" >&2; exit 1; }; \
+	echo "test-units: 4 passed, 0 failed"
 
 ## bench: the crypto figures, then the fan-out benchmark against nginx and the other senders (REPORT.md)
 bench: bench-crypto bench-fanout
@@ -143,6 +186,40 @@ bench-fanout: deps bench-deps
 bench-quick: deps bench-deps build
 	$(VENV)/bin/python benchmarks/fanout/bench_fanout.py --quick --check --herald $(HERALD) \
 		--out-dir $(BUILD_DIR)/bench-quick
+
+## install: a release build, then install-files: the binary, the units (@BINDIR@ and @DOCDIR@ filled in),
+## sysusers.d/tmpfiles.d, herald.conf.example and the docs. PREFIX=/usr/local, DESTDIR= to stage a package tree.
+## It never writes herald.conf or a key, and creates /etc/herald and its credentials/ only when absent.
+PREFIX ?= /usr/local
+DESTDIR ?=
+SYSCONFDIR ?= /etc
+BINDIR ?= $(PREFIX)/bin
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+DOCDIR ?= $(PREFIX)/share/doc/herald
+INSTALL ?= install
+INSTALL_BIN ?= .build/release/herald
+install: debian-deps
+	$(SWIFT) build -c release --product herald
+	$(MAKE) --no-print-directory install-files INSTALL_BIN=.build/release/herald
+
+## install-files: install without building, from INSTALL_BIN (tests stage it into a temporary DESTDIR)
+install-files:
+	$(INSTALL) -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
+		$(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(DOCDIR)
+	$(INSTALL) -m 0755 $(INSTALL_BIN) $(DESTDIR)$(BINDIR)/herald
+	for unit in herald.service herald.socket; do \
+		sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' systemd/$$unit >$(DESTDIR)$(UNITDIR)/$$unit.tmp && \
+		chmod 0644 $(DESTDIR)$(UNITDIR)/$$unit.tmp && mv -f $(DESTDIR)$(UNITDIR)/$$unit.tmp $(DESTDIR)$(UNITDIR)/$$unit \
+		|| exit 1; \
+	done
+	$(INSTALL) -m 0644 systemd/herald.sysusers $(DESTDIR)$(SYSUSERSDIR)/herald.conf
+	$(INSTALL) -m 0644 systemd/herald.tmpfiles $(DESTDIR)$(TMPFILESDIR)/herald.conf
+	[ -d $(DESTDIR)$(SYSCONFDIR)/herald ] || $(INSTALL) -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/herald
+	[ -d $(DESTDIR)$(SYSCONFDIR)/herald/credentials ] || $(INSTALL) -d -m 0700 $(DESTDIR)$(SYSCONFDIR)/herald/credentials
+	$(INSTALL) -m 0644 systemd/herald.conf.example $(DESTDIR)$(SYSCONFDIR)/herald/herald.conf.example
+	$(INSTALL) -m 0644 README.md docs/*.md docs/openrpc.json $(DESTDIR)$(DOCDIR)/
 
 clean:
 	rm -rf .build $(BUILD_DIR)

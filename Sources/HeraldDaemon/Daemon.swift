@@ -93,6 +93,24 @@ public enum Daemon {
             scheduler: delivery.scheduler, maxQueued: config.delivery.maxQueued, waiters: waiters, providers: delivery.providers)
         delivery.scheduler.onProgress = { finals in waiters.recorded(finals) }
         let server = RPCServer(loop: loop, listener: listener, handler: service, log: log)
+        let heartbeat = Heartbeat()
+        loop.every(milliseconds: 1000) { heartbeat.beat() }
+        var metricsListener: MetricsListener?
+        if let address = config.metrics.listen {
+            do {
+                metricsListener = try MetricsListener(
+                    address: address, source: metricsSource(loop: loop, service: service, heartbeat: heartbeat))
+                log.info(
+                    "metrics_listening",
+                    ["address": ListenAddress(host: address.host, port: metricsListener!.port).description])
+            } catch {
+                log.error("startup_failed", ["error": String(describing: error)])
+                listener.close()
+                delivery.shutdownTransports()
+                store.close()
+                return 1
+            }
+        }
         service.serverStats = { [unowned server] in (server.openConnections, server.counters) }
         do {
             try server.start()
@@ -100,8 +118,6 @@ public enum Daemon {
             log.error("startup_failed", ["error": String(describing: error)])
             return 1
         }
-        let heartbeat = Heartbeat()
-        loop.every(milliseconds: 1000) { heartbeat.beat() }
         if let interval = SystemdNotifier.watchdogInterval(environment: environment) {
             // From the main loop: a wedged loop stops the pings and systemd restarts the daemon.
             loop.every(milliseconds: max(1, interval / 1000)) { notifier.notify("WATCHDOG=1") }
@@ -133,20 +149,6 @@ public enum Daemon {
             log.info("deliveries_recovered", ["count": String(store.recoveredDeliveries)])
         }
         delivery.scheduler.start()
-
-        var metricsListener: MetricsListener?
-        if let address = config.metrics.listen {
-            do {
-                metricsListener = try MetricsListener(
-                    address: address, source: metricsSource(loop: loop, service: service, heartbeat: heartbeat))
-                log.info(
-                    "metrics_listening",
-                    ["address": ListenAddress(host: address.host, port: metricsListener!.port).description])
-            } catch {
-                log.error("startup_failed", ["error": String(describing: error)])
-                return 1
-            }
-        }
 
         stopper.attach(
             loop: loop, server: server, log: log,

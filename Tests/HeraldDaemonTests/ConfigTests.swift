@@ -157,6 +157,20 @@ struct ConfigTests {
         }
     }
 
+    @Test("[metrics] listen takes IPv4 or bracketed IPv6 with a port, and is off when empty")
+    func metricsListen() throws {
+        #expect(try HeraldConfig.parse("", file: Self.file).metrics.listen == nil)
+        #expect(try HeraldConfig.parse("[metrics]\nlisten =\n", file: Self.file).metrics.listen == nil)
+        let v4 = try HeraldConfig.parse("[metrics]\nlisten = 127.0.0.1:9464\n", file: Self.file).metrics.listen
+        #expect(v4 == ListenAddress(host: "127.0.0.1", port: 9464))
+        #expect(v4?.isIPv6 == false)
+        let v6 = try HeraldConfig.parse("[metrics]\nlisten = [::1]:0\n", file: Self.file).metrics.listen
+        #expect(v6?.host == "::1" && v6?.port == 0 && v6?.isIPv6 == true)
+        #expect(v6?.description == "[::1]:0")
+        let config = try HeraldConfig.parse("[metrics]\nlisten = [::1]:9464\n", file: Self.file)
+        #expect(try HeraldConfig.parse(config.description, file: Self.file).metrics == config.metrics)
+    }
+
     @Test("the description is the effective config as INI and parses back to the same")
     func roundTrip() throws {
         let text = """
@@ -218,6 +232,13 @@ struct ConfigTests {
         ("endpoints", "fcm", "https://host/a?b=c", "must be an https:// URL"),
         ("endpoints", "fcm", "http://10.0.0.1", "loopback"),
         ("endpoints", "webpush_allow_private", "maybe", "must be true or false"),
+        ("metrics", "listen", "localhost:9464", "must be IP:port with a numeric address"),
+        ("metrics", "listen", "127.0.0.1", "must be IP:port"),
+        ("metrics", "listen", "127.0.0.1:65536", "must be IP:port"),
+        ("metrics", "listen", "127.0.0.1:+80", "must be IP:port"),
+        ("metrics", "listen", "::1:9464", "must be IP:port"),
+        ("metrics", "listen", "[::1]9464", "must be IP:port"),
+        ("metrics", "listen", "[127.0.0.1]:9464", "must be IP:port"),
         ("app.default", "device_cap", "0", "integer from 1 to 1000"),
         ("app.default", "device_cap", "1001", "integer from 1 to 1000"),
         ("app.default", "allow_uids", "root", "comma-separated list of numeric uids"),

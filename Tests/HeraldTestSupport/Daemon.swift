@@ -25,6 +25,9 @@ public final class DaemonProcess: @unchecked Sendable {
     public let configPath: String
     private var process: Process?
     private let logPath: String
+    /// Set for the next `start()` on top of the inherited environment
+    /// (which loses NOTIFY_SOCKET and LISTEN_* first), e.g. NOTIFY_SOCKET or WATCHDOG_USEC.
+    public var environment: [String: String] = [:]
 
     /// `appSections` replaces the default `[app.default]` section; `extra`
     /// is appended to the config as is.
@@ -32,8 +35,10 @@ public final class DaemonProcess: @unchecked Sendable {
     public init(
         appSections: String = "[app.default]\ndevice_cap = 20\n", synchronous: String = "full",
         allowPrivate: Bool = false, extra: String = "", server: String = "", delivery: String = "",
-        endpoints: String = "", logLevel: String = "debug"
+        endpoints: String = "", logLevel: String = "debug", metrics: String = "",
+        environment: [String: String] = [:]
     ) throws {
+        self.environment = environment
         dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("hd-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         socketPath = dir.appendingPathComponent("herald.sock").path
@@ -58,6 +63,9 @@ public final class DaemonProcess: @unchecked Sendable {
             webpush_allow_private = \(allowPrivate)
             \(endpoints)
 
+            [metrics]
+            \(metrics)
+
             \(appSections)
             \(extra)
             """
@@ -80,6 +88,9 @@ public final class DaemonProcess: @unchecked Sendable {
         env["NOTIFY_SOCKET"] = nil
         env["LISTEN_FDS"] = nil
         env["LISTEN_PID"] = nil
+        env["WATCHDOG_USEC"] = nil
+        env["WATCHDOG_PID"] = nil
+        for (k, v) in environment { env[k] = v }
         p.environment = env
         try p.run()
         process = p
@@ -119,6 +130,33 @@ public final class DaemonProcess: @unchecked Sendable {
     }
 
     public var isRunning: Bool { process?.isRunning ?? false }
+
+    /// The daemon's pid (0 when it never started).
+    public var pid: Int32 { process?.processIdentifier ?? 0 }
+
+    /// Sends `sig` to the running daemon.
+    public func signal(_ sig: Int32) {
+        guard let p = process, p.isRunning else { return }
+        kill(p.processIdentifier, sig)
+    }
+
+    /// Waits until the log holds `text` at least `count` times; false on timeout.
+    public func waitForLog(_ text: String, count: Int = 1, timeout: Double = 15) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if log().components(separatedBy: text).count - 1 >= count { return true }
+            usleep(20_000)
+        }
+        return false
+    }
+
+    /// The port of the `[metrics]` listener, from its `metrics_listening` log line.
+    public var metricsPort: Int? {
+        for line in log().split(separator: "\n").reversed() where line.contains("metrics_listening") {
+            if let colon = line.lastIndex(of: ":"), let port = Int(line[line.index(after: colon)...]) { return port }
+        }
+        return nil
+    }
 
     public func log(tail lines: Int = 1000) -> String {
         let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""

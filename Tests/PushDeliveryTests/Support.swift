@@ -131,8 +131,10 @@ final class PushHarness: @unchecked Sendable {
         return result
     }
 
-    func subscription() async throws -> Subscription {
-        let s = try await gateways.post("/control/webpush-subscription", [:])
+    /// A new subscription; `vapidKey` pins it to one application-server key, as a browser does.
+    func subscription(vapidKey: String? = nil) async throws -> Subscription {
+        let s = try await gateways.post(
+            "/control/webpush-subscription", vapidKey.map { ["vapid_public_key": $0] } ?? [:])
         return Subscription(
             id: s["id"] as! String, endpoint: s["endpoint"] as! String, p256dh: s["p256dh"] as! String,
             auth: s["auth"] as! String)
