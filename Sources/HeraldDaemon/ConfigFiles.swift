@@ -45,14 +45,23 @@ public struct SecretResolver: Sendable, Equatable {
         resolve(value, relativeTo: configDirectory)
     }
 
+    /// The prefix systemd gives the files of a directory credential
+    /// (`LoadCredential=herald:/etc/herald/credentials` in herald.service):
+    /// `/etc/herald/credentials/vapid.pem` arrives as `herald_vapid.pem`.
+    public static let directoryCredentialPrefix = "herald_"
+
     /// As `resolveSecret`, with relative names taken against `base` instead of
-    /// the config directory (the store key lives in `state_dir`).
+    /// the config directory (the store key lives in `state_dir`). A bare name
+    /// is looked up in `$CREDENTIALS_DIRECTORY` as itself, then with the
+    /// `herald_` prefix of the unit's directory credential.
     public func resolve(_ value: String, relativeTo base: String) -> String {
         if value.hasPrefix("/") { return value }
         if !value.contains("/"), let credentials = credentialsDirectory {
-            let candidate = ConfigPath.join(credentials, value)
-            var st = stat()
-            if stat(candidate, &st) == 0 { return candidate }
+            for name in [value, Self.directoryCredentialPrefix + value] {
+                let candidate = ConfigPath.join(credentials, name)
+                var st = stat()
+                if stat(candidate, &st) == 0 { return candidate }
+            }
         }
         return ConfigPath.join(base, value)
     }
