@@ -497,11 +497,11 @@ struct ConfigTests {
         #expect(resolver.resolveSecret("./fcm.json") == dir.path + "/etc/fcm.json")
         #expect(resolver.resolveSecret("/abs/apns.p8") == "/abs/apns.p8")
         // herald.service loads /etc/herald/credentials as one directory credential: herald_NAME.
-        try dir.write("credentials/herald_vapid.pem", "x")
+        try dir.write("credentials/herald_push.pem", "x")
         try dir.write("credentials/herald_apns.p8", "x")
-        #expect(resolver.resolveSecret("vapid.pem") == credentials + "/herald_vapid.pem")
+        #expect(resolver.resolveSecret("push.pem") == credentials + "/herald_push.pem")
         #expect(resolver.resolveSecret("apns.p8") == credentials + "/apns.p8", "the name itself comes first")
-        #expect(resolver.resolveSecret("herald_vapid.pem") == credentials + "/herald_vapid.pem")
+        #expect(resolver.resolveSecret("herald_push.pem") == credentials + "/herald_push.pem")
 
         let plain = SecretResolver(configFile: configFile, environment: [:])
         #expect(plain.resolveSecret("apns.p8") == dir.path + "/etc/apns.p8")
