@@ -223,3 +223,6 @@ install-files:
 
 clean:
 	rm -rf .build $(BUILD_DIR)
+
+# Further targets, one file per area (fuzzing, reliability harnesses).
+include $(wildcard mk/*.mk)
