@@ -34,7 +34,7 @@ let package = Package(
             cSettings: strictC,
             linkerSettings: [.linkedLibrary("curl")]
         ),
-        .target(name: "HTTPClient", dependencies: ["CHeraldCurl", "CHeraldSys"], swiftSettings: strictSwift),
+        .target(name: "HTTPClient", dependencies: ["CHeraldCurl", "CHeraldSys", "HeraldIO"], swiftSettings: strictSwift),
         .target(
             name: "CHeraldH2",
             path: "CSources/CHeraldH2",
@@ -77,7 +77,7 @@ let package = Package(
             dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HeraldIO", "HTTP2"],
             swiftSettings: strictSwift),
         .target(
-            name: "FCM", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HTTP2"],
+            name: "FCM", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HTTP2", "HeraldIO"],
             swiftSettings: strictSwift),
         .target(
             name: "HeraldStore",
@@ -116,12 +116,12 @@ let package = Package(
             swiftSettings: strictSwift
         ),
         .target(
-            name: "HeraldTestSupport", dependencies: ["HTTPClient", "HeraldCore"], path: "Tests/HeraldTestSupport",
+            name: "HeraldTestSupport", dependencies: ["HTTPClient", "HeraldCore", "HeraldIO"], path: "Tests/HeraldTestSupport",
             swiftSettings: strictSwift),
         .testTarget(
             name: "HTTPClientTests", dependencies: ["HTTPClient", "HeraldTestSupport"], swiftSettings: strictSwift),
         .testTarget(
-            name: "APNsTests", dependencies: ["APNs", "HeraldCore", "HeraldCrypto", "HeraldTestSupport"],
+            name: "APNsTests", dependencies: ["APNs", "HeraldCore", "HeraldCrypto", "HeraldTestSupport", "HeraldIO"],
             swiftSettings: strictSwift),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC"], swiftSettings: strictSwift),
         .testTarget(name: "WebPushTests", dependencies: ["WebPush", "HeraldCore"], swiftSettings: strictSwift),
@@ -129,12 +129,12 @@ let package = Package(
             name: "SenderTests",
             dependencies: [
                 "FCM", "WebPush", "HTTPClient", "HTTP2", "HeraldCrypto", "HeraldCore", "HeraldDelivery", "JSONRPC",
-                "HeraldTestSupport",
+                "HeraldTestSupport", "HeraldIO",
             ],
             swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldSchedulerTests",
-            dependencies: ["HeraldScheduler", "HeraldStore", "HeraldDelivery", "HeraldCore", "HeraldCrypto"],
+            dependencies: ["HeraldScheduler", "HeraldStore", "HeraldDelivery", "HeraldCore", "HeraldCrypto", "HeraldIO"],
             swiftSettings: strictSwift),
         .testTarget(name: "HeraldDeliveryTests", dependencies: ["HeraldDelivery", "HeraldCore"], swiftSettings: strictSwift),
         .testTarget(name: "TransportPayloadTests", dependencies: ["APNs", "FCM", "WebPush", "HeraldCore", "JSONRPC"], swiftSettings: strictSwift),

@@ -2,7 +2,7 @@ public import HTTPClient
 public import HeraldCore
 public import HeraldCrypto
 internal import JSONRPC
-internal import Synchronization
+import HeraldIO
 
 /// Why an OAuth2 access token could not be obtained.
 public enum FCMAccessTokenError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -56,7 +56,7 @@ public final class FCMAccessTokenCache: Sendable {
         var exchanges = 0
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     public init(
         account: FCMServiceAccount,

@@ -4,7 +4,7 @@ public import HeraldCore
 public import HeraldCrypto
 public import HeraldDelivery
 internal import JSONRPC
-internal import Synchronization
+import HeraldIO
 
 /// What the provider said, for logs and `push.status`: present whenever an
 /// HTTP answer was received (from the send, or from the token endpoint when the
@@ -71,7 +71,7 @@ public final class FCMSender: Sendable {
     /// Where `http2` sends: set when there is a client and the base URL is `https`.
     private let route: Route?
     /// Wall-clock ms until which the origin, which did not offer HTTP/2, goes through libcurl.
-    private let http1Until = Mutex<Int64>(0)
+    private let http1Until = Locked<Int64>(0)
 
     /// The FCM origin's lane and the request path on it.
     private struct Route: Sendable {

@@ -3,7 +3,6 @@ public import HeraldIO
 import CHeraldH2
 import CHeraldSys
 import Foundation
-import Synchronization
 
 /// Names one lane: the connections that carry requests to one endpoint with
 /// one credential. The client keeps one lane per key.
@@ -258,10 +257,10 @@ public final class HTTP2Client: Sendable {
     let loop: EventLoop
     let tls: TLSContext
     let resolverQueue = DispatchQueue(label: "herald.http2.resolver", attributes: .concurrent)
-    private let registry = Mutex<Registry>(Registry())
-    let counters = Mutex(HTTP2ClientStats())
+    private let registry = Locked<Registry>(Registry())
+    let counters = Locked(HTTP2ClientStats())
     private let finished = DispatchSemaphore(value: 0)
-    private let inbox = Mutex<[(Lane, Pending)]>([])
+    private let inbox = Locked<[(Lane, Pending)]>([])
 
     private struct Registry {
         var lanes: [HTTP2LaneKey: Lane] = [:]

@@ -2,7 +2,7 @@ import CHeraldCurl
 import CHeraldSys
 import Dispatch
 import Foundation
-import Synchronization
+import HeraldIO
 
 #if canImport(Glibc)
 import Glibc
@@ -125,7 +125,7 @@ final class Engine: @unchecked Sendable {
     }
 
     private let multi: UnsafeMutableRawPointer
-    private let shared = Mutex(Shared())
+    private let shared = Locked(Shared())
     private let finished = DispatchSemaphore(value: 0)
     /// Only touched by the engine thread.
     private var active: [UnsafeMutableRawPointer: Transfer] = [:]

@@ -217,7 +217,7 @@ public enum Daemon {
     ) -> MetricsListener.Source {
         MetricsListener.Source(
             metrics: {
-                let box = Mutex<String?>(nil)
+                let box = Locked<String?>(nil)
                 let done = DispatchSemaphore(value: 0)
                 loop.execute {
                     service.metrics { result in
@@ -230,7 +230,7 @@ public enum Daemon {
             },
             live: { heartbeat.isRecent(withinMs: 10_000) },
             ready: {
-                let box = Mutex<(Bool, String)>((false, "the main loop did not answer"))
+                let box = Locked<(Bool, String)>((false, "the main loop did not answer"))
                 let done = DispatchSemaphore(value: 0)
                 loop.execute {
                     let state: (Bool, String) =

@@ -7,7 +7,6 @@ import HeraldDelivery
 import HeraldIO
 import HeraldScheduler
 import HeraldStore
-import Synchronization
 import WebPush
 
 /// The transports of every app and the scheduler that drives them, built
@@ -57,7 +56,7 @@ struct BuiltTransports {
 final class ProviderClients: Sendable {
     private let endpoints: HeraldConfig.Endpoints
     private let log: Logger
-    private let clients = Mutex(Clients())
+    private let clients = Locked(Clients())
     /// Send-time checks reuse a name's answer for 30 s (one lookup per push
     /// service per fan-out, not one per push); registrations resolve afresh.
     private let endpointGuard: EndpointGuard

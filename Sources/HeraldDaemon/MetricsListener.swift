@@ -2,7 +2,6 @@ import CHeraldHTTPD
 import Dispatch
 import Foundation
 import HeraldIO
-import Synchronization
 
 #if canImport(Glibc)
     import Glibc

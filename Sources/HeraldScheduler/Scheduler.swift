@@ -4,7 +4,6 @@ public import HeraldDelivery
 public import HeraldIO
 public import HeraldStore
 import Dispatch
-import Synchronization
 
 /// How the scheduler paces and judges deliveries (`[server] max_inflight`, `[delivery]`).
 public struct SchedulerSettings: Sendable {
@@ -122,7 +121,7 @@ public final class Scheduler: @unchecked Sendable {
     private var progressScheduled = false
     private var counters: [Platform: PlatformCounters] = [:]
 
-    private let shared = Mutex(Shared())
+    private let shared = Locked(Shared())
     private struct Shared {
         var stats = SchedulerStats()
         var degraded: [QueueLane: String] = [:]

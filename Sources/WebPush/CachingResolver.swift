@@ -1,6 +1,5 @@
 import HeraldCore
 import HeraldIO
-internal import Synchronization
 
 /// Remembers another resolver's answers for a short time, so a fan-out to
 /// many subscriptions on one push service resolves its name once rather than
@@ -27,8 +26,8 @@ public final class CachingResolver: HostResolver {
         let storedAt: Int64
     }
 
-    private let entries = Mutex<[Key: Entry]>([:])
-    private let lookups = Mutex(0)
+    private let entries = Locked<[Key: Entry]>([:])
+    private let lookups = Locked(0)
 
     public init(_ base: any HostResolver, ttl: Duration = .seconds(30), capacity: Int = 4096) {
         self.base = base

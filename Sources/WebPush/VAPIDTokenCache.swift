@@ -1,6 +1,6 @@
 public import HeraldCore
 public import HeraldCrypto
-internal import Synchronization
+import HeraldIO
 
 /// Caches the VAPID `Authorization` header value (`vapid t=<jwt>, k=<key>`),
 /// one per (app, origin), so a push service sees the same token for many sends
@@ -26,7 +26,7 @@ public final class VAPIDTokenCache: Sendable {
     public let clock: any WallClock
     public let lifetimeSeconds: Int64
     public let renewBeforeSeconds: Int64
-    private let entries = Mutex<[Key: Entry]>([:])
+    private let entries = Locked<[Key: Entry]>([:])
 
     public init(
         clock: any WallClock = SystemClock(),

@@ -5,7 +5,7 @@ public import HTTPClient
 public import HTTP2
 internal import Dispatch
 internal import Foundation
-internal import Synchronization
+import HeraldIO
 
 /// Sends one sealed Web Push record to one subscription (webpush.md §3.4).
 ///
@@ -73,11 +73,11 @@ public final class WebPushSender: Sendable {
     public let http2IdleTimeout: Duration
     private let vapidKey: P256PrivateKey
     private let queue = DispatchQueue(label: "herald.webpush.sender", attributes: .concurrent)
-    private let sealers = Mutex<[SealerBox]>([])
+    private let sealers = Locked<[SealerBox]>([])
     /// Origins that did not offer HTTP/2, until when (wall-clock ms) they go through libcurl.
-    private let http1Origins = Mutex<[String: Int64]>([:])
+    private let http1Origins = Locked<[String: Int64]>([:])
     /// Sends not yet taken by a worker, and how many workers run.
-    private let backlog = Mutex(Backlog())
+    private let backlog = Locked(Backlog())
     /// The most sends one worker checks and seals before handing them over.
     static let chunk = 16
     static let maxWorkers = max(1, ProcessInfo.processInfo.activeProcessorCount)

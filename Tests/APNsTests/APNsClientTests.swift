@@ -3,7 +3,7 @@ import Foundation
 import HeraldCore
 import HeraldCrypto
 import HeraldTestSupport
-import Synchronization
+import HeraldIO
 import Testing
 
 let apnsKeyID = "ABC123DEFG"
@@ -310,7 +310,7 @@ struct APNsClientTests {
     func shutdown() async throws {
         let h = try await APNsHarness.make()
         try await h.gateways.knobs("apns", ["hang_tokens": [hexToken(1)]])
-        let box = Mutex<Result<APNsResponse, APNsClientError>?>(nil)
+        let box = Locked<Result<APNsResponse, APNsClientError>?>(nil)
         h.lane.send(h.push(hexToken(1))) { r in box.withLock { $0 = r } }
         try await Task.sleep(for: .milliseconds(500))
         h.client.shutdown()

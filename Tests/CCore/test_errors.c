@@ -68,6 +68,11 @@ static const b64_case b64_cases[] = {
     {"YW.j", 0, HC_E_BASE64, NULL, 0},
     {"YW\xc3\xa9j", 0, HC_E_BASE64, NULL, 0},
     {"YW\0j", 4, HC_E_BASE64, NULL, 0},
+    /* bytes >= 0x80 in a valid length: libsodium 1.0.18 alone reads them as '_' */
+    {"YW\xc3\xa9", 0, HC_E_BASE64, NULL, 0},
+    {"\xff\xff\xff\xff", 0, HC_E_BASE64, NULL, 0},
+    {"YWJj\x80\x80\x80\x80", 0, HC_E_BASE64, NULL, 0},
+    {"\xbfWJj", 0, HC_E_BASE64, NULL, 0},
     /* impossible lengths (1 mod 4) */
     {"Y", 0, HC_E_BASE64, NULL, 0},
     {"YWJjZ", 0, HC_E_BASE64, NULL, 0},

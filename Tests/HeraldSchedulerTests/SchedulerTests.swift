@@ -4,7 +4,7 @@ import HeraldCrypto
 import HeraldDelivery
 import HeraldScheduler
 import HeraldStore
-import Synchronization
+import HeraldIO
 import Testing
 
 /// An in-process transport: answers each send with `answer(job)` after
@@ -13,7 +13,7 @@ final class ScriptedTransport: PushTransport, @unchecked Sendable {
     let concurrencyLimit: Int
     private let delayMs: Int
     private let answer: @Sendable (DeliveryJob) -> AttemptReport
-    private let state = Mutex((current: 0, peak: 0, sent: 0))
+    private let state = Locked((current: 0, peak: 0, sent: 0))
     private let queue = DispatchQueue(label: "scripted", attributes: .concurrent)
 
     init(limit: Int, delayMs: Int = 5, answer: @escaping @Sendable (DeliveryJob) -> AttemptReport = { _ in AttemptReport(outcome: .delivered, httpStatus: 200) }) {
@@ -26,7 +26,7 @@ final class ScriptedTransport: PushTransport, @unchecked Sendable {
     var sent: Int { state.withLock { $0.sent } }
 
     /// While closed, answers wait (a provider that does not answer) until `open()`.
-    private let gate = Mutex((closed: false, held: [@Sendable () -> Void]()))
+    private let gate = Locked((closed: false, held: [@Sendable () -> Void]()))
 
     func close() { gate.withLock { $0.closed = true } }
 

@@ -1,6 +1,6 @@
 public import Foundation
 public import HeraldCore
-import Synchronization
+import HeraldIO
 
 /// The SPKI PEM of an uncompressed P-256 public point, the form the test gateways take.
 public func spkiPEM(_ point: [UInt8]) -> String {
@@ -14,9 +14,9 @@ public func spkiPEM(_ point: [UInt8]) -> String {
 
 /// A wall clock that is the system clock plus an offset the test moves.
 public final class OffsetClock: WallClock {
-    private let offset: Mutex<Int64>
+    private let offset: Locked<Int64>
 
-    public init(offsetMs: Int64 = 0) { offset = Mutex(offsetMs) }
+    public init(offsetMs: Int64 = 0) { offset = Locked(offsetMs) }
 
     public func nowMilliseconds() -> Int64 { SystemClock().nowMilliseconds() + offset.withLock { $0 } }
 

@@ -6,7 +6,7 @@ import HTTPClient
 import HeraldCore
 import HeraldCrypto
 import HeraldDelivery
-import Synchronization
+import HeraldIO
 import Testing
 
 @Suite("FCM sender against the test gateway, over libcurl and over the HTTP/2 client", .serialized)

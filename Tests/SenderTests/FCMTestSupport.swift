@@ -5,7 +5,7 @@ import HTTPClient
 import HeraldCore
 import HeraldCrypto
 import HeraldTestSupport
-import Synchronization
+import HeraldIO
 import Testing
 
 struct FCMTestError: Error, CustomStringConvertible {

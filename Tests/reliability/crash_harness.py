@@ -1,0 +1,862 @@
+#!/usr/bin/env python3
+"""Crash harness: `kill -9` herald at random moments of 5,000-device fan-outs and of
+`device.register` bursts, restart it on the same state directory, and check what it
+promised against the provider test gateways' own records.
+
+Set-up: the gateways (Tests/gateways/gateways.py), herald with APNs, FCM and Web Push
+configured against them, and --devices devices (default 5,000) over users of 10
+devices each (4 APNs, 4 FCM, 2 Web Push, the subscriptions made at the gateway). About
+1% of the devices are programmed at the gateways to answer with a permanent error
+(APNs 400 BadDeviceToken, FCM INVALID_ARGUMENT, Web Push 400), so `failed` is exercised
+too.
+
+Fan-out rounds (--rounds, default 10). Each round:
+  - sets a random gateway answer delay (delay_ms 0..800) so that sends are in flight;
+  - sends 1 to 3 `push.send` messages that together reach every device (the users
+    split at random), pipelined on one connection, each with an idempotency key and
+    `data.hx` = its tag (the gateways see the tag in the APNs body, the FCM
+    `message.data` and the decrypted Web Push plaintext: that is how a receipt is tied
+    to a message; the device comes from the APNs path token, FCM `message.token` and
+    the Web Push subscription id);
+  - kills herald with SIGKILL either mid-enqueue (0-60 ms after the requests were
+    written, answers possibly lost) or mid-send (once the gateways have received a
+    random fraction of the round's pushes); sometimes kills it again 0-1.5 s after the
+    restart, in the middle of its recovery;
+  - after each kill: waits until the gateways saw every connection close, reads their
+    new records, copies herald.db (+ WAL) aside and reads which deliveries the store
+    held `in_flight` (exactly the ones the next start resends), restarts herald on the
+    same state, and sends every unanswered push.send again with its idempotency key
+    (it must name the message the store committed before the kill, if it did);
+  - then either waits for every message so far to complete or goes straight on.
+At the end: every message must reach `complete`.
+
+Checks (each failure is listed and the exit status is 1):
+  - every push.send answer counts the devices of its users; push.status lists exactly
+    those devices; each ended `delivered`, or `failed` for a device programmed to fail
+    (with the gateway's reason); none pending, none missing;
+  - every `delivered` and every `failed` delivery was received by its gateway at least
+    once; no gateway record of a tag reached a device the message did not list; every
+    record passed the gateway's validation (JWTs, VAPID, encryption);
+  - duplicates: a (message, device) received n times has n-1 duplicates. A duplicate is
+    allowed only as the resend of a delivery that was `in_flight` in the store at a kill,
+    at most one per such kill: n-1 <= the kills at which that delivery was in flight.
+    So the duplicates attributed to a kill are <= that kill's in-flight deliveries (the
+    bound printed per round); any other duplicate is a failure.
+  - an unanswered push.send retried with its idempotency key returns the message the
+    store had committed (no second message for one key).
+
+Register-burst mode (--bursts, default 3): --burst-size registrations (default 3,000,
+10 per fresh user, mixed platforms, each with a name and app_version) pipelined on 4
+connections; SIGKILL at a random moment mid-burst; restart. Then every registration
+answered with success must be in device.list with every field as registered; every
+listed device must be one of the burst's registrations, whole (token_hash, platform,
+environment, name, app_version as sent: no half-written row); re-registering every
+unanswered one must say `created: false` exactly for those listed. Finally one push to
+the burst's users must be delivered to every listed device (the sealed tokens and keys
+are readable) and received by the gateways.
+
+Prints rounds, kills, deliveries checked, duplicates against their bound,
+registrations checked; writes a JSON summary (--out). The daemon's stderr (all starts)
+is kept in the work directory and copied next to the summary.
+
+    HERALD_BIN=.build/debug/herald .venv/bin/python Tests/reliability/crash_harness.py
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import sqlite3
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (  # noqa: E402
+    GATEWAY_NAMES, REPO, RPC, Daemon, Gateways, HarnessFailure, ProtocolViolation, herald_binary,
+    herald_config, log, provider_keys, tail, token_hash)
+
+PER_USER = (("apns", 4), ("fcm", 4), ("web", 2))
+FAIL_SHARE = 0.01
+DELAYS_MS = (0, 50, 200, 400, 800)
+GATEWAY_OF = {"apns": "apns", "fcm": "fcm", "web": "webpush"}
+FAIL_PROGRAM = {
+    "apns": ({"status": 400, "reason": "BadDeviceToken"}, "BadDeviceToken"),
+    "fcm": ({"error": "INVALID_ARGUMENT"}, "INVALID_ARGUMENT"),
+    "web": ({"status": 400}, None),  # the reason Herald records for a bare 400 is its own
+}
+DELIVERY = "max_retries = 8\nbackoff_base_ms = 200\nbackoff_max_ms = 2000"
+
+
+class Failures:
+    def __init__(self):
+        self.items = []
+
+    def add(self, what):
+        self.items.append(what)
+        if len(self.items) <= 50:
+            log(f"  FAIL: {what}")
+
+    def __bool__(self):
+        return bool(self.items)
+
+
+# ---------------------------------------------------------------- the harness
+
+
+class Harness:
+    def __init__(self, args):
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.work = tempfile.mkdtemp(prefix="herald-crash-")
+        self.failures = Failures()
+        self.gw = None
+        self.daemon = None
+        # device bookkeeping
+        self.devices = {}          # device_id -> {user, platform, gw, token, gw_token, fail}
+        self.by_gw_token = {}      # (gateway, gateway token) -> device_id
+        self.user_devices = {}     # user -> [device_id]
+        # messages
+        self.messages = {}         # tag -> {message_id, devices, users, round, answered_at}
+        self.tag_by_id = {}        # message_id -> tag
+        self.unanswered = []       # tags sent and not answered before a kill
+        # gateway records
+        self.seq = {g: 0 for g in GATEWAY_NAMES}
+        self.receipts = {}         # (tag, device_id) -> [life, ...]
+        self.invalid_records = []
+        self.stray_records = 0
+        self.life = 0              # index of the daemon's current life (kills so far)
+        # kills
+        self.kills = []            # per kill: {round, mode, in_flight (set of (mid, did)), ...}
+        self.rounds = []
+        self.timings = {}
+        self.accept_s = 0.2        # last time from writing a round's push.send to its last answer
+
+    # ------------------------------------------------------------ plumbing
+
+    def rpc(self, timeout=120):
+        return RPC(self.daemon.socket_path, timeout=timeout)
+
+    def start(self):
+        t0 = time.monotonic()
+        self.daemon.start()
+        return time.monotonic() - t0
+
+    def setup(self):
+        t0 = time.monotonic()
+        self.gw = Gateways(self.work)
+        provider_keys(self.work, self.gw)
+        self.daemon = Daemon(self.args.herald, self.work, herald_config(self.work, self.gw, delivery=DELIVERY))
+        self.start()
+        log(f"herald {self.args.herald} on {self.work} (pid {self.daemon.pid}), gateways pid {self.gw.pid}, "
+            f"seed {self.args.seed}")
+        per_user = sum(n for _, n in PER_USER)
+        users = [f"u{i:04d}" for i in range(self.args.devices // per_user)]
+        params = self.device_params(users, "fan", with_fields=False)
+        self.register_all(params)
+        self.fan_users = users
+        # ~1% of the devices answer with a permanent error, on every platform
+        ids = [d for u in users for d in self.user_devices[u]]
+        failing = self.rng.sample(ids, max(3, int(len(ids) * FAIL_SHARE)))
+        for did in failing:
+            d = self.devices[did]
+            prog, _ = FAIL_PROGRAM[d["platform"]]
+            self.gw.post("/control/program", {"gateway": d["gw"], "token": d["gw_token"], "responses": [prog]})
+            d["fail"] = True
+        self.timings["setup_s"] = round(time.monotonic() - t0, 1)
+        log(f"registered {len(self.devices)} devices over {len(users)} users in {self.timings['setup_s']} s "
+            f"({len(failing)} programmed to fail permanently)")
+
+    def device_params(self, users, prefix, with_fields):
+        """Registration params for `users` (10 devices each); remembers what each is."""
+        params = []
+        for user in users:
+            ui = len(self.user_devices)
+            self.user_devices.setdefault(user, [])
+            k = 0
+            for platform, n in PER_USER:
+                for _ in range(n):
+                    p = {"user": user, "platform": platform}
+                    if platform == "apns":
+                        tok = f"{zlib.crc32(prefix.encode()):08x}{ui:024x}{k:032x}"
+                        p["token"] = tok
+                        meta = {"gw": "apns", "gw_token": tok, "token": tok}
+                    elif platform == "fcm":
+                        tok = f"fcm-{prefix}-{user}-{k}"
+                        p["token"] = tok
+                        meta = {"gw": "fcm", "gw_token": tok, "token": tok}
+                    else:
+                        s = self.gw.subscription()
+                        p["token"] = s["endpoint"]
+                        p["keys"] = {"p256dh": s["p256dh"], "auth": s["auth"]}
+                        meta = {"gw": "webpush", "gw_token": s["id"], "token": s["endpoint"]}
+                    if with_fields:
+                        p["name"] = f"dev {user}/{k}"
+                        p["app_version"] = f"2.{k}.{ui % 97}"
+                        if platform == "apns":
+                            p["environment"] = "production" if k % 2 else "development"
+                    meta.update(user=user, platform=platform, fail=False, params=p)
+                    params.append((p, meta))
+                    k += 1
+        return params
+
+    def adopt(self, did, meta):
+        old = self.devices.get(did)
+        if old is not None and old["token"] != meta["token"]:
+            raise HarnessFailure(f"device_id {did} answered for two different tokens")
+        self.devices[did] = meta
+        self.by_gw_token[(meta["gw"], meta["gw_token"])] = did
+        if did not in self.user_devices[meta["user"]]:
+            self.user_devices[meta["user"]].append(did)
+
+    def register_all(self, params):
+        t0 = time.monotonic()
+        with self.rpc() as c:
+            answers = c.pipelined("device.register", [p for p, _ in params])
+        self.reg_s = (time.monotonic() - t0) / max(1, len(params))
+        for (p, meta), a in zip(params, answers):
+            if "result" not in a:
+                raise HarnessFailure(f"registration failed: {a}")
+            if a["result"]["token_hash"] != token_hash(p["token"].lower() if p["platform"] == "apns" else p["token"]):
+                raise HarnessFailure(f"token_hash of {p['platform']} device is not sha256('push:'+token): {a}")
+            self.adopt(a["result"]["device_id"], meta)
+
+    # ------------------------------------------------------------ gateway records
+
+    def fetch_records(self):
+        """Reads the gateways' new records into `receipts`, as receipts of the current life."""
+        n = 0
+        for g in GATEWAY_NAMES:
+            recs = self.gw.received(g, since=self.seq[g], kind="send" if g == "fcm" else None)
+            for r in recs:
+                self.seq[g] = max(self.seq[g], r["seq"])
+                if g == "fcm" and r.get("kind", "send") != "send":
+                    continue
+                tag = None
+                if g == "apns":
+                    tag = (r.get("body") or {}).get("hx") if isinstance(r.get("body"), dict) else None
+                elif g == "fcm":
+                    msg = (r.get("body") or {}).get("message") if isinstance(r.get("body"), dict) else None
+                    tag = ((msg or {}).get("data") or {}).get("hx")
+                else:
+                    pj = r.get("plaintext_json")
+                    tag = ((pj or {}).get("data") or {}).get("hx") if isinstance(pj, dict) else None
+                did = self.by_gw_token.get((g, r.get("token")))
+                if not r.get("valid", False):
+                    self.invalid_records.append({"gateway": g, "seq": r["seq"], "errors": r.get("errors"),
+                                                 "token": r.get("token"), "life": self.life})
+                if tag is None or did is None:
+                    self.stray_records += 1
+                    if tag is not None:
+                        self.failures.add(f"gateway {g} record {r['seq']} with tag {tag} for an unknown token")
+                    continue
+                self.receipts.setdefault((tag, did), []).append(self.life)
+                n += 1
+            # keep the seq even when the list came back empty
+        return n
+
+    def received_total(self):
+        st = self.gw.stats()["received"]
+        return sum(st.get(g, 0) for g in GATEWAY_NAMES)
+
+    def wait_gateways_idle(self, timeout=10):
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.gw.open_connections() == 0:
+                return time.monotonic() - t0
+            time.sleep(0.02)
+        log("  (gateways still report open connections 10 s after the kill)")
+        return None
+
+    # ------------------------------------------------------------ store snapshot
+
+    def snapshot_in_flight(self, index):
+        """Copies herald.db (+WAL) of the dead daemon and reads what the store holds."""
+        snap = os.path.join(self.work, f"snap-{index}")
+        os.makedirs(snap)
+        for suffix in ("", "-wal"):
+            src = os.path.join(self.work, "herald.db" + suffix)
+            if os.path.exists(src):
+                shutil.copyfile(src, os.path.join(snap, "herald.db" + suffix))
+        db = sqlite3.connect(os.path.join(snap, "herald.db"))
+        try:
+            in_flight = set(db.execute("SELECT message_id, device_id FROM deliveries WHERE state = 'in_flight'"))
+            states = dict(db.execute("SELECT state, count(*) FROM deliveries GROUP BY state"))
+            committed = {}
+            for mid, payload in db.execute("SELECT message_id, payload FROM messages"):
+                try:
+                    tag = (json.loads(payload).get("data") or {}).get("hx")
+                except (ValueError, AttributeError):
+                    tag = None
+                if tag:
+                    committed.setdefault(tag, []).append(mid)
+        finally:
+            db.close()
+        shutil.rmtree(snap, ignore_errors=True)
+        return in_flight, states, committed
+
+    # ------------------------------------------------------------ kill and restart
+
+    def kill_and_restart(self, round_no, mode, conn=None, stats_before=None, extra=None):
+        """SIGKILL now; collect what the gateways saw and what the store held; restart;
+        retry the unanswered sends."""
+        t_kill = time.time()
+        self.daemon.kill9()
+        answered_late = []
+        if conn is not None:
+            # answers already written before the kill are still in our socket buffer
+            try:
+                while conn.pending:
+                    answered_late.append(conn.read())
+            except (ConnectionError, OSError, ProtocolViolation) as e:
+                if isinstance(e, ProtocolViolation):
+                    self.failures.add(f"round {round_no}: malformed answer read after the kill: {e}")
+            conn.close()
+        idle_s = self.wait_gateways_idle()
+        got = self.fetch_records()
+        index = len(self.kills)
+        in_flight, states, committed = self.snapshot_in_flight(index)
+        self.life += 1
+        restart_s = self.start()
+        recovered = self.daemon.log_lines("deliveries_recovered", current_start_only=True)
+        rec_count = 0
+        if recovered:
+            try:
+                rec_count = int(recovered[-1].split("count=")[1].split()[0].strip('"'))
+            except (IndexError, ValueError):
+                pass
+        k = {"index": index, "round": round_no, "mode": mode, "time": t_kill,
+             "in_flight": in_flight, "in_flight_n": len(in_flight),
+             "stats_in_flight": stats_before, "store_states": states,
+             "recovered_logged": rec_count, "restart_s": round(restart_s, 2),
+             "gateways_idle_s": None if idle_s is None else round(idle_s, 2),
+             "records_fetched": got, "committed_tags": committed}
+        if extra:
+            k.update(extra)
+        if rec_count is not None and rec_count != len(in_flight):
+            self.failures.add(f"kill {index}: the store held {len(in_flight)} deliveries in_flight, "
+                              f"but the restart logged deliveries_recovered count={rec_count}")
+        self.kills.append(k)
+        return k, answered_late
+
+    def retry_unanswered(self, kill):
+        """Sends every unanswered push.send again with its idempotency key."""
+        if not self.unanswered:
+            return 0
+        tags = list(self.unanswered)
+        self.unanswered = []
+        with self.rpc() as c:
+            answers = c.pipelined("push.send", [self.messages[t]["params"] for t in tags])
+        for tag, a in zip(tags, answers):
+            if "result" not in a:
+                raise HarnessFailure(f"retry of {tag} failed: {a}")
+            self.accept(tag, a["result"], retried=True)
+            was = kill["committed_tags"].get(tag, [])
+            m = self.messages[tag]
+            m["committed_before_kill"] = bool(was)
+            if len(was) > 1:
+                self.failures.add(f"{tag}: the store held {len(was)} messages for one idempotency key: {was}")
+            if was and a["result"]["message_id"] not in was:
+                self.failures.add(f"{tag}: committed as {was} before kill {kill['index']}, but the retry with "
+                                  f"its idempotency key answered a new message {a['result']['message_id']}")
+        return len(tags)
+
+    def accept(self, tag, result, retried=False):
+        m = self.messages[tag]
+        mid = result["message_id"]
+        if m.get("message_id") and m["message_id"] != mid:
+            self.failures.add(f"{tag}: answered as {m['message_id']} and later as {mid}")
+        m["message_id"] = mid
+        m["devices"] = result["devices"]
+        m["skipped"] = result["skipped"]
+        m["retried"] = retried
+        self.tag_by_id[mid] = tag
+        if result["devices"] != len(m["expected"]) or result["skipped"] != 0:
+            self.failures.add(f"{tag} ({mid}): accepted {result['devices']} devices, skipped {result['skipped']}, "
+                              f"expected {len(m['expected'])} and 0")
+
+    # ------------------------------------------------------------ fan-out rounds
+
+    def new_message(self, tag, users, round_no):
+        expected = {d for u in users for d in self.user_devices[u]}
+        params = {"to": {"users": users}, "data": {"hx": tag}, "idempotency_key": f"crash-{self.args.seed}-{tag}",
+                  "collapse_key": f"ck-{tag}"}
+        self.messages[tag] = {"tag": tag, "users": users, "expected": expected, "round": round_no,
+                              "params": params, "message_id": None}
+        return params
+
+    def fanout_round(self, r):
+        rng = self.rng
+        delay = rng.choice(DELAYS_MS)
+        self.gw.set_delay(delay)
+        k = rng.choice((1, 1, 2, 3))
+        users = list(self.fan_users)
+        rng.shuffle(users)
+        groups = [users[i::k] for i in range(k)]
+        tags = [f"r{r:02d}m{j}" for j in range(k)]
+        params = [self.new_message(t, g, r) for t, g in zip(tags, groups)]
+        total = sum(len(self.messages[t]["expected"]) for t in tags)
+        mode = "enqueue" if rng.random() < 0.3 else "send"
+        base = self.received_total()
+        mon = self.rpc(timeout=30)
+        c = self.rpc(timeout=60)
+        t0 = time.monotonic()
+        ids = c.send_many("push.send", params)
+        id_tag = dict(zip(ids, tags))
+        stats = None
+        info = {"delay_ms": delay, "messages": k}
+        if mode == "enqueue":
+            # somewhere between writing the requests and the last answer (as last measured)
+            time.sleep(rng.uniform(0.2, 1.5) * self.accept_s)
+            answered = []
+        else:
+            answered = [c.read() for _ in ids]
+            self.accept_s = time.monotonic() - t0
+            info["accept_s"] = round(self.accept_s, 3)
+            frac = rng.uniform(0.02, 0.95)
+            info["target_fraction"] = round(frac, 3)
+            deadline = time.monotonic() + 60
+            while self.received_total() - base < frac * total and time.monotonic() < deadline:
+                time.sleep(0.01)
+            info["received_at_kill"] = self.received_total() - base
+            try:
+                s = mon.ok("system.stats")
+                stats = {"queue_in_flight": s["queue"]["in_flight"], "queue_depth": s["queue"]["depth"]}
+            except (OSError, ConnectionError, HarnessFailure) as e:
+                stats = {"error": repr(e)}
+        mon.close()
+        info["kill_after_s"] = round(time.monotonic() - t0, 3)
+        kill, late = self.kill_and_restart(r, mode, conn=c, stats_before=stats, extra=info)
+        answered += late
+        got = set()
+        for a in answered:
+            tag = id_tag[a["id"]]
+            if "result" not in a:
+                raise HarnessFailure(f"push.send {tag} failed: {a}")
+            self.accept(tag, a["result"])
+            got.add(tag)
+        unans = [t for t in tags if t not in got]
+        self.unanswered += unans
+        kill["unanswered"] = len(unans)
+        kill["answered"] = len(got)
+        retried = self.retry_unanswered(kill)
+        committed_unanswered = sum(1 for t in unans if self.messages[t].get("committed_before_kill"))
+        double = rng.random() < 0.3
+        kills = [kill]
+        if double:
+            # kill again while the restarted daemon resends what was in flight
+            time.sleep(rng.uniform(0.0, 1.5))
+            try:
+                with self.rpc(timeout=10) as mon2:
+                    s = mon2.ok("system.stats")
+                st = {"queue_in_flight": s["queue"]["in_flight"], "queue_depth": s["queue"]["depth"]}
+            except (OSError, ConnectionError, HarnessFailure) as e:
+                st = {"error": repr(e)}
+            k2, _ = self.kill_and_restart(r, "recovery", stats_before=st, extra={"delay_ms": delay})
+            kills.append(k2)
+        wait = rng.random() < 0.5 or r == self.args.rounds
+        if wait:
+            self.wait_complete(timeout=self.args.timeout)
+        row = {"round": r, "delay_ms": delay, "messages": k, "devices": total, "mode": mode,
+               "kills": [x["index"] for x in kills], "unanswered_at_kill": len(unans), "retried": retried,
+               "unanswered_but_committed": committed_unanswered,
+               "in_flight_at_kills": [x["in_flight_n"] for x in kills],
+               "stats_in_flight_before_kill": [x.get("stats_in_flight") for x in kills],
+               "received_at_kill": info.get("received_at_kill"), "kill_after_s": info["kill_after_s"],
+               "waited_for_complete": wait}
+        self.rounds.append(row)
+        log(f"round {r:2d}: {k} msg / {total} devices, delay {delay:3d} ms, kill {mode:7s} after "
+            f"{info['kill_after_s']:.2f} s (gateways had {info.get('received_at_kill', '-')}), "
+            f"in flight at kill {'/'.join(str(x['in_flight_n']) for x in kills)}"
+            f"{' (double kill)' if double else ''}, unanswered {len(unans)} ({committed_unanswered} committed), "
+            f"restart {'/'.join(str(x['restart_s']) for x in kills)} s")
+
+    def pending_messages(self):
+        out = []
+        with self.rpc() as c:
+            for tag, m in self.messages.items():
+                if m["message_id"] is None:
+                    out.append((tag, None))
+                    continue
+                s = c.ok("push.status", {"message_id": m["message_id"]})
+                if s["state"] != "complete":
+                    out.append((tag, s["counts"]))
+        return out
+
+    def wait_complete(self, timeout):
+        t0 = time.monotonic()
+        while True:
+            pend = self.pending_messages()
+            if not pend:
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout:
+                for tag, counts in pend[:10]:
+                    self.failures.add(f"{tag} ({self.messages[tag]['message_id']}) not complete after "
+                                      f"{timeout:.0f} s: {counts}")
+                raise HarnessFailure(f"{len(pend)} message(s) still pending after {timeout:.0f} s")
+            time.sleep(0.25)
+
+    # ------------------------------------------------------------ register bursts
+
+    def burst(self, b):
+        rng = self.rng
+        per_user = sum(n for _, n in PER_USER)
+        users = [f"b{b}-u{i:04d}" for i in range(self.args.burst_size // per_user)]
+        params = self.device_params(users, f"burst{b}", with_fields=True)
+        conns = [self.rpc(timeout=60) for _ in range(4)]
+        parts = [params[i::4] for i in range(4)]
+        answers = [dict() for _ in conns]   # per connection: id -> answer
+        sent_ids = [None] * 4
+        errors = []
+
+        def run(i):
+            c = conns[i]
+            ids = []
+            chunks = []
+            for p, _ in parts[i]:
+                rid, data = c.request_bytes("device.register", p)
+                ids.append(rid)
+                chunks.append(data)
+            sent_ids[i] = ids
+
+            def write():
+                try:
+                    c.sock.sendall(b"".join(chunks))
+                except OSError:
+                    pass
+            writer = threading.Thread(target=write)
+            writer.start()
+            try:
+                while c.pending:
+                    a = c.read()
+                    answers[i][a["id"]] = a
+            except (ConnectionError, OSError):
+                pass
+            except ProtocolViolation as e:
+                errors.append(str(e))
+            writer.join()
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        # mid-burst: at a random moment of the time the set-up's registrations took per call
+        time.sleep(rng.uniform(0.02, 0.9) * self.reg_s * len(params))
+        at = time.monotonic() - t0
+        kill, _ = self.kill_and_restart(f"burst{b}", "register", extra={"burst": b})
+        for t in threads:
+            t.join(timeout=30)
+        for c in conns:
+            c.close()
+        for e in errors:
+            self.failures.add(f"burst {b}: {e}")
+        answered_ok, answered_err, unanswered = [], [], []
+        for i in range(4):
+            for rid, (p, meta) in zip(sent_ids[i], parts[i]):
+                a = answers[i].get(rid)
+                if a is None:
+                    unanswered.append((p, meta))
+                elif "result" in a:
+                    answered_ok.append((p, meta, a["result"]))
+                else:
+                    answered_err.append((p, meta, a["error"]))
+        for p, meta, e in answered_err:
+            self.failures.add(f"burst {b}: registration of {p['user']} answered an error: {e}")
+        # what device.list must show
+        expected_present = {}
+        for p, meta, res in answered_ok:
+            if res["token_hash"] != token_hash(p["token"]):
+                self.failures.add(f"burst {b}: token_hash answered for {p['user']} is wrong")
+            expected_present[res["device_id"]] = (p, meta)
+        by_hash = {}
+        for p, meta in params:
+            by_hash[(p["user"], token_hash(p["token"]))] = (p, meta)
+        listed = {}
+        with self.rpc() as c:
+            lists = c.pipelined("device.list", [{"user": u} for u in users])
+        for u, a in zip(users, lists):
+            if "result" not in a:
+                raise HarnessFailure(f"device.list {u} failed: {a}")
+            for d in a["result"]["devices"]:
+                listed[d["device_id"]] = (u, d)
+        lost = [did for did in expected_present if did not in listed]
+        for did in lost[:20]:
+            p, _ = expected_present[did]
+            self.failures.add(f"burst {b}: registration of {p['user']} {p['platform']} answered {did} "
+                              f"before the kill, missing from device.list after the restart")
+        half = 0
+        for did, (u, d) in listed.items():
+            pm = by_hash.get((u, d.get("token_hash")))
+            if pm is None:
+                half += 1
+                self.failures.add(f"burst {b}: device.list {u} shows {did} with a token_hash no registration sent")
+                continue
+            p, meta = pm
+            want_env = p.get("environment", "production") if p["platform"] == "apns" else None
+            problems = [f for f, want in (("platform", p["platform"]), ("name", p["name"]),
+                                          ("app_version", p["app_version"]), ("environment", want_env))
+                        if d.get(f) != want]
+            if did in expected_present and expected_present[did][0] is not p:
+                problems.append("device_id")
+            for f in ("created_at", "registered_at"):
+                if not isinstance(d.get(f), str):
+                    problems.append(f)
+            if problems:
+                half += 1
+                self.failures.add(f"burst {b}: {did} of {u} is half there: {problems} differ: {d}")
+        # re-register every unanswered one: exists <=> created false
+        listed_hashes = {(u, d["token_hash"]): did for did, (u, d) in listed.items()}
+        reregs = [(p, meta) for p, meta in unanswered]
+        existed = 0
+        if reregs:
+            with self.rpc() as c:
+                ans = c.pipelined("device.register", [p for p, _ in reregs])
+            for (p, meta), a in zip(reregs, ans):
+                if "result" not in a:
+                    self.failures.add(f"burst {b}: re-registration of {p['user']} failed: {a['error']}")
+                    continue
+                res = a["result"]
+                was = listed_hashes.get((p["user"], token_hash(p["token"])))
+                if was is not None:
+                    existed += 1
+                    if res["created"] or res["device_id"] != was:
+                        self.failures.add(f"burst {b}: {p['user']} {was} was listed, but re-registering it "
+                                          f"answered {res}")
+                elif not res["created"]:
+                    self.failures.add(f"burst {b}: {p['user']} was not listed, but re-registering answered "
+                                      f"created: false ({res['device_id']})")
+                self.adopt(res["device_id"], meta)
+        for did, (p, meta) in expected_present.items():
+            self.adopt(did, meta)
+        # every device of the burst works: one push to all its users
+        tag = f"burst{b}"
+        params_send = self.new_message(tag, users, f"burst{b}")
+        with self.rpc() as c:
+            res = c.ok("push.send", params_send)
+        self.accept(tag, res)
+        row = {"burst": b, "registrations": len(params), "answered_ok": len(answered_ok),
+               "answered_error": len(answered_err), "unanswered": len(unanswered),
+               "unanswered_existing": existed, "listed": len(listed), "lost": len(lost), "half": half,
+               "kill_after_s": round(at, 3), "kill": kill["index"], "restart_s": kill["restart_s"]}
+        self.bursts.append(row)
+        log(f"burst {b}: {len(params)} registrations, kill after {at:.3f} s: {len(answered_ok)} answered, "
+            f"{len(unanswered)} unanswered ({existed} of those were stored), listed {len(listed)}, lost {len(lost)}, "
+            f"half-there {half}")
+
+    # ------------------------------------------------------------ final checks
+
+    def verify(self):
+        self.fetch_records()
+        checked = delivered = failed = 0
+        dup_total = 0
+        per_kill_dups = [0] * len(self.kills)
+        # which kills each (tag, device) was in flight at
+        inflight_kills = {}
+        for k in self.kills:
+            for mid, did in k["in_flight"]:
+                tag = self.tag_by_id.get(mid)
+                if tag is None:
+                    self.failures.add(f"kill {k['index']}: store held in-flight delivery of unknown message {mid}")
+                    continue
+                inflight_kills.setdefault((tag, did), []).append(k["index"])
+        listed_pairs = set()
+        with self.rpc() as c:
+            for tag, m in self.messages.items():
+                s = c.ok("push.status", {"message_id": m["message_id"], "detail": True})
+                if s["state"] != "complete":
+                    self.failures.add(f"{tag} ({m['message_id']}) is {s['state']}: {s['counts']}")
+                devs = s.get("devices") or []
+                seen = {d["device_id"] for d in devs}
+                if len(devs) != len(seen):
+                    self.failures.add(f"{tag}: push.status lists a device twice")
+                if seen != m["expected"]:
+                    self.failures.add(f"{tag}: push.status lists {len(seen)} devices, expected {len(m['expected'])} "
+                                      f"(missing {len(m['expected'] - seen)}, extra {len(seen - m['expected'])})")
+                for d in devs:
+                    pair = (tag, d["device_id"])
+                    listed_pairs.add(pair)
+                    checked += 1
+                    dev = self.devices.get(d["device_id"])
+                    n = len(self.receipts.get(pair, []))
+                    want = "failed" if dev and dev["fail"] else "delivered"
+                    if d["state"] != want:
+                        self.failures.add(f"{tag} ({m['message_id']}) device {d['device_id']} ({dev and dev['platform']}) "
+                                          f"ended {d['state']} ({d.get('reason')}, http {d.get('http_status')}), "
+                                          f"expected {want}; gateway receipts {n}")
+                    elif want == "failed":
+                        failed += 1
+                        reason = FAIL_PROGRAM[dev["platform"]][1]
+                        if reason and reason not in (d.get("reason") or ""):
+                            self.failures.add(f"{tag} device {d['device_id']} failed with {d.get('reason')!r}, "
+                                              f"the gateway answered {reason}")
+                    else:
+                        delivered += 1
+                    if d["state"] in ("delivered", "failed") and n == 0:
+                        self.failures.add(f"{tag} ({m['message_id']}) device {d['device_id']} is {d['state']} "
+                                          f"but its gateway never received it")
+                    extra = n - 1
+                    if extra > 0:
+                        dup_total += extra
+                        ks = inflight_kills.get(pair, [])
+                        if extra > len(ks):
+                            self.failures.add(
+                                f"{tag} ({m['message_id']}) device {d['device_id']}: received {n} times (lives "
+                                f"{self.receipts[pair]}), but in flight at only {len(ks)} kill(s) {ks}: "
+                                f"a duplicate no crash explains (attempts {d.get('attempts')})")
+                        for ki in ks[:extra]:
+                            per_kill_dups[ki] += 1
+        for pair in self.receipts:
+            if pair not in listed_pairs:
+                tag = pair[0]
+                if tag in self.messages:
+                    self.failures.add(f"{tag}: gateway received it for device {pair[1]}, which push.status "
+                                      f"does not list")
+                else:
+                    self.failures.add(f"gateway received unknown tag {tag}")
+        for rec in self.invalid_records[:10]:
+            self.failures.add(f"gateway record failed validation: {rec}")
+        bound_total = sum(k["in_flight_n"] for k in self.kills)
+        for k, d in zip(self.kills, per_kill_dups):
+            k["duplicates"] = d
+            if d > k["in_flight_n"]:
+                self.failures.add(f"kill {k['index']}: {d} duplicates > {k['in_flight_n']} in flight")
+        for row in self.rounds:
+            row["duplicates"] = sum(per_kill_dups[i] for i in row["kills"])
+            row["duplicate_bound"] = sum(self.kills[i]["in_flight_n"] for i in row["kills"])
+        return {"deliveries_checked": checked, "delivered": delivered, "failed_as_programmed": failed,
+                "duplicates": dup_total, "duplicate_bound": bound_total,
+                "receipts": sum(len(v) for v in self.receipts.values()),
+                "invalid_records": len(self.invalid_records), "stray_records": self.stray_records}
+
+    # ------------------------------------------------------------ run
+
+    def run(self):
+        t_start = time.monotonic()
+        self.bursts = []
+        summary = {"seed": self.args.seed, "herald": self.args.herald, "ok": False}
+        try:
+            self.setup()
+            if self.args.mode in ("all", "fanout"):
+                t0 = time.monotonic()
+                for r in range(1, self.args.rounds + 1):
+                    self.fanout_round(r)
+                self.gw.set_delay(0)
+                waited = self.wait_complete(timeout=self.args.timeout)
+                self.timings["fanout_s"] = round(time.monotonic() - t0, 1)
+                log(f"fan-out rounds done in {self.timings['fanout_s']} s (final wait {waited:.1f} s)")
+            if self.args.mode in ("all", "burst"):
+                t0 = time.monotonic()
+                self.gw.set_delay(0)
+                for b in range(1, self.args.bursts + 1):
+                    self.burst(b)
+                self.wait_complete(timeout=self.args.timeout)
+                self.timings["burst_s"] = round(time.monotonic() - t0, 1)
+            t0 = time.monotonic()
+            figures = self.verify()
+            self.timings["verify_s"] = round(time.monotonic() - t0, 1)
+            summary.update(figures)
+        except HarnessFailure as e:
+            self.failures.add(f"aborted: {e}")
+        except Exception as e:  # noqa: BLE001 - reported as a harness error
+            self.failures.add(f"harness error: {e!r}\n{traceback.format_exc()}")
+        finally:
+            status = None
+            if self.daemon is not None:
+                status = self.daemon.stop() if self.daemon.alive() else None
+            summary["herald_exit_status_at_end"] = status
+        self.timings["total_s"] = round(time.monotonic() - t_start, 1)
+        events = self.daemon.log_events() if self.daemon else {}
+        summary.update({
+            "rounds": len(self.rounds), "kills": len(self.kills),
+            "fanout_kills": sum(1 for k in self.kills if k["mode"] != "register"),
+            "register_kills": sum(1 for k in self.kills if k["mode"] == "register"),
+            "devices": len(self.devices), "messages": len(self.messages),
+            "registrations_checked": sum(b["registrations"] for b in self.bursts),
+            "registrations_answered_before_kill": sum(b["answered_ok"] for b in self.bursts),
+            "round_rows": self.rounds, "burst_rows": self.bursts,
+            "kill_rows": [{k2: v for k2, v in k.items() if k2 not in ("in_flight", "committed_tags")}
+                          for k in self.kills],
+            "unanswered_sends_retried": sum(r["retried"] for r in self.rounds),
+            "unanswered_sends_committed": sum(r["unanswered_but_committed"] for r in self.rounds),
+            "timings": self.timings,
+            "log_events": {f"<{p}>": ev for p, ev in sorted(events.items())},
+            "failures": self.failures.items,
+        })
+        summary["ok"] = not self.failures
+        self.report(summary)
+        return summary
+
+    def report(self, s):
+        log("")
+        log("crash harness summary")
+        log(f"  seed {s['seed']}, {s['rounds']} fan-out rounds of {self.args.devices} devices, "
+            f"{s['kills']} kills ({s['fanout_kills']} during fan-outs, {s['register_kills']} during register bursts)")
+        if s.get("deliveries_checked") is not None:
+            log(f"  deliveries checked: {s['deliveries_checked']} ({s['delivered']} delivered, "
+                f"{s['failed_as_programmed']} failed as programmed), gateway receipts {s['receipts']}")
+            log(f"  duplicates: {s['duplicates']} seen, bound {s['duplicate_bound']} (the deliveries the store "
+                f"held in_flight at the kills; each duplicate must be a resend of one of those, one per kill)")
+        log(f"  unanswered push.send retried with their idempotency key: {s['unanswered_sends_retried']} "
+            f"({s['unanswered_sends_committed']} had been committed before the kill: the retry named that message)")
+        log(f"  registrations checked: {s['registrations_checked']} ({s['registrations_answered_before_kill']} "
+            f"answered before their kill)")
+        log("  per round: devices, kill mode, in flight at kill (store) / herald stats just before, duplicates/bound")
+        for r in self.rounds:
+            sb = ", ".join(str((x or {}).get("queue_in_flight", "-")) for x in r["stats_in_flight_before_kill"])
+            log(f"    round {r['round']:2d}: {r['devices']} devices, {r['mode']:7s}, in flight "
+                f"{'/'.join(map(str, r['in_flight_at_kills']))} (stats {sb}), duplicates "
+                f"{r.get('duplicates', '-')}/{r.get('duplicate_bound', '-')}")
+        warn = s["log_events"].get("<3>", {}) | s["log_events"].get("<4>", {})
+        if warn:
+            log(f"  daemon errors/warnings in the log: {warn}")
+        log(f"  timings: {s['timings']}")
+        if self.failures:
+            log(f"FAILED: {len(self.failures.items)} problem(s); daemon log: {self.daemon.log_path if self.daemon else '-'}")
+        else:
+            log("PASSED")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--herald", default=None, help="herald binary (default $HERALD_BIN, else .build/debug/herald)")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--devices", type=int, default=5000)
+    ap.add_argument("--bursts", type=int, default=3)
+    ap.add_argument("--burst-size", type=int, default=3000)
+    ap.add_argument("--mode", choices=("all", "fanout", "burst"), default="all")
+    ap.add_argument("--timeout", type=float, default=120, help="seconds to wait for messages to complete")
+    ap.add_argument("--out", default=os.path.join(REPO, "build/reliability/crash.json"))
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = ap.parse_args()
+    args.herald = herald_binary(args.herald)
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(1 << 31)
+    h = Harness(args)
+    summary = h.run()
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(out_dir, exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(summary, f, indent=2, sort_keys=True, default=str)
+        f.write("\n")
+    log_copy = os.path.join(out_dir, "crash-herald.log")
+    if h.daemon is not None and os.path.exists(h.daemon.log_path):
+        shutil.copyfile(h.daemon.log_path, log_copy)
+    if h.gw is not None:
+        h.gw.stop()
+        shutil.copyfile(h.gw.log_path, os.path.join(out_dir, "crash-gateways.log"))
+    log(f"summary: {os.path.relpath(args.out)}; daemon log: {os.path.relpath(log_copy)}")
+    if not summary["ok"] and h.daemon is not None:
+        log("herald stderr (tail):\n" + tail(h.daemon.log_path, 30))
+    if args.keep or not summary["ok"]:
+        log(f"work directory kept: {h.work}")
+    else:
+        shutil.rmtree(h.work, ignore_errors=True)
+    sys.exit(0 if summary["ok"] else 1)
+
+
+if __name__ == "__main__":
+    main()

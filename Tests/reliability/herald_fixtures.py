@@ -1,0 +1,1096 @@
+"""Shared helpers for the reliability checks (test_faults.py, test_hostile.py, test_access.py).
+
+Everything runs on loopback (or inside network namespaces these helpers create):
+  * ``Gateways``: Tests/gateways/gateways.py in a process of its own, with its control API;
+  * ``Daemon``: a real ``herald serve`` (binary from $HERALD_BIN) in a scratch directory,
+    optionally inside a ``Namespace`` (its own mount namespace with a hosts file, nsswitch.conf
+    and resolv.conf the test controls, and optionally its own network namespace);
+  * ``RPC``: a JSON-RPC connection on the daemon's Unix socket, raw bytes in and out;
+  * fault listeners (``FaultServer``, ``SlowAcceptProxy``) for what the gateways cannot do.
+
+This file is imported by the test modules (no conftest.py: the directory is shared). Run as a
+script, ``python herald_fixtures.py summary`` prints and writes build/reliability/checks.json
+from the counts the suites recorded.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import ctypes
+import datetime
+import hashlib
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HERALD_BIN = os.environ.get("HERALD_BIN", "/tmp/herald-bin/herald")
+if not os.path.isabs(HERALD_BIN):
+    HERALD_BIN = str((REPO / HERALD_BIN).resolve())
+GATEWAYS_PY = REPO / "Tests" / "gateways" / "gateways.py"
+OUT_DIR = REPO / "build" / "reliability"
+COUNTS_DIR = OUT_DIR / "counts"
+
+KEY_ID = "ABC123DEFG"
+TEAM_ID = "TEAM123456"
+TOPIC = "com.example.app"
+PROJECT_ID = "herald-test"
+CLIENT_EMAIL = "herald@herald-test.iam.gserviceaccount.com"
+
+# Retries fast enough for a test, slow enough to be seen.
+FAST_DELIVERY = {"max_retries": 2, "backoff_base_ms": 50, "backoff_max_ms": 200}
+
+_CLEANUPS: list = []
+
+
+def _cleanup_all():
+    while _CLEANUPS:
+        fn = _CLEANUPS.pop()
+        with contextlib.suppress(Exception):
+            fn()
+
+
+atexit.register(_cleanup_all)
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def unb64url(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def hex_token(i: int, prefix: int = 0) -> str:
+    """A 64-digit APNs token, distinct per (prefix, i)."""
+    return f"{prefix:08x}{i + 1:056x}"
+
+
+def wait_until(pred, timeout=10.0, interval=0.05, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+# ----------------------------------------------------------------------------- counts
+
+def record_counts(suite: str, **counts):
+    """Adds to this suite's counters (written to build/reliability/counts/<suite>.json)."""
+    COUNTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = COUNTS_DIR / f"{suite}.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    for k, v in counts.items():
+        data[k] = data.get(k, 0) + v
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def reset_counts(suite: str):
+    with contextlib.suppress(OSError):
+        (COUNTS_DIR / f"{suite}.json").unlink()
+
+
+def summary(elapsed_s: float | None = None, status: str | None = None) -> dict:
+    merged: dict = {}
+    suites = {}
+    for p in sorted(COUNTS_DIR.glob("*.json")) if COUNTS_DIR.exists() else []:
+        try:
+            d = json.loads(p.read_text())
+        except ValueError:
+            continue
+        suites[p.stem] = d
+        for k, v in d.items():
+            merged[k] = merged.get(k, 0) + v
+    out = {
+        "faults_injected": merged.get("faults_injected", 0),
+        "fault_cases": merged.get("fault_cases", 0),
+        "hostile_inputs": merged.get("hostile_inputs", 0),
+        "ssrf_registration_cases": merged.get("ssrf_registration_cases", 0),
+        "ssrf_send_time_cases": merged.get("ssrf_send_time_cases", 0),
+        "access_checks": merged.get("access_checks", 0),
+        "suites": suites,
+    }
+    if elapsed_s is not None:
+        out["elapsed_s"] = round(elapsed_s, 1)
+    if status is not None:
+        out["pytest_status"] = status
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (OUT_DIR / "checks.json").write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+# ----------------------------------------------------------------------------- keys
+
+class Keys:
+    """Provider keys made once per process."""
+
+    _shared = None
+
+    def __init__(self):
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+        self.apns = ec.generate_private_key(ec.SECP256R1())
+        self.vapid = ec.generate_private_key(ec.SECP256R1())
+        self.rsa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        pkcs8 = serialization.PrivateFormat.PKCS8
+        pem = serialization.Encoding.PEM
+        nope = serialization.NoEncryption()
+        spki = serialization.PublicFormat.SubjectPublicKeyInfo
+        self.apns_pem = self.apns.private_bytes(pem, pkcs8, nope).decode()
+        self.apns_pub_pem = self.apns.public_key().public_bytes(pem, spki).decode()
+        self.vapid_pem = self.vapid.private_bytes(pem, pkcs8, nope).decode()
+        self.vapid_public = b64url(self.vapid.public_key().public_bytes(
+            serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint))
+        self.rsa_pem = self.rsa.private_bytes(pem, pkcs8, nope).decode()
+        self.rsa_pub_pem = self.rsa.public_key().public_bytes(pem, spki).decode()
+
+    @classmethod
+    def shared(cls) -> "Keys":
+        if cls._shared is None:
+            cls._shared = cls()
+        return cls._shared
+
+
+def web_keys() -> dict:
+    """A valid (p256dh, auth) pair nobody holds the private key of."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    k = ec.generate_private_key(ec.SECP256R1())
+    point = k.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    return {"p256dh": b64url(point), "auth": b64url(os.urandom(16))}
+
+
+# ----------------------------------------------------------------------------- gateways
+
+class Gateways:
+    """One gateways.py process for the whole pytest process (see ``shared``)."""
+
+    _shared = None
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="herald-rel-gw-")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(GATEWAYS_PY), "--dir", self.dir, "--exit-with-parent"],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "gateways.log"), "wb"))
+        info_path = os.path.join(self.dir, "gateways.json")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(info_path):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("gateways did not start: " + Path(self.dir, "gateways.log").read_text()[-2000:])
+            time.sleep(0.05)
+        self.info = json.loads(Path(info_path).read_text())
+        self.ca = self.info["ca"]
+        self.ports = {k: self.info[k] for k in ("apns", "fcm", "fcm_h1", "webpush", "webpush_h1", "control")}
+        keys = Keys.shared()
+        self.post("/control/apns-key", {"key_id": KEY_ID, "team_id": TEAM_ID, "public_key_pem": keys.apns_pub_pem,
+                                        "topics": [TOPIC, TOPIC + ".voip"]})
+        self.post("/control/fcm-key", {"client_email": CLIENT_EMAIL, "public_key_pem": keys.rsa_pub_pem,
+                                       "project_id": PROJECT_ID})
+        self.post("/control/webpush-vapid-key", {"public_key": keys.vapid_public})
+
+    @classmethod
+    def shared(cls) -> "Gateways":
+        if cls._shared is None or cls._shared.proc.poll() is not None:
+            cls._shared = cls()
+            _CLEANUPS.append(cls._shared.stop)
+        return cls._shared
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _req(self, method, path, body=None):
+        url = f"http://127.0.0.1:{self.ports['control']}{path}"
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.loads(r.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(f"control {method} {path}: {e.code} {e.read()[:300]!r}") from None
+
+    def post(self, path, body):
+        return self._req("POST", path, body)
+
+    def get(self, path):
+        return self._req("GET", path)
+
+    def reset(self):
+        self.post("/control/reset", {})
+
+    def program(self, gateway, responses, token="*"):
+        self.post("/control/program", {"gateway": gateway, "token": token, "responses": responses})
+
+    def knobs(self, gateway, **values):
+        self.post("/control/knobs", {"gateway": gateway, **values})
+
+    def received(self, gateway, **query):
+        q = "&".join(f"{k}={v}" for k, v in query.items())
+        return self.get(f"/control/received?gateway={gateway}" + ("&" + q if q else ""))["requests"]
+
+    def connections(self, gateway):
+        return self.get(f"/control/connections?gateway={gateway}")
+
+    def subscription(self, **body):
+        return self.post("/control/webpush-subscription", body)
+
+    def stats(self):
+        return self.get("/control/stats")
+
+
+# ----------------------------------------------------------------------------- namespaces
+
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)
+CLONE_NEWNET = 0x40000000
+
+
+class Namespace:
+    """A mount namespace (and optionally a network namespace) held by a ``sleep`` process.
+
+    /etc/hosts, /etc/nsswitch.conf and /etc/resolv.conf inside it are bind mounts of files in
+    a scratch directory: ``set_hosts`` rewrites the hosts file in place, and glibc reads it
+    again at every lookup. By default ``hosts: files`` only, so nothing is ever asked of a DNS
+    server. With ``net=True`` the namespace has only its own loopback, with the extra
+    ``addresses`` on it (for "public" addresses that exist nowhere else).
+    """
+
+    def __init__(self, *, net=False, hosts="", dns=False, addresses=()):
+        self.net = net
+        self.dir = tempfile.mkdtemp(prefix="herald-rel-ns-")
+        os.chmod(self.dir, 0o755)
+        self.hosts_path = os.path.join(self.dir, "hosts")
+        self.set_hosts(hosts)
+        Path(self.dir, "nsswitch.conf").write_text(
+            "passwd: files\ngroup: files\nshadow: files\nhosts: files" + (" dns" if dns else "") + "\n")
+        # Nothing listens on 127.0.0.1:53: a DNS lookup fails at once ("temporary failure").
+        Path(self.dir, "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+        flags = ["--mount", "--propagation", "private"] + (["--net"] if net else [])
+        self.holder = subprocess.Popen(["unshare", *flags, "sleep", "infinity"])
+        _CLEANUPS.append(self.close)
+        mine = os.readlink("/proc/self/ns/mnt")
+        wait_until(lambda: self._ns("mnt") not in (None, mine), 10, what="the namespace")
+        for name in ("hosts", "nsswitch.conf", "resolv.conf"):
+            self.run(["mount", "--bind", os.path.join(self.dir, name), "/etc/" + name])
+        if net:
+            self.run(["ip", "link", "set", "lo", "up"])
+            for a in addresses:
+                self.run(["ip", "addr", "add", a + ("/128" if ":" in a else "/32"), "dev", "lo"])
+
+    def _ns(self, kind):
+        try:
+            return os.readlink(f"/proc/{self.holder.pid}/ns/{kind}")
+        except OSError:
+            return None
+
+    @property
+    def prefix(self):
+        return ["nsenter", "-t", str(self.holder.pid), "--mount"] + (["--net"] if self.net else []) + ["--"]
+
+    def run(self, cmd, check=True):
+        return subprocess.run(self.prefix + cmd, check=check, capture_output=True, text=True)
+
+    def set_hosts(self, text: str):
+        # In place (same inode): the bind mount keeps pointing at this file.
+        with open(self.hosts_path, "r+" if os.path.exists(self.hosts_path) else "w") as f:
+            f.seek(0)
+            f.truncate()
+            f.write("127.0.0.1 localhost\n::1 localhost\n" + text)
+
+    def resolve(self, name):
+        r = self.run(["getent", "ahosts", name], check=False)
+        return sorted({line.split()[0] for line in r.stdout.splitlines() if line.strip()})
+
+    def in_net(self, fn):
+        """Runs fn() on a thread that joined this network namespace (sockets it makes stay in it)."""
+        assert self.net
+        out = {}
+
+        def body():
+            fd = os.open(f"/proc/{self.holder.pid}/ns/net", os.O_RDONLY)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns")
+            finally:
+                os.close(fd)
+            out["v"] = fn()
+
+        t = threading.Thread(target=body)
+        t.start()
+        t.join()
+        if "v" not in out:
+            raise RuntimeError("in_net failed")
+        return out["v"]
+
+    def close(self):
+        if self.holder.poll() is None:
+            self.holder.kill()
+            self.holder.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- JSON-RPC
+
+class RPCError(Exception):
+    def __init__(self, response):
+        super().__init__(json.dumps(response)[:500])
+        self.response = response
+        self.error = response.get("error") or {}
+        self.code = self.error.get("code")
+        self.data = self.error.get("data")
+
+
+class RPC:
+    """One connection to the daemon's socket."""
+
+    def __init__(self, path, timeout=10.0):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(path)
+        self.buf = b""
+        self.next_id = 1
+
+    def close(self):
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+    def send(self, data: bytes):
+        self.sock.sendall(data)
+
+    def read_line(self, timeout=10.0) -> bytes | None:
+        """One response line, or None at EOF. Raises TimeoutError."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no response")
+            r, _, _ = select.select([self.sock], [], [], left)
+            if not r:
+                continue
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+    def read_json(self, timeout=10.0):
+        line = self.read_line(timeout)
+        if line is None:
+            raise EOFError("connection closed by the daemon")
+        return json.loads(line)
+
+    def eof(self, timeout=2.0) -> bool:
+        try:
+            return self.read_line(timeout) is None
+        except TimeoutError:
+            return False
+
+    def request(self, method, params=None, *, raw_params: bytes | None = None, timeout=10.0,
+                allow_null_id=False):
+        """Sends one request; returns the whole response object (checked to carry our id, or with
+        ``allow_null_id`` an id of null, as a parse error that could not read the id has)."""
+        rid = self.next_id
+        self.next_id += 1
+        head = b'{"jsonrpc":"2.0","id":%d,"method":%s' % (rid, json.dumps(method).encode())
+        if raw_params is not None:
+            body = head + b',"params":' + raw_params + b"}\n"
+        elif params is not None:
+            body = head + b',"params":' + json.dumps(params, separators=(",", ":")).encode() + b"}\n"
+        else:
+            body = head + b"}\n"
+        self.send(body)
+        resp = self.read_json(timeout)
+        if resp.get("id") != rid and not (allow_null_id and resp.get("id") is None and "error" in resp):
+            raise AssertionError(f"response for another id (expected {rid}): {str(resp)[:300]}")
+        return resp
+
+    def call(self, method, params=None, timeout=10.0):
+        resp = self.request(method, params, timeout=timeout)
+        if "error" in resp:
+            raise RPCError(resp)
+        return resp["result"]
+
+
+def parse_metrics(text: str) -> dict:
+    """Prometheus text → {(name, frozenset(labels)): value}."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)', line)
+        if not m:
+            continue
+        labels = frozenset(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
+        v = m.group(4)
+        out[(m.group(1), labels)] = float("inf") if v == "+Inf" else float(v)
+    return out
+
+
+def metric(m: dict, name: str, **labels) -> float:
+    """The sum of the samples of `name` whose labels include `labels`."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in m.items() if n == name and want <= set(ls))
+
+
+# ----------------------------------------------------------------------------- the daemon
+
+class Daemon:
+    """A ``herald serve`` in a scratch directory, configured against the gateways (if given)."""
+
+    def __init__(self, *, gateways: Gateways | None = None, transports=("apns", "fcm", "web"),
+                 delivery: dict | None = None, endpoints: dict | None = None, server: dict | None = None,
+                 apps: str = "", app_default_extra: str = "", allow_private=True, log_level="debug",
+                 metrics_listen: str = "", ns: Namespace | None = None, socket_mode="0600",
+                 token_uri: str | None = None, start=True, umask=None, dir_mode=0o700, run_gid=None,
+                 store_key: str | None = None):
+        self.gateways = gateways
+        self.ns = ns
+        self.dir = tempfile.mkdtemp(prefix="herald-rel-d-")
+        os.chmod(self.dir, dir_mode)
+        self.socket = os.path.join(self.dir, "herald.sock")
+        self.config = os.path.join(self.dir, "herald.conf")
+        self.log_path = os.path.join(self.dir, "stderr.log")
+        self.keys_dir = os.path.join(self.dir, "keys")
+        self.umask = umask
+        self.run_gid = run_gid
+        os.makedirs(self.keys_dir)
+        keys = Keys.shared()
+        Path(self.keys_dir, "apns.p8").write_text(keys.apns_pem)
+        Path(self.keys_dir, "vapid.pem").write_text(keys.vapid_pem)
+        if token_uri is None:
+            token_uri = f"https://127.0.0.1:{gateways.ports['fcm']}/token" if gateways else "https://127.0.0.1:9/token"
+        account = {"type": "service_account", "project_id": PROJECT_ID, "private_key_id": "k1",
+                   "private_key": keys.rsa_pem, "client_email": CLIENT_EMAIL, "token_uri": token_uri}
+        Path(self.keys_dir, "fcm.json").write_text(json.dumps(account))
+        for f in os.listdir(self.keys_dir):
+            os.chmod(os.path.join(self.keys_dir, f), 0o600)
+
+        ep = {}
+        if gateways:
+            ep = {"apns_production": f"https://127.0.0.1:{gateways.ports['apns']}",
+                  "apns_development": f"https://127.0.0.1:{gateways.ports['apns']}",
+                  "fcm": f"https://127.0.0.1:{gateways.ports['fcm']}",
+                  "ca_file": gateways.ca}
+        ep["webpush_allow_private"] = "true" if allow_private else "false"
+        ep.update(endpoints or {})
+        srv = {"socket": self.socket, "socket_mode": socket_mode, "state_dir": self.dir, "log_level": log_level}
+        srv.update(server or {})
+        deliv = dict(FAST_DELIVERY)
+        deliv.update(delivery or {})
+
+        def section(name, d):
+            return f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in d.items() if v is not None) + "\n"
+
+        self.store_key = os.path.join(self.dir, store_key or "store.key")
+        text = section("server", srv) + section("store", {"key": store_key or self.store_key})
+        text += section("delivery", deliv) + section("endpoints", ep)
+        if metrics_listen:
+            text += section("metrics", {"listen": metrics_listen})
+        text += "[app.default]\ndevice_cap = 20\n" + self.credentials(transports) + app_default_extra + "\n\n" + apps
+        Path(self.config).write_text(text)
+        self.proc = None
+        _CLEANUPS.append(self.cleanup)
+        if start:
+            self.start()
+
+    def credentials(self, transports) -> str:
+        lines = []
+        if "apns" in transports:
+            lines += [f"apns_key = {self.keys_dir}/apns.p8", f"apns_key_id = {KEY_ID}", f"apns_team_id = {TEAM_ID}",
+                      f"apns_topic = {TOPIC}"]
+        if "fcm" in transports:
+            lines.append(f"fcm_credentials = {self.keys_dir}/fcm.json")
+        if "web" in transports:
+            lines += [f"vapid_key = {self.keys_dir}/vapid.pem", "vapid_subject = mailto:ops@example.com"]
+        return "".join(line + "\n" for line in lines)
+
+    def start(self, timeout=20):
+        cmd = [HERALD_BIN, "serve", "--config", self.config]
+        if self.ns:
+            cmd = self.ns.prefix + cmd
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "WATCHDOG_USEC", "WATCHDOG_PID",
+                            "CREDENTIALS_DIRECTORY", "HERALD_CONFIG", "HERALD_SOCKET")}
+        umask, gid = self.umask, self.run_gid
+
+        def preexec():
+            if umask is not None:
+                os.umask(umask)
+            if gid is not None:
+                os.setgroups([])
+                os.setgid(gid)
+
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, stdin=subprocess.DEVNULL,
+                                     preexec_fn=preexec if (umask is not None or gid is not None) else None)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"herald exited with {self.proc.returncode}:\n{self.log(60)}")
+            try:
+                with RPC(self.socket, timeout=2) as c:
+                    c.call("system.health")
+                    return
+            except (OSError, TimeoutError, EOFError, RPCError, ValueError):
+                time.sleep(0.03)
+        raise RuntimeError("herald did not start:\n" + self.log(60))
+
+    @property
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=20) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                return -9
+        return self.proc.returncode
+
+    def kill9(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def cleanup(self):
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def log(self, tail=None) -> str:
+        try:
+            text = Path(self.log_path).read_text(errors="replace")
+        except OSError:
+            return ""
+        if tail:
+            return "\n".join(text.splitlines()[-tail:])
+        return text
+
+    def connect(self, timeout=10.0) -> RPC:
+        return RPC(self.socket, timeout)
+
+    def call(self, method, params=None, timeout=10.0):
+        with self.connect(timeout) as c:
+            return c.call(method, params, timeout=timeout)
+
+    def request(self, method, params=None, timeout=10.0):
+        with self.connect(timeout) as c:
+            return c.request(method, params, timeout=timeout)
+
+    def metrics(self) -> dict:
+        return parse_metrics(self.call("system.metrics")["text"])
+
+    def status(self, message_id):
+        return self.call("push.status", {"message_id": message_id, "detail": True})
+
+    def wait_complete(self, message_id, timeout=30.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            s = self.status(message_id)
+            if s["state"] == "complete" or time.monotonic() > deadline:
+                return s
+            time.sleep(0.05)
+
+    def send_wait(self, params, timeout_ms=30000):
+        p = dict(params, wait=True, timeout_ms=timeout_ms)
+        return self.call("push.send", p, timeout=timeout_ms / 1000 + 20)
+
+    def devices(self, user):
+        return self.call("device.list", {"user": user})["devices"]
+
+    def register(self, user, platform, token, **extra):
+        return self.call("device.register", {"user": user, "platform": platform, "token": token, **extra})
+
+    def register_many(self, params_list, chunk=200):
+        """Pipelined registrations on one connection; returns the device ids in order."""
+        out = []
+        with self.connect(30) as c:
+            for start in range(0, len(params_list), chunk):
+                part = params_list[start:start + chunk]
+                data = b"".join(
+                    json.dumps({"jsonrpc": "2.0", "id": start + i, "method": "device.register", "params": p},
+                               separators=(",", ":")).encode() + b"\n"
+                    for i, p in enumerate(part))
+                c.send(data)
+                by_id = {}
+                for _ in part:
+                    r = c.read_json(60)
+                    if "result" not in r:
+                        raise RPCError(r)
+                    by_id[r["id"]] = r["result"]["device_id"]
+                out += [by_id[start + i] for i in range(len(part))]
+        return out
+
+
+# ----------------------------------------------------------------------------- certificates
+
+class CertAuthority:
+    """A throw-away CA that signs leaf certificates for any names."""
+
+    def __init__(self, name="herald-reliability-ca"):
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self.cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+                     .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
+                     .not_valid_before(now - datetime.timedelta(days=1))
+                     .not_valid_after(now + datetime.timedelta(days=30))
+                     .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                     .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                                  content_commitment=False, key_encipherment=False,
+                                                  data_encipherment=False, key_agreement=False,
+                                                  encipher_only=False, decipher_only=False), critical=True)
+                     .sign(self.key, hashes.SHA256()))
+
+    def pem(self) -> bytes:
+        from cryptography.hazmat.primitives import serialization
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+    def leaf(self, dns_names=(), ips=(), directory=None) -> tuple[str, str]:
+        """Writes (cert.pem, key.pem) for these names; returns their paths."""
+        import ipaddress
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+        key = ec.generate_private_key(ec.SECP256R1())
+        cn = (list(dns_names) + list(ips) + ["leaf"])[0]
+        sans = [x509.DNSName(n) for n in dns_names] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
+                .issuer_name(self.cert.subject).public_key(key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=30))
+                .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+                .sign(self.key, hashes.SHA256()))
+        directory = directory or tempfile.mkdtemp(prefix="herald-rel-cert-")
+        tag = f"{cn}-{os.urandom(4).hex()}"
+        cp = os.path.join(directory, f"leaf-{tag}.pem")
+        kp = os.path.join(directory, f"leaf-{tag}-key.pem")
+        Path(cp).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        Path(kp).write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        return cp, kp
+
+
+# ----------------------------------------------------------------------------- fault listeners
+
+class FaultServer:
+    """A loopback TLS (or plain TCP) listener that misbehaves on purpose.
+
+    modes:
+      * ``reset``: TLS + HTTP/2 server preface; once a request's headers arrive (or for HTTP/1.1,
+        once a request line arrives) the TCP connection is aborted with RST (SO_LINGER 0):
+        a connection reset in the middle of a stream;
+      * ``tls`` : a TLS server with the given certificate that answers every request 200/201
+        (used with a certificate for another host name, or one from an untrusted CA, so that
+        the client's check is what fails);
+      * ``garbage``: not TLS at all: answers the ClientHello with plain text and closes;
+      * ``blackhole``: accepts and never says anything (a TLS handshake that never completes).
+    Records ``connections`` and ``requests`` seen.
+    """
+
+    def __init__(self, mode, cert=None, key=None, host="127.0.0.1", port=0, sock_factory=None):
+        self.mode = mode
+        self.cert, self.key = cert, key
+        self.connections = 0
+        self.requests = 0
+        self.handshakes = 0
+        self.errors: list[str] = []
+        self._stop = False
+        make = sock_factory or (lambda: self._listen(host, port))
+        self.sock = make()
+        self.port = self.sock.getsockname()[1]
+        self.ctx = None
+        if mode in ("reset", "tls"):
+            self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.ctx.load_cert_chain(cert, key)
+            self.ctx.set_alpn_protocols(["h2", "http/1.1"])
+        self._threads = []
+        t = threading.Thread(target=self._serve, daemon=True)
+        t.start()
+        self._threads.append(t)
+        _CLEANUPS.append(self.close)
+
+    @staticmethod
+    def _listen(host, port):
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        s.listen(64)
+        return s
+
+    def close(self):
+        self._stop = True
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def _serve(self):
+        self.sock.settimeout(0.2)
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            t = threading.Thread(target=self._handle, args=(conn,), daemon=True)
+            t.start()
+
+    @staticmethod
+    def _abort(sock):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        with contextlib.suppress(OSError):
+            sock.close()
+
+    def _handle(self, raw):
+        raw.settimeout(20)
+        try:
+            if self.mode == "blackhole":
+                while not self._stop:
+                    r, _, _ = select.select([raw], [], [], 0.2)
+                    if r and not raw.recv(65536):
+                        break
+                return
+            if self.mode == "garbage":
+                raw.recv(65536)
+                raw.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                raw.close()
+                return
+            try:
+                tls = self.ctx.wrap_socket(raw, server_side=True)
+            except (ssl.SSLError, OSError) as e:
+                self.errors.append(repr(e))
+                raw.close()
+                return
+            self.handshakes += 1
+            if tls.selected_alpn_protocol() == "h2":
+                self._h2(tls)
+            else:
+                self._h1(tls)
+        except Exception as e:  # noqa: BLE001
+            self.errors.append(repr(e))
+            with contextlib.suppress(OSError):
+                raw.close()
+
+    def _h1(self, tls):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = tls.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        self.requests += 1
+        if self.mode == "reset":
+            self._abort(tls)
+            return
+        head, _, rest = data.partition(b"\r\n\r\n")
+        m = re.search(rb"(?i)content-length:\s*(\d+)", head)
+        need = int(m.group(1)) if m else 0
+        while len(rest) < need:
+            chunk = tls.recv(65536)
+            if not chunk:
+                break
+            rest += chunk
+        tls.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        tls.close()
+
+    def _h2(self, tls):
+        import h2.config
+        import h2.connection
+        import h2.events
+
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
+        conn.initiate_connection()
+        tls.sendall(conn.data_to_send())
+        while not self._stop:
+            data = tls.recv(65536)
+            if not data:
+                return
+            try:
+                events = conn.receive_data(data)
+            except Exception:  # noqa: BLE001
+                return
+            for ev in events:
+                if isinstance(ev, h2.events.RequestReceived):
+                    self.requests += 1
+                    if self.mode == "reset":
+                        self._abort(tls)
+                        return
+                if isinstance(ev, h2.events.StreamEnded) and self.mode == "tls":
+                    conn.send_headers(ev.stream_id, [(":status", "200")], end_stream=True)
+            out = conn.data_to_send()
+            if out:
+                tls.sendall(out)
+
+
+class RecordingTLSProxy:
+    """An HTTPS (HTTP/1.1) listener that records each request's body and forwards the request to
+    ``target`` (an HTTPS host:port trusting ``target_ca``), answering with its answer. Used for
+    the FCM token endpoint, so that the OAuth assertion JWT Herald sends can be checked for."""
+
+    def __init__(self, cert, key, target, target_ca):
+        self.target, self.target_ca = target, target_ca
+        self.bodies: list[bytes] = []
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(cert, key)
+        self.ctx.set_alpn_protocols(["http/1.1"])
+        self.sock = FaultServer._listen("127.0.0.1", 0)
+        self.port = self.sock.getsockname()[1]
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+        _CLEANUPS.append(self.close)
+
+    def close(self):
+        self._stop = True
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def _serve(self):
+        self.sock.settimeout(0.2)
+        while not self._stop:
+            try:
+                c, _ = self.sock.accept()
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(c,), daemon=True).start()
+
+    def _handle(self, raw):
+        import http.client
+        try:
+            c = self.ctx.wrap_socket(raw, server_side=True)
+            c.settimeout(10)
+            while True:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = c.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                head, _, body = data.partition(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
+                headers = {k.strip().lower(): v.strip() for k, v in headers.items()}
+                need = int(headers.get("content-length", "0"))
+                while len(body) < need:
+                    body += c.recv(65536)
+                self.bodies.append(body)
+                ctx = ssl.create_default_context(cafile=self.target_ca)
+                up = http.client.HTTPSConnection(self.target[0], self.target[1], context=ctx, timeout=10)
+                fwd = {k: v for k, v in headers.items() if k in ("content-type", "accept")}
+                up.request(method, path, body=body, headers=fwd)
+                r = up.getresponse()
+                out = r.read()
+                up.close()
+                c.sendall(f"HTTP/1.1 {r.status} {r.reason}\r\nContent-Type: application/json\r\n"
+                          f"Content-Length: {len(out)}\r\n\r\n".encode() + out)
+        except Exception:  # noqa: BLE001
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                raw.close()
+
+
+class SlowAcceptProxy:
+    """A TCP listener that accepts each connection only after ``delay_s`` (None: never), then
+    pipes it to ``target`` (host, port). The kernel finishes the TCP handshake at once, so the
+    client sees a connection whose TLS handshake stalls until the accept."""
+
+    def __init__(self, target, delay_s):
+        self.target = target
+        self.delay_s = delay_s
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+        _CLEANUPS.append(self.close)
+
+    def close(self):
+        self._stop = True
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def _serve(self):
+        while not self._stop:
+            if self.delay_s is None:
+                time.sleep(0.2)
+                continue
+            # Wait for a connection to be queued, then hold it for the delay before accepting.
+            r, _, _ = select.select([self.sock], [], [], 0.2)
+            if not r:
+                continue
+            time.sleep(self.delay_s)
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._pipe, args=(c,), daemon=True).start()
+
+    def _pipe(self, c):
+        try:
+            u = socket.create_connection(self.target)
+        except OSError:
+            c.close()
+            return
+        socks = [c, u]
+        try:
+            while not self._stop:
+                r, _, _ = select.select(socks, [], [], 0.5)
+                for s in r:
+                    data = s.recv(65536)
+                    if not data:
+                        return
+                    (u if s is c else c).sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in socks:
+                with contextlib.suppress(OSError):
+                    s.close()
+
+
+class CanaryListener:
+    """Counts connections to (host, port); for proving that nothing was dialled."""
+
+    def __init__(self, host, port, sock=None):
+        self.sock = sock or FaultServer._listen(host, port)
+        self.host, self.port = host, port
+        self.hits = 0
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+        _CLEANUPS.append(self.close)
+
+    def _serve(self):
+        self.sock.settimeout(0.2)
+        while not self._stop:
+            try:
+                c, _ = self.sock.accept()
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+            self.hits += 1
+            c.close()
+
+    def close(self):
+        self._stop = True
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+# ----------------------------------------------------------------------------- peers
+
+def as_peer(uid, gid, fn, groups=()):
+    """Runs fn() in a forked child with this uid/gid (and supplementary groups); returns its
+    JSON-serialisable result (or raises what it raised, as RuntimeError)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.close(r)
+            os.setgroups(list(groups))
+            os.setgid(gid)
+            os.setuid(uid)
+            try:
+                out = {"ok": fn()}
+            except BaseException as e:  # noqa: BLE001
+                out = {"err": f"{type(e).__name__}: {e}", "errno": getattr(e, "errno", None)}
+            os.write(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while True:
+        chunk = os.read(r, 1 << 20)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return json.loads(data) if data else {"err": "child produced nothing"}
+
+
+def sha256_hex(s: str) -> str:
+    return hashlib.sha256(s.encode()).hexdigest()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "summary":
+        # summary [START_EPOCH_SECONDS [STATUS]]
+        elapsed = time.time() - float(sys.argv[2]) if len(sys.argv) > 2 else None
+        status = sys.argv[3] if len(sys.argv) > 3 else None
+        s = summary(elapsed, status)
+        print("reliability checks: faults injected={faults_injected} (fault cases={fault_cases}), "
+              "hostile inputs tried={hostile_inputs}, SSRF cases={ssrf} (registration {r}, send time {t}), "
+              "access checks={access_checks}{el}{st} -> build/reliability/checks.json".format(
+                  ssrf=s["ssrf_registration_cases"] + s["ssrf_send_time_cases"], r=s["ssrf_registration_cases"],
+                  t=s["ssrf_send_time_cases"], el=f", {s['elapsed_s']} s" if "elapsed_s" in s else "",
+                  st=f", pytest {status}" if status else "", **s))
+    elif len(sys.argv) >= 2 and sys.argv[1] == "reset":
+        shutil.rmtree(COUNTS_DIR, ignore_errors=True)
+    else:
+        print(__doc__)

@@ -1,0 +1,643 @@
+"""Provider faults, per transport (apns, fcm, web) × fault, through a real daemon.
+
+Each fault is one scenario: a daemon with all three transports, one user with one device per
+transport, one message. Every (transport, fault) cell then checks, for its own device:
+  * the final delivery state, attempts and reason in ``push.status`` detail, as SPEC.md
+    "Delivery rules" and docs/delivery.md "What an answer means" name them;
+  * the Prometheus counters that must move (herald_retries_total, herald_outcomes_total,
+    herald_provider_connect_failures_total, herald_provider_goaways_total,
+    herald_provider_timeouts_total, herald_transport_state), and those that must not
+    (herald_stale_removed_total);
+  * that ``device.list`` still holds every device: no fault deletes one.
+
+Faults the gateways cannot make (a connection reset mid-stream, TLS failures, a certificate for
+another host, DNS failures, a listener that accepts slowly or never) come from listeners in
+herald_fixtures.py. DNS is controlled by running the daemon in a mount namespace whose
+/etc/hosts the test writes (``hosts: files`` only: no DNS server is ever asked).
+
+Also here: the stale-storm guards per platform that the Swift suites do not cover yet
+(DeliveryRulesTests has the APNs 1,000-device storm and the FCM window cap).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from herald_fixtures import (CertAuthority, Daemon, FaultServer, Gateways, Namespace, SlowAcceptProxy, hex_token,
+                             metric, record_counts, reset_counts, web_keys)
+
+SUITE = "faults"
+TRANSPORTS = ("apns", "fcm", "web")
+MAX_RETRIES = 2
+DELIVERY = {"max_retries": MAX_RETRIES, "backoff_base_ms": 50, "backoff_max_ms": 200}
+USER = "fault-user"
+APNS_TOKEN = hex_token(1, prefix=0xFA)
+FCM_TOKEN = "fault-fcm-token"
+COUNTER_FAMILIES = ("herald_retries_total", "herald_outcomes_total", "herald_provider_connect_failures_total",
+                    "herald_provider_goaways_total", "herald_provider_timeouts_total", "herald_sends_total",
+                    "herald_stale_removed_total", "herald_provider_connections_opened_total")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _suite_counts():
+    reset_counts(SUITE)
+    yield
+
+
+@pytest.fixture(scope="module")
+def gw():
+    return Gateways.shared()
+
+
+@pytest.fixture(scope="module")
+def pki(gw, tmp_path_factory):
+    """Certificates for the TLS faults, and a CA bundle trusting the gateways' CA and ours."""
+    d = tmp_path_factory.mktemp("pki")
+    ca = CertAuthority()
+    bundle = d / "bundle.pem"
+    bundle.write_bytes(open(gw.ca, "rb").read() + ca.pem())
+    return {
+        "bundle": str(bundle),
+        "right": ca.leaf(dns_names=["localhost", "provider.herald.test"], ips=["127.0.0.1"], directory=str(d)),
+        "wrong_host": ca.leaf(dns_names=["other.herald.test"], directory=str(d)),
+        "untrusted": CertAuthority("not-trusted").leaf(dns_names=["localhost", "provider.herald.test"],
+                                                       ips=["127.0.0.1"], directory=str(d)),
+    }
+
+
+# ----------------------------------------------------------------------------- scenario runner
+
+@dataclass
+class Result:
+    fault: str
+    status: dict
+    before: dict
+    after: dict
+    kept: dict
+    elapsed: float
+    extra: dict = field(default_factory=dict)
+    log: str = ""
+
+    def device(self, transport):
+        for d in self.status["devices"]:
+            if d["platform"] == transport:
+                return d
+        raise AssertionError(f"no {transport} delivery in {self.status}")
+
+    def delta(self, name, **labels):
+        return metric(self.after, name, **labels) - metric(self.before, name, **labels)
+
+
+def _daemon(gw, *, endpoints=None, ns=None, delivery=None, ca_file=None, token_uri=None):
+    ep = dict(endpoints or {})
+    if ca_file:
+        ep["ca_file"] = ca_file
+    return Daemon(gateways=gw, endpoints=ep, ns=ns, delivery=dict(DELIVERY, **(delivery or {})),
+                  token_uri=token_uri)
+
+
+def _register(d, web_endpoint, web_sub=None):
+    keys = {"p256dh": web_sub["p256dh"], "auth": web_sub["auth"]} if web_sub else web_keys()
+    d.register(USER, "apns", APNS_TOKEN)
+    d.register(USER, "fcm", FCM_TOKEN)
+    d.register(USER, "web", web_endpoint, keys=keys)
+
+
+def _run(fault, d, *, sends=1, timeout_ms=60000, between=None, extra=None) -> Result:
+    """Sends `sends` messages (waiting for each), collects status, metrics and the devices."""
+    before = d.metrics()
+    t0 = time.monotonic()
+    status = None
+    ids = []
+    for i in range(sends):
+        if i and between:
+            between()
+        r = d.send_wait({"to": {"users": [USER]}}, timeout_ms=timeout_ms)
+        ids.append(r["message_id"])
+    elapsed = time.monotonic() - t0
+    statuses = [d.wait_complete(m, timeout=10) for m in ids]
+    status = statuses[0]
+    after = d.metrics()
+    listed = {x["platform"] for x in d.devices(USER)}
+    res = Result(fault, status, before, after, {t: t in listed for t in TRANSPORTS}, elapsed,
+                 dict(extra or {}, statuses=statuses, health=d.call("system.health")), d.log())
+    injected = sum(x["attempts"] - (1 if x["state"] == "delivered" else 0) for s in statuses for x in s["devices"])
+    record_counts(SUITE, faults_injected=max(injected, 0))
+    return res
+
+
+def _program_all(gw, entries_for):
+    """entries_for(gateway) -> programmed responses for our device on that gateway."""
+    gw.program("apns", entries_for("apns"), token=APNS_TOKEN)
+    gw.program("fcm", entries_for("fcm"), token=FCM_TOKEN)
+    sub = gw.subscription()
+    gw.program("webpush", entries_for("webpush"), token=sub["id"])
+    return sub
+
+
+def _gateway_scenario(gw, fault, entries_for, **kw):
+    gw.reset()
+    sub = _program_all(gw, entries_for)
+    d = _daemon(gw, delivery=kw.pop("delivery", None))
+    try:
+        _register(d, sub["endpoint"], sub)
+        res = _run(fault, d, extra={"sub": sub}, **kw)
+        res.extra["records"] = {
+            "apns": [r for r in gw.received("apns") if r.get("token") == APNS_TOKEN],
+            "fcm": [r for r in gw.received("fcm", kind="send") if r.get("token") == FCM_TOKEN],
+            "web": [r for r in gw.received("webpush") if r.get("token") == sub["id"]],
+        }
+        return res
+    finally:
+        d.cleanup()
+
+
+def _listener_scenario(gw, fault, server_port, *, host="127.0.0.1", ns=None, ca_file=None, delivery=None,
+                       extra=None):
+    """APNs, FCM and the Web Push endpoint all pointed at one listener of ours."""
+    gw.reset()
+    url = f"https://{host}:{server_port}"
+    d = _daemon(gw, endpoints={"apns_production": url, "apns_development": url, "fcm": url}, ns=ns,
+                ca_file=ca_file, delivery=delivery)
+    try:
+        _register(d, url + "/push/fault")
+        return _run(fault, d, extra=extra)
+    finally:
+        d.cleanup()
+
+
+def s_http_429(gw, pki):
+    def entries(g):
+        if g == "fcm":
+            return [{"error": "QUOTA_EXCEEDED", "retry_after": 1}, {"status": 200}]
+        if g == "apns":
+            return [{"status": 429, "reason": "TooManyRequests", "retry_after": 1}, {"status": 200}]
+        return [{"status": 429, "retry_after": 1}, {"status": 201}]
+    return _gateway_scenario(gw, "http_429_retry_after", entries)
+
+
+def s_http_500(gw, pki):
+    return _gateway_scenario(gw, "http_500", lambda g: [{"error": "INTERNAL"}] if g == "fcm" else [{"status": 500}])
+
+
+def s_http_503(gw, pki):
+    def entries(g):
+        if g == "fcm":
+            return [{"error": "UNAVAILABLE", "retry_after": 0}, {"status": 200}]
+        return [{"status": 503}, {"status": 201 if g == "webpush" else 200}]
+    return _gateway_scenario(gw, "http_503_then_ok", entries)
+
+
+def s_stream_reset(gw, pki):
+    return _gateway_scenario(gw, "stream_reset", lambda g: [{"reset": "CANCEL"}, {"status": 201 if g == "webpush" else 200}])
+
+
+def s_refused_stream(gw, pki):
+    return _gateway_scenario(gw, "refused_stream",
+                             lambda g: [{"reset": "REFUSED_STREAM"}, {"status": 201 if g == "webpush" else 200}])
+
+
+def s_no_answer(gw, pki):
+    return _gateway_scenario(gw, "no_answer", lambda g: [{"hang": True}, {"status": 201 if g == "webpush" else 200}],
+                             timeout_ms=60000)
+
+
+def s_goaway_unprocessed(gw, pki):
+    gw.reset()
+    for g in ("apns", "fcm", "webpush"):
+        gw.knobs(g, goaway_after=1, goaway_answer_last=False, goaway_times=1, goaway_reason="Shutdown")
+    token_uri = f"https://127.0.0.1:{gw.ports['fcm_h1']}/token"
+    gw.knobs("fcm", token_aud=[token_uri])
+    sub = gw.subscription()
+    # The OAuth token comes from the HTTP/1.1-only FCM listener, so that the one GOAWAY the
+    # gateway sends lands on the connection that carries the push.
+    d = _daemon(gw, token_uri=token_uri)
+    try:
+        _register(d, sub["endpoint"], sub)
+        res = _run("goaway_unprocessed", d, extra={"sub": sub})
+        counters = gw.stats()["counters"]
+        res.extra["gateway_goaways"] = {g: counters.get(f"{g}_goaways", 0) for g in ("apns", "fcm", "webpush")}
+        return res
+    finally:
+        d.cleanup()
+
+
+def s_goaway_answered(gw, pki):
+    """The push is answered, then GOAWAY; a second message must go out on a new connection."""
+    def entries(g):
+        ok = {"status": 201 if g == "webpush" else 200, "goaway": "Shutdown"}
+        return [ok, {"status": 201 if g == "webpush" else 200}]
+    gw.reset()
+    sub = _program_all(gw, entries)
+    d = _daemon(gw)
+    try:
+        _register(d, sub["endpoint"], sub)
+        res = _run("goaway_answered", d, sends=2, between=lambda: time.sleep(0.7), extra={"sub": sub})
+        res.extra["connections"] = {g: gw.connections(g) for g in ("apns", "fcm", "webpush")}
+        return res
+    finally:
+        d.cleanup()
+
+
+def s_connection_reset(gw, pki):
+    srv = FaultServer("reset", *pki["right"])
+    try:
+        return _listener_scenario(gw, "connection_reset", srv.port, ca_file=pki["bundle"],
+                                  extra={"server": srv})
+    finally:
+        srv.close()
+
+
+def s_tls_untrusted(gw, pki):
+    srv = FaultServer("tls", *pki["untrusted"])
+    try:
+        return _listener_scenario(gw, "tls_handshake_untrusted_ca", srv.port, ca_file=pki["bundle"],
+                                  extra={"server": srv})
+    finally:
+        srv.close()
+
+
+def s_tls_not_tls(gw, pki):
+    srv = FaultServer("garbage")
+    try:
+        return _listener_scenario(gw, "tls_handshake_not_tls", srv.port, ca_file=pki["bundle"],
+                                  extra={"server": srv})
+    finally:
+        srv.close()
+
+
+def s_tls_wrong_host(gw, pki):
+    """provider.herald.test resolves (in the daemon's namespace) to our listener, whose certificate
+    (from a trusted CA) names only other.herald.test."""
+    srv = FaultServer("tls", *pki["wrong_host"])
+    ns = Namespace(hosts="127.0.0.1 provider.herald.test\n")
+    try:
+        return _listener_scenario(gw, "tls_wrong_host", srv.port, host="provider.herald.test", ns=ns,
+                                  ca_file=pki["bundle"], extra={"server": srv})
+    finally:
+        srv.close()
+        ns.close()
+
+
+def _dns_scenario(gw, fault, *, dns):
+    """APNs and FCM endpoints that do not resolve; a Web Push endpoint that resolved at
+    registration and does not at send time."""
+    gw.reset()
+    ns = Namespace(hosts="127.0.0.1 web-gone.herald.test\n", dns=dns)
+    sub = gw.subscription()
+    url = "https://provider.nonexistent.invalid"
+    d = _daemon(gw, endpoints={"apns_production": url, "apns_development": url, "fcm": url}, ns=ns)
+    try:
+        _register(d, f"https://web-gone.herald.test:{gw.ports['webpush']}/push/{sub['id']}", sub)
+        ns.set_hosts("")
+        assert ns.resolve("web-gone.herald.test") == []
+        return _run(fault, d, extra={"sub": sub})
+    finally:
+        d.cleanup()
+        ns.close()
+
+
+def s_dns_nxdomain(gw, pki):
+    return _dns_scenario(gw, "dns_failure", dns=False)
+
+
+def s_dns_servfail(gw, pki):
+    # hosts: files dns, and the only name server (127.0.0.1:53) does not answer: EAI_AGAIN.
+    return _dns_scenario(gw, "dns_temporary_failure", dns=True)
+
+
+def _proxy_scenario(gw, fault, delay_s, delivery=None):
+    gw.reset()
+    proxies = {g: SlowAcceptProxy(("127.0.0.1", gw.ports[g]), delay_s) for g in ("apns", "fcm", "webpush")}
+    sub = gw.subscription()
+    d = _daemon(gw, endpoints={"apns_production": f"https://127.0.0.1:{proxies['apns'].port}",
+                               "apns_development": f"https://127.0.0.1:{proxies['apns'].port}",
+                               "fcm": f"https://127.0.0.1:{proxies['fcm'].port}"}, delivery=delivery)
+    try:
+        _register(d, f"https://127.0.0.1:{proxies['webpush'].port}/push/{sub['id']}", sub)
+        return _run(fault, d, extra={"sub": sub, "accepted": {g: p.accepted for g, p in proxies.items()}})
+    finally:
+        d.cleanup()
+        for p in proxies.values():
+            p.close()
+
+
+def s_accepts_slowly(gw, pki):
+    return _proxy_scenario(gw, "accepts_slowly", 2.0)
+
+
+def s_never_accepts(gw, pki):
+    # Each attempt waits out the 10 s connect timeout: one retry only, to keep the run short.
+    return _proxy_scenario(gw, "never_accepts", None, delivery={"max_retries": 1})
+
+
+def s_auth_rejected(gw, pki):
+    """Every answer refuses the credential: the transports go degraded, the deliveries are retried
+    and end failed; no device is deleted. Then the provider accepts again: ready."""
+    gw.reset()
+    sub = _program_all(gw, lambda g: [{"status": 403, "reason": "InvalidProviderToken"}] if g == "apns" else
+                       [{"error": "THIRD_PARTY_AUTH_ERROR"}] if g == "fcm" else [{"status": 403}])
+    d = _daemon(gw)
+    try:
+        _register(d, sub["endpoint"], sub)
+        res = _run("auth_rejected", d)
+        res.extra["degraded_metrics"] = res.after
+        res.extra["degraded_log"] = d.log()
+        for g, tok in (("apns", APNS_TOKEN), ("fcm", FCM_TOKEN), ("webpush", sub["id"])):
+            gw.program(g, [], token=tok)
+        r2 = d.send_wait({"to": {"users": [USER]}})
+        res.extra["recovery"] = r2
+        res.extra["recovered_metrics"] = d.metrics()
+        res.extra["recovered_health"] = d.call("system.health")
+        res.kept = {t: t in {x["platform"] for x in d.devices(USER)} for t in TRANSPORTS}
+        return res
+    finally:
+        d.cleanup()
+
+
+SCENARIOS = {
+    "http_429_retry_after": s_http_429,
+    "http_500": s_http_500,
+    "http_503_then_ok": s_http_503,
+    "no_answer": s_no_answer,
+    "stream_reset": s_stream_reset,
+    "refused_stream": s_refused_stream,
+    "connection_reset": s_connection_reset,
+    "goaway_unprocessed": s_goaway_unprocessed,
+    "goaway_answered": s_goaway_answered,
+    "tls_handshake_untrusted_ca": s_tls_untrusted,
+    "tls_handshake_not_tls": s_tls_not_tls,
+    "tls_wrong_host": s_tls_wrong_host,
+    "dns_failure": s_dns_nxdomain,
+    "dns_temporary_failure": s_dns_servfail,
+    "accepts_slowly": s_accepts_slowly,
+    "never_accepts": s_never_accepts,
+    "auth_rejected": s_auth_rejected,
+}
+# The two slowest scenarios (15 s request deadline, 10 s connect timeout) run side by side.
+PARALLEL_GROUPS = [("no_answer", "never_accepts")]
+_RESULTS: dict = {}
+_LOCK = threading.Lock()
+
+
+def result(fault, gw, pki) -> Result:
+    with _LOCK:
+        if fault not in _RESULTS:
+            group = next((g for g in PARALLEL_GROUPS if fault in g), (fault,))
+            errors = {}
+
+            def run(f):
+                try:
+                    _RESULTS[f] = SCENARIOS[f](gw, pki)
+                except BaseException as e:  # noqa: BLE001
+                    errors[f] = e
+
+            threads = [threading.Thread(target=run, args=(f,)) for f in group]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            record_counts(SUITE, fault_cases=3 * len(group))
+            if fault in errors:
+                raise errors[fault]
+        return _RESULTS[fault]
+
+
+# ----------------------------------------------------------------------------- the matrix
+
+WEB_DNS_BUG = (
+    "product bug: a Web Push endpoint whose host does not resolve at send time ends `failed` "
+    "(reason endpoint_unresolvable) on the first attempt, with no retry; SPEC.md 'Delivery rules' and "
+    "docs/delivery.md list DNS failures as transient (retry with backoff, then failed after max_retries). "
+    "Sources/WebPush/WebPushSender.swift process(): `.unresolvable, .resolutionFailed` -> "
+    "`.failed(reason: endpointUnresolvable)`. Repro: Tests/reliability/test_faults.py::"
+    "test_fault[web-dns_failure] (register https://web-gone.herald.test:PORT/push/ID while /etc/hosts "
+    "maps it to 127.0.0.1 in the daemon's mount namespace, remove the entry, push.send: attempts 1, "
+    "state failed, herald_retries_total{platform=web} unchanged)")
+
+CELLS = []
+for _fault in SCENARIOS:
+    for _t in TRANSPORTS:
+        marks = []
+        if _t == "web" and _fault in ("dns_failure", "dns_temporary_failure"):
+            marks.append(pytest.mark.xfail(strict=True, raises=AssertionError, reason=WEB_DNS_BUG))
+        CELLS.append(pytest.param(_fault, _t, id=f"{_t}-{_fault}", marks=marks))
+
+GATEWAY_OF = {"apns": "apns", "fcm": "fcm", "web": "webpush"}
+
+
+def _common(res: Result, t: str):
+    dev = res.device(t)
+    assert res.kept[t], f"{t}: the device was deleted by {res.fault}: {res.status}"
+    assert res.delta("herald_stale_removed_total", platform=t) == 0
+    assert res.status["counts"]["removed_stale"] == 0
+    return dev
+
+
+def _expect_delivered(res, t, *, attempts=None, max_attempts=None, retries=None):
+    dev = _common(res, t)
+    assert dev["state"] == "delivered", f"{t}: {dev}\n{res.log[-3000:]}"
+    assert dev["http_status"] in (200, 201)
+    if attempts is not None:
+        assert dev["attempts"] == attempts, dev
+    if max_attempts is not None:
+        assert 1 <= dev["attempts"] <= max_attempts, dev
+    if retries is not None:
+        assert res.delta("herald_retries_total", platform=t) == retries
+    assert res.delta("herald_outcomes_total", platform=t, outcome="delivered") >= 1
+    assert res.delta("herald_outcomes_total", platform=t, outcome="failed") == 0
+    return dev
+
+
+def _expect_exhausted(res, t, reason, *, attempts=MAX_RETRIES + 1):
+    dev = _common(res, t)
+    assert dev["state"] == "failed", f"{t}: {dev}\n{res.log[-3000:]}"
+    assert dev["attempts"] == attempts, dev
+    assert dev["reason"] == f"{reason} (retries exhausted)", dev
+    assert res.delta("herald_retries_total", platform=t) == attempts - 1
+    assert res.delta("herald_outcomes_total", platform=t, outcome="failed") == 1
+    assert res.delta("herald_outcomes_total", platform=t, outcome="delivered") == 0
+    return dev
+
+
+@pytest.mark.parametrize("fault,transport", CELLS)
+def test_fault(fault, transport, gw, pki):
+    res = result(fault, gw, pki)
+    t = transport
+    if fault == "http_429_retry_after":
+        _expect_delivered(res, t, attempts=2, retries=1)
+        recs = res.extra["records"][t]
+        assert len(recs) == 2, recs
+        gap = recs[1]["time"] - recs[0]["time"]
+        assert gap >= 0.95, f"{t}: the retry came {gap:.3f} s after a 429 with Retry-After: 1"
+    elif fault == "http_500":
+        dev = _expect_exhausted(res, t, {"apns": "InternalServerError", "fcm": "INTERNAL", "web": "http_500"}[t])
+        assert dev["http_status"] == 500
+    elif fault == "http_503_then_ok":
+        _expect_delivered(res, t, attempts=2, retries=1)
+    elif fault == "stream_reset":
+        _expect_delivered(res, t, attempts=2, retries=1)
+    elif fault == "refused_stream":
+        # APNs puts a refused stream back on its own queue (up to 3 times) before the scheduler
+        # sees it: one or two attempts, either way delivered.
+        _expect_delivered(res, t, max_attempts=2)
+    elif fault == "no_answer":
+        _expect_delivered(res, t, attempts=2, retries=1)
+        assert res.delta("herald_provider_timeouts_total", transport=t) >= 1
+        assert res.elapsed >= 14, "the first attempt waited for the 15 s deadline"
+    elif fault == "connection_reset":
+        _expect_exhausted(res, t, "connection_reset")
+        assert res.extra["server"].requests >= MAX_RETRIES + 1
+    elif fault == "goaway_unprocessed":
+        assert res.extra["gateway_goaways"][GATEWAY_OF[t]] == 1, res.extra["gateway_goaways"]
+        _expect_delivered(res, t, max_attempts=2)
+        assert res.delta("herald_provider_goaways_total", transport=t) >= 1
+    elif fault == "goaway_answered":
+        for s in res.extra["statuses"]:
+            d = next(x for x in s["devices"] if x["platform"] == t)
+            assert d["state"] == "delivered" and d["attempts"] == 1, d
+        assert res.delta("herald_provider_goaways_total", transport=t) >= 1
+        conns = res.extra["connections"][GATEWAY_OF[t]]
+        conns = conns.get("connections", conns) if isinstance(conns, dict) else conns
+        sends = [c for c in conns if c.get("requests")]
+        assert len(sends) >= 2, f"{t}: the message after GOAWAY did not use a new connection: {conns}"
+        assert res.kept[t]
+    elif fault in ("tls_handshake_untrusted_ca", "tls_handshake_not_tls", "tls_wrong_host"):
+        _expect_exhausted(res, t, "tls_failure")
+        assert res.delta("herald_provider_connect_failures_total", transport=t) >= MAX_RETRIES + 1
+        assert res.delta("herald_provider_connections_opened_total", transport=t) == 0
+        assert res.extra["server"].requests == 0, "no request may be sent over a connection that failed its check"
+    elif fault in ("dns_failure", "dns_temporary_failure"):
+        # SPEC: DNS failures are transient: retried, then failed once max_retries are spent.
+        dev = _common(res, t)
+        assert dev["state"] == "failed", dev
+        assert dev["attempts"] == MAX_RETRIES + 1, dev
+        assert dev["reason"].endswith("(retries exhausted)"), dev
+        assert res.delta("herald_retries_total", platform=t) == MAX_RETRIES
+        if t != "web":
+            assert dev["reason"] == "dns_failure (retries exhausted)", dev
+            assert res.delta("herald_provider_connect_failures_total", transport=t) >= 1
+    elif fault == "accepts_slowly":
+        _expect_delivered(res, t, attempts=1, retries=0)
+        assert res.elapsed >= 1.9, "the listener held the connection for 2 s"
+        assert res.delta("herald_provider_timeouts_total", transport=t) == 0
+    elif fault == "never_accepts":
+        _expect_exhausted(res, t, "timeout", attempts=2)
+        assert (res.delta("herald_provider_connect_failures_total", transport=t)
+                + res.delta("herald_provider_timeouts_total", transport=t)) >= 2
+    elif fault == "auth_rejected":
+        dev = _common(res, t)
+        assert dev["state"] == "failed" and dev["attempts"] == MAX_RETRIES + 1, dev
+        m = res.extra["degraded_metrics"]
+        assert metric(m, "herald_transport_state", app="default", transport=t, state="degraded") == 1, \
+            "the transport is degraded while the provider refuses the credential"
+        assert metric(m, "herald_transport_state", app="default", transport=t, state="ready") == 0
+        assert res.delta("herald_outcomes_total", platform=t, outcome="auth_rejected") >= 1
+        assert res.extra["health"]["transports"]["default"][t].startswith("degraded:")
+        assert res.extra["health"]["status"] == "degraded"
+        # The provider takes the credential again: delivered, and the transport is ready.
+        assert res.extra["recovery"]["counts"]["delivered"] == 3, res.extra["recovery"]
+        rm = res.extra["recovered_metrics"]
+        assert metric(rm, "herald_transport_state", app="default", transport=t, state="ready") == 1
+        assert metric(rm, "herald_transport_state", app="default", transport=t, state="degraded") == 0
+        assert res.extra["recovered_health"]["transports"]["default"][t] == "ready"
+    else:
+        raise AssertionError(f"no expectation for {fault}")
+
+
+# ----------------------------------------------------------------------------- stale storms per platform
+
+STORM = 1000
+
+
+def _storm_daemon(gw, **delivery):
+    gw.reset()
+    return Daemon(gateways=gw, delivery=dict(DELIVERY, **delivery))
+
+
+@pytest.mark.parametrize("platform", ["fcm", "web"])
+def test_stale_storm_deletes_none(platform, gw):
+    """100% stale answers on a 1,000-device fan-out: the batch breaker refuses every deletion
+    (the APNs storm is DeliveryRulesTests.staleStorm)."""
+    d = _storm_daemon(gw)
+    try:
+        keys = web_keys()
+        params = []
+        for i in range(STORM):
+            user = f"storm-{i // 10}"
+            if platform == "fcm":
+                params.append({"user": user, "platform": "fcm", "token": f"storm-fcm-{i}"})
+            else:
+                params.append({"user": user, "platform": "web", "keys": keys,
+                               "token": f"https://127.0.0.1:{gw.ports['webpush']}/push/storm-{i}"})
+        d.register_many(params)
+        if platform == "fcm":
+            gw.program("fcm", [{"error": "UNREGISTERED"}])
+        else:
+            gw.program("webpush", [{"status": 410}])
+        before = d.metrics()
+        r = d.send_wait({"to": {"users": [f"storm-{u}" for u in range(STORM // 10)]}}, timeout_ms=60000)
+        assert r["devices"] == STORM
+        assert r["state"] == "complete", r
+        assert r["counts"]["removed_stale"] == 0 and r["counts"]["failed"] == STORM, r["counts"]
+        stats = d.call("system.stats")
+        assert stats["devices"][platform] == STORM, "a stale storm deleted devices"
+        t = stats["transports"][platform]
+        assert t["breaker_trips"] == 1 and t["stale_refused"] == STORM and t["removed_stale"] == 0, t
+        after = d.metrics()
+        assert metric(after, "herald_stale_refused_total", platform=platform) - \
+            metric(before, "herald_stale_refused_total", platform=platform) == STORM
+        assert metric(after, "herald_breaker_trips_total", platform=platform) - \
+            metric(before, "herald_breaker_trips_total", platform=platform) == 1
+        assert metric(after, "herald_stale_removed_total", platform=platform) == 0
+        reasons = {x["reason"] for x in d.status(r["message_id"])["devices"]}
+        stale_reason = "UNREGISTERED" if platform == "fcm" else "http_410"
+        assert reasons == {f"{stale_reason} (stale; not deleted: breaker_tripped)"}, reasons
+        assert sum(len(d.devices(f"storm-{u}")) for u in range(0, STORM // 10, 9)) == 10 * len(range(0, 100, 9))
+        record_counts(SUITE, faults_injected=STORM, fault_cases=1)
+    finally:
+        d.cleanup()
+
+
+@pytest.mark.parametrize("platform", ["apns", "web"])
+def test_stale_trickle_stops_at_window_cap(platform, gw):
+    """Single-device messages, each answered stale: deletions stop at stale_window_cap per
+    platform in 60 s (the FCM case is DeliveryRulesTests.windowCap). Another platform's
+    window is its own."""
+    cap = 3
+    d = _storm_daemon(gw, stale_window_cap=cap)
+    try:
+        keys = web_keys()
+        for i in range(2 * cap):
+            if platform == "apns":
+                d.register(f"trickle-{i}", "apns", hex_token(i, prefix=0x7C))
+            else:
+                d.register(f"trickle-{i}", "web", f"https://127.0.0.1:{gw.ports['webpush']}/push/trickle-{i}",
+                           keys=keys)
+        # A witness on FCM: its window must be untouched by this platform's trickle.
+        d.register("trickle-fcm", "fcm", "trickle-fcm-token")
+        if platform == "apns":
+            gw.program("apns", [{"status": 410, "reason": "Unregistered"}])
+        else:
+            gw.program("webpush", [{"status": 410}])
+        gw.program("fcm", [{"error": "UNREGISTERED"}])
+        removed = refused = 0
+        for i in range(2 * cap):
+            r = d.send_wait({"to": {"users": [f"trickle-{i}"]}})
+            removed += r["counts"]["removed_stale"]
+            refused += r["counts"]["failed"]
+        assert (removed, refused) == (cap, cap)
+        left = sum(len(d.devices(f"trickle-{i}")) for i in range(2 * cap))
+        assert left == cap, "the devices over the cap are kept"
+        t = d.call("system.stats")["transports"][platform]
+        assert t["removed_stale"] == cap and t["stale_refused"] == cap and t["breaker_trips"] == 0, t
+        # FCM has a window of its own: its stale device is still deleted.
+        r = d.send_wait({"to": {"users": ["trickle-fcm"]}})
+        assert r["counts"]["removed_stale"] == 1, r
+        record_counts(SUITE, faults_injected=2 * cap + 1, fault_cases=1)
+    finally:
+        d.cleanup()

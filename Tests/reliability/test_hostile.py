@@ -1,0 +1,764 @@
+"""Hostile input for every method of docs/openrpc.json, and the SSRF corpus.
+
+The hostile corpus is generated from the OpenRPC document: for every method, every param (and
+the nested members of keys, to, alert, data, badge) gets wrong JSON types, huge numbers
+(2^63, 2^64, 1e308, 1e400, 4.9e-324, -0 …), a string just under the 4 MiB frame limit,
+10,000 levels of nested arrays and objects, invalid UTF-8, raw and escaped NUL bytes, and
+duplicate keys; every method also gets bad params containers and duplicate top-level members.
+Each case must get the documented error (-32700 / -32600 / -32602 with data.field and
+data.reason), nothing may be stored (device.list, system.stats device counts, queue, no
+push_accepted), and the SAME connection must then answer a valid system.health.
+BadInputTests.swift has a hand-written corpus of semantic mistakes; this one is the
+mechanical, type- and encoding-level sweep.
+
+The daemon runs in a network namespace of its own (loopback only), so that even a send
+accepted by mistake can reach nothing.
+
+SSRF: the registration corpus is built from /work/shared/reference/webpush.md §4 (the
+Mastodon and Fluxer deny lists, the embedded-IPv4 forms, the pixelfed review's misses, the
+once-campfire examples), as IP literals, alternative spellings, and host names the test
+resolves through the namespace's /etc/hosts. At send time: endpoints registered while their
+names resolved to a "public" address (44.1.2.3, which exists only on the namespace's
+loopback) and rebound to private ones before the send must be refused without a connection
+(canary listeners on every private address count connections), and the devices kept.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+
+import pytest
+
+from herald_fixtures import REPO, Daemon, Namespace, CanaryListener, FaultServer, RPC, hex_token, metric, \
+    record_counts, reset_counts, web_keys
+
+SUITE = "hostile"
+OPENRPC = json.loads((REPO / "docs" / "openrpc.json").read_text())
+PUBLIC = "44.1.2.3"            # "public" stand-in: lives only on the namespace's loopback
+PUBLIC6 = "2606:4700:4700::1111"
+HU = "hostile-user"            # every register/unregister base uses this user: it must stay empty
+WIT = "hostile-witness"        # devices that hostile calls aim at: they must stay as they are
+APNS_TOK = hex_token(7, prefix=0x40)
+FRAME_LIMIT = 4 * 1024 * 1024
+HUGE_STRING_LEN = FRAME_LIMIT - 4096
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _suite_counts():
+    reset_counts(SUITE)
+    yield
+
+
+@pytest.fixture(scope="module")
+def ns():
+    n = Namespace(net=True, addresses=[PUBLIC, PUBLIC6],
+                  hosts=f"{PUBLIC} public.herald.test\n{PUBLIC} witness.herald.test\n")
+    yield n
+    n.close()
+
+
+@pytest.fixture(scope="module")
+def daemon(ns):
+    d = Daemon(transports=("web",), allow_private=False, ns=ns,
+               apps="[app.locked]\nallow_uids = 4242\n\n[app.other]\ndevice_cap = 5\n")
+    yield d
+    assert d.running, "the daemon died during the suite:\n" + d.log(60)
+    d.cleanup()
+
+
+@pytest.fixture(scope="module")
+def witness(daemon):
+    keys = web_keys()
+    ids = {
+        "fcm": daemon.register(WIT, "fcm", "witness-fcm-token", name="w", session="witness-session",
+                               registration_id="witness-rid", version=3)["device_id"],
+        "apns": daemon.register(WIT, "apns", hex_token(9, prefix=0x41))["device_id"],
+        "web": daemon.register(WIT, "web", "https://witness.herald.test/push/w", keys=keys)["device_id"],
+    }
+    return ids
+
+
+# ----------------------------------------------------------------------------- the corpus
+
+def _resolve(schema):
+    while "$ref" in schema:
+        node = OPENRPC
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            node = node[part]
+        schema = node
+    return schema
+
+
+def _kinds(schema) -> set:
+    s = _resolve(schema)
+    if "type" in s:
+        t = s["type"]
+        return set(t if isinstance(t, list) else [t])
+    out = set()
+    for key in ("anyOf", "oneOf", "allOf"):
+        for sub in s.get(key, []):
+            out |= _kinds(sub)
+    return out
+
+
+def method_params():
+    """{method: [(name, schema, required)]} from docs/openrpc.json."""
+    out = {}
+    for m in OPENRPC["methods"]:
+        params = []
+        for p in m["params"]:
+            p = _resolve(p)
+            params.append((p["name"], p.get("schema", {}), p.get("required", False)))
+        out[m["name"]] = params
+    return out
+
+
+KEYS = {"p256dh": "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4",
+        "auth": "BTBZMqHH6r4Tts7J_aSIgg"}
+REG_FCM = {"user": HU, "platform": "fcm", "token": "hostile-fcm-token"}
+REG_APNS = {"user": HU, "platform": "apns", "token": APNS_TOK}
+REG_WEB = {"user": HU, "platform": "web", "token": "https://public.herald.test/push/hostile", "keys": KEYS}
+MSG = "0" * 32
+
+
+def base_for(method, param, witness):
+    """A valid params object of `method` that contains `param`."""
+    if method == "device.register":
+        if param == "keys":
+            return dict(REG_WEB)
+        if param == "environment":
+            return dict(REG_APNS, environment="production")
+        if param in ("registration_id", "version"):
+            return dict(REG_FCM, registration_id="hostile-rid", version=1)
+        extra = {"name": "n", "app_version": "1.0", "session": "s"}
+        return dict(REG_FCM, **({param: extra[param]} if param in extra else {}))
+    if method == "device.unregister":
+        if param in ("platform", "token", "environment"):
+            return {"user": HU, "platform": "apns", "token": APNS_TOK, "environment": "production"}
+        if param in ("registration_id", "version"):
+            return {"user": HU, "registration_id": "hostile-rid", "version": 1}
+        return {"user": HU, "device_id": "f" * 32}
+    if method in ("device.list", "user.forget"):
+        return {"user": HU}
+    if method == "session.end":
+        return {"user": HU, "session": "s"}
+    if method == "push.send":
+        base = {"to": {"users": [WIT]}}
+        sample = {"kind": "notification", "data": {"k": "v"}, "alert": {"loc_key": "L"}, "badge": 1,
+                  "collapse_key": "c", "priority": "high", "ttl": 60, "idempotency_key": "i", "wait": False}
+        if param == "timeout_ms":
+            base.update(wait=True, timeout_ms=10)
+        elif param in sample:
+            base[param] = sample[param]
+        return base
+    if method in ("push.status", "push.cancel"):
+        return {"message_id": MSG, **({"detail": True} if param == "detail" else {})}
+    return {}
+
+
+# Nested members that get the same treatment as params: (method, path, kind, base-maker).
+def nested_targets(witness):
+    def send(**kw):
+        return dict({"to": {"users": [WIT]}}, **kw)
+    return [
+        ("device.register", ("keys", "p256dh"), "string", lambda: dict(REG_WEB, keys=dict(KEYS)), True),
+        ("device.register", ("keys", "auth"), "string", lambda: dict(REG_WEB, keys=dict(KEYS)), True),
+        ("push.send", ("to", "users"), "array", lambda: send(), True),
+        ("push.send", ("to", "users", 0), "string", lambda: send(), True),
+        ("push.send", ("to", "devices"), "array", lambda: {"to": {"devices": [witness["fcm"]]}}, True),
+        ("push.send", ("to", "devices", 0), "string", lambda: {"to": {"devices": [witness["fcm"]]}}, True),
+        ("push.send", ("alert", "loc_key"), "string", lambda: send(alert={"loc_key": "L"}), False),
+        ("push.send", ("alert", "title_loc_key"), "string", lambda: send(alert={"title_loc_key": "T"}), False),
+        ("push.send", ("alert", "body_loc_key"), "string", lambda: send(alert={"body_loc_key": "B"}), False),
+        ("push.send", ("alert", "loc_args"), "array", lambda: send(alert={"loc_args": ["a"]}), False),
+        ("push.send", ("alert", "loc_args", 0), "string", lambda: send(alert={"loc_args": ["a"]}), True),
+        ("push.send", ("data", "k"), "string", lambda: send(data={"k": "v"}), True),
+        ("push.send", ("badge", WIT), "integer", lambda: send(badge={WIT: 1}), True),
+    ]
+
+
+# Strings whose content is free (user ids, names, opaque keys): an escaped NUL in them is a
+# matter of semantics (test_nul_in_free_form_strings), not a must-refuse.
+FREE_FORM = {("user",), ("name",), ("app_version",), ("session",), ("registration_id",), ("idempotency_key",),
+             ("collapse_key",), ("to", "users", 0), ("alert", "loc_key"), ("alert", "title_loc_key"),
+             ("alert", "body_loc_key"), ("alert", "loc_args", 0), ("data", "k")}
+
+WRONG_TYPE_VALUES = {
+    "string": b'"x"', "integer": b"7", "number": b"1.5", "true": b"true", "false": b"false",
+    "array": b'["x"]', "object": b'{"x":"y"}', "empty_array": b"[]", "empty_object": b"{}",
+}
+JSON_TYPE_OF = {"string": "string", "integer": "integer", "number": "number", "true": "boolean",
+                "false": "boolean", "array": "array", "object": "object", "empty_array": "array",
+                "empty_object": "object"}
+HUGE_NUMBERS = [b"9223372036854775808", b"18446744073709551616", b"-9223372036854775809", b"1e308",
+                b"-1e308", b"1e400", b"4.9e-324", b"1e-400", b"123456789012345678901234567890", b"-0"]
+BAD_UTF8 = {"xff": b"\xff", "overlong_slash": b"\xc0\xaf", "surrogate": b"\xed\xa0\x80",
+            "truncated": b"\xe2\x82", "overlong_nul": b"\xc0\x80", "beyond_u10ffff": b"\xf4\x90\x80\x80"}
+DEEP = 10_000
+
+
+class Case:
+    __slots__ = ("method", "label", "message", "codes", "field", "null_id_ok", "push")
+
+    def __init__(self, method, label, message: bytes, codes, field=None, null_id_ok=False):
+        self.method = method
+        self.label = label
+        self.message = message          # the whole request, without the id (see with_id)
+        self.codes = set(codes)
+        self.field = field
+        self.null_id_ok = null_id_ok
+        self.push = method == "push.send"
+
+    def __repr__(self):
+        return f"{self.method} — {self.label}"
+
+
+def enc(v) -> bytes:
+    return json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def field_name(path) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (("." if out else "") + p)
+    return out
+
+
+MARK = "\u2603MARK\u2603"
+
+
+def render(params, path, raw: bytes, dup: bytes | None = None) -> bytes:
+    """params with the value at `path` replaced by the raw JSON `raw` (and, with `dup`, the
+    member written twice: first `dup`, then `raw`)."""
+    p = copy.deepcopy(params)
+    node = p
+    for k in path[:-1]:
+        node = node[k]
+    last = path[-1]
+    if dup is not None:
+        # Written by hand: JSON objects cannot hold a key twice.
+        node[last] = MARK
+        text = enc(p)
+        key = enc(last)
+        return text.replace(key + b":" + enc(MARK), key + b":" + dup + b"," + key + b":" + raw)
+    node[last] = MARK
+    return enc(p).replace(enc(MARK), raw)
+
+
+def request(method: str, params_raw: bytes | None) -> bytes:
+    head = b'{"jsonrpc":"2.0","id":@ID@,"method":' + enc(method)
+    return head + (b',"params":' + params_raw if params_raw is not None else b"") + b"}"
+
+
+def _value_at(base, path):
+    node = base
+    for k in path:
+        if isinstance(k, int):
+            if not isinstance(node, list) or k >= len(node):
+                return None
+        elif not isinstance(node, dict) or k not in node:
+            return None
+        node = node[k]
+    return node
+
+
+def target_cases(method, path, kind_set, base, *, required, frame_sized=False):
+    f = field_name(path)
+    out = []
+    top = path[0]
+    # Wrong JSON types (a value of the target's own type, even an empty one, is skipped).
+    for name, raw in WRONG_TYPE_VALUES.items():
+        jt = JSON_TYPE_OF[name]
+        if jt in kind_set or (jt == "integer" and "number" in kind_set):
+            continue
+        out.append(Case(method, f"{f}: wrong type {name}", request(method, render(base, path, raw)), {-32602}, f))
+    # null: refused where a value is required (for an optional member null reads as absent, as
+    # "app": null is documented to). Which member data.field names may be the enclosing one
+    # ({"to": {"devices": null}} is "to.users": one of the two is missing).
+    if required:
+        out.append(Case(method, f"{f}: null", request(method, render(base, path, b"null")), {-32602},
+                        f if len(path) == 1 else None))
+    # Huge numbers.
+    for raw in HUGE_NUMBERS:
+        if raw == b"-0" and kind_set & {"integer", "number"}:
+            continue  # -0 is the integer 0: a valid value
+        out.append(Case(method, f"{f}: number {raw.decode()}", request(method, render(base, path, raw)), {-32602}, f))
+    # A long string: just under the 4 MiB frame limit where `frame_sized` (the daemon reads about
+    # 10 MB/s, so not for every target), 64 KiB elsewhere.
+    if frame_sized:
+        huge = b'"' + b"A" * HUGE_STRING_LEN + b'"'
+        msg = request(method, render(base, path, huge))
+        overflow = len(msg) + 16 - FRAME_LIMIT
+        if overflow > 0:
+            huge = b'"' + b"A" * (HUGE_STRING_LEN - overflow) + b'"'
+            msg = request(method, render(base, path, huge))
+    else:
+        huge = b'"' + b"A" * 65536 + b'"'
+        msg = request(method, render(base, path, huge))
+    out.append(Case(method, f"{f}: string of {len(huge) - 2} bytes", msg, {-32602}, f))
+    # 10,000 levels of nesting.
+    out.append(Case(method, f"{f}: {DEEP} nested arrays",
+                    request(method, render(base, path, b"[" * DEEP + b"]" * DEEP)), {-32700, -32600, -32602},
+                    null_id_ok=True))
+    out.append(Case(method, f"{f}: {DEEP} nested objects",
+                    request(method, render(base, path, b'{"a":' * DEEP + b"1" + b"}" * DEEP)),
+                    {-32700, -32600, -32602}, null_id_ok=True))
+    # Invalid UTF-8 and a raw NUL: not JSON.
+    for name, bad in BAD_UTF8.items():
+        out.append(Case(method, f"{f}: invalid UTF-8 ({name})",
+                        request(method, render(base, path, b'"ok' + bad + b'ok"')), {-32700}, null_id_ok=True))
+    out.append(Case(method, f"{f}: raw NUL byte", request(method, render(base, path, b'"a\x00b"')), {-32700},
+                    null_id_ok=True))
+    # An escaped NUL: refused wherever the content is constrained.
+    if path not in FREE_FORM:
+        codes = {-32602, 1004} if top == "app" else {-32602}
+        out.append(Case(method, f"{f}: escaped NUL", request(method, render(base, path, b'"a\\u0000b"')), codes,
+                        None if top == "app" else f))
+    # The member given twice (objects only, not an array index).
+    value = _value_at(base, path)
+    if not isinstance(path[-1], int) and value is not None:
+        out.append(Case(method, f"{f}: given twice", request(method, render(base, path, enc(value), dup=enc(value))),
+                        {-32602}, f))
+    return out
+
+
+def method_cases(method):
+    out = []
+    for name, raw in (("array (positional)", b'["x"]'), ("empty array", b"[]")):
+        out.append(Case(method, f"params {name}", request(method, raw), {-32602}, "params"))
+    for name, raw in (("a number", b"5"), ("a string", b'"app=default"'), ("true", b"true"), ("null", b"null")):
+        out.append(Case(method, f"params {name}", request(method, raw), {-32600}))
+    head = b'{"jsonrpc":"2.0","id":@ID@,"method":' + enc(method)
+    out.append(Case(method, "method given twice", head + b',"method":' + enc(method) + b"}", {-32600}))
+    out.append(Case(method, "params given twice", head + b',"params":{},"params":{}}', {-32600}))
+    out.append(Case(method, "jsonrpc given twice", b'{"jsonrpc":"2.0",' + head[1:] + b"}", {-32600}))
+    out.append(Case(method, "id given twice", head + b',"id":@ID@}', {-32600}, null_id_ok=True))
+    out.append(Case(method, "params: a member name with invalid UTF-8", request(method, b'{"us\xffer":"x"}'), {-32700},
+                    null_id_ok=True))
+    # (data.field may name a missing required param instead: both are right.)
+    out.append(Case(method, "params: a member name with an escaped NUL", request(method, b'{"us\\u0000er":"x"}'),
+                    {-32602}))
+    out.append(Case(method, f"params: {DEEP} nested objects", request(method, b'{"a":' * DEEP + b"1" + b"}" * DEEP),
+                    {-32700, -32600, -32602}, null_id_ok=True))
+    out.append(Case(method, "params: 20,000 unknown members",
+                    request(method, b"{" + b",".join(b'"m%d":%d' % (i, i) for i in range(20_000)) + b"}"),
+                    {-32602}))
+    out.append(Case(method, f"the request itself: {DEEP} nested arrays", b"[" * DEEP + b"]" * DEEP,
+                    {-32700, -32600}, null_id_ok=True))
+    return out
+
+
+def build_corpus(witness):
+    cases = []
+    params = method_params()
+    for method, plist in params.items():
+        cases += method_cases(method)
+        framed = False
+        for name, schema, required in plist:
+            kinds = _kinds(schema)
+            if name == "token":
+                kinds = {"string"}
+            if not kinds:
+                raise AssertionError(f"no type for {method}.{name} in docs/openrpc.json")
+            base = base_for(method, name, witness)
+            if name not in base:
+                base = dict(base, **{name: "default" if name == "app" else "x"})
+            # One param per method gets the frame-sized string: the first one after app.
+            frame_sized = not framed and (name != "app" or len(plist) == 1)
+            framed = framed or frame_sized
+            cases += target_cases(method, (name,), kinds, base, required=required, frame_sized=frame_sized)
+    for method, path, kind, make, required in nested_targets(witness):
+        cases += target_cases(method, path, {kind}, make(), required=required,
+                              frame_sized=path in FRAME_SIZED_NESTED)
+    return cases
+
+
+FRAME_SIZED_NESTED = {("keys", "p256dh"), ("to", "users", 0), ("data", "k")}
+
+
+# ----------------------------------------------------------------------------- the run
+
+class State:
+    """What must not change: the hostile user's and the witness's devices, the counts, the queue."""
+
+    def __init__(self, c: RPC):
+        self.c = c
+        self.snapshot = self.take()
+
+    def take(self):
+        """One write: system.health, both device lists and system.stats; the four answers."""
+        reqs = [("h", "system.health", {}), ("a", "device.list", {"user": HU}), ("b", "device.list", {"user": WIT}),
+                ("s", "system.stats", {})]
+        self.c.send(b"".join(enc({"jsonrpc": "2.0", "id": i, "method": m, "params": p}) + b"\n" for i, m, p in reqs))
+        got = {}
+        for _ in reqs:
+            r = self.c.read_json(30)
+            if "result" not in r:
+                raise AssertionError(f"a valid request failed: {r}")
+            got[r["id"]] = r["result"]
+        return {
+            "health": got["h"]["status"],
+            "hostile": got["a"]["devices"],
+            "witness": got["b"]["devices"],
+            "devices": got["s"]["devices"],
+            "queue": {k: got["s"]["queue"][k] for k in ("depth", "in_flight")},
+        }
+
+
+def test_every_method_is_covered():
+    names = {m["name"] for m in OPENRPC["methods"]}
+    expected = {"device.register", "device.unregister", "device.list", "session.end", "user.forget", "push.send",
+                "push.status", "push.cancel", "system.health", "system.stats", "system.metrics",
+                "vapid.public_key", "rpc.discover"}
+    assert expected <= names, expected - names
+    for m, plist in method_params().items():
+        assert any(p[0] == "app" for p in plist), f"{m} takes no app"
+
+
+def test_hostile_corpus(daemon, witness):
+    cases = build_corpus(witness)
+    assert len(cases) > 1000
+    failures = []
+    pushes_accepted = daemon.log().count("push_accepted")
+    c = daemon.connect(timeout=30)
+    state = State(c)
+    rid = 1_000_000
+    t0 = time.monotonic()
+    for case in cases:
+        rid += 1
+        msg = case.message.replace(b"@ID@", str(rid).encode())
+        try:
+            c.send(msg + b"\n")
+            line = c.read_line(30)
+        except (OSError, TimeoutError) as e:
+            failures.append(f"{case}: no answer ({e!r})")
+            c.close()
+            c = daemon.connect(timeout=30)
+            state.c = c
+            continue
+        if line is None:
+            failures.append(f"{case}: the daemon closed the connection")
+            c = daemon.connect(timeout=30)
+            state.c = c
+            continue
+        try:
+            resp = json.loads(line)
+        except ValueError:
+            failures.append(f"{case}: the answer is not JSON: {line[:200]!r}")
+            continue
+        err = resp.get("error")
+        problems = []
+        if "result" in resp or not err:
+            problems.append(f"succeeded: {str(resp)[:300]}")
+        else:
+            if err.get("code") not in case.codes:
+                problems.append(f"code {err.get('code')} not in {sorted(case.codes)}: {str(resp)[:300]}")
+            if resp.get("id") != rid and not (case.null_id_ok and resp.get("id") is None):
+                problems.append(f"id {resp.get('id')!r}, expected {rid}")
+            data = err.get("data")
+            if err.get("code") == -32602:
+                if not isinstance(data, dict) or not data.get("reason"):
+                    problems.append(f"-32602 without data.reason: {str(resp)[:300]}")
+                elif case.field is not None and data.get("field") != case.field:
+                    problems.append(f"data.field {data.get('field')!r}, expected {case.field!r}")
+        # The same connection answers a valid request.
+        try:
+            now = state.take()
+            if now["health"] != "ok":
+                problems.append(f"system.health afterwards: {now['health']}")
+            if now != state.snapshot:
+                problems.append(f"something was stored or changed: {now} != {state.snapshot}")
+                state.snapshot = now
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"the connection did not answer system.health afterwards: {e!r}")
+            c.close()
+            c = daemon.connect(timeout=30)
+            state.c = c
+        if problems:
+            failures.append(f"{case}: " + "; ".join(problems))
+        if not daemon.running:
+            failures.append(f"{case}: THE DAEMON DIED\n{daemon.log(40)}")
+            break
+    elapsed = time.monotonic() - t0
+    c.close()
+    accepted = daemon.log().count("push_accepted") - pushes_accepted
+    if accepted:
+        failures.append(f"{accepted} hostile push.send calls were accepted (push_accepted in the log)")
+    record_counts(SUITE, hostile_inputs=len(cases))
+    print(f"\nhostile inputs tried: {len(cases)} in {elapsed:.1f} s "
+          f"({len({c.method for c in cases})} methods); failures: {len(failures)}")
+    assert not failures, f"{len(failures)} of {len(cases)} hostile inputs misbehaved:\n" + "\n".join(failures[:80])
+
+
+def test_pipelined_hostile_inputs_keep_the_connection(daemon, witness):
+    """Many bad messages in one write (parse errors, invalid UTF-8, NUL, deep nesting between
+    valid requests): each gets its own answer, and the valid ones are served."""
+    good = b'{"jsonrpc":"2.0","id":"g%d","method":"device.list","params":{"user":"' + WIT.encode() + b'"}}'
+    bad = [b'{"jsonrpc":"2.0","id":1,"method":"device.list","params":{"user":"\xff"}}',
+           b'{"jsonrpc":"2.0","id":2,"method":"device.list","params":{"user":"a\x00b"}}',
+           b"[" * DEEP + b"]" * DEEP,
+           b'{"jsonrpc":"2.0","id":3,"method":"device.list","params":{"user":' + b"[" * DEEP + b"]" * DEEP + b"}}",
+           b'{"jsonrpc":"2.0","id":4,"method":"device.list","params":{"user":"x","user":"y"}}']
+    stream = b""
+    for i, b in enumerate(bad * 4):
+        stream += (good % i) + b"\n" + b + b"\n"
+    n = len(bad) * 4
+    with daemon.connect(30) as c:
+        c.send(stream + (good % 999) + b"\n")
+        answers = [c.read_json(30) for _ in range(2 * n + 1)]
+        ids = [a.get("id") for a in answers]
+        for i in list(range(n)) + [999]:
+            a = next(x for x in answers if x.get("id") == f"g{i}")
+            assert len(a["result"]["devices"]) == 3
+        errors = [a for a in answers if "error" in a]
+        assert len(errors) == n, ids
+        assert c.call("system.health")["status"] == "ok"
+    record_counts(SUITE, hostile_inputs=n)
+
+
+def test_over_the_frame_limit_is_refused_and_closed(daemon, witness):
+    """One byte over 4 MiB: one -32600 and the connection is closed (documented); another
+    connection is unaffected and nothing was stored."""
+    params = b'{"user":"' + HU.encode() + b'","platform":"fcm","token":"' + b"T" * (FRAME_LIMIT) + b'"}'
+    msg = request("device.register", params).replace(b"@ID@", b"1")
+    with daemon.connect(30) as other, daemon.connect(30) as c:
+        c.send(msg + b"\n")
+        r = c.read_json(30)
+        assert r["error"]["code"] == -32600, r
+        assert c.eof(5), "the connection stays open after an oversized message"
+        assert other.call("device.list", {"user": HU})["devices"] == []
+    record_counts(SUITE, hostile_inputs=1)
+
+
+# ----------------------------------------------------------------------------- NUL in free-form strings
+
+NUL_TRUNCATION = (
+    "product bug: strings are bound to SQLite as C strings, so everything after a NUL is dropped "
+    "(Sources/HeraldStore/SQLite.swift: sqlite3_bind_text(stmt, index, v, -1, …)). Repro: "
+    "device.register {user:'alice', platform:'fcm', token:'a'}; device.register {user:'alice\\u0000evil', "
+    "platform:'fcm', token:'b'} succeeds; device.list {user:'alice'} now lists both devices, "
+    "device.list {user:'alice\\u0000evil'} lists alice's, and user.forget {user:'alice\\u0000evil'} removes "
+    "alice's devices (removed: 2). The same truncation stores name 'a\\u0000b' as 'a'.")
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NUL_TRUNCATION)
+def test_nul_in_user_is_refused_or_kept_whole(daemon):
+    """A user id with a NUL must be refused, or be a user of its own: never another user."""
+    victim = "nul-victim"
+    mine = daemon.register(victim, "fcm", "nul-victim-token")["device_id"]
+    try:
+        r = daemon.request("device.register", {"user": victim + "\u0000evil", "platform": "fcm",
+                                               "token": "nul-evil-token"})
+        if "error" in r:
+            assert r["error"]["code"] == -32602 and r["error"]["data"]["field"] == "user", r
+        assert [d["device_id"] for d in daemon.devices(victim)] == [mine], "the NUL user's device landed on the victim"
+        assert mine not in [d["device_id"] for d in daemon.devices(victim + "\u0000evil")]
+        daemon.call("user.forget", {"user": victim + "\u0000x"})
+        assert [d["device_id"] for d in daemon.devices(victim)] == [mine], "user.forget of a NUL user removed the victim's devices"
+        s = daemon.call("push.send", {"to": {"users": [victim + "\u0000x"]}})
+        assert s["devices"] == 0, "a push to a NUL user reached the victim's devices"
+    finally:
+        daemon.call("user.forget", {"user": victim})
+        daemon.call("user.forget", {"user": victim + "\u0000evil"})
+        record_counts(SUITE, hostile_inputs=5)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NUL_TRUNCATION)
+@pytest.mark.parametrize("field", ["name", "app_version"])
+def test_nul_in_device_fields_is_refused_or_kept_whole(daemon, field):
+    user = f"nul-{field}"
+    try:
+        r = daemon.request("device.register", {"user": user, "platform": "fcm", "token": f"nul-{field}-token",
+                                               field: "a\u0000b"})
+        if "error" in r:
+            assert r["error"]["code"] == -32602 and r["error"]["data"]["field"] == field, r
+        else:
+            assert daemon.devices(user)[0][field] == "a\u0000b", "the value was truncated at the NUL"
+    finally:
+        daemon.call("user.forget", {"user": user})
+        record_counts(SUITE, hostile_inputs=1)
+
+
+def test_nul_in_session_and_idempotency_key_is_kept_whole(daemon):
+    """session (stored as a hash) and idempotency_key keep what follows a NUL."""
+    user = "nul-opaque"
+    try:
+        daemon.register(user, "fcm", "nul-opaque-1", session="s\u0000t")
+        assert daemon.call("session.end", {"user": user, "session": "s"})["removed"] == 0
+        m1 = daemon.call("push.send", {"to": {"users": [user]}, "idempotency_key": "k\u0000a"})["message_id"]
+        m2 = daemon.call("push.send", {"to": {"users": [user]}, "idempotency_key": "k\u0000b"})["message_id"]
+        assert m1 != m2, "two idempotency keys that differ after a NUL were taken as one"
+        assert daemon.call("session.end", {"user": user, "session": "s\u0000t"})["removed"] == 1
+    finally:
+        daemon.call("user.forget", {"user": user})
+        record_counts(SUITE, hostile_inputs=5)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NUL_TRUNCATION + " For registration_id: 'r\\u0000a' and 'r\\u0000b' "
+                   "(version 1 each, different tokens) clash: the second is refused 1008 conflict.")
+def test_nul_in_registration_id_is_refused_or_kept_whole(daemon):
+    user = "nul-rid"
+    try:
+        a = daemon.register(user, "fcm", "nul-rid-1", registration_id="r\u0000a", version=1)["device_id"]
+        r = daemon.request("device.register", {"user": user, "platform": "fcm", "token": "nul-rid-2",
+                                               "registration_id": "r\u0000b", "version": 1})
+        assert "result" in r, f"two installations whose ids differ after a NUL clash: {r}"
+        assert r["result"]["device_id"] != a and len(daemon.devices(user)) == 2
+    finally:
+        daemon.call("user.forget", {"user": user})
+        record_counts(SUITE, hostile_inputs=2)
+
+
+def test_nul_in_app_is_refused(daemon):
+    for app in ("default\u0000", "default\u0000x", "locked\u0000"):
+        for method, params in (("device.list", {"user": HU}), ("system.health", {}), ("vapid.public_key", {})):
+            r = daemon.request(method, dict(params, app=app))
+            assert "error" in r and r["error"]["code"] in (-32602, 1004), (app, method, r)
+    record_counts(SUITE, hostile_inputs=9)
+
+
+# ----------------------------------------------------------------------------- SSRF: registration
+
+def ssrf_corpus():
+    """(label, endpoint, hosts lines, expectation): 'private' → 1001; 'refused' → 1001 or -32602;
+    'public' → accepted (a control)."""
+    v4 = ["0.0.0.0", "0.255.255.255", "10.0.0.1", "10.255.255.255", "100.64.0.1", "100.127.255.254",
+          "100.100.100.100", "127.0.0.1", "127.255.255.254", "169.254.0.1", "169.254.169.254", "172.16.0.1",
+          "172.31.255.254", "192.0.0.1", "192.0.0.170", "192.0.2.1", "192.88.99.1", "192.168.0.1",
+          "192.168.255.254", "198.18.0.1", "198.19.255.254", "198.51.100.1", "203.0.113.1", "224.0.0.1",
+          "239.255.255.250", "240.0.0.1", "255.255.255.255"]
+    v6 = ["::", "::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "::ffff:169.254.169.254", "::ffff:100.64.0.1",
+          "::ffff:192.168.1.1", "::ffff:7f00:1", "0:0:0:0:0:ffff:127.0.0.1", "::127.0.0.1", "::a00:1",
+          "64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1", "64:ff9b::a00:1", "64:ff9b:1::1", "100::1", "2001::1",
+          "2001:0:4136:e378:8000:63bf:3fff:fdd2", "2001:10::1", "2001:20::1", "2001:db8::1", "2002:7f00:1::1",
+          "2002:a00:1::", "2002:a9fe:a9fe::1", "fc00::1", "fd00::1", "fd12:3456:789a::1", "fe80::1",
+          "febf::1", "fec0::1", "ff02::1", "ff05::1:3", "ff0e::1", "3fff::1", "5f00::1"]
+    cases = []
+    for a in v4:
+        cases.append((f"IPv4 literal {a}", f"https://{a}/push/x", "", "private"))
+    for a in v6:
+        cases.append((f"IPv6 literal {a}", f"https://[{a}]/push/x", "", "private"))
+    spellings = ["https://2130706433/", "https://0x7f000001/", "https://017700000001/", "https://0177.0.0.1/",
+                 "https://0x7f.0.0.1/", "https://127.1/", "https://127.0.1/", "https://0/", "https://127.0.0.1./",
+                 "https://[::1%25lo]/", "https://[0::1]/", "https://%31%32%37.0.0.1/", "https://127.0.0.1:443/",
+                 "https://[::1]:443/", "https://127.0.0.1:9200/", "https://localhost/", "https://localhost./",
+                 "https://LOCALHOST/", "https://localhost:443/", "https://public@127.0.0.1/",
+                 f"https://{PUBLIC}@127.0.0.1/", f"https://127.0.0.1#@{PUBLIC}/", f"https://127.0.0.1\\@{PUBLIC}/",
+                 "http://169.254.169.254/latest/meta-data/", "https://169.254.169.254/latest/meta-data/",
+                 "https://169.254.169.254:443/", "https://[::ffff:a9fe:a9fe]/", "https://[64:ff9b::a9fe:a9fe]/"]
+    for s in spellings:
+        cases.append((f"spelling {s}", s, "", "refused"))
+    # Host names that resolve (through the namespace's /etc/hosts) to refused addresses.
+    for i, a in enumerate(["127.0.0.1", "10.1.2.3", "169.254.169.254", "100.64.0.1", "192.168.1.1", "172.16.5.4",
+                           "0.0.0.0", "::1", "fd00::1", "fe80::1", "::ffff:127.0.0.1", "64:ff9b::a9fe:a9fe",
+                           "2002:7f00:1::1", "2001::1", "224.0.0.1", "198.18.0.1"]):
+        cases.append((f"name resolving to {a}", f"https://ssrf-{i}.herald.test/push/x", f"{a} ssrf-{i}.herald.test\n",
+                      "private"))
+    # Every address must be public: one private answer among public ones refuses the name.
+    cases.append(("name resolving to public and 10.0.0.1", "https://mixed4.herald.test/push/x",
+                  f"{PUBLIC} mixed4.herald.test\n10.0.0.1 mixed4.herald.test\n", "private"))
+    cases.append(("name resolving to public and ::1", "https://mixed6.herald.test/push/x",
+                  f"{PUBLIC} mixed6.herald.test\n::1 mixed6.herald.test\n", "private"))
+    cases.append(("an internal single-label name", "https://metadata/computeMetadata/v1/",
+                  "169.254.169.254 metadata\n", "refused"))
+    # Controls: public answers are accepted (registration resolves only; nothing is dialled).
+    cases.append(("control: public IPv4 literal", f"https://{PUBLIC}/push/ok", "", "public"))
+    cases.append(("control: public IPv6 literal", f"https://[{PUBLIC6}]/push/ok", "", "public"))
+    cases.append(("control: name resolving public", "https://public.herald.test/push/ok", "", "public"))
+    return cases
+
+
+def test_ssrf_registration_corpus(daemon, ns):
+    cases = ssrf_corpus()
+    ns.set_hosts(f"{PUBLIC} public.herald.test\n{PUBLIC} witness.herald.test\n" + "".join(h for _, _, h, _ in cases))
+    failures = []
+    tally = {"1001": 0, "-32602": 0, "accepted": 0}
+    with daemon.connect(30) as c:
+        for i, (label, endpoint, _, expect) in enumerate(cases):
+            user = f"ssrf-reg-{i}"
+            r = c.request("device.register", {"user": user, "platform": "web", "token": endpoint, "keys": KEYS})
+            err = r.get("error")
+            if expect == "public":
+                if err:
+                    failures.append(f"{label}: refused: {err}")
+                else:
+                    tally["accepted"] += 1
+                    c.call("user.forget", {"user": user})
+                continue
+            if not err:
+                failures.append(f"{label}: ACCEPTED {endpoint!r}: {r}")
+                c.call("user.forget", {"user": user})
+                continue
+            code, data = err.get("code"), err.get("data") or {}
+            if expect == "private":
+                if code != 1001 or data.get("reason") != "not_publicly_routable" or data.get("field") != "token" \
+                        or not data.get("address"):
+                    failures.append(f"{label}: expected 1001 not_publicly_routable with data.address: {err}")
+            elif code not in (1001, -32602):
+                failures.append(f"{label}: expected 1001 or -32602: {err}")
+            tally[str(code)] = tally.get(str(code), 0) + 1
+            if c.call("device.list", {"user": user})["devices"]:
+                failures.append(f"{label}: refused, yet a device was stored")
+        assert c.call("system.health")["status"] == "ok"
+    record_counts(SUITE, ssrf_registration_cases=len(cases))
+    print(f"\nSSRF registration corpus: {len(cases)} cases: {tally}")
+    assert not failures, "\n".join(failures)
+
+
+# ----------------------------------------------------------------------------- SSRF: send time
+
+REBIND_TARGETS = ["127.0.0.1", "10.0.0.1", "169.254.169.254", "100.64.0.1", "192.168.1.1", "::1", "fd00::1",
+                  "::ffff:127.0.0.1", f"{PUBLIC}+10.0.0.1"]
+CANARY_ADDRESSES = ["127.0.0.1", "10.0.0.1", "169.254.169.254", "100.64.0.1", "192.168.1.1", "::1", "fd00::1"]
+
+
+def test_ssrf_at_send_time():
+    """A Web Push endpoint whose name resolved to a public address at registration and resolves
+    to a private one at send time is refused at send time: failed (endpoint_refused), no
+    connection to the private address, the device kept (docs/delivery.md "Web Push")."""
+    names = [f"rebind-{i}.herald.test" for i in range(len(REBIND_TARGETS))]
+    ns = Namespace(net=True, addresses=[PUBLIC] + [a for a in CANARY_ADDRESSES if a not in ("127.0.0.1", "::1")],
+                   hosts="".join(f"{PUBLIC} {n}\n" for n in names) + f"{PUBLIC} control.herald.test\n")
+    canaries = {a: ns.in_net(lambda a=a: CanaryListener(a, 443, sock=FaultServer._listen(a, 443)))
+                for a in CANARY_ADDRESSES}
+    public_canary = ns.in_net(lambda: CanaryListener(PUBLIC, 443, sock=FaultServer._listen(PUBLIC, 443)))
+    d = Daemon(transports=("web",), allow_private=False, ns=ns, delivery={"max_retries": 0})
+    try:
+        for n in names:
+            d.register("ssrf-send", "web", f"https://{n}/push/x", keys=web_keys())
+        assert len(d.devices("ssrf-send")) == len(names)
+        # The names now point inside: one line per address (the last one has two: public and private).
+        lines = ""
+        for n, target in zip(names, REBIND_TARGETS):
+            for a in target.split("+"):
+                lines += f"{a} {n}\n"
+        ns.set_hosts(lines + f"{PUBLIC} control.herald.test\n")
+        assert ns.resolve(names[0]) == ["127.0.0.1"]
+        before = d.metrics()
+        r = d.send_wait({"to": {"users": ["ssrf-send"]}})
+        s = d.status(r["message_id"])
+        after = d.metrics()
+        reasons = [(x["state"], x["reason"], x["attempts"]) for x in s["devices"]]
+        assert all(x == ("failed", "endpoint_refused", 1) for x in reasons), reasons
+        assert {a: c.hits for a, c in canaries.items()} == {a: 0 for a in canaries}, "a private address was dialled"
+        assert public_canary.hits == 0, "the registration-time address was dialled (no re-check)"
+        assert len(d.devices("ssrf-send")) == len(names), "a refused endpoint deleted its device"
+        assert metric(after, "herald_retries_total", platform="web") == metric(before, "herald_retries_total",
+                                                                             platform="web")
+        assert metric(after, "herald_stale_removed_total", platform="web") == 0
+        assert metric(after, "herald_outcomes_total", platform="web", outcome="failed") - \
+            metric(before, "herald_outcomes_total", platform="web", outcome="failed") == len(names)
+        # Positive control: a name still resolving to the public address IS dialled, so the
+        # refusals above came from the send-time check, not from a dead network.
+        d.register("ssrf-control", "web", "https://control.herald.test/push/x", keys=web_keys())
+        d.send_wait({"to": {"users": ["ssrf-control"]}})
+        assert public_canary.hits >= 1, "the control push did not reach the public address"
+        assert {a: c.hits for a, c in canaries.items()} == {a: 0 for a in canaries}
+        record_counts(SUITE, ssrf_send_time_cases=len(names))
+    finally:
+        d.cleanup()
+        for c in list(canaries.values()) + [public_canary]:
+            c.close()
+        ns.close()
