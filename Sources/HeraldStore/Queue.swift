@@ -623,18 +623,16 @@ final class Queue {
         "[" + ids.map(String.init).joined(separator: ",") + "]"
     }
 
-    /// A JSON array of device ids (lowercase hex: nothing to escape).
-    /// A JSON array of arbitrary strings, each cut at its first NUL as a
-    /// bound text parameter is (so that it names what was stored).
+    /// A JSON array of arbitrary strings, for `json_each`: every control
+    /// character (NUL included) escaped, so each names exactly what was stored.
     static func jsonTextList(_ values: [String]) -> String {
         var out = "["
         out.reserveCapacity(values.reduce(2) { $0 + $1.utf8.count + 3 })
         for (i, value) in values.enumerated() {
             if i > 0 { out.append(",") }
             out.append("\"")
-            scalars: for scalar in value.unicodeScalars {
+            for scalar in value.unicodeScalars {
                 switch scalar {
-                case "\0": break scalars
                 case "\"": out.append("\\\"")
                 case "\\": out.append("\\\\")
                 case _ where scalar.value < 0x20:

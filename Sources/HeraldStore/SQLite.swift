@@ -101,7 +101,18 @@ final class Statement {
             switch value {
             case .null: rc = sqlite3_bind_null(stmt, index)
             case .int(let v): rc = sqlite3_bind_int64(stmt, index, v)
-            case .text(let v): rc = sqlite3_bind_text(stmt, index, v, -1, herald_sqlite_transient())
+            case .text(let v):
+                // With its byte length, so that a NUL inside the text is kept
+                // (with -1 SQLite would stop at it: "a\0b" would be stored as "a").
+                var text = v
+                rc = text.withUTF8 { bytes in
+                    guard let base = bytes.baseAddress, !bytes.isEmpty else {
+                        return sqlite3_bind_text(stmt, index, "", 0, herald_sqlite_transient())
+                    }
+                    return UnsafeRawPointer(base).withMemoryRebound(to: CChar.self, capacity: bytes.count) {
+                        sqlite3_bind_text(stmt, index, $0, Int32(bytes.count), herald_sqlite_transient())
+                    }
+                }
             case .blob(let v):
                 rc = v.withUnsafeBytes {
                     sqlite3_bind_blob(stmt, index, $0.baseAddress, Int32($0.count), herald_sqlite_transient())
@@ -131,7 +142,8 @@ final class Statement {
 
     func text(_ column: Int32) -> String {
         guard let p = sqlite3_column_text(stmt, column) else { return "" }
-        return String(cString: p)
+        let count = Int(sqlite3_column_bytes(stmt, column))
+        return String(decoding: UnsafeBufferPointer(start: p, count: count), as: UTF8.self)
     }
 
     func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }

@@ -19,9 +19,10 @@ import HeraldIO
 /// 1. The endpoint is checked again with the ``EndpointGuard`` (DNS rebinding
 ///    and changed answers are caught at send time). The guard's resolver may
 ///    block, so this runs on the sender's concurrent `DispatchQueue`, never on
-///    the caller's thread. A refused endpoint is `.failed(reason:)` with reason
-///    `endpoint_refused` (or `endpoint_unresolvable`): never `.stale`, so a
-///    guard refusal never deletes a subscription.
+///    the caller's thread. A refused endpoint (no longer public) is
+///    `.failed(reason:)` with reason `endpoint_refused`: never `.stale`, so a
+///    guard refusal never deletes a subscription. A name that does not resolve
+///    now is a DNS failure like any other: a retry (`dns_failure`).
 /// 2. The plaintext is sealed to `payload.bodySize`. Sealers hold scratch state
 ///    and serve one thread at a time: the sender keeps a small pool; a send
 ///    takes one (or makes a new one), seals, and puts it back (the pool keeps
@@ -47,7 +48,6 @@ import HeraldIO
 public final class WebPushSender: Sendable {
     public static let maxPooledSealers = 16
     public static let endpointRefused = ProviderReason("endpoint_refused")
-    public static let endpointUnresolvable = ProviderReason("endpoint_unresolvable")
     public static let vapidFailure = ProviderReason("vapid_failure")
     public static let sealFailure = ProviderReason("seal_failure")
     public static let invalidKeys = ProviderReason("invalid_subscription_keys")
@@ -217,7 +217,8 @@ public final class WebPushSender: Sendable {
         } catch {
             switch error {
             case .unresolvable, .resolutionFailed:
-                w.completion(.failed(reason: Self.endpointUnresolvable), nil)
+                // SPEC: DNS failures are transient (the name may come back; the device is kept).
+                w.completion(Outcome.transient(reason: .dnsFailure), nil)
             case .malformed, .notPubliclyRoutable:
                 w.completion(.failed(reason: Self.endpointRefused), nil)
             }

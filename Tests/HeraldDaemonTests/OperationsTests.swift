@@ -260,6 +260,7 @@ struct OperationsTests {
     func metricsBindFailure() throws {
         let d = try DaemonProcess(metrics: "listen = 127.0.0.1:0")
         defer { d.cleanup() }
+        #expect(d.waitForLog("metrics_listening"))
         let port = try #require(d.metricsPort)
         let other = try DaemonProcess()
         defer { other.cleanup() }

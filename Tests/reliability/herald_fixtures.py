@@ -26,7 +26,6 @@ import os
 import re
 import select
 import shutil
-import signal
 import socket
 import ssl
 import struct

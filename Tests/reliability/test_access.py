@@ -22,9 +22,7 @@ import errno
 import json
 import os
 import signal
-import socket
 import stat
-import time
 from pathlib import Path
 
 import pytest
