@@ -326,14 +326,26 @@ final class Queue {
         switch recipients {
         case .users(let users):
             // One statement for every user (the index on (app, user,
-            // registered_seq) serves each name of the list).
+            // registered_seq) serves each name of the list). json_each
+            // cuts a string at a NUL, so a name holding one is looked up by
+            // itself, bound with its length.
+            let (plain, withNUL) = (users.filter { !$0.utf8.contains(0) }, users.filter { $0.utf8.contains(0) })
             let stmt = try db.statement(
                 """
                 SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at
                 FROM devices WHERE app = ? AND user IN (SELECT value FROM json_each(?)) ORDER BY user, registered_seq
                 """)
-            try stmt.bind(.text(app), .text(Self.jsonTextList(users)))
+            try stmt.bind(.text(app), .text(Self.jsonTextList(plain)))
             try collect(stmt)
+            for user in withNUL {
+                let one = try db.statement(
+                    """
+                    SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at
+                    FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq
+                    """)
+                try one.bind(.text(app), .text(user))
+                try collect(one)
+            }
         case .devices(let ids):
             for id in ids {
                 let stmt = try db.statement(
@@ -623,8 +635,8 @@ final class Queue {
         "[" + ids.map(String.init).joined(separator: ",") + "]"
     }
 
-    /// A JSON array of arbitrary strings, for `json_each`: every control
-    /// character (NUL included) escaped, so each names exactly what was stored.
+    /// A JSON array of arbitrary strings without NUL, for `json_each`: every
+    /// control character escaped, so each names exactly what was stored.
     static func jsonTextList(_ values: [String]) -> String {
         var out = "["
         out.reserveCapacity(values.reduce(2) { $0 + $1.utf8.count + 3 })

@@ -12,6 +12,11 @@ public struct StoreError: Error, Sendable, CustomStringConvertible {
 final class Database {
     let handle: OpaquePointer
     private var statements: [String: Statement] = [:]
+    /// Statements stepped to a row and not yet reset. Each holds its read
+    /// transaction open, and in WAL mode no checkpoint can pass an open
+    /// reader, so the write-ahead log would only grow: `resetActive()` ends
+    /// them at the end of every unit of work.
+    private var active: [Statement] = []
 
     init(path: String) throws(StoreError) {
         var db: OpaquePointer?
@@ -63,8 +68,25 @@ final class Database {
 
     func pragmaInt(_ name: String) throws(StoreError) -> Int64 {
         let stmt = try statement("PRAGMA \(name)")
+        defer { stmt.reset() }
         guard try stmt.step() else { return 0 }
         return stmt.int64(0)
+    }
+
+    fileprivate func stepped(_ statement: Statement) { active.append(statement) }
+
+    /// Resets every statement left on a row (their read transactions end).
+    func resetActive() {
+        let left = active
+        active.removeAll(keepingCapacity: true)
+        for statement in left { statement.reset() }
+    }
+
+    /// Copies the whole write-ahead log into the database and truncates it
+    /// (at close: the next open starts with an empty log).
+    func checkpoint() {
+        resetActive()
+        sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
     }
 }
 
@@ -72,6 +94,8 @@ final class Database {
 final class Statement {
     private let stmt: OpaquePointer
     private unowned let db: Database
+    /// On a row (registered with the database until reset).
+    private var onRow = false
 
     init(db: Database, sql: String) throws(StoreError) {
         var stmt: OpaquePointer?
@@ -86,6 +110,7 @@ final class Statement {
     func reset() {
         sqlite3_reset(stmt)
         sqlite3_clear_bindings(stmt)
+        onRow = false
     }
 
     @discardableResult
@@ -126,7 +151,13 @@ final class Statement {
     /// Advances; true when a row is available.
     func step() throws(StoreError) -> Bool {
         let rc = sqlite3_step(stmt)
-        if rc == SQLITE_ROW { return true }
+        if rc == SQLITE_ROW {
+            if !onRow {
+                onRow = true
+                db.stepped(self)
+            }
+            return true
+        }
         if rc == SQLITE_DONE { return false }
         throw db.error(rc)
     }

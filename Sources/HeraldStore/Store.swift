@@ -71,6 +71,7 @@ public final class Store: @unchecked Sendable {
         let tables = Tables(registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key))
         try tables.registry.expireTombstones(now: clock.nowMilliseconds())
         recoveredDeliveries = try tables.queue.recoverInFlight(now: clock.nowMilliseconds())
+        db.resetActive()
         let owned = ThreadOwned(db: db, tables: tables)
         let thread = Thread { [self] in
             _ = hs_set_thread_name("herald-store")
@@ -118,6 +119,11 @@ public final class Store: @unchecked Sendable {
             condition.lock()
             while queue.isEmpty && !stopping { condition.wait() }
             if queue.isEmpty && stopping {
+                // Fold the write-ahead log into the database: a stopped
+                // daemon leaves herald.db whole and an empty -wal.
+                condition.unlock()
+                db.checkpoint()
+                condition.lock()
                 stopped = true
                 thread = nil  // the thread's closure holds the store: let both go
                 condition.broadcast()
@@ -160,6 +166,9 @@ public final class Store: @unchecked Sendable {
                 results.append(.failure(error))
             }
         }
+        // Statements left on a row would hold a read transaction past the
+        // commit and keep every later checkpoint from shrinking the WAL.
+        db.resetActive()
         do {
             try db.statement("COMMIT").run()
         } catch {

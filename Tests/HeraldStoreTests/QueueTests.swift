@@ -70,6 +70,44 @@ struct QueueTests {
         #expect(one.devices == 1, "a name that looks like JSON is a name")
     }
 
+    @Test("a NUL inside a user id is kept: alice\\0evil is a user of its own, in the registry and at send")
+    func nulInUserID() throws {
+        let t = try TestStore()
+        defer { t.close() }
+        _ = try t.register(Registration(app: "default", user: "alice", platform: .fcm, environment: nil, token: "fcm-a"))
+        _ = try t.register(
+            Registration(app: "default", user: "alice\u{0}evil", platform: .fcm, environment: nil, token: "fcm-b",
+                name: "a\u{0}b"))
+        #expect(try t.list("alice").count == 1)
+        let evil = try t.list("alice\u{0}evil")
+        #expect(evil.count == 1 && evil.first?.name == "a\u{0}b", "stored whole: \(evil)")
+        #expect(try t.enqueue(send(PushMessage(kind: .notification), to: .users(["alice"]))).devices == 1)
+        #expect(try t.enqueue(send(PushMessage(kind: .notification), to: .users(["alice\u{0}evil"]))).devices == 1)
+        #expect(try t.enqueue(send(PushMessage(kind: .notification), to: .users(["alice\u{0}"]))).devices == 0)
+    }
+
+    @Test("the write-ahead log is checkpointed as the store works, and folded in at close")
+    func walCheckpointed() throws {
+        let t = try TestStore()
+        let wal = t.dir.appendingPathComponent("herald.db-wal").path
+        func size(_ path: String) -> Int { (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0 }
+        // ~20 MB of WAL frames if nothing were ever checkpointed.
+        for round in 0..<40 {
+            for i in 0..<100 {
+                _ = try t.register(
+                    Registration(app: "default", user: "w\(round)-\(i)", platform: .fcm, environment: nil,
+                        token: "fcm-wal-\(round)-\(i)"))
+            }
+            _ = try t.enqueue(send(PushMessage(kind: .notification), to: .users((0..<100).map { "w\(round)-\($0)" })))
+        }
+        // SQLite checkpoints every ~1000 pages (4 MiB) and then reuses the log from its start.
+        #expect(size(wal) < 12 << 20, "WAL is \(size(wal)) bytes")
+        #expect(size(t.dir.appendingPathComponent("herald.db").path) > 1 << 20, "the pages reached the database")
+        t.store.close()
+        #expect(size(wal) == 0, "closed: the WAL is empty")
+        try? FileManager.default.removeItem(at: t.dir)
+    }
+
     @Test("a disabled transport's devices are skipped with the reason")
     func disabledTransport() throws {
         let t = try TestStore()

@@ -340,6 +340,16 @@ class Daemon:
                 self.proc.wait()
         return self.proc.returncode
 
+    def store_files(self):
+        """Sizes in bytes of herald.db and its WAL (0 when absent)."""
+        out = {}
+        for suffix in ("", "-wal"):
+            try:
+                out["herald.db" + suffix] = os.path.getsize(os.path.join(self.dir, "herald.db" + suffix))
+            except OSError:
+                out["herald.db" + suffix] = 0
+        return out
+
     def peak_rss_kb(self):
         return peak_rss_kb(self.pid)[0] if self.alive() else None
 

@@ -45,7 +45,7 @@ Checks (each failure is listed and the exit status is 1):
   - an unanswered push.send retried with its idempotency key returns the message the
     store had committed (no second message for one key).
 
-Register-burst mode (--bursts, default 3): --burst-size registrations (default 3,000,
+Register-burst mode (--bursts, default 3): --burst-size registrations (default 2,000,
 10 per fresh user, mixed platforms, each with a name and app_version) pipelined on 4
 connections; SIGKILL at a random moment mid-burst; restart. Then every registration
 answered with success must be in device.list with every field as registered; every
@@ -126,6 +126,7 @@ class Harness:
         # gateway records
         self.seq = {g: 0 for g in GATEWAY_NAMES}
         self.receipts = {}         # (tag, device_id) -> [life, ...]
+        self.collapse = {}         # (tag, device_id) -> {apns-collapse-id / FCM collapse_key / Web Push Topic}
         self.invalid_records = []
         self.stray_records = 0
         self.life = 0              # index of the daemon's current life (kills so far)
@@ -236,14 +237,18 @@ class Harness:
                 if g == "fcm" and r.get("kind", "send") != "send":
                     continue
                 tag = None
+                headers = r.get("headers") or {}
                 if g == "apns":
                     tag = (r.get("body") or {}).get("hx") if isinstance(r.get("body"), dict) else None
+                    collapse = headers.get("apns-collapse-id")
                 elif g == "fcm":
                     msg = (r.get("body") or {}).get("message") if isinstance(r.get("body"), dict) else None
                     tag = ((msg or {}).get("data") or {}).get("hx")
+                    collapse = ((msg or {}).get("android") or {}).get("collapse_key")
                 else:
                     pj = r.get("plaintext_json")
                     tag = ((pj or {}).get("data") or {}).get("hx") if isinstance(pj, dict) else None
+                    collapse = headers.get("topic")
                 did = self.by_gw_token.get((g, r.get("token")))
                 if not r.get("valid", False):
                     self.invalid_records.append({"gateway": g, "seq": r["seq"], "errors": r.get("errors"),
@@ -254,6 +259,7 @@ class Harness:
                         self.failures.add(f"gateway {g} record {r['seq']} with tag {tag} for an unknown token")
                     continue
                 self.receipts.setdefault((tag, did), []).append(self.life)
+                self.collapse.setdefault((tag, did), set()).add(collapse)
                 n += 1
             # keep the seq even when the list came back empty
         return n
@@ -318,6 +324,7 @@ class Harness:
         idle_s = self.wait_gateways_idle()
         got = self.fetch_records()
         index = len(self.kills)
+        files = self.daemon.store_files()
         in_flight, states, committed = self.snapshot_in_flight(index)
         self.life += 1
         restart_s = self.start()
@@ -333,7 +340,7 @@ class Harness:
              "stats_in_flight": stats_before, "store_states": states,
              "recovered_logged": rec_count, "restart_s": round(restart_s, 2),
              "gateways_idle_s": None if idle_s is None else round(idle_s, 2),
-             "records_fetched": got, "committed_tags": committed}
+             "records_fetched": got, "committed_tags": committed, "store_files_bytes": files}
         if extra:
             k.update(extra)
         if rec_count is not None and rec_count != len(in_flight):
@@ -651,7 +658,7 @@ class Harness:
     def verify(self):
         self.fetch_records()
         checked = delivered = failed = 0
-        dup_total = 0
+        dup_total = same_collapse = 0
         per_kill_dups = [0] * len(self.kills)
         # which kills each (tag, device) was in flight at
         inflight_kills = {}
@@ -700,6 +707,12 @@ class Harness:
                     extra = n - 1
                     if extra > 0:
                         dup_total += extra
+                        cs = self.collapse.get(pair, set())
+                        if len(cs) != 1 or None in cs or "" in cs:
+                            self.failures.add(f"{tag} device {d['device_id']}: its {n} sends carried collapse "
+                                              f"ids {sorted(map(str, cs))}: a resend must reuse the first one")
+                        else:
+                            same_collapse += extra
                         ks = inflight_kills.get(pair, [])
                         if extra > len(ks):
                             self.failures.add(
@@ -728,6 +741,7 @@ class Harness:
             row["duplicate_bound"] = sum(self.kills[i]["in_flight_n"] for i in row["kills"])
         return {"deliveries_checked": checked, "delivered": delivered, "failed_as_programmed": failed,
                 "duplicates": dup_total, "duplicate_bound": bound_total,
+                "duplicates_with_same_collapse_id": same_collapse,
                 "receipts": sum(len(v) for v in self.receipts.values()),
                 "invalid_records": len(self.invalid_records), "stray_records": self.stray_records}
 
@@ -798,7 +812,8 @@ class Harness:
             log(f"  deliveries checked: {s['deliveries_checked']} ({s['delivered']} delivered, "
                 f"{s['failed_as_programmed']} failed as programmed), gateway receipts {s['receipts']}")
             log(f"  duplicates: {s['duplicates']} seen, bound {s['duplicate_bound']} (the deliveries the store "
-                f"held in_flight at the kills; each duplicate must be a resend of one of those, one per kill)")
+                f"held in_flight at the kills; each duplicate must be a resend of one of those, one per kill); "
+                f"{s['duplicates_with_same_collapse_id']} resent with the first send's collapse id / Topic")
         log(f"  unanswered push.send retried with their idempotency key: {s['unanswered_sends_retried']} "
             f"({s['unanswered_sends_committed']} had been committed before the kill: the retry named that message)")
         log(f"  registrations checked: {s['registrations_checked']} ({s['registrations_answered_before_kill']} "
@@ -812,6 +827,12 @@ class Harness:
         warn = s["log_events"].get("<3>", {}) | s["log_events"].get("<4>", {})
         if warn:
             log(f"  daemon errors/warnings in the log: {warn}")
+        if self.kills:
+            first, last = self.kills[0], self.kills[-1]
+            log(f"  store at the kills: WAL {first['store_files_bytes']['herald.db-wal'] / (1 << 20):.0f} MiB -> "
+                f"{last['store_files_bytes']['herald.db-wal'] / (1 << 20):.0f} MiB, herald.db "
+                f"{first['store_files_bytes']['herald.db']} -> {last['store_files_bytes']['herald.db']} bytes; "
+                f"restart (to system.health) {first['restart_s']} s -> {last['restart_s']} s")
         log(f"  timings: {s['timings']}")
         if self.failures:
             log(f"FAILED: {len(self.failures.items)} problem(s); daemon log: {self.daemon.log_path if self.daemon else '-'}")
@@ -826,7 +847,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--devices", type=int, default=5000)
     ap.add_argument("--bursts", type=int, default=3)
-    ap.add_argument("--burst-size", type=int, default=3000)
+    ap.add_argument("--burst-size", type=int, default=2000)
     ap.add_argument("--mode", choices=("all", "fanout", "burst"), default="all")
     ap.add_argument("--timeout", type=float, default=120, help="seconds to wait for messages to complete")
     ap.add_argument("--out", default=os.path.join(REPO, "build/reliability/crash.json"))

@@ -521,6 +521,8 @@ def main():
     ap.add_argument("--max-queued", type=int, default=400)
     ap.add_argument("--slow-ms", type=int, default=2000)
     ap.add_argument("--rss-ceiling-mib", type=float, default=512)
+    ap.add_argument("--max-wal-mib", type=float, default=128,
+                    help="ceiling on herald.db-wal after phase 1 (0: not checked)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--out", default=os.path.join(REPO, "build/reliability/load.json"))
     ap.add_argument("--keep", action="store_true")
@@ -569,6 +571,7 @@ def main():
         if not_delivered:
             failures.add(f"phase 1: deliveries not delivered: {not_delivered}")
         hwm1 = d1.peak_rss_kb()
+        files1 = d1.store_files()
         max_q1 = max((s["depth"] + s["in_flight"] for s in samples), default=None)
         p1 = {"elapsed_s": round(elapsed, 1), "requests": total, "requests_per_s": round(total / elapsed, 1),
               "methods": methods, "errors": errors, "messages": len(env.sent_messages),
@@ -582,6 +585,15 @@ def main():
         st1 = d1.stop()
         if st1 != 0:
             failures.add(f"phase 1: herald exited {st1} on SIGTERM")
+        files1_stopped = d1.store_files()
+        p1["store_files_bytes"] = {"after_load": files1, "after_sigterm": files1_stopped}
+        wal_mib = files1["herald.db-wal"] / (1 << 20)
+        log(f"  store after the load: herald.db {files1['herald.db'] / (1 << 20):.1f} MiB, WAL {wal_mib:.1f} MiB; "
+            f"after SIGTERM: WAL {files1_stopped['herald.db-wal'] / (1 << 20):.1f} MiB")
+        if args.max_wal_mib and wal_mib > args.max_wal_mib:
+            failures.add(f"phase 1: the SQLite WAL is {wal_mib:.0f} MiB after {elapsed:.0f} s of load (herald.db "
+                         f"{files1['herald.db']} bytes): it is never checkpointed, so disk use grows without bound "
+                         f"(ceiling --max-wal-mib {args.max_wal_mib})")
 
         # ---------------- phase 2
         d2dir = os.path.join(work, "overload")
@@ -675,7 +687,9 @@ def main():
     if failures:
         for label, d in daemons:
             log(f"herald stderr ({label}, tail):\n" + tail(d.log_path, 20))
-    if args.keep or failures:
+    # a failure kept for inspection, except the WAL one alone (its evidence, the sizes, is in the summary,
+    # and the directory holds hundreds of MiB of WAL)
+    if args.keep or any("SQLite WAL" not in f for f in failures):
         log(f"work directory kept: {work}")
     else:
         shutil.rmtree(work, ignore_errors=True)
@@ -702,6 +716,11 @@ def report(s, args):
             log("    every 5 s (requests/s, RSS = anon + file + shmem MiB): " + ", ".join(
                 f"{x['t_s']:.0f}s {x['requests_per_s']:.0f}/s {x['rss_mib']:.0f}={x['anon_mib']:.0f}+{x['file_mib']:.0f}"
                 f"+{x['shmem_mib']:.0f}" for x in p["series_5s"]))
+            sf = p.get("store_files_bytes")
+            if sf:
+                log(f"    store files after the load: herald.db {sf['after_load']['herald.db']} bytes, WAL "
+                    f"{sf['after_load']['herald.db-wal'] / (1 << 20):.1f} MiB (after SIGTERM: WAL "
+                    f"{sf['after_sigterm']['herald.db-wal'] / (1 << 20):.1f} MiB)")
             log(f"    max queue (waiting + in flight) {p['max_queue_depth_plus_in_flight']}, messages {p['messages']}, "
                 f"outcomes {({k: v for k, v in p['delivery_outcomes'].items() if v})}, drained in {p['drain_s']} s")
         else:
