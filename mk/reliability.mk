@@ -6,8 +6,8 @@
 #   make test-crash [CRASH_ARGS="--seed N"]      >= 10 rounds of 5,000-device fan-outs, 3 register bursts
 #   make test-load  [LOAD_ARGS="--seconds 30"]   64 clients for 60 s, then the overload phase
 #
-# test-load also fails when herald.db-wal passes 128 MiB after the mixed phase (the store never
-# checkpoints its WAL as of this writing: LOAD_ARGS="--max-wal-mib 0" leaves that check out).
+# test-load also fails when herald.db-wal passes 128 MiB after the mixed phase (it once grew
+# without bound: a statement left on a row kept every checkpoint from advancing).
 #
 # A failing run exits non-zero and keeps its work directory (printed); the daemon's stderr of
 # every start is copied to build/reliability/*-herald*.log.
