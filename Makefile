@@ -13,10 +13,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # C libraries from Debian, plus what the tests and benchmarks drive.
 # nginx and nghttp2-client (h2load) are the fan-out benchmark's sink and ceiling; the
 # benchmark runs its own nginx on its own ports and never uses the system one.
-# systemd: systemd-analyze, systemd-sysusers and systemd-tmpfiles for test-units.
+# systemd: systemd-analyze, systemd-sysusers and systemd-tmpfiles for test-units; iproute2: the
+# reliability checks set up loopback addresses in network namespaces they create.
 DEBIAN_PACKAGES := libssl-dev libsodium-dev libnghttp2-dev libjansson-dev \
 	libcurl4-openssl-dev libsqlite3-dev libinih-dev libmicrohttpd-dev openssl pkg-config python3 python3-venv \
-	nginx nghttp2-client systemd
+	nginx nghttp2-client systemd iproute2
 
 VENV := .venv
 VENV_STAMP := $(VENV)/.requirements-installed
@@ -84,10 +85,13 @@ demo: deps bench-deps build
 openrpc:
 	$(PYTHON) scripts/embed-openrpc.py
 
-## test: the unit-file lint (test-units), every suite: C core under ASan+UBSan, Swift suites (some again under sanitizers), interop with Python
-## peers, then the fan-out benchmark harness as a smoke check (bench-quick: no timing is asserted)
+## test: the unit-file lint (test-units), every suite: C core under ASan+UBSan, a short run of every fuzz target
+## (fuzz-smoke), Swift suites (some again under sanitizers), interop with Python peers, the reliability checks
+## (faults, hostile input, access; kill -9 rounds; load), then the fan-out benchmark harness as a smoke check
+## (bench-quick: no timing is asserted). test-tsan and a long `make fuzz` are separate.
 test: deps
-	$(MAKE) --no-print-directory test-units test-c test-swift test-sanitize test-interop bench-quick
+	$(MAKE) --no-print-directory test-units test-c fuzz-smoke test-swift test-sanitize test-interop \
+		test-reliability-checks test-crash test-load bench-quick
 
 test-c: debian-deps
 	@mkdir -p $(BUILD_DIR)/ctest

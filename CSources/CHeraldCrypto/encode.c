@@ -35,15 +35,16 @@ int hc_base64url_decode(const char *in, size_t in_len, uint8_t *out, size_t *len
     }
     if (pad > 0 && (pad > 2 || in_len % 4 != 0)) return HC_E_BASE64;
     if (n % 4 == 1) return HC_E_BASE64;
+    /* The alphabet is checked here, before asking for more room, and not left to
+     * libsodium: 1.0.18 reads every byte >= 0x80 as '_' (found by fuzzing). */
+    for (size_t i = 0; i < n; i++) {
+        char c = in[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_'))
+            return HC_E_BASE64;
+    }
     size_t need = (n / 4) * 3 + ((n % 4) ? (n % 4) - 1 : 0);
     if (out == NULL || *len < need) {
-        /* Validate before asking for more room so that garbage is reported as such. */
-        for (size_t i = 0; i < n; i++) {
-            char c = in[i];
-            if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                  c == '-' || c == '_'))
-                return HC_E_BASE64;
-        }
         *len = need;
         return HC_E_BUFFER_TOO_SMALL;
     }

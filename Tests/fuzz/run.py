@@ -30,7 +30,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COMMITTED = os.path.join("Tests", "fuzz", "corpus")
 DICTS = os.path.join("Tests", "fuzz", "dict")
 
 STAT = re.compile(r"^stat::(\w+):\s*(\d+)", re.M)
@@ -57,7 +56,7 @@ def fuzzer_env():
 
 def run_target(args, target):
     binary = os.path.join(args.work, "bin", target)
-    committed = os.path.join(COMMITTED, target)
+    committed = os.path.join(args.corpus, target)
     artifacts = os.path.join(args.work, "artifacts", target) + os.sep
     logs = os.path.join(args.work, "logs")
     os.makedirs(artifacts, exist_ok=True)
@@ -140,7 +139,7 @@ def report(args, result):
 def merge(args, targets):
     for target in targets:
         binary = os.path.join(args.work, "bin", target)
-        committed = os.path.join(COMMITTED, target)
+        committed = os.path.join(args.corpus, target)
         work = os.path.join(args.work, "corpus", target)
         before = len(files_in(committed))
         log_path = os.path.join(args.work, "logs", f"merge-{target}.log")
@@ -163,6 +162,8 @@ def main():
     parser.add_argument("--timeout", type=int, default=25, help="seconds one input may take")
     parser.add_argument("--jobs", type=int, default=1, help="targets run at the same time")
     parser.add_argument("--work", default=os.path.join("build", "fuzz"))
+    parser.add_argument("--corpus", default=os.path.join("Tests", "fuzz", "corpus"),
+                        help="the committed corpus")
     args = parser.parse_args()
     os.chdir(ROOT)
     if args.mode == "merge":

@@ -28,14 +28,6 @@
         }                                                                        \
     } while (0)
 
-/* The result codes a parser may give for bad input: never HC_E_CRYPTO (an
- * unexpected OpenSSL failure), HC_E_INVALID_ARGUMENT for non-NULL arguments,
- * or an unknown code. */
-static inline int fuzz_is_input_error(int rc)
-{
-    return rc < HC_E_BUFFER_TOO_SMALL && rc >= HC_E_HKDF_LENGTH;
-}
-
 /* A NUL-terminated copy of data (never NULL). */
 static inline char *fuzz_strndup(const uint8_t *data, size_t size)
 {

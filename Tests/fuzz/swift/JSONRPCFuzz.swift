@@ -71,7 +71,7 @@ enum FuzzJSONRPC {
         }
         // The stream as one text too: the framer may have cut it where a parser
         // sees one value with bad data after it.
-        checkDecode(stream)
+        if whole != [.message(stream)] { checkDecode(stream) }
     }
 
     // MARK: - Framing
