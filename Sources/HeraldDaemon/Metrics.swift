@@ -115,27 +115,18 @@ extension HeraldService {
         Self.schedulerMetrics(scheduler, into: &m)
         Self.connectionMetrics(delivery?.providers.connectionStats ?? [:], into: &m)
 
-        let store = self.store
-        let log = self.log
         let head = m
-        store.queueDepth { depthResult in
-            store.deviceCounts { countsResult in
-                guard case .success(let depth) = depthResult, case .success(let counts) = countsResult else {
-                    log.error("store_failed", ["error": "metrics"])
-                    completion(.failure(.internalError("store failure")))
-                    return
-                }
-                var m = head
-                m.single("herald_queue_depth", .gauge, "Deliveries waiting (due now or later).", depth.waiting)
-                m.single(
-                    "herald_queue_in_flight", .gauge, "Deliveries claimed and not yet recorded (in the store).",
-                    depth.inFlight)
-                m.family("herald_devices", .gauge, "Registered devices, by platform.")
-                for platform in Platform.allCases {
-                    m.sample("herald_devices", ["platform": platform.rawValue], counts[platform] ?? 0)
-                }
-                completion(.success(m.text))
+        storeFigures(for: "metrics", failure: { completion(.failure($0)) }) { depth, counts in
+            var m = head
+            m.single("herald_queue_depth", .gauge, "Deliveries waiting (due now or later).", depth.waiting)
+            m.single(
+                "herald_queue_in_flight", .gauge, "Deliveries claimed and not yet recorded (in the store).",
+                depth.inFlight)
+            m.family("herald_devices", .gauge, "Registered devices, by platform.")
+            for platform in Platform.allCases {
+                m.sample("herald_devices", ["platform": platform.rawValue], counts[platform] ?? 0)
             }
+            completion(.success(m.text))
         }
     }
 

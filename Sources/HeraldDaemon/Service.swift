@@ -438,57 +438,69 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         let rateLimited = self.rateLimited
         let scheduler = delivery?.scheduler.stats
         let apns = delivery?.providers.apns?.stats
+        storeFigures(for: "stats", failure: { reply(.failure($0)) }) { depth, counts in
+            var devices = JSONObject()
+            for platform in Platform.allCases { devices.append(platform.rawValue, .int(counts[platform] ?? 0)) }
+            var transports = JSONObject()
+            for platform in Platform.allCases {
+                let c = scheduler?.platforms[platform] ?? PlatformCounters()
+                transports.append(
+                    platform.rawValue,
+                    [
+                        "sent": .int(c.sent), "delivered": .int(c.delivered), "failed": .int(c.failed),
+                        "retried": .int(c.retried), "expired": .int(c.expired),
+                        "auth_rejected": .int(c.authRejected), "removed_stale": .int(c.removedStale),
+                        "stale_refused": .int(c.staleRefused), "breaker_trips": .int(c.breakerTrips),
+                    ])
+            }
+            var result: JSONObject = [
+                "version": .string(Self.version), "uptime_s": .int(uptime),
+                "connections": [
+                    "open": .int(server.open), "accepted": .int(server.counters.accepted),
+                    "refused": .int(server.counters.refused),
+                ],
+                "requests": [
+                    "total": .int(server.counters.requests), "errors": .int(server.counters.errors),
+                    "rate_limited": .int(rateLimited),
+                ],
+                "devices": .object(devices),
+                "queue": [
+                    "depth": .int(depth.waiting), "in_flight": .int(depth.inFlight),
+                    "stale_held": .int(scheduler?.staleHeld ?? 0),
+                ],
+                "transports": .object(transports),
+            ]
+            if let apns {
+                result.append(
+                    "apns",
+                    [
+                        "connections": .int(apns.connectionsOpen), "connections_opened": .int(apns.connectionsOpened),
+                        "connect_failures": .int(apns.connectFailures), "goaways": .int(apns.goaways),
+                        "last_goaway_reason": apns.lastGoAwayReason.map { .string($0) } ?? .null,
+                        "tokens_signed": .int(apns.tokensMinted), "timeouts": .int(apns.timeouts),
+                    ])
+            }
+            reply(.success(.object(result)))
+        }
+    }
+
+    /// The queue depth and the device counts per platform, read from the
+    /// store one after the other (for `system.stats` and the metrics); a
+    /// store failure is logged (naming `what`) and given to `failure` as -32603.
+    func storeFigures(
+        for what: String, failure: @escaping @Sendable (RPCError) -> Void,
+        _ body: @escaping @Sendable (QueueDepth, [Platform: Int]) -> Void
+    ) {
         let store = self.store
         let log = self.log
         store.queueDepth { depthResult in
             store.deviceCounts { countsResult in
                 guard case .success(let depth) = depthResult, case .success(let counts) = countsResult else {
-                    log.error("store_failed", ["error": "stats"])
-                    reply(.failure(.internalError("store failure")))
+                    log.error("store_failed", ["error": what])
+                    failure(.internalError("store failure"))
                     return
                 }
-                var devices = JSONObject()
-                for platform in Platform.allCases { devices.append(platform.rawValue, .int(counts[platform] ?? 0)) }
-                var transports = JSONObject()
-                for platform in Platform.allCases {
-                    let c = scheduler?.platforms[platform] ?? PlatformCounters()
-                    transports.append(
-                        platform.rawValue,
-                        [
-                            "sent": .int(c.sent), "delivered": .int(c.delivered), "failed": .int(c.failed),
-                            "retried": .int(c.retried), "expired": .int(c.expired),
-                            "auth_rejected": .int(c.authRejected), "removed_stale": .int(c.removedStale),
-                            "stale_refused": .int(c.staleRefused), "breaker_trips": .int(c.breakerTrips),
-                        ])
-                }
-                var result: JSONObject = [
-                    "version": .string(Self.version), "uptime_s": .int(uptime),
-                    "connections": [
-                        "open": .int(server.open), "accepted": .int(server.counters.accepted),
-                        "refused": .int(server.counters.refused),
-                    ],
-                    "requests": [
-                        "total": .int(server.counters.requests), "errors": .int(server.counters.errors),
-                        "rate_limited": .int(rateLimited),
-                    ],
-                    "devices": .object(devices),
-                    "queue": [
-                        "depth": .int(depth.waiting), "in_flight": .int(depth.inFlight),
-                        "stale_held": .int(scheduler?.staleHeld ?? 0),
-                    ],
-                    "transports": .object(transports),
-                ]
-                if let apns {
-                    result.append(
-                        "apns",
-                        [
-                            "connections": .int(apns.connectionsOpen), "connections_opened": .int(apns.connectionsOpened),
-                            "connect_failures": .int(apns.connectFailures), "goaways": .int(apns.goaways),
-                            "last_goaway_reason": apns.lastGoAwayReason.map { .string($0) } ?? .null,
-                            "tokens_signed": .int(apns.tokensMinted), "timeouts": .int(apns.timeouts),
-                        ])
-                }
-                reply(.success(.object(result)))
+                body(depth, counts)
             }
         }
     }

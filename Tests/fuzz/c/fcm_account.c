@@ -132,13 +132,7 @@ static void check_assertion(const hc_fcm_account *account, json_t *root)
     free(jwt);
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    fuzz_init();
-    return 0;
-}
+FUZZ_INITIALIZE_CORE
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

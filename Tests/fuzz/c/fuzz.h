@@ -103,4 +103,15 @@ static inline void fuzz_init(void)
     FUZZ_CHECK(hc_init() == HC_OK, "hc_init failed");
 }
 
+/* LLVMFuzzerInitialize for a target that needs nothing beyond the core's
+ * start-up (targets with their own set-up write theirs and call fuzz_init). */
+#define FUZZ_INITIALIZE_CORE                                                                   \
+    int LLVMFuzzerInitialize(int *argc, char ***argv)                                          \
+    {                                                                                          \
+        (void)argc;                                                                            \
+        (void)argv;                                                                            \
+        fuzz_init();                                                                           \
+        return 0;                                                                              \
+    }
+
 #endif /* HC_FUZZ_H */

@@ -111,13 +111,7 @@ static void check_text(const uint8_t *data, size_t size)
     free(text);
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    fuzz_init();
-    return 0;
-}
+FUZZ_INITIALIZE_CORE
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

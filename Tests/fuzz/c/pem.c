@@ -57,13 +57,7 @@ static void check_public(const char *pem, size_t len)
                "verify_pem gave %d (%s)", rc, hc_strerror(rc));
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    fuzz_init();
-    return 0;
-}
+FUZZ_INITIALIZE_CORE
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

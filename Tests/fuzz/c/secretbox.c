@@ -89,13 +89,7 @@ static void check_round_trip(const uint8_t *ad, size_t ad_len, const uint8_t *pt
     free(back);
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    fuzz_init();
-    return 0;
-}
+FUZZ_INITIALIZE_CORE
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
