@@ -75,9 +75,9 @@ import traceback
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (  # noqa: E402
+from herald_fixtures import (  # noqa: E402
     GATEWAY_NAMES, REPO, RPC, Daemon, Gateways, HarnessFailure, ProtocolViolation, herald_binary,
-    herald_config, log, provider_keys, tail, token_hash)
+    log, tail, token_hash)
 
 PER_USER = (("apns", 4), ("fcm", 4), ("web", 2))
 FAIL_SHARE = 0.01
@@ -88,7 +88,7 @@ FAIL_PROGRAM = {
     "fcm": ({"error": "INVALID_ARGUMENT"}, "INVALID_ARGUMENT"),
     "web": ({"status": 400}, None),  # the reason Herald records for a bare 400 is its own
 }
-DELIVERY = "max_retries = 8\nbackoff_base_ms = 200\nbackoff_max_ms = 2000"
+DELIVERY = {"max_retries": 8, "backoff_base_ms": 200, "backoff_max_ms": 2000}
 
 
 class Failures:
@@ -139,18 +139,18 @@ class Harness:
     # ------------------------------------------------------------ plumbing
 
     def rpc(self, timeout=120):
-        return RPC(self.daemon.socket_path, timeout=timeout)
+        return RPC(self.daemon.socket, timeout=timeout)
 
     def start(self):
         t0 = time.monotonic()
-        self.daemon.start()
+        self.daemon.start(timeout=60, probe_timeout=5)
         return time.monotonic() - t0
 
     def setup(self):
         t0 = time.monotonic()
-        self.gw = Gateways(self.work)
-        provider_keys(self.work, self.gw)
-        self.daemon = Daemon(self.args.herald, self.work, herald_config(self.work, self.gw, delivery=DELIVERY))
+        self.gw = Gateways(self.work, timeout=120)
+        self.daemon = Daemon(binary=self.args.herald, directory=self.work, gateways=self.gw, delivery=DELIVERY,
+                             store={"synchronous": "full"}, log_level="info", start=False)
         self.start()
         log(f"herald {self.args.herald} on {self.work} (pid {self.daemon.pid}), gateways pid {self.gw.pid}, "
             f"seed {self.args.seed}")
@@ -779,7 +779,7 @@ class Harness:
         finally:
             status = None
             if self.daemon is not None:
-                status = self.daemon.stop() if self.daemon.alive() else None
+                status = self.daemon.stop(timeout=30) if self.daemon.running else None
             summary["herald_exit_status_at_end"] = status
         self.timings["total_s"] = round(time.monotonic() - t_start, 1)
         events = self.daemon.log_events() if self.daemon else {}
@@ -867,7 +867,7 @@ def main():
     if h.daemon is not None and os.path.exists(h.daemon.log_path):
         shutil.copyfile(h.daemon.log_path, log_copy)
     if h.gw is not None:
-        h.gw.stop()
+        h.gw.stop(timeout=15)
         shutil.copyfile(h.gw.log_path, os.path.join(out_dir, "crash-gateways.log"))
     log(f"summary: {os.path.relpath(args.out)}; daemon log: {os.path.relpath(log_copy)}")
     if not summary["ok"] and h.daemon is not None:

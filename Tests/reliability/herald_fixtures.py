@@ -1,11 +1,15 @@
-"""Shared helpers for the reliability checks (test_faults.py, test_hostile.py, test_access.py).
+"""Shared helpers for the reliability checks (test_faults.py, test_hostile.py, test_access.py)
+and the harnesses (crash_harness.py, load_test.py).
 
 Everything runs on loopback (or inside network namespaces these helpers create):
-  * ``Gateways``: Tests/gateways/gateways.py in a process of its own, with its control API;
-  * ``Daemon``: a real ``herald serve`` (binary from $HERALD_BIN) in a scratch directory,
-    optionally inside a ``Namespace`` (its own mount namespace with a hosts file, nsswitch.conf
-    and resolv.conf the test controls, and optionally its own network namespace);
-  * ``RPC``: a JSON-RPC connection on the daemon's Unix socket, raw bytes in and out;
+  * ``Gateways``: Tests/gateways/gateways.py in a process of its own, with its control API and
+    the provider keys (``Keys``) registered;
+  * ``Daemon``: a real ``herald serve`` (binary from $HERALD_BIN, or as given) in a scratch
+    directory (or one given, which outlives it: kill -9, restart), configured against the
+    gateways, optionally inside a ``Namespace`` (its own mount namespace with a hosts file,
+    nsswitch.conf and resolv.conf the test controls, and optionally its own network namespace);
+  * ``RPC``: a JSON-RPC connection on the daemon's Unix socket: raw bytes in and out, or
+    pipelined requests whose every response is checked (``ProtocolViolation``);
   * fault listeners (``FaultServer``, ``SlowAcceptProxy``) for what the gateways cannot do.
 
 This file is imported by the test modules (no conftest.py: the directory is shared). Run as a
@@ -21,6 +25,7 @@ import contextlib
 import ctypes
 import datetime
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -34,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
+import urllib.parse
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,6 +49,7 @@ if not os.path.isabs(HERALD_BIN):
 GATEWAYS_PY = REPO / "Tests" / "gateways" / "gateways.py"
 OUT_DIR = REPO / "build" / "reliability"
 COUNTS_DIR = OUT_DIR / "counts"
+GATEWAY_NAMES = ("apns", "fcm", "webpush")
 
 KEY_ID = "ABC123DEFG"
 TEAM_ID = "TEAM123456"
@@ -89,6 +95,73 @@ def wait_until(pred, timeout=10.0, interval=0.05, what="condition"):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(interval)
+
+
+class HarnessFailure(RuntimeError):
+    """A broken promise of the daemon (not a harness problem)."""
+
+
+class ProtocolViolation(HarnessFailure):
+    """A response that is not valid JSON-RPC 2.0, or not for the request it answers."""
+
+
+def token_hash(token):
+    return hashlib.sha256(("push:" + token).encode()).hexdigest()
+
+
+def herald_binary(arg=None):
+    path = arg or os.environ.get("HERALD_BIN") or os.path.join(REPO, ".build/debug/herald")
+    path = os.path.abspath(path)
+    if not os.access(path, os.X_OK):
+        raise SystemExit(f"{path} is not an executable herald (set HERALD_BIN or pass --herald)")
+    return path
+
+
+def tail(path, n=40):
+    try:
+        with open(path, "rb") as f:
+            return b"\n".join(f.read().splitlines()[-n:]).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def proc_memory_kb(pid):
+    """{VmHWM, VmRSS, RssAnon, RssFile, RssShmem} of a live process, KiB."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("VmHWM:", "VmRSS:", "RssAnon:", "RssFile:", "RssShmem:")):
+                    out[line.split(":")[0]] = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process (all its threads), from /proc; None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def terminate(proc, timeout):
+    """SIGTERM, then wait (SIGKILL after ``timeout`` s); the exit status."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
 
 
 # ----------------------------------------------------------------------------- counts
@@ -188,20 +261,36 @@ def web_keys() -> dict:
 # ----------------------------------------------------------------------------- gateways
 
 class Gateways:
-    """One gateways.py process for the whole pytest process (see ``shared``)."""
+    """gateways.py in a child process, with the provider keys (``Keys.shared()``) registered.
+
+    Without ``directory``: in a scratch directory removed by ``stop``; one for the whole pytest
+    process through ``shared``. With ``directory``: in directory/gateways, its output in
+    directory/gateways.log (kept). ``timeout`` is that of a control request."""
 
     _shared = None
 
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="herald-rel-gw-")
+    def __init__(self, directory=None, timeout=30):
+        if directory is None:
+            self.dir = tempfile.mkdtemp(prefix="herald-rel-gw-")
+            self.log_path = os.path.join(self.dir, "gateways.log")
+        else:
+            self.dir = os.path.join(directory, "gateways")
+            os.makedirs(self.dir, exist_ok=True)
+            self.log_path = os.path.join(directory, "gateways.log")
+        self._owned = directory is None
+        self.timeout = timeout
+        self._local = threading.local()
+        self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, str(GATEWAYS_PY), "--dir", self.dir, "--exit-with-parent"],
-            stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "gateways.log"), "wb"))
+            stdout=self._log, stderr=self._log, stdin=subprocess.DEVNULL)
+        self.pid = self.proc.pid
         info_path = os.path.join(self.dir, "gateways.json")
         deadline = time.monotonic() + 60
         while not os.path.exists(info_path):
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("gateways did not start: " + Path(self.dir, "gateways.log").read_text()[-2000:])
+                self.stop()
+                raise RuntimeError("the gateways did not start:\n" + tail(self.log_path))
             time.sleep(0.05)
         self.info = json.loads(Path(info_path).read_text())
         self.ca = self.info["ca"]
@@ -220,31 +309,47 @@ class Gateways:
             _CLEANUPS.append(cls._shared.stop)
         return cls._shared
 
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+    def stop(self, timeout=10):
+        """SIGTERM, then wait; the exit status."""
+        status = terminate(self.proc, timeout)
+        self._log.close()
+        if self._owned:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        return status
 
-    def _req(self, method, path, body=None):
-        url = f"http://127.0.0.1:{self.ports['control']}{path}"
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return json.loads(r.read() or b"{}")
-        except urllib.error.HTTPError as e:
-            raise RuntimeError(f"control {method} {path}: {e.code} {e.read()[:300]!r}") from None
+    def _conn(self):
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            c = http.client.HTTPConnection("127.0.0.1", self.info["control"], timeout=self.timeout)
+            self._local.conn = c
+        return c
+
+    def request(self, method, path, body=None):
+        """One control request on this thread's connection (once more on a new one if it broke)."""
+        for attempt in (0, 1):
+            c = self._conn()
+            try:
+                data = json.dumps(body).encode() if body is not None else None
+                headers = {"content-type": "application/json"} if data is not None else {}
+                c.request(method, path, body=data, headers=headers)
+                resp = c.getresponse()
+                raw = resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"control {method} {path}: {resp.status} {raw[:300]!r}")
+                return json.loads(raw or b"{}")
+            except (http.client.HTTPException, ConnectionError, OSError):
+                c.close()
+                self._local.conn = None
+                if attempt:
+                    raise
 
     def post(self, path, body):
-        return self._req("POST", path, body)
+        return self.request("POST", path, body)
 
-    def get(self, path):
-        return self._req("GET", path)
+    def get(self, path, **query):
+        if query:
+            path += "?" + urllib.parse.urlencode(query)
+        return self.request("GET", path)
 
     def reset(self):
         self.post("/control/reset", {})
@@ -253,20 +358,28 @@ class Gateways:
         self.post("/control/program", {"gateway": gateway, "token": token, "responses": responses})
 
     def knobs(self, gateway, **values):
-        self.post("/control/knobs", {"gateway": gateway, **values})
+        return self.post("/control/knobs", {"gateway": gateway, **values})
+
+    def set_delay(self, ms):
+        for g in GATEWAY_NAMES:
+            self.knobs(g, delay_ms=int(ms))
 
     def received(self, gateway, **query):
-        q = "&".join(f"{k}={v}" for k, v in query.items())
-        return self.get(f"/control/received?gateway={gateway}" + ("&" + q if q else ""))["requests"]
+        """The requests recorded (query: since, kind, token; a None value is left out)."""
+        q = {k: v for k, v in query.items() if v is not None}
+        return self.get("/control/received", gateway=gateway, **q)["requests"]
 
     def connections(self, gateway):
-        return self.get(f"/control/connections?gateway={gateway}")
+        return self.get("/control/connections", gateway=gateway)
 
     def subscription(self, **body):
         return self.post("/control/webpush-subscription", body)
 
     def stats(self):
         return self.get("/control/stats")
+
+    def open_connections(self):
+        return sum(self.stats()["open_connections"].values())
 
 
 # ----------------------------------------------------------------------------- namespaces
@@ -370,15 +483,65 @@ class RPCError(Exception):
         self.data = self.error.get("data")
 
 
+APP_ERROR_REASONS = {1001: "not_publicly_routable", 1002: "rate_limited", 1003: "not_found",
+                     1004: "unknown_app", 1005: "payload_too_large", 1006: "forbidden",
+                     1007: "overloaded", 1008: "conflict"}
+
+
+def check_response(obj, expected_ids):
+    """Raises ProtocolViolation unless `obj` is a valid JSON-RPC 2.0 response whose id
+    is one of `expected_ids` (a set of ids in flight; the id is removed)."""
+    if not isinstance(obj, dict):
+        raise ProtocolViolation(f"response is not an object: {obj!r:.300}")
+    if obj.get("jsonrpc") != "2.0":
+        raise ProtocolViolation(f"response without jsonrpc 2.0: {obj!r:.300}")
+    extra = set(obj) - {"jsonrpc", "id", "result", "error"}
+    if extra:
+        raise ProtocolViolation(f"response with unknown members {sorted(extra)}: {obj!r:.300}")
+    if ("result" in obj) == ("error" in obj):
+        raise ProtocolViolation(f"response must have exactly one of result/error: {obj!r:.300}")
+    rid = obj.get("id", "<missing>")
+    if rid not in expected_ids:
+        raise ProtocolViolation(f"response id {rid!r} answers no request in flight: {obj!r:.300}")
+    expected_ids.discard(rid)
+    if "error" in obj:
+        e = obj["error"]
+        if not isinstance(e, dict) or not isinstance(e.get("code"), int) or isinstance(e.get("code"), bool) \
+                or not isinstance(e.get("message"), str):
+            raise ProtocolViolation(f"malformed error object: {obj!r:.300}")
+        if e["code"] in APP_ERROR_REASONS:
+            d = e.get("data")
+            if not isinstance(d, dict) or d.get("reason") != APP_ERROR_REASONS[e["code"]]:
+                raise ProtocolViolation(f"error {e['code']} without data.reason "
+                                        f"{APP_ERROR_REASONS[e['code']]!r}: {obj!r:.300}")
+            if e["code"] in (1002, 1007):
+                ra = d.get("retry_after_ms")
+                if not isinstance(ra, int) or isinstance(ra, bool) or ra < 0:
+                    raise ProtocolViolation(f"error {e['code']} without an integer data.retry_after_ms: {obj!r:.300}")
+    return obj
+
+
 class RPC:
-    """One connection to the daemon's socket."""
+    """One connection to the daemon's socket (``timeout``: of the socket, and of ``read``).
+
+    Raw use (the checks): ``send`` bytes, ``read_line``/``read_json``/``eof``; ``request`` sends one
+    request and returns its response (checked to carry its id only), ``call`` its result
+    (``RPCError`` on an error).
+
+    Checked pipelining (the harnesses): ``request_bytes``/``send_many`` put the request ids in
+    ``pending``; ``read`` returns the next response once ``check_response`` passed it
+    (``ProtocolViolation`` if not); ``ok`` is one such request's result (``HarnessFailure`` on an
+    error); ``pipelined`` answers many, in request order. These send ``params`` as {} when None.
+    """
 
     def __init__(self, path, timeout=10.0):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         self.sock.connect(path)
+        self.timeout = timeout
         self.buf = b""
         self.next_id = 1
+        self.pending = set()
 
     def close(self):
         with contextlib.suppress(OSError):
@@ -425,19 +588,23 @@ class RPC:
         except TimeoutError:
             return False
 
+    def _encode(self, method, params=None, raw_params: bytes | None = None, rid=None):
+        """(id, one request line); a new id unless given."""
+        if rid is None:
+            rid = self.next_id
+            self.next_id += 1
+        head = b'{"jsonrpc":"2.0","id":%d,"method":%s' % (rid, json.dumps(method).encode())
+        if raw_params is not None:
+            return rid, head + b',"params":' + raw_params + b"}\n"
+        if params is not None:
+            return rid, head + b',"params":' + json.dumps(params, separators=(",", ":")).encode() + b"}\n"
+        return rid, head + b"}\n"
+
     def request(self, method, params=None, *, raw_params: bytes | None = None, timeout=10.0,
                 allow_null_id=False):
         """Sends one request; returns the whole response object (checked to carry our id, or with
         ``allow_null_id`` an id of null, as a parse error that could not read the id has)."""
-        rid = self.next_id
-        self.next_id += 1
-        head = b'{"jsonrpc":"2.0","id":%d,"method":%s' % (rid, json.dumps(method).encode())
-        if raw_params is not None:
-            body = head + b',"params":' + raw_params + b"}\n"
-        elif params is not None:
-            body = head + b',"params":' + json.dumps(params, separators=(",", ":")).encode() + b"}\n"
-        else:
-            body = head + b"}\n"
+        rid, body = self._encode(method, params, raw_params)
         self.send(body)
         resp = self.read_json(timeout)
         if resp.get("id") != rid and not (allow_null_id and resp.get("id") is None and "error" in resp):
@@ -449,6 +616,63 @@ class RPC:
         if "error" in resp:
             raise RPCError(resp)
         return resp["result"]
+
+    # checked pipelining
+
+    def request_bytes(self, method, params, rid=None):
+        """(id, bytes) of one request whose answer ``read`` will expect."""
+        rid, data = self._encode(method, params or {}, rid=rid)
+        self.pending.add(rid)
+        return rid, data
+
+    def send_many(self, method, params_list):
+        ids, chunks = [], []
+        for p in params_list:
+            rid, data = self.request_bytes(method, p)
+            ids.append(rid)
+            chunks.append(data)
+        self.send(b"".join(chunks))
+        return ids
+
+    def read(self, timeout=None):
+        """The next response (checked against ``pending``); ConnectionError at EOF."""
+        while True:
+            try:
+                line = self.read_line(self.timeout if timeout is None else timeout)
+            except ValueError:  # select() on a socket another thread closed
+                raise ConnectionError("the connection was closed") from None
+            if line is None:
+                raise ConnectionError("herald closed the connection")
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise ProtocolViolation(f"response is not JSON ({e}): {line[:300]!r}")
+            return check_response(obj, self.pending)
+
+    def ok(self, method, params=None):
+        """One checked request's result; HarnessFailure on an error."""
+        rid, data = self.request_bytes(method, params)
+        self.send(data)
+        obj = self.read()
+        if obj["id"] != rid:
+            raise ProtocolViolation(f"answer to {rid} came back as {obj['id']}")
+        if "result" not in obj:
+            raise HarnessFailure(f"{method} {json.dumps(params)[:200]} failed: {obj['error']}")
+        return obj["result"]
+
+    def pipelined(self, method, params_list, chunk=200):
+        """Answers in request order, ``chunk`` requests written at a time."""
+        out = []
+        for start in range(0, len(params_list), chunk):
+            ids = self.send_many(method, params_list[start:start + chunk])
+            by_id = {}
+            for _ in ids:
+                obj = self.read()
+                by_id[obj["id"]] = obj
+            out += [by_id[i] for i in ids]
+        return out
 
 
 def parse_metrics(text: str) -> dict:
@@ -475,24 +699,36 @@ def metric(m: dict, name: str, **labels) -> float:
 # ----------------------------------------------------------------------------- the daemon
 
 class Daemon:
-    """A ``herald serve`` in a scratch directory, configured against the gateways (if given)."""
+    """A ``herald serve`` configured against the gateways (if given).
+
+    In a scratch directory removed at ``cleanup``, or in ``directory`` (kept: the state outlives
+    the daemon, and ``start()`` may be called again after ``kill9()``). Every start appends to
+    ``log_path`` after a marker line; ``binary``: $HERALD_BIN when None."""
 
     def __init__(self, *, gateways: Gateways | None = None, transports=("apns", "fcm", "web"),
                  delivery: dict | None = None, endpoints: dict | None = None, server: dict | None = None,
-                 apps: str = "", app_default_extra: str = "", allow_private=True, log_level="debug",
-                 metrics_listen: str = "", ns: Namespace | None = None, socket_mode="0600",
+                 store: dict | None = None, apps: str = "", app_default_extra: str = "", allow_private=True,
+                 log_level="debug", metrics_listen: str = "", ns: Namespace | None = None, socket_mode="0600",
                  token_uri: str | None = None, start=True, umask=None, dir_mode=0o700, run_gid=None,
-                 store_key: str | None = None):
+                 store_key: str | None = None, binary: str | None = None, directory: str | None = None):
         self.gateways = gateways
         self.ns = ns
-        self.dir = tempfile.mkdtemp(prefix="herald-rel-d-")
-        os.chmod(self.dir, dir_mode)
+        self.binary = binary or HERALD_BIN
+        self._owned = directory is None
+        if directory is None:
+            self.dir = tempfile.mkdtemp(prefix="herald-rel-d-")
+            os.chmod(self.dir, dir_mode)
+        else:
+            self.dir = directory
+            os.makedirs(self.dir, exist_ok=True)
         self.socket = os.path.join(self.dir, "herald.sock")
         self.config = os.path.join(self.dir, "herald.conf")
         self.log_path = os.path.join(self.dir, "stderr.log")
         self.keys_dir = os.path.join(self.dir, "keys")
         self.umask = umask
         self.run_gid = run_gid
+        self.starts = 0
+        self.kills = 0
         os.makedirs(self.keys_dir)
         keys = Keys.shared()
         Path(self.keys_dir, "apns.p8").write_text(keys.apns_pem)
@@ -522,7 +758,7 @@ class Daemon:
             return f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in d.items() if v is not None) + "\n"
 
         self.store_key = os.path.join(self.dir, store_key or "store.key")
-        text = section("server", srv) + section("store", {"key": store_key or self.store_key})
+        text = section("server", srv) + section("store", {"key": store_key or self.store_key, **(store or {})})
         text += section("delivery", deliv) + section("endpoints", ep)
         if metrics_listen:
             text += section("metrics", {"listen": metrics_listen})
@@ -544,8 +780,15 @@ class Daemon:
             lines += [f"vapid_key = {self.keys_dir}/vapid.pem", "vapid_subject = mailto:ops@example.com"]
         return "".join(line + "\n" for line in lines)
 
-    def start(self, timeout=20):
-        cmd = [HERALD_BIN, "serve", "--config", self.config]
+    def _mark(self, what):
+        with open(self.log_path, "ab") as f:
+            f.write(f"==== harness: {what} at {time.time():.3f}\n".encode())
+
+    def start(self, timeout=20, probe_timeout=2):
+        """Starts it and waits for system.health (each try given ``probe_timeout``); the seconds
+        that took. HarnessFailure (a RuntimeError) if it exits or does not answer in ``timeout``."""
+        assert not self.running
+        cmd = [self.binary, "serve", "--config", self.config]
         if self.ns:
             cmd = self.ns.prefix + cmd
         env = {k: v for k, v in os.environ.items()
@@ -560,47 +803,52 @@ class Daemon:
                 os.setgroups([])
                 os.setgid(gid)
 
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, stdin=subprocess.DEVNULL,
+        self.starts += 1
+        self._mark(f"start #{self.starts}")
+        out = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=out, env=env, stdin=subprocess.DEVNULL,
                                      preexec_fn=preexec if (umask is not None or gid is not None) else None)
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        out.close()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"herald exited with {self.proc.returncode}:\n{self.log(60)}")
+                raise HarnessFailure(f"herald exited with {self.proc.returncode}:\n{self.log(60)}")
             try:
-                with RPC(self.socket, timeout=2) as c:
-                    c.call("system.health")
-                    return
-            except (OSError, TimeoutError, EOFError, RPCError, ValueError):
-                time.sleep(0.03)
-        raise RuntimeError("herald did not start:\n" + self.log(60))
+                with RPC(self.socket, timeout=probe_timeout) as c:
+                    if "result" in c.request("system.health", timeout=probe_timeout):
+                        return time.monotonic() - t0
+            except (OSError, TimeoutError, EOFError, ValueError):
+                pass
+            time.sleep(0.03)
+        raise HarnessFailure("herald did not start:\n" + self.log(60))
 
     @property
     def running(self):
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
     def stop(self, timeout=20) -> int | None:
+        """SIGTERM, then wait (SIGKILL after ``timeout``); the exit status."""
+        return None if self.proc is None else terminate(self.proc, timeout)
+
+    def kill9(self):
+        """SIGKILL (if still running) and reap; the exit status (-9, or its own if it had exited)."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                return -9
-        return self.proc.returncode
-
-    def kill9(self):
-        if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait()
+        status = self.proc.wait()
+        self.kills += 1
+        self._mark(f"kill -9 #{self.kills}")
+        return status
 
     def cleanup(self):
         self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self._owned:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def log(self, tail=None) -> str:
         try:
@@ -610,6 +858,49 @@ class Daemon:
         if tail:
             return "\n".join(text.splitlines()[-tail:])
         return text
+
+    def log_events(self):
+        """{priority: {event: count}} over the whole log (every start)."""
+        out = {}
+        try:
+            with open(self.log_path, "rb") as f:
+                for raw in f:
+                    m = re.match(rb"<(\d)>(\S+)", raw)
+                    if m:
+                        pr, ev = int(m.group(1)), m.group(2).decode("utf-8", "replace")
+                        out.setdefault(pr, {}).setdefault(ev, 0)
+                        out[pr][ev] += 1
+        except OSError:
+            pass
+        return out
+
+    def log_lines(self, event, current_start_only=False):
+        """The log lines of `event` (of the current start only, if asked)."""
+        out = []
+        try:
+            with open(self.log_path, "rb") as f:
+                for line in f:
+                    if current_start_only and line.startswith(b"==== harness: start"):
+                        out = []
+                    elif re.match(rb"<\d>" + re.escape(event.encode()) + rb"(\s|$)", line):
+                        out.append(line.decode("utf-8", "replace").rstrip())
+        except OSError:
+            pass
+        return out
+
+    def store_files(self):
+        """Sizes in bytes of herald.db and its WAL (0 when absent)."""
+        out = {}
+        for suffix in ("", "-wal"):
+            try:
+                out["herald.db" + suffix] = os.path.getsize(os.path.join(self.dir, "herald.db" + suffix))
+            except OSError:
+                out["herald.db" + suffix] = 0
+        return out
+
+    def peak_rss_kb(self):
+        """VmHWM (peak resident set, KiB) while it runs, else None."""
+        return proc_memory_kb(self.pid).get("VmHWM") if self.running else None
 
     def connect(self, timeout=10.0) -> RPC:
         return RPC(self.socket, timeout)
@@ -648,23 +939,12 @@ class Daemon:
 
     def register_many(self, params_list, chunk=200):
         """Pipelined registrations on one connection; returns the device ids in order."""
-        out = []
-        with self.connect(30) as c:
-            for start in range(0, len(params_list), chunk):
-                part = params_list[start:start + chunk]
-                data = b"".join(
-                    json.dumps({"jsonrpc": "2.0", "id": start + i, "method": "device.register", "params": p},
-                               separators=(",", ":")).encode() + b"\n"
-                    for i, p in enumerate(part))
-                c.send(data)
-                by_id = {}
-                for _ in part:
-                    r = c.read_json(60)
-                    if "result" not in r:
-                        raise RPCError(r)
-                    by_id[r["id"]] = r["result"]["device_id"]
-                out += [by_id[start + i] for i in range(len(part))]
-        return out
+        with self.connect(60) as c:
+            answers = c.pipelined("device.register", params_list, chunk)
+        for r in answers:
+            if "result" not in r:
+                raise RPCError(r)
+        return [r["result"]["device_id"] for r in answers]
 
 
 # ----------------------------------------------------------------------------- certificates
@@ -728,7 +1008,39 @@ class CertAuthority:
 
 # ----------------------------------------------------------------------------- fault listeners
 
-class FaultServer:
+class _Listener:
+    """A listening socket with a thread serving it until ``close`` (closed at exit too)."""
+
+    def _serve_in_background(self):
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+        _CLEANUPS.append(self.close)
+
+    def close(self):
+        self._stop = True
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def _serve(self):
+        """Accepts until closed; each connection to ``_accepted``."""
+        self.sock.settimeout(0.2)
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+            self._accepted(conn)
+
+    def _accepted(self, conn):
+        threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn):
+        raise NotImplementedError
+
+
+class FaultServer(_Listener):
     """A loopback TLS (or plain TCP) listener that misbehaves on purpose.
 
     modes:
@@ -759,11 +1071,7 @@ class FaultServer:
             self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             self.ctx.load_cert_chain(cert, key)
             self.ctx.set_alpn_protocols(["h2", "http/1.1"])
-        self._threads = []
-        t = threading.Thread(target=self._serve, daemon=True)
-        t.start()
-        self._threads.append(t)
-        _CLEANUPS.append(self.close)
+        self._serve_in_background()
 
     @staticmethod
     def _listen(host, port):
@@ -773,23 +1081,9 @@ class FaultServer:
         s.listen(64)
         return s
 
-    def close(self):
-        self._stop = True
-        with contextlib.suppress(OSError):
-            self.sock.close()
-
-    def _serve(self):
-        self.sock.settimeout(0.2)
-        while not self._stop:
-            try:
-                conn, _ = self.sock.accept()
-            except (TimeoutError, socket.timeout):
-                continue
-            except OSError:
-                return
-            self.connections += 1
-            t = threading.Thread(target=self._handle, args=(conn,), daemon=True)
-            t.start()
+    def _accepted(self, conn):
+        self.connections += 1
+        super()._accepted(conn)
 
     @staticmethod
     def _abort(sock):
@@ -879,7 +1173,7 @@ class FaultServer:
                 tls.sendall(out)
 
 
-class RecordingTLSProxy:
+class RecordingTLSProxy(_Listener):
     """An HTTPS (HTTP/1.1) listener that records each request's body and forwards the request to
     ``target`` (an HTTPS host:port trusting ``target_ca``), answering with its answer. Used for
     the FCM token endpoint, so that the OAuth assertion JWT Herald sends can be checked for."""
@@ -892,25 +1186,7 @@ class RecordingTLSProxy:
         self.ctx.set_alpn_protocols(["http/1.1"])
         self.sock = FaultServer._listen("127.0.0.1", 0)
         self.port = self.sock.getsockname()[1]
-        self._stop = False
-        threading.Thread(target=self._serve, daemon=True).start()
-        _CLEANUPS.append(self.close)
-
-    def close(self):
-        self._stop = True
-        with contextlib.suppress(OSError):
-            self.sock.close()
-
-    def _serve(self):
-        self.sock.settimeout(0.2)
-        while not self._stop:
-            try:
-                c, _ = self.sock.accept()
-            except (TimeoutError, socket.timeout):
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self._handle, args=(c,), daemon=True).start()
+        self._serve_in_background()
 
     def _handle(self, raw):
         import http.client
@@ -949,7 +1225,7 @@ class RecordingTLSProxy:
                 raw.close()
 
 
-class SlowAcceptProxy:
+class SlowAcceptProxy(_Listener):
     """A TCP listener that accepts each connection only after ``delay_s`` (None: never), then
     pipes it to ``target`` (host, port). The kernel finishes the TCP handshake at once, so the
     client sees a connection whose TLS handshake stalls until the accept."""
@@ -963,14 +1239,7 @@ class SlowAcceptProxy:
         self.sock.listen(128)
         self.port = self.sock.getsockname()[1]
         self.accepted = 0
-        self._stop = False
-        threading.Thread(target=self._serve, daemon=True).start()
-        _CLEANUPS.append(self.close)
-
-    def close(self):
-        self._stop = True
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        self._serve_in_background()
 
     def _serve(self):
         while not self._stop:
@@ -1012,33 +1281,18 @@ class SlowAcceptProxy:
                     s.close()
 
 
-class CanaryListener:
+class CanaryListener(_Listener):
     """Counts connections to (host, port); for proving that nothing was dialled."""
 
     def __init__(self, host, port, sock=None):
         self.sock = sock or FaultServer._listen(host, port)
         self.host, self.port = host, port
         self.hits = 0
-        self._stop = False
-        threading.Thread(target=self._serve, daemon=True).start()
-        _CLEANUPS.append(self.close)
+        self._serve_in_background()
 
-    def _serve(self):
-        self.sock.settimeout(0.2)
-        while not self._stop:
-            try:
-                c, _ = self.sock.accept()
-            except (TimeoutError, socket.timeout):
-                continue
-            except OSError:
-                return
-            self.hits += 1
-            c.close()
-
-    def close(self):
-        self._stop = True
-        with contextlib.suppress(OSError):
-            self.sock.close()
+    def _accepted(self, conn):
+        self.hits += 1
+        conn.close()
 
 
 # ----------------------------------------------------------------------------- peers

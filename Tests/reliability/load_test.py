@@ -47,16 +47,15 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (  # noqa: E402
+from herald_fixtures import (  # noqa: E402
     REPO, RPC, Daemon, Gateways, HarnessFailure, ProtocolViolation, check_response, cpu_seconds, herald_binary,
-    herald_config,
-    log, proc_memory_kb, provider_keys, tail)
+    log, proc_memory_kb, tail)
 
 USERS_PER_CLIENT = 60
 WEB_POOL = 300
 STATES = ("queued", "in_flight", "delivered", "retrying", "failed", "expired", "superseded", "skipped",
           "removed_stale")
-DELIVERY = "max_retries = 5\nbackoff_base_ms = 200\nbackoff_max_ms = 2000"
+DELIVERY = {"max_retries": 5, "backoff_base_ms": 200, "backoff_max_ms": 2000}
 
 
 class Failures(list):
@@ -335,7 +334,7 @@ def wait_messages(daemon, ids, timeout, failures, label):
     t0 = time.monotonic()
     remaining = list(dict.fromkeys(ids))
     totals = {s: 0 for s in STATES}
-    with RPC(daemon.socket_path, timeout=60) as c:
+    with RPC(daemon.socket, timeout=60) as c:
         while remaining:
             still = []
             for chunk in range(0, len(remaining), 500):
@@ -446,7 +445,7 @@ def connection_limit(daemon, failures, total=520):
     try:
         for _ in range(total):
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.connect(daemon.socket_path)
+            s.connect(daemon.socket)
             socks.append(s)
         time.sleep(1.0)
         for s in socks:
@@ -539,20 +538,17 @@ def main():
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
     try:
-        gw = Gateways(work)
-        provider_keys(work, gw)
+        gw = Gateways(work, timeout=120)
         web_pool = [gw.subscription() for _ in range(WEB_POOL)]
 
         # ---------------- phase 1
         d1dir = os.path.join(work, "mixed")
-        os.makedirs(d1dir)
-        for f in ("apns.p8", "fcm.json", "vapid.pem"):
-            shutil.copy(os.path.join(work, f), d1dir)
-        d1 = Daemon(binary, d1dir, herald_config(d1dir, gw, delivery=DELIVERY, log_level="info"))
+        d1 = Daemon(binary=binary, directory=d1dir, gateways=gw, delivery=DELIVERY, store={"synchronous": "full"},
+                    log_level="info", start=False)
         daemons.append(("mixed", d1))
-        d1.start()
+        d1.start(timeout=60, probe_timeout=5)
         env = Env()
-        env.socket, env.pid, env.seed, env.web_pool = d1.socket_path, d1.pid, seed, web_pool
+        env.socket, env.pid, env.seed, env.web_pool = d1.socket, d1.pid, seed, web_pool
         env.bucket = Bucket(args.deliveries_per_s)
         env.sent_messages = []
         env.failures = failures
@@ -582,7 +578,7 @@ def main():
         summary["phase1"] = p1
         log(f"  {total} requests in {elapsed:.1f} s ({total / elapsed:.0f}/s); {len(env.sent_messages)} messages, "
             f"drained in {drain_s:.1f} s; peak RSS {hwm1 / 1024:.1f} MiB; max queue {max_q1}")
-        st1 = d1.stop()
+        st1 = d1.stop(timeout=30)
         if st1 != 0:
             failures.add(f"phase 1: herald exited {st1} on SIGTERM")
         files1_stopped = d1.store_files()
@@ -597,13 +593,10 @@ def main():
 
         # ---------------- phase 2
         d2dir = os.path.join(work, "overload")
-        os.makedirs(d2dir)
-        for f in ("apns.p8", "fcm.json", "vapid.pem"):
-            shutil.copy(os.path.join(work, f), d2dir)
-        d2 = Daemon(binary, d2dir, herald_config(
-            d2dir, gw, delivery=DELIVERY + f"\nmax_queued = {args.max_queued}", log_level="info"))
+        d2 = Daemon(binary=binary, directory=d2dir, gateways=gw, delivery=dict(DELIVERY, max_queued=args.max_queued),
+                    store={"synchronous": "full"}, log_level="info", start=False)
         daemons.append(("overload", d2))
-        d2.start()
+        d2.start(timeout=60, probe_timeout=5)
         users = [f"ov-u{i:03d}" for i in range(60)]
         regs = []
         for i, u in enumerate(users):
@@ -616,13 +609,13 @@ def main():
                     s = web_pool[i]
                     regs.append({"user": u, "platform": "web", "token": s["endpoint"],
                                  "keys": {"p256dh": s["p256dh"], "auth": s["auth"]}})
-        with RPC(d2.socket_path) as c:
+        with RPC(d2.socket, timeout=120) as c:
             for a in c.pipelined("device.register", regs):
                 if "result" not in a:
                     raise HarnessFailure(f"phase 2 registration failed: {a}")
         gw.set_delay(args.slow_ms)
         env2 = Env()
-        env2.socket, env2.pid, env2.seed = d2.socket_path, d2.pid, seed
+        env2.socket, env2.pid, env2.seed = d2.socket, d2.pid, seed
         env2.sent_messages, env2.failures = [], failures
         env2.overloaded, env2.accepted_devices, env2.retry_after = 0, 0, set()
         s2 = Stats()
@@ -642,7 +635,7 @@ def main():
         not_delivered2 = {k: v for k, v in counts2.items() if k != "delivered" and v}
         if not_delivered2:
             failures.add(f"phase 2: deliveries not delivered: {not_delivered2}")
-        with RPC(d2.socket_path) as c:
+        with RPC(d2.socket, timeout=120) as c:
             q_end = c.ok("system.stats")["queue"]
         if q_end["depth"] or q_end["in_flight"]:
             failures.add(f"phase 2: queue not empty after every message completed: {q_end}")
@@ -658,7 +651,7 @@ def main():
         log(f"  {env2.overloaded} overloaded answers, {len(env2.sent_messages)} sends accepted "
             f"({env2.accepted_devices} deliveries); max queue {max_q2} of {args.max_queued}; "
             f"connections: {conn_limit}; peak RSS {hwm2 / 1024:.1f} MiB")
-        st2 = d2.stop()
+        st2 = d2.stop(timeout=30)
         if st2 != 0:
             failures.add(f"phase 2: herald exited {st2} on SIGTERM")
         for label, hwm in (("phase 1", hwm1), ("phase 2", hwm2)):
@@ -670,13 +663,13 @@ def main():
         failures.add(f"harness error: {e!r}\n{traceback.format_exc()}")
     finally:
         for label, d in daemons:
-            if d.alive():
-                d.stop()
+            if d.running:
+                d.stop(timeout=30)
             ev = d.log_events()
             summary.setdefault("log_events", {})[label] = {f"<{p}>": e for p, e in sorted(ev.items())}
             shutil.copyfile(d.log_path, os.path.join(out_dir, f"load-herald-{label}.log"))
         if gw is not None:
-            gw.stop()
+            gw.stop(timeout=15)
     summary["total_s"] = round(time.monotonic() - t_start, 1)
     summary["failures"] = failures
     summary["ok"] = not failures
