@@ -69,10 +69,15 @@ final class Reloader: @unchecked Sendable {
             apps[name] = AppRuntime(config: app, credentials: credentials[name]!, disabled: built.disabled[name] ?? [:])
         }
         delivery.scheduler.replaceTransports(built.transports)
+        // READY=1 and `config_reloaded` only once calls see the new apps (the
+        // loop may be busy; a loop that has stopped never runs it: no wait then).
+        let applied = DispatchSemaphore(value: 0)
         loop.execute { [service, apps] in
             service.replaceApps(apps)
             service.reloads.applied += 1
+            applied.signal()
         }
+        _ = applied.wait(timeout: .now() + 5)
         log.level = next.server.logLevel
         current.apps = next.apps
         current.server.logLevel = next.server.logLevel
