@@ -125,7 +125,7 @@ struct OperationsTests {
         p.arguments = ["--listen=\(activated)", heraldBinary(), "serve", "--config", d.configPath]
         let log = d.dir.appendingPathComponent("activate.log").path
         FileManager.default.createFile(atPath: log, contents: nil)
-        p.standardError = FileHandle(forWritingAtPath: log)
+        p.standardError = FileHandle(forWritingAtPath: log) ?? FileHandle.nullDevice
         try p.run()
         defer {
             if p.isRunning { p.terminate() }
