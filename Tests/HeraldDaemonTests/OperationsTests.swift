@@ -124,7 +124,7 @@ struct OperationsTests {
         p.executableURL = URL(fileURLWithPath: tool)
         p.arguments = ["--listen=\(activated)", heraldBinary(), "serve", "--config", d.configPath]
         let log = d.dir.appendingPathComponent("activate.log").path
-        FileManager.default.createFile(atPath: log, contents: nil)
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
         p.standardError = FileHandle(forWritingAtPath: log) ?? FileHandle.nullDevice
         try p.run()
         defer {
