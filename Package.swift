@@ -140,7 +140,7 @@ let package = Package(
         .testTarget(name: "TransportPayloadTests", dependencies: ["APNs", "FCM", "WebPush", "HeraldCore", "JSONRPC"], swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldStoreTests",
-            dependencies: ["HeraldStore", "HeraldCrypto", "HeraldCore"],
+            dependencies: ["HeraldStore", "HeraldCrypto", "HeraldCore", "CSQLite"],
             swiftSettings: strictSwift
         ),
         .testTarget(

@@ -24,6 +24,8 @@ public final class Store: @unchecked Sendable {
     private let clock: any WallClock
     private let path: String
     private var thread: Thread?
+    /// Reads that promise nothing durable, on a connection of their own.
+    private var reader: StoreReader?
 
     /// Deliveries found in flight at open (a stop or crash interrupted them),
     /// now queued again.
@@ -80,10 +82,19 @@ public final class Store: @unchecked Sendable {
         thread.name = "herald-store"
         self.thread = thread
         thread.start()
+        do {
+            reader = try StoreReader(path: path, key: key)
+        } catch {
+            close()
+            throw error
+        }
     }
 
     /// Stops taking work, finishes what is queued, and closes the database.
     public func close() {
+        // The reader first: its snapshot would keep the final checkpoint
+        // from emptying the log.
+        reader?.close()
         condition.lock()
         stopping = true
         condition.broadcast()
@@ -112,6 +123,19 @@ public final class Store: @unchecked Sendable {
         queue.append(job)
         condition.signal()
         condition.unlock()
+    }
+
+    /// Queues a read on the reader connection (see `StoreReader`).
+    private func read<T>(
+        _ work: @escaping (Tables) throws -> T, _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        let job = StoreReader.Job(
+            work: { tables in try work(tables) as Any },
+            complete: { result in completion(result.map { $0 as! T }) })
+        guard let reader, reader.submit(job) else {
+            completion(.failure(StoreError(code: 0, message: "store is closed")))
+            return
+        }
     }
 
     private func run(db: Database, tables: Tables) {
@@ -198,7 +222,7 @@ public final class Store: @unchecked Sendable {
     public func list(
         app: String, user: String, completion: @escaping @Sendable (Result<[DeviceSummary], any Error>) -> Void
     ) {
-        submit(durable: false, { t, _ in try t.registry.list(app: app, user: user) }, completion)
+        read({ t in try t.registry.list(app: app, user: user) }, completion)
     }
 
     public func endSession(
@@ -212,7 +236,7 @@ public final class Store: @unchecked Sendable {
     }
 
     public func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void) {
-        submit(durable: false, { t, _ in try t.registry.deviceCounts() }, completion)
+        read({ t in try t.registry.deviceCounts() }, completion)
     }
 
     // MARK: Delivery queue
@@ -236,7 +260,7 @@ public final class Store: @unchecked Sendable {
         app: String, messageID: String, detail: Bool,
         completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void
     ) {
-        submit(durable: false, { t, _ in try t.queue.status(app: app, messageID: messageID, detail: detail) }, completion)
+        read({ t in try t.queue.status(app: app, messageID: messageID, detail: detail) }, completion)
     }
 
     public func cancel(app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void) {
@@ -301,7 +325,7 @@ public final class Store: @unchecked Sendable {
 
     /// Deliveries waiting and in flight.
     public func queueDepth(completion: @escaping @Sendable (Result<QueueDepth, any Error>) -> Void) {
-        submit(durable: false, { t, _ in try t.queue.depth() }, completion)
+        read({ t in try t.queue.depth() }, completion)
     }
 
     /// A quick read that proves the database answers, for `system.health`.
