@@ -527,15 +527,3 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         unregisterLimiter.expireIdle(now: now)
     }
 }
-
-/// RFC 3339 UTC timestamps with milliseconds.
-enum Timestamp {
-    static func rfc3339(_ ms: Int64) -> String {
-        var seconds = time_t(ms / 1000)
-        var tm = tm()
-        gmtime_r(&seconds, &tm)
-        return String(
-            format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int(tm.tm_year) + 1900, Int(tm.tm_mon) + 1, Int(tm.tm_mday),
-            Int(tm.tm_hour), Int(tm.tm_min), Int(tm.tm_sec), Int(ms % 1000))
-    }
-}

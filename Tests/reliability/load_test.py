@@ -189,7 +189,12 @@ def series(samples, step):
                             "anon_mib": round((smp["anon_kb"] or 0) / 1024, 1),
                             "file_mib": round((smp["file_kb"] or 0) / 1024, 1),
                             "shmem_mib": round((smp["shmem_kb"] or 0) / 1024, 1),
-                            "queue": smp["depth"] + smp["in_flight"]})
+                            "queue": smp["depth"] + smp["in_flight"],
+                            # herald's CPU per request over the step: flat while throughput falls means
+                            # the time goes to waiting (fsync, other processes), not to more work per call
+                            "herald_cpu_ms_per_request": round(
+                                1000 * (smp["cpu_s"] - last["cpu_s"]) / max(1, smp["requests"] - last["requests"]), 3)
+                            if smp.get("cpu_s") is not None and last.get("cpu_s") is not None else None})
             last = smp
     return out
 
@@ -316,6 +321,7 @@ async def monitor(env, stop, interval, samples):
                                 "rss_kb": mem.get("VmRSS"), "hwm_kb": mem.get("VmHWM"),
                                 "anon_kb": mem.get("RssAnon"), "file_kb": mem.get("RssFile"),
                                 "shmem_kb": mem.get("RssShmem"), "stats_s": dt,
+                                "cpu_s": cpu_seconds(env.pid),
                                 "requests": env.stats.total if getattr(env, "stats", None) else None})
             else:
                 env.failures.add(f"system.stats answered {obj['error']}")
@@ -709,6 +715,8 @@ def report(s, args):
             log("    every 5 s (requests/s, RSS = anon + file + shmem MiB): " + ", ".join(
                 f"{x['t_s']:.0f}s {x['requests_per_s']:.0f}/s {x['rss_mib']:.0f}={x['anon_mib']:.0f}+{x['file_mib']:.0f}"
                 f"+{x['shmem_mib']:.0f}" for x in p["series_5s"]))
+            log("    herald CPU ms per request, every 5 s: " + ", ".join(
+                f"{x['herald_cpu_ms_per_request']}" for x in p["series_5s"]))
             sf = p.get("store_files_bytes")
             if sf:
                 log(f"    store files after the load: herald.db {sf['after_load']['herald.db']} bytes, WAL "
