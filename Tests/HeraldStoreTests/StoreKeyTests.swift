@@ -24,6 +24,21 @@ private struct KeyedDatabase {
 
     func open(_ key: StoreKey) throws -> Store { try open(.key(key)) }
 
+    /// Opens with `key` and closes again; what the store did with the key.
+    func outcome(_ key: StoreKey) throws -> StoreKeyOutcome {
+        let store = try open(key)
+        defer { store.close() }
+        return store.keyOutcome
+    }
+
+    /// A connection of the test's own (a closing store may still be
+    /// folding its log in: wait for it rather than fail).
+    private func connect() throws -> Database {
+        let db = try Database(path: path)
+        sqlite3BusyTimeout(db, milliseconds: 5000)
+        return db
+    }
+
     /// The error opening with `supply` throws (nil when it opens).
     func refusal(_ supply: StoreKeySupply) -> StoreKeyError? {
         do {
@@ -41,12 +56,11 @@ private struct KeyedDatabase {
     /// Works on the closed database directly (to damage a row, or make it
     /// look like a database from before check values).
     func edit(_ sql: String) throws {
-        let db = try Database(path: path)
-        try db.execute(sql)
+        try connect().execute(sql)
     }
 
     func checkValue() throws -> [UInt8]? {
-        let db = try Database(path: path)
+        let db = try connect()
         let stmt = try db.statement("SELECT value FROM store_meta WHERE name = 'key_check'")
         defer { stmt.reset() }
         return try stmt.step() ? stmt.blob(0) : nil
@@ -144,7 +158,7 @@ struct StoreKeyTests {
         let device = try register(store, fcm("bob", "fcm-bob"))
         store.close()
         let made = try #require(maker.made)
-        #expect(try d.open(made).keyOutcome == .verified)
+        #expect(try d.outcome(made) == .verified)
 
         // Devices: refused, and no key is made.
         let refuse = KeyMaker()
@@ -170,7 +184,7 @@ struct StoreKeyTests {
         try d.open(fresh.supply).close()
         #expect(fresh.calls == 1)
         #expect(d.refusal(.key(made))?.problem == .checkValueDoesNotOpen, "the old key no longer opens it")
-        #expect(try d.open(try #require(fresh.made)).keyOutcome == .verified)
+        #expect(try d.outcome(try #require(fresh.made)) == .verified)
     }
 
     @Test("a database from before check values: the right key records one; a key no row opens with is refused")
@@ -195,11 +209,9 @@ struct StoreKeyTests {
         #expect(error.description.contains(d.keyFile) && error.description.contains(d.path), "\(error)")
         #expect(d.refusal(KeyMaker().supply)?.problem == .keyMissing(devices: 3, messages: 0, deliveries: 0))
 
-        let migrated = try d.open(key)
-        #expect(migrated.keyOutcome == .recorded(sealedRows: 3))
-        migrated.close()
+        #expect(try d.outcome(key) == .recorded(sealedRows: 3))
         #expect(try d.checkValue() != nil)
-        #expect(try d.open(key).keyOutcome == .verified)
+        #expect(try d.outcome(key) == .verified)
         #expect(d.refusal(.key(try StoreKey.generate()))?.problem == .checkValueDoesNotOpen)
     }
 
