@@ -1,5 +1,5 @@
 # Reliability checks (Tests/reliability): provider faults per transport, hostile input for every
-# method and the SSRF corpus, socket/app access and secrets at rest, a wrong or missing store key. Python pytest suites against a
+# method and the SSRF corpus, socket/app access and secrets at rest. Python pytest suites against a
 # real daemon ($(HERALD)) and the test gateways, all on loopback or in namespaces they create (run
 # as root: unshare, nsenter, setuid peers). About 2 minutes on 2 cores. The summary line (faults
 # injected, hostile inputs tried, SSRF cases) is printed and written to build/reliability/checks.json.
