@@ -60,6 +60,10 @@ public enum Daemon {
             log.error(
                 "startup_failed", ["error": error.description, "key_file": error.keyFile, "database": error.database])
             return 1
+        } catch let error as ConfigError {
+            // Creating the key for an empty database failed: the key file's own error.
+            log.error("startup_failed", ["error": String(describing: error)])
+            return 1
         } catch {
             log.error("startup_failed", ["error": "store: \(error)", "database": databasePath])
             return 1
