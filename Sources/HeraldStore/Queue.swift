@@ -108,6 +108,9 @@ public struct Claim: Sendable {
     public let batchSizes: [BatchKey: Int]
     /// The earliest `next_attempt_at` still waiting (any lane), if any.
     public let nextDueAt: Int64?
+    /// Deliveries of `finished` that failed because their device row does
+    /// not open with the store key (`unreadable_row`), for the log.
+    public var unreadable: [(deliveryID: Int64, deviceID: String)] = []
 }
 
 /// One attempt's result, for `Store.record(_:)`.
@@ -453,6 +456,7 @@ final class Queue {
         var expired: [(Int64, BatchKey)] = []
         var gone: [(Int64, BatchKey)] = []
         var unreadable: [(Int64, BatchKey)] = []
+        var unreadableDevices: [(deliveryID: Int64, deviceID: String)] = []
         var messages: [String: PushMessage?] = [:]
         for (sql, binds) in queries {
             let stmt = try db.statement(sql)
@@ -485,6 +489,7 @@ final class Queue {
                     // A row that does not open (damaged, or sealed under
                     // another key) fails this delivery alone.
                     unreadable.append((id, batch))
+                    unreadableDevices.append((id, deviceID))
                     continue
                 }
                 jobs.append(
@@ -529,7 +534,8 @@ final class Queue {
         let next = try db.statement("SELECT min(next_attempt_at) FROM deliveries WHERE state IN ('queued', 'retrying')")
         let nextDueAt = try next.step() ? next.optionalInt64(0) : nil
         return Claim(
-            jobs: jobs, finished: (expired + gone + unreadable).map(\.1), batchSizes: sizes, nextDueAt: nextDueAt)
+            jobs: jobs, finished: (expired + gone + unreadable).map(\.1), batchSizes: sizes, nextDueAt: nextDueAt,
+            unreadable: unreadableDevices)
     }
 
     /// Records an attempt's result: a final state, or `retrying` at

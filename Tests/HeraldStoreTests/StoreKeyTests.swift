@@ -245,6 +245,7 @@ struct StoreKeyTests {
         #expect(Set(first.jobs.map(\.deviceID)) == Set(good + [goodWeb]), "the good rows are claimed, in one claim")
         #expect(first.jobs.first { $0.deviceID == goodWeb }?.keys?.auth == [UInt8](repeating: 9, count: 16))
         #expect(first.finished.count == 2, "the two unreadable ones are reported final")
+        #expect(Set(first.unreadable.map(\.deviceID)) == [badToken, badKeys], "and named, for the log")
         #expect(first.batchSizes[BatchKey(messageID: m.messageID, platform: .fcm)] == 4)
         let s = try status(store, m.messageID)
         #expect(s.counts[.failed] == 2 && s.counts[.inFlight] == 4)

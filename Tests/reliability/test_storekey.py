@@ -168,6 +168,8 @@ def test_wrong_or_missing_key_refused_and_right_key_delivers(gw):
             fcm_tokens = [x.get("token") for x in gw.received("fcm", kind="send")]
             assert fcm_tokens.count("storekey-fcm-key-a") == round_ and fcm_tokens.count("storekey-fcm-key-c") == round_
             assert "storekey-fcm-key-b" not in fcm_tokens
+        warnings = d.log_lines("device_row_unreadable", current_start_only=True)
+        assert len(warnings) == 2 and all(w.startswith("<4>") and f"device={bad}" in w for w in warnings), warnings
         listed = {x["device_id"]: x for x in d.devices("key-b")}
         assert listed[bad]["last_failure_reason"] == "unreadable_row"
         record_counts(SUITE, unreadable_rows=1)
