@@ -135,16 +135,28 @@ struct StoreKeyStartupTests {
         #expect(d.log().components(separatedBy: "store_key_created").count == 2, "created once only")
     }
 
-    @Test("a key file of the wrong size is a clear startup error naming it")
-    func wrongSizeKey() throws {
+    @Test(
+        "a key file of the wrong size, or one that cannot be read as a key, is a clear startup error naming it",
+        arguments: ["short", "directory"])
+    func unusableKeyFile(kind: String) throws {
         let d = try stoppedWithDevices()
         defer { d.cleanup() }
-        try Data(repeating: 1, count: 31).write(to: URL(fileURLWithPath: keyPath(d)))
-        chmod(keyPath(d), 0o600)
+        try FileManager.default.removeItem(atPath: keyPath(d))
+        let says: String
+        if kind == "short" {
+            try Data(repeating: 1, count: 31).write(to: URL(fileURLWithPath: keyPath(d)))
+            chmod(keyPath(d), 0o600)
+            says = "must be exactly 32 bytes (found 31)"
+        } else {
+            try FileManager.default.createDirectory(atPath: keyPath(d), withIntermediateDirectories: false)
+            chmod(keyPath(d), 0o700)
+            says = "not a regular file"
+        }
         let start = try FailedStart(config: d.configPath)
         #expect(start.status == 1, "\(start.output)")
         #expect(!start.notified.contains { $0.contains("READY=1") })
-        #expect(start.output.contains("<3>startup_failed") && start.output.contains(keyPath(d)))
-        #expect(start.output.contains("must be exactly 32 bytes (found 31)"), "\(start.output)")
+        let errors = start.output.split(separator: "\n").filter { $0.hasPrefix("<3>") }
+        #expect(errors.count == 1 && errors[0].hasPrefix("<3>startup_failed "), "\(start.output)")
+        #expect(start.output.contains("[store] key: \(keyPath(d)): \(says)"), "\(start.output)")
     }
 }
