@@ -171,31 +171,69 @@ extension HeraldConfig.Store {
             throw ConfigError(key.location, error.description)
         }
     }
+
+    /// Loads the store key; nil when the file does not exist (the store then
+    /// decides whether one may be created: only for an empty database).
+    /// Errors name the `[store] key` setting.
+    public func loadKey() throws(ConfigError) -> StoreKey? {
+        do {
+            return try loadStoreKey(path: key.path)
+        } catch {
+            throw ConfigError(key.location, error.description)
+        }
+    }
+
+    /// Creates the store key file (see ``createStoreKey(path:)``); errors
+    /// name the `[store] key` setting.
+    public func createKey() throws(ConfigError) -> StoreKey {
+        do {
+            return try createStoreKey(path: key.path)
+        } catch {
+            throw ConfigError(key.location, error.description)
+        }
+    }
 }
 
 /// The 32-byte store sealing key at `path`. An absent file is created with
 /// fresh random bytes, mode 0600, and made durable (file and directory
 /// fsync'd) before use. An existing file must hold exactly 32 bytes and grant
-/// no permission to group or others.
+/// no permission to group or others. (The daemon does not create a key
+/// blindly: it asks the store first, see `Store.init(path:keySupply:…)`.)
 public func loadOrCreateStoreKey(path: String) throws(ConfigError) -> StoreKey {
-    func failure(_ message: String) -> ConfigError {
-        ConfigError(file: path, line: nil, section: nil, key: nil, message: message)
-    }
-    for _ in 0..<2 {
-        // O_NONBLOCK: a FIFO in place of the key must not hang startup.
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        if fd >= 0 {
-            defer { _ = close(fd) }
-            return try readStoreKey(fd, failure)
-        }
+    if let key = try loadStoreKey(path: path) { return key }
+    return try createStoreKey(path: path)
+}
+
+/// The 32-byte store sealing key at `path`, or nil when there is no such
+/// file. An existing file must be a regular file of exactly 32 bytes that
+/// grants no permission to group or others.
+public func loadStoreKey(path: String) throws(ConfigError) -> StoreKey? {
+    // O_NONBLOCK: a FIFO in place of the key must not hang startup.
+    let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+    guard fd >= 0 else {
         let openErrno = errno
-        guard openErrno == ENOENT else {
-            throw failure("cannot open: \(String(cString: strerror(openErrno)))")
-        }
-        if let key = try createStoreKey(path, failure) { return key }
-        // Another process created it first: read theirs.
+        if openErrno == ENOENT { return nil }
+        throw storeKeyFailure(path, "cannot open: \(String(cString: strerror(openErrno)))")
     }
-    throw failure("cannot open or create the store key")
+    defer { _ = close(fd) }
+    return try readStoreKey(fd) { storeKeyFailure(path, $0) }
+}
+
+/// Creates the store key at `path`: fresh random bytes written beside it,
+/// mode 0600, fsync'd, linked into place (never replacing a file) and the
+/// directory fsync'd. When another process created the file first, its key
+/// is read instead.
+public func createStoreKey(path: String) throws(ConfigError) -> StoreKey {
+    for _ in 0..<2 {
+        if let key = try createStoreKeyFile(path, { storeKeyFailure(path, $0) }) { return key }
+        // Another process created it first: read theirs.
+        if let key = try loadStoreKey(path: path) { return key }
+    }
+    throw storeKeyFailure(path, "cannot open or create the store key")
+}
+
+private func storeKeyFailure(_ path: String, _ message: String) -> ConfigError {
+    ConfigError(file: path, line: nil, section: nil, key: nil, message: message)
 }
 
 private func readStoreKey(
@@ -234,7 +272,7 @@ private func readStoreKey(
 
 /// Writes a new key beside `path` and links it into place, so a crash never
 /// leaves a short key file; nil when `path` appeared meanwhile.
-private func createStoreKey(
+private func createStoreKeyFile(
     _ path: String, _ failure: (String) -> ConfigError
 ) throws(ConfigError) -> StoreKey? {
     var bytes: [UInt8]

@@ -31,12 +31,13 @@ public enum Daemon {
         let signals = installSignals(stopper: stopper, hangups: hangups)
         let config: HeraldConfig
         let credentials: [String: LoadedCredentials]
-        let storeKey: StoreKey
+        let storeKey: StoreKey?
         do {
             config = try HeraldConfig.load(path: path, environment: environment)
             credentials = try LoadedCredentials.load(config)
             try ensureDirectory(config.server.stateDirectory)
-            storeKey = try config.store.loadOrCreateKey()
+            // Not created here: the store creates one only for an empty database.
+            storeKey = try config.store.loadKey()
         } catch {
             bootLog.error("startup_failed", ["error": String(describing: error)])
             return 1
@@ -46,13 +47,36 @@ public enum Daemon {
         signal(SIGPIPE, SIG_IGN)
 
         let store: Store
+        let databasePath = config.server.stateDirectory + "/herald.db"
+        let storeConfig = config.store
         do {
             store = try Store(
-                path: config.server.stateDirectory + "/herald.db", key: storeKey,
-                synchronous: config.store.synchronous == .full ? .full : .normal)
-        } catch {
-            log.error("startup_failed", ["error": "store: \(error)"])
+                path: databasePath,
+                keySupply: storeKey.map { .key($0) } ?? .missing(create: { try storeConfig.createKey() }),
+                keyFile: storeConfig.key.path, synchronous: config.store.synchronous == .full ? .full : .normal)
+        } catch let error as StoreKeyError {
+            // The key and the database do not belong together: starting
+            // would fail every send. Nothing secret is in the message.
+            log.error(
+                "startup_failed", ["error": error.description, "key_file": error.keyFile, "database": error.database])
             return 1
+        } catch let error as ConfigError {
+            // Creating the key for an empty database failed: the key file's own error.
+            log.error("startup_failed", ["error": String(describing: error)])
+            return 1
+        } catch {
+            log.error("startup_failed", ["error": "store: \(error)", "database": databasePath])
+            return 1
+        }
+        switch store.keyOutcome {
+        case .verified:
+            break
+        case .created:
+            log.info("store_key_created", ["key_file": storeConfig.key.path, "database": databasePath])
+        case .recorded(let sealedRows):
+            log.info(
+                "store_key_check_recorded",
+                ["key_file": storeConfig.key.path, "database": databasePath, "devices": String(sealedRows)])
         }
         let listener: Listener
         do {

@@ -385,6 +385,9 @@ public final class Scheduler: @unchecked Sendable {
             apply(guardState.reportNotStale(messageID: key.messageID, platform: key.platform, now: now))
             touched[key.messageID] = Self.unknownProgress
         }
+        for row in claim.unreadable {
+            log?.warning("device_row_unreadable", ["device": row.deviceID, "delivery": String(row.deliveryID)])
+        }
         for job in claim.jobs { dispatch(job) }
         publish()
         scheduleProgress()

@@ -108,6 +108,9 @@ public struct Claim: Sendable {
     public let batchSizes: [BatchKey: Int]
     /// The earliest `next_attempt_at` still waiting (any lane), if any.
     public let nextDueAt: Int64?
+    /// Deliveries of `finished` that failed because their device row does
+    /// not open with the store key (`unreadable_row`), for the log.
+    public var unreadable: [(deliveryID: Int64, deviceID: String)] = []
 }
 
 /// One attempt's result, for `Store.record(_:)`.
@@ -246,7 +249,13 @@ final class Queue {
                 ).bind(.text("superseded by \(messageID)"), .int(now), .text(target.deviceID), .text(collapse)).run()
             }
             let lane = QueueLane(app: e.app, platform: target.platform)
-            let handed = state == .queued && roomLeft > 0 && (room[lane] ?? 0) > 0
+            // A handed delivery's row is opened before it is written in
+            // flight: one that does not open stays queued, and the claim
+            // that takes it fails it alone (`unreadable_row`).
+            let secrets =
+                state == .queued && roomLeft > 0 && (room[lane] ?? 0) > 0
+                ? unseal(token: target.tokenSealed, keys: target.keysSealed, deviceID: target.deviceID) : nil
+            let handed = secrets != nil
             if handed {
                 state = .inFlight
                 room[lane]! -= 1
@@ -272,18 +281,12 @@ final class Queue {
             }
             devices += 1
             sizes[BatchKey(messageID: messageID, platform: target.platform), default: 0] += 1
-            if handed {
-                let token = try key.open(target.tokenSealed, context: Identity.tokenContext(target.deviceID))
-                var keys: WebPushKeys?
-                if let sealed = target.keysSealed {
-                    let raw = try key.open(sealed, context: Identity.keysContext(target.deviceID))
-                    keys = WebPushKeys(p256dh: Array(raw.prefix(65)), auth: Array(raw.dropFirst(65)))
-                }
+            if let secrets {
                 jobs.append(
                     DeliveryJob(
                         deliveryID: deliveryID, messageID: messageID, app: e.app, deviceID: target.deviceID,
                         user: target.user, platform: target.platform, environment: target.environment,
-                        token: String(decoding: token, as: UTF8.self), keys: keys, tokenHash: target.tokenHash,
+                        token: secrets.token, keys: secrets.keys, tokenHash: target.tokenHash,
                         registeredAt: target.registeredAt, message: e.message, acceptedAt: now, expiresAt: expires,
                         previousAttempts: 0))
             }
@@ -452,6 +455,8 @@ final class Queue {
         var jobs: [DeliveryJob] = []
         var expired: [(Int64, BatchKey)] = []
         var gone: [(Int64, BatchKey)] = []
+        var unreadable: [(Int64, BatchKey)] = []
+        var unreadableDevices: [(deliveryID: Int64, deviceID: String)] = []
         var messages: [String: PushMessage?] = [:]
         for (sql, binds) in queries {
             let stmt = try db.statement(sql)
@@ -477,18 +482,22 @@ final class Queue {
                     continue
                 }
                 let deviceID = stmt.text(3)
-                let token = try key.open(stmt.blob(10), context: Identity.tokenContext(deviceID))
-                var keys: WebPushKeys?
-                if !stmt.isNull(11) {
-                    let raw = try key.open(stmt.blob(11), context: Identity.keysContext(deviceID))
-                    keys = WebPushKeys(p256dh: Array(raw.prefix(65)), auth: Array(raw.dropFirst(65)))
+                guard
+                    let secrets = unseal(
+                        token: stmt.blob(10), keys: stmt.isNull(11) ? nil : stmt.blob(11), deviceID: deviceID)
+                else {
+                    // A row that does not open (damaged, or sealed under
+                    // another key) fails this delivery alone.
+                    unreadable.append((id, batch))
+                    unreadableDevices.append((id, deviceID))
+                    continue
                 }
                 jobs.append(
                     DeliveryJob(
                         deliveryID: id, messageID: messageID, app: stmt.text(2), deviceID: deviceID,
                         user: stmt.text(4), platform: platform,
                         environment: stmt.optionalText(9).flatMap(APNsEnvironment.init(rawValue:)),
-                        token: String(decoding: token, as: UTF8.self), keys: keys, tokenHash: stmt.text(12),
+                        token: secrets.token, keys: secrets.keys, tokenHash: stmt.text(12),
                         registeredAt: stmt.int64(13), message: message, acceptedAt: stmt.int64(14), expiresAt: expiresAt,
                         previousAttempts: Int(stmt.int64(6))))
             }
@@ -497,7 +506,7 @@ final class Queue {
         // counted here is later reported once.
         var sizes: [BatchKey: Int] = [:]
         var touched = Set<String>()
-        for messageID in jobs.map(\.messageID) + (expired + gone).map(\.1.messageID)
+        for messageID in jobs.map(\.messageID) + (expired + gone + unreadable).map(\.1.messageID)
         where touched.insert(messageID).inserted {
             let count = try db.statement(
                 """
@@ -513,6 +522,7 @@ final class Queue {
         }
         for (id, _) in expired { try mark(id, .expired, reason: "ttl elapsed", now: now) }
         for (id, _) in gone { try mark(id, .skipped, reason: "device removed", now: now) }
+        for (id, _) in unreadable { try markUnreadable(id, now: now) }
         if !jobs.isEmpty {
             try db.statement(
                 """
@@ -523,7 +533,9 @@ final class Queue {
         }
         let next = try db.statement("SELECT min(next_attempt_at) FROM deliveries WHERE state IN ('queued', 'retrying')")
         let nextDueAt = try next.step() ? next.optionalInt64(0) : nil
-        return Claim(jobs: jobs, finished: (expired + gone).map(\.1), batchSizes: sizes, nextDueAt: nextDueAt)
+        return Claim(
+            jobs: jobs, finished: (expired + gone + unreadable).map(\.1), batchSizes: sizes, nextDueAt: nextDueAt,
+            unreadable: unreadableDevices)
     }
 
     /// Records an attempt's result: a final state, or `retrying` at
@@ -696,6 +708,34 @@ final class Queue {
     private func mark(_ id: Int64, _ state: DeliveryState, reason: String, now: Int64) throws(StoreError) {
         try db.statement("UPDATE deliveries SET state = ?, reason = ?, updated_at = ? WHERE delivery_id = ?")
             .bind(.text(state.rawValue), .text(reason), .int(now), .int(id)).run()
+    }
+
+    /// The reason a delivery ends `failed` when its device row does not open.
+    static let unreadableRowReason = "unreadable_row"
+
+    /// A device row's token and Web Push keys, opened with the store key;
+    /// nil when either does not open (a damaged row, or one sealed under
+    /// another key).
+    private func unseal(token: [UInt8], keys: [UInt8]?, deviceID: String) -> (token: String, keys: WebPushKeys?)? {
+        guard let raw = try? key.open(token, context: Identity.tokenContext(deviceID)) else { return nil }
+        guard let keys else { return (String(decoding: raw, as: UTF8.self), nil) }
+        guard let pair = try? key.open(keys, context: Identity.keysContext(deviceID)) else { return nil }
+        return (
+            String(decoding: raw, as: UTF8.self),
+            WebPushKeys(p256dh: Array(pair.prefix(65)), auth: Array(pair.dropFirst(65)))
+        )
+    }
+
+    /// Fails a delivery whose device row does not open, and says so on the
+    /// device (`device.list` shows `last_failure_reason`).
+    private func markUnreadable(_ id: Int64, now: Int64) throws(StoreError) {
+        try mark(id, .failed, reason: Self.unreadableRowReason, now: now)
+        try db.statement(
+            """
+            UPDATE devices SET last_failure_at = ?, last_failure_reason = ?
+            WHERE device_id = (SELECT device_id FROM deliveries WHERE delivery_id = ?)
+            """
+        ).bind(.int(now), .text(Self.unreadableRowReason), .int(id)).run()
     }
 
     /// Deliveries waiting (queued or retrying) and in flight.

@@ -83,6 +83,13 @@ enum Schema {
         CREATE INDEX deliveries_due_by_platform ON deliveries (platform, next_attempt_at)
             WHERE state IN ('queued', 'retrying');
         """,
+        // 5: facts about the store itself: the check value of its key.
+        """
+        CREATE TABLE store_meta (
+            name TEXT PRIMARY KEY,
+            value BLOB NOT NULL
+        ) STRICT;
+        """,
     ]
 
     /// Brings the database to the newest version inside one transaction each.

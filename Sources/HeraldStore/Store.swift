@@ -47,11 +47,28 @@ public final class Store: @unchecked Sendable {
     /// What the connection is set to now (store thread only).
     private var currentSynchronous: Synchronous
 
-    /// Opens (creating if needed) and migrates the database, then starts the
-    /// store thread. Throws if the file cannot be opened or migrated.
-    public init(path: String, key: StoreKey, synchronous: Synchronous, clock: any WallClock = SystemClock())
-        throws
-    {
+    /// What the store did with its key at open (checked it, recorded its
+    /// check value, or created it for an empty database).
+    public let keyOutcome: StoreKeyOutcome
+
+    /// Opens the database with a key that must belong to it (see
+    /// ``init(path:keySupply:keyFile:synchronous:clock:)``).
+    public convenience init(
+        path: String, key: StoreKey, synchronous: Synchronous, clock: any WallClock = SystemClock()
+    ) throws {
+        try self.init(path: path, keySupply: .key(key), keyFile: "(given key)", synchronous: synchronous, clock: clock)
+    }
+
+    /// Opens (creating if needed) and migrates the database, checks the store
+    /// key against it, then starts the store thread. Throws if the file
+    /// cannot be opened or migrated, and ``StoreKeyError`` (naming `keyFile`
+    /// and the database) when the key does not open the database, or when
+    /// there is no key and the database holds data: a key is created (by
+    /// `keySupply`) only for an empty database.
+    public init(
+        path: String, keySupply: StoreKeySupply, keyFile: String, synchronous: Synchronous,
+        clock: any WallClock = SystemClock()
+    ) throws {
         self.path = path
         self.clock = clock
         self.synchronous = synchronous
@@ -70,6 +87,8 @@ public final class Store: @unchecked Sendable {
         // insert and result then reads its index pages back from the OS.
         try db.execute("PRAGMA cache_size = -32768")
         try Schema.migrate(db)
+        let (key, keyOutcome) = try StoreKeyCheck.settle(db, supply: keySupply, keyFile: keyFile, database: path)
+        self.keyOutcome = keyOutcome
         let tables = Tables(registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key))
         try tables.registry.expireTombstones(now: clock.nowMilliseconds())
         recoveredDeliveries = try tables.queue.recoverInFlight(now: clock.nowMilliseconds())
