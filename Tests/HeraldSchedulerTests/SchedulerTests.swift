@@ -458,4 +458,48 @@ struct SchedulerSemanticsTests {
         #expect(s.counts[.expired] == 1)
         #expect(fcm.sent == 4)
     }
+
+    @Test("a Web Push 401/403 degrades that origin only, never the lane; at most degradedOriginLimit origins are kept")
+    func webPushOriginsDegradeAlone() async throws {
+        let f = try Fixture()
+        defer { f.close() }
+        let keys = WebPushKeys(p256dh: [0x04] + [UInt8](repeating: 7, count: 64), auth: [UInt8](repeating: 9, count: 16))
+        for i in 0..<5 {
+            let r = Registration(
+                app: "default", user: "w\(i)", platform: .web, environment: nil,
+                token: "https://Push\(i).Example:8443/sub/\(i)", keys: keys)
+            _ = try f.store.sync { s, done in s.register(r, deviceCap: 10, completion: done) }
+        }
+        let accept = Locked(false)
+        let web = ScriptedTransport(limit: 10) { _ in
+            accept.withLock { $0 }
+                ? AttemptReport(outcome: .delivered, httpStatus: 201)
+                : AttemptReport(outcome: .authRejected(reason: .httpStatus(403)), httpStatus: 403)
+        }
+        var settings = SchedulerSettings(maxInflight: 10)
+        settings.backoff = BackoffPolicy(maxRetries: 0)
+        settings.degradedOriginLimit = 3
+        let lane = QueueLane(app: "default", platform: .web)
+        let scheduler = Scheduler(store: f.store, transports: [lane: web], settings: settings)
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        // One at a time, so that the order of the origins is known.
+        for i in 0..<5 {
+            let id = try f.send(["w\(i)"])
+            scheduler.wake()
+            let s = try await f.waitComplete(id)
+            #expect(s.counts[.failed] == 1, "counted toward max_retries (0 here): failed at once")
+        }
+        #expect(scheduler.degradedLanes.isEmpty, "the app's Web Push is never degraded by a push service")
+        #expect(
+            scheduler.degradedOrigins[lane]
+                == ["https://push2.example:8443": "http_403", "https://push3.example:8443": "http_403",
+                    "https://push4.example:8443": "http_403"],
+            "the oldest origins are forgotten past the limit")
+        accept.withLock { $0 = true }
+        let ok = try f.send(["w3"])
+        scheduler.wake()
+        #expect(try await f.waitComplete(ok).counts[.delivered] == 1)
+        #expect(scheduler.degradedOrigins[lane]?.keys.sorted() == ["https://push2.example:8443", "https://push4.example:8443"])
+    }
 }
