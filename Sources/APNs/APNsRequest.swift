@@ -93,7 +93,8 @@ public struct APNsRequest: Sendable, Hashable {
     /// `apns-expiration` in Unix seconds: `now + ttl`, or 0 when the TTL is 0
     /// (APNs then tries once and never stores the push).
     public let expiration: Int64
-    /// `apns-collapse-id`, absent when the message has no collapse key.
+    /// `apns-collapse-id`: from the collapse key, else the message's own
+    /// collapse id (``PushMessage/collapseID``); absent when it has neither.
     public let collapseID: String?
     /// The JSON body, compact, U+2028/U+2029 escaped.
     public let payload: [UInt8]
@@ -156,7 +157,9 @@ public struct APNsRequest: Sendable, Hashable {
         self.topic = platform == .apnsVoIP ? settings.topic + ".voip" : settings.topic
         self.priority = pushType == .background || message.priority != .high ? 5 : 10
         self.expiration = ttl == 0 ? 0 : now + Int64(ttl)
-        self.collapseID = Self.collapseID(for: message.collapseKey)
+        // Without a collapse key, the message's own id: a resend of it
+        // replaces the first notification instead of showing a second.
+        self.collapseID = Self.collapseID(for: message.collapseKey) ?? message.ownCollapseID
         self.payload = payload
     }
 

@@ -279,26 +279,36 @@ public final class FCMSender: Sendable {
         let retryHeader = header("retry-after")
         var info = HTTPStatusInfo(status: status, httpVersion: httpVersion, retryAfter: retryHeader)
         let json = body.isEmpty ? nil : try? JSONParser.parse(body)
+        var fromDetails = false
         if (200..<300).contains(status) {
             info.messageName = json?["name"]?.stringValue
         } else if let error = json?["error"] {
-            info.errorCode = errorCode(error)
+            let detail = detailErrorCode(error)
+            fromDetails = detail != nil
+            info.errorCode = detail ?? errorCode(error)
             info.message = error["message"]?.stringValue
         }
         let retryAfter = retryHeader.flatMap { RetryAfter.parse($0, now: now) }
-        let outcome = FCMClassifier.classify(status: status, errorCode: info.errorCode, retryAfter: retryAfter)
+        let outcome = FCMClassifier.classify(
+            status: status, errorCode: info.errorCode, fromDetails: fromDetails, retryAfter: retryAfter)
         return (outcome, info)
     }
 
     /// `errorCode` of the first `FcmError` in `error.details`, else `error.status`.
     static func errorCode(_ error: JSON) -> String? {
+        if let code = detailErrorCode(error) { return code }
+        if let status = error["status"]?.stringValue, !status.isEmpty { return status }
+        return nil
+    }
+
+    /// `errorCode` of the first `FcmError` in `error.details`; nil when there is none.
+    static func detailErrorCode(_ error: JSON) -> String? {
         for detail in error["details"]?.arrayValue ?? [] {
             if let code = detail["errorCode"]?.stringValue, !code.isEmpty {
                 let type = detail["@type"]?.stringValue ?? ""
                 if type.isEmpty || type.hasSuffix("google.firebase.fcm.v1.FcmError") { return code }
             }
         }
-        if let status = error["status"]?.stringValue, !status.isEmpty { return status }
         return nil
     }
 

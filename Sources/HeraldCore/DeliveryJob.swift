@@ -18,7 +18,7 @@ public struct DeliveryJob: Sendable {
     public let message: PushMessage
     /// When the message was accepted, ms since the epoch: TTLs count from here.
     public let acceptedAt: Int64
-    /// The end of the message's TTL, ms since the epoch.
+    /// The end of the message's TTL, ms since the epoch: `acceptedAt + ttl`.
     public let expiresAt: Int64
     /// Attempts made before this one (0 for the first send).
     public let previousAttempts: Int
@@ -43,5 +43,22 @@ public struct DeliveryJob: Sendable {
         self.acceptedAt = acceptedAt
         self.expiresAt = expiresAt
         self.previousAttempts = previousAttempts
+    }
+}
+
+extension DeliveryJob {
+    /// How long after the end of its TTL a delivery may still be handed to a
+    /// provider (SPEC Revision 2, "Delivery semantics"): the 2 s let a TTL-0
+    /// call ring have its one attempt.
+    public static let ttlGraceMilliseconds: Int64 = 2000
+
+    /// The last moment (ms since the epoch) this delivery may be handed to a
+    /// provider: `acceptedAt + ttl + 2 s`. Past it the delivery ends
+    /// `expired`, whether or not it was ever attempted.
+    public var sendDeadline: Int64 { Self.sendDeadline(expiresAt: expiresAt) }
+
+    /// `expiresAt + 2 s`: the send deadline of a message that expires at `expiresAt`.
+    public static func sendDeadline(expiresAt: Int64) -> Int64 {
+        expiresAt > Int64.max - ttlGraceMilliseconds ? Int64.max : expiresAt + ttlGraceMilliseconds
     }
 }

@@ -18,3 +18,11 @@ public enum DeliveryState: String, Sendable, Hashable, CaseIterable {
         }
     }
 }
+
+/// Reasons the scheduler and the store both name.
+public enum DeliveryReason {
+    /// A delivery waiting (`retrying`) because the provider rejected Herald's
+    /// credential: not counted toward `max_retries`; due again at once when a
+    /// reload brings new credentials, or at a slow cadence, until its TTL passes.
+    public static let credentialRejected = "credential_rejected"
+}

@@ -65,6 +65,12 @@ public struct PushMessage: Sendable, Equatable {
     public var collapseKey: String?
     public var priority: PushPriority
     public var ttlSeconds: Int
+    /// The message's own collapse id when it has no `collapseKey`: 32
+    /// base64url characters, stable for the message (derived from its
+    /// idempotency key, else its message id; set by the store), so that a
+    /// resend after an ambiguous failure replaces the first notification
+    /// (APNs `apns-collapse-id`, Web Push `Topic`). Not part of `==`.
+    public var collapseID: String?
 
     public init(
         kind: PushKind, data: [(key: String, value: String)] = [], alert: PushAlert? = nil, badge: Int? = nil,
@@ -79,6 +85,18 @@ public struct PushMessage: Sendable, Equatable {
         self.collapseKey = collapseKey
         self.priority = priority ?? kind.defaultPriority
         self.ttlSeconds = ttlSeconds ?? kind.defaultTTLSeconds
+    }
+
+    /// The collapse id a transport sends when the message has no collapse
+    /// key: ``collapseID`` if it is one (32 characters of `[A-Za-z0-9_-]`).
+    public var ownCollapseID: String? {
+        guard collapseKey?.isEmpty ?? true, let id = collapseID, id.utf8.count == 32,
+            id.utf8.allSatisfy({ b in
+                (0x30...0x39).contains(b) || (0x41...0x5A).contains(b) || (0x61...0x7A).contains(b) || b == 0x2D
+                    || b == 0x5F
+            })
+        else { return nil }
+        return id
     }
 
     /// The badge a given user's devices get.

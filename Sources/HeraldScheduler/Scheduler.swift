@@ -16,6 +16,13 @@ public struct SchedulerSettings: Sendable {
     public var batchIdleTimeout: Duration = .seconds(900)
     /// The longest the scheduler sleeps with nothing due.
     public var idlePoll: Duration = .seconds(1)
+    /// How often a delivery whose provider rejected Herald's credential (APNs
+    /// 403 token reasons, FCM 401/403) is tried again while no reload brings
+    /// a new one: it waits in `retrying` (reason `credential_rejected`),
+    /// without counting toward `max_retries`, until then or its TTL.
+    public var credentialRetry: Duration = .seconds(60)
+    /// Web Push origins remembered as rejecting Herald (401/403), at most.
+    public var degradedOriginLimit = 4096
 
     public init(maxInflight: Int = 2000, backoff: BackoffPolicy = BackoffPolicy(), stale: StaleGuard.Settings = .init()) {
         self.maxInflight = maxInflight
@@ -85,10 +92,16 @@ public struct SchedulerStats: Sendable {
 ///   transport's `concurrencyLimit` sending: claims skip full lanes, and a
 ///   claim that brings a lane more than it may take holds the rest in memory
 ///   until room frees up.
-/// - Outcomes follow SPEC "Delivery rules": `retry` and `authRejected` go
-///   through the backoff policy (full jitter, `Retry-After`, `max_retries`,
-///   never past the TTL); `authRejected` also marks the lane degraded until a
-///   send succeeds; `stale` goes through the ``StaleGuard`` (batch breaker,
+/// - No delivery is handed to a transport past `accepted_at + ttl + 2 s`
+///   (checked at the claim and again when a held job gets its lane's slot);
+///   it ends `expired` instead.
+/// - Outcomes follow SPEC "Delivery rules": `retry` goes through the backoff
+///   policy (full jitter, `Retry-After`, `max_retries`, never past the TTL);
+///   `authRejected` of APNs or FCM marks the lane degraded until a send
+///   succeeds and the delivery waits for the credential (`credential_rejected`,
+///   not counted toward `max_retries`, due again after `credentialRetry` or at
+///   a reload); a Web Push `authRejected` degrades only the push service's
+///   origin and is retried with backoff; `stale` goes through the ``StaleGuard`` (batch breaker,
 ///   window cap) and then deletes the device only if it still holds the token
 ///   that was sent.
 /// - Every claimed delivery ends recorded; a stop or crash before that leaves
@@ -125,6 +138,10 @@ public final class Scheduler: @unchecked Sendable {
     private struct Shared {
         var stats = SchedulerStats()
         var degraded: [QueueLane: String] = [:]
+        /// Web Push origins (per lane) whose service answered 401/403, with
+        /// the reason; oldest first in `originOrder`, bounded.
+        var degradedOrigins: [QueueLane: [String: String]] = [:]
+        var originOrder: [(lane: QueueLane, origin: String)] = []
     }
 
     private struct HeldKey: Hashable {
@@ -210,7 +227,10 @@ public final class Scheduler: @unchecked Sendable {
     /// Swaps in the transports of a reloaded configuration. Sends already
     /// handed to a transport finish on it; from now on every send goes to the
     /// new one of its lane. Deliveries waiting for a lane that no longer has a
-    /// transport end as skipped, as at startup. Returns once the swap is done.
+    /// transport end as skipped, as at startup. Deliveries waiting for a
+    /// credential (`credential_rejected`) become due at once: the reload read
+    /// every credential again. Returns once the swap is done (the release of
+    /// credential waits follows on the store's thread).
     public func replaceTransports(_ new: [QueueLane: any PushTransport]) {
         queue.sync {
             transports = new
@@ -223,6 +243,17 @@ public final class Scheduler: @unchecked Sendable {
             // Lanes that gained a transport (or room) may have deliveries due.
             idle = false
             pump()
+            let lanes = new.keys.filter { $0.platform != .web }
+            guard !lanes.isEmpty else { return }
+            store.releaseCredentialWaits(lanes: Array(lanes)) { [self] result in
+                switch result {
+                case .success(let n):
+                    if n > 0 { log?.info("credential_waits_released", ["deliveries": String(n)]) }
+                case .failure(let error):
+                    log?.error("release_failed", ["error": String(describing: error)])
+                }
+                wake()
+            }
         }
     }
 
@@ -231,6 +262,11 @@ public final class Scheduler: @unchecked Sendable {
 
     /// The degraded reason of each lane that has one.
     public var degradedLanes: [QueueLane: String] { shared.withLock { $0.degraded } }
+
+    /// Web Push origins whose push service rejected Herald (401/403), per
+    /// lane, with the reason: each degrades only its own origin, never the
+    /// lane (see ``degradedLanes``).
+    public var degradedOrigins: [QueueLane: [String: String]] { shared.withLock { $0.degradedOrigins } }
 
     public var stats: SchedulerStats { shared.withLock { $0.stats } }
 
@@ -439,10 +475,21 @@ public final class Scheduler: @unchecked Sendable {
         send(job, lane: lane)
     }
 
-    private func send(_ job: DeliveryJob, lane: QueueLane) {
+    /// Hands the job to its lane's transport, unless its send deadline
+    /// (`accepted_at + ttl + 2 s`) passed while it waited for a slot: it then
+    /// ends `expired` there. Returns whether it was handed over.
+    @discardableResult
+    private func send(_ job: DeliveryJob, lane: QueueLane) -> Bool {
         guard let transport = transports[lane] else {
             finish(job, state: .skipped, httpStatus: nil, reason: "transport_disabled: no transport configured")
-            return
+            return false
+        }
+        let now = clock.nowMilliseconds()
+        if now > job.sendDeadline {
+            counters[job.platform, default: PlatformCounters()].expired += 1
+            finish(job, state: .expired, httpStatus: nil, reason: "ttl elapsed")
+            reportNotStale(job, now: now)
+            return false
         }
         sending[lane, default: 0] += 1
         counters[job.platform, default: PlatformCounters()].sent += 1
@@ -451,16 +498,19 @@ public final class Scheduler: @unchecked Sendable {
             let elapsed = monotonicMicroseconds() - started
             queue.async { [self] in completed(job, lane: lane, report, elapsed: elapsed) }
         }
+        return true
     }
 
     private func completed(_ job: DeliveryJob, lane: QueueLane, _ report: AttemptReport, elapsed: Int64) {
         sending[lane, default: 1] -= 1
         counters[job.platform, default: PlatformCounters()].sendLatency.record(microseconds: elapsed)
         decide(job, lane: lane, report)
-        if var list = waiting[lane], !list.isEmpty, (sending[lane] ?? 0) < limit(of: lane) {
+        // The slot goes to the next waiting job still within its deadline;
+        // the ones past it end expired on the way.
+        while var list = waiting[lane], !list.isEmpty, (sending[lane] ?? 0) < limit(of: lane) {
             let next = list.removeFirst()
             waiting[lane] = list.isEmpty ? nil : list
-            send(next, lane: lane)
+            if send(next, lane: lane) { break }
         }
         schedulePublish()
         pump()
@@ -486,14 +536,24 @@ public final class Scheduler: @unchecked Sendable {
         case .delivered:
             counters[job.platform, default: PlatformCounters()].delivered += 1
             clearDegraded(lane)
+            if job.platform == .web || job.keys != nil { clearOriginDegraded(job, lane: lane) }
             finish(job, state: .delivered, httpStatus: status, reason: nil)
             reportNotStale(job, now: now)
         case .retry(let after, let reason):
             retry(job, after: after, reason: reason, httpStatus: status, now: now)
         case .authRejected(let reason):
             counters[job.platform, default: PlatformCounters()].authRejected += 1
-            markDegraded(lane, reason: reason)
-            retry(job, after: nil, reason: reason, httpStatus: status, now: now)
+            if job.platform == .web || job.keys != nil {
+                // A Web Push service refused Herald: that origin's concern
+                // (an end user chose it), not the app's transport. Retried with
+                // backoff, counted toward max_retries: it is not Herald's
+                // credential that a reload could fix.
+                markOriginDegraded(job, lane: lane, reason: reason)
+                retry(job, after: nil, reason: reason, httpStatus: status, now: now)
+            } else {
+                markDegraded(lane, reason: reason)
+                waitForCredential(job, reason: reason, httpStatus: status, now: now)
+            }
         case .failed(let reason):
             counters[job.platform, default: PlatformCounters()].failed += 1
             finish(job, state: .failed, httpStatus: status, reason: reason.rawValue)
@@ -533,10 +593,32 @@ public final class Scheduler: @unchecked Sendable {
         }
     }
 
+    /// The provider rejected Herald's credential: the delivery waits in
+    /// `retrying` (reason `credential_rejected`), this attempt not counted
+    /// toward `max_retries`, due again after `credentialRetry` or at once when
+    /// a reload brings new credentials, and never past its send deadline
+    /// (the claim after it finds it expired).
+    private func waitForCredential(_ job: DeliveryJob, reason: ProviderReason, httpStatus: Int?, now: Int64) {
+        let deadline = job.sendDeadline
+        guard now <= deadline else {
+            counters[job.platform, default: PlatformCounters()].expired += 1
+            finish(job, state: .expired, httpStatus: httpStatus, reason: "\(reason.rawValue) (ttl elapsed)")
+            reportNotStale(job, now: now)
+            return
+        }
+        let cadence = max(1, settings.credentialRetry.wholeMilliseconds)
+        let at = min(now + cadence, deadline + 1)
+        counters[job.platform, default: PlatformCounters()].retried += 1
+        finish(
+            job, state: .retrying, httpStatus: httpStatus, reason: DeliveryReason.credentialRejected,
+            nextAttemptAt: at, countsAsAttempt: false)
+        arm(afterMs: at - now)
+    }
+
     /// Hands a delivery's result to the store; it stops counting as in flight.
     private func finish(
         _ job: DeliveryJob, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64? = nil,
-        inFlight counted: Bool = true
+        countsAsAttempt: Bool = true, inFlight counted: Bool = true
     ) {
         if counted { inFlight -= 1 }
         if let log, log.enabled(.debug) {
@@ -550,7 +632,7 @@ public final class Scheduler: @unchecked Sendable {
         pendingRecords.append(
             DeliveryRecord(
                 deliveryID: job.deliveryID, deviceID: job.deviceID, state: state, httpStatus: httpStatus,
-                reason: reason, nextAttemptAt: nextAttemptAt))
+                reason: reason, nextAttemptAt: nextAttemptAt, countsAsAttempt: countsAsAttempt))
         pendingMessages[job.messageID, default: 0] += state.isFinal ? 1 : 0
         if pendingRecords.count >= Self.recordBatch || inFlight == 0 {
             // A full batch, or the last answer out: nothing more is coming to
@@ -673,6 +755,51 @@ public final class Scheduler: @unchecked Sendable {
         if changed {
             log?.warning(
                 "transport_degraded", ["app": lane.app, "platform": lane.platform.rawValue, "reason": reason.rawValue])
+        }
+    }
+
+    /// `scheme://host[:port]` of a Web Push endpoint; nil if it has none.
+    static func origin(ofEndpoint endpoint: String) -> String? {
+        guard let schemeEnd = endpoint.range(of: "://") else { return nil }
+        let rest = endpoint[schemeEnd.upperBound...]
+        let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        guard !authority.isEmpty else { return nil }
+        return endpoint[..<schemeEnd.upperBound].lowercased() + authority.lowercased()
+    }
+
+    private func markOriginDegraded(_ job: DeliveryJob, lane: QueueLane, reason: ProviderReason) {
+        guard let origin = Self.origin(ofEndpoint: job.token) else { return }
+        let limit = max(1, settings.degradedOriginLimit)
+        let changed = shared.withLock { s -> Bool in
+            let before = s.degradedOrigins[lane]?[origin]
+            if before == nil {
+                s.originOrder.append((lane, origin))
+                while s.originOrder.count > limit {
+                    let (oldLane, oldOrigin) = s.originOrder.removeFirst()
+                    s.degradedOrigins[oldLane]?[oldOrigin] = nil
+                    if s.degradedOrigins[oldLane]?.isEmpty == true { s.degradedOrigins[oldLane] = nil }
+                }
+            }
+            s.degradedOrigins[lane, default: [:]][origin] = reason.rawValue
+            return before != reason.rawValue
+        }
+        if changed {
+            log?.warning(
+                "webpush_origin_degraded",
+                ["app": lane.app, "platform": lane.platform.rawValue, "origin": origin, "reason": reason.rawValue])
+        }
+    }
+
+    private func clearOriginDegraded(_ job: DeliveryJob, lane: QueueLane) {
+        guard let origin = Self.origin(ofEndpoint: job.token) else { return }
+        let was = shared.withLock { s -> String? in
+            guard let was = s.degradedOrigins[lane]?.removeValue(forKey: origin) else { return nil }
+            if s.degradedOrigins[lane]?.isEmpty == true { s.degradedOrigins[lane] = nil }
+            s.originOrder.removeAll { $0.lane == lane && $0.origin == origin }
+            return was
+        }
+        if was != nil {
+            log?.info("webpush_origin_recovered", ["app": lane.app, "platform": lane.platform.rawValue, "origin": origin])
         }
     }
 

@@ -3,7 +3,9 @@ import JSONRPC
 
 /// The stored form of a `PushMessage`: compact JSON in `messages.payload`.
 /// Only the store reads and writes it; version 1 is
-/// `{"v":1,"kind","data":{…},"alert"?,"badge"?,"badges"?,"collapse_key"?,"priority","ttl"}`.
+/// `{"v":1,"kind","data":{…},"alert"?,"badge"?,"badges"?,"collapse_key"?,"collapse_id"?,"priority","ttl"}`
+/// (`collapse_id`: the message's own collapse id, written since Revision 2;
+/// a message stored before has none and gets one from its message id).
 enum MessageCodec {
     static func encode(_ m: PushMessage) -> String {
         var o: JSONObject = ["v": 1, "kind": .string(m.kind.rawValue)]
@@ -25,6 +27,7 @@ enum MessageCodec {
             o.append("badges", .object(badges))
         }
         if let c = m.collapseKey { o.append("collapse_key", .string(c)) }
+        if let c = m.collapseID { o.append("collapse_id", .string(c)) }
         o.append("priority", .string(m.priority.rawValue))
         o.append("ttl", .int(m.ttlSeconds))
         return String(decoding: JSON.object(o).serialized(), as: UTF8.self)
@@ -50,9 +53,11 @@ enum MessageCodec {
         for member in json["badges"]?.objectValue ?? JSONObject() {
             if let n = member.value.numberValue?.int64 { badges[member.key] = Int(n) }
         }
-        return PushMessage(
+        var message = PushMessage(
             kind: kind, data: data, alert: alert, badge: json["badge"]?.numberValue?.int64.map { Int($0) },
             badgePerUser: badges, collapseKey: json["collapse_key"]?.stringValue, priority: priority,
             ttlSeconds: Int(ttl))
+        message.collapseID = json["collapse_id"]?.stringValue
+        return message
     }
 }

@@ -122,10 +122,13 @@ public struct DeliveryRecord: Sendable {
     public let httpStatus: Int?
     public let reason: String?
     public let nextAttemptAt: Int64?
+    /// False for an attempt that must not count toward `max_retries` (a
+    /// credential rejection): the attempt the claim counted is taken back.
+    public let countsAsAttempt: Bool
 
     public init(
         deliveryID: Int64, deviceID: String, state: DeliveryState, httpStatus: Int?, reason: String?,
-        nextAttemptAt: Int64?
+        nextAttemptAt: Int64?, countsAsAttempt: Bool = true
     ) {
         self.deliveryID = deliveryID
         self.deviceID = deviceID
@@ -133,6 +136,7 @@ public struct DeliveryRecord: Sendable {
         self.httpStatus = httpStatus
         self.reason = reason
         self.nextAttemptAt = nextAttemptAt
+        self.countsAsAttempt = countsAsAttempt
     }
 }
 
@@ -216,10 +220,14 @@ final class Queue {
         }
         let messageID = try SecureRandom.bytes(16).hexString
         let expires = now + Int64(e.message.ttlSeconds) * 1000
+        var message = e.message
+        if message.collapseKey?.isEmpty ?? true {
+            message.collapseID = Self.collapseID(app: e.app, idempotencyKey: e.idempotencyKey, messageID: messageID)
+        }
         try db.statement(
             "INSERT INTO messages (message_id, app, idempotency_hash, payload, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)"
         ).bind(
-            .text(messageID), .text(e.app), idempotency, .text(MessageCodec.encode(e.message)), .int(now),
+            .text(messageID), .text(e.app), idempotency, .text(MessageCodec.encode(message)), .int(now),
             .int(expires)
         ).run()
 
@@ -287,7 +295,7 @@ final class Queue {
                         deliveryID: deliveryID, messageID: messageID, app: e.app, deviceID: target.deviceID,
                         user: target.user, platform: target.platform, environment: target.environment,
                         token: secrets.token, keys: secrets.keys, tokenHash: target.tokenHash,
-                        registeredAt: target.registeredAt, message: e.message, acceptedAt: now, expiresAt: expires,
+                        registeredAt: target.registeredAt, message: message, acceptedAt: now, expiresAt: expires,
                         previousAttempts: 0))
             }
         }
@@ -296,6 +304,18 @@ final class Queue {
         // that takes these deliveries counts them, as for any message.
         let claim = Claim(jobs: jobs, finished: [], batchSizes: jobs.isEmpty ? [:] : sizes, nextDueAt: nil)
         return (Enqueued(messageID: messageID, devices: devices, skipped: skipped, duplicate: false), claim)
+    }
+
+    /// A message's own collapse id (for one without a collapse key): 32
+    /// base64url characters of SHA-256 over the app and its idempotency key,
+    /// else its message id. The same key gives the same id, so a resend of
+    /// the same notification (Herald's after an ambiguous failure, or the
+    /// caller's with its idempotency key) replaces the first on the device.
+    static func collapseID(app: String, idempotencyKey: String?, messageID: String) -> String {
+        let source =
+            if let k = idempotencyKey { "herald-collapse:idem:\(app.utf8.count):\(app):\(k)" }
+            else { "herald-collapse:msg:\(messageID)" }
+        return Base64URL.encode(SHA256.hash(Array(source.utf8)).prefix(24))
     }
 
     private struct Target {
@@ -413,6 +433,27 @@ final class Queue {
         return db.changes
     }
 
+    /// Deliveries of `lanes` waiting for a credential (reason
+    /// `credential_rejected`) become due at `now`: a reload brought new
+    /// credentials. Returns how many.
+    func releaseCredentialWaits(lanes: [QueueLane], now: Int64) throws(StoreError) -> Int {
+        var released = 0
+        for lane in lanes {
+            try db.statement(
+                """
+                UPDATE deliveries SET next_attempt_at = ?, updated_at = ?
+                WHERE state = 'retrying' AND reason = ? AND platform = ? AND next_attempt_at > ?
+                    AND message_id IN (SELECT message_id FROM messages WHERE app = ?)
+                """
+            ).bind(
+                .int(now), .int(now), .text(DeliveryReason.credentialRejected), .text(lane.platform.rawValue),
+                .int(now), .text(lane.app)
+            ).run()
+            released += db.changes
+        }
+        return released
+    }
+
     /// Deliveries interrupted by a stop or crash go back to the queue.
     func recoverInFlight(now: Int64) throws(StoreError) -> Int {
         try db.statement(
@@ -424,8 +465,9 @@ final class Queue {
     /// Takes due deliveries, oldest due first: up to `lanes[lane]` of each
     /// named lane, and up to `others` of any lane not named (deliveries no
     /// transport is configured for any more, say). Marks them in flight and
-    /// returns them with their unsealed tokens. Past-TTL ones (after a first
-    /// attempt) become expired; ones whose device is gone become skipped.
+    /// returns them with their unsealed tokens. Ones past their send deadline
+    /// (`expires_at` + 2 s, attempted or not) become expired; ones whose
+    /// device is gone become skipped.
     func claimDue(lanes: [QueueLane: Int], others: Int, now: Int64) throws -> Claim {
         let select = """
             SELECT d.delivery_id, d.message_id, m.app, d.device_id, d.user, d.platform, d.attempts, m.expires_at,
@@ -467,7 +509,9 @@ final class Queue {
                 let platform = Platform(rawValue: stmt.text(5)) ?? .apns
                 let batch = BatchKey(messageID: messageID, platform: platform)
                 let expiresAt = stmt.int64(7)
-                if now > expiresAt && stmt.int64(6) > 0 {
+                // Never sent past `accepted_at + ttl + 2 s`, attempted before or
+                // not (a backlog, a restart after downtime).
+                if now > DeliveryJob.sendDeadline(expiresAt: expiresAt) {
                     expired.append((id, batch))
                     continue
                 }
@@ -475,7 +519,15 @@ final class Queue {
                     gone.append((id, batch))
                     continue
                 }
-                if messages[messageID] == nil { messages[messageID] = MessageCodec.decode(stmt.text(8)) }
+                if messages[messageID] == nil {
+                    var decoded = MessageCodec.decode(stmt.text(8))
+                    if var m = decoded, m.collapseKey?.isEmpty ?? true, m.collapseID == nil {
+                        // Stored before messages carried their own collapse id.
+                        m.collapseID = Self.collapseID(app: stmt.text(2), idempotencyKey: nil, messageID: messageID)
+                        decoded = m
+                    }
+                    messages[messageID] = decoded
+                }
                 guard let message = messages[messageID] ?? nil else {
                     // A payload this version cannot read: fail it rather than retry forever.
                     try mark(id, .failed, reason: "unreadable stored message", now: now)
@@ -591,23 +643,26 @@ final class Queue {
             let httpStatus: Int?
             let reason: String?
             let nextAttemptAt: Int64?
+            let counted: Bool
         }
         var groups: [Result: [DeliveryRecord]] = [:]
         for r in records {
-            groups[Result(state: r.state, httpStatus: r.httpStatus, reason: r.reason, nextAttemptAt: r.nextAttemptAt),
+            groups[Result(state: r.state, httpStatus: r.httpStatus, reason: r.reason, nextAttemptAt: r.nextAttemptAt,
+                counted: r.countsAsAttempt),
                 default: []].append(r)
         }
         for (result, members) in groups {
             let update = try db.statement(
                 """
                 UPDATE deliveries SET state = ?, http_status = ?, reason = ?,
-                    next_attempt_at = COALESCE(?, next_attempt_at), updated_at = ?
+                    next_attempt_at = COALESCE(?, next_attempt_at), updated_at = ?, attempts = max(0, attempts - ?)
                 WHERE delivery_id IN (SELECT value FROM json_each(?)) AND state = 'in_flight'
                 RETURNING device_id
                 """)
             try update.bind(
                 .text(result.state.rawValue), .optional(result.httpStatus.map(Int64.init)), .optional(result.reason),
-                .optional(result.nextAttemptAt), .int(now), .text(Self.jsonList(members.map(\.deliveryID))))
+                .optional(result.nextAttemptAt), .int(now), .int(result.counted ? 0 : 1),
+                .text(Self.jsonList(members.map(\.deliveryID))))
             var devices: [String] = []
             while try update.step() { devices.append(update.text(0)) }
             guard !devices.isEmpty else { continue }

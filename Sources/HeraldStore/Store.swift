@@ -320,6 +320,14 @@ public final class Store: @unchecked Sendable {
         submit(durable: false, { t, now in try t.queue.record(records, now: now) }, completion)
     }
 
+    /// Makes the deliveries of `lanes` that wait for a credential due at once
+    /// (after a reload); answers how many.
+    public func releaseCredentialWaits(
+        lanes: [QueueLane], completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    ) {
+        submit({ t, now in try t.queue.releaseCredentialWaits(lanes: lanes, now: now) }, completion)
+    }
+
     /// Deletes a stale device if it still holds `tokenHash`, and records the
     /// delivery (`removed_stale`, or `failed` when the device moved on).
     public func removeStale(

@@ -27,7 +27,7 @@ public enum WebPushUrgency: String, Sendable, Hashable, CaseIterable {
 /// `Authorization` (the sender adds `vapid t=…, k=…` per endpoint origin) and
 /// `Content-Length` (the HTTP layer's).
 ///
-/// `TTL`, `Urgency`, `Topic` (only with a collapse key),
+/// `TTL`, `Urgency`, `Topic` (a collapse key's, or the message's own id),
 /// `Content-Encoding: aes128gcm`, `Content-Type: application/octet-stream`, in
 /// that order. No `Encryption` or `Crypto-Key` header: aes128gcm carries salt
 /// and key in the body, and push services refuse the old headers with it.
@@ -50,7 +50,7 @@ public struct WebPushHeaders: Sendable, Hashable {
     /// `TTL` in seconds, clamped to 0…2419200.
     public let ttlSeconds: Int
     public let urgency: WebPushUrgency
-    public let topic: String?
+    public private(set) var topic: String?
 
     public init(ttl: Int, priority: PushPriority, collapseKey: String?) {
         self.ttlSeconds = min(max(ttl, 0), Self.maximumTTLSeconds)
@@ -58,9 +58,13 @@ public struct WebPushHeaders: Sendable, Hashable {
         self.topic = Self.topic(for: collapseKey)
     }
 
-    /// The headers for a message: its TTL, priority and collapse key.
+    /// The headers for a message: its TTL, priority and collapse key; without
+    /// a collapse key, its own collapse id (``PushMessage/collapseID``, already
+    /// 32 base64url characters) is the `Topic`, so a resend replaces the
+    /// first push.
     public init(message: PushMessage) {
         self.init(ttl: message.ttlSeconds, priority: message.priority, collapseKey: message.collapseKey)
+        if topic == nil { topic = message.ownCollapseID }
     }
 
     /// The header fields in order.

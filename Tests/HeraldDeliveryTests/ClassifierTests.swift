@@ -88,17 +88,20 @@ struct FCMClassifierTests {
     struct Row: Sendable, CustomTestStringConvertible {
         let status: Int
         let code: String?
+        var fromDetails = true
         var retryAfter: Duration? = nil
         let expected: Outcome
-        var testDescription: String { "\(status) \(code ?? "-")" }
+        var testDescription: String { "\(status) \(code ?? "-")\(fromDetails ? "" : " (error.status)")" }
     }
 
     static let rows: [Row] = [
         Row(status: 200, code: nil, expected: .delivered),
         Row(status: 404, code: "UNREGISTERED", expected: .stale(reason: .fcmUnregistered)),
-        Row(status: 404, code: "NOT_FOUND", expected: .stale(reason: .unknown("NOT_FOUND"))),
-        Row(status: 404, code: nil, expected: .stale(reason: .httpStatus(404))),
-        Row(status: 400, code: "UNREGISTERED", expected: .stale(reason: .fcmUnregistered)),
+        // Only a 404 whose FcmError detail says UNREGISTERED is stale (SPEC Revision 2).
+        Row(status: 404, code: "NOT_FOUND", expected: .failed(reason: .unknown("NOT_FOUND"))),
+        Row(status: 404, code: nil, expected: .failed(reason: .httpStatus(404))),
+        Row(status: 404, code: "UNREGISTERED", fromDetails: false, expected: .failed(reason: .fcmUnregistered)),
+        Row(status: 400, code: "UNREGISTERED", expected: .failed(reason: .fcmUnregistered)),
         Row(status: 400, code: "INVALID_ARGUMENT", expected: .failed(reason: .fcmInvalidArgument)),
         Row(status: 400, code: nil, expected: .failed(reason: .httpStatus(400))),
         Row(status: 400, code: "UNSPECIFIED_ERROR", expected: .failed(reason: .fcmUnspecifiedError)),
@@ -122,7 +125,10 @@ struct FCMClassifierTests {
 
     @Test("every status/error-code row", arguments: rows)
     func classify(_ row: Row) {
-        #expect(FCMClassifier.classify(status: row.status, errorCode: row.code, retryAfter: row.retryAfter) == row.expected)
+        #expect(
+            FCMClassifier.classify(
+                status: row.status, errorCode: row.code, fromDetails: row.fromDetails, retryAfter: row.retryAfter)
+                == row.expected)
     }
 }
 

@@ -63,10 +63,12 @@ struct Fixture {
     let dir: URL
     let store: Store
 
-    init() throws {
+    init(clock: any WallClock = SystemClock()) throws {
         dir = FileManager.default.temporaryDirectory.appendingPathComponent("herald-sched-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        store = try Store(path: dir.appendingPathComponent("herald.db").path, key: try StoreKey.generate(), synchronous: .normal)
+        store = try Store(
+            path: dir.appendingPathComponent("herald.db").path, key: try StoreKey.generate(), synchronous: .normal,
+            clock: clock)
     }
 
     func register(_ users: Int, perUser: Int, platform: Platform) throws {
@@ -81,8 +83,8 @@ struct Fixture {
         }
     }
 
-    func send(_ users: [String]) throws -> String {
-        let e = Enqueue(app: "default", message: PushMessage(kind: .notification), recipients: .users(users), idempotencyKey: nil, disabled: [:])
+    func send(_ users: [String], message: PushMessage = PushMessage(kind: .notification)) throws -> String {
+        let e = Enqueue(app: "default", message: message, recipients: .users(users), idempotencyKey: nil, disabled: [:])
         return try store.sync { s, done in s.enqueue(e, completion: done) }.messageID
     }
 
@@ -320,5 +322,184 @@ struct SchedulerTests {
         scheduler.wake()
         let s = try await f.waitComplete(id)
         #expect(s.counts[.delivered] == 1 && s.counts[.skipped] == 4)
+    }
+}
+
+/// Passes sends to `inner`; its concurrency limit drops from `from` to `to`
+/// at the first send.
+final class ShrinkingTransport: PushTransport, @unchecked Sendable {
+    private let inner: ScriptedTransport
+    private let limit: Locked<Int>
+    private let to: Int
+    init(_ inner: ScriptedTransport, from: Int, to: Int) {
+        self.inner = inner
+        self.limit = Locked(from)
+        self.to = to
+    }
+    var concurrencyLimit: Int { limit.withLock { $0 } }
+    func send(_ job: DeliveryJob, completion: @escaping @Sendable (AttemptReport) -> Void) {
+        limit.withLock { $0 = to }
+        inner.send(job, completion: completion)
+    }
+}
+
+/// A wall clock the test moves by hand (the scheduler and the store share it).
+final class HandClock: WallClock, @unchecked Sendable {
+    private let lock = NSLock()
+    private var now: Int64 = 1_800_000_000_000
+    func nowMilliseconds() -> Int64 { lock.withLock { now } }
+    func advance(_ ms: Int64) { lock.withLock { now += ms } }
+}
+
+/// Waits for `condition` with a generous deadline; false if it never held.
+func eventually(_ seconds: Double = 20, _ condition: () throws -> Bool) async rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return true }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+    return try condition()
+}
+
+@Suite("Scheduler: delivery semantics (SPEC Revision 2)")
+struct SchedulerSemanticsTests {
+    @Test("a claimed job that waited for its lane's slot past accepted_at + ttl + 2 s ends expired, never handed over")
+    func heldJobExpiresBeforeItsSlot() async throws {
+        let clock = HandClock()
+        let f = try Fixture(clock: clock)
+        defer { f.close() }
+        try f.register(12, perUser: 1, platform: .fcm)
+        let fcm = ScriptedTransport(limit: 12)
+        fcm.close()
+        // The provider allows 12 sends when the claim is made, then only one
+        // (as an HTTP/2 server lowering its stream limit): 11 claimed jobs wait.
+        let shrinking = ShrinkingTransport(fcm, from: 12, to: 1)
+        let scheduler = Scheduler(
+            store: f.store, transports: [QueueLane(app: "default", platform: .fcm): shrinking],
+            settings: SchedulerSettings(maxInflight: 12), clock: clock)
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        let id = try f.send((0..<12).map { "fcm-\($0)" }, message: PushMessage(kind: .notification, ttlSeconds: 2))
+        scheduler.wake()
+        // All 12 claimed: one out at the provider (which holds its answer), 11 waiting for the slot.
+        #expect(await eventually { scheduler.inFlightCount == 12 && fcm.sent == 1 })
+        clock.advance(4_001)
+        fcm.open()
+        let s = try await f.waitComplete(id)
+        #expect(fcm.sent == 1, "nothing handed over past the deadline")
+        #expect(s.counts[.delivered] == 1 && s.counts[.expired] == 11)
+        #expect(scheduler.stats.platforms[.fcm]?.expired == 11)
+    }
+
+    @Test("a credential rejection does not use up max_retries: the delivery waits, without spinning, until a reload")
+    func credentialWaitUntilReload() async throws {
+        let clock = HandClock()
+        let f = try Fixture(clock: clock)
+        defer { f.close() }
+        try f.register(3, perUser: 1, platform: .apns)
+        let accept = Locked(false)
+        let apns = ScriptedTransport(limit: 10) { _ in
+            accept.withLock { $0 }
+                ? AttemptReport(outcome: .delivered, httpStatus: 200)
+                : AttemptReport(outcome: .authRejected(reason: .invalidProviderToken), httpStatus: 403)
+        }
+        var settings = SchedulerSettings(maxInflight: 10)
+        settings.backoff = BackoffPolicy(maxRetries: 0, base: .milliseconds(10), max: .milliseconds(10))
+        settings.credentialRetry = .seconds(600)
+        let lane = QueueLane(app: "default", platform: .apns)
+        let scheduler = Scheduler(store: f.store, transports: [lane: apns], settings: settings, clock: clock)
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        let id = try f.send((0..<3).map { "apns-\($0)" })
+        scheduler.wake()
+        let detail = { try f.store.sync { s, done in s.status(app: "default", messageID: id, detail: true, completion: done) }! }
+        #expect(try await eventually { try detail().counts[.retrying] == 3 })
+        let waiting = try #require(try detail().devices)
+        #expect(waiting.allSatisfy { $0.reason == "credential_rejected" && $0.attempts == 0 && $0.httpStatus == 403 })
+        #expect(scheduler.degradedLanes[lane] == "InvalidProviderToken")
+        // No spinning: nothing more is sent while the credential is unchanged.
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(apns.sent == 3)
+        // A reload (new credentials): due at once, and delivered.
+        accept.withLock { $0 = true }
+        scheduler.replaceTransports([lane: apns])
+        let s = try await f.waitComplete(id)
+        #expect(s.counts[.delivered] == 3)
+        #expect(apns.sent == 6)
+    }
+
+    @Test("a delivery waiting for a credential at a slow cadence is retried uncounted, and ends expired at its TTL")
+    func credentialWaitCadenceAndTTL() async throws {
+        let clock = HandClock()
+        let f = try Fixture(clock: clock)
+        defer { f.close() }
+        try f.register(1, perUser: 1, platform: .fcm)
+        let fcm = ScriptedTransport(limit: 10) { _ in
+            AttemptReport(outcome: .authRejected(reason: .fcmThirdPartyAuthError), httpStatus: 401)
+        }
+        var settings = SchedulerSettings(maxInflight: 10)
+        settings.backoff = BackoffPolicy(maxRetries: 1, base: .milliseconds(10), max: .milliseconds(10))
+        settings.credentialRetry = .seconds(30)
+        let scheduler = Scheduler(
+            store: f.store, transports: [QueueLane(app: "default", platform: .fcm): fcm], settings: settings,
+            clock: clock)
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        let id = try f.send(["fcm-0"], message: PushMessage(kind: .notification, ttlSeconds: 100))
+        scheduler.wake()
+        // Rejected at 0, 30, 60 and 90 s: more than max_retries, and never failed.
+        for round in 1...4 {
+            #expect(await eventually { fcm.sent == round && (try? f.status(id).counts[.retrying]) == 1 })
+            clock.advance(30_000)
+            scheduler.wake()
+        }
+        // At 120 s the next wait is cut to the send deadline (102 s): it is past, so expired.
+        let s = try await f.waitComplete(id)
+        #expect(s.counts[.expired] == 1)
+        #expect(fcm.sent == 4)
+    }
+
+    @Test("a Web Push 401/403 degrades that origin only, never the lane; at most degradedOriginLimit origins are kept")
+    func webPushOriginsDegradeAlone() async throws {
+        let f = try Fixture()
+        defer { f.close() }
+        let keys = WebPushKeys(p256dh: [0x04] + [UInt8](repeating: 7, count: 64), auth: [UInt8](repeating: 9, count: 16))
+        for i in 0..<5 {
+            let r = Registration(
+                app: "default", user: "w\(i)", platform: .web, environment: nil,
+                token: "https://Push\(i).Example:8443/sub/\(i)", keys: keys)
+            _ = try f.store.sync { s, done in s.register(r, deviceCap: 10, completion: done) }
+        }
+        let accept = Locked(false)
+        let web = ScriptedTransport(limit: 10) { _ in
+            accept.withLock { $0 }
+                ? AttemptReport(outcome: .delivered, httpStatus: 201)
+                : AttemptReport(outcome: .authRejected(reason: .httpStatus(403)), httpStatus: 403)
+        }
+        var settings = SchedulerSettings(maxInflight: 10)
+        settings.backoff = BackoffPolicy(maxRetries: 0)
+        settings.degradedOriginLimit = 3
+        let lane = QueueLane(app: "default", platform: .web)
+        let scheduler = Scheduler(store: f.store, transports: [lane: web], settings: settings)
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        // One at a time, so that the order of the origins is known.
+        for i in 0..<5 {
+            let id = try f.send(["w\(i)"])
+            scheduler.wake()
+            let s = try await f.waitComplete(id)
+            #expect(s.counts[.failed] == 1, "counted toward max_retries (0 here): failed at once")
+        }
+        #expect(scheduler.degradedLanes.isEmpty, "the app's Web Push is never degraded by a push service")
+        #expect(
+            scheduler.degradedOrigins[lane]
+                == ["https://push2.example:8443": "http_403", "https://push3.example:8443": "http_403",
+                    "https://push4.example:8443": "http_403"],
+            "the oldest origins are forgotten past the limit")
+        accept.withLock { $0 = true }
+        let ok = try f.send(["w3"])
+        scheduler.wake()
+        #expect(try await f.waitComplete(ok).counts[.delivered] == 1)
+        #expect(scheduler.degradedOrigins[lane]?.keys.sorted() == ["https://push2.example:8443", "https://push4.example:8443"])
     }
 }

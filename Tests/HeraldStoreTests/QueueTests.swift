@@ -325,3 +325,106 @@ struct QueueTests {
         #expect(try t.status(pending.messageID) != nil, "a message with work left is kept")
     }
 }
+
+@Suite("Delivery semantics at the store level (SPEC Revision 2)")
+struct QueueSemanticsTests {
+    @Test("a delivery never attempted is not claimed past accepted_at + ttl + 2 s: it ends expired")
+    func neverAttemptedExpires() throws {
+        let t = try TestStore()
+        defer { t.close() }
+        _ = try t.register(Registration(app: "default", user: "ivy", platform: .fcm, environment: nil, token: "i1"))
+        // At the deadline exactly it is still sent.
+        let onTime = try t.enqueue(send(PushMessage(kind: .notification, ttlSeconds: 5), to: .users(["ivy"])))
+        t.clock.advance(7_000)
+        let jobs = try t.claim()
+        #expect(jobs.map(\.messageID) == [onTime.messageID])
+        let job = try #require(jobs.first)
+        #expect(job.previousAttempts == 0)
+        #expect(job.expiresAt == job.acceptedAt + 5_000, "expires_at is accepted_at + ttl")
+        #expect(job.sendDeadline == job.expiresAt + 2_000, "the send deadline adds the 2 s grace")
+        try t.record(job, .delivered, status: 200)
+        // One millisecond later it is not, though it was never attempted.
+        let late = try t.enqueue(send(PushMessage(kind: .notification, ttlSeconds: 5), to: .users(["ivy"])))
+        t.clock.advance(7_001)
+        let claim = try t.claimAll()
+        #expect(claim.jobs.isEmpty)
+        #expect(claim.finished == [BatchKey(messageID: late.messageID, platform: .fcm)])
+        let status = try #require(try t.status(late.messageID))
+        #expect(status.counts[.expired] == 1)
+        #expect(status.devices?.first?.reason == "ttl elapsed" && status.devices?.first?.attempts == 0)
+    }
+
+    @Test("a TTL-0 call ring keeps its one attempt within the 2 s grace, and no later")
+    func callRingGrace() throws {
+        let t = try TestStore()
+        defer { t.close() }
+        _ = try t.register(Registration(app: "default", user: "jo", platform: .fcm, environment: nil, token: "j1"))
+        let ring = try t.enqueue(send(PushMessage(kind: .callRing), to: .users(["jo"])))
+        t.clock.advance(2_000)
+        #expect(try t.claim().map(\.messageID) == [ring.messageID])
+        let late = try t.enqueue(send(PushMessage(kind: .callRing), to: .users(["jo"])))
+        t.clock.advance(2_001)
+        #expect(try t.claim().isEmpty)
+        #expect(try t.status(late.messageID)?.counts[.expired] == 1)
+    }
+
+    @Test("a message without a collapse key gets its own stable collapse id: from its idempotency key, else its id")
+    func ownCollapseID() throws {
+        let t = try TestStore()
+        defer { t.close() }
+        _ = try t.register(Registration(app: "default", user: "kim", platform: .fcm, environment: nil, token: "k1"))
+        func collapseID(of id: String) throws -> String? {
+            let job = try #require(try t.claim().first { $0.messageID == id })
+            try t.record(job, .retrying, status: 503, reason: "UNAVAILABLE", retryAt: t.clock.nowMilliseconds())
+            return job.message.collapseID
+        }
+        let plain = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["kim"])))
+        let first = try #require(try collapseID(of: plain.messageID))
+        #expect(first.utf8.count == 32 && PushMessage(kind: .notification).ownCollapseID == nil)
+        #expect(try collapseID(of: plain.messageID) == first, "a retry carries the same id")
+        let other = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["kim"])))
+        #expect(try collapseID(of: other.messageID) != first, "another message, another id")
+
+        let keyed = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["kim"]), key: "order-7"))
+        let keyedID = try #require(try collapseID(of: keyed.messageID))
+        // After the idempotency window the same key is a new message with the same collapse id.
+        t.clock.advance(24 * 3600 * 1000 + 1)
+        let again = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["kim"]), key: "order-7"))
+        #expect(again.messageID != keyed.messageID && !again.duplicate)
+        #expect(try collapseID(of: again.messageID) == keyedID)
+
+        // A message with a collapse key keeps it and needs no id of its own.
+        let collapsed = try t.enqueue(
+            send(PushMessage(kind: .notification, collapseKey: "chat-1"), to: .users(["kim"])))
+        let job = try #require(try t.claim().first { $0.messageID == collapsed.messageID })
+        #expect(job.message.collapseKey == "chat-1" && job.message.ownCollapseID == nil)
+    }
+
+    @Test("an attempt that does not count (a credential rejection) leaves attempts as they were; a release makes it due")
+    func credentialWaitAndRelease() throws {
+        let t = try TestStore()
+        defer { t.close() }
+        _ = try t.register(Registration(app: "default", user: "lou", platform: .fcm, environment: nil, token: "l1"))
+        _ = try t.register(apns("lou", "aa01"))
+        let m = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["lou"])))
+        let later = t.clock.nowMilliseconds() + 3_600_000
+        for job in try t.claim() {
+            try t.store.sync { s, done in
+                s.record(
+                    [DeliveryRecord(
+                        deliveryID: job.deliveryID, deviceID: job.deviceID, state: .retrying, httpStatus: 403,
+                        reason: DeliveryReason.credentialRejected, nextAttemptAt: later, countsAsAttempt: false)],
+                    completion: done)
+            }
+        }
+        let waiting = try #require(try t.status(m.messageID)?.devices)
+        #expect(waiting.allSatisfy { $0.state == .retrying && $0.attempts == 0 && $0.reason == "credential_rejected" })
+        #expect(try t.claim().isEmpty, "waiting for the credential")
+        let released = try t.store.sync { s, done in
+            s.releaseCredentialWaits(lanes: [QueueLane(app: "default", platform: .fcm)], completion: done)
+        }
+        #expect(released == 1)
+        let due = try t.claim()
+        #expect(due.map(\.platform) == [.fcm] && due[0].previousAttempts == 0, "only the released lane, uncounted")
+    }
+}

@@ -2,6 +2,10 @@ import Foundation
 import HeraldTestSupport
 import Testing
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// One test per rule of SPEC "Delivery rules", through the socket against the gateways.
 extension PushDelivery {
     @Suite("Delivery rules end to end")
@@ -316,12 +320,11 @@ extension PushDelivery {
         }
 
         @Test(
-            "credential rejections degrade the transport and are retried with a fresh credential; no device is deleted"
+            "credential rejections degrade the transport and wait, uncounted, until a reload; a Web Push 403 degrades its origin only; no device is deleted"
         )
         func authRejections() async throws {
-            try await withHarness(
-                delivery: "max_retries = 30\nbackoff_base_ms = 50\nbackoff_max_ms = 100"
-            ) { h in
+            // max_retries = 1: two rejections in a row would have failed the deliveries.
+            try await withHarness(delivery: "max_retries = 1\nbackoff_base_ms = 50\nbackoff_max_ms = 100") { h in
                 let s = try await h.subscription()
                 try h.registerFCM("a", "fcm-a")
                 try h.registerWeb("a", s)
@@ -330,24 +333,63 @@ extension PushDelivery {
                 try await h.gateways.program("webpush", token: s.id, [["status": 403], ["status": 201]])
                 try await h.gateways.program(
                     "apns", token: hex(1),
-                    [["status": 403, "reason": "InvalidProviderToken"], ["status": 200]])
+                    [
+                        ["status": 403, "reason": "InvalidProviderToken"],
+                        ["status": 403, "reason": "InvalidProviderToken"], ["status": 200],
+                    ])
                 let sent = try h.ok("push.send", ["to": ["users": ["a"]]])
-                var health: [String: Any] = [:]
-                for _ in 0..<100 {
-                    health = try h.ok("system.health")
-                    let fcm = ((health["transports"] as? [String: Any])?["default"] as? [String: String])?[
-                        "fcm"]
-                    if fcm?.hasPrefix("degraded:") == true { break }
-                    try await Task.sleep(for: .milliseconds(20))
+                let id = sent["message_id"] as! String
+                func byPlatform() throws -> [String: [String: Any]] {
+                    var out: [String: [String: Any]] = [:]
+                    for d in deviceStates(try h.status(id)) { out[d["platform"] as! String] = d }
+                    return out
                 }
+                func waitingForCredential(_ platforms: [String] = ["apns", "fcm"]) throws -> Bool {
+                    let d = try byPlatform()
+                    return platforms.allSatisfy {
+                        d[$0]?["state"] as? String == "retrying" && d[$0]?["reason"] as? String == "credential_rejected"
+                    }
+                }
+                var waited = false
+                for _ in 0..<400 where !waited {
+                    waited = try waitingForCredential() && (try byPlatform()["web"]?["state"] as? String) == "delivered"
+                    if !waited { try await Task.sleep(for: .milliseconds(25)) }
+                }
+                let seen = try h.status(id)
+                #expect(waited, "\(seen)")
+                let states = try byPlatform()
+                #expect(states["apns"]?["attempts"] as? Int == 0 && states["fcm"]?["attempts"] as? Int == 0,
+                    "a credential rejection is not counted toward max_retries: \(states)")
+                let health = try h.ok("system.health")
+                let transports = (health["transports"] as? [String: Any])?["default"] as? [String: String]
                 #expect(health["status"] as? String == "degraded")
-                #expect(
-                    ((health["transports"] as? [String: Any])?["default"] as? [String: String])?["fcm"]
-                        == "degraded:invalid_grant")
-                // The credential comes right: the retry goes through and the transport recovers.
+                #expect(transports?["fcm"] == "degraded:invalid_grant")
+                #expect(transports?["apns"] == "degraded:InvalidProviderToken")
+                #expect(transports?["web"] == "ready", "one push service's 403 never degrades Web Push: \(health)")
+                // Waiting does not spin: no more sends while nothing changes.
+                let apnsBefore = try await h.gateways.received("apns").count
+                try await Task.sleep(for: .milliseconds(500))
+                #expect(try await h.gateways.received("apns").count == apnsBefore)
+
+                // A reload brings them back at once: APNs is refused once more (still
+                // uncounted), then both go through.
                 try await h.gateways.program("fcm-token", [])
-                let done = try await h.waitComplete(sent["message_id"] as! String)
-                #expect(counts(done)["delivered"] == 3, "\(counts(done))")
+                h.daemon.signal(SIGHUP)
+                #expect(h.daemon.waitForLog("config_reloaded", count: 1))
+                var second = false
+                for _ in 0..<400 where !second {
+                    second =
+                        try await h.gateways.received("apns").count == apnsBefore + 1
+                        && waitingForCredential(["apns"])
+                    if !second { try await Task.sleep(for: .milliseconds(25)) }
+                }
+                let seenAgain = try h.status(id)
+                #expect(second, "\(seenAgain)")
+                h.daemon.signal(SIGHUP)
+                #expect(h.daemon.waitForLog("config_reloaded", count: 2))
+                // Well within the 60 s cadence: only the reload can have brought them back.
+                let done = try await h.waitComplete(id, timeout: 20)
+                #expect(counts(done)["delivered"] == 3, "\(done)")
                 let after = try h.ok("system.health")
                 #expect(after["status"] as? String == "ok", "\(after)")
                 #expect(try h.devices("a").count == 3)
@@ -359,7 +401,72 @@ extension PushDelivery {
                 let t = try h.ok("system.stats")["transports"] as? [String: [String: Int]] ?? [:]
                 #expect(
                     (t["fcm"]?["auth_rejected"] ?? 0) >= 1 && t["web"]?["auth_rejected"] == 1
-                        && t["apns"]?["auth_rejected"] == 1)
+                        && t["apns"]?["auth_rejected"] == 2)
+            }
+        }
+
+        @Test("a Web Push service answering 403 for good: its delivery fails after max_retries, the app's Web Push stays ready")
+        func webPushOriginRejection() async throws {
+            try await withHarness(transports: ["web"]) { h in
+                let refused = try await h.subscription()
+                let fine = try await h.subscription()
+                try h.registerWeb("w", refused)
+                try h.registerWeb("w", fine)
+                try await h.gateways.program("webpush", token: refused.id, [["status": 403]])
+                let r = try h.sendAndWait(["to": ["users": ["w"]]])
+                #expect(counts(r)["delivered"] == 1 && counts(r)["failed"] == 1, "\(r)")
+                let failed = deviceStates(try h.status(r["message_id"] as! String)).first {
+                    $0["state"] as? String == "failed"
+                }
+                #expect(failed?["reason"] as? String == "http_403 (retries exhausted)", "\(failed ?? [:])")
+                #expect(failed?["attempts"] as? Int == 4, "counted toward max_retries = 3")
+                let health = try h.ok("system.health")
+                #expect(health["status"] as? String == "ok", "\(health)")
+                #expect(((health["transports"] as? [String: Any])?["default"] as? [String: String])?["web"] == "ready")
+                #expect(try h.devices("w").count == 2)
+            }
+        }
+
+        @Test("FCM: a 404 without an UNREGISTERED detail is failed and the device is kept")
+        func fcmPlainNotFound() async throws {
+            try await withHarness(transports: ["fcm"]) { h in
+                try h.registerFCM("n", "fcm-n")
+                try await h.gateways.program(
+                    "fcm", token: "fcm-n",
+                    [["status": 404, "body": ["error": ["code": 404, "message": "not found", "status": "NOT_FOUND"]]]])
+                let r = try h.sendAndWait(["to": ["users": ["n"]]])
+                #expect(counts(r)["failed"] == 1 && counts(r)["removed_stale"] == 0, "\(r)")
+                let d = deviceStates(try h.status(r["message_id"] as! String)).first
+                #expect(d?["reason"] as? String == "NOT_FOUND" && d?["http_status"] as? Int == 404, "\(d ?? [:])")
+                #expect(try h.devices("n").count == 1, "the device is kept")
+            }
+        }
+
+        @Test("a message without a collapse key gets its own collapse id: apns-collapse-id and Topic, the same on a resend")
+        func ownCollapseID() async throws {
+            try await withHarness(transports: ["apns", "web"]) { h in
+                let s = try await h.subscription()
+                try h.registerAPNs("o", hex(5))
+                try h.registerWeb("o", s)
+                // An ambiguous failure first: the resend must collapse onto the first.
+                try await h.gateways.program("apns", token: hex(5), [["status": 503], ["status": 200]])
+                try await h.gateways.program("webpush", token: s.id, [["status": 503], ["status": 201]])
+                let first = try h.sendAndWait(["to": ["users": ["o"]]])
+                #expect(counts(first)["delivered"] == 2, "\(first)")
+                let apns = try await h.gateways.received("apns").compactMap {
+                    ($0["headers"] as? [String: String])?["apns-collapse-id"]
+                }
+                let topics = try await h.gateways.received("webpush").compactMap { $0["topic"] as? String }
+                #expect(apns.count == 2 && Set(apns).count == 1 && apns[0].utf8.count == 32, "\(apns)")
+                #expect(topics.count == 2 && Set(topics).count == 1 && topics[0].utf8.count == 32, "\(topics)")
+                // With an idempotency key the id comes from the key; another message gets another id.
+                try await h.gateways.reset()
+                _ = try h.sendAndWait(["to": ["users": ["o"]], "idempotency_key": "evt-1"])
+                _ = try h.sendAndWait(["to": ["users": ["o"]]])
+                let ids = try await h.gateways.received("apns").compactMap {
+                    ($0["headers"] as? [String: String])?["apns-collapse-id"]
+                }
+                #expect(ids.count == 2 && Set(ids + [apns[0]]).count == 3, "\(ids)")
             }
         }
 

@@ -122,7 +122,28 @@ struct FCMSenderTests {
             let sender = try g.sender()
             let (outcome, info) = await sender.send(body: fcmBody(token: "x"))
             #expect(info?.errorCode == "NOT_FOUND")
-            #expect(outcome == .stale(reason: ProviderReason("NOT_FOUND")))
+            // A plain NOT_FOUND says nothing about the token: failed, the device kept.
+            #expect(outcome == .failed(reason: ProviderReason("NOT_FOUND")))
+        }
+    }
+
+    @Test(arguments: Carrier.allCases)
+    func unregisteredOnlyFromTheFcmErrorDetail(_ carrier: Carrier) async throws {
+        try await withFCMGateways(carrier) { g in
+            // UNREGISTERED as the top-level status, with no FcmError detail: not stale.
+            try await g.program(token: "x", [[
+                "status": 404, "body": ["error": ["code": 404, "message": "gone", "status": "UNREGISTERED"]],
+            ]])
+            try await g.program(token: "y", [[
+                "status": 404,
+                "body": ["error": [
+                    "code": 404, "message": "gone", "status": "NOT_FOUND",
+                    "details": [["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "UNREGISTERED"]],
+                ]],
+            ]])
+            let sender = try g.sender()
+            #expect(await sender.send(body: fcmBody(token: "x")).0 == .failed(reason: .fcmUnregistered))
+            #expect(await sender.send(body: fcmBody(token: "y")).0 == .stale(reason: .fcmUnregistered))
         }
     }
 

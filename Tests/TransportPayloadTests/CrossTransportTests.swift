@@ -66,4 +66,27 @@ struct CrossTransportTests {
         #expect(fcm.description == "fcm payload is 4100 bytes, over the limit of 4096")
         #expect(web.description == "web payload is 2714 bytes, over the limit of 2713")
     }
+
+    @Test("a message's own collapse id is its apns-collapse-id and its Topic when it has no collapse key")
+    func ownCollapseID() throws {
+        var message = Fixture.message(.notification)
+        message.collapseID = "AbCdEfGhIjKlMnOpQrStUvWxYz012-_9"
+        let request = try APNsRequest(
+            message: message, platform: .apns, user: "u", settings: APNsAppSettings(topic: "t"), now: 0)
+        #expect(request.collapseID == "AbCdEfGhIjKlMnOpQrStUvWxYz012-_9")
+        #expect(WebPushHeaders(message: message).topic == "AbCdEfGhIjKlMnOpQrStUvWxYz012-_9")
+        // A collapse key wins over it.
+        message.collapseKey = "thread-1"
+        #expect(
+            try APNsRequest(message: message, platform: .apns, user: "u", settings: APNsAppSettings(topic: "t"), now: 0)
+                .collapseID == "thread-1")
+        #expect(WebPushHeaders(message: message).topic == WebPushHeaders.topic(for: "thread-1"))
+        // Anything but 32 base64url characters is not sent as one.
+        message.collapseKey = nil
+        for bad in ["short", String(repeating: "a", count: 33), "AbCdEfGhIjKlMnOpQrStUvWxYz012-_ ", ""] {
+            message.collapseID = bad
+            #expect(message.ownCollapseID == nil)
+            #expect(WebPushHeaders(message: message).topic == nil)
+        }
+    }
 }

@@ -21,6 +21,8 @@ Also here: the stale-storm guards per platform that the Swift suites do not cove
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from herald_fixtures import (CertAuthority, Daemon, FaultServer, Gateways, Namespace, SlowAcceptProxy, hex_token,
-                             metric, record_counts, reset_counts, web_keys)
+                             metric, record_counts, reset_counts, wait_until, web_keys)
 
 SUITE = "faults"
 TRANSPORTS = ("apns", "fcm", "web")
@@ -342,24 +344,46 @@ def s_never_accepts(gw, pki):
 
 
 def s_auth_rejected(gw, pki):
-    """Every answer refuses the credential: the transports go degraded, the deliveries are retried
-    and end failed; no device is deleted. Then the provider accepts again: ready."""
+    """Every answer refuses the credential. APNs and FCM: the transports go degraded and the
+    deliveries wait (retrying, credential_rejected, not counted toward max_retries) until a
+    reload; Web Push: a 403 concerns that push service only, retried and failed once
+    max_retries are spent, the app's Web Push stays ready. No device is deleted. Then the
+    providers accept again and a reload brings the waiting deliveries back: delivered, ready."""
     gw.reset()
     sub = _program_all(gw, lambda g: [{"status": 403, "reason": "InvalidProviderToken"}] if g == "apns" else
                        [{"error": "THIRD_PARTY_AUTH_ERROR"}] if g == "fcm" else [{"status": 403}])
     d = _daemon(gw)
     try:
         _register(d, sub["endpoint"], sub)
-        res = _run("auth_rejected", d)
-        res.extra["degraded_metrics"] = res.after
-        res.extra["degraded_log"] = d.log()
+        before = d.metrics()
+        t0 = time.monotonic()
+        mid = d.call("push.send", {"to": {"users": [USER]}})["message_id"]
+
+        def settled():
+            by = {x["platform"]: x for x in d.status(mid)["devices"]}
+            return (all(by[t]["state"] == "retrying" and by[t]["reason"] == "credential_rejected"
+                        for t in ("apns", "fcm")) and by["web"]["state"] == "failed")
+        wait_until(settled, timeout=30, what="the credential waits and the Web Push failure")
+        waiting = d.status(mid)
+        degraded_metrics = d.metrics()
+        health = d.call("system.health")
+        degraded_log = d.log()
         for g, tok in (("apns", APNS_TOKEN), ("fcm", FCM_TOKEN), ("webpush", sub["id"])):
             gw.program(g, [], token=tok)
+        os.kill(d.pid, signal.SIGHUP)
+        wait_until(lambda: "config_reloaded" in d.log(), timeout=15, what="the reload")
+        # Well within the 60 s credential cadence: only the reload can bring them back this soon.
+        status = d.wait_complete(mid, timeout=30)
+        elapsed = time.monotonic() - t0
+        after = d.metrics()
         r2 = d.send_wait({"to": {"users": [USER]}})
-        res.extra["recovery"] = r2
-        res.extra["recovered_metrics"] = d.metrics()
-        res.extra["recovered_health"] = d.call("system.health")
-        res.kept = {t: t in {x["platform"] for x in d.devices(USER)} for t in TRANSPORTS}
+        kept = {t: t in {x["platform"] for x in d.devices(USER)} for t in TRANSPORTS}
+        res = Result("auth_rejected", status, before, after, kept, elapsed,
+                     {"statuses": [status], "waiting": waiting, "health": health,
+                      "degraded_metrics": degraded_metrics, "degraded_log": degraded_log, "recovery": r2,
+                      "recovered_metrics": d.metrics(), "recovered_health": d.call("system.health")}, d.log())
+        injected = sum(x["attempts"] for x in waiting["devices"])
+        record_counts(SUITE, faults_injected=injected + 2)
         return res
     finally:
         d.cleanup()
@@ -528,15 +552,27 @@ def test_fault(fault, transport, gw, pki):
         assert (res.delta("herald_provider_connect_failures_total", transport=t)
                 + res.delta("herald_provider_timeouts_total", transport=t)) >= 2
     elif fault == "auth_rejected":
-        dev = _common(res, t)
-        assert dev["state"] == "failed" and dev["attempts"] == MAX_RETRIES + 1, dev
+        _common(res, t)
         m = res.extra["degraded_metrics"]
-        assert metric(m, "herald_transport_state", app="default", transport=t, state="degraded") == 1, \
-            "the transport is degraded while the provider refuses the credential"
-        assert metric(m, "herald_transport_state", app="default", transport=t, state="ready") == 0
+        waiting = next(x for x in res.extra["waiting"]["devices"] if x["platform"] == t)
+        dev = res.device(t)
         assert res.delta("herald_outcomes_total", platform=t, outcome="auth_rejected") >= 1
-        assert res.extra["health"]["transports"]["default"][t].startswith("degraded:")
         assert res.extra["health"]["status"] == "degraded"
+        if t == "web":
+            # One push service refusing Herald degrades that origin only, never Web Push.
+            assert waiting["state"] == "failed" and waiting["attempts"] == MAX_RETRIES + 1, waiting
+            assert waiting["reason"] == "http_403 (retries exhausted)", waiting
+            assert res.extra["health"]["transports"]["default"][t] == "ready", res.extra["health"]
+            assert metric(m, "herald_transport_state", app="default", transport=t, state="ready") == 1
+        else:
+            # Waiting for the credential, uncounted; a reload brought it back: delivered.
+            assert waiting["state"] == "retrying" and waiting["attempts"] == 0, waiting
+            assert waiting["reason"] == "credential_rejected", waiting
+            assert metric(m, "herald_transport_state", app="default", transport=t, state="degraded") == 1, \
+                "the transport is degraded while the provider refuses the credential"
+            assert metric(m, "herald_transport_state", app="default", transport=t, state="ready") == 0
+            assert res.extra["health"]["transports"]["default"][t].startswith("degraded:")
+            assert dev["state"] == "delivered" and dev["attempts"] == 1, dev
         # The provider takes the credential again: delivered, and the transport is ready.
         assert res.extra["recovery"]["counts"]["delivered"] == 3, res.extra["recovery"]
         rm = res.extra["recovered_metrics"]
