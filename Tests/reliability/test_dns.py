@@ -2,8 +2,8 @@
 "Delivery semantics"; docs/delivery.md "Web Push").
 
 The daemon runs in a network namespace this suite creates, whose only name server is
-``StubNameServer`` on 127.0.0.1:53 inside it (``hosts: dns``, resolv.conf ``timeout:5
-attempts:1``: glibc alone would wait 5 s for a name server that never answers). The Web Push
+``StubNameServer`` on 127.0.0.1:53 inside it (``hosts: dns``, resolv.conf ``timeout:30
+attempts:1``: glibc alone would wait 30 s for a name server that never answers). The Web Push
 gateway of this host is reached from inside through ``NamespaceRelay`` at ``localhost``, a name
 the stub answers (the gateway's certificate is for ``localhost``).
 
@@ -47,7 +47,7 @@ def world(gw):
     gw.reset()
     ns = Namespace(net=True, dns=True)
     dns = StubNameServer(ns, {"localhost": ["127.0.0.1"], "hang.herald.test": ["127.0.0.1"],
-                              "fail.herald.test": ["127.0.0.1"]}, timeout=5, dns_only=True)
+                              "fail.herald.test": ["127.0.0.1"]}, timeout=30, dns_only=True)
     relay = NamespaceRelay(ns, ("127.0.0.1", gw.ports["webpush"]))
     d = Daemon(gateways=gw, transports=("web",), ns=ns, delivery=DELIVERY)
     try:
@@ -129,9 +129,9 @@ def test_slow_name_server_holds_up_nothing(world):
     assert last_good < first_hung_end, (
         f"the good subscriptions waited for the hung lookups: last receipt {last_good - t0:.3f} s after the send, "
         f"first hung attempt ended {first_hung_end - t0:.3f} s after it")
-    # The hung lookups ended at the 2 s timeout, not at once and not at glibc's 5 s.
+    # The hung lookups ended at the 2 s timeout: not at once, and not when glibc gives up (30 s).
     assert first_hung_end - t0 >= 1.9
-    assert time.monotonic() - m0 < 20
+    assert time.monotonic() - m0 < 20, "the message took as long as glibc's own timeout"
 
     by_state = {}
     for x in s["devices"]:
