@@ -13,7 +13,9 @@ transport, one message. Every (transport, fault) cell then checks, for its own d
 Faults the gateways cannot make (a connection reset mid-stream, TLS failures, a certificate for
 another host, DNS failures, a listener that accepts slowly or never) come from listeners in
 herald_fixtures.py. DNS is controlled by running the daemon in a mount namespace whose
-/etc/hosts the test writes (``hosts: files`` only: no DNS server is ever asked).
+/etc/hosts the test writes (``hosts: files`` only: no DNS server is ever asked), except for "a
+name server that never answers": there the daemon runs in a network namespace whose only name
+server is a stub (``StubNameServer``) that drops every query.
 
 Also here: the stale-storm guards per platform that the Swift suites do not cover yet
 (DeliveryRulesTests has the APNs 1,000-device storm and the FCM window cap).
