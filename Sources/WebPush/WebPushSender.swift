@@ -362,9 +362,7 @@ public final class WebPushSender: Sendable {
 
     private func rememberHTTP1(_ origin: String) {
         let now = clock.nowMilliseconds()
-        http1Origins.withLock { known in
-            known.set(origin, now + Self.http1Memory.wholeMilliseconds)
-        }
+        _ = http1Origins.withLock { $0.set(origin, now + Self.http1Memory.wholeMilliseconds) }
     }
 
     /// Whether `origin` is currently sent through libcurl because it refused HTTP/2.
