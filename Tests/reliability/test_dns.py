@@ -23,8 +23,8 @@ import time
 
 import pytest
 
-from herald_fixtures import (Daemon, Gateways, Namespace, NamespaceRelay, StubNameServer, metric, record_counts,
-                             reset_counts, wait_until)
+from herald_fixtures import (Daemon, Gateways, Namespace, NamespaceRelay, RPCError, StubNameServer, metric,
+                             record_counts, reset_counts)
 
 SUITE = "dns"
 GOOD, HUNG, FAIL = 20, 12, 6
@@ -158,3 +158,24 @@ def test_slow_name_server_holds_up_nothing(world):
     health = d.call("system.health")
     assert health["transports"]["default"]["web"] == "ready", health
     record_counts(SUITE, faults_injected=HUNG + FAIL, fault_cases=2)
+
+
+def test_registration_gives_up_after_2_s(world):
+    """Registration resolves afresh (no cache), but on the resolver's threads and for 2 s at most:
+    a name server that never answers gets a clear error, not a call held until glibc gives up
+    (30 s here, past the client's 10 s)."""
+    gw, d, dns, port = world["gw"], world["d"], world["dns"], world["relay"].port
+    dns.rules["slow.herald.test"] = "hang"
+    sub = gw.subscription()
+    keys = {"p256dh": sub["p256dh"], "auth": sub["auth"]}
+    for i in range(3):
+        with pytest.raises(RPCError) as e:
+            d.register("dns-reg", "web", f"https://r{i}.slow.herald.test:{port}/push/{sub['id']}", keys=keys)
+        assert e.value.code == -32602, e.value.response
+        assert e.value.data["field"] == "token"
+        assert e.value.data["reason"] == f"endpoint host r{i}.slow.herald.test lookup failed: no answer within 2000 ms"
+    assert d.devices("dns-reg") == []
+    # Registration remembers nothing: the same name is asked again.
+    with pytest.raises(RPCError):
+        d.register("dns-reg", "web", f"https://r0.slow.herald.test:{port}/push/{sub['id']}", keys=keys)
+    assert dns.count("r0.slow.herald.test") == 2
