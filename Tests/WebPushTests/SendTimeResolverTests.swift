@@ -201,6 +201,41 @@ struct SendTimeResolverTests {
         #expect(answers.arrivalOrder.allSatisfy { $0.hasPrefix("ok") }, "no hung name has answered yet")
     }
 
+    @Test("lookups in flight are bounded: `concurrency` running, `maxThreads` alive with the hung ones")
+    func inFlightBounds() {
+        let base = ScriptedResolver()
+        defer { base.release() }
+        let r = CachingResolver(
+            base, timeout: .milliseconds(300), concurrency: 3, maxThreads: 5, maxThreadsPerDomain: 100)
+        let answers = Answers()
+        for i in 0..<6 { _ = r.resolve(host: "a\(i).hang.example", port: 443, completion: answers.record("a\(i)")) }
+        Thread.sleep(forTimeInterval: 0.15)
+        #expect(base.inProgress == 3, "three run, three wait")
+        #expect(answers.wait(for: 6), "all six time out")
+        // The three hung threads live on; two more may start, not three.
+        for i in 0..<6 { _ = r.resolve(host: "b\(i).hang.example", port: 443, completion: answers.record("b\(i)")) }
+        Thread.sleep(forTimeInterval: 0.15)
+        #expect(base.inProgress == 5)
+        #expect(r.lookupThreads == 5)
+        #expect(answers.wait(for: 12))
+        #expect(base.inProgress <= 5)
+    }
+
+    @Test("past 4,096 names waiting for a lookup, a new name fails at once")
+    func pendingBound() {
+        let base = ScriptedResolver()
+        defer { base.release() }
+        let r = CachingResolver(base, timeout: .seconds(60), concurrency: 1, maxThreads: 1)
+        #expect(r.maxPending == 4096)
+        for i in 0..<4096 {
+            #expect(r.resolve(host: "p\(i).hang.example", port: 443) { _ in } == nil)
+        }
+        let now = r.resolve(host: "one-more.example", port: 443) { _ in Issue.record("answered later") }
+        #expect(now == .failure(.failed(host: "one-more.example", reason: "too many lookups in progress")))
+        // A name already waiting still just waits.
+        #expect(r.resolve(host: "p7.hang.example", port: 443) { _ in } == nil)
+    }
+
     @Test("the answer and failure caches hold 4,096 names, least recently used out first")
     func lruBounds() throws {
         let base = ScriptedResolver()
