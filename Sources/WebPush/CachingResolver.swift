@@ -227,7 +227,6 @@ public final class CachingResolver: AsyncHostResolver {
         for (key, id) in starts {
             let thread = Thread { [self] in lookup(key, id: id) }
             thread.name = "herald-dns"
-            thread.stackSize = 512 * 1024
             thread.start()
         }
     }
