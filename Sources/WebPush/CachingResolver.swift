@@ -37,7 +37,8 @@ public protocol AsyncHostResolver: HostResolver {
 /// The send-time check stays sound: the guard still vets every address it is
 /// given and the connection is pinned to a vetted one, so a name that turns
 /// private is refused once its entry expires, and never reached before.
-/// Registration checks use an uncached resolver.
+/// Registration checks use one that remembers nothing (both TTLs zero): still
+/// coalesced, bounded and given up after the timeout.
 public final class CachingResolver: AsyncHostResolver {
     public let base: any HostResolver
     /// How long an answer is reused, in milliseconds.
