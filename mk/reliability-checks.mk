@@ -1,12 +1,13 @@
 # Reliability checks (Tests/reliability): provider faults per transport, hostile input for every
-# method and the SSRF corpus, socket/app access and secrets at rest. Python pytest suites against a
+# method and the SSRF corpus, socket/app access and secrets at rest, slow and failing name servers. Python pytest suites against a
 # real daemon ($(HERALD)) and the test gateways, all on loopback or in namespaces they create (run
 # as root: unshare, nsenter, setuid peers). About 2 minutes on 2 cores. The summary line (faults
 # injected, hostile inputs tried, SSRF cases) is printed and written to build/reliability/checks.json.
 
 RELIABILITY_OUT := $(BUILD_DIR)/reliability
 RELIABILITY_SUITES := Tests/reliability/test_faults.py Tests/reliability/test_hostile.py \
-	Tests/reliability/test_access.py Tests/reliability/test_storekey.py Tests/reliability/test_semantics.py
+	Tests/reliability/test_access.py Tests/reliability/test_storekey.py Tests/reliability/test_semantics.py \
+	Tests/reliability/test_dns.py
 
 .PHONY: test-reliability-checks
 

@@ -110,7 +110,10 @@ public enum Daemon {
         }
         let service = HeraldService(
             apps: apps, store: store,
-            endpointGuard: EndpointGuard(allowPrivate: config.endpoints.webPushAllowPrivate),
+            // Registrations resolve afresh (nothing remembered), on lookup threads, for at most 2 s.
+            endpointGuard: EndpointGuard(
+                allowPrivate: config.endpoints.webPushAllowPrivate,
+                resolver: CachingResolver(SystemResolver(), ttl: .zero, negativeTTL: .zero)),
             clock: SystemClock(), log: log)
         let waiters = MessageWaiters(loop: loop, store: store, log: log)
         service.delivery = DeliveryWiring(

@@ -247,17 +247,22 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
             store.register(registration, deviceCap: cap, completion: done)
             return
         }
-        // Resolving the endpoint blocks: off the loop, then on to the store.
+        // The endpoint is resolved off the loop (on the guard's lookup threads, for at most
+        // 2 s, when its resolver is asynchronous), then on to the store.
         let endpointGuard = self.endpointGuard
-        resolverQueue.async {
-            do throws(EndpointError) {
+        let checked: @Sendable (Result<CheckedEndpoint, EndpointError>) -> Void = { result in
+            switch result {
+            case .success(let endpoint):
                 // The binding uses the normalised URL, so spellings of one endpoint are one device.
                 var normalized = registration
-                normalized.token = try endpointGuard.check(registration.token).url
+                normalized.token = endpoint.url
                 store.register(normalized, deviceCap: cap, completion: done)
-            } catch {
+            case .failure(let error):
                 reply(.failure(Self.endpointError(error)))
             }
+        }
+        resolverQueue.async {
+            if let now = endpointGuard.check(registration.token, completion: checked) { checked(now) }
         }
     }
 

@@ -51,49 +51,83 @@ public struct EndpointGuard: Sendable {
         self.resolver = resolver
     }
 
-    /// Parses, resolves and vets `endpoint`.
     /// The normalised form of an endpoint URL (the `url` that `check` would
     /// return), from parsing alone: no resolution, no address check.
     public func normalize(_ endpoint: String) throws(EndpointError) -> String {
         try EndpointURL(parsing: endpoint, allowAnyPort: allowPrivate).normalized
     }
 
+    /// Parses, resolves and vets `endpoint` (blocking while the resolver does).
     public func check(_ endpoint: String) throws(EndpointError) -> CheckedEndpoint {
         let url = try EndpointURL(parsing: endpoint, allowAnyPort: allowPrivate)
+        if url.address != nil { return try vet(url, .success([])).get() }
+        let resolved: Result<[IPAddress], ResolverError>
+        do {
+            resolved = .success(try resolver.resolve(host: url.host, port: url.port))
+        } catch let error as ResolverError {
+            resolved = .failure(error)
+        } catch {
+            resolved = .failure(.failed(host: url.host, reason: String(describing: error)))
+        }
+        return try vet(url, resolved).get()
+    }
 
+    /// `check` without blocking on DNS when the resolver is an
+    /// ``AsyncHostResolver``: the result when it is known now (a numeric host,
+    /// a cached answer or failure, a malformed URL), else nil and `completion`
+    /// gets it later, on another thread. With any other resolver the lookup
+    /// is made here and the result returned.
+    public func check(
+        _ endpoint: String, completion: @escaping @Sendable (Result<CheckedEndpoint, EndpointError>) -> Void
+    ) -> Result<CheckedEndpoint, EndpointError>? {
+        let url: EndpointURL
+        do throws(EndpointError) {
+            url = try EndpointURL(parsing: endpoint, allowAnyPort: allowPrivate)
+        } catch {
+            return .failure(error)
+        }
+        guard url.address == nil, let async = resolver as? any AsyncHostResolver else {
+            return Result { () throws(EndpointError) in try check(endpoint) }
+        }
+        let guardian = self
+        let now = async.resolve(host: url.host, port: url.port) { resolved in
+            completion(guardian.vet(url, resolved))
+        }
+        return now.map { vet(url, $0) }
+    }
+
+    /// The vetted endpoint for `url` given what its host resolved to (ignored for an IP literal).
+    private func vet(_ url: EndpointURL, _ resolved: Result<[IPAddress], ResolverError>)
+        -> Result<CheckedEndpoint, EndpointError>
+    {
         let addresses: [IPAddress]
         if let literal = url.address {
             addresses = [literal]
         } else {
-            var resolved: [IPAddress]
-            do {
-                resolved = try resolver.resolve(host: url.host, port: url.port)
-            } catch let error as ResolverError {
-                switch error {
-                case .notFound: throw .unresolvable(host: url.host)
-                case .failed(_, let reason): throw .resolutionFailed(host: url.host, reason: reason)
-                }
-            } catch {
-                throw .resolutionFailed(host: url.host, reason: String(describing: error))
+            switch resolved {
+            case .failure(.notFound): return .failure(.unresolvable(host: url.host))
+            case .failure(.failed(_, let reason)): return .failure(.resolutionFailed(host: url.host, reason: reason))
+            case .success(let resolved):
+                var unique: [IPAddress] = []
+                for address in resolved where !unique.contains(address) { unique.append(address) }
+                addresses = unique
             }
-            var unique: [IPAddress] = []
-            for address in resolved where !unique.contains(address) { unique.append(address) }
-            addresses = unique
         }
-        guard !addresses.isEmpty else { throw .unresolvable(host: url.host) }
+        guard !addresses.isEmpty else { return .failure(.unresolvable(host: url.host)) }
 
         if !allowPrivate, let refused = addresses.first(where: { !isPubliclyRoutable($0) }) {
-            throw .notPubliclyRoutable(address: refused.description)
+            return .failure(.notPubliclyRoutable(address: refused.description))
         }
 
-        return CheckedEndpoint(
-            url: url.normalized,
-            scheme: "https",
-            host: url.host,
-            port: url.port,
-            pathAndQuery: url.pathAndQuery,
-            hostAddress: url.address,
-            addresses: addresses
-        )
+        return .success(
+            CheckedEndpoint(
+                url: url.normalized,
+                scheme: "https",
+                host: url.host,
+                port: url.port,
+                pathAndQuery: url.pathAndQuery,
+                hostAddress: url.address,
+                addresses: addresses
+            ))
     }
 }

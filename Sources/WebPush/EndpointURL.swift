@@ -36,7 +36,7 @@ private let pathPunctuation = Set("-._~!$&'()*+,;=:@/?%".utf8)
 
 /// An endpoint URL that passed the syntax rules; not yet resolved or vetted.
 struct EndpointURL: Equatable {
-    /// Lowercase hostname or canonical IP text, no brackets.
+    /// Lowercase hostname without a trailing dot, or canonical IP text, no brackets.
     let host: String
     /// The host when it is an IP literal.
     let address: IPAddress?
@@ -112,7 +112,7 @@ struct EndpointURL: Equatable {
         if port != 443 && !allowAnyPort { throw .port443 }
 
         // Host: numeric (read as a C library would) or an LDH hostname.
-        let host = ArraySlice(hostPart.map(lowercased))
+        var host = ArraySlice(hostPart.map(lowercased))
         if literal == nil {
             if endsInNumber(host) {
                 guard let value = parseIPv4(host) else { throw .badIPv4 }
@@ -120,6 +120,9 @@ struct EndpointURL: Equatable {
             } else if !isValidHostname(host) {
                 throw .badHostname
             }
+            // `push.example.com.` and `push.example.com` are one host (SPEC.md
+            // Revision 2): stored, bound and hashed without the dot.
+            if host.last == ASCII.dot { host = host.dropLast() }
         }
 
         // Path and query: RFC 3986 characters, well-formed escapes.

@@ -13,6 +13,10 @@ import HeraldIO
 /// subject given for an app do not change while entries for it live (call
 /// `removeAll(app:)` after a key rotation).
 ///
+/// At most `capacity` tokens (4,096) are kept; past that the least recently
+/// used goes (SPEC.md Revision 2), so endpoints on ever new origins cannot
+/// grow it.
+///
 /// Thread-safe: every method may be called from any thread. Minting (an ECDSA
 /// signature) happens under the lock, which keeps one token per key even when
 /// many sends race for a cold entry.
@@ -26,13 +30,18 @@ public final class VAPIDTokenCache: Sendable {
     public let clock: any WallClock
     public let lifetimeSeconds: Int64
     public let renewBeforeSeconds: Int64
-    private let entries = Locked<[Key: Entry]>([:])
+    /// The most tokens kept.
+    public let capacity: Int
+    private let entries: Locked<LRUCache<Key, Entry>>
 
     public init(
         clock: any WallClock = SystemClock(),
         lifetimeSeconds: Int64 = VAPIDTokenCache.defaultLifetimeSeconds,
-        renewBeforeSeconds: Int64 = VAPIDTokenCache.defaultRenewBeforeSeconds
+        renewBeforeSeconds: Int64 = VAPIDTokenCache.defaultRenewBeforeSeconds,
+        capacity: Int = 4096
     ) {
+        self.capacity = max(1, capacity)
+        entries = Locked(LRUCache(capacity: self.capacity))
         self.clock = clock
         self.lifetimeSeconds = lifetimeSeconds
         self.renewBeforeSeconds = renewBeforeSeconds
@@ -47,14 +56,14 @@ public final class VAPIDTokenCache: Sendable {
         let nowSeconds = clock.nowMilliseconds() / 1000
         let cacheKey = Key(app: app, origin: origin)
         let result: Result<String, CryptoError> = entries.withLock { entries in
-            if let entry = entries[cacheKey], entry.expiresAt - nowSeconds >= renewBeforeSeconds {
+            if let entry = entries.get(cacheKey), entry.expiresAt - nowSeconds >= renewBeforeSeconds {
                 return .success(entry.value)
             }
             let expiresAt = nowSeconds + lifetimeSeconds
             do throws(CryptoError) {
                 let value = try VAPID.authorization(
                     key: key, audience: origin, subject: subject, expiresAt: expiresAt, now: nowSeconds)
-                entries[cacheKey] = Entry(value: value, expiresAt: expiresAt)
+                entries.set(cacheKey, Entry(value: value, expiresAt: expiresAt))
                 return .success(value)
             } catch {
                 return .failure(error)
@@ -65,17 +74,17 @@ public final class VAPIDTokenCache: Sendable {
 
     /// The `exp` (seconds since the epoch) of the cached token, if any.
     public func expiry(app: String, origin: String) -> Int64? {
-        entries.withLock { $0[Key(app: app, origin: origin)]?.expiresAt }
+        entries.withLock { $0.peek(Key(app: app, origin: origin))?.expiresAt }
     }
 
     /// Forgets the token for one origin (e.g. after a 401/403 from it).
     public func remove(app: String, origin: String) {
-        _ = entries.withLock { $0.removeValue(forKey: Key(app: app, origin: origin)) }
+        _ = entries.withLock { $0.remove(Key(app: app, origin: origin)) }
     }
 
     /// Forgets every token of `app` (after a VAPID key rotation).
     public func removeAll(app: String) {
-        entries.withLock { entries in entries = entries.filter { $0.key.app != app } }
+        entries.withLock { entries in entries.removeAll { key, _ in key.app == app } }
     }
 
     /// How many tokens are cached.

@@ -17,9 +17,13 @@ import HeraldIO
 ///
 /// Per send:
 /// 1. The endpoint is checked again with the ``EndpointGuard`` (DNS rebinding
-///    and changed answers are caught at send time). The guard's resolver may
-///    block, so this runs on the sender's concurrent `DispatchQueue`, never on
-///    the caller's thread. A refused endpoint (no longer public) is
+///    and changed answers are caught at send time). With an
+///    ``AsyncHostResolver`` (the daemon's ``CachingResolver``) a name not in
+///    its cache is looked up on the resolver's own threads: the worker moves
+///    on to the next send, and the push goes back into the backlog when the
+///    answer comes (at most 2 s later; no answer by then is a DNS failure), so
+///    a slow name server never holds up sends to other endpoints. Another
+///    resolver is called on the worker. A refused endpoint (no longer public) is
 ///    `.failed(reason:)` with reason `endpoint_refused`: never `.stale`, so a
 ///    guard refusal never deletes a subscription. A name that does not resolve
 ///    now is a DNS failure like any other: a retry (`dns_failure`).
@@ -43,8 +47,8 @@ import HeraldIO
 ///    Transport errors are `Outcome.transient`.
 ///
 /// The completion gets the outcome and the HTTP status of the last answer (nil
-/// when no request was answered). It runs on an HTTP client or sender queue
-/// thread.
+/// when no request was answered). It runs on an HTTP client, sender queue or
+/// resolver thread.
 public final class WebPushSender: Sendable {
     public static let maxPooledSealers = 16
     public static let endpointRefused = ProviderReason("endpoint_refused")
@@ -56,6 +60,7 @@ public final class WebPushSender: Sendable {
     public static let idleTimeout: Duration = .seconds(120)
     /// How long an origin that refused HTTP/2 is sent through libcurl.
     public static let http1Memory: Duration = .seconds(3600)
+    /// The most origins remembered as HTTP/1.1-only (LRU).
     static let maxRememberedHTTP1Origins = 4096
 
     public let endpointGuard: EndpointGuard
@@ -75,7 +80,7 @@ public final class WebPushSender: Sendable {
     private let queue = DispatchQueue(label: "herald.webpush.sender", attributes: .concurrent)
     private let sealers = Locked<[SealerBox]>([])
     /// Origins that did not offer HTTP/2, until when (wall-clock ms) they go through libcurl.
-    private let http1Origins = Locked<[String: Int64]>([:])
+    private let http1Origins = Locked(LRUCache<String, Int64>(capacity: WebPushSender.maxRememberedHTTP1Origins))
     /// Sends not yet taken by a worker, and how many workers run.
     private let backlog = Locked(Backlog())
     /// The most sends one worker checks and seals before handing them over.
@@ -92,6 +97,8 @@ public final class WebPushSender: Sendable {
         let endpoint: String
         let prepare: @Sendable () -> Preparation
         let completion: @Sendable (Outcome, Int?) -> Void
+        /// Set once the endpoint passed the send-time check (after a lookup that did not answer at once).
+        var checked: CheckedEndpoint?
     }
 
     /// What `prepare` of ``send(endpoint:prepare:completion:)`` gives: the
@@ -162,7 +169,11 @@ public final class WebPushSender: Sendable {
         endpoint: String, prepare: @escaping @Sendable () -> Preparation,
         completion: @escaping @Sendable (Outcome, Int?) -> Void
     ) {
-        let work = Work(endpoint: endpoint, prepare: prepare, completion: completion)
+        enqueue(Work(endpoint: endpoint, prepare: prepare, completion: completion))
+    }
+
+    /// Adds a send to the backlog, starting a worker if fewer than `maxWorkers` run.
+    private func enqueue(_ work: Work) {
         let start = backlog.withLock { b -> Bool in
             b.items.append(work)
             guard b.workers < Self.maxWorkers else { return false }
@@ -204,24 +215,35 @@ public final class WebPushSender: Sendable {
     }
 
     private func process(_ w: Work, into outgoing: inout [HTTP2Send]) {
+        let checked: CheckedEndpoint
+        if let known = w.checked {
+            checked = known
+        } else {
+            let now = endpointGuard.check(w.endpoint) { [self] result in
+                // On a resolver thread: the push goes back to the backlog, or ends here.
+                switch result {
+                case .success(let checked):
+                    var again = w
+                    again.checked = checked
+                    enqueue(again)
+                case .failure(let error):
+                    w.completion(Self.outcome(refusedBy: error), nil)
+                }
+            }
+            // The lookup is under way: this worker goes on with the next send.
+            guard let now else { return }
+            switch now {
+            case .success(let c): checked = c
+            case .failure(let error):
+                w.completion(Self.outcome(refusedBy: error), nil)
+                return
+            }
+        }
         let prepared: Prepared
         switch w.prepare() {
         case .ready(let p): prepared = p
         case .refused(let outcome):
             w.completion(outcome, nil)
-            return
-        }
-        let checked: CheckedEndpoint
-        do throws(EndpointError) {
-            checked = try endpointGuard.check(w.endpoint)
-        } catch {
-            switch error {
-            case .unresolvable, .resolutionFailed:
-                // SPEC: DNS failures are transient (the name may come back; the device is kept).
-                w.completion(Outcome.transient(reason: .dnsFailure), nil)
-            case .malformed, .notPubliclyRoutable:
-                w.completion(.failed(reason: Self.endpointRefused), nil)
-            }
             return
         }
         attempt(
@@ -331,24 +353,23 @@ public final class WebPushSender: Sendable {
     private func sendsHTTP1(_ origin: String) -> Bool {
         let now = clock.nowMilliseconds()
         return http1Origins.withLock { known in
-            guard let until = known[origin] else { return false }
+            guard let until = known.get(origin) else { return false }
             if now < until { return true }
-            known[origin] = nil
+            known.remove(origin)
             return false
         }
     }
 
     private func rememberHTTP1(_ origin: String) {
         let now = clock.nowMilliseconds()
-        http1Origins.withLock { known in
-            if known.count >= Self.maxRememberedHTTP1Origins { known = known.filter { $0.value > now } }
-            if known.count >= Self.maxRememberedHTTP1Origins { known.removeAll() }
-            known[origin] = now + Self.http1Memory.wholeMilliseconds
-        }
+        _ = http1Origins.withLock { $0.set(origin, now + Self.http1Memory.wholeMilliseconds) }
     }
 
     /// Whether `origin` is currently sent through libcurl because it refused HTTP/2.
     public func usesHTTP1(_ origin: String) -> Bool { sendsHTTP1(origin) }
+
+    /// How many origins are remembered as HTTP/1.1-only (at most `maxRememberedHTTP1Origins`).
+    public var rememberedHTTP1Origins: Int { http1Origins.withLock { $0.count } }
 
     private func seal(_ plaintext: [UInt8], for subscriber: WebPushSubscriber, bodySize: Int) -> [UInt8]? {
         let box: SealerBox
@@ -363,6 +384,17 @@ public final class WebPushSender: Sendable {
             if pool.count < Self.maxPooledSealers { pool.append(box) }
         }
         return body
+    }
+
+    /// What a failed send-time check means for the delivery.
+    static func outcome(refusedBy error: EndpointError) -> Outcome {
+        switch error {
+        case .unresolvable, .resolutionFailed:
+            // SPEC: DNS failures are transient (the name may come back; the device is kept).
+            .transient(reason: .dnsFailure)
+        case .malformed, .notPubliclyRoutable:
+            .failed(reason: endpointRefused)
+        }
     }
 
     static func reason(for error: HTTPError) -> ProviderReason {

@@ -54,7 +54,8 @@ private struct Harness: Sendable {
 /// have gone out on the HTTP/2 client (none through libcurl).
 private func withHarness(
     _ carrier: Carrier, allowPrivate: Bool = true, listener: String = "webpush",
-    http2IdleTimeout: Duration = WebPushSender.idleTimeout, _ body: (Harness) async throws -> Void
+    http2IdleTimeout: Duration = WebPushSender.idleTimeout, resolver: (any HostResolver)? = nil,
+    _ body: (Harness) async throws -> Void
 ) async throws {
     let g = try await TestGateways()
     defer { g.stop() }
@@ -75,7 +76,8 @@ private func withHarness(
             }, threadName: "herald-webpush-test") : nil
     defer { http2?.shutdown() }
     let sender = WebPushSender(
-        guard: EndpointGuard(allowPrivate: allowPrivate), client: client, http2: http2, vapidKey: key,
+        guard: resolver.map { EndpointGuard(allowPrivate: allowPrivate, resolver: $0) }
+            ?? EndpointGuard(allowPrivate: allowPrivate), client: client, http2: http2, vapidKey: key,
         subject: "mailto:ops@example.com", app: "app1", clock: SystemClock(), http2IdleTimeout: http2IdleTimeout)
     let h = Harness(
         carrier: carrier, gateways: g, client: client, http2: http2, sender: sender, subscription: subscription)
@@ -357,6 +359,91 @@ struct WebPushSenderTests {
     }
 }
 
+// MARK: - Slow DNS
+
+/// `localhost` is loopback; names under `.hang.example` block until `release()`
+/// (a name server that never answers); other names do not exist.
+private final class HangingResolver: HostResolver, @unchecked Sendable {
+    private let lock = NSCondition()
+    private var released = false
+    private var running = 0
+
+    func resolve(host: String, port: Int) throws -> [IPAddress] {
+        if host == "localhost" { return [IPAddress(numericHost: "127.0.0.1")!] }
+        guard host.hasSuffix(".hang.example") else { throw ResolverError.notFound(host: host) }
+        lock.lock()
+        running += 1
+        while !released { lock.wait() }
+        running -= 1
+        lock.broadcast()
+        lock.unlock()
+        throw ResolverError.failed(host: host, reason: "released")
+    }
+
+    func release() {
+        lock.lock()
+        released = true
+        lock.broadcast()
+        while running > 0 { _ = lock.wait(until: Date().addingTimeInterval(5)) }
+        lock.unlock()
+    }
+}
+
+/// Completions in the order they came.
+private final class Finished: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [(name: String, outcome: Outcome)] = []
+    func add(_ name: String, _ outcome: Outcome) { lock.withLock { items.append((name, outcome)) } }
+    var all: [(name: String, outcome: Outcome)] { lock.withLock { items } }
+}
+
+@Suite("WebPushSender and a name server that never answers", .serialized)
+struct WebPushSenderSlowDNSTests {
+    @Test(
+        "Endpoints whose lookups hang do not hold up the others; they end as DNS failures after the timeout",
+        arguments: Carrier.allCases)
+    func slowNameServer(_ carrier: Carrier) async throws {
+        let base = HangingResolver()
+        defer { base.release() }
+        // 5 s rather than the daemon's 2 s: room for a loaded test machine.
+        let resolver = CachingResolver(base, timeout: .seconds(5))
+        try await withHarness(carrier, resolver: resolver) { h in
+            let msg = message()
+            let payload = try WebPushPayload(message: msg, user: "u1")
+            let headers = WebPushHeaders(message: msg)
+            let finished = Finished()
+            let path = "/push/\(h.subscription.id)"
+            let port = h.gateways.webpush
+            let subscriber = try WebPushSubscriber(p256dh: h.subscription.p256dh, auth: h.subscription.auth)
+            // The hung ones first, so each worker meets them before the good ones.
+            let count = 24
+            for i in 0..<count {
+                h.sender.send(
+                    endpoint: "https://s\(i).hang.example:\(port)\(path)", subscriber: subscriber, payload: payload,
+                    headers: headers
+                ) { outcome, _ in finished.add("hung\(i)", outcome) }
+            }
+            for i in 0..<count {
+                h.sender.send(
+                    endpoint: "https://localhost:\(port)\(path)", subscriber: subscriber, payload: payload,
+                    headers: headers
+                ) { outcome, _ in finished.add("good\(i)", outcome) }
+            }
+            try await waitUntil("every send has ended", timeout: .seconds(60)) { finished.all.count == 2 * count }
+            let all = finished.all
+            let good = all.filter { $0.name.hasPrefix("good") }
+            let hung = all.filter { $0.name.hasPrefix("hung") }
+            #expect(good.allSatisfy { $0.outcome == .delivered }, "\(good)")
+            #expect(hung.allSatisfy { $0.outcome == .transient(reason: .dnsFailure) }, "\(hung)")
+            let lastGood = try #require(all.lastIndex { $0.name.hasPrefix("good") })
+            let firstHung = try #require(all.firstIndex { $0.name.hasPrefix("hung") })
+            #expect(lastGood < firstHung, "every good endpoint was delivered before the hung lookups timed out")
+            #expect(try await h.gateways.received().count == count)
+            #expect(resolver.baseLookups <= count + 1, "one lookup per name")
+        }
+    }
+}
+
 // MARK: - The HTTP/2 carrier
 
 @Suite("WebPushSender over the HTTP/2 client", .serialized)
@@ -513,6 +600,27 @@ private final class ManualClock: WallClock, @unchecked Sendable {
 
 @Suite("VAPIDTokenCache")
 struct WebPushVAPIDTokenCacheTests {
+    @Test("At most 4,096 tokens: a 4,097th origin evicts the least recently used")
+    func bounded() throws {
+        let clock = ManualClock(1_700_000_000_000)
+        let cache = VAPIDTokenCache(clock: clock)
+        let key = try P256PrivateKey.generate()
+        func token(_ i: Int) throws -> String {
+            try cache.authorization(app: "x", origin: "https://o\(i).example", key: key, subject: "mailto:a@b.c")
+        }
+        let first = try token(0)
+        for i in 1..<4096 { _ = try token(i) }
+        #expect(cache.count == 4096)
+        #expect(try token(0) == first, "still cached; now the most recently used")
+        _ = try token(4096)
+        #expect(cache.count == 4096)
+        #expect(cache.expiry(app: "x", origin: "https://o1.example") == nil, "the least recently used went")
+        #expect(cache.expiry(app: "x", origin: "https://o0.example") != nil)
+        #expect(cache.expiry(app: "x", origin: "https://o4096.example") != nil)
+        cache.removeAll(app: "x")
+        #expect(cache.count == 0)
+    }
+
     @Test("One token per (app, origin), 12 h lifetime, renewed with less than 1 h left")
     func reuseAndRenewal() throws {
         let clock = ManualClock(1_700_000_000_000)

@@ -159,20 +159,29 @@ struct EndpointGuardTests {
 @Suite("CachingResolver")
 struct CachingResolverTests {
     final class Counting: HostResolver, @unchecked Sendable {
-        var calls = 0
-        var answer: [IPAddress]
-        init(_ answer: [IPAddress]) { self.answer = answer }
+        private let lock = NSLock()
+        private var _calls = 0
+        private var _answer: [IPAddress]
+        init(_ answer: [IPAddress]) { _answer = answer }
+        var calls: Int { lock.withLock { _calls } }
+        var answer: [IPAddress] {
+            get { lock.withLock { _answer } }
+            set { lock.withLock { _answer = newValue } }
+        }
         func resolve(host: String, port: Int) throws -> [IPAddress] {
-            calls += 1
+            let answer = lock.withLock { () -> [IPAddress] in
+                _calls += 1
+                return _answer
+            }
             if answer.isEmpty { throw ResolverError.notFound(host: host) }
             return answer
         }
     }
 
-    @Test("an answer is reused within its TTL, failures are not, and the guard still vets what it returns")
+    @Test("an answer is reused within its TTL, a failure within its own, and the guard still vets what it returns")
     func reuse() throws {
         let base = Counting([IPAddress(numericHost: "93.184.216.34")!])
-        let cache = CachingResolver(base, ttl: .milliseconds(200))
+        let cache = CachingResolver(base, ttl: .milliseconds(200), negativeTTL: .milliseconds(200))
         let guardian = EndpointGuard(resolver: cache)
         for _ in 0..<50 { _ = try guardian.check("https://push.example.com/p/1") }
         #expect(base.calls == 1)
@@ -186,8 +195,15 @@ struct CachingResolverTests {
         #expect(base.calls == 2)
         base.answer = []
         Thread.sleep(forTimeInterval: 0.25)
+        #expect(throws: EndpointError.unresolvable(host: "push.example.com")) {
+            try guardian.check("https://push.example.com/p/1")
+        }
+        #expect(throws: EndpointError.unresolvable(host: "push.example.com")) {
+            try guardian.check("https://push.example.com/p/1")
+        }
+        #expect(base.calls == 3, "a failure is remembered")
+        Thread.sleep(forTimeInterval: 0.25)
         #expect(throws: EndpointError.self) { try guardian.check("https://push.example.com/p/1") }
-        #expect(throws: EndpointError.self) { try guardian.check("https://push.example.com/p/1") }
-        #expect(base.calls == 4, "a failure is asked again")
+        #expect(base.calls == 4, "and asked again once its entry expires")
     }
 }

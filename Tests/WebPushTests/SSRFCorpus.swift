@@ -210,7 +210,8 @@ pass      https://push.example.net:443/x                  https://push.example.n
 pass      https://push.example.net:/x                     https://push.example.net/x
 pass      HTTPS://PUSH.Example.NET/AbC?Q=1                https://push.example.net/AbC?Q=1
 pass      https://push.example.net?x=1                    https://push.example.net/?x=1
-pass      https://push.example.net./x                     https://push.example.net./x
+pass      https://push.example.net./x                     https://push.example.net/x
+pass      https://PUSH.example.net.:443/x                 https://push.example.net/x
 pass      https://push.example.net/a@b:c;d=e,f+g!h$i&j'k(l)m*n~o.p_q-r%20s?t=/u?v  https://push.example.net/a@b:c;d=e,f+g!h$i&j'k(l)m*n~o.p_q-r%20s?t=/u?v
 pass      https://fcm.googleapis.com/fcm/send/dGVzdA:APA91bHun4MxP5egoKMwt2KZFBaFUH-1RYqx  https://fcm.googleapis.com/fcm/send/dGVzdA:APA91bHun4MxP5egoKMwt2KZFBaFUH-1RYqx
 pass      https://updates.push.services.mozilla.com/wpush/v2/gAAAAABkZ_x-Yq  https://updates.push.services.mozilla.com/wpush/v2/gAAAAABkZ_x-Yq

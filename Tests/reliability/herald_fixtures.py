@@ -1295,6 +1295,162 @@ class CanaryListener(_Listener):
         conn.close()
 
 
+# ----------------------------------------------------------------------------- DNS inside a namespace
+
+class StubNameServer:
+    """A DNS server on 127.0.0.1:53 (UDP) inside ``ns`` (a ``Namespace(net=True)``), for the
+    daemon's getaddrinfo. Each name is answered by the first rule whose key is the name or a
+    suffix of it (``"*"`` matches every name): a list of IPv4 addresses (A; AAAA gets an empty
+    answer), ``"hang"`` (never answered), ``"servfail"`` or ``"nxdomain"``. Every query is
+    recorded (``queries``: (monotonic time, name, qtype)); ``rules`` may change at any time.
+
+    ``resolv`` rewrites the namespace's resolv.conf (glibc: ``timeout`` seconds per try, one
+    try), and ``dns_only`` its nsswitch.conf to ``hosts: dns`` (no hosts file)."""
+
+    QTYPES = {1: "A", 28: "AAAA"}
+
+    def __init__(self, ns, rules=None, *, timeout=5, dns_only=False):
+        assert ns.net, "the name server lives in a network namespace of its own"
+        self.rules = dict(rules or {})
+        self.queries: list[tuple[float, str, str]] = []
+        self._lock = threading.Lock()
+        Path(ns.dir, "resolv.conf").write_text(f"nameserver 127.0.0.1\noptions timeout:{timeout} attempts:1\n")
+        if dns_only:
+            Path(ns.dir, "nsswitch.conf").write_text("passwd: files\ngroup: files\nshadow: files\nhosts: dns\n")
+
+        def bind():
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.bind(("127.0.0.1", 53))
+            return sock
+
+        self.sock = ns.in_net(bind)
+        self.sock.settimeout(0.2)
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+        _CLEANUPS.append(self.close)
+
+    def close(self):
+        self._stop = True
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def count(self, name, qtype="A"):
+        with self._lock:
+            return sum(1 for _, n, t in self.queries if n == name.lower() and t == qtype)
+
+    def names(self):
+        with self._lock:
+            return {n for _, n, _ in self.queries}
+
+    def rule(self, name):
+        for key in (name, *[name.split(".", i)[-1] for i in range(1, name.count(".") + 1)], "*"):
+            if key in self.rules:
+                return self.rules[key]
+        return "nxdomain"
+
+    def _serve(self):
+        while not self._stop:
+            try:
+                data, peer = self.sock.recvfrom(4096)
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+            try:
+                reply = self._answer(data)
+            except (IndexError, struct.error, UnicodeDecodeError):
+                continue
+            if reply is not None:
+                with contextlib.suppress(OSError):
+                    self.sock.sendto(reply, peer)
+
+    def _answer(self, data):
+        qid, _flags, qdcount = struct.unpack("!HHH", data[:6])
+        if qdcount != 1:
+            return None
+        i, labels = 12, []
+        while data[i]:
+            labels.append(data[i + 1:i + 1 + data[i]].decode("ascii"))
+            i += 1 + data[i]
+        question_end = i + 5
+        qtype = struct.unpack("!H", data[i + 1:i + 3])[0]
+        name = ".".join(labels).lower()
+        with self._lock:
+            self.queries.append((time.monotonic(), name, self.QTYPES.get(qtype, str(qtype))))
+        action = self.rule(name)
+        if action == "hang":
+            return None
+        rcode = {"servfail": 2, "nxdomain": 3}.get(action, 0) if isinstance(action, str) else 0
+        answers = b""
+        count = 0
+        if rcode == 0 and qtype == 1:
+            for address in action:
+                answers += struct.pack("!HHHIH", 0xC00C, 1, 1, 5, 4) + socket.inet_aton(address)
+                count += 1
+        header = struct.pack("!HHHHHH", qid, 0x8180 | rcode, 1, count, 0, 0)
+        return header + data[12:question_end] + answers
+
+
+class NamespaceRelay:
+    """Makes ``target`` (host, port) on this host's network reachable from inside ``ns`` (a
+    ``Namespace(net=True)``) at 127.0.0.1:``port`` (default: the target's port): the listening
+    socket is made in the namespace, the onward connections out of it. Bytes are piped as they
+    are (TLS goes end to end)."""
+
+    def __init__(self, ns, target, port=None):
+        self.target = target
+        self.port = port or target[1]
+
+        def listen():
+            return FaultServer._listen("127.0.0.1", self.port)
+
+        self.sock = ns.in_net(listen)
+        self.sock.settimeout(0.2)
+        self._stop = False
+        # Started from this (host namespace) thread: its connections go out of the namespace.
+        threading.Thread(target=self._serve, daemon=True).start()
+        _CLEANUPS.append(self.close)
+
+    def close(self):
+        self._stop = True
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def _serve(self):
+        while not self._stop:
+            try:
+                c, _ = self.sock.accept()
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+            try:
+                u = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                c.close()
+                continue
+            threading.Thread(target=self._pipe, args=(c, u), daemon=True).start()
+
+    def _pipe(self, c, u):
+        socks = [c, u]
+        for s in socks:
+            s.settimeout(None)
+        try:
+            while not self._stop:
+                r, _, _ = select.select(socks, [], [], 0.5)
+                for s in r:
+                    data = s.recv(65536)
+                    if not data:
+                        return
+                    (u if s is c else c).sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in socks:
+                with contextlib.suppress(OSError):
+                    s.close()
+
+
 # ----------------------------------------------------------------------------- peers
 
 def as_peer(uid, gid, fn, groups=()):

@@ -13,7 +13,9 @@ transport, one message. Every (transport, fault) cell then checks, for its own d
 Faults the gateways cannot make (a connection reset mid-stream, TLS failures, a certificate for
 another host, DNS failures, a listener that accepts slowly or never) come from listeners in
 herald_fixtures.py. DNS is controlled by running the daemon in a mount namespace whose
-/etc/hosts the test writes (``hosts: files`` only: no DNS server is ever asked).
+/etc/hosts the test writes (``hosts: files`` only: no DNS server is ever asked), except for "a
+name server that never answers": there the daemon runs in a network namespace whose only name
+server is a stub (``StubNameServer``) that drops every query.
 
 Also here: the stale-storm guards per platform that the Swift suites do not cover yet
 (DeliveryRulesTests has the APNs 1,000-device storm and the FCM window cap).
@@ -31,6 +33,7 @@ import pytest
 
 from herald_fixtures import (CertAuthority, Daemon, FaultServer, Gateways, Namespace, SlowAcceptProxy, hex_token,
                              metric, record_counts, reset_counts, wait_until, web_keys)
+from herald_fixtures import NamespaceRelay, StubNameServer
 
 SUITE = "faults"
 TRANSPORTS = ("apns", "fcm", "web")
@@ -408,6 +411,47 @@ SCENARIOS = {
     "never_accepts": s_never_accepts,
     "auth_rejected": s_auth_rejected,
 }
+
+
+# ----------------------------------------------------------------------------- a name server that never answers
+
+def s_dns_no_answer(gw, pki):
+    """Every name goes to a name server that never answers (in a network namespace: the stub on
+    127.0.0.1:53 drops every query; glibc gives up after 3 s). APNs and FCM endpoints are names;
+    the Web Push endpoint resolved from the hosts file at registration, and only through DNS at
+    send time. The FCM token endpoint (the gateway) is relayed into the namespace."""
+    gw.reset()
+    ns = Namespace(net=True, hosts="127.0.0.1 web-gone.herald.test\n", dns=True)
+    dns = StubNameServer(ns, {"*": "hang"}, timeout=3)
+    relay = NamespaceRelay(ns, ("127.0.0.1", gw.ports["fcm"]))
+    sub = gw.subscription()
+    url = "https://provider.nonexistent.invalid"
+    d = _daemon(gw, endpoints={"apns_production": url, "apns_development": url, "fcm": url}, ns=ns)
+    try:
+        _register(d, f"https://web-gone.herald.test:{gw.ports['webpush']}/push/{sub['id']}", sub)
+        ns.set_hosts("")
+        res = _run("dns_no_answer", d, extra={"sub": sub})
+        res.extra["web_queries"] = dns.count("web-gone.herald.test", "A")
+        return res
+    finally:
+        d.cleanup()
+        relay.close()
+        dns.close()
+        ns.close()
+
+
+def _expect_dns_no_answer(res, t):
+    # SPEC: send-time DNS gives up after 2 s, as a DNS failure (transient: retried, then failed
+    # once max_retries are spent); Web Push remembers the failure for 30 s, so its retries do
+    # not ask the name server again.
+    dev = _expect_exhausted(res, t, "dns_failure")
+    if t == "web":
+        assert res.extra["web_queries"] == 1, f"the name server was asked {res.extra['web_queries']} times"
+    return dev
+
+
+SCENARIOS["dns_no_answer"] = s_dns_no_answer
+
 # The two slowest scenarios (15 s request deadline, 10 s connect timeout) run side by side.
 PARALLEL_GROUPS = [("no_answer", "never_accepts")]
 _RESULTS: dict = {}
@@ -579,6 +623,8 @@ def test_fault(fault, transport, gw, pki):
         assert metric(rm, "herald_transport_state", app="default", transport=t, state="ready") == 1
         assert metric(rm, "herald_transport_state", app="default", transport=t, state="degraded") == 0
         assert res.extra["recovered_health"]["transports"]["default"][t] == "ready"
+    elif fault == "dns_no_answer":
+        _expect_dns_no_answer(res, t)
     else:
         raise AssertionError(f"no expectation for {fault}")
 
