@@ -40,7 +40,19 @@ public final class Store: @unchecked Sendable {
         /// Whether the caller is told "committed" as a promise (an accepted
         /// push, a registration): such a commit waits for `synchronous`.
         let durable: Bool
+        /// What the job writes that a later read must see (see `fences`).
+        let fence: String?
     }
+
+    /// Writes queued or being committed, per key (an app's user, a
+    /// message): a read of that key waits behind them on the writer's
+    /// thread, so a client that pipelines a write and a read of the same
+    /// thing (even as a notification) reads its own write. Reads of keys
+    /// with no write pending go to the reader. Guarded by `condition`.
+    private var fences: [String: Int] = [:]
+
+    static func userFence(app: String, user: String) -> String { "u\u{1F}\(app)\u{1F}\(user)" }
+    static func messageFence(_ messageID: String) -> String { "m\u{1F}\(messageID)" }
 
     /// The configured `synchronous`, used for commits holding a durable job.
     private let synchronous: Synchronous
@@ -127,27 +139,44 @@ public final class Store: @unchecked Sendable {
     /// still safe against corruption and against a process crash), and the
     /// next durable commit makes it durable with its own.
     private func submit<T>(
-        durable: Bool = true, _ work: @escaping (Tables, Int64) throws -> T,
+        durable: Bool = true, fence: String? = nil, _ work: @escaping (Tables, Int64) throws -> T,
         _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         let job = Job(
             work: { tables, now in try work(tables, now) as Any },
-            complete: { result in completion(result.map { $0 as! T }) }, durable: durable)
+            complete: { result in completion(result.map { $0 as! T }) }, durable: durable, fence: fence)
         condition.lock()
         if stopping {
             condition.unlock()
             completion(.failure(StoreError(code: 0, message: "store is closed")))
             return
         }
+        if let fence { fences[fence, default: 0] += 1 }
         queue.append(job)
         condition.signal()
         condition.unlock()
     }
 
-    /// Queues a read on the reader connection (see `StoreReader`).
+    /// Queues a read on the reader connection (see `StoreReader`), or
+    /// behind the writes pending on `fence` on the writer's thread.
     private func read<T>(
-        _ work: @escaping (Tables) throws -> T, _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
+        fence: String? = nil, _ work: @escaping (Tables) throws -> T,
+        _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
+        if let fence {
+            condition.lock()
+            let behind = fences[fence] != nil
+            if behind, !stopping {
+                queue.append(
+                    Job(
+                        work: { tables, _ in try work(tables) as Any },
+                        complete: { result in completion(result.map { $0 as! T }) }, durable: false, fence: nil))
+                condition.signal()
+                condition.unlock()
+                return
+            }
+            condition.unlock()
+        }
         let job = StoreReader.Job(
             work: { tables in try work(tables) as Any },
             complete: { result in completion(result.map { $0 as! T }) })
@@ -194,6 +223,7 @@ public final class Store: @unchecked Sendable {
         do {
             try db.statement("BEGIN IMMEDIATE").run()
         } catch {
+            lift(batch)
             for job in batch { job.complete(.failure(error)) }
             return
         }
@@ -219,7 +249,20 @@ public final class Store: @unchecked Sendable {
             // Nothing of this batch is durable: no job may report success.
             results = results.map { _ in .failure(error) }
         }
+        lift(batch)
         for (job, result) in zip(batch, results) { job.complete(result) }
+    }
+
+    /// The batch's writes are committed (or failed): reads of their keys
+    /// may go to the reader again.
+    private func lift(_ batch: [Job]) {
+        guard batch.contains(where: { $0.fence != nil }) else { return }
+        condition.lock()
+        for case let fence? in batch.map(\.fence) {
+            let left = (fences[fence] ?? 1) - 1
+            fences[fence] = left > 0 ? left : nil
+        }
+        condition.unlock()
     }
 
     // MARK: Registry operations
@@ -228,30 +271,36 @@ public final class Store: @unchecked Sendable {
         _ registration: Registration, deviceCap: Int,
         completion: @escaping @Sendable (Result<RegistrationOutcome, any Error>) -> Void
     ) {
-        submit({ t, now in try t.registry.register(registration, deviceCap: deviceCap, now: now) }, completion)
+        submit(
+            fence: Self.userFence(app: registration.app, user: registration.user),
+            { t, now in try t.registry.register(registration, deviceCap: deviceCap, now: now) }, completion)
     }
 
     public func unregister(
         app: String, user: String, _ selector: UnregisterSelector,
         completion: @escaping @Sendable (Result<Int, any Error>) -> Void
     ) {
-        submit({ t, now in try t.registry.unregister(app: app, user: user, selector, now: now) }, completion)
+        submit(
+            fence: Self.userFence(app: app, user: user),
+            { t, now in try t.registry.unregister(app: app, user: user, selector, now: now) }, completion)
     }
 
     public func list(
         app: String, user: String, completion: @escaping @Sendable (Result<[DeviceSummary], any Error>) -> Void
     ) {
-        read({ t in try t.registry.list(app: app, user: user) }, completion)
+        read(fence: Self.userFence(app: app, user: user), { t in try t.registry.list(app: app, user: user) }, completion)
     }
 
     public func endSession(
         app: String, user: String, session: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
     ) {
-        submit({ t, _ in try t.registry.endSession(app: app, user: user, session: session) }, completion)
+        submit(
+            fence: Self.userFence(app: app, user: user),
+            { t, _ in try t.registry.endSession(app: app, user: user, session: session) }, completion)
     }
 
     public func forget(app: String, user: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
-        submit({ t, _ in try t.registry.forget(app: app, user: user) }, completion)
+        submit(fence: Self.userFence(app: app, user: user), { t, _ in try t.registry.forget(app: app, user: user) }, completion)
     }
 
     public func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void) {
@@ -279,11 +328,15 @@ public final class Store: @unchecked Sendable {
         app: String, messageID: String, detail: Bool,
         completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void
     ) {
-        read({ t in try t.queue.status(app: app, messageID: messageID, detail: detail) }, completion)
+        read(
+            fence: Self.messageFence(messageID),
+            { t in try t.queue.status(app: app, messageID: messageID, detail: detail) }, completion)
     }
 
     public func cancel(app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void) {
-        submit({ t, now in try t.queue.cancel(app: app, messageID: messageID, now: now) }, completion)
+        submit(
+            fence: Self.messageFence(messageID),
+            { t, now in try t.queue.cancel(app: app, messageID: messageID, now: now) }, completion)
     }
 
     /// Takes due deliveries, up to `lanes[lane]` of each named lane and up to

@@ -28,6 +28,12 @@ import Testing
         t.store.list(app: "default", user: "alice") { result in
             if case .success(let devices) = result, devices.count == 1 { listed.set() }
         }
+        // A read of what a pending write changes waits for it (read your
+        // own writes, even after a notification that gets no answer).
+        let bobListed = Flag()
+        t.store.list(app: "default", user: "bob") { result in
+            if case .success(let devices) = result, devices.count == 1 { bobListed.set() }
+        }
         t.store.queueDepth { result in
             if case .success = result { depth.set() }
         }
@@ -36,9 +42,11 @@ import Testing
         #expect(listed.wait(seconds: 4))
         #expect(depth.wait(seconds: 4))
         #expect(!registered.isSet)
+        #expect(!bobListed.isSet)
 
         #expect(sqlite3_exec(other, "COMMIT", nil, nil, nil) == SQLITE_OK)
         #expect(registered.wait(seconds: 10))
+        #expect(bobListed.wait(seconds: 10))
         // A read after an answered write sees it.
         #expect(try t.list("bob").count == 1)
     }
