@@ -249,6 +249,8 @@ struct APNsClientTests {
         // The silent connection is closed by the client after its PING went unanswered.
         try await waitUntil("the silent connection is closed") { proxy.links.first?.clientClosed == true }
         #expect(h.client.stats.silentConnectionsClosed == 1)
+        // No retry was handed to the suspected connection (it would have had to be requeued at its close).
+        #expect(h.client.stats.requeued == 0)
         #expect(h.client.stats.connectionsOpen == 1)
         #expect(proxy.links.count >= 2)
         #expect(proxy.links.dropFirst().allSatisfy { !$0.clientClosed }, "the new connection stays open")
@@ -302,6 +304,7 @@ struct APNsClientTests {
         #expect(conns.count == 2)
         #expect(conns.first?["zero_window"] as? Bool == true)
         try await waitUntil("the stalled connection is closed") { h.client.stats.silentConnectionsClosed == 1 }
+        #expect(h.client.stats.requeued == 0, "the retry was not handed to the stalled connection")
         #expect(h.client.stats.connectionsOpen == 1)
     }
 
