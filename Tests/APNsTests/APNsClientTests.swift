@@ -64,6 +64,21 @@ struct APNsHarness {
         return APNsPush(deviceToken: token, request: request)
     }
 
+    /// Sends a first push and waits until the gateway's raise of the stream
+    /// limit (after that first answer) is acknowledged: the connection is past its warm-up.
+    func warmUp() async throws {
+        #expect(await lane.send(push(hexToken(0))).value?.status == 200)
+        let record = try #require(try await gateways.received("apns").last)
+        let conn = try #require(record["conn"] as? Int)
+        let deadline = Date().addingTimeInterval(15)
+        while Date() < deadline {
+            let c = try await gateways.connections("apns").first { $0["id"] as? Int == conn }
+            if c?["advertised_max_streams"] as? Int == 500 { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        Issue.record("the gateway's SETTINGS raise was never acknowledged")
+    }
+
     /// Sends `count` pushes at once and waits for every answer.
     func sendAll(_ tokens: [String]) async -> [Result<APNsResponse, APNsClientError>] {
         await withTaskGroup(of: (Int, Result<APNsResponse, APNsClientError>).self) { group in
@@ -221,7 +236,7 @@ struct APNsClientTests {
         }
         defer { h.client.shutdown() }
         // A live connection, past its warm-up; then it forwards nothing more either way.
-        #expect(await h.lane.send(h.push(hexToken(0))).value?.status == 200)
+        try await h.warmUp()
         proxy.silence()
         let tokens = (1...30).map(hexToken)
         let first = await h.sendAll(tokens)
@@ -266,7 +281,7 @@ struct APNsClientTests {
             $0.pingTimeout = .milliseconds(300)
         }
         defer { h.client.shutdown() }
-        #expect(await h.lane.send(h.push(hexToken(0))).value?.status == 200)
+        try await h.warmUp()
         proxy.silence()
         let early = Locked<Result<APNsResponse, APNsClientError>?>(nil)
         h.lane.send(h.push(hexToken(1))) { r in early.withLock { $0 = r } }
@@ -300,9 +315,12 @@ struct APNsClientTests {
         }
         let retry = await h.lane.send(h.push(hexToken(1)))
         #expect(retry.value?.status == 200, "\(retry)")
-        let conns = try await h.gateways.connections("apns")
-        #expect(conns.count == 2)
-        #expect(conns.first?["zero_window"] as? Bool == true)
+        // The stalled connection never got the body; the retry went out on another connection.
+        let stalled = try await h.gateways.connections("apns").filter { $0["zero_window"] as? Bool == true }
+        #expect(stalled.count == 1)
+        let records = try await h.gateways.received("apns")
+        #expect(records.count == 1)
+        #expect(records.first?["conn"] as? Int != nil && records.first?["conn"] as? Int != stalled.first?["id"] as? Int)
         try await waitUntil("the stalled connection is closed") { h.client.stats.silentConnectionsClosed == 1 }
         #expect(h.client.stats.requeued == 0, "the retry was not handed to the stalled connection")
         #expect(h.client.stats.connectionsOpen == 1)
