@@ -544,6 +544,9 @@ final class Connection: @unchecked Sendable {
         flowStalled = false
         client.count { $0.connectionsSuspect -= 1 }
         client.log?.info("http2_connection_alive", fields)
+        // A replacement may have opened meanwhile: keep the lane within its size.
+        let active = lane.connections.count { $0.isReady && !$0.draining && !$0.isSuspect }
+        if active > lane.settings.maxConnectionsPerLane { draining = true }
     }
 
     /// The suspicion PING went unanswered (or the window stayed shut) for

@@ -300,6 +300,41 @@ struct APNsClientTests {
         #expect(h.client.stats.connectionsOpened == 2)
     }
 
+    @Test("a suspected connection that answers its PING in time is kept; the lane goes back to its size")
+    func latePingAnswer() async throws {
+        let g = try await SharedGateways.shared.get()
+        let proxy = try BlackHoleProxy(targetPort: g.apns)
+        defer { proxy.stop() }
+        let h = try await APNsHarness.make(port: proxy.port) {
+            $0.maxConnectionsPerLane = 1
+            $0.requestTimeout = .seconds(1)
+            $0.pingTimeout = .seconds(4)
+        }
+        defer { h.client.shutdown() }
+        try await h.warmUp()
+        // The path stalls: the push times out, the connection is suspected and its PING waits.
+        proxy.hold()
+        let first = await h.lane.send(h.push(hexToken(1)))
+        guard case .timeout = first.failure else {
+            Issue.record("expected a timeout while the path stalls, got \(first)")
+            return
+        }
+        #expect(h.client.stats.connectionsSuspect == 1)
+        // The retry does not wait for the suspected connection: a replacement opens, though the
+        // lane is allowed one connection.
+        #expect(await h.lane.send(h.push(hexToken(1))).value?.status == 200)
+        #expect(h.client.stats.connectionsOpened == 2)
+        // The path recovers within the ping timeout: the PING is answered, the connection is no
+        // longer suspected and, the lane being over its size, it is retired (not closed as silent).
+        proxy.resume()
+        try await waitUntil("the suspected connection is retired") {
+            h.client.stats.connectionsSuspect == 0 && h.client.stats.connectionsOpen == 1
+        }
+        #expect(h.client.stats.silentConnectionsClosed == 0)
+        #expect(await h.lane.send(h.push(hexToken(2))).value?.status == 200)
+        #expect(h.client.stats.connectionsOpened == 2)
+    }
+
     @Test("a flow-control window that never reopens counts as silence, though PINGs are answered")
     func stalledWindow() async throws {
         let h = try await APNsHarness.make {

@@ -15,11 +15,14 @@ final class BlackHoleProxy: @unchecked Sendable {
     /// One proxied connection.
     final class Link: @unchecked Sendable {
         let index: Int
-        private let state = Locked<(silenced: Bool, clientClosed: Bool, toClient: Int, dropped: Int)>(
-            (false, false, 0, 0))
+        private let state = Locked<(silenced: Bool, held: Bool, clientClosed: Bool, dropped: Int)>(
+            (false, false, false, 0))
         init(index: Int) { self.index = index }
 
         var isSilenced: Bool { state.withLock { $0.silenced } }
+        /// Bytes are kept, not forwarded, until `resume()`.
+        var isHeld: Bool { state.withLock { $0.held } }
+        fileprivate func hold(_ on: Bool) { state.withLock { $0.held = on } }
         /// The client closed (or reset) its side.
         var clientClosed: Bool { state.withLock { $0.clientClosed } }
         /// Bytes the client sent after the silence (dropped).
@@ -64,6 +67,16 @@ final class BlackHoleProxy: @unchecked Sendable {
     /// From now on the connections open now forward nothing.
     func silence() {
         for link in links { link.silence() }
+    }
+
+    /// The connections open now forward nothing until `resume()`, which
+    /// delivers what they kept: a path that stalls for a while, then recovers.
+    func hold() {
+        for link in links { link.hold(true) }
+    }
+
+    func resume() {
+        for link in links { link.hold(false) }
     }
 
     func stop() {
@@ -116,7 +129,24 @@ final class BlackHoleProxy: @unchecked Sendable {
         }
         var buffer = [UInt8](repeating: 0, count: 65536)
         var fds = [pollfd(fd: client, events: Int16(POLLIN), revents: 0), pollfd(fd: upstream, events: Int16(POLLIN), revents: 0)]
+        // What a held link kept, per direction (0: to the server, 1: to the client).
+        var kept: [[UInt8]] = [[], []]
+        func sendAll(_ bytes: UnsafeRawBufferPointer, to fd: Int32) -> Bool {
+            var off = 0
+            while off < bytes.count {
+                let w = send(fd, bytes.baseAddress! + off, bytes.count - off, Int32(MSG_NOSIGNAL))
+                if w <= 0 { return false }
+                off += w
+            }
+            return true
+        }
         while !stopped {
+            if !link.isHeld {
+                for i in 0..<2 where !kept[i].isEmpty {
+                    guard kept[i].withUnsafeBytes({ sendAll($0, to: i == 0 ? upstream : client) }) else { return }
+                    kept[i].removeAll()
+                }
+            }
             for i in fds.indices { fds[i].revents = 0 }
             guard poll(&fds, 2, 100) > 0 else { continue }
             for (i, p) in fds.enumerated() where p.revents != 0 && p.fd >= 0 {
@@ -136,12 +166,11 @@ final class BlackHoleProxy: @unchecked Sendable {
                     if i == 0 { link.countDropped(n) }
                     continue
                 }
-                var off = 0
-                while off < n {
-                    let w = buffer.withUnsafeBytes { send(to, $0.baseAddress! + off, n - off, Int32(MSG_NOSIGNAL)) }
-                    if w <= 0 { return }
-                    off += w
+                if link.isHeld {
+                    kept[i].append(contentsOf: buffer[0..<n])
+                    continue
                 }
+                guard buffer.withUnsafeBytes({ sendAll(UnsafeRawBufferPointer(rebasing: $0[0..<n]), to: to) }) else { return }
             }
         }
     }
