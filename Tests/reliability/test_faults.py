@@ -43,7 +43,8 @@ APNS_TOKEN = hex_token(1, prefix=0xFA)
 FCM_TOKEN = "fault-fcm-token"
 COUNTER_FAMILIES = ("herald_retries_total", "herald_outcomes_total", "herald_provider_connect_failures_total",
                     "herald_provider_goaways_total", "herald_provider_timeouts_total", "herald_sends_total",
-                    "herald_stale_removed_total", "herald_provider_connections_opened_total")
+                    "herald_stale_removed_total", "herald_provider_connections_opened_total",
+                    "herald_provider_silent_closes_total")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -474,6 +475,7 @@ def s_silent_mid_stream(gw, pki):
         res.extra["silenced"] = {g: len(links) for g, links in silenced.items()}
         res.extra["closed"] = {g: _closed_by_herald(proxies[g], silenced[g]) for g in proxies}
         res.log = d.log()
+        res.after = d.metrics()
         res.extra["records"] = {
             "apns": [r for r in gw.received("apns") if r.get("token") == APNS_TOKEN],
             "fcm": [r for r in gw.received("fcm", kind="send") if r.get("token") == FCM_TOKEN],
@@ -499,6 +501,7 @@ def _expect_silent_mid_stream(res, t):
     assert res.delta("herald_provider_timeouts_total", transport=t) >= 1
     assert res.delta("herald_provider_connections_opened_total", transport=t) >= 2
     assert res.delta("herald_retries_total", platform=t) == 1
+    assert res.delta("herald_provider_silent_closes_total", transport=t) == 1
     assert "http2_connection_silent" in res.log, "the close is logged"
     return dev
 
