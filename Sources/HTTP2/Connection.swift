@@ -108,7 +108,8 @@ final class Connection: @unchecked Sendable {
     /// A request timed out on it and it has not yet shown it is alive.
     var isSuspect: Bool { suspectSince != nil }
     var canTakeStream: Bool {
-        phase == .open && !draining && suspectSince == nil && freeSlots > 0 && (token != nil || lane.options.tokens == nil)
+        phase == .open && !draining && suspectSince == nil && freeSlots > 0
+            && (token != nil || lane.options.tokens == nil)
             && handle.map { hh2_conn_accepts_streams($0) != 0 } ?? false
     }
 

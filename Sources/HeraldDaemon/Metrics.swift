@@ -201,7 +201,7 @@ extension HeraldService {
         }
         family(
             "herald_provider_silent_closes_total", .counter,
-            "Provider connections closed because a PING went unanswered (or a flow-control window stayed shut) within ping_timeout."
+            "Provider connections closed as silent: a PING (or a shut flow-control window) not answered within ping_timeout."
         ) { $0.silentConnectionsClosed }
     }
 }
