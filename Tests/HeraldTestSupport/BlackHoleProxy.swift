@@ -11,33 +11,33 @@ import HeraldIO
 /// read and dropped) while staying open, like a peer behind a NAT that lost
 /// the flow, or a half-open TCP connection. Connections opened later are
 /// piped as usual.
-final class BlackHoleProxy: @unchecked Sendable {
+public final class BlackHoleProxy: @unchecked Sendable {
     /// One proxied connection.
-    final class Link: @unchecked Sendable {
-        let index: Int
+    public final class Link: @unchecked Sendable {
+        public let index: Int
         private let state = Locked<(silenced: Bool, held: Bool, clientClosed: Bool, dropped: Int)>(
             (false, false, false, 0))
         init(index: Int) { self.index = index }
 
-        var isSilenced: Bool { state.withLock { $0.silenced } }
+        public var isSilenced: Bool { state.withLock { $0.silenced } }
         /// Bytes are kept, not forwarded, until `resume()`.
-        var isHeld: Bool { state.withLock { $0.held } }
+        public var isHeld: Bool { state.withLock { $0.held } }
         fileprivate func hold(_ on: Bool) { state.withLock { $0.held = on } }
         /// The client closed (or reset) its side.
-        var clientClosed: Bool { state.withLock { $0.clientClosed } }
+        public var clientClosed: Bool { state.withLock { $0.clientClosed } }
         /// Bytes the client sent after the silence (dropped).
-        var dropped: Int { state.withLock { $0.dropped } }
+        public var dropped: Int { state.withLock { $0.dropped } }
         fileprivate func silence() { state.withLock { $0.silenced = true } }
         fileprivate func markClientClosed() { state.withLock { $0.clientClosed = true } }
         fileprivate func countDropped(_ n: Int) { state.withLock { $0.dropped += n } }
     }
 
-    let port: Int
+    public let port: Int
     private let listener: Int32
     private let targetPort: Int
     private let state = Locked<(links: [Link], stopped: Bool)>(([], false))
 
-    init(targetPort: Int) throws {
+    public init(targetPort: Int) throws {
         self.targetPort = targetPort
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw TestProxyError("socket: \(errno)") }
@@ -62,24 +62,24 @@ final class BlackHoleProxy: @unchecked Sendable {
     }
 
     /// Every connection accepted so far, in order.
-    var links: [Link] { state.withLock { $0.links } }
+    public var links: [Link] { state.withLock { $0.links } }
 
     /// From now on the connections open now forward nothing.
-    func silence() {
+    public func silence() {
         for link in links { link.silence() }
     }
 
     /// The connections open now forward nothing until `resume()`, which
     /// delivers what they kept: a path that stalls for a while, then recovers.
-    func hold() {
+    public func hold() {
         for link in links { link.hold(true) }
     }
 
-    func resume() {
+    public func resume() {
         for link in links { link.hold(false) }
     }
 
-    func stop() {
+    public func stop() {
         state.withLock { $0.stopped = true }
     }
 
@@ -176,7 +176,7 @@ final class BlackHoleProxy: @unchecked Sendable {
     }
 }
 
-struct TestProxyError: Error, CustomStringConvertible {
-    let description: String
+public struct TestProxyError: Error, CustomStringConvertible {
+    public let description: String
     init(_ description: String) { self.description = description }
 }
