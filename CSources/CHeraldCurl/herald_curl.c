@@ -1,5 +1,7 @@
 #include "herald_curl.h"
 
+#include <sys/socket.h>
+
 int herald_curl_global_init(void) {
     return (int)curl_global_init(CURL_GLOBAL_DEFAULT);
 }
@@ -37,6 +39,15 @@ CURLcode herald_curl_easy_getinfo_string(CURL *handle, CURLINFO info, const char
     CURLcode rc = curl_easy_getinfo(handle, info, &value);
     *out = value;
     return rc;
+}
+
+int herald_curl_drop_connection(CURL *handle) {
+    curl_socket_t fd = CURL_SOCKET_BAD;
+    /* CURLINFO_ACTIVESOCKET finds the transfer's last connection in the cache. */
+    if (curl_easy_getinfo(handle, CURLINFO_ACTIVESOCKET, &fd) != CURLE_OK || fd == CURL_SOCKET_BAD) return 0;
+    /* libcurl owns the descriptor: shut it down, never close it. Its liveness
+     * check then sees the end of the stream and discards the connection. */
+    return shutdown(fd, SHUT_RDWR) == 0;
 }
 
 CURLcode herald_curl_easy_getinfo_pointer(CURL *handle, CURLINFO info, void **out) {

@@ -678,3 +678,22 @@ int hh2_conn_accepts_streams(const hh2_conn *c) {
 }
 
 size_t hh2_conn_open_streams(const hh2_conn *c) { return c ? c->open_streams : 0; }
+
+int hh2_conn_stream_blocked(const hh2_conn *c, int32_t stream_id) {
+    if (!c || !c->session || c->state != HH2_OPEN || stream_id <= 0) return 0;
+    for (const hh2_stream *s = c->streams; s; s = s->next) {
+        if (s->id != stream_id) continue;
+        if (s->req_off >= s->req_len) return 0;
+        return nghttp2_session_get_stream_remote_window_size(c->session, stream_id) <= 0 ||
+               nghttp2_session_get_remote_window_size(c->session) <= 0;
+    }
+    return 0;
+}
+
+int32_t hh2_conn_send_window(const hh2_conn *c) {
+    if (!c || !c->session || c->state != HH2_OPEN) return 0;
+    int32_t window = nghttp2_session_get_remote_window_size(c->session);
+    uint32_t initial = nghttp2_session_get_remote_settings(c->session, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE);
+    if (initial < (uint32_t)INT32_MAX && (int32_t)initial < window) window = (int32_t)initial;
+    return window;
+}

@@ -76,8 +76,10 @@ public struct APNsClientSettings: Sendable {
     public var connectTimeout: Duration = .seconds(10)
     /// A connection that received nothing for this long is sent a PING…
     public var pingInterval: Duration = .seconds(60)
-    /// …and is closed when the PING is not answered within this.
-    public var pingTimeout: Duration = .seconds(15)
+    /// …and is closed when the PING is not answered within this. A push that
+    /// times out on a connection sends one at once, and the connection takes
+    /// no new pushes until it is answered (``HTTP2ClientSettings/pingTimeout``).
+    public var pingTimeout: Duration = .seconds(5)
     /// A provider token is replaced once it is this old…
     public var tokenRefresh: Duration = .seconds(50 * 60)
     /// …but a connection never switches tokens more often than this.

@@ -70,6 +70,18 @@ final class Connection: @unchecked Sendable {
     /// Monotonic ms of the last stream opened or finished.
     private var lastStreamAt = monotonicMilliseconds()
     private var pingSentAt: Int64?
+    /// PINGs sent and not yet acknowledged (the server acknowledges them in order).
+    private var pingsInFlight = 0
+    /// Monotonic ms since which the connection is suspected dead: a request
+    /// timed out on it. It takes no new streams until its PING is answered
+    /// (and, when its sending had stalled on flow control, the window has
+    /// reopened), and is closed at `suspectSince + pingTimeout` otherwise.
+    private var suspectSince: Int64?
+    /// Acknowledgements still owed before the suspicion PING's own.
+    private var suspectAcksOwed = 0
+    private var suspectPingAnswered = false
+    /// A request timed out with its body held back by flow control.
+    private var flowStalled = false
     private var interest: UInt32 = 0
 
     init(id: Int, lane: Lane) {
@@ -93,8 +105,11 @@ final class Connection: @unchecked Sendable {
     }
     var isFinished: Bool { phase == .finished }
     var freeSlots: Int { max(0, maxStreams - streams.count) }
+    /// A request timed out on it and it has not yet shown it is alive.
+    var isSuspect: Bool { suspectSince != nil }
     var canTakeStream: Bool {
-        phase == .open && !draining && freeSlots > 0 && (token != nil || lane.options.tokens == nil)
+        phase == .open && !draining && suspectSince == nil && freeSlots > 0
+            && (token != nil || lane.options.tokens == nil)
             && handle.map { hh2_conn_accepts_streams($0) != 0 } ?? false
     }
 
@@ -307,6 +322,14 @@ final class Connection: @unchecked Sendable {
                 goAway(lastStream: last, code: code, debug: debug)
             case .pingAck:
                 pingSentAt = nil
+                pingsInFlight = max(0, pingsInFlight - 1)
+                if suspectSince != nil, suspectAcksOwed > 0 {
+                    suspectAcksOwed -= 1
+                    if suspectAcksOwed == 0 {
+                        suspectPingAnswered = true
+                        clearSuspicionIfAlive()
+                    }
+                }
             case .response(let stream, let status, let code, let headers, let body):
                 response(stream: stream, status: status, code: code, headers: headers, body: body)
             }
@@ -437,24 +460,40 @@ final class Connection: @unchecked Sendable {
         case .open:
             guard let handle else { return }
             var wrote = false
+            var late: [Pending] = []
             for (sid, pending) in streams where now >= pending.deadline {
+                // Asked before the cancel frees the stream: did flow control hold its body back?
+                if hh2_conn_stream_blocked(handle, sid) != 0 { flowStalled = true }
                 streams[sid] = nil
                 _ = hh2_conn_cancel(handle, sid)
                 wrote = true
-                client.count { $0.timeouts += 1 }
-                pending.finish(.failure(.timeout("no answer within \(settings.requestTimeout)")))
+                late.append(pending)
             }
+            if let since = suspectSince {
+                clearSuspicionIfAlive()
+                if suspectSince != nil, now - since >= settings.pingTimeout.wholeMilliseconds {
+                    finishLate(late)
+                    closeSilent()
+                    return
+                }
+            } else if !late.isEmpty {
+                // Suspected before the late requests are reported, so that no retry of
+                // theirs can land here.
+                suspect(now: now)
+            }
+            finishLate(late)
             if streams.isEmpty, let idle = lane.options.idleTimeout, now - lastStreamAt >= idle.wholeMilliseconds {
                 retire()
                 return
             }
             if let sent = pingSentAt {
                 if now - sent >= settings.pingTimeout.wholeMilliseconds {
-                    failed(.connectionReset("PING not answered within \(settings.pingTimeout)"))
+                    closeSilent()
                     return
                 }
             } else if now - lastRead >= settings.pingInterval.wholeMilliseconds, hh2_conn_ping(handle) == HH2_OK {
                 pingSentAt = now
+                pingsInFlight += 1
                 wrote = true
                 client.count { $0.pings += 1 }
             }
@@ -462,6 +501,72 @@ final class Connection: @unchecked Sendable {
         case .finished:
             break
         }
+    }
+
+    private func finishLate(_ late: [Pending]) {
+        guard !late.isEmpty else { return }
+        let timeout = lane.settings.requestTimeout
+        client.count { $0.timeouts += late.count }
+        for pending in late { pending.finish(.failure(.timeout("no answer within \(timeout)"))) }
+    }
+
+    // MARK: Silence
+
+    /// A request timed out here: the server may have gone silent (a dead
+    /// peer, half-open TCP, a NAT that dropped the flow, a window that never
+    /// reopens). Take no new streams and ask for a PING at once.
+    private func suspect(now: Int64) {
+        guard let handle else { return }
+        suspectSince = now
+        suspectPingAnswered = false
+        client.count { $0.connectionsSuspect += 1 }
+        if hh2_conn_ping(handle) == HH2_OK {
+            pingsInFlight += 1
+            client.count { $0.pings += 1 }
+        }
+        // Unanswered earlier PINGs are acknowledged first; a failed submit
+        // leaves nothing to wait for, and the connection closes at the deadline.
+        suspectAcksOwed = pingsInFlight
+        client.log?.warning(
+            "http2_connection_suspect",
+            [
+                "lane": lane.key.description, "conn": String(id), "ping_timeout": "\(lane.settings.pingTimeout)",
+                "flow_stalled": String(flowStalled),
+            ])
+    }
+
+    /// Ends the suspicion once the PING came back and, when a request had
+    /// stalled on flow control, the server has opened the window again.
+    private func clearSuspicionIfAlive() {
+        guard suspectSince != nil, suspectPingAnswered, let handle else { return }
+        if flowStalled && hh2_conn_send_window(handle) <= 0 { return }
+        suspectSince = nil
+        suspectPingAnswered = false
+        flowStalled = false
+        client.count { $0.connectionsSuspect -= 1 }
+        client.log?.info("http2_connection_alive", fields)
+        // A replacement may have opened meanwhile: keep the lane within its size.
+        let active = lane.connections.count { $0.isReady && !$0.draining && !$0.isSuspect }
+        if active > lane.settings.maxConnectionsPerLane { draining = true }
+    }
+
+    /// The suspicion PING went unanswered (or the window stayed shut) for
+    /// `pingTimeout`: close the connection. Its unanswered requests go back
+    /// to the lane's queue, for another connection, until their deadline.
+    private func closeSilent() {
+        let why =
+            suspectPingAnswered
+            ? "flow-control window not reopened within \(lane.settings.pingTimeout)"
+            : "PING not answered within \(lane.settings.pingTimeout)"
+        client.count { $0.silentConnectionsClosed += 1 }
+        client.log?.warning(
+            "http2_connection_silent",
+            ["lane": lane.key.description, "conn": String(id), "error": why, "unanswered": String(streams.count)])
+        let open = streams.sorted { $0.key < $1.key }.map(\.value)
+        streams.removeAll()
+        teardown()
+        for pending in open.reversed() { lane.requeue(pending, reason: .connectionReset(why)) }
+        lane.connectionClosed(self)
     }
 
     // MARK: Ending
@@ -504,6 +609,10 @@ final class Connection: @unchecked Sendable {
 
     private func teardown() {
         if phase == .open { client.count { $0.connectionsOpen -= 1 } }
+        if suspectSince != nil {
+            suspectSince = nil
+            client.count { $0.connectionsSuspect -= 1 }
+        }
         phase = .finished
         unregister()
         if let handle {

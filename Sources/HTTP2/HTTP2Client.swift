@@ -103,8 +103,13 @@ public struct HTTP2ClientSettings: Sendable {
     public var connectTimeout: Duration = .seconds(10)
     /// A connection that received nothing for this long is sent a PING…
     public var pingInterval: Duration = .seconds(60)
-    /// …and is closed when the PING is not answered within this.
-    public var pingTimeout: Duration = .seconds(15)
+    /// …and is closed when the PING is not answered within this. A request
+    /// that times out on a connection also sends one at once: until it is
+    /// answered the connection takes no new requests, and when it is not
+    /// answered within this (or the flow-control window that held the
+    /// request back stays shut) the connection is closed and its unanswered
+    /// requests go out on another (`[delivery] ping_timeout`).
+    public var pingTimeout: Duration = .seconds(5)
     /// First and largest delay between failed connection attempts of a lane.
     public var reconnectBase: Duration = .milliseconds(200)
     public var reconnectMax: Duration = .seconds(30)
@@ -221,6 +226,12 @@ public struct HTTP2ClientStats: Sendable, Hashable {
     public var requeued = 0
     public var timeouts = 0
     public var pings = 0
+    /// Connections closed because they went silent: a PING (after a request
+    /// timed out, or after a long quiet) not answered within the ping timeout.
+    public var silentConnectionsClosed = 0
+    /// Connections now suspected dead (a request timed out on them; their
+    /// PING is outstanding): they take no new requests.
+    public var connectionsSuspect = 0
 
     public init() {}
 }
@@ -238,6 +249,11 @@ public struct HTTP2ClientStats: Sendable, Hashable {
 ///   in the lane's queue.
 /// - Every request has a deadline (15 s, queueing included); a late stream is
 ///   reset and reported as a timeout.
+/// - A connection where a request timed out is suspected dead: it takes no
+///   new streams, and is sent a PING at once. Answered within the ping
+///   timeout (and, when flow control had held the request back, with the
+///   window open again), it carries on; otherwise it is closed and its
+///   unanswered requests go back to the queue, for a new connection.
 /// - GOAWAY reasons are recorded; requests the server left unprocessed
 ///   (above the GOAWAY's last stream, or REFUSED_STREAM) go back to the queue
 ///   and out on another connection.

@@ -129,11 +129,14 @@ final class Lane: @unchecked Sendable {
     }
 
     private func maybeConnect() {
-        guard connections.count < settings.maxConnectionsPerLane else { return }
+        // A suspected connection (a request timed out on it) is closed within
+        // the ping timeout unless it proves alive: it does not hold a place
+        // the replacement needs.
+        guard connections.count(where: { !$0.isSuspect }) < settings.maxConnectionsPerLane else { return }
         guard !connections.contains(where: { !$0.isReady && !$0.isFinished }) else { return }  // one attempt at a time
         // A connection still warming up (one stream until the server raises the
         // limit) is not "full": wait for it rather than open another.
-        let usable = connections.filter { $0.isReady && !$0.draining }
+        let usable = connections.filter { $0.isReady && !$0.draining && !$0.isSuspect }
         guard usable.allSatisfy({ ($0.isWarm && $0.freeSlots == 0) || $0.isStuckWarmingUp }) else { return }
         let now = monotonicMilliseconds()
         guard now >= reconnectAt else { return }
@@ -163,7 +166,7 @@ final class Lane: @unchecked Sendable {
         remove(conn)
         // Nothing can carry the queue now: tell its pushes why, so they are
         // retried later by the scheduler rather than waiting out a deadline.
-        if !connections.contains(where: \.isReady) {
+        if !connections.contains(where: { $0.isReady && !$0.isSuspect }) {
             while let p = popFront() { p.finish(.failure(error)) }
         }
     }

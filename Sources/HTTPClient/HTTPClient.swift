@@ -208,6 +208,12 @@ final class Engine: @unchecked Sendable {
                 continue
             }
             let result = t.result(for: code)
+            if code == CURLE_OPERATION_TIMEDOUT {
+                // A timed-out stream leaves a multiplexed HTTP/2 connection in the cache, where
+                // the next request would go into it again: drop it. (libcurl closes an HTTP/1.1
+                // connection with an unfinished answer itself; then there is nothing to drop.)
+                _ = herald_curl_drop_connection(easy)
+            }
             _ = curl_multi_remove_handle(multi, easy)
             t.finish(result)
         }

@@ -86,6 +86,10 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         public var staleBatchMin = 4
         /// Deliveries waiting or in flight before `push.send` answers `overloaded`.
         public var maxQueued = 1_000_000
+        /// After a request times out on a provider connection, the PING it is
+        /// sent must be answered within this, or the connection is closed and
+        /// its unanswered requests go out on a new one.
+        public var pingTimeout = Duration.seconds(5)
 
         public init() {}
     }
@@ -176,6 +180,7 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
             stale_batch_ratio = \(delivery.staleBatchRatio)
             stale_batch_min = \(delivery.staleBatchMin)
             max_queued = \(delivery.maxQueued)
+            ping_timeout = \(ConfigValue.seconds(delivery.pingTimeout))
 
             [endpoints]
             apns_production = \(endpoints.apnsProduction)
@@ -415,7 +420,7 @@ struct ConfigInterpreter {
         "store": ["key", "synchronous"],
         "delivery": [
             "max_retries", "backoff_base_ms", "backoff_max_ms", "stale_window_cap",
-            "stale_batch_ratio", "stale_batch_min", "max_queued",
+            "stale_batch_ratio", "stale_batch_min", "max_queued", "ping_timeout",
         ],
         "endpoints": ["apns_production", "apns_development", "fcm", "ca_file", "webpush_allow_private"],
         "metrics": ["listen"],
@@ -607,6 +612,7 @@ struct ConfigInterpreter {
         case "stale_batch_min":
             config.delivery.staleBatchMin = try ConfigValue.integer(value, 1...1_000_000)
         case "max_queued": config.delivery.maxQueued = try ConfigValue.integer(value, 1...100_000_000)
+        case "ping_timeout": config.delivery.pingTimeout = try ConfigValue.seconds(value, 100...300_000)
         default: throw unknownKey(in: "delivery")
         }
     }
@@ -760,6 +766,37 @@ enum ConfigValue {
                 "must be a number greater than 0 and at most 1, such as 0.5 \(got(text))")
         }
         return value
+    }
+
+    /// Seconds with up to three decimals ("5", "0.5"), as a duration whose
+    /// milliseconds lie in `range`.
+    static func seconds(_ text: String, _ range: ClosedRange<Int64>) throws(ConfigValueProblem) -> Duration {
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
+        let digits: (Substring) -> Bool = { !$0.isEmpty && $0.utf8.allSatisfy { (0x30...0x39).contains($0) } }
+        func bounds() -> String {
+            "from \(seconds(.milliseconds(range.lowerBound))) to \(seconds(.milliseconds(range.upperBound)))"
+        }
+        guard (1...2).contains(parts.count), parts.allSatisfy(digits), parts[0].utf8.count <= 9,
+            parts.count == 1 || parts[1].utf8.count <= 3, let whole = Int64(parts[0])
+        else {
+            throw ConfigValueProblem("must be a number of seconds \(bounds()), such as 5 or 0.5 \(got(text))")
+        }
+        let fraction = parts.count == 2 ? Int64(parts[1].padding(toLength: 3, withPad: "0", startingAt: 0))! : 0
+        let ms = whole * 1000 + fraction
+        guard range.contains(ms) else {
+            throw ConfigValueProblem("must be a number of seconds \(bounds()) \(got(text))")
+        }
+        return .milliseconds(ms)
+    }
+
+    /// `seconds`' printer: "5", "0.5", "1.25".
+    static func seconds(_ duration: Duration) -> String {
+        let ms = milliseconds(duration)
+        guard ms % 1000 != 0 else { return String(ms / 1000) }
+        var fraction = String(ms % 1000)
+        fraction = String(repeating: "0", count: 3 - fraction.count) + fraction
+        while fraction.hasSuffix("0") { fraction.removeLast() }
+        return "\(ms / 1000).\(fraction)"
     }
 
     static func milliseconds(_ duration: Duration) -> Int64 {

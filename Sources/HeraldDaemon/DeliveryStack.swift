@@ -23,7 +23,7 @@ final class DeliveryStack: Sendable {
     let initialDisabled: [String: [Platform: String]]
 
     init(config: HeraldConfig, credentials: [String: LoadedCredentials], store: Store, log: Logger) throws {
-        providers = ProviderClients(endpoints: config.endpoints, log: log)
+        providers = ProviderClients(endpoints: config.endpoints, pingTimeout: config.delivery.pingTimeout, log: log)
         let built = try providers.transports(apps: config.apps, credentials: credentials)
         initialDisabled = built.disabled
         let d = config.delivery
@@ -55,6 +55,8 @@ struct BuiltTransports {
 /// and made when the first app needs them.
 final class ProviderClients: Sendable {
     private let endpoints: HeraldConfig.Endpoints
+    /// `[delivery] ping_timeout`, for every HTTP/2 client.
+    private let pingTimeout: Duration
     private let log: Logger
     private let clients = Locked(Clients())
     /// Send-time checks reuse a name's answer for 30 s (one lookup per push
@@ -72,8 +74,9 @@ final class ProviderClients: Sendable {
         var webHTTP2: HTTP2Client?
     }
 
-    init(endpoints: HeraldConfig.Endpoints, log: Logger) {
+    init(endpoints: HeraldConfig.Endpoints, pingTimeout: Duration = .seconds(5), log: Logger) {
         self.endpoints = endpoints
+        self.pingTimeout = pingTimeout
         self.log = log
         endpointGuard = EndpointGuard(
             allowPrivate: endpoints.webPushAllowPrivate, resolver: CachingResolver(SystemResolver()))
@@ -105,12 +108,14 @@ final class ProviderClients: Sendable {
         let needsWeb = credentials.values.contains { $0.webPush.isReady }
         let fcmOverTLS = endpoints.fcm.usesTLS
         let log = self.log
+        let pingTimeout = self.pingTimeout
         let c = try clients.withLock { c throws -> Clients in
             if needsAPNs && c.apns == nil {
-                c.apns = try APNsClient(
-                    settings: APNsClientSettings(caFile: caFile) { host, port in
-                        try SystemResolver().resolve(host: host, port: port).map(\.description)
-                    }, log: log)
+                var settings = APNsClientSettings(caFile: caFile) { host, port in
+                    try SystemResolver().resolve(host: host, port: port).map(\.description)
+                }
+                settings.pingTimeout = pingTimeout
+                c.apns = try APNsClient(settings: settings, log: log)
             }
             if needsFCM && c.fcm == nil {
                 c.fcm = try HTTPClient(
@@ -120,20 +125,22 @@ final class ProviderClients: Sendable {
             // Its own thread too; the HTTP/2 client speaks TLS only, so an http:// (loopback)
             // FCM endpoint stays on libcurl.
             if needsFCM && fcmOverTLS && c.fcmHTTP2 == nil {
-                c.fcmHTTP2 = try HTTP2Client(
-                    settings: HTTP2ClientSettings(caFile: caFile) { host, port in
-                        try SystemResolver().resolve(host: host, port: port).map(\.description)
-                    }, log: log, threadName: "herald-fcm")
+                var settings = HTTP2ClientSettings(caFile: caFile) { host, port in
+                    try SystemResolver().resolve(host: host, port: port).map(\.description)
+                }
+                settings.pingTimeout = pingTimeout
+                c.fcmHTTP2 = try HTTP2Client(settings: settings, log: log, threadName: "herald-fcm")
             }
             if needsWeb && c.web == nil {
                 c.web = try HTTPClient(configuration: .init(caFile: caFile, maxConnectionsPerHost: 2))
             }
             // Its own thread, so Web Push and APNs fan-outs do not share a loop.
             if needsWeb && c.webHTTP2 == nil {
-                c.webHTTP2 = try HTTP2Client(
-                    settings: HTTP2ClientSettings(caFile: caFile) { host, port in
-                        try SystemResolver().resolve(host: host, port: port).map(\.description)
-                    }, log: log, threadName: "herald-webpush")
+                var settings = HTTP2ClientSettings(caFile: caFile) { host, port in
+                    try SystemResolver().resolve(host: host, port: port).map(\.description)
+                }
+                settings.pingTimeout = pingTimeout
+                c.webHTTP2 = try HTTP2Client(settings: settings, log: log, threadName: "herald-webpush")
             }
             return c
         }

@@ -199,5 +199,9 @@ extension HeraldService {
         family("herald_provider_timeouts_total", .counter, "Provider requests that passed their deadline.") {
             $0.timeouts
         }
+        family(
+            "herald_provider_silent_closes_total", .counter,
+            "Provider connections closed as silent: a PING (or a shut flow-control window) not answered within ping_timeout."
+        ) { $0.silentConnectionsClosed }
     }
 }

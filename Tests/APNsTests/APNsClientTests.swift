@@ -36,7 +36,7 @@ struct APNsHarness {
     let clock: OffsetClock
 
     static func make(
-        clockOffsetMs: Int64 = 0, caFile: String?? = nil, host: String = "127.0.0.1",
+        clockOffsetMs: Int64 = 0, caFile: String?? = nil, host: String = "127.0.0.1", port: Int? = nil,
         configure: (inout APNsClientSettings) -> Void = { _ in }
     ) async throws -> APNsHarness {
         let g = try await SharedGateways.shared.get()
@@ -50,7 +50,7 @@ struct APNsHarness {
         let client = try APNsClient(settings: settings, clock: clock)
         let key = APNsLaneKey(app: "default", keyID: apnsKeyID, teamID: apnsTeamID, environment: .production)
         let lane = client.lane(
-            key, endpoint: APNsEndpoint(host: host, port: g.apns),
+            key, endpoint: APNsEndpoint(host: host, port: port ?? g.apns),
             signer: APNsSigner(key: SharedGateways.shared.key, keyID: apnsKeyID, teamID: apnsTeamID))
         return APNsHarness(gateways: g, client: client, lane: lane, clock: clock)
     }
@@ -64,6 +64,21 @@ struct APNsHarness {
         return APNsPush(deviceToken: token, request: request)
     }
 
+    /// Sends a first push and waits until the gateway's raise of the stream
+    /// limit (after that first answer) is acknowledged: the connection is past its warm-up.
+    func warmUp() async throws {
+        #expect(await lane.send(push(hexToken(0))).value?.status == 200)
+        let record = try #require(try await gateways.received("apns").last)
+        let conn = try #require(record["conn"] as? Int)
+        let deadline = Date().addingTimeInterval(15)
+        while Date() < deadline {
+            let c = try await gateways.connections("apns").first { $0["id"] as? Int == conn }
+            if c?["advertised_max_streams"] as? Int == 500 { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        Issue.record("the gateway's SETTINGS raise was never acknowledged")
+    }
+
     /// Sends `count` pushes at once and waits for every answer.
     func sendAll(_ tokens: [String]) async -> [Result<APNsResponse, APNsClientError>] {
         await withTaskGroup(of: (Int, Result<APNsResponse, APNsClientError>).self) { group in
@@ -74,6 +89,18 @@ struct APNsHarness {
             for await (i, r) in group { out[i] = r }
             return out.map { $0! }
         }
+    }
+}
+
+/// Waits for `condition`, polling, for up to `seconds`.
+func waitUntil(_ what: String, seconds: Double = 15, _ condition: () -> Bool) async throws {
+    let deadline = Date().addingTimeInterval(seconds)
+    while !condition() {
+        guard Date() < deadline else {
+            Issue.record("timed out waiting until \(what)")
+            return
+        }
+        try await Task.sleep(for: .milliseconds(20))
     }
 }
 
@@ -190,8 +217,149 @@ struct APNsClientTests {
         #expect(Date().timeIntervalSince(started) >= 0.7)
         #expect(results[2].value?.status == 200)
         #expect(h.client.stats.timeouts == 1)
+        // The timeout made the connection suspect until the gateway answered its PING.
+        #expect(h.client.stats.pings >= 1)
+        try await waitUntil("the PING is answered") { h.client.stats.connectionsSuspect == 0 }
         #expect(await h.lane.send(h.push(hexToken(7))).value?.status == 200)
         #expect(h.client.stats.connectionsOpened == 1)
+        #expect(h.client.stats.silentConnectionsClosed == 0)
+    }
+
+    @Test("a connection that goes silent is closed after the ping timeout; every push is delivered on a new one")
+    func silentConnection() async throws {
+        let g = try await SharedGateways.shared.get()
+        let proxy = try BlackHoleProxy(targetPort: g.apns)
+        defer { proxy.stop() }
+        let h = try await APNsHarness.make(port: proxy.port) {
+            $0.requestTimeout = .seconds(2)
+            $0.pingTimeout = .milliseconds(500)
+        }
+        defer { h.client.shutdown() }
+        // A live connection, past its warm-up; then it forwards nothing more either way.
+        try await h.warmUp()
+        proxy.silence()
+        let tokens = (1...30).map(hexToken)
+        let first = await h.sendAll(tokens)
+        // What the silent connection took is not answered: each gets a timeout (never a
+        // provider answer), and is then sent again, as the scheduler does.
+        var final = first
+        for (i, r) in first.enumerated() {
+            if case .failure(let e) = r {
+                guard case .timeout = e else {
+                    Issue.record("\(tokens[i]): \(e)")
+                    continue
+                }
+                final[i] = await h.lane.send(h.push(tokens[i]))
+            }
+        }
+        #expect(first.contains { $0.failure != nil }, "the silent connection took pushes")
+        #expect(final.allSatisfy { $0.value?.status == 200 }, "\(final.compactMap(\.failure).prefix(3))")
+        // Each push arrived at the gateway, and on a connection other than the silent one.
+        let records = try await h.gateways.received("apns")
+        let silentConn = try #require(records.first { ($0["path"] as? String)?.hasSuffix(hexToken(0)) == true }?["conn"] as? Int)
+        for t in tokens {
+            let conns = records.filter { ($0["path"] as? String)?.hasSuffix(t) == true }.compactMap { $0["conn"] as? Int }
+            #expect(!conns.isEmpty && !conns.contains(silentConn), "\(t) on \(conns)")
+        }
+        // The silent connection is closed by the client after its PING went unanswered.
+        try await waitUntil("the silent connection is closed") { proxy.links.first?.clientClosed == true }
+        #expect(h.client.stats.silentConnectionsClosed == 1)
+        // No retry was handed to the suspected connection (it would have had to be requeued at its close).
+        #expect(h.client.stats.requeued == 0)
+        #expect(h.client.stats.connectionsOpen == 1)
+        #expect(proxy.links.count >= 2)
+        #expect(proxy.links.dropFirst().allSatisfy { !$0.clientClosed }, "the new connection stays open")
+    }
+
+    @Test("pushes still waiting on a silent connection are sent again on a new one")
+    func silentConnectionRequeues() async throws {
+        let g = try await SharedGateways.shared.get()
+        let proxy = try BlackHoleProxy(targetPort: g.apns)
+        defer { proxy.stop() }
+        let h = try await APNsHarness.make(port: proxy.port) {
+            $0.requestTimeout = .seconds(5)
+            $0.pingTimeout = .milliseconds(300)
+        }
+        defer { h.client.shutdown() }
+        try await h.warmUp()
+        proxy.silence()
+        let early = Locked<Result<APNsResponse, APNsClientError>?>(nil)
+        h.lane.send(h.push(hexToken(1))) { r in early.withLock { $0 = r } }
+        // A second push, 1.5 s later: the connection is not suspected yet, so it takes it.
+        try await Task.sleep(for: .milliseconds(1500))
+        let late = await h.lane.send(h.push(hexToken(2)))
+        guard case .timeout = early.withLock({ $0?.failure }) else {
+            Issue.record("the first push should time out: \(String(describing: early.withLock { $0 }))")
+            return
+        }
+        // Its PING unanswered, the connection was closed; the second push, still within its
+        // deadline, went out on a new connection and was answered.
+        #expect(late.value?.status == 200, "\(late)")
+        #expect(h.client.stats.silentConnectionsClosed == 1)
+        #expect(h.client.stats.requeued >= 1)
+        #expect(h.client.stats.connectionsOpened == 2)
+    }
+
+    @Test("a suspected connection that answers its PING in time is kept; the lane goes back to its size")
+    func latePingAnswer() async throws {
+        let g = try await SharedGateways.shared.get()
+        let proxy = try BlackHoleProxy(targetPort: g.apns)
+        defer { proxy.stop() }
+        let h = try await APNsHarness.make(port: proxy.port) {
+            $0.maxConnectionsPerLane = 1
+            $0.requestTimeout = .seconds(1)
+            // Long: the path recovers when the test says so, well within it.
+            $0.pingTimeout = .seconds(10)
+        }
+        defer { h.client.shutdown() }
+        try await h.warmUp()
+        // The path stalls: the push times out, the connection is suspected and its PING waits.
+        proxy.hold()
+        let first = await h.lane.send(h.push(hexToken(1)))
+        guard case .timeout = first.failure else {
+            Issue.record("expected a timeout while the path stalls, got \(first)")
+            return
+        }
+        #expect(h.client.stats.connectionsSuspect == 1)
+        // The retry does not wait for the suspected connection: a replacement opens, though the
+        // lane is allowed one connection.
+        #expect(await h.lane.send(h.push(hexToken(1))).value?.status == 200)
+        #expect(h.client.stats.connectionsOpened == 2)
+        // The path recovers within the ping timeout: the PING is answered, the connection is no
+        // longer suspected and, the lane being over its size, it is retired (not closed as silent).
+        proxy.resume()
+        try await waitUntil("the suspected connection is retired") {
+            h.client.stats.connectionsSuspect == 0 && h.client.stats.connectionsOpen == 1
+        }
+        #expect(h.client.stats.silentConnectionsClosed == 0)
+        #expect(await h.lane.send(h.push(hexToken(2))).value?.status == 200)
+        #expect(h.client.stats.connectionsOpened == 2)
+    }
+
+    @Test("a flow-control window that never reopens counts as silence, though PINGs are answered")
+    func stalledWindow() async throws {
+        let h = try await APNsHarness.make {
+            $0.requestTimeout = .milliseconds(1500)
+            $0.pingTimeout = .milliseconds(500)
+        }
+        defer { h.client.shutdown() }
+        try await h.gateways.knobs("apns", ["zero_window_times": 1])
+        let first = await h.lane.send(h.push(hexToken(1)))
+        guard case .timeout = first.failure else {
+            Issue.record("expected a timeout on the stalled connection, got \(first)")
+            return
+        }
+        let retry = await h.lane.send(h.push(hexToken(1)))
+        #expect(retry.value?.status == 200, "\(retry)")
+        // The stalled connection never got the body; the retry went out on another connection.
+        let stalled = try await h.gateways.connections("apns").filter { $0["zero_window"] as? Bool == true }
+        #expect(stalled.count == 1)
+        let records = try await h.gateways.received("apns")
+        #expect(records.count == 1)
+        #expect(records.first?["conn"] as? Int != nil && records.first?["conn"] as? Int != stalled.first?["id"] as? Int)
+        try await waitUntil("the stalled connection is closed") { h.client.stats.silentConnectionsClosed == 1 }
+        #expect(h.client.stats.requeued == 0, "the retry was not handed to the stalled connection")
+        #expect(h.client.stats.connectionsOpen == 1)
     }
 
     @Test("without the gateways' CA the handshake fails as a TLS failure")

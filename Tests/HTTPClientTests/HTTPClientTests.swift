@@ -1,5 +1,6 @@
 import Foundation
 import HTTPClient
+import HeraldTestSupport
 import Testing
 
 private func webPushRequest(_ url: String, pinned: [String]? = nil, timeout: Duration = .seconds(15)) -> HTTPRequest {
@@ -127,6 +128,29 @@ struct HTTPClientTests {
             }
             // The timeout is honoured, not cut short (no upper bound: machines are shared).
             #expect(elapsed >= .milliseconds(900))
+        }
+    }
+
+    @Test("An HTTP/2 connection that goes silent is not used again after a timeout")
+    func silentHTTP2Connection() async throws {
+        try await withGateways { g in
+            let proxy = try BlackHoleProxy(targetPort: g.webpush)
+            defer { proxy.stop() }
+            let client = try HTTPClient(configuration: .init(caFile: g.ca))
+            defer { client.shutdown() }
+            let url = "https://localhost:\(proxy.port)/push/unknown-sub"
+            let first = try await client.send(webPushRequest(url, pinned: ["127.0.0.1"])).get()
+            #expect(first.status == 404 && first.httpVersion == "2")
+            proxy.silence()
+            let lost = await client.send(webPushRequest(url, pinned: ["127.0.0.1"], timeout: .seconds(1)))
+            guard case .timeout = lost.failure else {
+                Issue.record("expected a timeout on the silent connection, got \(lost)")
+                return
+            }
+            // The next request goes out on a new connection and is answered.
+            let next = await client.send(webPushRequest(url, pinned: ["127.0.0.1"], timeout: .seconds(5)))
+            #expect((try? next.get())?.status == 404, "\(next)")
+            #expect(proxy.links.count == 2)
         }
     }
 

@@ -265,6 +265,25 @@ struct ConfigTests {
         #expect(error.description.contains(message), "\(error)")
     }
 
+    @Test("[delivery] ping_timeout takes seconds, decimals allowed, default 5")
+    func pingTimeout() throws {
+        #expect(try HeraldConfig.parse("", file: Self.file).delivery.pingTimeout == .seconds(5))
+        for (text, ms) in [("0.5", 500), ("5", 5000), ("0.1", 100), ("1.25", 1250), ("300", 300_000), ("2.0", 2000)] {
+            let config = try HeraldConfig.parse("[delivery]\nping_timeout = \(text)\n", file: Self.file)
+            #expect(config.delivery.pingTimeout == .milliseconds(ms), "\(text)")
+            // The effective config prints it back as seconds.
+            #expect(try HeraldConfig.parse(config.description, file: Self.file).delivery.pingTimeout == .milliseconds(ms))
+        }
+        #expect(try HeraldConfig.parse("[delivery]\nping_timeout = 0.5\n", file: Self.file).description.contains("ping_timeout = 0.5\n"))
+        for bad in ["0", "0.05", "300.001", "301", "-1", "5s", ".5", "5.", "1.2345", "1e3", "nan", ""] {
+            let error = try #require(throws: ConfigError.self, "\(bad)") {
+                try HeraldConfig.parse("[delivery]\nping_timeout = \(bad)\n", file: Self.file)
+            }
+            #expect(error.key == "ping_timeout")
+            #expect(error.description.contains("must be a number of seconds from 0.1 to 300"), "\(error)")
+        }
+    }
+
     @Test("the error format is file:line: [section] key: message")
     func errorFormat() throws {
         let text = "[server]\nsocket = /run/herald/herald.sock\n" + String(repeating: "\n", count: 9)

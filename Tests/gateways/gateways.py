@@ -74,6 +74,7 @@ DEFAULT_KNOBS = {
         "goaway_answer_last": True,    # answer the Nth request before GOAWAY (else it is left unprocessed)
         "goaway_times": None,          # how many connections may get the GOAWAY (null: unlimited)
         "hang_tokens": [],             # device tokens whose streams are never answered
+        "zero_window_times": 0,        # the next N new h2 connections never let a request body in (window 0)
         "strict_token": True,          # device token must be even-length hex (else 400 BadDeviceToken)
         "enforce_token_update_rate": False,  # 429 TooManyProviderTokenUpdates on a 2nd JWT within 20 min on one connection
         "iat_max_age": 3600,
@@ -90,6 +91,7 @@ DEFAULT_KNOBS = {
         "goaway_answer_last": True,
         "goaway_times": None,
         "hang_tokens": [],
+        "zero_window_times": 0,
         "expires_in": 3600,            # expires_in of issued access tokens
         "token_aud": None,             # list of accepted assertion aud values (null: Google's URL or this gateway's /token URL)
         "delay_ms": 0,
@@ -104,6 +106,7 @@ DEFAULT_KNOBS = {
         "goaway_answer_last": True,
         "goaway_times": None,
         "hang_tokens": [],
+        "zero_window_times": 0,
         "max_body": 4096,              # larger bodies → 413
         "auth_fail_status": 401,       # status for VAPID failures (401 like autopush, 403 like FCM)
         "require_known_subscription": True,  # unknown /push/ID → 404
@@ -319,6 +322,7 @@ class ConnInfo:
         self.valid_auth_seen = False
         self.raised = False
         self.h2 = None                        # H2Server object, for actions
+        self.zero_window = False              # opened with knob zero_window_times (window never opens)
 
     def to_json(self):
         return {
@@ -333,6 +337,7 @@ class ConnInfo:
             "jwts": list(self.jwts.values()),
             "distinct_jwts": len(self.jwts),
             "goaway_sent": self.goaway_sent,
+            "zero_window": self.zero_window,
         }
 
 
@@ -1091,8 +1096,14 @@ class H2Server:
     async def run(self):
         k = STATE.knobs[self.gw]
         initial = int(k.get("initial_max_streams") or 100)
-        self.conn.local_settings = h2.settings.Settings(client=False, initial_values={
-            MCS: initial, SettingCodes.MAX_HEADER_LIST_SIZE: 65536})
+        values = {MCS: initial, SettingCodes.MAX_HEADER_LIST_SIZE: 65536}
+        if int(k.get("zero_window_times") or 0) > 0:
+            # A stalled flow control: SETTINGS_INITIAL_WINDOW_SIZE 0 and no WINDOW_UPDATE ever, so
+            # request bodies never arrive; PINGs are still answered.
+            k["zero_window_times"] = int(k["zero_window_times"]) - 1
+            values[SettingCodes.INITIAL_WINDOW_SIZE] = 0
+            self.info.zero_window = True
+        self.conn.local_settings = h2.settings.Settings(client=False, initial_values=values)
         self.conn.initiate_connection()
         self.conn.local_settings._settings[MCS] = collections.deque([BIG_STREAMS])  # we enforce ourselves
         self.limit = initial

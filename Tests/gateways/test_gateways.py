@@ -370,6 +370,42 @@ def test_apns_hang_token(apns):
     assert rec["response"]["hang"] is True
 
 
+def test_zero_window_times(apns):
+    """The next N connections advertise INITIAL_WINDOW_SIZE 0 and never open it (request bodies
+    cannot be sent) yet answer PINGs; later connections are normal."""
+    apns.post("/control/knobs", {"gateway": "apns", "zero_window_times": 1})
+    iws = h2.settings.SettingCodes.INITIAL_WINDOW_SIZE
+
+    def window_setting(c):
+        vals = [e.changed_settings[iws].new_value for e in c.events
+                if isinstance(e, h2.events.RemoteSettingsChanged) and iws in e.changed_settings]
+        return vals[-1] if vals else None
+
+    c1 = RawH2(apns.info["apns"], apns.info["ca"])
+    try:
+        assert c1.pump(lambda ev: window_setting(c1) == 0)
+        sid = c1.request(f"/3/device/{TOKEN}", apns_headers(apns.jwt))  # headers only: no window for a body
+        assert c1.conn.local_flow_control_window(sid) == 0
+        c1.conn.ping(b"12345678")
+        c1.sock.sendall(c1.conn.data_to_send())
+        assert c1.pump(lambda ev: any(isinstance(e, h2.events.PingAckReceived) for e in ev))
+        assert not c1.pump(lambda ev: any(isinstance(e, h2.events.WindowUpdated) and e.stream_id == sid
+                                          for e in ev), timeout=0.5)
+    finally:
+        c1.close()
+    c2 = RawH2(apns.info["apns"], apns.info["ca"])
+    try:
+        assert c2.pump(lambda ev: any(isinstance(e, h2.events.SettingsAcknowledged) for e in ev))
+        assert window_setting(c2) in (None, 65535)
+        s2 = c2.request(f"/3/device/{TOKEN}", apns_headers(apns.jwt), PAYLOAD)
+        assert c2.pump(lambda ev: c2.ended(s2))
+        assert c2.status(s2) == 200
+    finally:
+        c2.close()
+    conns = apns.get("/control/connections", gateway="apns")["connections"]
+    assert [c["zero_window"] for c in conns[-2:]] == [True, False]
+
+
 # ------------------------------------------------------------------ FCM
 
 @pytest.fixture

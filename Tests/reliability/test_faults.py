@@ -23,16 +23,20 @@ Also here: the stale-storm guards per platform that the Swift suites do not cove
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import signal
+import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
 
 import pytest
 
-from herald_fixtures import (CertAuthority, Daemon, FaultServer, Gateways, Namespace, SlowAcceptProxy, hex_token,
-                             metric, record_counts, reset_counts, wait_until, web_keys)
+from herald_fixtures import (CertAuthority, Daemon, FaultServer, Gateways, Namespace, SlowAcceptProxy, _Listener,
+                             hex_token, metric, record_counts, reset_counts, wait_until, web_keys)
 from herald_fixtures import NamespaceRelay, StubNameServer
 
 SUITE = "faults"
@@ -44,7 +48,8 @@ APNS_TOKEN = hex_token(1, prefix=0xFA)
 FCM_TOKEN = "fault-fcm-token"
 COUNTER_FAMILIES = ("herald_retries_total", "herald_outcomes_total", "herald_provider_connect_failures_total",
                     "herald_provider_goaways_total", "herald_provider_timeouts_total", "herald_sends_total",
-                    "herald_stale_removed_total", "herald_provider_connections_opened_total")
+                    "herald_stale_removed_total", "herald_provider_connections_opened_total",
+                    "herald_provider_silent_closes_total")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -391,6 +396,142 @@ def s_auth_rejected(gw, pki):
     finally:
         d.cleanup()
 
+# ----------------------------------------------------------------------------- silent connections (issue 14, item 3)
+#
+# SPEC.md Revision 2, "Delivery semantics": after a request times out on a provider connection, a
+# PING must be answered within [delivery] ping_timeout or the connection is closed, and its
+# unanswered requests are retried on a new connection.
+
+PING_TIMEOUT = "0.5"
+
+
+class BlackHoleProxy(_Listener):
+    """A TCP proxy to ``target`` (host, port) that pipes each connection both ways until
+    ``silence()``; from then on the connections open at that moment forward nothing more in either
+    direction (what arrives is read and dropped) and stay open: a provider gone silent behind a NAT,
+    or a half-open TCP connection. Connections opened later are piped as usual. ``links`` holds,
+    per connection in accept order, whether it is silenced and whether the client closed it."""
+
+    def __init__(self, target):
+        self.target = target
+        self.links: list[dict] = []
+        self.sock = FaultServer._listen("127.0.0.1", 0)
+        self.port = self.sock.getsockname()[1]
+        self._serve_in_background()
+
+    def silence(self):
+        for link in list(self.links):
+            link["silenced"] = True
+
+    def _handle(self, c):
+        try:
+            u = socket.create_connection(self.target)
+        except OSError:
+            c.close()
+            return
+        link = {"silenced": False, "client_closed": False, "dropped": 0}
+        self.links.append(link)
+        socks = [c, u]
+        try:
+            while not self._stop:
+                r, _, _ = select.select(socks, [], [], 0.2)
+                for s in r:
+                    try:
+                        data = s.recv(65536)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        if s is c:
+                            link["client_closed"] = True
+                            return
+                        if link["silenced"]:
+                            socks.remove(u)   # the server left; the client still sees nothing
+                            continue
+                        return
+                    if link["silenced"]:
+                        link["dropped"] += len(data) if s is c else 0
+                        continue
+                    (u if s is c else c).sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (c, u):
+                with contextlib.suppress(OSError):
+                    s.close()
+
+
+def _silent_proxies(gw):
+    return {g: BlackHoleProxy(("127.0.0.1", gw.ports[g])) for g in ("apns", "fcm", "webpush")}
+
+
+def _proxied_endpoints(proxies):
+    apns = f"https://127.0.0.1:{proxies['apns'].port}"
+    return {"apns_production": apns, "apns_development": apns, "fcm": f"https://127.0.0.1:{proxies['fcm'].port}"}
+
+
+def _closed_by_herald(proxy, links, timeout=10.0):
+    """Whether Herald closed every one of ``links`` (the silenced ones) within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if links and all(link["client_closed"] for link in links):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def s_silent_mid_stream(gw, pki):
+    """A first message is delivered on live connections; then the proxies in front of the three
+    gateways black-hole those connections, and a second message is sent. Its first attempt times
+    out on the silent connection (15 s), the PING goes unanswered for ping_timeout, and the retry
+    must go out on a new connection and be delivered; the silent connection is closed."""
+    gw.reset()
+    proxies = _silent_proxies(gw)
+    sub = gw.subscription()
+    d = _daemon(gw, endpoints=_proxied_endpoints(proxies), delivery={"ping_timeout": PING_TIMEOUT})
+    silenced = {}
+
+    def silence():
+        for g, p in proxies.items():
+            silenced[g] = list(p.links)
+            p.silence()
+
+    try:
+        _register(d, f"https://127.0.0.1:{proxies['webpush'].port}/push/{sub['id']}", sub)
+        res = _run("silent_mid_stream", d, sends=2, between=silence, extra={"sub": sub})
+        res.status = res.extra["statuses"][1]
+        res.extra["silenced"] = {g: len(links) for g, links in silenced.items()}
+        res.extra["closed"] = {g: _closed_by_herald(proxies[g], silenced[g]) for g in proxies}
+        res.log = d.log()
+        res.after = d.metrics()
+        res.extra["records"] = {
+            "apns": [r for r in gw.received("apns") if r.get("token") == APNS_TOKEN],
+            "fcm": [r for r in gw.received("fcm", kind="send") if r.get("token") == FCM_TOKEN],
+            "web": [r for r in gw.received("webpush") if r.get("token") == sub["id"]],
+        }
+        return res
+    finally:
+        d.cleanup()
+        for p in proxies.values():
+            p.close()
+
+
+def _expect_silent_mid_stream(res, t):
+    dev = _expect_delivered(res, t, attempts=2)
+    g = GATEWAY_OF[t]
+    assert res.extra["silenced"][g] >= 1, "the first message left no connection to silence"
+    # Both messages reached the gateway once each; the second on a connection opened after the
+    # silence (what went to the silent one never arrived).
+    recs = res.extra["records"][t]
+    assert len(recs) == 2, recs
+    assert recs[1]["conn"] != recs[0]["conn"], f"{t}: the retry went to the silent connection: {recs}"
+    assert res.extra["closed"][g], f"{t}: the silent connection was not closed after ping_timeout"
+    assert res.delta("herald_provider_timeouts_total", transport=t) >= 1
+    assert res.delta("herald_provider_connections_opened_total", transport=t) >= 2
+    assert res.delta("herald_retries_total", platform=t) == 1
+    assert res.delta("herald_provider_silent_closes_total", transport=t) == 1
+    assert "http2_connection_silent" in res.log, "the close is logged"
+    return dev
+
 
 SCENARIOS = {
     "http_429_retry_after": s_http_429,
@@ -410,6 +551,7 @@ SCENARIOS = {
     "accepts_slowly": s_accepts_slowly,
     "never_accepts": s_never_accepts,
     "auth_rejected": s_auth_rejected,
+    "silent_mid_stream": s_silent_mid_stream,
 }
 
 
@@ -625,6 +767,203 @@ def test_fault(fault, transport, gw, pki):
         assert res.extra["recovered_health"]["transports"]["default"][t] == "ready"
     elif fault == "dns_no_answer":
         _expect_dns_no_answer(res, t)
+    elif fault == "silent_mid_stream":
+        _expect_silent_mid_stream(res, t)
+    else:
+        raise AssertionError(f"no expectation for {fault}")
+
+
+def test_silent_connection_every_push_on_a_new_one(gw):
+    """Issue 14 item 3 as it was seen: a proxy in front of the APNs gateway keeps a live
+    connection open but forwards nothing more; 60 pushes are then sent. Every one is delivered, on
+    a connection opened after the silence, and the silent connection is closed (before the fix all
+    60 ended failed: every retry went to the same dead connection)."""
+    n = 60
+    gw.reset()
+    proxies = _silent_proxies(gw)
+    d = _daemon(gw, endpoints=_proxied_endpoints(proxies), delivery={"ping_timeout": PING_TIMEOUT})
+    try:
+        users = [f"silent-{i}" for i in range(n)]
+        tokens = {hex_token(i, prefix=0x5E) for i in range(n)}
+        d.register_many([{"user": u, "platform": "apns", "token": hex_token(i, prefix=0x5E)}
+                         for i, u in enumerate(users)])
+        r = d.send_wait({"to": {"users": users}})
+        assert r["counts"]["delivered"] == n, r
+        warm = {x["conn"] for x in gw.received("apns") if x.get("token") in tokens}
+        silent = list(proxies["apns"].links)
+        proxies["apns"].silence()
+        since = max(x["seq"] for x in gw.received("apns"))
+        t0 = time.monotonic()
+        r = d.send_wait({"to": {"users": users}}, timeout_ms=60000)
+        elapsed = time.monotonic() - t0
+        assert r["counts"]["delivered"] == n, (r, d.log(40))
+        status = d.status(r["message_id"])
+        assert all(x["state"] == "delivered" and x["attempts"] <= 2 for x in status["devices"]), status
+        later = [x for x in gw.received("apns", since=since) if x.get("token") in tokens]
+        assert {x["token"] for x in later} == tokens
+        assert not {x["conn"] for x in later} & warm, "a push went out on the silent connection"
+        assert _closed_by_herald(proxies["apns"], silent), "the silent connection was not closed"
+        # One request timeout (15 s), the PING wait and the retry: far from 4 x 15 s.
+        assert elapsed < 40, elapsed
+        record_counts(SUITE, faults_injected=n, fault_cases=1)
+    finally:
+        d.cleanup()
+        for p in proxies.values():
+            p.close()
+
+
+# ----------------------------------------------------------------------------- the libcurl (HTTP/1.1) path
+#
+# Web Push to a push service whose TLS offers no h2: the HTTP/2 client finds out (ALPN) and the
+# sends go through libcurl (HTTP/1.1), the origin remembered for an hour. The same faults as
+# above where they make sense for HTTP/1.1: 429/500/503, a connection closed or reset mid-request,
+# no answer (a silent connection: libcurl closes it at the deadline, the retry opens another), and
+# a TLS failure on the libcurl connection itself.
+
+def _h1_register(d, endpoint, sub=None):
+    keys = {"p256dh": sub["p256dh"], "auth": sub["auth"]} if sub else web_keys()
+    d.register(USER, "web", endpoint, keys=keys)
+
+
+def _h1_gateway_scenario(gw, fault, responses, **kw):
+    gw.reset()
+    sub = gw.subscription(listener="webpush_h1")
+    gw.program("webpush", responses, token=sub["id"])
+    d = _daemon(gw)
+    try:
+        _h1_register(d, sub["endpoint"], sub)
+        res = _run(fault, d, extra={"sub": sub}, **kw)
+        res.extra["records"] = [r for r in gw.received("webpush_h1") if r.get("token") == sub["id"]]
+        return res
+    finally:
+        d.cleanup()
+
+
+def _h1_only(srv):
+    """Makes a FaultServer offer only ALPN http/1.1 (a push service without HTTP/2)."""
+    srv.ctx.set_alpn_protocols(["http/1.1"])
+    return srv
+
+
+def _h1_listener_scenario(gw, fault, srv, pki, *, before=None):
+    """``before(d)`` runs after registration, before the measured message."""
+    gw.reset()
+    d = _daemon(gw, ca_file=pki["bundle"])
+    try:
+        _h1_register(d, f"https://127.0.0.1:{srv.port}/push/fault")
+        first = before(d) if before else None
+        return _run(fault, d, extra={"server": srv, "first": first})
+    finally:
+        d.cleanup()
+
+
+def h1_http_429(gw, pki):
+    return _h1_gateway_scenario(gw, "h1_http_429", [{"status": 429, "retry_after": 1}, {"status": 201}])
+
+
+def h1_http_500(gw, pki):
+    return _h1_gateway_scenario(gw, "h1_http_500", [{"status": 500}])
+
+
+def h1_http_503(gw, pki):
+    return _h1_gateway_scenario(gw, "h1_http_503", [{"status": 503}, {"status": 201}])
+
+
+def h1_connection_closed(gw, pki):
+    # {"reset": …} on HTTP/1.1: the gateway closes the connection without an answer.
+    return _h1_gateway_scenario(gw, "h1_connection_closed", [{"reset": "CANCEL"}, {"status": 201}])
+
+
+def h1_no_answer(gw, pki):
+    return _h1_gateway_scenario(gw, "h1_no_answer", [{"hang": True}, {"status": 201}], timeout_ms=60000)
+
+
+def h1_connection_reset(gw, pki):
+    srv = _h1_only(FaultServer("reset", *pki["right"]))
+    try:
+        return _h1_listener_scenario(gw, "h1_connection_reset", srv, pki)
+    finally:
+        srv.close()
+
+
+def h1_tls_untrusted(gw, pki):
+    """A first message is delivered through libcurl (the origin is now known to speak HTTP/1.1
+    only); then the service presents a certificate from an untrusted CA (a fresh TLS context: no
+    session to resume), and the second message fails its TLS check in libcurl."""
+    srv = _h1_only(FaultServer("tls", *pki["right"]))
+
+    def first_then_swap(d):
+        first = d.send_wait({"to": {"users": [USER]}})
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*pki["untrusted"])
+        ctx.set_alpn_protocols(["http/1.1"])
+        srv.ctx = ctx
+        return first
+
+    try:
+        return _h1_listener_scenario(gw, "h1_tls_untrusted", srv, pki, before=first_then_swap)
+    finally:
+        srv.close()
+
+
+H1_SCENARIOS = {
+    "http_429_retry_after": h1_http_429,
+    "http_500": h1_http_500,
+    "http_503_then_ok": h1_http_503,
+    "connection_closed": h1_connection_closed,
+    "no_answer": h1_no_answer,
+    "connection_reset": h1_connection_reset,
+    "tls_handshake_untrusted_ca": h1_tls_untrusted,
+}
+_H1_RESULTS: dict = {}
+
+
+def h1_result(fault, gw, pki) -> Result:
+    with _LOCK:
+        if fault not in _H1_RESULTS:
+            _H1_RESULTS[fault] = H1_SCENARIOS[fault](gw, pki)
+            record_counts(SUITE, fault_cases=1)
+        return _H1_RESULTS[fault]
+
+
+@pytest.mark.parametrize("fault", list(H1_SCENARIOS), ids=[f"web_h1-{f}" for f in H1_SCENARIOS])
+def test_fault_http1(fault, gw, pki):
+    res = h1_result(fault, gw, pki)
+    t = "web"
+    if fault in ("http_429_retry_after", "http_500", "http_503_then_ok", "connection_closed", "no_answer"):
+        recs = res.extra["records"]
+        assert recs and all(r["http_version"] == "http/1.1" for r in recs), recs
+    if fault == "http_429_retry_after":
+        _expect_delivered(res, t, attempts=2, retries=1)
+        recs = res.extra["records"]
+        assert len(recs) == 2
+        gap = recs[1]["time"] - recs[0]["time"]
+        assert gap >= 0.95, f"the retry came {gap:.3f} s after a 429 with Retry-After: 1"
+    elif fault == "http_500":
+        dev = _expect_exhausted(res, t, "http_500")
+        assert dev["http_status"] == 500
+        assert len(res.extra["records"]) == MAX_RETRIES + 1
+    elif fault == "http_503_then_ok":
+        _expect_delivered(res, t, attempts=2, retries=1)
+    elif fault == "connection_closed":
+        _expect_delivered(res, t, attempts=2, retries=1)
+        recs = res.extra["records"]
+        assert recs[1]["conn"] != recs[0]["conn"], "the retry needs a new connection"
+    elif fault == "no_answer":
+        dev = _expect_delivered(res, t, attempts=2, retries=1)
+        assert res.elapsed >= 14, "the first attempt waited for the 15 s deadline"
+        recs = res.extra["records"]
+        assert len(recs) == 2
+        # libcurl gave up the silent HTTP/1.1 connection at the deadline: the retry opened another.
+        assert recs[1]["conn"] != recs[0]["conn"], recs
+        assert dev["http_status"] == 201
+    elif fault == "connection_reset":
+        _expect_exhausted(res, t, "connection_reset")
+        assert res.extra["server"].requests >= MAX_RETRIES + 1
+    elif fault == "tls_handshake_untrusted_ca":
+        assert res.extra["first"]["counts"]["delivered"] == 1, res.extra["first"]
+        _expect_exhausted(res, t, "tls_failure")
+        assert res.extra["server"].requests == 1, "no request may be sent over a connection that failed its check"
     else:
         raise AssertionError(f"no expectation for {fault}")
 

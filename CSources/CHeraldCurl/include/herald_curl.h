@@ -28,6 +28,13 @@ CURLcode herald_curl_easy_getinfo_long(CURL *handle, CURLINFO info, long *out);
 CURLcode herald_curl_easy_getinfo_string(CURL *handle, CURLINFO info, const char **out);
 CURLcode herald_curl_easy_getinfo_pointer(CURL *handle, CURLINFO info, void **out);
 
+/* After a transfer that passed its timeout: shuts down the
+ * socket of the connection it used, if libcurl still keeps that connection for
+ * reuse (a multiplexed connection survives a timed-out stream), so that no
+ * later transfer is sent into a connection that stopped answering. Returns 1
+ * when a socket was shut down, 0 otherwise. */
+int herald_curl_drop_connection(CURL *handle);
+
 CURLMcode herald_curl_multi_setopt_long(CURLM *multi, CURLMoption option, long value);
 
 /* Integer macros / enum values that are awkward to reach from Swift. */

@@ -169,6 +169,16 @@ int hh2_conn_accepts_streams(const hh2_conn *conn);
 /* Streams submitted and not yet finished. */
 size_t hh2_conn_open_streams(const hh2_conn *conn);
 
+/* Nonzero when the stream's request body is not all sent because HTTP/2
+ * flow control holds it (the stream's or the connection's send window is
+ * used up); 0 otherwise, and for an unknown stream. */
+int hh2_conn_stream_blocked(const hh2_conn *conn, int32_t stream_id);
+
+/* What a new stream could send now: the smaller of the connection's send
+ * window and the server's SETTINGS_INITIAL_WINDOW_SIZE (0 or less: a
+ * request body would wait for a WINDOW_UPDATE). */
+int32_t hh2_conn_send_window(const hh2_conn *conn);
+
 /* The last failure in words (empty when none). */
 const char *hh2_conn_error(const hh2_conn *conn);
 
