@@ -118,15 +118,20 @@ public struct APNsPush: Sendable {
     public var deviceToken: String
     public var headers: [(name: String, value: String)]
     public var payload: [UInt8]
+    /// Wall-clock ms after which the push is no longer started (see ``HTTP2Request/notAfter``).
+    public var notAfter: Int64?
 
-    public init(deviceToken: String, headers: [(name: String, value: String)], payload: [UInt8]) {
+    public init(
+        deviceToken: String, headers: [(name: String, value: String)], payload: [UInt8], notAfter: Int64? = nil
+    ) {
         self.deviceToken = deviceToken
         self.headers = headers
         self.payload = payload
+        self.notAfter = notAfter
     }
 
-    public init(deviceToken: String, request: APNsRequest) {
-        self.init(deviceToken: deviceToken, headers: request.headers, payload: request.payload)
+    public init(deviceToken: String, request: APNsRequest, notAfter: Int64? = nil) {
+        self.init(deviceToken: deviceToken, headers: request.headers, payload: request.payload, notAfter: notAfter)
     }
 }
 
@@ -213,7 +218,8 @@ public struct APNsLaneHandle: Sendable {
     /// the client's thread.
     public func send(_ push: APNsPush, completion: @escaping @Sendable (Result<APNsResponse, APNsClientError>) -> Void) {
         let request = HTTP2Request(
-            path: pathPrefix + "/3/device/" + push.deviceToken, headers: push.headers, body: push.payload)
+            path: pathPrefix + "/3/device/" + push.deviceToken, headers: push.headers, body: push.payload,
+            notAfter: push.notAfter)
         lane.send(request) { result in completion(result.map(APNsAnswer.response)) }
     }
 

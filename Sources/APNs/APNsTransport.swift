@@ -43,7 +43,7 @@ public final class APNsTransport: PushTransport {
         let lane = job.environment == .development ? development : production
         let registeredAt = job.registeredAt
         let clock = self.clock
-        lane.send(APNsPush(deviceToken: job.token, request: request)) { result in
+        lane.send(APNsPush(deviceToken: job.token, request: request, notAfter: job.sendDeadline)) { result in
             switch result {
             case .success(let r):
                 let retryAfter = r.retryAfter.flatMap { RetryAfter.parse($0, now: clock.nowMilliseconds()) }

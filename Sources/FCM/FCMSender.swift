@@ -112,14 +112,16 @@ public final class FCMSender: Sendable {
 
     /// Sends one message body (``FCMMessage``'s JSON). The completion runs once,
     /// on the caller's thread or on a network thread (libcurl's or the HTTP/2 client's).
-    public func send(body: [UInt8], completion: @escaping Completion) {
+    /// A message still unsent at `notAfter` (wall-clock ms: waiting for an
+    /// access token or a stream) is not sent: it ends as a `timeout`.
+    public func send(body: [UInt8], notAfter: Int64? = nil, completion: @escaping Completion) {
         tokens.token { [self] result in
             switch result {
             case .failure(let error):
                 let (outcome, info) = Self.outcome(for: error, now: clock.nowMilliseconds())
                 completion(outcome, info)
             case .success(let token):
-                post(body: body, token: token, completion: completion)
+                post(body: body, token: token, notAfter: notAfter, completion: completion)
             }
         }
     }
@@ -143,7 +145,9 @@ public final class FCMSender: Sendable {
         case unanswered(Outcome)
     }
 
-    private func post(body: [UInt8], token: String, resent: Bool = false, completion: @escaping Completion) {
+    private func post(
+        body: [UInt8], token: String, notAfter: Int64?, resent: Bool = false, completion: @escaping Completion
+    ) {
         let answered: @Sendable (Answer) -> Void = { [self] answer in
             switch answer {
             case .unanswered(let outcome):
@@ -157,7 +161,8 @@ public final class FCMSender: Sendable {
                     if info.status == 401 && !resent {
                         tokens.token { [self] fresh in
                             switch fresh {
-                            case .success(let t): post(body: body, token: t, resent: true, completion: completion)
+                            case .success(let t):
+                                post(body: body, token: t, notAfter: notAfter, resent: true, completion: completion)
                             case .failure(let error):
                                 let (o, i) = Self.outcome(for: error, now: clock.nowMilliseconds())
                                 completion(o, i)
@@ -170,14 +175,14 @@ public final class FCMSender: Sendable {
             }
         }
         if let http2, let route, !usesHTTP1 {
-            postHTTP2(http2, route, body: body, token: token, answered: answered)
+            postHTTP2(http2, route, body: body, token: token, notAfter: notAfter, answered: answered)
         } else {
-            postCurl(body: body, token: token, answered: answered)
+            postCurl(body: body, token: token, notAfter: notAfter, answered: answered)
         }
     }
 
     private func postHTTP2(
-        _ http2: HTTP2Client, _ route: Route, body: [UInt8], token: String,
+        _ http2: HTTP2Client, _ route: Route, body: [UInt8], token: String, notAfter: Int64?,
         answered: @escaping @Sendable (Answer) -> Void
     ) {
         let lane = http2.lane(route.key, endpoint: route.endpoint, options: HTTP2LaneOptions(idleTimeout: Self.idleTimeout))
@@ -187,7 +192,7 @@ public final class FCMSender: Sendable {
                 ("authorization", "Bearer " + token), ("content-type", "application/json; charset=UTF-8"),
                 ("content-length", String(body.count)),
             ],
-            body: body)
+            body: body, notAfter: notAfter)
         lane.send(request) { [self] result in
             switch result {
             case .success(let response):
@@ -196,14 +201,20 @@ public final class FCMSender: Sendable {
             case .failure(.noHTTP2):
                 // The origin speaks HTTP/1.1 only: libcurl carries it (and this request).
                 rememberHTTP1()
-                postCurl(body: body, token: token, answered: answered)
+                postCurl(body: body, token: token, notAfter: notAfter, answered: answered)
             case .failure(let error):
                 answered(.unanswered(Self.outcome(for: error)))
             }
         }
     }
 
-    private func postCurl(body: [UInt8], token: String, answered: @escaping @Sendable (Answer) -> Void) {
+    private func postCurl(
+        body: [UInt8], token: String, notAfter: Int64?, answered: @escaping @Sendable (Answer) -> Void
+    ) {
+        if let notAfter, clock.nowMilliseconds() > notAfter {
+            answered(.unanswered(.transient(reason: .timeout)))
+            return
+        }
         let request = HTTPRequest(
             method: "POST", url: sendURL,
             headers: [("authorization", "Bearer " + token), ("content-type", "application/json; charset=UTF-8")],

@@ -28,7 +28,7 @@ public final class FCMTransport: PushTransport {
             completion(AttemptReport(outcome: .failed(reason: .requestInvalid)))
             return
         }
-        sender.send(body: body) { outcome, info in
+        sender.send(body: body, notAfter: job.sendDeadline) { outcome, info in
             completion(AttemptReport(outcome: outcome, httpStatus: info?.status))
         }
     }

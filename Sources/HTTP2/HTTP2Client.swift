@@ -137,12 +137,21 @@ public struct HTTP2Request: Sendable {
     /// (and `authorization` when the lane has tokens).
     public var headers: [(name: String, value: String)]
     public var body: [UInt8]
+    /// Wall-clock ms after which the request is no longer started: one still
+    /// waiting for a stream then (a connection warming up, a full pool, a
+    /// retry from a silent connection) fails as a timeout, unsent. A push's
+    /// TTL ends here: it is never sent after `accepted_at + ttl + 2 s`.
+    public var notAfter: Int64?
 
-    public init(method: String = "POST", path: String, headers: [(name: String, value: String)], body: [UInt8]) {
+    public init(
+        method: String = "POST", path: String, headers: [(name: String, value: String)], body: [UInt8],
+        notAfter: Int64? = nil
+    ) {
         self.method = method
         self.path = path
         self.headers = headers
         self.body = body
+        self.notAfter = notAfter
     }
 }
 

@@ -116,11 +116,20 @@ final class Lane: @unchecked Sendable {
     func pump() {
         guard !closed else { return }
         var touched: [Connection] = []
+        var now: Int64?
         while queued > 0 {
             var best: Connection?
             for c in connections where c.canTakeStream && c.freeSlots > (best?.freeSlots ?? 0) { best = c }
             guard let conn = best else { break }
             guard let pending = popFront() else { break }
+            if let notAfter = pending.request.notAfter {
+                let wall = now ?? client.clock.nowMilliseconds()
+                now = wall
+                if wall > notAfter {
+                    pending.finish(.failure(.timeout("its send deadline passed before a stream was free; not sent")))
+                    continue
+                }
+            }
             if !touched.contains(where: { $0 === conn }) { touched.append(conn) }
             conn.submit(pending)
         }

@@ -113,11 +113,16 @@ public final class WebPushSender: Sendable {
         public let subscriber: WebPushSubscriber
         public let payload: WebPushPayload
         public let headers: WebPushHeaders
+        /// Wall-clock ms after which the push is no longer started (its TTL
+        /// ended while it waited for a lookup, a stream or a retry): it ends as
+        /// a `timeout`, unsent.
+        public let notAfter: Int64?
 
-        public init(subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders) {
+        public init(subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders, notAfter: Int64? = nil) {
             self.subscriber = subscriber
             self.payload = payload
             self.headers = headers
+            self.notAfter = notAfter
         }
     }
 
@@ -248,7 +253,7 @@ public final class WebPushSender: Sendable {
         }
         attempt(
             checked, subscriber: prepared.subscriber, payload: prepared.payload, headers: prepared.headers,
-            steppedDown: false,
+            notAfter: prepared.notAfter, steppedDown: false,
             outgoing: &outgoing, completion: w.completion)
     }
 
@@ -256,8 +261,13 @@ public final class WebPushSender: Sendable {
     /// `outgoing` for the caller to hand over, libcurl's go at once.
     private func attempt(
         _ checked: CheckedEndpoint, subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders,
-        steppedDown: Bool, outgoing: inout [HTTP2Send], completion: @escaping @Sendable (Outcome, Int?) -> Void
+        notAfter: Int64?, steppedDown: Bool, outgoing: inout [HTTP2Send],
+        completion: @escaping @Sendable (Outcome, Int?) -> Void
     ) {
+        if let notAfter, clock.nowMilliseconds() > notAfter {
+            completion(.transient(reason: .timeout), nil)
+            return
+        }
         let plaintext = steppedDown ? payload.minimalPlaintext : payload.plaintext
         let bodySize = steppedDown ? payload.stepDownBodySize : payload.bodySize
         guard let body = seal(plaintext, for: subscriber, bodySize: bodySize) else {
@@ -287,8 +297,8 @@ public final class WebPushSender: Sendable {
                     queue.async { [self] in
                         var again: [HTTP2Send] = []
                         attempt(
-                            checked, subscriber: subscriber, payload: payload, headers: headers, steppedDown: true,
-                            outgoing: &again, completion: completion)
+                            checked, subscriber: subscriber, payload: payload, headers: headers, notAfter: notAfter,
+                            steppedDown: true, outgoing: &again, completion: completion)
                         http2?.send(again)
                     }
                     return
@@ -298,15 +308,19 @@ public final class WebPushSender: Sendable {
         }
         if let http2, !sendsHTTP1(checked.origin) {
             outgoing.append(
-                requestHTTP2(http2, checked, headers: headers, authorization: authorization, body: body, answered: answered))
+                requestHTTP2(
+                    http2, checked, headers: headers, authorization: authorization, body: body, notAfter: notAfter,
+                    answered: answered))
         } else {
-            sendCurl(checked, headers: headers, authorization: authorization, body: body, answered: answered)
+            sendCurl(
+                checked, headers: headers, authorization: authorization, body: body, notAfter: notAfter,
+                answered: answered)
         }
     }
 
     private func requestHTTP2(
         _ http2: HTTP2Client, _ checked: CheckedEndpoint, headers: WebPushHeaders, authorization: String,
-        body: [UInt8], answered: @escaping @Sendable (ServiceAnswer) -> Void
+        body: [UInt8], notAfter: Int64?, answered: @escaping @Sendable (ServiceAnswer) -> Void
     ) -> HTTP2Send {
         // Sorted: a resolver that rotates its answers must not open a new
         // connection (lane) per order.
@@ -318,7 +332,7 @@ public final class WebPushSender: Sendable {
         var fields: [(name: String, value: String)] = headers.fields.map { ($0.name.lowercased(), $0.value) }
         fields.append(("content-length", String(body.count)))
         fields.append(("authorization", authorization))
-        return HTTP2Send(lane: lane, request: HTTP2Request(path: checked.pathAndQuery, headers: fields, body: body)) {
+        return HTTP2Send(lane: lane, request: HTTP2Request(path: checked.pathAndQuery, headers: fields, body: body, notAfter: notAfter)) {
             [self] result in
             switch result {
             case .success(let response):
@@ -326,7 +340,9 @@ public final class WebPushSender: Sendable {
             case .failure(.noHTTP2):
                 // This origin speaks HTTP/1.1 only: libcurl carries it (and this request).
                 rememberHTTP1(checked.origin)
-                sendCurl(checked, headers: headers, authorization: authorization, body: body, answered: answered)
+                sendCurl(
+                    checked, headers: headers, authorization: authorization, body: body, notAfter: notAfter,
+                    answered: answered)
             case .failure(let error):
                 answered(.unanswered(ProviderReason(error)))
             }
@@ -334,9 +350,13 @@ public final class WebPushSender: Sendable {
     }
 
     private func sendCurl(
-        _ checked: CheckedEndpoint, headers: WebPushHeaders, authorization: String, body: [UInt8],
+        _ checked: CheckedEndpoint, headers: WebPushHeaders, authorization: String, body: [UInt8], notAfter: Int64?,
         answered: @escaping @Sendable (ServiceAnswer) -> Void
     ) {
+        if let notAfter, clock.nowMilliseconds() > notAfter {
+            answered(.unanswered(.timeout))
+            return
+        }
         var fields: [(String, String)] = headers.fields.map { ($0.name, $0.value) }
         fields.append(("Authorization", authorization))
         let request = HTTPRequest(

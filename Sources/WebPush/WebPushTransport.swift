@@ -29,7 +29,10 @@ public final class WebPushTransport: PushTransport {
                 }
                 guard let keys = job.keys, let subscriber = try? WebPushSubscriber(p256dh: keys.p256dh, auth: keys.auth)
                 else { return .refused(.failed(reason: WebPushSender.invalidKeys)) }
-                return .ready(.init(subscriber: subscriber, payload: payload, headers: WebPushHeaders(message: message)))
+                return .ready(
+                    .init(
+                        subscriber: subscriber, payload: payload, headers: WebPushHeaders(message: message),
+                        notAfter: job.sendDeadline))
             }
         ) { outcome, status in
             completion(AttemptReport(outcome: outcome, httpStatus: status))

@@ -485,4 +485,31 @@ struct APNsClientTests {
         #expect(box.withLock { $0?.failure } == .shutdown)
         #expect(await h.lane.send(h.push(hexToken(2))).failure == .shutdown)
     }
+
+    @Test("a push still waiting for a stream at its send deadline is not sent")
+    func notSentPastItsDeadline() async throws {
+        let h = try await APNsHarness.make()
+        defer { h.client.shutdown() }
+        // A new connection takes one stream until the gateway raises the
+        // limit after its first answer: the second push waits behind the
+        // first, which the gateway holds for 1.5 s.
+        try await h.gateways.program("apns", token: hexToken(1), [["status": 200, "delay_ms": 1500]])
+        async let first = h.lane.send(h.push(hexToken(1)))
+        try await Task.sleep(for: .milliseconds(100))
+        var late = h.push(hexToken(2))
+        late.notAfter = h.clock.nowMilliseconds() + 300
+        var inTime = h.push(hexToken(3))
+        inTime.notAfter = h.clock.nowMilliseconds() + 60_000
+        async let second = h.lane.send(late)
+        async let third = h.lane.send(inTime)
+        #expect(await first.value?.status == 200)
+        guard case .timeout = await second.failure else {
+            Issue.record("the push past its send deadline was not refused as a timeout")
+            return
+        }
+        #expect(await third.value?.status == 200)
+        let paths = try await h.gateways.received("apns").compactMap { $0["path"] as? String }
+        #expect(paths.contains("/3/device/\(hexToken(3))"))
+        #expect(!paths.contains("/3/device/\(hexToken(2))"), "a push was sent after its send deadline")
+    }
 }
