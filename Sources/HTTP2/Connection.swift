@@ -105,6 +105,8 @@ final class Connection: @unchecked Sendable {
     }
     var isFinished: Bool { phase == .finished }
     var freeSlots: Int { max(0, maxStreams - streams.count) }
+    /// Requests on streams, waiting for their answers.
+    var inFlight: Int { streams.count }
     /// A request timed out on it and it has not yet shown it is alive.
     var isSuspect: Bool { suspectSince != nil }
     var canTakeStream: Bool {
@@ -593,6 +595,15 @@ final class Connection: @unchecked Sendable {
         } else {
             lane.connectionFailed(self, error)
         }
+    }
+
+    /// Closes a connection that carries nothing (its lane is retired to keep
+    /// the client within its lane bound).
+    func closeUnused() {
+        guard phase != .finished, streams.isEmpty else { return }
+        client.log?.info("http2_connection_retired", fields)
+        teardown()
+        lane.connectionClosed(self)
     }
 
     /// Ends the connection at once (client shutdown).

@@ -116,6 +116,13 @@ public struct HTTP2ClientSettings: Sendable {
     /// Times a request is put back in the queue after the server left it
     /// unprocessed (REFUSED_STREAM, or above a GOAWAY's last stream).
     public var maxRequeues = 3
+    /// Lanes the client keeps (each an origin or a credential, with its
+    /// connections). Past it the least recently used lanes holding no
+    /// request are forgotten and their connections closed, so that
+    /// subscriptions on ever new Web Push origins cannot pile up state and
+    /// sockets. Lanes busy with requests are kept: those are bounded by the
+    /// scheduler's `max_inflight`.
+    public var maxLanes = 4096
     /// Response bodies are kept up to this size (the C layer's cap).
     public static let maxResponseBody = Int(HH2_MAX_RESPONSE_BODY)
     /// Resolves a host name to numeric addresses. It may block: the client
@@ -241,6 +248,8 @@ public struct HTTP2ClientStats: Sendable, Hashable {
     /// Connections now suspected dead (a request timed out on them; their
     /// PING is outstanding): they take no new requests.
     public var connectionsSuspect = 0
+    /// Lanes forgotten, their connections closed, to stay within ``HTTP2ClientSettings/maxLanes``.
+    public var lanesRetired = 0
 
     public init() {}
 }
@@ -365,9 +374,25 @@ public final class HTTP2Client: Sendable {
             lane.sweep(now: now)
             if lane.isIdle(now: now) { idle.append(lane) }
         }
-        guard !idle.isEmpty else { return }
+        forget(idle)
+        let over = lanes.count - idle.count - settings.maxLanes
+        guard over > 0 else { return }
+        // Over the bound: the least recently used lanes that hold no request.
+        let unused = lanes.filter { !$0.detached && !$0.isBusy }.sorted { $0.lastUsed < $1.lastUsed }.prefix(over)
+        forget(Array(unused))
+        for lane in unused { lane.retire() }
+        if !unused.isEmpty {
+            count { $0.lanesRetired += unused.count }
+            log?.info("http2_lanes_retired", ["count": String(unused.count), "bound": String(settings.maxLanes)])
+        }
+    }
+
+    /// Takes lanes out of the registry; a request that still reaches one
+    /// registers it again (`reattach`). Loop thread only.
+    private func forget(_ lanes: [Lane]) {
+        guard !lanes.isEmpty else { return }
         registry.withLock { r in
-            for lane in idle where r.lanes[lane.key] === lane {
+            for lane in lanes where r.lanes[lane.key] === lane {
                 r.lanes[lane.key] = nil
                 lane.detached = true
             }

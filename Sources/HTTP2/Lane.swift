@@ -244,6 +244,15 @@ final class Lane: @unchecked Sendable {
         return connections.isEmpty && queued == 0 && now - lastUsed >= idle.wholeMilliseconds
     }
 
+    /// Holds a request: queued, or on a stream.
+    var isBusy: Bool { queued > 0 || connections.contains { $0.inFlight > 0 } }
+
+    /// Closes the lane's connections (it holds no request); the lane itself
+    /// stays usable, and opens a connection again for a request that reaches it.
+    func retire() {
+        for conn in connections { conn.closeUnused() }
+    }
+
     func close() {
         closed = true
         while let p = popFront() { p.finish(.failure(.shutdown)) }

@@ -1,0 +1,60 @@
+import Foundation
+import HTTP2
+import HeraldTestSupport
+import Testing
+
+/// The HTTP/2 client keeps at most `maxLanes` lanes: past it, the least
+/// recently used lanes that hold no request are forgotten and their
+/// connections closed (a subscription on a new Web Push origin each time
+/// must not pile up lanes and sockets).
+@Suite("HTTP/2 client lane bound", .serialized)
+struct HTTP2LaneBoundTests {
+    @Test("lanes past the bound are retired, least recently used first, and come back on use")
+    func lanesPastTheBound() async throws {
+        let g = try await TestGateways()
+        defer { g.stop() }
+        let sub = try await g.call("POST", "/control/webpush-subscription", ["listener": "webpush"])
+        let endpoint = try #require(URL(string: sub["endpoint"] as? String ?? ""))
+        let host = try #require(endpoint.host)
+        var settings = HTTP2ClientSettings(caFile: g.ca) { host, _ in
+            throw TestSupportError("unexpected lookup of \(host)")
+        }
+        settings.maxLanes = 2
+        let client = try HTTP2Client(settings: settings, threadName: "herald-lanes-test")
+        defer { client.shutdown() }
+        let target = HTTP2Endpoint(host: host, port: endpoint.port ?? 443, addresses: ["127.0.0.1"])
+        func post(_ lane: HTTP2LaneHandle) async -> Int? {
+            let request = HTTP2Request(
+                path: endpoint.path, headers: [("ttl", "60"), ("content-length", "3")], body: Array("abc".utf8))
+            return await withCheckedContinuation { c in
+                lane.send(request) { result in c.resume(returning: try? result.get().status) }
+            }
+        }
+        var lanes: [HTTP2LaneHandle] = []
+        for i in 0..<5 {
+            let lane = client.lane(HTTP2LaneKey("origin-\(i)"), endpoint: target)
+            lanes.append(lane)
+            #expect(await post(lane) != nil, "lane \(i) got no answer")
+        }
+        try await waitUntil("the client is back within its bound, three lanes retired") {
+            client.laneCount <= 2 && client.stats.lanesRetired == 3
+        }
+        try await waitUntil("the retired lanes' connections are closed") { client.stats.connectionsOpen <= 2 }
+        // The most recently used lanes stayed; an old handle still works.
+        #expect(await post(lanes[0]) != nil, "a retired lane did not come back")
+        try await waitUntil("the bound holds after the reuse") { client.laneCount <= 2 }
+        #expect(client.stats.connectionsOpen <= 2)
+    }
+}
+
+/// Polls `condition` every 50 ms until it holds; throws after `timeout`.
+private func waitUntil(
+    _ what: String, timeout: Duration = .seconds(10), _ condition: () throws -> Bool
+) async throws {
+    let clock = ContinuousClock()
+    let deadline = clock.now + timeout
+    while try !condition() {
+        guard clock.now < deadline else { throw TestSupportError("timed out waiting until \(what)") }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+}
