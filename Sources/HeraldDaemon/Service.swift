@@ -154,7 +154,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     /// The named app, checked to exist and to admit the peer.
     private func runtime(named name: String, _ context: CallContext) throws(RPCError) -> AppRuntime {
         guard let runtime = apps[name] else { throw AppError.unknownApp(name) }
-        guard runtime.config.allows(uid: context.uid, gid: context.gid) else { throw AppError.forbidden(name) }
+        guard runtime.config.allows(uid: context.uid, gid: context.gid, groups: context.groups) else { throw AppError.forbidden(name) }
         return runtime
     }
 
@@ -416,7 +416,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         var transports = JSONObject()
         var anyDegraded = false
         for name in apps.keys.sorted()
-        where (only == nil || only == name) && apps[name]!.config.allows(uid: context.uid, gid: context.gid) {
+        where (only == nil || only == name) && apps[name]!.config.allows(uid: context.uid, gid: context.gid, groups: context.groups) {
             let runtime = apps[name]!
             var states = JSONObject()
             for (transport, platforms) in [("apns", [Platform.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web])] {

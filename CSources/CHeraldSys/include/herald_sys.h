@@ -13,11 +13,22 @@
 /* Peer credentials of a connected Unix socket (SO_PEERCRED); 0 or -errno. */
 int hs_peer_credentials(int fd, uint32_t *uid, uint32_t *gid, int32_t *pid);
 
+/* Supplementary groups of a connected Unix socket's peer (SO_PEERGROUPS) into
+ * groups (room for capacity): the number of groups, which is more than capacity
+ * when they did not fit (nothing useful was written then), or -errno. */
+int hs_peer_groups(int fd, uint32_t *groups, int capacity);
+
+/* Returns free heap memory to the system (malloc_trim(0)); 1 when some was. */
+int hs_malloc_trim(void);
+
 /* accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC; the new fd or -1 with errno. */
 int hs_accept(int fd);
 
 /* Names the calling thread for the kernel (top -H, perf, /proc/PID/task/N/comm),
  * cut to 15 bytes; 0 or an errno value. */
 int hs_set_thread_name(const char *name);
+
+/* Sets the nice value of the calling thread only (Linux); 0 or -errno. */
+int hs_set_thread_nice(int nice);
 
 #endif
