@@ -33,6 +33,11 @@ int hs_peer_groups(int fd, uint32_t *groups, int capacity)
     return (int)(len / sizeof(gid_t));
 }
 
+void hs_malloc_large_buffers_mapped(size_t threshold)
+{
+    mallopt(M_MMAP_THRESHOLD, (int)threshold);
+}
+
 int hs_malloc_trim(void)
 {
     return malloc_trim(0);

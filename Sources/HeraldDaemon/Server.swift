@@ -101,6 +101,8 @@ final class RPCServer: @unchecked Sendable {
     private let parseWorker = ParseWorker()
     /// Set when a large buffer was released: the next sweep gives free memory back.
     private var trimWanted = false
+    /// Answer bytes written since the last trim (they were freed as they went).
+    private var writtenSinceTrim = 0
 
     init(loop: EventLoop, listener: Listener, handler: any RequestHandler, log: Logger, limits: ServerLimits = ServerLimits()) {
         self.loop = loop
@@ -108,6 +110,11 @@ final class RPCServer: @unchecked Sendable {
         self.handler = handler
         self.log = log
         self.limits = limits
+        // Big buffers (messages, answers, parse trees' arrays) are mapped on
+        // their own and unmapped when freed: glibc's default raises this
+        // threshold after each big free, and the next big buffers then come
+        // from the heap, where a hostile client's peak stays resident.
+        hs_malloc_large_buffers_mapped(256 * 1024)
     }
 
     deinit { readBuffer.deallocate() }
@@ -172,7 +179,9 @@ final class RPCServer: @unchecked Sendable {
             }
             var context = CallContext(uid: uid, gid: gid, pid: pid)
             context.groups = Self.peerGroups(fd)
-            let conn = Connection(id: nextID, fd: fd, context: context, maxMessageBytes: limits.maxMessageBytes)
+            let conn = Connection(
+                id: nextID, fd: fd, context: context, maxMessageBytes: limits.maxMessageBytes,
+                maxReplyBytes: limits.maxReplyBytes)
             nextID += 1
             do {
                 try loop.add(fd, events: conn.events) { [self] events in handleEvents(conn, events) }
@@ -265,11 +274,12 @@ final class RPCServer: @unchecked Sendable {
     private func processFrames(_ conn: Connection) {
         let deadline = monotonicMicroseconds() + limits.sliceMicroseconds
         var taken = 0
-        while !conn.closing, connections[conn.id] != nil {
+        while !conn.closing, !conn.readPaused, connections[conn.id] != nil {
             if conn.hasQueuedCalls {
                 runQueued(conn, until: deadline)
                 if conn.hasQueuedCalls {
-                    postpone(conn)
+                    // Paused: answers in flight resume it; else the slice ended.
+                    if !conn.readPaused { postpone(conn) }
                     return
                 }
             }
@@ -314,6 +324,7 @@ final class RPCServer: @unchecked Sendable {
         for id in ids {
             guard let conn = connections[id] else { continue }
             conn.backlogged = false
+            guard !conn.readPaused else { continue }
             processFrames(conn)
             if mayRead(conn) { readAvailable(conn) } else { maybeClose(conn) }
         }
@@ -384,6 +395,10 @@ final class RPCServer: @unchecked Sendable {
         var first = true
         while conn.hasQueuedCalls, !conn.closing, connections[conn.id] != nil {
             if !first && monotonicMicroseconds() > deadline { return }
+            if conn.pending >= conn.pendingWindow(limits) {
+                pauseReading(conn)
+                return
+            }
             first = false
             guard let call = conn.queue[conn.queueHead].call else { break }
             let batch = conn.queue[conn.queueHead].batch
@@ -419,22 +434,39 @@ final class RPCServer: @unchecked Sendable {
             conn.pending += 1
             let connID = conn.id
             let id = request.id
+            let budget = conn.budget
+            let overloadedError = overloaded()
             handler.handle(request, context: conn.context) { [self] result in
-                // Serialised on the thread that answers, which for the store is not the loop.
-                let failed: Bool
-                let bytes: [UInt8]?
-                switch result {
-                case .success(let value):
-                    failed = false
-                    bytes = id.map { Self.serialize(RPCResponse.success(id: $0, result: value)) }
-                case .failure(let error):
-                    failed = true
-                    bytes = id.map { Self.serialize(RPCResponse.failure(id: $0, error: error)) }
+                // Serialised on the thread that answers (for the store, not the loop),
+                // and held only if it fits the connection's budget: an answer that
+                // does not is dropped here, before it reaches the loop.
+                var outcome = Outcome.answered
+                var bytes: [UInt8]? = nil
+                if let id {
+                    switch result {
+                    case .success(let value):
+                        let answer = Self.serialize(RPCResponse.success(id: id, result: value))
+                        if budget.reserve(answer.count) {
+                            bytes = answer
+                        } else {
+                            outcome = .overloaded
+                            let refusal = Self.serialize(RPCResponse.failure(id: id, error: overloadedError))
+                            budget.force(refusal.count)
+                            bytes = refusal
+                        }
+                    case .failure(let error):
+                        let answer = Self.serialize(RPCResponse.failure(id: id, error: error))
+                        budget.force(answer.count)
+                        bytes = answer
+                    }
                 }
+                if case .failure = result { outcome = .failed }
+                let done = outcome
+                let answer = bytes
                 if loop.inLoop {
-                    complete(connID, id: id, batch: batch, failed: failed, bytes)
+                    complete(connID, batch: batch, outcome: done, answer)
                 } else {
-                    loop.execute { self.complete(connID, id: id, batch: batch, failed: failed, bytes) }
+                    loop.execute { self.complete(connID, batch: batch, outcome: done, answer) }
                 }
             }
         }
@@ -449,18 +481,24 @@ final class RPCServer: @unchecked Sendable {
             extra: [("retry_after_ms", .int(100))])
     }
 
-    private func complete(_ connID: UInt64, id: RPCID?, batch: Int?, failed: Bool, _ bytes: [UInt8]?) {
+    enum Outcome: Sendable {
+        case answered, failed, overloaded
+    }
+
+    /// A call's answer, already counted in the connection's budget.
+    private func complete(_ connID: UInt64, batch: Int?, outcome: Outcome, _ bytes: [UInt8]?) {
         guard let conn = connections[connID] else { return }
         conn.pending -= 1
-        if failed { counters.errors += 1 }
-        if let id, var bytes {
-            if conn.owed + bytes.count > limits.maxReplyBytes {
-                counters.overloaded += 1
-                if !failed { counters.errors += 1 }
-                if bytes.count >= 1 << 20 { trimWanted = true }
-                bytes = Self.serialize(RPCResponse.failure(id: id, error: overloaded()))
-            }
-            emit(conn, bytes, batch: batch)
+        switch outcome {
+        case .answered: break
+        case .failed: counters.errors += 1
+        case .overloaded:
+            counters.errors += 1
+            counters.overloaded += 1
+        }
+        if let bytes {
+            conn.recordAnswer(bytes.count)
+            emit(conn, bytes, batch: batch, reserved: true)
         }
         if conn.readPaused && !conn.shouldResume(limits) {
             if conn.shouldPause(limits) { return }
@@ -470,13 +508,19 @@ final class RPCServer: @unchecked Sendable {
     }
 
     /// One serialised response (no newline): alone, or into its batch.
-    private func emit(_ conn: Connection, _ bytes: [UInt8], batch: Int?) {
+    /// `reserved`: its bytes are already counted in the connection's budget.
+    private func emit(_ conn: Connection, _ bytes: [UInt8], batch: Int?, reserved: Bool = false) {
         guard let batch else {
-            enqueue(conn, bytes)
+            enqueue(conn, bytes, reserved: reserved)
             enqueue(conn, [10])
             return
         }
-        guard let collector = conn.batches[batch] else { return }
+        guard let collector = conn.batches[batch] else {
+            if reserved { conn.budget.release(bytes.count) }
+            return
+        }
+        if !reserved { conn.budget.force(bytes.count) }
+        conn.budget.force(1)  // its "[" or ","
         collector.pieces.append(bytes)
         collector.bytes += bytes.count + 1
         conn.batchBytes += bytes.count + 1
@@ -484,17 +528,18 @@ final class RPCServer: @unchecked Sendable {
         guard collector.remaining == 0 else { return }
         conn.batches[batch] = nil
         conn.batchBytes -= collector.bytes
-        enqueue(conn, [UInt8(ascii: "[")])
+        enqueue(conn, [UInt8(ascii: "[")], reserved: true)
         for (i, piece) in collector.pieces.enumerated() {
-            if i > 0 { enqueue(conn, [UInt8(ascii: ",")]) }
-            enqueue(conn, piece)
+            if i > 0 { enqueue(conn, [UInt8(ascii: ",")], reserved: true) }
+            enqueue(conn, piece, reserved: true)
         }
         enqueue(conn, [UInt8(ascii: "]"), 10])
     }
 
     // MARK: Writing
 
-    private func enqueue(_ conn: Connection, _ bytes: [UInt8]) {
+    private func enqueue(_ conn: Connection, _ bytes: [UInt8], reserved: Bool = false) {
+        if !reserved { conn.budget.force(bytes.count) }
         if conn.outputBytes == 0 { conn.lastWriteProgress = monotonicMilliseconds() }
         conn.appendOutput(bytes)
         if !conn.dirty && !conn.waitingForWritable {
@@ -525,6 +570,8 @@ final class RPCServer: @unchecked Sendable {
             if n > 0 {
                 conn.outputOffset += n
                 conn.outputBytes -= n
+                conn.budget.release(n)
+                writtenSinceTrim += n
                 conn.lastWriteProgress = monotonicMilliseconds()
                 if conn.outputOffset == head.count {
                     if head.count >= 1 << 20 { trimWanted = true }
@@ -625,12 +672,40 @@ final class RPCServer: @unchecked Sendable {
                 close(conn)
             }
         }
-        if trimWanted {
+        if trimWanted || writtenSinceTrim >= 8 << 20 {
             // Large buffers freed: hand the free pages back to the system, off the loop.
             trimWanted = false
+            writtenSinceTrim = 0
             DispatchQueue.global(qos: .utility).async { _ = hs_malloc_trim() }
         }
     }
+}
+
+/// The bytes of answers one connection is owed, shared by the threads that
+/// make answers (which reserve room for them) and the loop (which releases
+/// it as they are written).
+final class ReplyBudget: @unchecked Sendable {
+    let limit: Int
+    private let lock = NSLock()
+    private var held = 0  // guarded by lock
+
+    init(limit: Int) { self.limit = limit }
+
+    var value: Int { lock.withLock { held } }
+
+    /// Counts `n` bytes if they fit under the limit.
+    func reserve(_ n: Int) -> Bool {
+        lock.withLock {
+            guard held + n <= limit else { return false }
+            held += n
+            return true
+        }
+    }
+
+    /// Counts `n` bytes whether or not they fit (errors, separators).
+    func force(_ n: Int) { lock.withLock { held += n } }
+
+    func release(_ n: Int) { lock.withLock { held -= n } }
 }
 
 /// A decoded call waiting for its turn (nil once taken).
@@ -688,7 +763,8 @@ final class Connection {
     var partialSince: Int64?
     var lastWriteProgress = monotonicMilliseconds()
 
-    init(id: UInt64, fd: Int32, context: CallContext, maxMessageBytes: Int) {
+    init(id: UInt64, fd: Int32, context: CallContext, maxMessageBytes: Int, maxReplyBytes: Int) {
+        budget = ReplyBudget(limit: maxReplyBytes)
         self.id = id
         self.fd = fd
         self.context = context
@@ -707,8 +783,10 @@ final class Connection {
     /// No decoded call waits and no message is being parsed.
     var idleOfWork: Bool { !hasQueuedCalls && !parsing }
 
-    /// The bytes of answers this connection is owed and Herald holds.
-    var owed: Int { outputBytes + batchBytes }
+    /// The bytes of answers this connection is owed and Herald holds: unsent,
+    /// gathered for a batch, or made on another thread and on their way.
+    var owed: Int { budget.value }
+    let budget: ReplyBudget
 
     func appendOutput(_ bytes: [UInt8]) {
         outputBytes += bytes.count
@@ -727,12 +805,29 @@ final class Connection {
         return nextBatch
     }
 
+    /// A running estimate of this connection's answer size (0 before the first).
+    var answerBytesEstimate = 0
+
+    func recordAnswer(_ bytes: Int) {
+        answerBytesEstimate = answerBytesEstimate == 0 ? bytes : (answerBytesEstimate * 7 + bytes) / 8
+    }
+
+    /// Calls in flight at once: as many as half the reply budget holds at the
+    /// estimated answer size (16 until an answer is seen), at most
+    /// `maxPendingPerConnection`. The answers of calls in flight are made,
+    /// and held by the store until its commit, before the budget can refuse
+    /// them: the window bounds what they cost together.
+    func pendingWindow(_ limits: ServerLimits) -> Int {
+        guard answerBytesEstimate > 0 else { return 16 }
+        return min(limits.maxPendingPerConnection, max(16, limits.maxReplyBytes / 2 / answerBytesEstimate))
+    }
+
     func shouldPause(_ limits: ServerLimits) -> Bool {
-        pending >= limits.maxPendingPerConnection || owed >= limits.maxReplyBytes / 2
+        pending >= pendingWindow(limits) || owed >= limits.maxReplyBytes / 2
     }
 
     func shouldResume(_ limits: ServerLimits) -> Bool {
-        pending < limits.maxPendingPerConnection / 2 && owed < limits.maxReplyBytes / 4
+        pending < pendingWindow(limits) / 2 && owed < limits.maxReplyBytes / 4
     }
 }
 

@@ -18,6 +18,11 @@ int hs_peer_credentials(int fd, uint32_t *uid, uint32_t *gid, int32_t *pid);
  * when they did not fit (nothing useful was written then), or -errno. */
 int hs_peer_groups(int fd, uint32_t *groups, int capacity);
 
+/* Allocations of at least threshold bytes get pages of their own (mmap),
+ * returned to the system when freed; also stops glibc from raising the
+ * threshold after each such free (M_MMAP_THRESHOLD). */
+void hs_malloc_large_buffers_mapped(size_t threshold);
+
 /* Returns free heap memory to the system (malloc_trim(0)); 1 when some was. */
 int hs_malloc_trim(void);
 
