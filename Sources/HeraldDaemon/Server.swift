@@ -173,7 +173,7 @@ final class RPCServer: @unchecked Sendable {
                 continue
             }
             if perUID[uid, default: 0] >= limits.maxConnectionsPerUID {
-                log.info("connection_refused", ["uid": String(uid), "reason": "max_connections_per_uid"])
+                log.debug("connection_refused", ["uid": String(uid), "reason": "max_connections_per_uid"])
                 refuse(fd, "too many connections for this uid (\(limits.maxConnectionsPerUID))")
                 continue
             }

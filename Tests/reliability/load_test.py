@@ -596,7 +596,8 @@ def main():
         # ---------------- phase 2
         d2dir = os.path.join(work, "overload")
         d2 = Daemon(binary=binary, directory=d2dir, gateways=gw, delivery=dict(DELIVERY, max_queued=args.max_queued),
-                    store={"synchronous": "full"}, log_level="info", start=False, server=server)
+                    store={"synchronous": "full"}, log_level="info", start=False,
+                    server={"max_connections_per_uid": 512})   # the 520 connections test the global cap
         daemons.append(("overload", d2))
         d2.start(timeout=60, probe_timeout=5)
         users = [f"ov-u{i:03d}" for i in range(60)]
