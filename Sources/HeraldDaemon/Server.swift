@@ -347,6 +347,7 @@ final class RPCServer: @unchecked Sendable {
             }
             // Parsed on the worker; the connection takes nothing more until it is back.
             conn.parsing = true
+            updateInterest(conn)
             trimWanted = true
             let connID = conn.id
             parseWorker.submit { [self] in
@@ -354,6 +355,7 @@ final class RPCServer: @unchecked Sendable {
                 loop.execute { [self] in
                     guard let conn = connections[connID] else { return }
                     conn.parsing = false
+                    updateInterest(conn)
                     accept(message, conn, large: true)
                     processFrames(conn)
                     if mayRead(conn) { readAvailable(conn) } else { maybeClose(conn) }
@@ -773,7 +775,10 @@ final class Connection {
 
     var events: UInt32 {
         var e: UInt32 = 0
-        if !readClosed && !closing && !readPaused { e |= UInt32(EPOLLIN.rawValue) | UInt32(EPOLLRDHUP.rawValue) }
+        // Not while a message is parsed off the loop: the socket would wake the loop for nothing.
+        if !readClosed && !closing && !readPaused && !parsing {
+            e |= UInt32(EPOLLIN.rawValue) | UInt32(EPOLLRDHUP.rawValue)
+        }
         if waitingForWritable { e |= UInt32(EPOLLOUT.rawValue) }
         return e
     }
