@@ -43,6 +43,11 @@ struct ServerLimits: Sendable {
     var idleTimeoutMs: Int64 = 300_000
     /// A connection whose unsent output makes no progress for this long is dropped.
     var stalledWriteTimeoutMs: Int64 = 30_000
+    /// Bytes of messages read and not yet taken, all connections together. Past
+    /// it, a connection in the middle of a message is not read until the total
+    /// falls to three quarters (its message may then time out): 512 clients
+    /// each 4 MiB into a message would otherwise hold 2 GiB.
+    var maxBufferedBytes = 64 * 1024 * 1024
     /// JSON values in one message (a larger tree is refused while it is parsed).
     var maxValuesPerMessage = 262_144
     /// Messages at least this long are parsed and decoded off the loop.
@@ -103,6 +108,12 @@ final class RPCServer: @unchecked Sendable {
     private var trimWanted = false
     /// Answer bytes written since the last trim (they were freed as they went).
     private var writtenSinceTrim = 0
+    /// Time spent reading and framing in this loop turn, in microseconds.
+    private var readTimeThisTurn: Int64 = 0
+    /// Bytes the connections' framers hold (see `maxBufferedBytes`).
+    private var bufferedTotal = 0
+    /// Connections not read because `bufferedTotal` is past `maxBufferedBytes`.
+    private var starved: [UInt64] = []
 
     init(loop: EventLoop, listener: Listener, handler: any RequestHandler, log: Logger, limits: ServerLimits = ServerLimits()) {
         self.loop = loop
@@ -132,6 +143,8 @@ final class RPCServer: @unchecked Sendable {
         loop.every(milliseconds: 250) { [self] in sweep() }
         loop.afterIteration = { [self] in
             serveBacklog()
+            serveStarved()
+            readTimeThisTurn = 0
             flushDirty()
         }
         loop.hasDeferredWork = { [self] in !backlog.isEmpty }
@@ -241,16 +254,54 @@ final class RPCServer: @unchecked Sendable {
     /// True when the connection may take more bytes from its socket: nothing
     /// buffered or decoded is still waiting for its turn.
     private func mayRead(_ conn: Connection) -> Bool {
-        !conn.readClosed && !conn.closing && !conn.readPaused && !conn.backlogged && conn.idleOfWork
+        guard !conn.readClosed && !conn.closing && !conn.readPaused && !conn.backlogged && conn.idleOfWork,
+            !conn.starved
+        else { return false }
+        if bufferedTotal >= limits.maxBufferedBytes && conn.framer.bufferedByteCount > 0 {
+            // Too much is buffered in unfinished messages: this one waits.
+            conn.starved = true
+            starved.append(conn.id)
+            updateInterest(conn)
+            return false
+        }
+        return true
+    }
+
+    /// Keeps `bufferedTotal` up to date after the connection's framer changed.
+    private func account(_ conn: Connection) {
+        let now = conn.framer.storedByteCount
+        bufferedTotal += now - conn.accountedBytes
+        conn.accountedBytes = now
+    }
+
+    /// Reads again the connections that waited for buffer room, once there is some.
+    private func serveStarved() {
+        guard !starved.isEmpty, bufferedTotal < limits.maxBufferedBytes / 4 * 3 else { return }
+        let ids = starved
+        starved.removeAll()
+        for id in ids {
+            guard let conn = connections[id] else { continue }
+            conn.starved = false
+            updateInterest(conn)
+            if mayRead(conn) { readAvailable(conn) }
+        }
     }
 
     private func readAvailable(_ conn: Connection) {
+        // Many clients in the middle of big messages could fill a turn with
+        // reading and framing: past a few milliseconds a turn, those wait for
+        // the next one (their sockets stay readable), while a client with no
+        // message under way is still read, so that small calls are answered.
+        if readTimeThisTurn > limits.sliceMicroseconds * 2 && conn.framer.bufferedByteCount > 0 { return }
+        let started = monotonicMicroseconds()
+        defer { readTimeThisTurn += monotonicMicroseconds() - started }
         // A bounded number of reads per wakeup keeps one busy client from starving others.
         for _ in 0..<4 {
             guard mayRead(conn) else { break }
             let n = recv(conn.fd, readBuffer.baseAddress, readBuffer.count, 0)
             if n > 0 {
                 conn.framer.append(UnsafeRawBufferPointer(rebasing: readBuffer[0..<n]))
+                account(conn)
                 processFrames(conn)
                 if n < readBuffer.count { break }
             } else if n == 0 {
@@ -272,6 +323,7 @@ final class RPCServer: @unchecked Sendable {
     /// Runs the connection's decoded calls and takes its buffered messages,
     /// within one slice; what is left waits in the backlog for the next turn.
     private func processFrames(_ conn: Connection) {
+        defer { if connections[conn.id] != nil { account(conn) } }
         let deadline = monotonicMicroseconds() + limits.sliceMicroseconds
         var taken = 0
         while !conn.closing, !conn.readPaused, connections[conn.id] != nil {
@@ -637,6 +689,8 @@ final class RPCServer: @unchecked Sendable {
 
     private func close(_ conn: Connection) {
         guard connections.removeValue(forKey: conn.id) != nil else { return }
+        bufferedTotal -= conn.accountedBytes
+        conn.accountedBytes = 0
         if let n = perUID[conn.context.uid] { perUID[conn.context.uid] = n > 1 ? n - 1 : nil }
         loop.remove(conn.fd)
         Glibc.close(conn.fd)
@@ -751,6 +805,10 @@ final class Connection {
     var queueHead = 0
     /// A large message is being parsed off the loop.
     var parsing = false
+    /// Not read while the server holds too much of unfinished messages.
+    var starved = false
+    /// Framer bytes counted in the server's total.
+    var accountedBytes = 0
     var readClosed = false
     /// Set after an oversized message or a timeout: flush the error, then close.
     var closing = false
@@ -776,7 +834,7 @@ final class Connection {
     var events: UInt32 {
         var e: UInt32 = 0
         // Not while a message is parsed off the loop: the socket would wake the loop for nothing.
-        if !readClosed && !closing && !readPaused && !parsing {
+        if !readClosed && !closing && !readPaused && !parsing && !starved {
             e |= UInt32(EPOLLIN.rawValue) | UInt32(EPOLLRDHUP.rawValue)
         }
         if waitingForWritable { e |= UInt32(EPOLLOUT.rawValue) }

@@ -922,3 +922,63 @@ def test_hostile_batches_bounded_memory_and_latency(lean, case, tmp_path):
                what=f"RSS back near {baseline:.1f} MiB after {what} (now {_rss_mib(pid):.1f})")
     assert lean.running
     record_counts(SUITE, hostile_inputs=1)
+
+
+def test_unfinished_messages_bounded_across_connections(lean, tmp_path):
+    """32 connections each send 4 MiB of a message that never ends (128 MiB in all): the daemon
+    holds at most about 64 MiB of unfinished messages (the rest waits in the clients' sockets), and
+    the request timeout then closes them; another client is served meanwhile."""
+    import socket
+    import threading
+    pid = lean.pid
+    baseline = _rss_mib(pid)
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    head = b'{"jsonrpc":"2.0","id":1,"method":"system.health","params":{"pad":"'
+    body = head + b"x" * (FRAME_LIMIT - len(head) - 16)
+    socks, done = [], []
+
+    def send(s):
+        try:
+            s.sendall(body)
+            done.append(1)
+        except OSError:
+            pass
+
+    probe = HealthProbe(lean.socket, tmp_path)
+    threads = []
+    try:
+        for _ in range(32):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(30)
+            s.connect(lean.socket)
+            socks.append(s)
+            t = threading.Thread(target=send, args=(s,))
+            t.start()
+            threads.append(t)
+        deadline = time.monotonic() + 6
+        while len(done) < 32 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        peak = _rss_mib(pid, "VmHWM")
+    finally:
+        for s in socks:
+            with contextlib_suppress():
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+        for t in threads:
+            t.join(30)
+        lat = probe.finish()
+    print(f"\n32 x 4 MiB unfinished: {len(done)} sends completed; RSS baseline {baseline:.1f}, peak {peak:.1f} MiB; "
+          f"system.health slowest {max(lat) * 1000:.1f} ms")
+    assert peak - baseline <= 96, f"RSS went from {baseline:.1f} to {peak:.1f} MiB"
+    assert len(done) < 32, "the daemon took all 128 MiB of unfinished messages"
+    assert max(lat) <= HEALTH_LIMIT_S
+    wait_until(lambda: _rss_mib(pid) <= baseline + RETURN_LIMIT_MIB, 15, 0.2,
+               what=f"RSS back near {baseline:.1f} MiB (now {_rss_mib(pid):.1f})")
+    with lean.connect() as c:
+        assert c.call("system.health")["status"] == "ok"
+    record_counts(SUITE, hostile_inputs=1)
+
+
+def contextlib_suppress():
+    import contextlib
+    return contextlib.suppress(OSError)
