@@ -92,6 +92,14 @@ extension HeraldService {
         m.single("herald_rpc_requests_total", .counter, "JSON-RPC requests answered.", server.counters.requests)
         m.single("herald_rpc_errors_total", .counter, "JSON-RPC requests answered with an error.", server.counters.errors)
         m.single("herald_rpc_rate_limited_total", .counter, "Calls refused with rate_limited.", rateLimited)
+        m.single(
+            "herald_rpc_overloaded_total", .counter,
+            "Answers replaced by overloaded (a connection's max_reply_bytes) and batches refused as too large.",
+            server.counters.overloaded)
+        m.single(
+            "herald_client_request_timeouts_total", .counter,
+            "Connections closed because a message was not complete within request_timeout_ms.",
+            server.counters.timedOut)
         m.family("herald_config_reloads_total", .counter, "Configuration reloads (SIGHUP), by result.")
         m.sample("herald_config_reloads_total", ["result": "applied"], reloads.applied)
         m.sample("herald_config_reloads_total", ["result": "refused"], reloads.refused)

@@ -119,6 +119,8 @@ struct LimitsTests {
         #expect(!overloaded.isEmpty, "ten 36 KB answers fitted in 64 KiB")
         #expect(overloaded.allSatisfy { ($0["error"]?["data"]?["retry_after_ms"]?.numberValue?.int64 ?? -1) >= 0 })
         #expect(line.utf8.count <= 65536 + 10 * 512, "the batch's answer is \(line.utf8.count) bytes")
+        let metrics = try #require((try d.call("system.metrics").result)?["text"] as? String)
+        #expect(metrics.contains("herald_rpc_overloaded_total \(overloaded.count)"), "\(metrics)")
 
         // 100 pipelined rpc.discover, not read until all are sent: about 3.6 MB of answers
         // against 64 KiB owed (plus what the socket holds): the daemon stops reading
@@ -240,6 +242,8 @@ struct LimitsTests {
         usleep(1_500_000)
         try slow.send(request(4, "system.health") + "\n")
         #expect(try parse(slow.readLine(), "after a quiet second and a half")["result"] != nil)
+        let metrics = try #require((try d.call("system.metrics").result)?["text"] as? String)
+        #expect(metrics.contains("herald_client_request_timeouts_total 2"), "\(metrics)")
         #expect(d.isRunning)
     }
 
