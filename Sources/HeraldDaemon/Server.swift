@@ -304,6 +304,10 @@ final class RPCServer: @unchecked Sendable {
                 account(conn)
                 processFrames(conn)
                 if n < readBuffer.count { break }
+                // A message under way waits for the next turn once this one has had its share.
+                if conn.framer.bufferedByteCount > 0 && monotonicMicroseconds() - started > limits.sliceMicroseconds {
+                    break
+                }
             } else if n == 0 {
                 conn.readClosed = true
                 conn.partialSince = nil

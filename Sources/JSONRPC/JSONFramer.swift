@@ -77,7 +77,9 @@ public struct JSONFramer: Sendable {
     public mutating func append(_ bytes: UnsafeRawBufferPointer) {
         guard !atEnd, mode != .done else { return }
         compact()
-        buffer.append(contentsOf: bytes)
+        // As typed UInt8s: appending a raw buffer goes byte by byte through
+        // generic code in an unoptimised build; a typed one is one copy.
+        bytes.withMemoryRebound(to: UInt8.self) { buffer.append(contentsOf: $0) }
     }
 
     /// Frees the buffer's storage when nothing is buffered and it has grown past
@@ -182,6 +184,8 @@ public struct JSONFramer: Sendable {
         _ bytes: UnsafeBufferPointer<UInt8>, _ state: inout ScanState, mode: Mode, start: Int, limit: Int
     ) -> Int? {
         let quote: UInt8 = 0x22, backslash: UInt8 = 0x5C
+        // Through the base pointer: its subscript is inlined even without optimisation.
+        guard let bytes = bytes.baseAddress else { return nil }
         var position = state.position
         var depth = state.depth
         var inString = state.inString
