@@ -2,8 +2,12 @@
 #include "herald_sys.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 int hs_peer_credentials(int fd, uint32_t *uid, uint32_t *gid, int32_t *pid)
 {
@@ -14,6 +18,29 @@ int hs_peer_credentials(int fd, uint32_t *uid, uint32_t *gid, int32_t *pid)
     *gid = cred.gid;
     *pid = cred.pid;
     return 0;
+}
+
+_Static_assert(sizeof(gid_t) == sizeof(uint32_t), "gid_t is 32 bits");
+
+int hs_peer_groups(int fd, uint32_t *groups, int capacity)
+{
+    if (capacity <= 0) return -EINVAL;
+    socklen_t len = (socklen_t)((size_t)capacity * sizeof(gid_t));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) {
+        if (errno == ERANGE) return (int)(len / sizeof(gid_t));
+        return -errno;
+    }
+    return (int)(len / sizeof(gid_t));
+}
+
+void hs_malloc_large_buffers_mapped(size_t threshold)
+{
+    mallopt(M_MMAP_THRESHOLD, (int)threshold);
+}
+
+int hs_malloc_trim(void)
+{
+    return malloc_trim(0);
 }
 
 int hs_accept(int fd)
@@ -28,4 +55,10 @@ int hs_set_thread_name(const char *name)
     for (; name[i] && i < sizeof cut - 1; i++) cut[i] = name[i];
     cut[i] = 0;
     return pthread_setname_np(pthread_self(), cut);
+}
+
+int hs_set_thread_nice(int nice)
+{
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice) != 0) return -errno;
+    return 0;
 }

@@ -50,6 +50,14 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         /// Sends in flight at once, all transports together.
         public var maxInflight = 2000
         public var logLevel = LogLevel.info
+        /// Calls in one JSON-RPC batch; a larger batch is refused whole.
+        public var maxBatch = 1000
+        /// Answers owed to one connection (bytes) before more become `overloaded`.
+        public var maxReplyBytes = 16 * 1024 * 1024
+        /// Client connections one peer uid may hold at once (the daemon holds 512 in all).
+        public var maxConnectionsPerUID = 64
+        /// A message must be complete this long after its first byte, else the connection is closed.
+        public var requestTimeoutMs: Int64 = 10_000
 
         public init() {}
     }
@@ -167,6 +175,10 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
             state_dir = \(server.stateDirectory)
             max_inflight = \(server.maxInflight)
             log_level = \(ConfigValue.name(of: server.logLevel))
+            max_batch = \(server.maxBatch)
+            max_reply_bytes = \(server.maxReplyBytes)
+            max_connections_per_uid = \(server.maxConnectionsPerUID)
+            request_timeout_ms = \(server.requestTimeoutMs)
 
             [store]
             key = \(store.key.path)
@@ -231,10 +243,10 @@ public struct AppConfig: Sendable, Equatable, CustomStringConvertible {
 
     public init(name: String) { self.name = name }
 
-    /// Whether a peer with this uid and primary gid may call the app.
-    public func allows(uid: uid_t, gid: gid_t) -> Bool {
+    /// Whether a peer with this uid, primary gid and supplementary groups may call the app.
+    public func allows(uid: uid_t, gid: gid_t, groups: [gid_t] = []) -> Bool {
         if allowUIDs.isEmpty && allowGIDs.isEmpty { return true }
-        return allowUIDs.contains(uid) || allowGIDs.contains(gid)
+        return allowUIDs.contains(uid) || allowGIDs.contains(gid) || groups.contains { allowGIDs.contains($0) }
     }
 
     /// The section as INI text (file paths, never secrets).
@@ -416,7 +428,10 @@ struct ConfigInterpreter {
     }
 
     static let sectionKeys: [String: [String]] = [
-        "server": ["socket", "socket_mode", "state_dir", "max_inflight", "log_level"],
+        "server": [
+            "socket", "socket_mode", "state_dir", "max_inflight", "log_level", "max_batch", "max_reply_bytes",
+            "max_connections_per_uid", "request_timeout_ms",
+        ],
         "store": ["key", "synchronous"],
         "delivery": [
             "max_retries", "backoff_base_ms", "backoff_max_ms", "stale_window_cap",
@@ -568,6 +583,12 @@ struct ConfigInterpreter {
         case "socket_mode": config.server.socketMode = try ConfigValue.octalMode(value)
         case "state_dir": config.server.stateDirectory = try ConfigValue.absolutePath(value)
         case "max_inflight": config.server.maxInflight = try ConfigValue.integer(value, 1...1_000_000)
+        case "max_batch": config.server.maxBatch = try ConfigValue.integer(value, 1...100_000)
+        case "max_reply_bytes":
+            config.server.maxReplyBytes = try ConfigValue.integer(value, 65536...(1 << 30))
+        case "max_connections_per_uid": config.server.maxConnectionsPerUID = try ConfigValue.integer(value, 1...512)
+        case "request_timeout_ms":
+            config.server.requestTimeoutMs = Int64(try ConfigValue.integer(value, 100...3_600_000))
         case "log_level":
             guard let level = LogLevel(name: value.lowercased()) else {
                 throw ConfigValueProblem(

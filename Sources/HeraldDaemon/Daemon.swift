@@ -119,7 +119,7 @@ public enum Daemon {
         service.delivery = DeliveryWiring(
             scheduler: delivery.scheduler, maxQueued: config.delivery.maxQueued, waiters: waiters, providers: delivery.providers)
         delivery.scheduler.onProgress = { finals in waiters.recorded(finals) }
-        let server = RPCServer(loop: loop, listener: listener, handler: service, log: log)
+        let server = RPCServer(loop: loop, listener: listener, handler: service, log: log, limits: ServerLimits(config.server))
         let heartbeat = Heartbeat()
         loop.every(milliseconds: 1000) { heartbeat.beat() }
         var metricsListener: MetricsListener?

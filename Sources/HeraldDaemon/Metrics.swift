@@ -68,8 +68,10 @@ struct PrometheusText {
 extension HeraldService {
     /// The daemon's figures in the Prometheus text format, for
     /// `system.metrics` and the `/metrics` listener. Runs on the loop thread;
-    /// `completion` runs on the store's thread.
-    func metrics(completion: @escaping @Sendable (Result<String, RPCError>) -> Void) {
+    /// `completion` runs on the store's thread. With `only` (a peer that may
+    /// call only those apps): the app figures over those apps, and none of the
+    /// figures kept for the daemon as a whole (sends, outcomes, provider connections).
+    func metrics(only: Set<String>? = nil, completion: @escaping @Sendable (Result<String, RPCError>) -> Void) {
         var m = PrometheusText()
         let server = serverStats()
         m.family("herald_build_info", .gauge, "Herald's version; always 1.")
@@ -90,6 +92,14 @@ extension HeraldService {
         m.single("herald_rpc_requests_total", .counter, "JSON-RPC requests answered.", server.counters.requests)
         m.single("herald_rpc_errors_total", .counter, "JSON-RPC requests answered with an error.", server.counters.errors)
         m.single("herald_rpc_rate_limited_total", .counter, "Calls refused with rate_limited.", rateLimited)
+        m.single(
+            "herald_rpc_overloaded_total", .counter,
+            "Answers replaced by overloaded (a connection's max_reply_bytes) and batches refused as too large.",
+            server.counters.overloaded)
+        m.single(
+            "herald_client_request_timeouts_total", .counter,
+            "Connections closed because a message was not complete within request_timeout_ms.",
+            server.counters.timedOut)
         m.family("herald_config_reloads_total", .counter, "Configuration reloads (SIGHUP), by result.")
         m.sample("herald_config_reloads_total", ["result": "applied"], reloads.applied)
         m.sample("herald_config_reloads_total", ["result": "refused"], reloads.refused)
@@ -98,7 +108,7 @@ extension HeraldService {
         m.family(
             "herald_transport_state", .gauge,
             "1 for the state each app's transport is in (ready, disabled or degraded).")
-        for name in apps.keys.sorted() {
+        for name in apps.keys.sorted() where only?.contains(name) ?? true {
             let runtime = apps[name]!
             for (transport, platforms) in [("apns", [Platform.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web])] {
                 let state = transportState(runtime, platforms, degraded: degraded)
@@ -111,12 +121,14 @@ extension HeraldService {
             }
         }
 
-        let scheduler = delivery?.scheduler.stats ?? SchedulerStats()
-        Self.schedulerMetrics(scheduler, into: &m)
-        Self.connectionMetrics(delivery?.providers.connectionStats ?? [:], into: &m)
+        if only == nil {
+            let scheduler = delivery?.scheduler.stats ?? SchedulerStats()
+            Self.schedulerMetrics(scheduler, into: &m)
+            Self.connectionMetrics(delivery?.providers.connectionStats ?? [:], into: &m)
+        }
 
         let head = m
-        storeFigures(for: "metrics", failure: { completion(.failure($0)) }) { depth, counts in
+        storeFigures(for: "metrics", only: only, failure: { completion(.failure($0)) }) { depth, counts in
             var m = head
             m.single("herald_queue_depth", .gauge, "Deliveries waiting (due now or later).", depth.waiting)
             m.single(

@@ -7,11 +7,14 @@ import JSONRPC
     import Glibc
 #endif
 
-/// Who is calling: the peer's credentials from SO_PEERCRED.
+/// Who is calling: the peer's credentials from SO_PEERCRED, and its
+/// supplementary groups from SO_PEERGROUPS.
 public struct CallContext: Sendable {
     public let uid: UInt32
     public let gid: UInt32
     public let pid: Int32
+    /// Supplementary groups of the peer when it connected (may include `gid`).
+    public var groups: [UInt32] = []
 }
 
 /// Answers one request. `reply` may be called from any thread, exactly once.
@@ -19,34 +22,69 @@ protocol RequestHandler: Sendable {
     func handle(_ request: RPCRequest, context: CallContext, reply: @escaping @Sendable (Result<JSON, RPCError>) -> Void)
 }
 
-/// Limits of the socket server.
+/// Limits of the socket server (SPEC Revision 2, "Limits on what one client can cost").
 struct ServerLimits: Sendable {
     var maxConnections = 512
+    /// `[server] max_connections_per_uid`.
+    var maxConnectionsPerUID = 64
     var maxMessageBytes = JSONFramer.defaultMaxMessageBytes
+    /// `[server] max_batch`: calls in one batch.
+    var maxBatch = 1000
+    /// `[server] max_reply_bytes`: answers owed to one connection (unsent, or
+    /// gathered for a batch not yet complete). An answer that would pass it is
+    /// replaced by 1007 `overloaded`; reading pauses at half of it and resumes
+    /// below a quarter.
+    var maxReplyBytes = 16 * 1024 * 1024
     /// Requests in flight on one connection before it stops being read.
     var maxPendingPerConnection = 1024
-    /// Unsent response bytes on one connection before it stops being read.
-    var maxOutputBytes = 8 * 1024 * 1024
-    /// Messages taken from one connection per loop iteration, so that one
-    /// pipelining client cannot hold the loop while others wait.
-    var messagesPerTurn = 256
+    /// `[server] request_timeout_ms`: a message must be complete this long after its first byte.
+    var requestTimeoutMs: Int64 = 10_000
+    /// A connection with no complete message for this long (and nothing owed) is closed.
     var idleTimeoutMs: Int64 = 300_000
     /// A connection whose unsent output makes no progress for this long is dropped.
     var stalledWriteTimeoutMs: Int64 = 30_000
+    /// Bytes of messages read and not yet taken, all connections together. Past
+    /// it, a connection in the middle of a message is not read until the total
+    /// falls to three quarters (its message may then time out): 512 clients
+    /// each 4 MiB into a message would otherwise hold 2 GiB.
+    var maxBufferedBytes = 64 * 1024 * 1024
+    /// JSON values in one message (a larger tree is refused while it is parsed).
+    var maxValuesPerMessage = 262_144
+    /// Messages at least this long are parsed and decoded off the loop.
+    var offLoopMessageBytes = 64 * 1024
+    /// Work one connection may do per loop turn before the others get theirs:
+    /// messages taken, and time spent running calls.
+    var messagesPerTurn = 256
+    var sliceMicroseconds: Int64 = 2_000
+
+    init() {}
+
+    init(_ server: HeraldConfig.Server) {
+        maxConnectionsPerUID = server.maxConnectionsPerUID
+        maxBatch = server.maxBatch
+        maxReplyBytes = server.maxReplyBytes
+        requestTimeoutMs = server.requestTimeoutMs
+    }
 }
 
 /// Counters the server keeps for `system.stats` (loop thread only).
 struct ServerCounters {
     var accepted = 0
+    /// Connections refused at accept (the global or the per-uid cap).
     var refused = 0
     var requests = 0
     var errors = 0
+    /// Connections closed because a message was not complete within `request_timeout_ms`.
+    var timedOut = 0
+    /// Answers replaced by `overloaded` (the reply budget) and batches refused as too large.
+    var overloaded = 0
 }
 
 /// JSON-RPC 2.0 over a Unix stream socket, on the event loop. Each
-/// connection is read, framed and decoded on the loop; requests go to the
-/// handler and their responses come back in any order. All mutable state
-/// is touched on the loop thread only.
+/// connection is read and framed on the loop; small messages are decoded
+/// there, large ones on a worker queue. Calls go to the handler in order, a
+/// bounded slice per loop turn, and their responses come back in any order.
+/// All mutable state is touched on the loop thread only.
 final class RPCServer: @unchecked Sendable {
     private let loop: EventLoop
     private let listener: Listener
@@ -54,12 +92,28 @@ final class RPCServer: @unchecked Sendable {
     private let log: Logger
     let limits: ServerLimits
     private var connections: [UInt64: Connection] = [:]
+    private var perUID: [UInt32: Int] = [:]
     private var dirty: [UInt64] = []
-    /// Connections with complete messages still buffered, served next turn.
+    /// Connections with work left (calls or complete messages), served next turn.
     private var backlog: [UInt64] = []
     private var nextID: UInt64 = 1
     private(set) var counters = ServerCounters()
     private var accepting = true
+    /// One read buffer for every connection (loop thread only).
+    private let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
+    /// Large messages are parsed here, one at a time, so that at most one big
+    /// parse tree exists at once.
+    private let parseWorker = ParseWorker()
+    /// Set when a large buffer was released: the next sweep gives free memory back.
+    private var trimWanted = false
+    /// Answer bytes written since the last trim (they were freed as they went).
+    private var writtenSinceTrim = 0
+    /// Time spent reading and framing in this loop turn, in microseconds.
+    private var readTimeThisTurn: Int64 = 0
+    /// Bytes the connections' framers hold (see `maxBufferedBytes`).
+    private var bufferedTotal = 0
+    /// Connections not read because `bufferedTotal` is past `maxBufferedBytes`.
+    private var starved: [UInt64] = []
 
     init(loop: EventLoop, listener: Listener, handler: any RequestHandler, log: Logger, limits: ServerLimits = ServerLimits()) {
         self.loop = loop
@@ -67,21 +121,30 @@ final class RPCServer: @unchecked Sendable {
         self.handler = handler
         self.log = log
         self.limits = limits
+        // Big buffers (messages, answers, parse trees' arrays) are mapped on
+        // their own and unmapped when freed: glibc's default raises this
+        // threshold after each big free, and the next big buffers then come
+        // from the heap, where a hostile client's peak stays resident.
+        hs_malloc_large_buffers_mapped(256 * 1024)
     }
+
+    deinit { readBuffer.deallocate() }
 
     var openConnections: Int { connections.count }
 
     /// True when every request is answered and every answer written out.
     var isQuiescent: Bool {
-        connections.values.allSatisfy { $0.pending == 0 && $0.output.count == $0.outputOffset }
+        connections.values.allSatisfy { $0.pending == 0 && $0.outputBytes == 0 && $0.idleOfWork }
     }
 
     /// Registers the listener and the idle sweep (call on the loop thread or before `run`).
     func start() throws(SystemError) {
         try loop.add(listener.fd, events: UInt32(EPOLLIN.rawValue)) { [self] _ in acceptAll() }
-        loop.every(milliseconds: 1000) { [self] in sweep() }
+        loop.every(milliseconds: 250) { [self] in sweep() }
         loop.afterIteration = { [self] in
             serveBacklog()
+            serveStarved()
+            readTimeThisTurn = 0
             flushDirty()
         }
         loop.hasDeferredWork = { [self] in !backlog.isEmpty }
@@ -114,13 +177,7 @@ final class RPCServer: @unchecked Sendable {
                 return
             }
             if connections.count >= limits.maxConnections {
-                counters.refused += 1
-                let error = RPCError.application(
-                    code: 1007, reason: "overloaded", message: "too many connections",
-                    extra: [("retry_after_ms", .int(1000))])
-                let bytes = RPCResponse.frame(RPCResponse.failure(id: nil, error: error))
-                _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-                Glibc.close(fd)
+                refuse(fd, "too many connections")
                 continue
             }
             var uid: UInt32 = 0, gid: UInt32 = 0, pid: Int32 = 0
@@ -128,9 +185,16 @@ final class RPCServer: @unchecked Sendable {
                 Glibc.close(fd)
                 continue
             }
+            if perUID[uid, default: 0] >= limits.maxConnectionsPerUID {
+                log.debug("connection_refused", ["uid": String(uid), "reason": "max_connections_per_uid"])
+                refuse(fd, "too many connections for this uid (\(limits.maxConnectionsPerUID))")
+                continue
+            }
+            var context = CallContext(uid: uid, gid: gid, pid: pid)
+            context.groups = Self.peerGroups(fd)
             let conn = Connection(
-                id: nextID, fd: fd, context: CallContext(uid: uid, gid: gid, pid: pid),
-                maxMessageBytes: limits.maxMessageBytes)
+                id: nextID, fd: fd, context: context, maxMessageBytes: limits.maxMessageBytes,
+                maxReplyBytes: limits.maxReplyBytes)
             nextID += 1
             do {
                 try loop.add(fd, events: conn.events) { [self] events in handleEvents(conn, events) }
@@ -139,9 +203,32 @@ final class RPCServer: @unchecked Sendable {
                 continue
             }
             connections[conn.id] = conn
+            perUID[uid, default: 0] += 1
             counters.accepted += 1
             log.debug("connection_open", ["conn": String(conn.id), "uid": String(uid), "pid": String(pid)])
         }
+    }
+
+    /// 1007 `overloaded` on a connection that is not taken, then close.
+    private func refuse(_ fd: Int32, _ message: String) {
+        counters.refused += 1
+        let error = RPCError.application(
+            code: 1007, reason: "overloaded", message: message, extra: [("retry_after_ms", .int(1000))])
+        let bytes = RPCResponse.frame(RPCResponse.failure(id: nil, error: error))
+        _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        Glibc.close(fd)
+    }
+
+    /// The peer's supplementary groups (SO_PEERGROUPS); empty when the kernel cannot tell.
+    static func peerGroups(_ fd: Int32) -> [UInt32] {
+        var groups = [UInt32](repeating: 0, count: 64)
+        var n = groups.withUnsafeMutableBufferPointer { hs_peer_groups(fd, $0.baseAddress, Int32($0.count)) }
+        if n > Int32(groups.count) {
+            groups = [UInt32](repeating: 0, count: Int(n))
+            n = groups.withUnsafeMutableBufferPointer { hs_peer_groups(fd, $0.baseAddress, Int32($0.count)) }
+        }
+        guard n > 0, n <= Int32(groups.count) else { return [] }
+        return Array(groups[0..<Int(n)])
     }
 
     // MARK: Connection events
@@ -164,23 +251,68 @@ final class RPCServer: @unchecked Sendable {
         if events & UInt32(EPOLLHUP.rawValue) != 0 { close(conn) }
     }
 
+    /// True when the connection may take more bytes from its socket: nothing
+    /// buffered or decoded is still waiting for its turn.
+    private func mayRead(_ conn: Connection) -> Bool {
+        guard !conn.readClosed && !conn.closing && !conn.readPaused && !conn.backlogged && conn.idleOfWork,
+            !conn.starved
+        else { return false }
+        if bufferedTotal >= limits.maxBufferedBytes && conn.framer.bufferedByteCount > 0 {
+            // Too much is buffered in unfinished messages: this one waits.
+            conn.starved = true
+            starved.append(conn.id)
+            updateInterest(conn)
+            return false
+        }
+        return true
+    }
+
+    /// Keeps `bufferedTotal` up to date after the connection's framer changed.
+    private func account(_ conn: Connection) {
+        let now = conn.framer.storedByteCount
+        bufferedTotal += now - conn.accountedBytes
+        conn.accountedBytes = now
+    }
+
+    /// Reads again the connections that waited for buffer room, once there is some.
+    private func serveStarved() {
+        guard !starved.isEmpty, bufferedTotal < limits.maxBufferedBytes / 4 * 3 else { return }
+        let ids = starved
+        starved.removeAll()
+        for id in ids {
+            guard let conn = connections[id] else { continue }
+            conn.starved = false
+            updateInterest(conn)
+            if mayRead(conn) { readAvailable(conn) }
+        }
+    }
+
     private func readAvailable(_ conn: Connection) {
-        var chunk = [UInt8](repeating: 0, count: 65536)
+        // Many clients in the middle of big messages could fill a turn with
+        // reading and framing: past a few milliseconds a turn, those wait for
+        // the next one (their sockets stay readable), while a client with no
+        // message under way is still read, so that small calls are answered.
+        if readTimeThisTurn > limits.sliceMicroseconds * 2 && conn.framer.bufferedByteCount > 0 { return }
+        let started = monotonicMicroseconds()
+        defer { readTimeThisTurn += monotonicMicroseconds() - started }
         // A bounded number of reads per wakeup keeps one busy client from starving others.
         for _ in 0..<4 {
-            guard !conn.readClosed, !conn.closing, !conn.readPaused, !conn.backlogged else { break }
-            let n = chunk.withUnsafeMutableBytes { recv(conn.fd, $0.baseAddress, $0.count, 0) }
+            guard mayRead(conn) else { break }
+            let n = recv(conn.fd, readBuffer.baseAddress, readBuffer.count, 0)
             if n > 0 {
-                conn.lastActivity = monotonicMilliseconds()
-                chunk.withUnsafeBytes { conn.framer.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+                conn.framer.append(UnsafeRawBufferPointer(rebasing: readBuffer[0..<n]))
+                account(conn)
                 processFrames(conn)
-                if n < chunk.count { break }
+                if n < readBuffer.count { break }
+                // A message under way waits for the next turn once this one has had its share.
+                if conn.framer.bufferedByteCount > 0 && monotonicMicroseconds() - started > limits.sliceMicroseconds {
+                    break
+                }
             } else if n == 0 {
                 conn.readClosed = true
-                while !conn.closing, connections[conn.id] != nil, let frame = conn.framer.finish() {
-                    process(frame, conn)
-                }
+                conn.partialSince = nil
                 updateInterest(conn)
+                processFrames(conn)
                 break
             } else {
                 if errno == EINTR { continue }
@@ -192,24 +324,52 @@ final class RPCServer: @unchecked Sendable {
         maybeClose(conn)
     }
 
+    /// Runs the connection's decoded calls and takes its buffered messages,
+    /// within one slice; what is left waits in the backlog for the next turn.
     private func processFrames(_ conn: Connection) {
+        defer { if connections[conn.id] != nil { account(conn) } }
+        let deadline = monotonicMicroseconds() + limits.sliceMicroseconds
         var taken = 0
-        while !conn.closing, connections[conn.id] != nil {
-            if taken == limits.messagesPerTurn {
-                // More may be buffered: continue next turn, after other clients.
-                if !conn.backlogged {
-                    conn.backlogged = true
-                    backlog.append(conn.id)
+        while !conn.closing, !conn.readPaused, connections[conn.id] != nil {
+            if conn.hasQueuedCalls {
+                runQueued(conn, until: deadline)
+                if conn.hasQueuedCalls {
+                    // Paused: answers in flight resume it; else the slice ended.
+                    if !conn.readPaused { postpone(conn) }
+                    return
                 }
-                return
             }
-            guard let frame = conn.framer.next() else { return }
-            taken += 1
-            process(frame, conn)
+            if conn.parsing { return }
             if conn.shouldPause(limits) {
                 pauseReading(conn)
                 return
             }
+            if taken == limits.messagesPerTurn || monotonicMicroseconds() > deadline {
+                // More may be buffered: continue next turn, after other clients.
+                if conn.framer.bufferedByteCount > 0 { postpone(conn) }
+                return
+            }
+            let frame = conn.readClosed ? conn.framer.finish() : conn.framer.next()
+            guard let frame else {
+                if conn.framer.bufferedByteCount == 0 {
+                    conn.partialSince = nil
+                    if conn.framer.releaseStorage() { trimWanted = true }
+                } else if conn.partialSince == nil && !conn.readClosed {
+                    conn.partialSince = monotonicMilliseconds()
+                }
+                return
+            }
+            taken += 1
+            conn.partialSince = nil
+            conn.lastActivity = monotonicMilliseconds()
+            process(frame, conn)
+        }
+    }
+
+    private func postpone(_ conn: Connection) {
+        if !conn.backlogged {
+            conn.backlogged = true
+            backlog.append(conn.id)
         }
     }
 
@@ -222,7 +382,7 @@ final class RPCServer: @unchecked Sendable {
             conn.backlogged = false
             guard !conn.readPaused else { continue }
             processFrames(conn)
-            if !conn.backlogged && !conn.readPaused { readAvailable(conn) }
+            if mayRead(conn) { readAvailable(conn) } else { maybeClose(conn) }
         }
     }
 
@@ -235,16 +395,82 @@ final class RPCServer: @unchecked Sendable {
             conn.closing = true
             updateInterest(conn)
         case .message(let bytes):
-            switch RPCMessage.decode(bytes) {
-            case .single(let call):
-                run(call, conn, batch: nil)
-            case .batch(let calls):
-                var batch: Int? = nil
-                let expected = RPCMessage.batch(calls).expectedResponseCount
-                if expected > 0 {
-                    batch = conn.startBatch(expecting: expected)
+            let maxBatch = limits.maxBatch
+            let maxValues = limits.maxValuesPerMessage
+            guard bytes.count >= limits.offLoopMessageBytes else {
+                accept(Self.decode(bytes, maxBatch: maxBatch, maxValues: maxValues), conn, large: false)
+                return
+            }
+            // Parsed on the worker; the connection takes nothing more until it is back.
+            conn.parsing = true
+            updateInterest(conn)
+            trimWanted = true
+            let connID = conn.id
+            parseWorker.submit { [self] in
+                let message = Self.decode(bytes, maxBatch: maxBatch, maxValues: maxValues)
+                loop.execute { [self] in
+                    guard let conn = connections[connID] else { return }
+                    conn.parsing = false
+                    updateInterest(conn)
+                    accept(message, conn, large: true)
+                    processFrames(conn)
+                    if mayRead(conn) { readAvailable(conn) } else { maybeClose(conn) }
                 }
-                for call in calls { run(call, conn, batch: batch) }
+            }
+        }
+    }
+
+    /// Decodes one message; a batch of more than `maxBatch` calls is one
+    /// -32600 `batch_too_large`, found without parsing it.
+    static func decode(_ bytes: [UInt8], maxBatch: Int, maxValues: Int) -> RPCMessage {
+        if RPCMessage.batchExceeds(bytes, limit: maxBatch) {
+            return .single(.failure(RPCFailure(id: .null, error: .batchTooLarge(limit: maxBatch))))
+        }
+        return RPCMessage.decode(bytes, maxValues: maxValues)
+    }
+
+    /// Queues a decoded message's calls, in order. `large`: from a message
+    /// parsed off the loop, whose calls are also released off the loop.
+    private func accept(_ message: RPCMessage, _ conn: Connection, large: Bool) {
+        switch message {
+        case .single(let call):
+            if case .failure(let failure) = call, failure.id == .null,
+                failure.error.reason == "batch_too_large" || failure.error.reason == "too_many_values"
+            {
+                counters.overloaded += 1
+            }
+            conn.queue.append(QueuedCall(call: call, batch: nil, large: large))
+        case .batch(let calls):
+            var batch: Int? = nil
+            let expected = message.expectedResponseCount
+            if expected > 0 { batch = conn.startBatch(expecting: expected) }
+            for call in calls { conn.queue.append(QueuedCall(call: call, batch: batch, large: large)) }
+        }
+    }
+
+    /// Runs queued calls until the slice ends (at least one).
+    private func runQueued(_ conn: Connection, until deadline: Int64) {
+        var first = true
+        while conn.hasQueuedCalls, !conn.closing, connections[conn.id] != nil {
+            if !first && monotonicMicroseconds() > deadline { return }
+            if conn.pending >= conn.pendingWindow(limits) {
+                pauseReading(conn)
+                return
+            }
+            first = false
+            guard let call = conn.queue[conn.queueHead].call else { break }
+            let batch = conn.queue[conn.queueHead].batch
+            let large = conn.queue[conn.queueHead].large
+            conn.queue[conn.queueHead].call = nil
+            conn.queueHead += 1
+            if conn.queueHead == conn.queue.count {
+                conn.queue.removeAll(keepingCapacity: conn.queue.count <= 1024)
+                conn.queueHead = 0
+            }
+            run(call, conn, batch: batch)
+            if large {
+                // A big tree costs time to free: the worker frees it (unless the handler still holds it).
+                parseWorker.submit { withExtendedLifetime(call) {} }
             }
         }
     }
@@ -254,59 +480,133 @@ final class RPCServer: @unchecked Sendable {
         switch call {
         case .failure(let failure):
             counters.errors += 1
-            if let response = failure.response { emit(conn, response, batch: batch) }
+            if let id = failure.id { emit(conn, Self.serialize(RPCResponse.failure(id: id, error: failure.error)), batch: batch) }
         case .success(let request):
+            if let id = request.id, conn.owed >= limits.maxReplyBytes {
+                // Nothing more fits: refused without running it.
+                counters.errors += 1
+                counters.overloaded += 1
+                emit(conn, Self.serialize(RPCResponse.failure(id: id, error: overloaded())), batch: batch)
+                return
+            }
             conn.pending += 1
             let connID = conn.id
             let id = request.id
+            let budget = conn.budget
+            let overloadedError = overloaded()
             handler.handle(request, context: conn.context) { [self] result in
+                // Serialised on the thread that answers (for the store, not the loop),
+                // and held only if it fits the connection's budget: an answer that
+                // does not is dropped here, before it reaches the loop.
+                var outcome = Outcome.answered
+                var bytes: [UInt8]? = nil
+                if let id {
+                    switch result {
+                    case .success(let value):
+                        let answer = Self.serialize(RPCResponse.success(id: id, result: value))
+                        if budget.reserve(answer.count) {
+                            bytes = answer
+                        } else {
+                            outcome = .overloaded
+                            let refusal = Self.serialize(RPCResponse.failure(id: id, error: overloadedError))
+                            budget.force(refusal.count)
+                            bytes = refusal
+                        }
+                    case .failure(let error):
+                        let answer = Self.serialize(RPCResponse.failure(id: id, error: error))
+                        budget.force(answer.count)
+                        bytes = answer
+                    }
+                }
+                if case .failure = result { outcome = .failed }
+                let done = outcome
+                let answer = bytes
                 if loop.inLoop {
-                    complete(connID, id: id, batch: batch, result)
+                    complete(connID, batch: batch, outcome: done, answer)
                 } else {
-                    loop.execute { self.complete(connID, id: id, batch: batch, result) }
+                    loop.execute { self.complete(connID, batch: batch, outcome: done, answer) }
                 }
             }
         }
     }
 
-    private func complete(_ connID: UInt64, id: RPCID?, batch: Int?, _ result: Result<JSON, RPCError>) {
+    static func serialize(_ response: JSON) -> [UInt8] { response.serialized() }
+
+    private func overloaded() -> RPCError {
+        .application(
+            code: 1007, reason: "overloaded",
+            message: "answers owed to this connection passed max_reply_bytes (\(limits.maxReplyBytes)); read them first",
+            extra: [("retry_after_ms", .int(100))])
+    }
+
+    enum Outcome: Sendable {
+        case answered, failed, overloaded
+    }
+
+    /// A call's answer, already counted in the connection's budget.
+    private func complete(_ connID: UInt64, batch: Int?, outcome: Outcome, _ bytes: [UInt8]?) {
         guard let conn = connections[connID] else { return }
         conn.pending -= 1
-        if case .failure = result { counters.errors += 1 }
-        if let id {
-            switch result {
-            case .success(let value): emit(conn, RPCResponse.success(id: id, result: value), batch: batch)
-            case .failure(let error): emit(conn, RPCResponse.failure(id: id, error: error), batch: batch)
-            }
+        switch outcome {
+        case .answered: break
+        case .failed: counters.errors += 1
+        case .overloaded:
+            counters.errors += 1
+            counters.overloaded += 1
         }
-        if conn.readPaused && !conn.shouldResume(limits) { return }
-        if conn.readPaused { resumeReading(conn) }
+        if let bytes {
+            conn.recordAnswer(bytes.count)
+            emit(conn, bytes, batch: batch, reserved: true)
+        }
+        if conn.readPaused && !conn.shouldResume(limits) {
+            if conn.shouldPause(limits) { return }
+        }
+        if conn.readPaused && conn.shouldResume(limits) { resumeReading(conn) }
         maybeClose(conn)
     }
 
-    private func emit(_ conn: Connection, _ response: JSON, batch: Int?) {
-        if let batch {
-            if let bytes = conn.batches[batch]?.add(response) {
-                conn.batches[batch] = nil
-                enqueue(conn, bytes)
-            }
-        } else {
-            enqueue(conn, RPCResponse.frame(response))
+    /// One serialised response (no newline): alone, or into its batch.
+    /// `reserved`: its bytes are already counted in the connection's budget.
+    private func emit(_ conn: Connection, _ bytes: [UInt8], batch: Int?, reserved: Bool = false) {
+        guard let batch else {
+            enqueue(conn, bytes, reserved: reserved)
+            enqueue(conn, [10])
+            return
         }
+        guard let collector = conn.batches[batch] else {
+            if reserved { conn.budget.release(bytes.count) }
+            return
+        }
+        if !reserved { conn.budget.force(bytes.count) }
+        conn.budget.force(1)  // its "[" or ","
+        collector.pieces.append(bytes)
+        collector.bytes += bytes.count + 1
+        conn.batchBytes += bytes.count + 1
+        collector.remaining -= 1
+        guard collector.remaining == 0 else { return }
+        conn.batches[batch] = nil
+        conn.batchBytes -= collector.bytes
+        enqueue(conn, [UInt8(ascii: "[")], reserved: true)
+        for (i, piece) in collector.pieces.enumerated() {
+            if i > 0 { enqueue(conn, [UInt8(ascii: ",")], reserved: true) }
+            enqueue(conn, piece, reserved: true)
+        }
+        enqueue(conn, [UInt8(ascii: "]"), 10])
     }
 
     // MARK: Writing
 
-    private func enqueue(_ conn: Connection, _ bytes: [UInt8]) {
-        if conn.output.isEmpty { conn.lastWriteProgress = monotonicMilliseconds() }
-        conn.output.append(contentsOf: bytes)
+    private func enqueue(_ conn: Connection, _ bytes: [UInt8], reserved: Bool = false) {
+        if !reserved { conn.budget.force(bytes.count) }
+        if conn.outputBytes == 0 { conn.lastWriteProgress = monotonicMilliseconds() }
+        conn.appendOutput(bytes)
         if !conn.dirty && !conn.waitingForWritable {
             conn.dirty = true
             dirty.append(conn.id)
         }
     }
 
-    /// Writes what each connection has queued: one send per connection per
+    /// Writes what each connection has queued: one pass per connection per
     /// loop iteration, however many responses it gathered.
     private func flushDirty() {
         guard !dirty.isEmpty else { return }
@@ -320,13 +620,22 @@ final class RPCServer: @unchecked Sendable {
     }
 
     private func flush(_ conn: Connection) {
-        while conn.outputOffset < conn.output.count {
-            let n = conn.output.withUnsafeBytes {
-                send(conn.fd, $0.baseAddress! + conn.outputOffset, $0.count - conn.outputOffset, Int32(MSG_NOSIGNAL))
+        while let head = conn.output.first {
+            let offset = conn.outputOffset
+            let n = head.withUnsafeBytes {
+                send(conn.fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL))
             }
             if n > 0 {
                 conn.outputOffset += n
+                conn.outputBytes -= n
+                conn.budget.release(n)
+                writtenSinceTrim += n
                 conn.lastWriteProgress = monotonicMilliseconds()
+                if conn.outputOffset == head.count {
+                    if head.count >= 1 << 20 { trimWanted = true }
+                    conn.output.removeFirst()
+                    conn.outputOffset = 0
+                }
             } else if n < 0 && errno == EINTR {
                 continue
             } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -336,12 +645,9 @@ final class RPCServer: @unchecked Sendable {
                 return
             }
         }
-        if conn.outputOffset == conn.output.count {
-            conn.output.removeAll(keepingCapacity: conn.output.count < 65536)
-            conn.outputOffset = 0
-        } else if conn.outputOffset > 1 << 20 {
-            conn.output.removeFirst(conn.outputOffset)
-            conn.outputOffset = 0
+        if conn.output.isEmpty && conn.outputPeak >= 1 << 20 {
+            conn.outputPeak = 0
+            trimWanted = true
         }
         let waiting = !conn.output.isEmpty
         if waiting != conn.waitingForWritable {
@@ -355,16 +661,19 @@ final class RPCServer: @unchecked Sendable {
     // MARK: Flow control and closing
 
     private func pauseReading(_ conn: Connection) {
+        guard !conn.readPaused else { return }
         conn.readPaused = true
         updateInterest(conn)
     }
 
     private func resumeReading(_ conn: Connection) {
         conn.readPaused = false
+        // The time waited for our own output does not count against the client.
+        if conn.partialSince != nil { conn.partialSince = monotonicMilliseconds() }
         updateInterest(conn)
         // Frames already buffered are processed now; the socket may have more.
         processFrames(conn)
-        if !conn.readPaused { readAvailable(conn) }
+        if mayRead(conn) { readAvailable(conn) }
     }
 
     private func updateInterest(_ conn: Connection) {
@@ -374,7 +683,7 @@ final class RPCServer: @unchecked Sendable {
 
     private func maybeClose(_ conn: Connection) {
         guard connections[conn.id] != nil else { return }
-        let done = conn.pending == 0 && conn.output.isEmpty && conn.framer.bufferedByteCount == 0
+        let done = conn.pending == 0 && conn.output.isEmpty && conn.idleOfWork && conn.framer.bufferedByteCount == 0
         if conn.closing && conn.output.isEmpty {
             close(conn)
         } else if conn.readClosed && done {
@@ -384,23 +693,96 @@ final class RPCServer: @unchecked Sendable {
 
     private func close(_ conn: Connection) {
         guard connections.removeValue(forKey: conn.id) != nil else { return }
+        bufferedTotal -= conn.accountedBytes
+        conn.accountedBytes = 0
+        if let n = perUID[conn.context.uid] { perUID[conn.context.uid] = n > 1 ? n - 1 : nil }
         loop.remove(conn.fd)
         Glibc.close(conn.fd)
+        if conn.outputBytes + conn.batchBytes + conn.framer.storedByteCount >= 1 << 20 || conn.outputPeak >= 1 << 20 {
+            trimWanted = true
+        }
         log.debug("connection_closed", ["conn": String(conn.id)])
     }
 
     private func sweep() {
         let now = monotonicMilliseconds()
         for conn in Array(connections.values) {
-            if !conn.output.isEmpty && now - conn.lastWriteProgress > limits.stalledWriteTimeoutMs {
-                log.info("connection_stalled", ["conn": String(conn.id), "unsent_bytes": String(conn.output.count - conn.outputOffset)])
+            if conn.outputBytes > 0 && now - conn.lastWriteProgress > limits.stalledWriteTimeoutMs {
+                log.info("connection_stalled", ["conn": String(conn.id), "unsent_bytes": String(conn.outputBytes)])
                 close(conn)
-            } else if conn.pending == 0 && conn.output.isEmpty && now - conn.lastActivity > limits.idleTimeoutMs {
+            } else if let since = conn.partialSince, !conn.closing, !conn.readPaused, !conn.backlogged,
+                conn.idleOfWork, now - since > limits.requestTimeoutMs
+            {
+                // A message begun and not finished in time: say why, then close.
+                counters.timedOut += 1
+                counters.errors += 1
+                log.info("request_timeout", ["conn": String(conn.id), "uid": String(conn.context.uid)])
+                let error = RPCError(
+                    code: RPCError.Code.invalidRequest, message: "Invalid Request",
+                    data: ["reason": "request_timeout", "limit_ms": .int(limits.requestTimeoutMs)])
+                enqueue(conn, RPCResponse.frame(RPCResponse.failure(id: .null, error: error)))
+                conn.closing = true
+                conn.partialSince = nil
+                updateInterest(conn)
+                flush(conn)
+            } else if conn.pending == 0 && conn.output.isEmpty && conn.idleOfWork && conn.partialSince == nil
+                && now - conn.lastActivity > limits.idleTimeoutMs
+            {
                 log.debug("connection_idle", ["conn": String(conn.id)])
                 close(conn)
             }
         }
+        if trimWanted || writtenSinceTrim >= 8 << 20 {
+            // Large buffers freed: hand the free pages back to the system, off the loop.
+            trimWanted = false
+            writtenSinceTrim = 0
+            DispatchQueue.global(qos: .utility).async { _ = hs_malloc_trim() }
+        }
     }
+}
+
+/// The bytes of answers one connection is owed, shared by the threads that
+/// make answers (which reserve room for them) and the loop (which releases
+/// it as they are written).
+final class ReplyBudget: @unchecked Sendable {
+    let limit: Int
+    private let lock = NSLock()
+    private var held = 0  // guarded by lock
+
+    init(limit: Int) { self.limit = limit }
+
+    var value: Int { lock.withLock { held } }
+
+    /// Counts `n` bytes if they fit under the limit.
+    func reserve(_ n: Int) -> Bool {
+        lock.withLock {
+            guard held + n <= limit else { return false }
+            held += n
+            return true
+        }
+    }
+
+    /// Counts `n` bytes whether or not they fit (errors, separators).
+    func force(_ n: Int) { lock.withLock { held += n } }
+
+    func release(_ n: Int) { lock.withLock { held -= n } }
+}
+
+/// A decoded call waiting for its turn (nil once taken).
+struct QueuedCall {
+    var call: RPCCall?
+    let batch: Int?
+    let large: Bool
+}
+
+/// The answers of one batch, gathered until the last one (loop thread only).
+final class BatchAnswers {
+    var remaining: Int
+    var pieces: [[UInt8]] = []
+    /// Bytes gathered, separators included.
+    var bytes = 0
+
+    init(expecting count: Int) { remaining = count }
 }
 
 /// One client connection's state (loop thread only).
@@ -409,23 +791,44 @@ final class Connection {
     let fd: Int32
     let context: CallContext
     var framer: JSONFramer
-    var output: [UInt8] = []
+    /// Unsent output, in pieces (small answers share one piece of up to 64 KiB).
+    var output: [[UInt8]] = []
+    /// Bytes of `output.first` already sent.
     var outputOffset = 0
+    /// Unsent bytes in `output`.
+    var outputBytes = 0
+    /// The most output held since it was last empty.
+    var outputPeak = 0
     var pending = 0
-    var batches: [Int: BatchCollector] = [:]
+    var batches: [Int: BatchAnswers] = [:]
+    /// Bytes gathered for batches not yet complete.
+    var batchBytes = 0
     private var nextBatch = 0
+    /// Decoded calls not yet run, with their batch.
+    var queue: [QueuedCall] = []
+    var queueHead = 0
+    /// A large message is being parsed off the loop.
+    var parsing = false
+    /// Not read while the server holds too much of unfinished messages.
+    var starved = false
+    /// Framer bytes counted in the server's total.
+    var accountedBytes = 0
     var readClosed = false
-    /// Set after an oversized message: flush the error, then close.
+    /// Set after an oversized message or a timeout: flush the error, then close.
     var closing = false
     var readPaused = false
-    /// Complete messages are buffered beyond this turn's share.
+    /// Work is left for the next turn.
     var backlogged = false
     var waitingForWritable = false
     var dirty = false
+    /// When the last complete message arrived (or the connection opened).
     var lastActivity = monotonicMilliseconds()
+    /// When the first byte of the message not yet complete was read.
+    var partialSince: Int64?
     var lastWriteProgress = monotonicMilliseconds()
 
-    init(id: UInt64, fd: Int32, context: CallContext, maxMessageBytes: Int) {
+    init(id: UInt64, fd: Int32, context: CallContext, maxMessageBytes: Int, maxReplyBytes: Int) {
+        budget = ReplyBudget(limit: maxReplyBytes)
         self.id = id
         self.fd = fd
         self.context = context
@@ -434,22 +837,99 @@ final class Connection {
 
     var events: UInt32 {
         var e: UInt32 = 0
-        if !readClosed && !closing && !readPaused { e |= UInt32(EPOLLIN.rawValue) | UInt32(EPOLLRDHUP.rawValue) }
+        // Not while a message is parsed off the loop: the socket would wake the loop for nothing.
+        if !readClosed && !closing && !readPaused && !parsing && !starved {
+            e |= UInt32(EPOLLIN.rawValue) | UInt32(EPOLLRDHUP.rawValue)
+        }
         if waitingForWritable { e |= UInt32(EPOLLOUT.rawValue) }
         return e
     }
 
+    var hasQueuedCalls: Bool { queueHead < queue.count }
+
+    /// No decoded call waits and no message is being parsed.
+    var idleOfWork: Bool { !hasQueuedCalls && !parsing }
+
+    /// The bytes of answers this connection is owed and Herald holds: unsent,
+    /// gathered for a batch, or made on another thread and on their way.
+    var owed: Int { budget.value }
+    let budget: ReplyBudget
+
+    func appendOutput(_ bytes: [UInt8]) {
+        outputBytes += bytes.count
+        outputPeak = max(outputPeak, outputBytes)
+        // Small answers are gathered into one piece, so one send carries many.
+        if bytes.count < 4096, !output.isEmpty, output[output.count - 1].count + bytes.count <= 65536 {
+            output[output.count - 1].append(contentsOf: bytes)
+        } else {
+            output.append(bytes)
+        }
+    }
+
     func startBatch(expecting count: Int) -> Int {
         nextBatch += 1
-        batches[nextBatch] = BatchCollector(expecting: count)
+        batches[nextBatch] = BatchAnswers(expecting: count)
         return nextBatch
     }
 
+    /// A running estimate of this connection's answer size (0 before the first).
+    var answerBytesEstimate = 0
+
+    func recordAnswer(_ bytes: Int) {
+        answerBytesEstimate = answerBytesEstimate == 0 ? bytes : (answerBytesEstimate * 7 + bytes) / 8
+    }
+
+    /// Calls in flight at once: as many as half the reply budget holds at the
+    /// estimated answer size (16 until an answer is seen), at most
+    /// `maxPendingPerConnection`. The answers of calls in flight are made,
+    /// and held by the store until its commit, before the budget can refuse
+    /// them: the window bounds what they cost together.
+    func pendingWindow(_ limits: ServerLimits) -> Int {
+        guard answerBytesEstimate > 0 else { return 16 }
+        return min(limits.maxPendingPerConnection, max(16, limits.maxReplyBytes / 2 / answerBytesEstimate))
+    }
+
     func shouldPause(_ limits: ServerLimits) -> Bool {
-        pending >= limits.maxPendingPerConnection || output.count - outputOffset >= limits.maxOutputBytes
+        pending >= pendingWindow(limits) || owed >= limits.maxReplyBytes / 2
     }
 
     func shouldResume(_ limits: ServerLimits) -> Bool {
-        pending < limits.maxPendingPerConnection / 2 && output.count - outputOffset < limits.maxOutputBytes / 2
+        pending < pendingWindow(limits) / 2 && owed < limits.maxReplyBytes / 4
+    }
+}
+
+
+/// One thread, below the loop's priority, that parses large messages in the
+/// order they are submitted: a client's 4 MiB message takes CPU from the
+/// loop only when the loop has nothing to do.
+final class ParseWorker: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var jobs: [@Sendable () -> Void] = []  // guarded by condition
+    private var started = false  // guarded by condition
+
+    func submit(_ job: @escaping @Sendable () -> Void) {
+        condition.lock()
+        jobs.append(job)
+        if !started {
+            started = true
+            let thread = Thread { [self] in run() }
+            thread.name = "herald-parse"
+            thread.start()
+        }
+        condition.signal()
+        condition.unlock()
+    }
+
+    private func run() {
+        _ = hs_set_thread_name("herald-parse")
+        // Nice 10 for this thread only (Linux: a thread id names one thread).
+        _ = hs_set_thread_nice(10)
+        while true {
+            condition.lock()
+            while jobs.isEmpty { condition.wait() }
+            let job = jobs.removeFirst()
+            condition.unlock()
+            job()
+        }
     }
 }

@@ -117,7 +117,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         "system.metrics": { s, p, c, r throws(RPCError) in
             _ = try s.app(&p, c)
             try p.finish()
-            s.metrics { result in
+            s.metrics(only: s.visibleApps(c)) { result in
                 r(result.map { ["content_type": .string(PrometheusText.contentType), "text": .string($0)] })
             }
         },
@@ -154,7 +154,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     /// The named app, checked to exist and to admit the peer.
     private func runtime(named name: String, _ context: CallContext) throws(RPCError) -> AppRuntime {
         guard let runtime = apps[name] else { throw AppError.unknownApp(name) }
-        guard runtime.config.allows(uid: context.uid, gid: context.gid) else { throw AppError.forbidden(name) }
+        guard runtime.config.allows(uid: context.uid, gid: context.gid, groups: context.groups) else { throw AppError.forbidden(name) }
         return runtime
     }
 
@@ -421,7 +421,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         var transports = JSONObject()
         var anyDegraded = false
         for name in apps.keys.sorted()
-        where (only == nil || only == name) && apps[name]!.config.allows(uid: context.uid, gid: context.gid) {
+        where (only == nil || only == name) && apps[name]!.config.allows(uid: context.uid, gid: context.gid, groups: context.groups) {
             let runtime = apps[name]!
             var states = JSONObject()
             for (transport, platforms) in [("apns", [Platform.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web])] {
@@ -435,15 +435,22 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         return ["status": .string(status), "store": .string(storeHealth), "transports": .object(transports)]
     }
 
+    /// The apps this peer may call, or nil when it may call every app (it sees all figures then).
+    func visibleApps(_ context: CallContext) -> Set<String>? {
+        let allowed = apps.filter { $0.value.config.allows(uid: context.uid, gid: context.gid, groups: context.groups) }
+        return allowed.count == apps.count ? nil : Set(allowed.keys)
+    }
+
     private func stats(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
         _ = try app(&p, context)
         try p.finish()
+        let only = visibleApps(context)
         let server = serverStats()
         let uptime = (monotonicMilliseconds() - startedAt) / 1000
         let rateLimited = self.rateLimited
         let scheduler = delivery?.scheduler.stats
         let apns = delivery?.providers.apns?.stats
-        storeFigures(for: "stats", failure: { reply(.failure($0)) }) { depth, counts in
+        storeFigures(for: "stats", only: only, failure: { reply(.failure($0)) }) { depth, counts in
             var devices = JSONObject()
             for platform in Platform.allCases { devices.append(platform.rawValue, .int(counts[platform] ?? 0)) }
             var transports = JSONObject()
@@ -458,6 +465,9 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
                         "stale_refused": .int(c.staleRefused), "breaker_trips": .int(c.breakerTrips),
                     ])
             }
+            // A peer limited to some apps sees figures over those only: the
+            // send counters and provider connections, kept for the daemon as
+            // a whole, are left out for it.
             var result: JSONObject = [
                 "version": .string(Self.version), "uptime_s": .int(uptime),
                 "connections": [
@@ -471,10 +481,15 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
                 "devices": .object(devices),
                 "queue": [
                     "depth": .int(depth.waiting), "in_flight": .int(depth.inFlight),
-                    "stale_held": .int(scheduler?.staleHeld ?? 0),
+                    "stale_held": .int(only == nil ? scheduler?.staleHeld ?? 0 : 0),
                 ],
-                "transports": .object(transports),
             ]
+            if let only {
+                result.append("apps", .array(only.sorted().map { .string($0) }))
+                reply(.success(.object(result)))
+                return
+            }
+            result.append("transports", .object(transports))
             if let apns {
                 result.append(
                     "apns",
@@ -492,18 +507,39 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     /// The queue depth and the device counts per platform, read from the
     /// store one after the other (for `system.stats` and the metrics); a
     /// store failure is logged (naming `what`) and given to `failure` as -32603.
+    /// With `only`, the figures are totals over those apps.
     func storeFigures(
-        for what: String, failure: @escaping @Sendable (RPCError) -> Void,
-        _ body: @escaping @Sendable (QueueDepth, [Platform: Int]) -> Void
+        for what: String, only: Set<String>? = nil, failure: @escaping @Sendable (RPCError) -> Void,
+        _ body: @escaping @Sendable ((waiting: Int, inFlight: Int), [Platform: Int]) -> Void
     ) {
         let store = self.store
         let log = self.log
-        store.queueDepth { depthResult in
-            store.deviceCounts { countsResult in
-                guard case .success(let depth) = depthResult, case .success(let counts) = countsResult else {
-                    log.error("store_failed", ["error": what])
-                    failure(.internalError("store failure"))
-                    return
+        @Sendable func failed() {
+            log.error("store_failed", ["error": what])
+            failure(.internalError("store failure"))
+        }
+        guard let only else {
+            store.queueDepth { depthResult in
+                store.deviceCounts { countsResult in
+                    guard case .success(let depth) = depthResult, case .success(let counts) = countsResult else {
+                        return failed()
+                    }
+                    body((depth.waiting, depth.inFlight), counts)
+                }
+            }
+            return
+        }
+        store.queueDepthByApp { depthResult in
+            store.deviceCountsByApp { countsResult in
+                guard case .success(let depths) = depthResult, case .success(let byApp) = countsResult else {
+                    return failed()
+                }
+                var depth = (waiting: 0, inFlight: 0)
+                var counts: [Platform: Int] = [:]
+                for app in only {
+                    depth.waiting += depths[app]?.waiting ?? 0
+                    depth.inFlight += depths[app]?.inFlight ?? 0
+                    for (platform, n) in byApp[app] ?? [:] { counts[platform, default: 0] += n }
                 }
                 body(depth, counts)
             }

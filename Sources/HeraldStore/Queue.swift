@@ -803,4 +803,19 @@ final class Queue {
         guard try stmt.step() else { return QueueDepth(waiting: 0, inFlight: 0) }
         return QueueDepth(waiting: Int(stmt.int64(0)), inFlight: Int(stmt.int64(1)))
     }
+
+    /// `depth()` per app (apps with nothing waiting or in flight are absent).
+    func depthByApp() throws(StoreError) -> [String: QueueDepth] {
+        let stmt = try db.statement(
+            """
+            SELECT m.app, coalesce(sum(d.state IN ('queued', 'retrying')), 0), coalesce(sum(d.state = 'in_flight'), 0)
+            FROM deliveries d JOIN messages m ON m.message_id = d.message_id
+            WHERE d.state IN ('queued', 'retrying', 'in_flight') GROUP BY m.app
+            """)
+        var out: [String: QueueDepth] = [:]
+        while try stmt.step() {
+            out[stmt.text(0)] = QueueDepth(waiting: Int(stmt.int64(1)), inFlight: Int(stmt.int64(2)))
+        }
+        return out
+    }
 }

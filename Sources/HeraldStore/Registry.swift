@@ -260,6 +260,16 @@ final class Registry {
         return out
     }
 
+    /// Devices per app and platform, for the figures of a peer that may call only some apps.
+    func deviceCountsByApp() throws(StoreError) -> [String: [Platform: Int]] {
+        let stmt = try db.statement("SELECT app, platform, count(*) FROM devices GROUP BY app, platform")
+        var out: [String: [Platform: Int]] = [:]
+        while try stmt.step() {
+            if let p = Platform(rawValue: stmt.text(1)) { out[stmt.text(0), default: [:]][p] = Int(stmt.int64(2)) }
+        }
+        return out
+    }
+
     /// Drops tombstones older than their lifetime.
     func expireTombstones(now: Int64) throws(StoreError) {
         try db.statement("DELETE FROM tombstones WHERE created_at < ?").bind(.int(now - Self.tombstoneLifetimeMs)).run()

@@ -307,6 +307,16 @@ public final class Store: @unchecked Sendable {
         read({ t in try t.registry.deviceCounts() }, completion)
     }
 
+    /// Devices per app and platform.
+    public func deviceCountsByApp(completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void) {
+        submit(durable: false, { t, _ in try t.registry.deviceCountsByApp() }, completion)
+    }
+
+    /// Deliveries waiting and in flight, per app.
+    public func queueDepthByApp(completion: @escaping @Sendable (Result<[String: QueueDepth], any Error>) -> Void) {
+        submit(durable: false, { t, _ in try t.queue.depthByApp() }, completion)
+    }
+
     // MARK: Delivery queue
 
     /// Commits a message and its deliveries (or finds it by idempotency key).

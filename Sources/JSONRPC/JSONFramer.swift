@@ -62,7 +62,7 @@ public struct JSONFramer: Sendable {
     public var bufferedByteCount: Int { buffer.count - start }
 
     /// Bytes held, consumed ones included (for tests of the memory bound).
-    var storedByteCount: Int { buffer.count }
+    public var storedByteCount: Int { buffer.count }
 
     /// Adds bytes read from the stream. Bytes appended after ``finish()`` or after
     /// `.tooLarge` are ignored.
@@ -77,7 +77,20 @@ public struct JSONFramer: Sendable {
     public mutating func append(_ bytes: UnsafeRawBufferPointer) {
         guard !atEnd, mode != .done else { return }
         compact()
-        buffer.append(contentsOf: bytes)
+        // As typed UInt8s: appending a raw buffer goes byte by byte through
+        // generic code in an unoptimised build; a typed one is one copy.
+        bytes.withMemoryRebound(to: UInt8.self) { buffer.append(contentsOf: $0) }
+    }
+
+    /// Frees the buffer's storage when nothing is buffered and it has grown past
+    /// 64 KiB (after a large message); true when it did.
+    @discardableResult
+    public mutating func releaseStorage() -> Bool {
+        guard start == buffer.count, buffer.capacity > 1 << 16 else { return false }
+        buffer = []
+        start = 0
+        scan = 0
+        return true
     }
 
     /// The next complete message, `.tooLarge`, or nil when more bytes are needed.
@@ -146,90 +159,101 @@ public struct JSONFramer: Sendable {
     /// Scans from `scan` towards `limit`; returns the end (exclusive) of the current
     /// message once found.
     private mutating func scanMessage(upTo limit: Int) -> Int? {
-        var position = scan
-        var depth = self.depth
-        var inString = self.inString
-        var escaped = self.escaped
+        var state = ScanState(position: scan, depth: depth, inString: inString, escaped: escaped)
         let mode = self.mode
         let start = self.start
-        let end: Int? = buffer.withUnsafeBufferPointer { bytes in
-            // Advances past the end of the string the scan is in; false when the
-            // bytes run out first (the state is kept for the next call).
-            func skipString() -> Bool {
-                if escaped {
-                    guard position < limit else { return false }
-                    position += 1
-                    escaped = false
-                }
-                while position < limit {
-                    let byte = bytes[position]
-                    position += 1
-                    if byte == UInt8(ascii: "\"") {
-                        return true
-                    } else if byte == UInt8(ascii: "\\") {
-                        guard position < limit else {
-                            escaped = true
-                            return false
-                        }
-                        position += 1
-                    }
-                }
-                return false
-            }
-            switch mode {
-            case .container:
-                if inString {
-                    guard skipString() else { return nil }
-                    inString = false
-                }
-                while position < limit {
-                    let byte = bytes[position]
-                    position += 1
-                    switch byte {
-                    case UInt8(ascii: "\""):
-                        guard skipString() else {
-                            inString = true
-                            return nil
-                        }
-                    case UInt8(ascii: "{"), UInt8(ascii: "["):
-                        depth += 1
-                    case UInt8(ascii: "}"), UInt8(ascii: "]"):
-                        depth -= 1
-                        if depth == 0 { return position }
-                    default:
-                        break
-                    }
-                }
-            case .string:
-                if skipString() { return position }
-            case .scalar:
-                if position == start {
-                    // A stray closing bracket is a message of its own.
-                    let first = bytes[position]
-                    if first == UInt8(ascii: "}") || first == UInt8(ascii: "]") {
-                        return position + 1
-                    }
-                }
-                while position < limit {
-                    switch bytes[position] {
-                    case 0x20, 0x09, 0x0A, 0x0D, UInt8(ascii: "{"), UInt8(ascii: "["),
-                        UInt8(ascii: "\""):
-                        if position > start { return position }
-                        position += 1
-                    default:
-                        position += 1
-                    }
-                }
-            case .idle, .done:
-                break
-            }
-            return nil
-        }
-        self.scan = position
-        self.depth = depth
-        self.inString = inString
-        self.escaped = escaped
+        let end = buffer.withUnsafeBufferPointer { Self.scan($0, &state, mode: mode, start: start, limit: limit) }
+        scan = state.position
+        depth = state.depth
+        inString = state.inString
+        escaped = state.escaped
         return end
+    }
+
+    private struct ScanState {
+        var position: Int
+        var depth: Int
+        var inString: Bool
+        var escaped: Bool
+    }
+
+    /// The scan proper: one pass over the bytes with its state in locals, and
+    /// byte constants rather than `UInt8(ascii:)`, so that it stays fast in an
+    /// unoptimised build too (it runs on the event loop for every byte received).
+    private static func scan(
+        _ bytes: UnsafeBufferPointer<UInt8>, _ state: inout ScanState, mode: Mode, start: Int, limit: Int
+    ) -> Int? {
+        let quote: UInt8 = 0x22, backslash: UInt8 = 0x5C
+        // Through the base pointer: its subscript is inlined even without optimisation.
+        guard let bytes = bytes.baseAddress else { return nil }
+        var position = state.position
+        var depth = state.depth
+        var inString = state.inString
+        var escaped = state.escaped
+        defer {
+            state.position = position
+            state.depth = depth
+            state.inString = inString
+            state.escaped = escaped
+        }
+        switch mode {
+        case .container:
+            while position < limit {
+                let byte = bytes[position]
+                position += 1
+                if inString {
+                    if escaped {
+                        escaped = false
+                    } else if byte == backslash {
+                        escaped = true
+                    } else if byte == quote {
+                        inString = false
+                    }
+                    continue
+                }
+                switch byte {
+                case quote:
+                    inString = true
+                case 0x7B, 0x5B:  // { [
+                    depth += 1
+                case 0x7D, 0x5D:  // } ]
+                    depth -= 1
+                    if depth == 0 { return position }
+                default:
+                    break
+                }
+            }
+        case .string:
+            while position < limit {
+                let byte = bytes[position]
+                position += 1
+                if escaped {
+                    escaped = false
+                } else if byte == backslash {
+                    escaped = true
+                } else if byte == quote {
+                    return position
+                }
+            }
+        case .scalar:
+            if position == start {
+                // A stray closing bracket is a message of its own.
+                let first = bytes[position]
+                if first == 0x7D || first == 0x5D { return position + 1 }
+            }
+            while position < limit {
+                switch bytes[position] {
+                case 0x20, 0x09, 0x0A, 0x0D, 0x7B, 0x5B, quote:
+                    if position > start { return position }
+                    position += 1
+                default:
+                    position += 1
+                }
+            }
+        case .idle, .done:
+            break
+        }
+        return nil
     }
 
     private mutating func take(upTo end: Int) -> Frame {

@@ -45,6 +45,30 @@ public enum JSONParser {
         }.get()
     }
 
+    /// Like ``parse(_:)-(some Collection<UInt8>)``, refusing (with the reason
+    /// ``tooManyValues``) a text of more than `maxValues` values, counted as
+    /// they are read, so that a hostile text cannot build a huge tree.
+    public static func parse(_ bytes: some Collection<UInt8>, maxValues: Int) throws(JSONParseError) -> JSON {
+        let result = bytes.withContiguousStorageIfAvailable { buffer in
+            Result { () throws(JSONParseError) -> JSON in
+                var parser = Parser(buffer)
+                parser.maxValues = maxValues
+                return try parser.parseDocument()
+            }
+        }
+        if let result { return try result.get() }
+        return try Array(bytes).withUnsafeBufferPointer { buffer in
+            Result { () throws(JSONParseError) -> JSON in
+                var parser = Parser(buffer)
+                parser.maxValues = maxValues
+                return try parser.parseDocument()
+            }
+        }.get()
+    }
+
+    /// The reason of the error for a text with more values than allowed.
+    public static let tooManyValues = "too many values"
+
     public static func parse(_ text: String) throws(JSONParseError) -> JSON {
         try parse(text.utf8)
     }
@@ -69,6 +93,8 @@ private struct Parser {
     let end: Int
     var index = 0
     var depth = 0
+    var values = 0
+    var maxValues = Int.max
     /// Reused buffer for strings that contain escapes.
     var scratch: [UInt8] = []
 
@@ -101,6 +127,8 @@ private struct Parser {
 
     mutating func parseValue() throws(JSONParseError) -> JSON {
         guard index < end else { throw fail("unexpected end of input") }
+        values += 1
+        if values > maxValues { throw fail(JSONParser.tooManyValues) }
         switch bytes[index] {
         case Byte.openBrace: return try parseObject()
         case Byte.openBracket: return try parseArray()

@@ -45,6 +45,22 @@ public struct RPCError: Error, Sendable, Equatable, CustomStringConvertible {
             data: ["reason": "message too large", "limit": .int(limit)])
     }
 
+    /// -32600 for a batch of more calls than the server takes: `data` =
+    /// `{"reason": "batch_too_large", "limit"}`, with id null; no call of it is run.
+    public static func batchTooLarge(limit: Int) -> RPCError {
+        RPCError(
+            code: Code.invalidRequest, message: "Invalid Request",
+            data: ["reason": "batch_too_large", "limit": .int(limit)])
+    }
+
+    /// -32600 for a message of more JSON values than the server parses: `data` =
+    /// `{"reason": "too_many_values", "limit"}`, with id null.
+    public static func tooManyValues(limit: Int) -> RPCError {
+        RPCError(
+            code: Code.invalidRequest, message: "Invalid Request",
+            data: ["reason": "too_many_values", "limit": .int(limit)])
+    }
+
     /// -32601. `data` = `{"method"}`.
     public static func methodNotFound(_ method: String) -> RPCError {
         RPCError(

@@ -83,6 +83,59 @@ public enum RPCMessage: Sendable, Equatable {
         }
     }
 
+    /// True when `bytes` is (or starts like) a batch of more than `limit`
+    /// members. Counts the top-level array's members without parsing them and
+    /// stops as soon as the count passes `limit`, so a huge batch costs a scan
+    /// of its first `limit` members only. Anything that is not an array is false.
+    public static func batchExceeds(_ bytes: some Collection<UInt8>, limit: Int) -> Bool {
+        let scan = bytes.withContiguousStorageIfAvailable { batchExceeds(buffer: $0, limit: limit) }
+        return scan ?? Array(bytes).withUnsafeBufferPointer { batchExceeds(buffer: $0, limit: limit) }
+    }
+
+    private static func batchExceeds(buffer: UnsafeBufferPointer<UInt8>, limit: Int) -> Bool {
+        var i = 0
+        let n = buffer.count
+        while i < n, buffer[i] == 0x20 || buffer[i] == 0x09 || buffer[i] == 0x0A || buffer[i] == 0x0D { i += 1 }
+        guard i < n, buffer[i] == 0x5B else { return false }  // [
+        i += 1
+        var depth = 1
+        var members = 0
+        var sawValue = false
+        while i < n {
+            let byte = buffer[i]
+            i += 1
+            switch byte {
+            case 0x22:  // "
+                sawValue = true
+                while i < n {
+                    let c = buffer[i]
+                    i += 1
+                    if c == 0x5C {  // backslash
+                        i += 1
+                    } else if c == 0x22 {
+                        break
+                    }
+                }
+            case 0x5B, 0x7B:  // [ {
+                sawValue = true
+                depth += 1
+            case 0x5D, 0x7D:  // ] }
+                depth -= 1
+                if depth == 0 { return members + (sawValue ? 1 : 0) > limit }
+            case 0x2C:  // ,
+                if depth == 1 {
+                    members += 1
+                    if members >= limit { return true }
+                }
+            case 0x20, 0x09, 0x0A, 0x0D:
+                break
+            default:
+                sawValue = true
+            }
+        }
+        return members + (sawValue ? 1 : 0) > limit
+    }
+
     /// Decodes one framed JSON text.
     ///
     /// Not JSON → `.single` -32700 (id null). `[]`, or a top level that is neither
@@ -92,6 +145,22 @@ public enum RPCMessage: Sendable, Equatable {
         let json: JSON
         do {
             json = try JSONParser.parse(bytes)
+        } catch {
+            return .single(
+                .failure(
+                    RPCFailure(id: .null, error: .parseError(error.reason, offset: error.offset))))
+        }
+        return decode(json)
+    }
+
+    /// Decodes one framed JSON text of at most `maxValues` JSON values; one with
+    /// more is `.single` -32600 `too_many_values` (id null), found while parsing.
+    public static func decode(_ bytes: some Collection<UInt8>, maxValues: Int) -> RPCMessage {
+        let json: JSON
+        do {
+            json = try JSONParser.parse(bytes, maxValues: maxValues)
+        } catch where error.reason == JSONParser.tooManyValues {
+            return .single(.failure(RPCFailure(id: .null, error: .tooManyValues(limit: maxValues))))
         } catch {
             return .single(
                 .failure(

@@ -24,6 +24,10 @@ struct ConfigTests {
         #expect(config.server.stateDirectory == "/var/lib/herald")
         #expect(config.server.maxInflight == 2000)
         #expect(config.server.logLevel == .info)
+        #expect(config.server.maxBatch == 1000)
+        #expect(config.server.maxReplyBytes == 16 * 1024 * 1024)
+        #expect(config.server.maxConnectionsPerUID == 64)
+        #expect(config.server.requestTimeoutMs == 10_000)
         #expect(config.store.key.value == "store.key")
         #expect(config.store.key.path == "/var/lib/herald/store.key")
         #expect(config.store.key.location.line == nil)
@@ -61,6 +65,10 @@ struct ConfigTests {
             state_dir = /srv/herald
             max_inflight = 64
             log_level = debug
+            max_batch = 50
+            max_reply_bytes = 1048576
+            max_connections_per_uid = 8
+            request_timeout_ms = 2500
 
             [store]
             key = keys/store.bin
@@ -102,10 +110,14 @@ struct ConfigTests {
         #expect(config.server.socketMode == 0o600)
         #expect(config.server.stateDirectory == "/srv/herald")
         #expect(config.server.maxInflight == 64)
+        #expect(config.server.maxBatch == 50)
+        #expect(config.server.maxReplyBytes == 1_048_576)
+        #expect(config.server.maxConnectionsPerUID == 8)
+        #expect(config.server.requestTimeoutMs == 2500)
         #expect(config.server.logLevel == .debug)
         #expect(config.store.key.value == "keys/store.bin")
         #expect(config.store.key.path == "/srv/herald/keys/store.bin")
-        #expect(config.store.key.location.line == 9)
+        #expect(config.store.key.location.line == 13)
         #expect(config.store.synchronous == .normal)
         #expect(config.delivery.maxRetries == 0)
         #expect(config.delivery.backoffBase == .milliseconds(250))
@@ -125,14 +137,16 @@ struct ConfigTests {
 
         #expect(Set(config.apps.keys) == ["chat-web_2", "default"])
         let app = try #require(config.apps["chat-web_2"])
-        #expect(app.location?.line == 27)
+        #expect(app.location?.line == 31)
         #expect(app.allowUIDs == [1000, 1001, 33])
         #expect(app.allowGIDs == [50])
         #expect(app.allows(uid: 33, gid: 1) && app.allows(uid: 7, gid: 50))
         #expect(!app.allows(uid: 7, gid: 7))
+        // Supplementary groups count too (SO_PEERGROUPS).
+        #expect(app.allows(uid: 7, gid: 7, groups: [3, 50]) && !app.allows(uid: 7, gid: 7, groups: [3, 4]))
         #expect(app.deviceCap == 1000)
         #expect(app.apnsKey?.path == "/etc/herald/apns.p8")
-        #expect(app.apnsKey?.location.line == 31)
+        #expect(app.apnsKey?.location.line == 35)
         #expect(app.apnsKey?.location.key == "apns_key")
         #expect(app.apnsKeyID == "ABC123DEFG")
         #expect(app.apnsTeamID == "TEAM123456")
@@ -209,6 +223,14 @@ struct ConfigTests {
         ("server", "socket_mode", "66", "octal mode"),
         ("server", "state_dir", "var/lib/herald", "absolute path"),
         ("server", "max_inflight", "0", "integer from 1 to 1000000 (got \"0\")"),
+        ("server", "max_batch", "0", "integer from 1 to 100000"),
+        ("server", "max_batch", "100001", "integer from 1 to 100000"),
+        ("server", "max_reply_bytes", "65535", "integer from 65536 to 1073741824"),
+        ("server", "max_reply_bytes", "16MiB", "integer from 65536 to 1073741824"),
+        ("server", "max_connections_per_uid", "0", "integer from 1 to 512"),
+        ("server", "max_connections_per_uid", "513", "integer from 1 to 512"),
+        ("server", "request_timeout_ms", "99", "integer from 100 to 3600000"),
+        ("server", "request_timeout_ms", "-1", "integer from 100 to 3600000"),
         ("server", "max_inflight", "1e3", "integer from 1 to 1000000"),
         ("server", "max_inflight", "-5", "integer from 1 to 1000000"),
         ("server", "max_inflight", "99999999999999999999999", "integer from 1 to 1000000"),

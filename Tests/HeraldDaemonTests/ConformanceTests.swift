@@ -19,6 +19,8 @@ struct SuiteDaemon: SuiteTrait, TestScoping {
 
     let appSections: @Sendable (_ scratch: String) throws -> String
     let allowPrivate: Bool
+    /// Extra `[server]` lines.
+    var server = ""
 
     var isRecursive: Bool { false }
 
@@ -28,7 +30,7 @@ struct SuiteDaemon: SuiteTrait, TestScoping {
         let scratch = "/tmp/hds-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: scratch) }
-        let daemon = try DaemonProcess(appSections: try appSections(scratch), allowPrivate: allowPrivate)
+        let daemon = try DaemonProcess(appSections: try appSections(scratch), allowPrivate: allowPrivate, server: server)
         defer { daemon.cleanup() }
         try await Self.$current.withValue(daemon) { try await function() }
         #expect(daemon.isRunning, "the daemon exited during the suite:\n\(daemon.log(tail: 40))")
@@ -45,9 +47,10 @@ struct SuiteDaemon: SuiteTrait, TestScoping {
 extension Trait where Self == SuiteDaemon {
     /// One daemon for the suite, with these app sections.
     static func sharedDaemon(
-        allowPrivate: Bool = false, appSections: @escaping @Sendable (_ scratch: String) throws -> String
+        allowPrivate: Bool = false, server: String = "",
+        appSections: @escaping @Sendable (_ scratch: String) throws -> String
     ) -> Self {
-        SuiteDaemon(appSections: appSections, allowPrivate: allowPrivate)
+        SuiteDaemon(appSections: appSections, allowPrivate: allowPrivate, server: server)
     }
 }
 

@@ -83,7 +83,8 @@ private final class Background: @unchecked Sendable {
 
 @Suite(
     "connections and framing", .serialized,
-    .sharedDaemon { _ in
+    // 100 connections of one uid (manyConnections): above the default per-uid cap of 64.
+    .sharedDaemon(server: "max_connections_per_uid = 128") { _ in
         """
         [app.default]
         device_cap = 20

@@ -549,8 +549,10 @@ def main():
 
         # ---------------- phase 1
         d1dir = os.path.join(work, "mixed")
+        # Every client is this process's uid: room for all of them past the per-uid cap's default (64).
+        server = {"max_connections_per_uid": min(512, max(64, args.clients + 16))}
         d1 = Daemon(binary=binary, directory=d1dir, gateways=gw, delivery=DELIVERY, store={"synchronous": "full"},
-                    log_level="info", start=False)
+                    log_level="info", start=False, server=server)
         daemons.append(("mixed", d1))
         d1.start(timeout=60, probe_timeout=5)
         env = Env()
@@ -600,7 +602,8 @@ def main():
         # ---------------- phase 2
         d2dir = os.path.join(work, "overload")
         d2 = Daemon(binary=binary, directory=d2dir, gateways=gw, delivery=dict(DELIVERY, max_queued=args.max_queued),
-                    store={"synchronous": "full"}, log_level="info", start=False)
+                    store={"synchronous": "full"}, log_level="info", start=False,
+                    server={"max_connections_per_uid": 512})   # the 520 connections test the global cap
         daemons.append(("overload", d2))
         d2.start(timeout=60, probe_timeout=5)
         users = [f"ov-u{i:03d}" for i in range(60)]

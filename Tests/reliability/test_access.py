@@ -4,9 +4,12 @@
   and groups the mode does not admit cannot connect (EACCES); one in the socket's group can.
   Peers are forked children that drop to other uids/gids (the suite runs as root).
 * `[app.NAME] allow_uids` / `allow_gids`: a peer outside them gets 1006 `forbidden` from every
-  method that takes `app` (all of them), nothing is stored for it, and supplementary groups
-  never count (SO_PEERCRED carries the primary gid only). A reload changes the lists without
-  dropping the connection.
+  method that takes `app` (all of them), nothing is stored for it; `allow_gids` matches the
+  primary gid and the supplementary groups (SO_PEERGROUPS). system.health, system.stats and
+  system.metrics show a peer only the apps it may call (totals over those). A reload changes the
+  lists without dropping the connection.
+* `[server] max_connections_per_uid`: one connection more of a uid is answered 1007 `overloaded`
+  and closed, while another uid still connects.
 * Secrets (device tokens, Web Push endpoints and keys, sessions, provider key PEMs, the store
   key, APNs/VAPID/OAuth JWTs and FCM access tokens taken from what the gateways received) are
   absent from the daemon's log at debug level and from herald.db, -wal and -shm, checked as
@@ -21,8 +24,12 @@ import base64
 import errno
 import json
 import os
+import re
+import shutil
 import signal
 import stat
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -159,7 +166,7 @@ PEERS = [
     ("the allowed gid (primary)", NOBODY, APP_GID, (), {"uidlocked": False, "gidlocked": True, "both": True,
                                                         "default": True}),
     ("the allowed gid as a supplementary group only", NOBODY, NOBODY, (APP_GID,),
-     {"uidlocked": False, "gidlocked": False, "both": False, "default": True}),
+     {"uidlocked": False, "gidlocked": True, "both": True, "default": True}),
     ("another uid and gid", 4999, 4999, (), {"uidlocked": False, "gidlocked": False, "both": False,
                                              "default": True}),
 ]
@@ -189,6 +196,15 @@ def test_allow_lists_for_every_method(locked, label, uid, gid, groups, allowed):
     # system.health without an app lists exactly the apps this peer may call.
     health = _peer(uid, gid, lambda: RPC(locked.socket).call("system.health"), groups=groups)
     assert set(health["transports"]) == {a for a, ok in allowed.items() if ok}, health
+    # system.stats and system.metrics: the same apps (LimitsTests checks the totals over them).
+    def figures():
+        with RPC(locked.socket) as c:
+            return {"stats": c.call("system.stats"), "metrics": c.call("system.metrics")["text"]}
+    fig = _peer(uid, gid, figures, groups=groups)
+    mine = {a for a, ok in allowed.items() if ok}
+    assert set(fig["stats"].get("apps", allowed)) == mine and ("apps" in fig["stats"]) == (len(mine) < len(allowed))
+    shown = set(re.findall(r'herald_transport_state\{app="([^"]+)"', fig["metrics"]))
+    assert shown == mine, (label, shown)
     record_counts(SUITE, access_checks=len(allowed) * 2 * 13)
 
 
@@ -391,3 +407,58 @@ def test_store_key_created_0600(key):
         record_counts(SUITE, access_checks=3)
     finally:
         d.cleanup()
+
+
+# ----------------------------------------------------------------------------- connections per uid
+
+def test_connections_per_uid_are_capped_per_uid():
+    """`max_connections_per_uid = 4`: a fifth connection of uid APP_UID gets 1007 overloaded and
+    EOF, while root (another uid) still connects; closing one gives the slot back."""
+    d = Daemon(transports=(), socket_mode="0666", dir_mode=0o755, server={"max_connections_per_uid": 4})
+    sync = Path(tempfile.mkdtemp(prefix="herald-rel-sync-"))
+    os.chmod(sync, 0o777)    # the peer (another uid) leaves its marker here
+    try:
+        def five():
+            held = [RPC(d.socket, timeout=10) for _ in range(4)]
+            out = {"held": [c.call("system.health")["status"] for c in held]}
+            with RPC(d.socket, timeout=10) as extra:
+                r = extra.read_json(10)
+                out["extra"] = r
+                out["extra_eof"] = extra.eof(5)
+            # Root's connections do not count against this uid, nor this uid's against root:
+            # checked by the parent while these four are held (it waits for the marker file).
+            (sync / "held").write_text("1")
+            deadline = time.monotonic() + 30
+            while not (sync / "release").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            held[0].close()
+            time.sleep(0.3)
+            with RPC(d.socket, timeout=10) as again:
+                out["after_close"] = again.call("system.health")["status"]
+            for c in held[1:]:
+                c.close()
+            return out
+
+        import threading
+        result = {}
+        t = threading.Thread(target=lambda: result.update(as_peer(APP_UID, APP_GID, five)))
+        t.start()
+        wait_until(lambda: (sync / "held").exists(), 30, what=f"the peer holding its four connections ({result})")
+        with RPC(d.socket, timeout=10) as root:
+            assert root.call("system.health")["status"] == "ok", "root was refused while uid 4242 was at its cap"
+            stats = root.call("system.stats")
+        (sync / "release").write_text("1")
+        t.join(60)
+        out = result.get("ok")
+        assert out, result
+        assert out["held"] == ["ok"] * 4
+        e = out["extra"]["error"]
+        assert e["code"] == 1007 and e["data"]["reason"] == "overloaded" and e["data"]["retry_after_ms"] > 0, e
+        assert out["extra_eof"], "the refused connection stayed open"
+        assert out["after_close"] == "ok", "no slot came back after a close"
+        assert stats["connections"]["refused"] >= 1, stats
+        assert d.running
+        record_counts(SUITE, access_checks=5)
+    finally:
+        d.cleanup()
+        shutil.rmtree(sync, ignore_errors=True)

@@ -27,12 +27,16 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from herald_fixtures import REPO, Daemon, Namespace, CanaryListener, FaultServer, RPC, hex_token, metric, \
-    record_counts, reset_counts, web_keys
+    proc_memory_kb, record_counts, reset_counts, wait_until, web_keys
 
 SUITE = "hostile"
 OPENRPC = json.loads((REPO / "docs" / "openrpc.json").read_text())
@@ -754,3 +758,227 @@ def test_ssrf_at_send_time():
         for c in list(canaries.values()) + [public_canary]:
             c.close()
         ns.close()
+
+
+# ----------------------------------------------------------------------------- hostile batches: memory and latency
+# SPEC Revision 2, "Limits on what one client can cost": a hostile request never makes the daemon hold more
+# than a few tens of MiB, the memory goes back to the system afterwards, and another client is answered
+# within milliseconds meanwhile. (Before: 20,000 rpc.discover in one batch built a 720 MB answer, RSS went
+# from 30 to 767 MiB and stayed there, and system.health waited 3.4 to 5.2 s.)
+
+GROWTH_LIMIT_MIB = 64      # peak RSS over the baseline while a hostile client works
+RETURN_LIMIT_MIB = 16      # RSS over the baseline once it has gone
+HEALTH_LIMIT_S = 0.25      # another client's system.health, its slowest answer
+STATUS_DEVICES = 500       # deliveries of the message whose push.status detail is asked for
+
+# A client on its own connection calling system.health every 5 ms until told to stop (a process of its own,
+# so that the hostile client's Python work cannot delay it); prints its latencies as JSON.
+_PROBE = r"""
+import json, socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+lat, buf = [], b""
+while True:
+    t = time.monotonic()
+    s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"system.health"}\n')
+    while b"\n" not in buf:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise SystemExit("the daemon closed the probe's connection")
+        buf += chunk
+    line, buf = buf.split(b"\n", 1)
+    assert json.loads(line)["result"]["status"], line
+    lat.append(time.monotonic() - t)
+    try:
+        open(sys.argv[2]).close()
+        break
+    except OSError:
+        time.sleep(0.005)
+print(json.dumps(lat))
+"""
+
+
+class HealthProbe:
+    def __init__(self, socket_path, tmp_path):
+        self.stop_file = tmp_path / f"probe-stop-{os.urandom(4).hex()}"
+        self.proc = subprocess.Popen([sys.executable, "-c", _PROBE, socket_path, str(self.stop_file)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def finish(self):
+        self.stop_file.write_text("stop")
+        out, err = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0, err.decode()
+        lat = json.loads(out)
+        assert len(lat) >= 5, f"the probe made only {len(lat)} calls"
+        return lat
+
+
+def _rss_mib(pid, field="VmRSS"):
+    return proc_memory_kb(pid)[field] / 1024
+
+
+def _read_all_lines(c: RPC, count, timeout=120):
+    """`count` response lines (each parsed), read as they come."""
+    return [c.read_json(timeout) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def lean():
+    """A daemon with no transport (sends are recorded as skipped at once), and one message of
+    STATUS_DEVICES deliveries for push.status detail:true."""
+    d = Daemon(transports=(), log_level="info")
+    users = [f"hb-user-{i}" for i in range(STATUS_DEVICES // 20)]
+    d.register_many([{"user": u, "platform": "fcm", "token": f"hb-{u}-{k}"} for u in users for k in range(20)])
+    sent = d.call("push.send", {"to": {"users": users}})
+    assert sent["devices"] + sent["skipped"] == STATUS_DEVICES, sent
+    d.message_id = sent["message_id"]
+    # Warm up every path the cases take, so the baseline has what the daemon keeps anyway.
+    with d.connect(60) as c:
+        c.call("rpc.discover")
+        c.call("push.status", {"message_id": d.message_id, "detail": True})
+        c.call("system.stats")
+    time.sleep(1.5)
+    yield d
+    assert d.running, "the daemon died:\n" + d.log(60)
+    d.cleanup()
+
+
+def _batch(method, count, params=None):
+    p = b"" if params is None else b',"params":' + json.dumps(params).encode()
+    return b"[" + b",".join(b'{"jsonrpc":"2.0","id":%d,"method":"%s"%s}' % (i, method.encode(), p)
+                            for i in range(count)) + b"]\n"
+
+
+def _case_discover_4mib(c):
+    msg = _batch("rpc.discover", (FRAME_LIMIT - 64) // 56)
+    assert len(msg) <= FRAME_LIMIT
+    c.send(msg)
+    r = c.read_json(60)
+    assert r["error"]["code"] == -32600 and r["error"]["data"]["reason"] == "batch_too_large", r
+    assert r["error"]["data"]["limit"] == 1000
+    return "a 4 MiB batch of rpc.discover: one batch_too_large"
+
+
+def _case_zeros_4mib(c):
+    msg = b"[" + b",".join([b"0"] * ((FRAME_LIMIT - 8) // 2)) + b"]\n"
+    c.send(msg)
+    r = c.read_json(60)
+    assert r["error"]["code"] == -32600 and r["error"]["data"]["reason"] == "batch_too_large", r
+    return "4 MiB of [0,0,…]: one batch_too_large"
+
+
+def _case_discover_1000(c):
+    c.send(_batch("rpc.discover", 1000))
+    line = c.read_line(120)
+    answers = json.loads(line)
+    assert len(answers) == 1000
+    results = sum(1 for a in answers if "result" in a)
+    overloaded = [a for a in answers if a.get("error", {}).get("code") == 1007]
+    assert results >= 1 and results + len(overloaded) == 1000, (results, len(overloaded))
+    assert overloaded and all(a["error"]["data"]["reason"] == "overloaded" and
+                              isinstance(a["error"]["data"]["retry_after_ms"], int) for a in overloaded)
+    assert len(line) <= 16 * 1024 * 1024 + 1000 * 300, len(line)
+    return f"1,000 rpc.discover: {results} answered, {len(overloaded)} overloaded, {len(line)} bytes"
+
+
+def _case_status_pipelined(c, message_id):
+    one = b'{"jsonrpc":"2.0","id":%d,"method":"push.status","params":{"message_id":"' + message_id.encode() + \
+        b'","detail":true}}\n'
+    c.send(b"".join(one % i for i in range(1024)))
+    answers = _read_all_lines(c, 1024)
+    assert sorted(a["id"] for a in answers) == list(range(1024))
+    results = [a for a in answers if "result" in a]
+    assert results and all(len(a["result"]["devices"]) == STATUS_DEVICES for a in results)
+    assert all("result" in a or a["error"]["code"] == 1007 for a in answers)
+    return f"1,024 pipelined push.status detail:true: {len(results)} answered"
+
+
+@pytest.mark.parametrize("case", ["discover_4mib", "zeros_4mib", "discover_1000", "status_pipelined"])
+def test_hostile_batches_bounded_memory_and_latency(lean, case, tmp_path):
+    pid = lean.pid
+    baseline = _rss_mib(pid)
+    Path(f"/proc/{pid}/clear_refs").write_text("5")     # resets VmHWM to the current RSS
+    probe = HealthProbe(lean.socket, tmp_path)
+    try:
+        time.sleep(0.2)
+        with lean.connect(120) as c:
+            if case == "discover_4mib":
+                what = _case_discover_4mib(c)
+            elif case == "zeros_4mib":
+                what = _case_zeros_4mib(c)
+            elif case == "discover_1000":
+                what = _case_discover_1000(c)
+            else:
+                what = _case_status_pipelined(c, lean.message_id)
+            assert c.call("system.health")["status"] == "ok", "the hostile client's own connection broke"
+            peak = _rss_mib(pid, "VmHWM")
+    finally:
+        lat = probe.finish()
+    print(f"\n{what}: RSS baseline {baseline:.1f} MiB, peak {peak:.1f} MiB; system.health meanwhile: "
+          f"{len(lat)} calls, slowest {max(lat) * 1000:.1f} ms")
+    assert peak - baseline <= GROWTH_LIMIT_MIB, f"{what}: RSS went from {baseline:.1f} to {peak:.1f} MiB"
+    assert max(lat) <= HEALTH_LIMIT_S, f"{what}: another client's system.health took {max(lat) * 1000:.0f} ms"
+    wait_until(lambda: _rss_mib(pid) <= baseline + RETURN_LIMIT_MIB, 15, 0.2,
+               what=f"RSS back near {baseline:.1f} MiB after {what} (now {_rss_mib(pid):.1f})")
+    assert lean.running
+    record_counts(SUITE, hostile_inputs=1)
+
+
+def test_unfinished_messages_bounded_across_connections(lean, tmp_path):
+    """32 connections each send 4 MiB of a message that never ends (128 MiB in all): the daemon
+    holds at most about 64 MiB of unfinished messages (the rest waits in the clients' sockets), and
+    the request timeout then closes them; another client is served meanwhile."""
+    import socket
+    import threading
+    pid = lean.pid
+    baseline = _rss_mib(pid)
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    head = b'{"jsonrpc":"2.0","id":1,"method":"system.health","params":{"pad":"'
+    body = head + b"x" * (FRAME_LIMIT - len(head) - 16)
+    socks, done = [], []
+
+    def send(s):
+        try:
+            s.sendall(body)
+            done.append(1)
+        except OSError:
+            pass
+
+    probe = HealthProbe(lean.socket, tmp_path)
+    threads = []
+    try:
+        for _ in range(32):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(30)
+            s.connect(lean.socket)
+            socks.append(s)
+            t = threading.Thread(target=send, args=(s,))
+            t.start()
+            threads.append(t)
+        deadline = time.monotonic() + 6
+        while len(done) < 32 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        peak = _rss_mib(pid, "VmHWM")
+    finally:
+        for s in socks:
+            with contextlib_suppress():
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+        for t in threads:
+            t.join(30)
+        lat = probe.finish()
+    print(f"\n32 x 4 MiB unfinished: {len(done)} sends completed; RSS baseline {baseline:.1f}, peak {peak:.1f} MiB; "
+          f"system.health slowest {max(lat) * 1000:.1f} ms")
+    assert peak - baseline <= 96, f"RSS went from {baseline:.1f} to {peak:.1f} MiB"
+    assert len(done) < 32, "the daemon took all 128 MiB of unfinished messages"
+    assert max(lat) <= HEALTH_LIMIT_S
+    wait_until(lambda: _rss_mib(pid) <= baseline + RETURN_LIMIT_MIB, 15, 0.2,
+               what=f"RSS back near {baseline:.1f} MiB (now {_rss_mib(pid):.1f})")
+    with lean.connect() as c:
+        assert c.call("system.health")["status"] == "ok"
+    record_counts(SUITE, hostile_inputs=1)
+
+
+def contextlib_suppress():
+    import contextlib
+    return contextlib.suppress(OSError)

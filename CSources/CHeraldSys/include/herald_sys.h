@@ -13,11 +13,27 @@
 /* Peer credentials of a connected Unix socket (SO_PEERCRED); 0 or -errno. */
 int hs_peer_credentials(int fd, uint32_t *uid, uint32_t *gid, int32_t *pid);
 
+/* Supplementary groups of a connected Unix socket's peer (SO_PEERGROUPS) into
+ * groups (room for capacity): the number of groups, which is more than capacity
+ * when they did not fit (nothing useful was written then), or -errno. */
+int hs_peer_groups(int fd, uint32_t *groups, int capacity);
+
+/* Allocations of at least threshold bytes get pages of their own (mmap),
+ * returned to the system when freed; also stops glibc from raising the
+ * threshold after each such free (M_MMAP_THRESHOLD). */
+void hs_malloc_large_buffers_mapped(size_t threshold);
+
+/* Returns free heap memory to the system (malloc_trim(0)); 1 when some was. */
+int hs_malloc_trim(void);
+
 /* accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC; the new fd or -1 with errno. */
 int hs_accept(int fd);
 
 /* Names the calling thread for the kernel (top -H, perf, /proc/PID/task/N/comm),
  * cut to 15 bytes; 0 or an errno value. */
 int hs_set_thread_name(const char *name);
+
+/* Sets the nice value of the calling thread only (Linux); 0 or -errno. */
+int hs_set_thread_nice(int nice);
 
 #endif
