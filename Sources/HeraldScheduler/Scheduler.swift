@@ -21,6 +21,13 @@ public struct SchedulerSettings: Sendable {
     /// a new one: it waits in `retrying` (reason `credential_rejected`),
     /// without counting toward `max_retries`, until then or its TTL.
     public var credentialRetry: Duration = .seconds(60)
+    /// The first rejection of a lane that was not degraded is tried again
+    /// this soon: the transport signs a fresh token when the provider refuses
+    /// one (APNs `ExpiredProviderToken`, a revoked FCM access token), and a
+    /// one-off refusal must not hold a push for `credentialRetry`. A lane
+    /// that keeps refusing waits at `credentialRetry`; its first success
+    /// releases every delivery waiting on it.
+    public var credentialFirstRetry: Duration = .seconds(1)
     /// Web Push origins remembered as rejecting Herald (401/403), at most.
     public var degradedOriginLimit = 4096
 
@@ -551,8 +558,9 @@ public final class Scheduler: @unchecked Sendable {
                 markOriginDegraded(job, lane: lane, reason: reason)
                 retry(job, after: nil, reason: reason, httpStatus: status, now: now)
             } else {
+                let first = shared.withLock { $0.degraded[lane] == nil }
                 markDegraded(lane, reason: reason)
-                waitForCredential(job, reason: reason, httpStatus: status, now: now)
+                waitForCredential(job, reason: reason, httpStatus: status, now: now, soon: first)
             }
         case .failed(let reason):
             counters[job.platform, default: PlatformCounters()].failed += 1
@@ -598,7 +606,9 @@ public final class Scheduler: @unchecked Sendable {
     /// toward `max_retries`, due again after `credentialRetry` or at once when
     /// a reload brings new credentials, and never past its send deadline
     /// (the claim after it finds it expired).
-    private func waitForCredential(_ job: DeliveryJob, reason: ProviderReason, httpStatus: Int?, now: Int64) {
+    private func waitForCredential(
+        _ job: DeliveryJob, reason: ProviderReason, httpStatus: Int?, now: Int64, soon: Bool = false
+    ) {
         let deadline = job.sendDeadline
         guard now <= deadline else {
             counters[job.platform, default: PlatformCounters()].expired += 1
@@ -606,7 +616,7 @@ public final class Scheduler: @unchecked Sendable {
             reportNotStale(job, now: now)
             return
         }
-        let cadence = max(1, settings.credentialRetry.wholeMilliseconds)
+        let cadence = max(1, (soon ? settings.credentialFirstRetry : settings.credentialRetry).wholeMilliseconds)
         let at = min(now + cadence, deadline + 1)
         counters[job.platform, default: PlatformCounters()].retried += 1
         finish(
@@ -805,7 +815,18 @@ public final class Scheduler: @unchecked Sendable {
 
     private func clearDegraded(_ lane: QueueLane) {
         let was = shared.withLock { $0.degraded.removeValue(forKey: lane) }
-        if was != nil { log?.info("transport_recovered", ["app": lane.app, "platform": lane.platform.rawValue]) }
+        guard was != nil else { return }
+        log?.info("transport_recovered", ["app": lane.app, "platform": lane.platform.rawValue])
+        // The provider takes the credential again: what waited on it is due now.
+        store.releaseCredentialWaits(lanes: [lane]) { [self] result in
+            switch result {
+            case .success(let n):
+                if n > 0 { log?.info("credential_waits_released", ["deliveries": String(n)]) }
+            case .failure(let error):
+                log?.error("release_failed", ["error": String(describing: error)])
+            }
+            wake()
+        }
     }
 
     private func scheduleProgress() {

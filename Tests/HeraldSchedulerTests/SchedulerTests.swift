@@ -428,6 +428,44 @@ struct SchedulerSemanticsTests {
         #expect(apns.sent == 6)
     }
 
+    @Test("a lane's first credential rejection is tried again soon, and the lane's first success releases the rest")
+    func credentialFirstRejectionAndRecovery() async throws {
+        let clock = HandClock()
+        let f = try Fixture(clock: clock)
+        defer { f.close() }
+        try f.register(3, perUser: 1, platform: .fcm)
+        // The provider refuses the first three attempts (a stale access token), then takes them.
+        let refusals = Locked(3)
+        let fcm = ScriptedTransport(limit: 10) { _ in
+            let refuse = refusals.withLock { n -> Bool in
+                defer { n = max(0, n - 1) }
+                return n > 0
+            }
+            return refuse
+                ? AttemptReport(outcome: .authRejected(reason: .fcmThirdPartyAuthError), httpStatus: 401)
+                : AttemptReport(outcome: .delivered, httpStatus: 200)
+        }
+        var settings = SchedulerSettings(maxInflight: 10)
+        settings.credentialRetry = .seconds(600)
+        settings.credentialFirstRetry = .seconds(1)
+        let scheduler = Scheduler(
+            store: f.store, transports: [QueueLane(app: "default", platform: .fcm): fcm], settings: settings,
+            clock: clock)
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        let id = try f.send(["fcm-0", "fcm-1", "fcm-2"], message: PushMessage(kind: .notification, ttlSeconds: 3600))
+        scheduler.wake()
+        #expect(await eventually { fcm.sent == 3 && (try? f.status(id).counts[.retrying]) == 3 })
+        // One of them (the lane's first refusal) is due after 1 s, the others after 600 s.
+        clock.advance(1_000)
+        scheduler.wake()
+        // Its success clears the lane and releases the two others at once: no 600 s wait.
+        let s = try await f.waitComplete(id)
+        #expect(s.counts[.delivered] == 3)
+        #expect(fcm.sent == 6)
+        #expect(scheduler.degradedLanes.isEmpty)
+    }
+
     @Test("a delivery waiting for a credential at a slow cadence is retried uncounted, and ends expired at its TTL")
     func credentialWaitCadenceAndTTL() async throws {
         let clock = HandClock()
