@@ -152,6 +152,25 @@ def log(msg):
     print(msg, flush=True)
 
 
+def splice(a, b, stopped):
+    """Copies bytes both ways between two sockets until either closes or `stopped()`; closes both."""
+    socks = [a, b]
+    try:
+        while not stopped():
+            r, _, _ = select.select(socks, [], [], 0.5)
+            for s in r:
+                data = s.recv(65536)
+                if not data:
+                    return
+                (b if s is a else a).sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
 def terminate(proc, timeout):
     """SIGTERM, then wait (SIGKILL after ``timeout`` s); the exit status."""
     if proc.poll() is None:
@@ -1264,21 +1283,7 @@ class SlowAcceptProxy(_Listener):
         except OSError:
             c.close()
             return
-        socks = [c, u]
-        try:
-            while not self._stop:
-                r, _, _ = select.select(socks, [], [], 0.5)
-                for s in r:
-                    data = s.recv(65536)
-                    if not data:
-                        return
-                    (u if s is c else c).sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in socks:
-                with contextlib.suppress(OSError):
-                    s.close()
+        splice(c, u, lambda: self._stop)
 
 
 class CanaryListener(_Listener):
@@ -1432,23 +1437,9 @@ class NamespaceRelay:
             threading.Thread(target=self._pipe, args=(c, u), daemon=True).start()
 
     def _pipe(self, c, u):
-        socks = [c, u]
-        for s in socks:
+        for s in (c, u):
             s.settimeout(None)
-        try:
-            while not self._stop:
-                r, _, _ = select.select(socks, [], [], 0.5)
-                for s in r:
-                    data = s.recv(65536)
-                    if not data:
-                        return
-                    (u if s is c else c).sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in socks:
-                with contextlib.suppress(OSError):
-                    s.close()
+        splice(c, u, lambda: self._stop)
 
 
 # ----------------------------------------------------------------------------- peers
