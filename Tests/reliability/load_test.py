@@ -151,6 +151,9 @@ class Stats:
         self.failures = Failures()
 
     total = 0
+    # How much work the answers carry: devices listed by device.list, devices a push.send
+    # fanned out to, devices in push.status detail (running sums, sampled by the monitor).
+    listed = lists = fanned = sends = 0
 
     def note(self, method, obj, seconds):
         self.total += 1
@@ -159,6 +162,14 @@ class Stats:
         if "error" in obj:
             k = (method, obj["error"]["code"])
             self.errors[k] = self.errors.get(k, 0) + 1
+            return
+        res = obj.get("result") or {}
+        if method == "device.list":
+            self.lists += 1
+            self.listed += len(res.get("devices", ()))
+        elif method == "push.send":
+            self.sends += 1
+            self.fanned += res.get("devices", 0)
 
 
 class Bucket:
@@ -194,9 +205,20 @@ def series(samples, step):
                             # the time goes to waiting (fsync, other processes), not to more work per call
                             "herald_cpu_ms_per_request": round(
                                 1000 * (smp["cpu_s"] - last["cpu_s"]) / max(1, smp["requests"] - last["requests"]), 3)
-                            if smp.get("cpu_s") is not None and last.get("cpu_s") is not None else None})
+                            if smp.get("cpu_s") is not None and last.get("cpu_s") is not None else None,
+                            # devices per device.list answer and per push.send over the step: the
+                            # workload itself grows while users fill up to device_cap
+                            "devices_per_list": _ratio(smp, last, 0, 1),
+                            "devices_per_send": _ratio(smp, last, 2, 3)})
             last = smp
     return out
+
+
+def _ratio(smp, last, num, den):
+    if not smp.get("work") or not last.get("work"):
+        return None
+    d = smp["work"][den] - last["work"][den]
+    return round((smp["work"][num] - last["work"][num]) / d, 1) if d else None
 
 
 def percentile(v, q):
@@ -322,6 +344,8 @@ async def monitor(env, stop, interval, samples):
                                 "anon_kb": mem.get("RssAnon"), "file_kb": mem.get("RssFile"),
                                 "shmem_kb": mem.get("RssShmem"), "stats_s": dt,
                                 "cpu_s": cpu_seconds(env.pid),
+                                "work": (env.stats.listed, env.stats.lists, env.stats.fanned, env.stats.sends)
+                                if getattr(env, "stats", None) else None,
                                 "requests": env.stats.total if getattr(env, "stats", None) else None})
             else:
                 env.failures.add(f"system.stats answered {obj['error']}")
@@ -720,6 +744,8 @@ def report(s, args):
                 f"+{x['shmem_mib']:.0f}" for x in p["series_5s"]))
             log("    herald CPU ms per request, every 5 s: " + ", ".join(
                 f"{x['herald_cpu_ms_per_request']}" for x in p["series_5s"]))
+            log("    devices per device.list / per push.send, every 5 s: " + ", ".join(
+                f"{x['devices_per_list']}/{x['devices_per_send']}" for x in p["series_5s"]))
             sf = p.get("store_files_bytes")
             if sf:
                 log(f"    store files after the load: herald.db {sf['after_load']['herald.db']} bytes, WAL "
