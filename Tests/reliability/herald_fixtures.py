@@ -1396,7 +1396,7 @@ class StubNameServer:
         return header + data[12:question_end] + answers
 
 
-class NamespaceRelay:
+class NamespaceRelay(_Listener):
     """Makes ``target`` (host, port) on this host's network reachable from inside ``ns`` (a
     ``Namespace(net=True)``) at 127.0.0.1:``port`` (default: the target's port): the listening
     socket is made in the namespace, the onward connections out of it. Bytes are piped as they
@@ -1411,15 +1411,8 @@ class NamespaceRelay:
 
         self.sock = ns.in_net(listen)
         self.sock.settimeout(0.2)
-        self._stop = False
         # Started from this (host namespace) thread: its connections go out of the namespace.
-        threading.Thread(target=self._serve, daemon=True).start()
-        _CLEANUPS.append(self.close)
-
-    def close(self):
-        self._stop = True
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        self._serve_in_background()
 
     def _serve(self):
         while not self._stop:
