@@ -267,6 +267,12 @@ public final class Scheduler: @unchecked Sendable {
     /// Deliveries claimed and not yet handed back to the store.
     public var inFlightCount: Int { queue.sync { inFlight } }
 
+    /// Whether the claim loop rests: running, its last claim found nothing due
+    /// now and no claim is under way. A message accepted now is handed over at
+    /// its commit. For tests and diagnostics, which wait for this instead of
+    /// guessing how long the start-up claim takes.
+    public var isIdle: Bool { queue.sync { running && idle && !claiming } }
+
     /// The degraded reason of each lane that has one.
     public var degradedLanes: [QueueLane: String] { shared.withLock { $0.degraded } }
 

@@ -159,7 +159,7 @@ struct SchedulerTests {
         scheduler.start()
         defer { scheduler.stopClaiming() }
         // Idle: the start-up claim found nothing.
-        try await Task.sleep(for: .milliseconds(100))
+        #expect(await eventually { scheduler.isIdle })
         let accepted = try await scheduler.accept((0..<50).map { "fcm-\($0)" } + (0..<50).map { "apns-\($0)" })
         #expect(accepted.devices == 400)
         let s = try await f.waitComplete(accepted.messageID)
@@ -196,7 +196,7 @@ struct SchedulerTests {
         let scheduler = Scheduler(
             store: store, transports: [QueueLane(app: "default", platform: .fcm): fcm], settings: SchedulerSettings())
         scheduler.start()
-        try await Task.sleep(for: .milliseconds(100))
+        #expect(await eventually { scheduler.isIdle })
         let accepted = try await scheduler.accept((0..<5).map { "u\($0)" })
         let deadline = Date().addingTimeInterval(10)
         while fcm.sent < 5 && Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
@@ -230,7 +230,7 @@ struct SchedulerTests {
             settings: SchedulerSettings(maxInflight: 1000))
         scheduler.start()
         defer { scheduler.stopClaiming() }
-        try await Task.sleep(for: .milliseconds(100))
+        #expect(await eventually { scheduler.isIdle })
         let accepted = try await scheduler.accept((0..<10).map { "fcm-\($0)" })
         let s = try await f.waitComplete(accepted.messageID, timeout: 10)
         #expect(scheduler.stats.handedOver == 100)
@@ -255,7 +255,8 @@ struct SchedulerTests {
         defer { scheduler.stopClaiming() }
         let slowID = try f.send((0..<10).map { "fcm-\($0)" })
         scheduler.wake()
-        try await Task.sleep(for: .milliseconds(200))
+        // The slow lane is stuck: both its sends are out and unanswered.
+        #expect(await eventually { slow.sent == 2 })
         let fastID = try f.send((0..<10).map { "apns-\($0)" })
         scheduler.wake()
         let s = try await f.waitComplete(fastID, timeout: 60)
@@ -417,8 +418,10 @@ struct SchedulerSemanticsTests {
         let waiting = try #require(try detail().devices)
         #expect(waiting.allSatisfy { $0.reason == "credential_rejected" && $0.attempts == 0 && $0.httpStatus == 403 })
         #expect(scheduler.degradedLanes[lane] == "InvalidProviderToken")
-        // No spinning: nothing more is sent while the credential is unchanged.
-        try await Task.sleep(for: .milliseconds(300))
+        // No spinning: the claim loop comes to rest with nothing more sent
+        // while the credential is unchanged (a wait that spun would claim the
+        // deliveries again at once and never rest).
+        #expect(await eventually { scheduler.isIdle })
         #expect(apns.sent == 3)
         // A reload (new credentials): due at once, and delivered.
         accept.withLock { $0 = true }
