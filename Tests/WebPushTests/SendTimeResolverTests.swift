@@ -209,12 +209,17 @@ struct SendTimeResolverTests {
             base, timeout: .milliseconds(300), concurrency: 3, maxThreads: 5, maxThreadsPerDomain: 100)
         let answers = Answers()
         for i in 0..<6 { _ = r.resolve(host: "a\(i).hang.example", port: 443, completion: answers.record("a\(i)")) }
-        Thread.sleep(forTimeInterval: 0.15)
+        // Three start (waited for, however slow the machine), and no fourth.
+        var deadline = Date().addingTimeInterval(10)
+        while base.inProgress < 3 && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        Thread.sleep(forTimeInterval: 0.05)
         #expect(base.inProgress == 3, "three run, three wait")
         #expect(answers.wait(for: 6), "all six time out")
         // The three hung threads live on; two more may start, not three.
         for i in 0..<6 { _ = r.resolve(host: "b\(i).hang.example", port: 443, completion: answers.record("b\(i)")) }
-        Thread.sleep(forTimeInterval: 0.15)
+        deadline = Date().addingTimeInterval(10)
+        while base.inProgress < 5 && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        Thread.sleep(forTimeInterval: 0.05)
         #expect(base.inProgress == 5)
         #expect(r.lookupThreads == 5)
         #expect(answers.wait(for: 12))
