@@ -29,6 +29,14 @@ and, in phase 2, 1007 overloaded (send); results have the documented shape; peak
 (VmHWM) of each daemon at most --rss-ceiling-mib (default 512); phase 2 saw overloaded
 answers and its queue stayed within max_queued; no message stuck.
 
+Receipts (both phases): Herald's counts are not the verdict. Every push.send carries a
+tag of its own in data; after each phase the gateways' records are matched to messages
+(by tag) and devices (by token): each delivery Herald calls delivered reached its device
+exactly once (no restarts here: no duplicate allowed), a superseded one never, and only
+because a later message with its collapse key reached that device; nothing reached a
+device outside its message, no refused (1007) or unknown tag was sent, no request was
+answered other than 2xx (check_receipts).
+
 Prints requests/s by method, errors by code, peak RSS, max queue depth against the
 cap, overloaded answers; writes a JSON summary (--out).
 
@@ -285,7 +293,7 @@ def check_receipts(label, gw, daemon, msg_info, device_tokens, key, failures, si
             tag = record_tag(g, r, key)
             status = (r.get("response") or {}).get("status")
             if tag is None:
-                untagged.append((g, r.get("token"), r.get("path"), status))
+                untagged.append((g, r.get("token"), r.get("path"), status, r.get("errors")))
             elif status is not None and 200 <= status < 300:
                 by_tag.setdefault(tag, collections.Counter())[(g, r.get("token"))] += 1
             else:
@@ -362,7 +370,7 @@ def check_receipts(label, gw, daemon, msg_info, device_tokens, key, failures, si
                 if n:
                     bad("skipped yet sent", f"{m} ({info['tag']}) to {tok}: {n} request(s)")
             else:
-                bad("not final", f"{m} to {tok}: {st}")
+                bad("not delivered", f"{m} ({info['tag']}) to {tok}: {st}")
         stray = {t: n for t, n in got.items() if t not in tokens}
         if stray:
             bad("to a device not in the message", f"{m} ({info['tag']}): {sorted(stray.items())[:3]}")

@@ -28,7 +28,9 @@ h2load from wait4().
 Prints the table, writes OUT_DIR/fanout.json (one object per scenario and
 sender), OUT_DIR/fanout-details.json (everything), OUT_DIR/REPORT.md and its
 PNG plots. Figures only: no timing fails anything. With --check the exit
-status is 1 when any push of any sender was not delivered.
+status is 1 when any push of any sender was not delivered, or when the sink's
+access log (the receiver's own record, see Receipts) does not show every push
+Herald accepted reaching each of its devices exactly once.
 
     .venv/bin/python benchmarks/fanout/bench_fanout.py [--quick] [--check] [--perf] \
         [--herald .build/release/herald] [--out-dir benchmarks/results]
@@ -704,7 +706,8 @@ def main():
     for p in receiver_problems:
         print(f"  RECEIVER MISMATCH {p.get('scenario')} {p.get('sender')}: {p['receiver']}", file=sys.stderr)
     if args.check and problems:
-        print(f"\nNOT every push was delivered: {len(problems)} problem(s), first: {json.dumps(problems[0])}",
+        print(f"\nNOT every push was delivered exactly once (by the senders' answers or the sink's access log): "
+              f"{len(problems)} problem(s), first: {json.dumps(problems[0])}",
               file=sys.stderr)
         sys.exit(1)
 
