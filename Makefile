@@ -186,7 +186,7 @@ bench-fanout: deps bench-deps
 		--out-dir benchmarks/results $(FANOUT_ARGS)
 
 ## bench-quick: the fan-out harness with few iterations and the debug herald, into build/bench-quick/;
-## fails only when the harness breaks or a push is not delivered, never on a timing
+## fails when the harness breaks or a push is not delivered exactly once by the sink's access log, never on a timing
 bench-quick: deps bench-deps build
 	$(VENV)/bin/python benchmarks/fanout/bench_fanout.py --quick --check --herald $(HERALD) \
 		--out-dir $(BUILD_DIR)/bench-quick

@@ -26,7 +26,8 @@ test-crash: python-deps build
 		--out $(RELIABILITY_DIR)/crash.json $(CRASH_ARGS)
 
 ## test-load: 64 concurrent clients for 60 s mixing register/send/status/list (no protocol errors, bounded RSS),
-## then past the limits: 1007 overloaded with retry_after_ms, the queue never beyond max_queued
+## then past the limits: 1007 overloaded with retry_after_ms, the queue never beyond max_queued; every delivery
+## checked against the gateways' records (exactly once, nothing to other devices, no refused push sent)
 test-load: python-deps build
 	@mkdir -p $(RELIABILITY_DIR)
 	HERALD_BIN=$(HERALD) $(VENV)/bin/python Tests/reliability/load_test.py --clients 64 --seconds 60 \

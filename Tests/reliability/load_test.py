@@ -29,6 +29,14 @@ and, in phase 2, 1007 overloaded (send); results have the documented shape; peak
 (VmHWM) of each daemon at most --rss-ceiling-mib (default 512); phase 2 saw overloaded
 answers and its queue stayed within max_queued; no message stuck.
 
+Receipts (both phases): Herald's counts are not the verdict. Every push.send carries a
+tag of its own in data; after each phase the gateways' records are matched to messages
+(by tag) and devices (by token): each delivery Herald calls delivered reached its device
+exactly once (no restarts here: no duplicate allowed), a superseded one never, and only
+because a later message with its collapse key reached that device; nothing reached a
+device outside its message, no refused (1007) or unknown tag was sent, no request was
+answered other than 2xx (check_receipts).
+
 Prints requests/s by method, errors by code, peak RSS, max queue depth against the
 cap, overloaded answers; writes a JSON summary (--out).
 
@@ -36,6 +44,7 @@ cap, overloaded answers; writes a JSON summary (--out).
 """
 import argparse
 import asyncio
+import collections
 import json
 import os
 import random
@@ -228,6 +237,157 @@ def percentile(v, q):
     return v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))]
 
 
+# ---------------------------------------------------------------- the gateways' record
+
+
+def device_key(params):
+    """(gateway, token as the gateway records it) of a device.register's params."""
+    if params["platform"] == "apns":
+        return ("apns", params["token"])
+    if params["platform"] == "fcm":
+        return ("fcm", params["token"])
+    return ("webpush", params["token"].rsplit("/push/", 1)[1])
+
+
+def record_tag(gateway, rec, key):
+    """The message tag (data[key]) a gateway record carries, as the gateway read it
+    (Web Push: from the plaintext it decrypted); None when it carries none."""
+    body = rec.get("plaintext_json") if gateway == "webpush" else rec.get("body")
+    if not isinstance(body, dict):
+        return None
+    if gateway == "fcm":
+        body = ((body.get("message") or {}).get("data") or {}) if isinstance(body.get("message"), dict) else {}
+    elif gateway == "webpush":
+        body = body.get("data") if isinstance(body.get("data"), dict) else {}
+    tag = body.get(key)
+    return tag if isinstance(tag, str) else None
+
+
+def check_receipts(label, gw, daemon, msg_info, device_tokens, key, failures, since=0, refused=()):
+    """Every accepted message judged by what the gateways recorded, not by Herald's counts.
+
+    For each message (its tag in data[key]) and each delivery push.status lists for it
+    (detail): `delivered` must have exactly one 2xx request at the gateway for that
+    device's token (Herald is not restarted here, so no duplicate is allowed),
+    `superseded` none, and a later message of the same client with the same collapse
+    key must have reached that token; `skipped` none. The deliveries listed must be
+    the accepted count (devices + skipped), within the devices named, and hold every
+    device the harness knows the recipients have (`must`). No request may reach a
+    token that is not one of the message's devices, carry a tag of no accepted message
+    (or of a refused one), carry no tag, or be answered other than 2xx. Returns the
+    highest record seq seen and a summary."""
+    seq = since
+    stats = gw.stats()
+    for g in ("apns", "fcm", "webpush"):
+        if stats["received"][g] >= 100_000:
+            failures.add(f"{label}: the {g} gateway kept only its last 100,000 records: the receipts cannot be "
+                         "checked (fewer deliveries per run)")
+    by_tag = {}          # tag -> Counter((gateway, token)) of 2xx answers
+    non_2xx, untagged, records = [], [], 0
+    for g in ("apns", "fcm", "webpush"):
+        for r in gw.received(g, since=since):
+            seq = max(seq, r["seq"])
+            if g == "fcm" and r.get("kind", "send") != "send":
+                continue
+            records += 1
+            tag = record_tag(g, r, key)
+            status = (r.get("response") or {}).get("status")
+            if tag is None:
+                untagged.append((g, r.get("token"), r.get("path"), status, r.get("errors")))
+            elif status is not None and 200 <= status < 300:
+                by_tag.setdefault(tag, collections.Counter())[(g, r.get("token"))] += 1
+            else:
+                non_2xx.append((g, r.get("token"), tag, status, r.get("errors")))
+    if untagged:
+        failures.add(f"{label}: {len(untagged)} request(s) at the gateways carry no {key!r} tag of this run, "
+                     f"e.g. {untagged[:3]}")
+    if non_2xx:
+        failures.add(f"{label}: {len(non_2xx)} request(s) answered other than 2xx by the gateways, e.g. {non_2xx[:3]}")
+    # Herald's own list of each message's deliveries, only to know which device each one is
+    details = {}
+    ids = list(msg_info)
+    with RPC(daemon.socket, timeout=120) as c:
+        for i in range(0, len(ids), 200):
+            part = ids[i:i + 200]
+            for m, a in zip(part, c.pipelined("push.status", [{"message_id": m, "detail": True} for m in part])):
+                if "result" not in a:
+                    failures.add(f"{label}: push.status {m} detail answered {a.get('error')}")
+                else:
+                    details[m] = a["result"].get("devices") or []
+    tags = {info["tag"]: m for m, info in msg_info.items()}
+    # (client, collapse key) -> [(n, tag)], for superseded deliveries
+    by_ck = {}
+    for info in msg_info.values():
+        if info.get("ck"):
+            by_ck.setdefault((info["client"], info["ck"]), []).append((info["n"], info["tag"]))
+    problems = collections.Counter()
+    examples = {}
+
+    def bad(kind, what):
+        problems[kind] += 1
+        examples.setdefault(kind, what)
+
+    delivered = superseded = 0
+    for m, info in msg_info.items():
+        listed = details.get(m)
+        if listed is None:
+            continue
+        got = by_tag.get(info["tag"], collections.Counter())
+        ids_listed = {d["device_id"] for d in listed}
+        if len(listed) != info["devices"] + info["skipped"] or len(ids_listed) != len(listed):
+            bad("deliveries listed", f"{m}: {len(listed)} listed ({len(ids_listed)} distinct), accepted "
+                                     f"{info['devices']} + {info['skipped']} skipped")
+        if info["named"] is not None and not ids_listed <= info["named"]:
+            bad("device not named", f"{m}: {sorted(ids_listed - info['named'])[:3]}")
+        if not info["must"] <= ids_listed:
+            bad("recipient left out", f"{m} ({info['tag']}): devices {sorted(info['must'] - ids_listed)[:3]} "
+                                      "of its recipients are not among its deliveries")
+        tokens = set()
+        for d in listed:
+            tok = device_tokens.get(d["device_id"])
+            if tok is None:
+                bad("unknown device", f"{m}: {d['device_id']}")
+                continue
+            tokens.add(tok)
+            n = got.get(tok, 0)
+            st = d["state"]
+            if st == "delivered":
+                delivered += 1
+                if n == 0:
+                    bad("missing", f"{m} ({info['tag']}) to {tok}: Herald says delivered, the gateway has no "
+                                   "2xx request")
+                elif n > 1:
+                    bad("duplicate", f"{m} ({info['tag']}) to {tok}: {n} requests answered 2xx")
+            elif st == "superseded":
+                superseded += 1
+                later = [t for (k, t) in by_ck.get((info["client"], info["ck"]), ()) if k > info["n"]]
+                if n:
+                    bad("superseded yet sent", f"{m} ({info['tag']}) to {tok}: {n} request(s)")
+                elif not any(by_tag.get(t, {}).get(tok) for t in later):
+                    bad("superseded by nothing", f"{m} ({info['tag']}) to {tok}: no later message of its "
+                                                 f"collapse key {info['ck']!r} reached that device")
+            elif st == "skipped":
+                if n:
+                    bad("skipped yet sent", f"{m} ({info['tag']}) to {tok}: {n} request(s)")
+            else:
+                bad("not delivered", f"{m} ({info['tag']}) to {tok}: {st}")
+        stray = {t: n for t, n in got.items() if t not in tokens}
+        if stray:
+            bad("to a device not in the message", f"{m} ({info['tag']}): {sorted(stray.items())[:3]}")
+    refused = set(refused)
+    unknown_tags = {t: sum(c.values()) for t, c in by_tag.items() if t not in tags}
+    for t, n in sorted(unknown_tags.items())[:1000]:
+        bad("refused push sent" if t in refused else "tag of no accepted message", f"{t}: {n} request(s)")
+    for kind, n in sorted(problems.items()):
+        failures.add(f"{label}: receipts: {n} x {kind}, e.g. {examples[kind]}")
+    summary = {"gateway_records": records, "deliveries_delivered": delivered, "superseded": superseded,
+               "checked_messages": len(details), "problems": dict(problems)}
+    log(f"  receipts ({label}): {len(details)} messages, {delivered} deliveries delivered and {superseded} "
+        f"superseded by Herald's word, against {records} gateway records: "
+        + ("every one matches" if not problems and not non_2xx and not untagged else "MISMATCH"))
+    return seq, summary
+
+
 # ---------------------------------------------------------------- phase 1
 
 
@@ -239,6 +399,7 @@ class MixedClient:
         self.devices = {}        # user -> set(device_id)
         self.messages = []       # message ids sent by this client
         self.serial = 0
+        self.sends = 0           # push.send calls made: each one's tag is unique
 
     def register_params(self):
         user = self.users[self.next_user % len(self.users)]
@@ -271,7 +432,8 @@ class MixedClient:
                 params = {"to": {"devices": devs}}
                 n = len(devs)
             if self.env.bucket.take(n):
-                params["data"] = {"lt": f"{self.idx}-{len(self.messages)}"}
+                params["data"] = {"lt": f"{self.idx}-{self.sends}"}
+                self.sends += 1
                 if rng.random() < 0.3:
                     params["collapse_key"] = f"ck-{self.idx}-{rng.randint(0, 5)}"
                 return "push.send", params
@@ -284,6 +446,7 @@ class MixedClient:
         if res is None:
             return
         if method == "device.register":
+            self.env.device_tokens[res["device_id"]] = device_key(params)
             self.devices.setdefault(params["user"], set()).add(res["device_id"])
             for e in res["evicted"]:
                 self.devices[params["user"]].discard(e)
@@ -297,6 +460,19 @@ class MixedClient:
         elif method == "push.send":
             self.messages.append(res["message_id"])
             self.env.sent_messages.append(res["message_id"])
+            # What the harness knows the message must reach, from its own registrations: a
+            # user's APNs and FCM devices (its web ones may have been reclaimed by another
+            # client's user meanwhile), or the devices named.
+            if "devices" in params["to"]:
+                named = set(params["to"]["devices"])
+                must = {d for d in named if self.env.device_tokens[d][0] != "webpush"}
+            else:
+                named = None
+                must = {d for d in self.devices[params["to"]["users"][0]] if self.env.device_tokens[d][0] != "webpush"}
+            self.env.msg_info[res["message_id"]] = {
+                "tag": params["data"]["lt"], "client": self.idx, "n": int(params["data"]["lt"].split("-")[1]),
+                "ck": params.get("collapse_key"), "named": named, "must": must,
+                "devices": res["devices"], "skipped": res["skipped"]}
 
 
 class Env:
@@ -434,6 +610,7 @@ async def overload_client(idx, env, deadline, stats, users, rng):
                     stats.failures.add(f"overload: push.send answered an unexpected error {e}")
                     continue
                 env.overloaded += 1
+                env.refused_tags.add(params["data"]["ov"])
                 ra = e["data"]["retry_after_ms"]
                 env.retry_after.add(ra)
                 if ra <= 0:
@@ -446,6 +623,11 @@ async def overload_client(idx, env, deadline, stats, users, rng):
                 continue
             env.accepted_devices += obj["result"]["devices"]
             env.sent_messages.append(obj["result"]["message_id"])
+            # the users' devices are fixed in this phase: every one of them, and no other
+            must = set().union(*(env.user_devices[u] for u in params["to"]["users"]))
+            env.msg_info[obj["result"]["message_id"]] = {
+                "tag": params["data"]["ov"], "client": idx, "n": n - 1, "ck": None, "named": must, "must": must,
+                "devices": obj["result"]["devices"], "skipped": obj["result"]["skipped"]}
     except (ProtocolViolation, ConnectionError, OSError) as e:
         stats.failures.add(f"overload client {idx}: {e!r}")
     finally:
@@ -583,6 +765,7 @@ def main():
         env.socket, env.pid, env.seed, env.web_pool = d1.socket, d1.pid, seed, web_pool
         env.bucket = Bucket(args.deliveries_per_s)
         env.sent_messages = []
+        env.device_tokens, env.msg_info = {}, {}
         env.failures = failures
         s1 = Stats()
         s1.failures = failures
@@ -598,13 +781,14 @@ def main():
         not_delivered = {k: v for k, v in counts.items() if k not in ("delivered", "superseded", "skipped") and v}
         if not_delivered:
             failures.add(f"phase 1: deliveries not delivered: {not_delivered}")
+        seq1, receipts1 = check_receipts("phase 1", gw, d1, env.msg_info, env.device_tokens, "lt", failures)
         hwm1 = d1.peak_rss_kb()
         files1 = d1.store_files()
         max_q1 = max((s["depth"] + s["in_flight"] for s in samples), default=None)
         p1 = {"elapsed_s": round(elapsed, 1), "requests": total, "requests_per_s": round(total / elapsed, 1),
               "methods": methods, "errors": errors, "messages": len(env.sent_messages),
               "delivery_outcomes": counts, "drain_s": round(drain_s, 1), "peak_rss_kib": hwm1,
-              "series_5s": series(samples, 5.0),
+              "series_5s": series(samples, 5.0), "receipts": receipts1,
               "max_queue_depth_plus_in_flight": max_q1, "cpu_cores_used": cpu_share,
               "stats_latency_max_ms": round(max((s["stats_s"] for s in samples), default=0) * 1000, 1)}
         summary["phase1"] = p1
@@ -642,15 +826,19 @@ def main():
                     s = web_pool[i]
                     regs.append({"user": u, "platform": "web", "token": s["endpoint"],
                                  "keys": {"p256dh": s["p256dh"], "auth": s["auth"]}})
+        device_tokens2, user_devices = {}, {}
         with RPC(d2.socket, timeout=120) as c:
-            for a in c.pipelined("device.register", regs):
+            for p, a in zip(regs, c.pipelined("device.register", regs)):
                 if "result" not in a:
                     raise HarnessFailure(f"phase 2 registration failed: {a}")
+                device_tokens2[a["result"]["device_id"]] = device_key(p)
+                user_devices.setdefault(p["user"], set()).add(a["result"]["device_id"])
         gw.set_delay(args.slow_ms)
         env2 = Env()
         env2.socket, env2.pid, env2.seed = d2.socket, d2.pid, seed
         env2.sent_messages, env2.failures = [], failures
         env2.overloaded, env2.accepted_devices, env2.retry_after = 0, 0, set()
+        env2.refused_tags, env2.msg_info, env2.user_devices = set(), {}, user_devices
         s2 = Stats()
         s2.failures = failures
         log(f"phase 2: {args.clients} clients sending 10-30-device fan-outs for {args.overload_seconds:.0f} s, "
@@ -668,6 +856,8 @@ def main():
         not_delivered2 = {k: v for k, v in counts2.items() if k != "delivered" and v}
         if not_delivered2:
             failures.add(f"phase 2: deliveries not delivered: {not_delivered2}")
+        _, receipts2 = check_receipts("phase 2", gw, d2, env2.msg_info, device_tokens2, "ov", failures, since=seq1,
+                                      refused=env2.refused_tags)
         with RPC(d2.socket, timeout=120) as c:
             q_end = c.ok("system.stats")["queue"]
         if q_end["depth"] or q_end["in_flight"]:
@@ -679,7 +869,7 @@ def main():
               "retry_after_ms_values": sorted(env2.retry_after), "accepted_messages": len(env2.sent_messages),
               "accepted_deliveries": env2.accepted_devices, "max_queue_depth_plus_in_flight": max_q2,
               "queue_samples": len(samples2), "delivery_outcomes": counts2, "drain_s": round(drain2, 1),
-              "queue_at_end": q_end, "peak_rss_kib": hwm2, "connection_limit": conn_limit}
+              "queue_at_end": q_end, "peak_rss_kib": hwm2, "connection_limit": conn_limit, "receipts": receipts2}
         summary["phase2"] = p2
         log(f"  {env2.overloaded} overloaded answers, {len(env2.sent_messages)} sends accepted "
             f"({env2.accepted_devices} deliveries); max queue {max_q2} of {args.max_queued}; "

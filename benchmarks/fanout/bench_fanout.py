@@ -28,12 +28,16 @@ h2load from wait4().
 Prints the table, writes OUT_DIR/fanout.json (one object per scenario and
 sender), OUT_DIR/fanout-details.json (everything), OUT_DIR/REPORT.md and its
 PNG plots. Figures only: no timing fails anything. With --check the exit
-status is 1 when any push of any sender was not delivered.
+status is 1 when any push of any sender was not delivered, or when the sink's
+access log (the receiver's own record, see Receipts) does not show every push
+Herald accepted reaching each of its devices exactly once.
 
     .venv/bin/python benchmarks/fanout/bench_fanout.py [--quick] [--check] [--perf] \
         [--herald .build/release/herald] [--out-dir benchmarks/results]
 """
 import argparse
+import bisect
+import collections
 import datetime
 import json
 import os
@@ -46,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -117,6 +122,7 @@ class Herald:
         self.proc = HeraldProcess(binary, directory, fixture.herald_config(directory, sink, keys))
         self.pid = self.proc.proc.pid
         self.client = fixture.Client(self.proc.socket_path, timeout=180)
+        self.accepted = 0  # push.send calls answered with a result
 
     def send(self, users, tag, timeout_ms=60_000):
         t0 = time.perf_counter()
@@ -126,6 +132,7 @@ class Herald:
         result = answer.get("result")
         if result is None:
             return seconds, 0, {"error": answer.get("error")}
+        self.accepted += 1  # one push to each of the users' devices, which the sink must have received
         counts = result.get("counts") or {}
         delivered = counts.get("delivered", 0)
         problem = None
@@ -160,6 +167,149 @@ class Herald:
         except OSError:
             pass
         return self.proc.stop()
+
+
+# ---------------------------------------------------------------- the receiver's record
+
+
+class Receipts:
+    """Herald's pushes judged by what the sink recorded, not by Herald's counts.
+
+    The run is cut into phases, one sender at a time (registration, herald on a
+    scenario, a peer, h2load, ...), each starting at a wall-clock time; every
+    access-log record (nginx's $msec at the end of the request) belongs to the
+    phase it falls in. In a herald phase every device of the scenario must have
+    been sent exactly one 2xx-answered request per accepted push.send of the
+    phase (Herald is never restarted here: no duplicate is allowed), none to a
+    path that is not one of the scenario's devices, none answered otherwise.
+    In any phase a request to a path that is no registered device is a problem.
+    h2load's requests and the OAuth token requests are not logged (sink.py)."""
+
+    def __init__(self, sink):
+        self.sink = sink
+        self.devices, self.known = {}, set()
+        # [t_start, sender, scenario, accepted pushes (herald) or None, scenario whose devices (herald)]
+        self.phases = []
+
+    def set_devices(self, devices):
+        """devices: scenario -> the devices fixture.register made for it."""
+        self.devices = {name: {self.device_key(d) for d in devs} for name, devs in devices.items()}
+        self.known = set().union(*self.devices.values())
+
+    def device_key(self, d):
+        if d["platform"] == "apns":
+            return ("apns", d["token"])
+        if d["platform"] == "fcm":
+            return ("fcm", d["token"])
+        u = urllib.parse.urlsplit(d["token"])
+        return ("web", u.hostname, u.port, u.path)
+
+    def record_key(self, r):
+        port, path = r["p"], r["u"]
+        if port == self.sink.apns_port and path.startswith("/3/device/"):
+            return ("apns", urllib.parse.unquote(path[len("/3/device/"):]))
+        if port == self.sink.fcm_port and re.fullmatch(r"/v1/projects/[^/]+/messages:send", path):
+            return ("fcm", r["fcm"])
+        if port == self.sink.web_port and path.startswith("/push/"):
+            return ("web", r["a"], port, path)
+        return ("unknown", f"{r['a']}:{port}{path}")
+
+    def phase(self, sender, scenario=None):
+        # nginx logs whole milliseconds (its time cached at the event loop's
+        # wake-up, never later than the request's end): 2 ms on either side of
+        # the boundary keep each request on its own side.
+        time.sleep(0.002)
+        self.phases.append([time.time(), sender, scenario, None, scenario])
+        time.sleep(0.002)
+
+    def herald_phase(self, scenario, herald, devices_of=None):
+        """A herald phase sending to the devices of `devices_of` (default: the
+        scenario's); `done()` afterwards records how many pushes it accepted."""
+        self.phase("herald", scenario)
+        entry = self.phases[-1]
+        entry[4] = devices_of or scenario
+        start = herald.accepted
+
+        def done():
+            entry[3] = herald.accepted - start
+        return done
+
+    def expected(self):
+        return sum(len(self.devices[p[4]]) * (p[3] or 0) for p in self.phases if p[1] == "herald")
+
+    def herald_records(self, recs):
+        starts = [p[0] for p in self.phases]
+        n = 0
+        for r in recs:
+            i = bisect.bisect_right(starts, r["t"]) - 1
+            if i >= 0 and self.phases[i][1] == "herald":
+                n += 1
+        return n
+
+    def wait_flushed(self, timeout=30.0):
+        """Waits, with a deadline, until the log holds at least the herald records
+        expected (nginx flushes its buffer every second); True when it did."""
+        want = self.expected()
+        _, ok = self.sink.wait_records(lambda recs: self.herald_records(recs) >= want, timeout=timeout)
+        return ok
+
+    def check(self, recs):
+        """(problems, summary) over every record of the log."""
+        starts = [p[0] for p in self.phases]
+        per_phase = [collections.Counter() for _ in self.phases]
+        bad_status = [collections.Counter() for _ in self.phases]
+        problems, early = [], 0
+        for r in recs:
+            i = bisect.bisect_right(starts, r["t"]) - 1
+            if i < 0:
+                early += 1
+                continue
+            key = self.record_key(r)
+            if 200 <= r["s"] < 300:
+                per_phase[i][key] += 1
+            else:
+                bad_status[i][(key, r["s"])] += 1
+        if early:
+            problems.append({"sender": "?", "receiver": f"{early} request(s) logged before the run started"})
+        summary = []
+        for (t0, sender, scenario, accepted, devset), got, bad in zip(self.phases, per_phase, bad_status):
+            unknown = sorted(k for k in got if k not in self.known)
+            info = {"sender": sender, "scenario": scenario, "requests_2xx": sum(got.values()),
+                    "other_status": sum(bad.values()), "unknown_paths": len(unknown)}
+            where = {"scenario": scenario, "sender": sender}
+            if unknown:
+                problems.append({**where, "receiver": f"{len(unknown)} path(s) that are no registered device "
+                                 f"got {sum(got[k] for k in unknown)} request(s), e.g. {unknown[:3]}"})
+            if sender == "herald":
+                devs = self.devices[devset]
+                info["accepted_pushes"] = accepted
+                info["expected"] = len(devs) * (accepted or 0)
+                missing = sorted(k for k in devs if got.get(k, 0) < (accepted or 0))
+                extra = sorted(k for k in devs if got.get(k, 0) > (accepted or 0))
+                stray = sorted(k for k in got if k not in devs and k in self.known)
+                info.update(missing_devices=len(missing), duplicated_devices=len(extra), other_devices=len(stray))
+                if missing:
+                    problems.append({**where, "receiver": (
+                        f"{len(missing)} of {len(devs)} devices got fewer than the {accepted} accepted push(es) "
+                        f"(nginx logged {sum(max(0, accepted - got.get(k, 0)) for k in missing)} fewer requests), "
+                        f"e.g. {[(k, got.get(k, 0)) for k in missing[:3]]}")})
+                if extra:
+                    problems.append({**where, "receiver": (
+                        f"{len(extra)} of {len(devs)} devices got more than the {accepted} accepted push(es) "
+                        f"(duplicates; none allowed: Herald is not restarted), "
+                        f"e.g. {[(k, got[k]) for k in extra[:3]]}")})
+                if stray:
+                    problems.append({**where, "receiver": (
+                        f"{len(stray)} device(s) of other scenarios got requests, e.g. {stray[:3]}")})
+                if bad:
+                    problems.append({**where, "receiver": (
+                        f"{sum(bad.values())} request(s) answered other than 2xx, e.g. "
+                        f"{sorted(bad.items())[:3]}")})
+            elif sender == "idle" and (got or bad):
+                problems.append({**where, "receiver": f"{sum(got.values()) + sum(bad.values())} request(s) "
+                                 "after the last phase ended"})
+            summary.append(info)
+        return problems, summary
 
 
 # ---------------------------------------------------------------- peers
@@ -341,12 +491,15 @@ def main():
     started = datetime.datetime.now(datetime.timezone.utc)
     load_before = machine.load_average()
     tmp = tempfile.mkdtemp(prefix="herald-bench-fanout-")
-    sink = herald = None
+    sink = herald = receipts = None
+    receiver_problems, receiver_summary, completed = [], [], False
     rows, problems, peer_outs, profiles = [], [], [], {}
     herald_status, herald_log, stats = None, "", {}
     crypto_rows = []
     try:
-        sink = Sink(os.path.join(tmp, "sink"), web_origins=WEB_ORIGINS)
+        sink = Sink(os.path.join(tmp, "sink"), web_origins=WEB_ORIGINS, access_log=True)
+        receipts = Receipts(sink)
+        receipts.phase("start")  # herald's start and the registrations: no push request
         keys = fixture.provider_keys(tmp, sink)
         herald = Herald(os.path.abspath(args.herald), tmp, sink, keys)
         h2 = H2Load(os.path.join(tmp, "h2load"))
@@ -358,27 +511,33 @@ def main():
         users, devices = {}, {}
         for si, (name, per_user) in enumerate(SCENARIOS.items()):
             users[name], devices[name] = fixture.register(herald.client, sink, name, si, USERS, per_user)
+        receipts.set_devices(devices)
         log(f"registered {DEVICES * len(SCENARIOS)} devices in {time.perf_counter() - t0:.1f} s")
 
         # ---- one message to 500 devices
         for name, per_user in SCENARIOS.items():
             if only and name not in only:
                 continue
+            done = receipts.herald_phase(name, herald)
             with SinkMeter(sink) as sm:
                 samples, delivered, cpu, rss, wall, probs = herald.messages(name, users[name], warmup, messages)
+            done()
             rows.append(row(name, "herald", samples, delivered, DEVICES * messages, cpu, rss, **sm.info()))
             problems += [{"scenario": name, "sender": "herald", **p} for p in probs]
             log(f"{name} herald: p50 {rows[-1]['p50_ms']} ms, delivered {delivered}/{DEVICES * messages}")
             if args.perf and name in ("web500", "apns500"):
                 data = os.path.join(tmp, f"perf-{name}.data")
+                done = receipts.herald_phase(name, herald)
                 with Perf(herald.pid, data) as perf:
                     psamples, pdel, _, _, _, _ = herald.messages(name, users[name], 0, messages)
+                done()
                 profiles[name] = {"top": perf.top(30), "by_dso": perf.by_dso(), "by_thread": perf.by_thread(),
                                   "messages": len(psamples),
                                   "p50_ms_under_perf": round(percentile(psamples, 0.5) * 1000, 2),
                                   "delivered": pdel, "record_stderr": perf.record_stderr}
                 log(f"{name} profiled ({len(psamples)} messages under perf)")
             for peer in PEERS[name]:
+                receipts.phase(peer, name)
                 with SinkMeter(sink) as sm:
                     out = run_peer(tmp, peer, devices[name], sink, keys, messages=peer_messages, warmup=1)
                 peer_outs.append(out)
@@ -389,6 +548,7 @@ def main():
                                      "errors": out["errors"][:5]})
                 log(f"{name} {peer}: p50 {rows[-1]['p50_ms']} ms, delivered {out['delivered']}")
             # h2load: the same requests, one process per origin
+            receipts.phase("h2load", name)
             targets = h2load_targets(sink, per_user)
             for _ in range(max(1, warmup)):
                 h2.message(targets)
@@ -409,6 +569,7 @@ def main():
 
         # ---- crypto share: http_ece seal-only next to Herald's seal figures
         if not only or "web500" in only:
+            receipts.phase("http_ece")
             out = run_peer(tmp, "http_ece", devices["web500"], sink, keys, messages=peer_messages, warmup=1)
             peer_outs.append(out)
             seals = out["delivered"]
@@ -432,13 +593,16 @@ def main():
         for name, (base, plat, peers) in SUSTAINED.items():
             if only and name not in only:
                 continue
+            done = receipts.herald_phase(name, herald, base)
             with SinkMeter(sink) as sm:
                 samples, delivered, cpu, rss, wall, probs = herald.messages(name, users[base], 1, seconds=sustained_s)
+            done()
             rows.append(row(name, "herald", samples, delivered, DEVICES * len(samples), cpu, rss, wall_s=wall,
                             seconds=round(wall, 2), **sm.info()))
             problems += [{"scenario": name, "sender": "herald", **p} for p in probs]
             log(f"{name} herald: {rows[-1]['pushes_per_s']} pushes/s over {wall:.1f} s")
             for peer in peers:
+                receipts.phase(peer, name)
                 with SinkMeter(sink) as sm:
                     out = run_peer(tmp, peer, devices[base], sink, keys, warmup=1, seconds=sustained_s)
                 peer_outs.append(out)
@@ -449,6 +613,7 @@ def main():
                     problems.append({"scenario": name, "sender": peer, "failed": out["failed"],
                                      "errors": out["errors"][:5]})
                 log(f"{name} {peer}: {rows[-1]['pushes_per_s']} pushes/s")
+            receipts.phase("h2load", name)
             origin = sink.web_origin(0) if plat == "web" else sink.apns_url if plat == "apns" else sink.fcm_url
             with SinkMeter(sink) as sm:
                 res = h2.sustained(plat, origin, max(1, int(round(sustained_s))))
@@ -465,6 +630,15 @@ def main():
                 raise RuntimeError(f"herald exited during {name}")
 
         stats = (herald.client.call("system.stats").get("result")) or {}
+        # Herald's pushes as nginx recorded them: wait (with a deadline) until its
+        # buffered log holds at least what was accepted, then, after nginx exits
+        # (which writes out the rest), compare every device's count.
+        receipts.phase("idle")
+        t0 = time.perf_counter()
+        flushed = receipts.wait_flushed(timeout=30)
+        log(f"access log: {receipts.expected()} herald requests expected, "
+            f"{'all' if flushed else 'NOT all'} logged after {time.perf_counter() - t0:.1f} s")
+        completed = True
     except BaseException:
         if herald is not None:
             print("herald stderr (tail):\n" + herald.proc.stderr_tail(), file=sys.stderr)
@@ -477,7 +651,10 @@ def main():
             herald_log = tail(herald.proc.log_path, 40)
         if sink is not None:
             sink.stop()
+            if completed:
+                receiver_problems, receiver_summary = receipts.check(sink.records())
         shutil.rmtree(tmp, ignore_errors=True)
+    problems += receiver_problems
 
     for r in rows:
         if not r["delivered_all"] and not any(p.get("scenario") == r["scenario"] and p.get("sender") == r["sender"]
@@ -499,6 +676,7 @@ def main():
         "crypto_json": crypto,
         "profiles": profiles,
         "problems": problems,
+        "receiver": receiver_summary,
         "herald_stats": {k: stats.get(k) for k in ("transports", "apns", "queue")},
         "herald_exit_status": herald_status,
         "herald_stderr_tail": herald_log,
@@ -518,8 +696,18 @@ def main():
     print(table)
     paths = report.write(results, out_dir, table)
     print(f"\nwritten: {', '.join(os.path.relpath(p, os.getcwd()) for p in paths)}")
+    herald_phases = [x for x in receiver_summary if x["sender"] == "herald"]
+    print(f"\nreceiver (nginx access log): {len(herald_phases)} herald phases, "
+          f"{sum(x['accepted_pushes'] or 0 for x in herald_phases)} accepted pushes, "
+          f"{sum(x['expected'] for x in herald_phases)} requests expected, "
+          f"{sum(x['requests_2xx'] for x in herald_phases)} logged with 2xx; "
+          + ("every device got each push exactly once" if completed and not receiver_problems else
+             f"{len(receiver_problems)} mismatch(es)" if completed else "not checked (the run did not complete)"))
+    for p in receiver_problems:
+        print(f"  RECEIVER MISMATCH {p.get('scenario')} {p.get('sender')}: {p['receiver']}", file=sys.stderr)
     if args.check and problems:
-        print(f"\nNOT every push was delivered: {len(problems)} problem(s), first: {json.dumps(problems[0])}",
+        print(f"\nNOT every push was delivered exactly once (by the senders' answers or the sink's access log): "
+              f"{len(problems)} problem(s), first: {json.dumps(problems[0])}",
               file=sys.stderr)
         sys.exit(1)
 

@@ -337,7 +337,8 @@ def write(results, out_dir, table_text=None):
     L.append("")
     L.append(f"- **Sink**: Debian's nginx ({v.get('nginx')}), its own process with a configuration written "
              "for the run (`benchmarks/fanout/sink.py`; pid, logs and temp files in a temporary directory, "
-             f"{cfg.get('nginx_workers', 2)} workers, access log off), TLS with a CA generated for the run, HTTP/2 "
+             f"{cfg.get('nginx_workers', 2)} workers; a buffered access log of the push requests, the receiver's "
+             "record every push of Herald is checked against), TLS with a CA generated for the run, HTTP/2 "
              "(ALPN h2, no GOAWAY after nginx's default 1000 requests per connection). Streams per connection are "
              "capped at 200, not APNs' 1000: with more than about 255 streams closing at a time nginx 1.22 stops "
              "reusing closed-stream nodes, leaks one per request into its stream index and slows down without "

@@ -18,7 +18,17 @@ the HTTP/2 stream with RST_STREAM(NO_ERROR), which curl reports as an error.
 It runs as its own nginx (`nginx -p DIR -c DIR/nginx.conf`, `daemon off`,
 pid, logs and temp files under DIR) on ports the OS picked a moment before;
 it never touches the system nginx.
+
+With `access_log=True` nginx also keeps the receiver's own record of every
+push request (DIR/access.log, one JSON object a line: time, status, listen
+address and port, path, and for FCM the `message.token` of the body, the only
+place FCM names the device), buffered (`buffer=256k flush=1s`) so that it
+costs the measured senders little. h2load's requests (user agent `h2load`)
+and the OAuth token requests are not logged. `records()` reads it back;
+`wait_records()` waits, with a deadline, until nginx has written what is
+expected (it writes its buffer every second and at exit).
 """
+import json
 import datetime
 import ipaddress
 import os
@@ -122,6 +132,20 @@ events {{
 
 http {{
     access_log off;
+    # The receiver's record of the pushes (only with access_log=True): one JSON
+    # object a line. $msec is nginx's time at the end of the request; the FCM
+    # device is the body's message.token (read by the mirror, in memory).
+    log_format sink_push escape=json
+        '{{"t":$msec,"s":$status,"a":"$server_addr","p":$server_port,"u":"$request_uri",'
+        '"fcm":"$sink_fcm_token","ua":"$http_user_agent"}}';
+    map $http_user_agent $sink_loggable {{
+        "~^h2load" 0;
+        default 1;
+    }}
+    map $request_body $sink_fcm_token {{
+        "~\\"token\\"\\s*:\\s*\\"(?<tok>[^\\"]*)\\"" $tok;
+        default "";
+    }}
     client_body_temp_path {dir}/tmp/body;
     proxy_temp_path {dir}/tmp/proxy;
     fastcgi_temp_path {dir}/tmp/fastcgi;
@@ -166,17 +190,22 @@ http {{
         server_name apns;
         root {dir}/empty;
         location /3/device/ {{
+{access_log}
             mirror /_drain;
             mirror_request_body on;
             log_not_found off;
             error_page 404 =200 @apns;
         }}
         location @apns {{
+{access_log}
             add_header apns-id $sink_apns_id always;
             return 200;
         }}
         location = /_drain {{ internal; return 204; }}
-        location / {{ return 404; }}
+        location / {{
+{access_log}
+            return 404;
+        }}
     }}
 
     server {{
@@ -184,12 +213,14 @@ http {{
         server_name fcm;
         root {dir}/empty;
         location /v1/projects/ {{
+{access_log}
             mirror /_drain;
             mirror_request_body on;
             log_not_found off;
             error_page 404 =200 @fcm;
         }}
         location @fcm {{
+{access_log}
             default_type application/json;
             return 200 '{{"name":"projects/herald-bench/messages/0:$request_id"}}';
         }}
@@ -204,7 +235,10 @@ http {{
             return 200 '{{"access_token":"ya29.sink-$request_id","expires_in":3600,"token_type":"Bearer"}}';
         }}
         location = /_drain {{ internal; return 204; }}
-        location / {{ return 404; }}
+        location / {{
+{access_log}
+            return 404;
+        }}
     }}
 
     server {{
@@ -212,17 +246,22 @@ http {{
         server_name webpush;
         root {dir}/empty;
         location /push/ {{
+{access_log}
             mirror /_drain;
             mirror_request_body on;
             log_not_found off;
             error_page 404 =201 @webpush;
         }}
         location @webpush {{
+{access_log}
             add_header Location "https://$host:$server_port/message/$request_id" always;
             return 201;
         }}
         location = /_drain {{ internal; return 204; }}
-        location / {{ return 404; }}
+        location / {{
+{access_log}
+            return 404;
+        }}
     }}
 }}
 """
@@ -249,8 +288,15 @@ class Sink:
     """nginx as APNs, FCM and Web Push on loopback. `web_origins` is the number
     of Web Push origins (127.0.0.2, 127.0.0.3, ...)."""
 
-    def __init__(self, directory, web_origins=5, workers=2, log_level="warn"):
+    def __init__(self, directory, web_origins=5, workers=2, log_level="warn", access_log=False):
         self.dir = os.path.abspath(directory)
+        self.access_log = os.path.join(self.dir, "access.log") if access_log else None
+        # Every location that answers a push request, and the 404 of an unknown
+        # path, logs to the one file (one shared buffer; the log phase uses the
+        # configuration of the location that answered, the named one after
+        # error_page).
+        access = (f"            access_log {self.access_log} sink_push buffer=256k flush=1s if=$sink_loggable;"
+                  if access_log else "")
         for sub in ("tmp", "empty", "logs"):
             os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
         self.web_hosts = [f"127.0.0.{2 + i}" for i in range(web_origins)]
@@ -273,7 +319,7 @@ class Sink:
                                 for h in self.web_hosts)
             with open(self.conf, "w") as f:
                 f.write(CONFIG.format(dir=self.dir, cert=cert, key=key, workers=workers, user=user, log_level=log_level,
-                                      max_streams=MAX_STREAMS,
+                                      max_streams=MAX_STREAMS, access_log=access,
                                       apns_port=self.apns_port, fcm_port=self.fcm_port,
                                       web_listens=listens))
             self.log_path = os.path.join(self.dir, "nginx.stderr.log")
@@ -330,6 +376,46 @@ class Sink:
 
     def web_origin(self, i):
         return f"https://{self.web_hosts[i % len(self.web_hosts)]}:{self.web_port}"
+
+    # ---- the receiver's record
+
+    def records(self):
+        """The access log as a list of dicts (t: seconds since the epoch at the end
+        of the request, s: status, a: listen address, p: port, u: path, fcm: the
+        FCM body's message.token, ua: user agent). A last line nginx has not
+        finished writing is left out."""
+        if not self.access_log:
+            raise RuntimeError("the sink was started without access_log=True")
+        try:
+            with open(self.access_log, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        lines = data.split(b"\n")
+        if lines and not data.endswith(b"\n"):
+            lines.pop()  # being written
+        out = []
+        for line in lines:
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                raise RuntimeError(f"access log: a line that is not JSON: {line[:200]!r}")
+        return out
+
+    def wait_records(self, enough, timeout=30.0, interval=0.1):
+        """Reads the access log until `enough(records)` is true or `timeout` passes
+        (nginx writes its buffer every second, when it is full, and at exit);
+        returns the last records read and whether `enough` held."""
+        deadline = time.monotonic() + timeout
+        while True:
+            recs = self.records()
+            if enough(recs):
+                return recs, True
+            if time.monotonic() >= deadline:
+                return recs, False
+            time.sleep(interval)
 
     # ---- measuring
 
