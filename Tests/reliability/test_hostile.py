@@ -822,6 +822,28 @@ def _read_all_lines(c: RPC, count, timeout=120):
     return [c.read_json(timeout) for _ in range(count)]
 
 
+def _wait_settled(d, window=5, spread_mib=1.0, timeout=60):
+    """Waits until the daemon is idle and its RSS has settled, so that a baseline taken next holds
+    what it keeps anyway: the message's deliveries all recorded (push.status complete), nothing
+    queued or in flight, and ``window`` RSS samples 0.1 s apart within ``spread_mib`` of each other."""
+    def idle():
+        stats = d.call("system.stats")["queue"]
+        return (d.status(d.message_id)["state"] == "complete" and stats["depth"] == 0
+                and stats["in_flight"] == 0)
+    wait_until(idle, timeout, 0.1, what="the lean daemon's message complete and its queue empty")
+    samples = []
+
+    def steady():
+        samples.append(_rss_mib(d.pid))
+        del samples[:-window]
+        return len(samples) == window and max(samples) - min(samples) <= spread_mib
+    try:
+        wait_until(steady, timeout, 0.1)
+    except AssertionError:
+        raise AssertionError(f"the lean daemon's RSS did not settle within {spread_mib} MiB in {timeout} s "
+                             f"(last samples, MiB: {samples})") from None
+
+
 @pytest.fixture(scope="module")
 def lean():
     """A daemon with no transport (sends are recorded as skipped at once), and one message of
@@ -837,7 +859,7 @@ def lean():
         c.call("rpc.discover")
         c.call("push.status", {"message_id": d.message_id, "detail": True})
         c.call("system.stats")
-    time.sleep(1.5)
+    _wait_settled(d)
     yield d
     assert d.running, "the daemon died:\n" + d.log(60)
     d.cleanup()
