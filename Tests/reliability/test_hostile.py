@@ -789,20 +789,32 @@ while True:
     line, buf = buf.split(b"\n", 1)
     assert json.loads(line)["result"]["status"], line
     lat.append(time.monotonic() - t)
+    if len(lat) == 1:
+        open(sys.argv[3], "w").close()      # answered once: the caller may start its case
     try:
         open(sys.argv[2]).close()
-        break
+        if len(lat) >= 5:
+            break
     except OSError:
-        time.sleep(0.005)
+        pass
+    time.sleep(0.005)
 print(json.dumps(lat))
 """
 
 
 class HealthProbe:
+    """Another client calling system.health in a loop on its own connection, from a process of its
+    own; started once its first call was answered, and it makes at least 5 calls."""
+
     def __init__(self, socket_path, tmp_path):
-        self.stop_file = tmp_path / f"probe-stop-{os.urandom(4).hex()}"
-        self.proc = subprocess.Popen([sys.executable, "-c", _PROBE, socket_path, str(self.stop_file)],
+        tag = os.urandom(4).hex()
+        self.stop_file = tmp_path / f"probe-stop-{tag}"
+        ready = tmp_path / f"probe-ready-{tag}"
+        self.proc = subprocess.Popen([sys.executable, "-c", _PROBE, socket_path, str(self.stop_file), str(ready)],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        wait_until(lambda: ready.exists() or self.proc.poll() is not None, 30, 0.01,
+                   what="the health probe's first answer")
+        assert ready.exists(), f"the health probe exited: {self.proc.communicate()[1].decode()}"
 
     def finish(self):
         self.stop_file.write_text("stop")
@@ -922,7 +934,6 @@ def test_hostile_batches_bounded_memory_and_latency(lean, case, tmp_path):
     Path(f"/proc/{pid}/clear_refs").write_text("5")     # resets VmHWM to the current RSS
     probe = HealthProbe(lean.socket, tmp_path)
     try:
-        time.sleep(0.2)
         with lean.connect(120) as c:
             if case == "discover_4mib":
                 what = _case_discover_4mib(c)
