@@ -979,6 +979,30 @@ def test_fault(fault, transport, gw, pki):
         raise AssertionError(f"no expectation for {fault}")
 
 
+def test_metric_reads_fail_on_what_metrics_lacks():
+    """metric() never reads a missing family, label or sample as 0; metric_or_zero() reads an absent
+    label set as 0 only in a family /metrics declares, with label names it knows."""
+    from herald_fixtures import MetricsMissing, metric_or_zero, parse_metrics
+    m = parse_metrics('# HELP herald_retries_total Retries.\n# TYPE herald_retries_total counter\n'
+                      'herald_retries_total{platform="apns"} 2\nherald_retries_total{platform="web"} 1\n'
+                      '# TYPE fake_lazy_total counter\n'
+                      '# TYPE herald_send_duration_seconds histogram\n'
+                      'herald_send_duration_seconds_count{platform="apns"} 4\nherald_queue_depth 0\n')
+    assert metric(m, "herald_retries_total") == 3
+    assert metric(m, "herald_retries_total", platform="web") == 1
+    assert metric(m, "herald_send_duration_seconds_count", platform="apns") == 4
+    for name, labels in (("herald_retry_total", {}), ("herald_retries_total", {"transport": "web"}),
+                         ("herald_retries_total", {"platform": "fcm"}), ("herald_queue_depth", {}),
+                         ("fake_lazy_total", {"platform": "web"})):
+        with pytest.raises(MetricsMissing):
+            metric(m, name, **labels)
+    assert metric_or_zero(m, "herald_retries_total", platform="fcm") == 0
+    assert metric_or_zero(m, "fake_lazy_total", platform="web") == 0
+    for name, labels in (("herald_retry_total", {"platform": "fcm"}), ("herald_retries_total", {"transport": "x"})):
+        with pytest.raises(MetricsMissing):
+            metric_or_zero(m, name, **labels)
+
+
 def test_metric_families_the_suites_read_exist(gw):
     """Every metric family the reliability suites read (metric(), metric_or_zero(), Result.delta())
     and the families the fault matrix names are declared in the daemon's /metrics output with the
