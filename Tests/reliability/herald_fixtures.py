@@ -60,6 +60,20 @@ CLIENT_EMAIL = "herald@herald-test.iam.gserviceaccount.com"
 # Retries fast enough for a test, slow enough to be seen.
 FAST_DELIVERY = {"max_retries": 2, "backoff_base_ms": 50, "backoff_max_ms": 200}
 
+
+def _shutdown_budget() -> float:
+    """Seconds a daemon has from SIGTERM to its exit: the unit's ``TimeoutStopSec=`` (after it
+    systemd sends SIGKILL). SPEC.md "Operations": SIGTERM lets in-flight sends finish for up to
+    10 s and exits 0; docs/operations.md "Stop": ``TimeoutStopSec=`` leaves room for those 10 s."""
+    unit = (REPO / "systemd" / "herald.service").read_text()
+    m = re.search(r"^TimeoutStopSec=(\d+)s?\s*$", unit, re.M)
+    if not m:
+        raise RuntimeError("systemd/herald.service has no TimeoutStopSec=<seconds>: the shutdown budget")
+    return float(m.group(1))
+
+
+SHUTDOWN_BUDGET_S = _shutdown_budget()
+
 _CLEANUPS: list = []
 
 
@@ -103,6 +117,11 @@ class HarnessFailure(RuntimeError):
 
 class ProtocolViolation(HarnessFailure):
     """A response that is not valid JSON-RPC 2.0, or not for the request it answers."""
+
+
+class DaemonExitFailure(HarnessFailure, AssertionError):
+    """The daemon did not end cleanly: it hung at SIGTERM past the shutdown budget, exited with a
+    status other than 0, or died before the test ended it."""
 
 
 def token_hash(token):
@@ -694,11 +713,54 @@ class RPC:
         return out
 
 
-def parse_metrics(text: str) -> dict:
-    """Prometheus text → {(name, frozenset(labels)): value}."""
-    out = {}
+class MetricsMissing(AssertionError):
+    """A metric family, label or sample a check reads is not in the daemon's /metrics output
+    (a rename must fail the check that reads it, never read as 0)."""
+
+
+class Metrics(dict):
+    """Parsed Prometheus text: {(sample name, frozenset(labels)): value}, and ``families``
+    {family name: type} from its ``# TYPE`` lines."""
+
+    def __init__(self, samples=(), families=None):
+        super().__init__(samples)
+        self.families: dict[str, str] = dict(families or {})
+
+    def family_of(self, name: str) -> str | None:
+        """The family a sample name belongs to (``x_bucket``/``_sum``/``_count`` of a histogram
+        or summary ``x``), or None when /metrics declares none."""
+        if name in self.families:
+            return name
+        for suffix in ("_bucket", "_sum", "_count"):
+            base = name[: -len(suffix)] if name.endswith(suffix) else None
+            if base and self.families.get(base) in ("histogram", "summary"):
+                return base
+        return None
+
+    def samples(self, name: str, labels: dict) -> list[float]:
+        """The values of ``name`` whose labels include ``labels``, after checking that the family is
+        declared and that every label name asked for is one of its samples' (MetricsMissing if not)."""
+        if self.family_of(name) is None:
+            raise MetricsMissing(f"metric family {name!r} is not in /metrics (renamed or removed?); "
+                                 f"families there: {sorted(self.families)}")
+        rows = [(dict(ls), v) for (n, ls), v in self.items() if n == name]
+        known = set().union(*(r[0].keys() for r in rows)) if rows else set()
+        unknown = set(labels) - known
+        if rows and unknown:
+            raise MetricsMissing(f"{name} has no label {sorted(unknown)} (its labels: {sorted(known)})")
+        return [v for ls, v in rows if all(ls.get(k) == str(val) for k, val in labels.items())]
+
+
+def parse_metrics(text: str) -> Metrics:
+    """Prometheus text → ``Metrics`` ({(name, frozenset(labels)): value} and the declared families)."""
+    out, families = {}, {}
     for line in text.splitlines():
-        if not line or line.startswith("#"):
+        if not line:
+            continue
+        if line.startswith("#"):
+            m = re.match(r"^#\s*TYPE\s+([a-zA-Z_:][a-zA-Z0-9_:]*)\s+(\S+)", line)
+            if m:
+                families[m.group(1)] = m.group(2)
             continue
         m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)', line)
         if not m:
@@ -706,13 +768,41 @@ def parse_metrics(text: str) -> dict:
         labels = frozenset(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
         v = m.group(4)
         out[(m.group(1), labels)] = float("inf") if v == "+Inf" else float(v)
-    return out
+    return Metrics(out, families)
 
 
-def metric(m: dict, name: str, **labels) -> float:
-    """The sum of the samples of `name` whose labels include `labels`."""
-    want = set(labels.items())
-    return sum(v for (n, ls), v in m.items() if n == name and want <= set(ls))
+def _as_metrics(m) -> Metrics:
+    if isinstance(m, Metrics):
+        return m
+    raise TypeError("metric() reads what parse_metrics() (Daemon.metrics()) returned")
+
+
+def metric(m: Metrics, name: str, **labels) -> float:
+    """The sum of the samples of `name` whose labels include `labels`. Strict: the family must be
+    declared in /metrics, each label name must be one of its samples', and at least one sample must
+    match (MetricsMissing otherwise): a renamed family, label or label value fails the check that
+    reads it instead of reading as 0. Herald exports every label set it knows at start (counters at
+    0), so a sample that may legitimately be absent is rare: read it with ``metric_or_zero``."""
+    values = _as_metrics(m).samples(name, labels)
+    if not values:
+        have = [dict(ls) for (n, ls), _ in m.items() if n == name][:12]
+        raise MetricsMissing(f"no sample of {name} with labels {labels} in /metrics (samples: {have})")
+    return sum(values)
+
+
+def metric_or_zero(m: Metrics, name: str, **labels) -> float:
+    """Like ``metric``, for a labelled sample that may legitimately be absent (a label set the
+    daemon creates on first use): 0 when no sample matches, but the family must still be declared
+    and the label names known (MetricsMissing otherwise)."""
+    return sum(_as_metrics(m).samples(name, labels))
+
+
+def check_metric_families(m: Metrics, expected: dict):
+    """Every family of ``expected`` ({name: type}) is declared in /metrics with that type."""
+    missing = {n: t for n, t in expected.items() if m.families.get(n) != t}
+    if missing:
+        raise MetricsMissing(f"families missing from /metrics or of another type: "
+                             f"{ {n: m.families.get(n) for n in missing} } (expected {missing})")
 
 
 # ----------------------------------------------------------------------------- the daemon
@@ -784,6 +874,7 @@ class Daemon:
         text += "[app.default]\ndevice_cap = 20\n" + self.credentials(transports) + app_default_extra + "\n\n" + apps
         Path(self.config).write_text(text)
         self.proc = None
+        self._ended = False
         _CLEANUPS.append(self.cleanup)
         if start:
             self.start()
@@ -823,6 +914,7 @@ class Daemon:
                 os.setgid(gid)
 
         self.starts += 1
+        self._ended = False
         self._mark(f"start #{self.starts}")
         out = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=out, stderr=out, env=env, stdin=subprocess.DEVNULL,
@@ -831,6 +923,7 @@ class Daemon:
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
             if self.proc.poll() is not None:
+                self._ended = True   # reported here; cleanup() need not report it again
                 raise HarnessFailure(f"herald exited with {self.proc.returncode}:\n{self.log(60)}")
             try:
                 with RPC(self.socket, timeout=probe_timeout) as c:
@@ -849,9 +942,47 @@ class Daemon:
     def pid(self):
         return self.proc.pid if self.proc else None
 
-    def stop(self, timeout=20) -> int | None:
-        """SIGTERM, then wait (SIGKILL after ``timeout``); the exit status."""
-        return None if self.proc is None else terminate(self.proc, timeout)
+    def stop(self, timeout=SHUTDOWN_BUDGET_S) -> int | None:
+        """SIGTERM, then wait (SIGKILL after ``timeout``); the exit status, unchecked (the
+        harnesses report it themselves). Tests use ``shutdown``, which fails on anything but 0."""
+        if self.proc is None:
+            return None
+        self._ended = True
+        status = terminate(self.proc, timeout)
+        self._mark(f"stopped (status {status})")
+        return status
+
+    def shutdown(self, budget=SHUTDOWN_BUDGET_S) -> float:
+        """Ends the daemon as systemd does: SIGTERM, and it must exit with status 0 within
+        ``budget`` seconds (the unit's TimeoutStopSec=). Returns the seconds it took.
+        DaemonExitFailure (with the tail of its stderr) if it had already died, hangs (then it is
+        killed), or exits with anything but 0."""
+        if self.proc is None:
+            raise DaemonExitFailure("shutdown() of a daemon that was never started")
+        pid = self.proc.pid
+        if self.proc.poll() is not None:
+            self._ended = True
+            raise DaemonExitFailure(f"herald (pid {pid}) had already exited with status {self.proc.returncode} "
+                                    f"before the test ended it:\n{self.log(40)}")
+        self._ended = True
+        self._mark("SIGTERM")
+        t0 = time.monotonic()
+        self.proc.terminate()
+        try:
+            status = self.proc.wait(budget)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            self._mark("SIGKILL after a hang at SIGTERM")
+            raise DaemonExitFailure(f"herald (pid {pid}) was still running {budget:.0f} s after SIGTERM (the "
+                                    f"shutdown budget, TimeoutStopSec=); killed. stderr tail:\n{self.log(40)}") from None
+        took = time.monotonic() - t0
+        self._mark(f"exited {status} {took:.2f} s after SIGTERM")
+        if status != 0:
+            how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
+            raise DaemonExitFailure(f"herald (pid {pid}) {how} {took:.2f} s after SIGTERM (expected 0). "
+                                    f"stderr tail:\n{self.log(40)}")
+        return took
 
     def kill9(self):
         """SIGKILL (if still running) and reap; the exit status (-9, or its own if it had exited)."""
@@ -860,14 +991,21 @@ class Daemon:
         if self.proc.poll() is None:
             self.proc.kill()
         status = self.proc.wait()
+        self._ended = True
         self.kills += 1
         self._mark(f"kill -9 #{self.kills}")
         return status
 
     def cleanup(self):
-        self.stop()
-        if self._owned:
-            shutil.rmtree(self.dir, ignore_errors=True)
+        """The end of a test's daemon: ``shutdown`` (SIGTERM, exit 0 within the budget) unless the
+        test already ended it itself (``stop``, ``shutdown``, ``kill9``), then its scratch
+        directory is removed. A daemon that died by itself, hangs or exits non-zero fails here."""
+        try:
+            if self.proc is not None and not self._ended:
+                self.shutdown()
+        finally:
+            if self._owned:
+                shutil.rmtree(self.dir, ignore_errors=True)
 
     def log(self, tail=None) -> str:
         try:

@@ -369,7 +369,7 @@ def test_secrets_absent_from_logs_and_database(tmp_path):
         found = []
         for f in db_files:
             found += scan(f + " (running)", Path(d.dir, f).read_bytes())
-        assert d.stop() == 0
+        d.shutdown()
         log = Path(d.log_path).read_bytes()
         assert b"push_accepted" in log and b"device_removed_stale" in log and b"config_reloaded" in log
         found += scan("log", log)
@@ -399,7 +399,7 @@ def test_store_key_created_0600(key):
         assert st.st_size == 32 and st.st_uid == os.getuid()
         before = Path(d.store_key).read_bytes()
         d.register("sk", "fcm", "sk-token")
-        assert d.stop() == 0
+        d.shutdown()
         d.start()
         assert Path(d.store_key).read_bytes() == before, "the key was replaced at restart"
         assert stat.S_IMODE(os.lstat(d.store_key).st_mode) == 0o600

@@ -789,20 +789,32 @@ while True:
     line, buf = buf.split(b"\n", 1)
     assert json.loads(line)["result"]["status"], line
     lat.append(time.monotonic() - t)
+    if len(lat) == 1:
+        open(sys.argv[3], "w").close()      # answered once: the caller may start its case
     try:
         open(sys.argv[2]).close()
-        break
+        if len(lat) >= 5:
+            break
     except OSError:
-        time.sleep(0.005)
+        pass
+    time.sleep(0.005)
 print(json.dumps(lat))
 """
 
 
 class HealthProbe:
+    """Another client calling system.health in a loop on its own connection, from a process of its
+    own; started once its first call was answered, and it makes at least 5 calls."""
+
     def __init__(self, socket_path, tmp_path):
-        self.stop_file = tmp_path / f"probe-stop-{os.urandom(4).hex()}"
-        self.proc = subprocess.Popen([sys.executable, "-c", _PROBE, socket_path, str(self.stop_file)],
+        tag = os.urandom(4).hex()
+        self.stop_file = tmp_path / f"probe-stop-{tag}"
+        ready = tmp_path / f"probe-ready-{tag}"
+        self.proc = subprocess.Popen([sys.executable, "-c", _PROBE, socket_path, str(self.stop_file), str(ready)],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        wait_until(lambda: ready.exists() or self.proc.poll() is not None, 30, 0.01,
+                   what="the health probe's first answer")
+        assert ready.exists(), f"the health probe exited: {self.proc.communicate()[1].decode()}"
 
     def finish(self):
         self.stop_file.write_text("stop")
@@ -822,6 +834,28 @@ def _read_all_lines(c: RPC, count, timeout=120):
     return [c.read_json(timeout) for _ in range(count)]
 
 
+def _wait_settled(d, window=5, spread_mib=1.0, timeout=60):
+    """Waits until the daemon is idle and its RSS has settled, so that a baseline taken next holds
+    what it keeps anyway: the message's deliveries all recorded (push.status complete), nothing
+    queued or in flight, and ``window`` RSS samples 0.1 s apart within ``spread_mib`` of each other."""
+    def idle():
+        stats = d.call("system.stats")["queue"]
+        return (d.status(d.message_id)["state"] == "complete" and stats["depth"] == 0
+                and stats["in_flight"] == 0)
+    wait_until(idle, timeout, 0.1, what="the lean daemon's message complete and its queue empty")
+    samples = []
+
+    def steady():
+        samples.append(_rss_mib(d.pid))
+        del samples[:-window]
+        return len(samples) == window and max(samples) - min(samples) <= spread_mib
+    try:
+        wait_until(steady, timeout, 0.1)
+    except AssertionError:
+        raise AssertionError(f"the lean daemon's RSS did not settle within {spread_mib} MiB in {timeout} s "
+                             f"(last samples, MiB: {samples})") from None
+
+
 @pytest.fixture(scope="module")
 def lean():
     """A daemon with no transport (sends are recorded as skipped at once), and one message of
@@ -837,7 +871,7 @@ def lean():
         c.call("rpc.discover")
         c.call("push.status", {"message_id": d.message_id, "detail": True})
         c.call("system.stats")
-    time.sleep(1.5)
+    _wait_settled(d)
     yield d
     assert d.running, "the daemon died:\n" + d.log(60)
     d.cleanup()
@@ -900,7 +934,6 @@ def test_hostile_batches_bounded_memory_and_latency(lean, case, tmp_path):
     Path(f"/proc/{pid}/clear_refs").write_text("5")     # resets VmHWM to the current RSS
     probe = HealthProbe(lean.socket, tmp_path)
     try:
-        time.sleep(0.2)
         with lean.connect(120) as c:
             if case == "discover_4mib":
                 what = _case_discover_4mib(c)

@@ -98,7 +98,7 @@ def test_ttl_after_a_restart_that_follows_downtime(gw, tmp_path):
         tokens = register_apns(d, "downtime", 12, prefix=0xD1)
         mid = d.call("push.send", {"to": {"users": ["downtime"]}, "ttl": 3})["message_id"]
         t0 = accepted_at(d, mid)
-        assert d.stop() == 0
+        d.shutdown()
         # Downtime past the deadline.
         wait_until(lambda: time.time() > t0 + 3 + GRACE_S + 0.5, timeout=30, what="the TTL to pass")
         gw.program("apns", [{"status": 200}])
