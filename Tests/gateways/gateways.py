@@ -324,6 +324,7 @@ class ConnInfo:
         self.raised = False
         self.h2 = None                        # H2Server object, for actions
         self.zero_window = False              # opened with knob zero_window_times (window never opens)
+        self.pings = []                       # times of the client's PINGs
 
     def to_json(self):
         return {
@@ -339,6 +340,7 @@ class ConnInfo:
             "distinct_jwts": len(self.jwts),
             "goaway_sent": self.goaway_sent,
             "zero_window": self.zero_window,
+            "pings": self.pings[-100:],
         }
 
 
@@ -1182,6 +1184,9 @@ class H2Server:
                 if ev.stream_id not in self.answered:
                     self.answered.add(ev.stream_id)
                     self.info.open_streams = max(0, self.info.open_streams - 1)
+        elif isinstance(ev, h2.events.PingReceived):
+            # h2 answers it; the time is kept: a client PINGs a connection it suspects of silence
+            self.info.pings.append(time.time())
         elif isinstance(ev, h2.events.WindowUpdated):
             for sid in list(self.pending):
                 self.push_data(sid)
