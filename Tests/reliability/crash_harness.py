@@ -4,44 +4,60 @@
 promised against the provider test gateways' own records.
 
 Set-up: the gateways (Tests/gateways/gateways.py), herald with APNs, FCM and Web Push
-configured against them, and --devices devices (default 5,000) over users of 10
-devices each (4 APNs, 4 FCM, 2 Web Push, the subscriptions made at the gateway). About
+configured against them (`max_inflight` 2000), and --devices devices (default 5,000) over users
+of 10 devices each (4 APNs, 4 FCM, 2 Web Push, the subscriptions made at the gateway). About
 1% of the devices are programmed at the gateways to answer with a permanent error
 (APNs 400 BadDeviceToken, FCM INVALID_ARGUMENT, Web Push 400), so `failed` is exercised
 too.
 
 Fan-out rounds (--rounds, default 10). Each round:
   - sets a random gateway answer delay (delay_ms 0..800) so that sends are in flight;
+  - programs a fresh 2% of the devices to answer one or two transient errors (APNs 429/500/503,
+    FCM UNAVAILABLE/INTERNAL/QUOTA_EXCEEDED, Web Push 429/500/503; some with Retry-After)
+    before they accept, so that deliveries are `retrying` with a backoff pending at the kills;
   - sends 1 to 3 `push.send` messages that together reach every device (the users
     split at random), pipelined on one connection, each with an idempotency key and
-    `data.hx` = its tag (the gateways see the tag in the APNs body, the FCM
-    `message.data` and the decrypted Web Push plaintext: that is how a receipt is tied
-    to a message; the device comes from the APNs path token, FCM `message.token` and
-    the Web Push subscription id);
-  - kills herald with SIGKILL either mid-enqueue (0-60 ms after the requests were
-    written, answers possibly lost) or mid-send (once the gateways have received a
-    random fraction of the round's pushes); sometimes kills it again 0-1.5 s after the
-    restart, in the middle of its recovery;
+    `data` = {hx: its tag, pz: a random value, u: non-ASCII text} (the gateways see it in the
+    APNs body, the FCM `message.data` and the decrypted Web Push plaintext: the tag ties a
+    record to its message; the device comes from the APNs path token, FCM `message.token`
+    and the Web Push subscription id);
+  - kills herald with SIGKILL mid-enqueue (0.2-1.5 x the last accept time after the
+    requests were written, answers possibly lost), mid-send (once the gateways have received
+    a random fraction of the round's pushes) or mid-retry (once the gateways have answered
+    some of the round's programmed transient errors); sometimes kills it again in the middle
+    of its recovery, once the gateways have received a random part of what it resends;
   - after each kill: waits until the gateways saw every connection close, reads their
     new records, copies herald.db (+ WAL) aside and reads which deliveries the store
-    held `in_flight` (exactly the ones the next start resends), restarts herald on the
-    same state, and sends every unanswered push.send again with its idempotency key
-    (it must name the message the store committed before the kill, if it did);
+    held `in_flight` (reported, and checked against the restart's `deliveries_recovered`),
+    restarts herald on the same state, and sends every unanswered push.send again with its
+    idempotency key (it must name the message the store committed before the kill, if it did);
   - then either waits for every message so far to complete or goes straight on.
 At the end: every message must reach `complete`.
 
-Checks (each failure is listed and the exit status is 1):
+Checks, judged by the gateways' records (each failure is listed and the exit status is 1):
+  - every gateway record is a send of one of the run's messages to a device the harness
+    registered, whole and valid (JWTs, VAPID, encryption): a record without the run's tag
+    (say, a resend with its data dropped) or for an unknown token is a failure;
+  - every copy of every delivery carries what was sent: the APNs body is the data beside an
+    `aps` dictionary, FCM `message.data` is the data plus Herald's `kind`, the decrypted Web
+    Push plaintext's `data` is the data; and each copy equals the first copy of that message on
+    its platform (APNs body as JSON with apns-push-type/priority/topic/collapse-id; the FCM
+    message as JSON but its token and the remaining `android.ttl`; the Web Push plaintext with
+    Topic and Urgency);
   - every push.send answer counts the devices of its users; push.status lists exactly
-    those devices; each ended `delivered`, or `failed` for a device programmed to fail
-    (with the gateway's reason); none pending, none missing;
-  - every `delivered` and every `failed` delivery was received by its gateway at least
-    once; no gateway record of a tag reached a device the message did not list; every
-    record passed the gateway's validation (JWTs, VAPID, encryption);
-  - duplicates: a (message, device) received n times has n-1 duplicates. A duplicate is
-    allowed only as the resend of a delivery that was `in_flight` in the store at a kill,
-    at most one per such kill: n-1 <= the kills at which that delivery was in flight.
-    So the duplicates attributed to a kill are <= that kill's in-flight deliveries (the
-    bound printed per round); any other duplicate is a failure.
+    those devices; each ended `delivered` (the gateway accepted a copy, 2xx, and refused none),
+    or `failed` for a device programmed to fail (the gateway refused it with that error and
+    accepted none); none pending, none missing;
+  - duplicates: a copy that follows one the gateway answered finally (2xx or the programmed
+    refusal) is a resend of a finished delivery. Across a kill it counts against the kill that
+    ended the earlier copy's life: after kill k only deliveries the gateways had answered in life
+    k may come again, at most `max_inflight` of them (no more can be out, their answers not yet
+    taken in, when herald dies). Within one life it is allowed only when the gateway never wrote
+    the earlier copy's answer, or herald PINGed that connection afterwards (it does so at once
+    when a request there passes its deadline: an ambiguous failure). Anything else is a failure.
+    The store's `in_flight` rows are not used for this allowance;
+  - at least one kill found deliveries in retry (their last copy answered with a transient
+    error) at the gateways;
   - an unanswered push.send retried with its idempotency key returns the message the
     store had committed (no second message for one key).
 
@@ -55,8 +71,8 @@ unanswered one must say `created: false` exactly for those listed. Finally one p
 the burst's users must be delivered to every listed device (the sealed tokens and keys
 are readable) and received by the gateways.
 
-Prints rounds, kills, deliveries checked, duplicates against their bound,
-registrations checked; writes a JSON summary (--out). The daemon's stderr (all starts)
+Prints rounds, kills, deliveries checked, payload copies compared, duplicates against their
+bound, deliveries in retry at the kills, registrations checked; writes a JSON summary (--out). The daemon's stderr (all starts)
 is kept in the work directory and copied next to the summary.
 
     HERALD_BIN=.build/debug/herald .venv/bin/python Tests/reliability/crash_harness.py
@@ -787,6 +803,12 @@ class Harness:
         # resent[k]: deliveries the gateway had answered finally (2xx, or the programmed permanent
         # error) in life k and got again in a later life: resends that only kill k can explain
         resent = [set() for _ in self.kills]
+        # The store's in_flight rows at each kill grant nothing; they only narrow the check further:
+        # a delivery the store did not hold in flight at a kill is not resent because of it.
+        in_flight_at = {}
+        for k in self.kills:
+            for mid, did in k["in_flight"]:
+                in_flight_at.setdefault((self.tag_by_id.get(mid), did), set()).add(k["index"])
         listed_pairs = set()
         # the PINGs herald sent on each gateway connection: it PINGs a connection at once when a
         # request on it had no answer within its deadline (an ambiguous failure, resent)
@@ -842,9 +864,17 @@ class Harness:
                     for prev, cur in zip(copies, copies[1:]):
                         if prev["cls"] == "transient":
                             continue  # a retry after a transient error (or a hang, a reset)
+                        ambiguous_prev = not prev["answered"] or any(t > prev["time"]
+                                                                     for t in pings.get(prev["conn"], []))
                         if cur["life"] > prev["life"]:
                             resent[prev["life"]].add(pair)
-                        elif not prev["answered"] or any(t > prev["time"] for t in pings.get(prev["conn"], [])):
+                            if prev["life"] not in in_flight_at.get(pair, ()) and not ambiguous_prev:
+                                self.failures.add(
+                                    f"{tag} ({m['message_id']}) device {d['device_id']}: sent again in life "
+                                    f"{cur['life']} (record {cur['seq']}) after the gateway had answered "
+                                    f"{prev['status']} to record {prev['seq']} in life {prev['life']}, but the store "
+                                    f"did not even hold it in flight at kill {prev['life']}")
+                        elif ambiguous_prev:
                             # the gateway never wrote its answer, or herald PINGed that connection
                             # after the copy (its answer came too late): a resend after an
                             # ambiguous failure, with the same payload (checked above)
