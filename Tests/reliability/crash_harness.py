@@ -220,7 +220,7 @@ class Harness:
         for did in self.transient_devices:
             d = self.devices[did]
             errors, ok = TRANSIENT_PROGRAM[d["platform"]]
-            seq = [dict(self.rng.choice(errors)) for _ in range(self.rng.randint(1, 2))] + [ok]
+            seq = [dict(self.rng.choice(errors)) for _ in range(self.rng.choice((1, 1, 2)))] + [ok]
             self.gw.post("/control/program", {"gateway": d["gw"], "token": d["gw_token"], "responses": seq})
 
     def transient_answers(self):
