@@ -18,8 +18,9 @@ LOAD_ARGS ?=
 
 .PHONY: test-crash test-load
 
-## test-crash: SIGKILL herald at random moments of >= 10 fan-outs to 5,000 devices (APNs, FCM, Web Push) and of
-## device.register bursts; every accepted delivery must end delivered/failed, duplicates within the in-flight bound
+## test-crash: SIGKILL herald at random moments of >= 10 fan-outs to 5,000 devices (APNs, FCM, Web Push; some
+## answering transient errors) and of device.register bursts; every accepted delivery must end delivered/failed,
+## every gateway copy must carry what was sent, resends only what the gateways had answered, <= max_inflight a kill
 test-crash: python-deps build
 	@mkdir -p $(RELIABILITY_DIR)
 	HERALD_BIN=$(HERALD) $(VENV)/bin/python Tests/reliability/crash_harness.py --rounds 10 --devices 5000 \

@@ -289,6 +289,7 @@ class Response:
         self.delay_ms = delay_ms
         self.goaway = goaway   # reason string: send GOAWAY (with that debug reason) after this response
         self.close = close
+        self.record = None     # the request's record: gets "answered_at" once the answer is written whole
 
     @classmethod
     def json(cls, status, obj, headers=None, **kw):
@@ -323,6 +324,7 @@ class ConnInfo:
         self.raised = False
         self.h2 = None                        # H2Server object, for actions
         self.zero_window = False              # opened with knob zero_window_times (window never opens)
+        self.pings = []                       # times of the client's PINGs
 
     def to_json(self):
         return {
@@ -338,6 +340,7 @@ class ConnInfo:
             "distinct_jwts": len(self.jwts),
             "goaway_sent": self.goaway_sent,
             "zero_window": self.zero_window,
+            "pings": self.pings[-100:],
         }
 
 
@@ -662,6 +665,9 @@ def _finish_record(gw, rec, resp: Response):
             rec["response"]["body"] = json.loads(resp.body)
         except ValueError:
             rec["response"]["body_text"] = resp.body.decode("utf-8", "replace")
+    if rec.get("programmed") is not None:
+        STATE.counters[f"{gw}_programmed_{rec['response']['status']}"] += 1
+    resp.record = rec
     STATE.record(gw, rec)
 
 
@@ -1085,6 +1091,7 @@ class H2Server:
         self.tasks = set()
         self.closing = False
         self.answered = set()
+        self.records = {}           # sid -> the request's record, until its answer is written
         self.task_sids = {}         # answer task -> stream id
         self.refuse_above = None    # set by a GOAWAY: later streams above it are not processed
 
@@ -1177,6 +1184,9 @@ class H2Server:
                 if ev.stream_id not in self.answered:
                     self.answered.add(ev.stream_id)
                     self.info.open_streams = max(0, self.info.open_streams - 1)
+        elif isinstance(ev, h2.events.PingReceived):
+            # h2 answers it; the time is kept: a client PINGs a connection it suspects of silence
+            self.info.pings.append(time.time())
         elif isinstance(ev, h2.events.WindowUpdated):
             for sid in list(self.pending):
                 self.push_data(sid)
@@ -1226,6 +1236,8 @@ class H2Server:
             self.goaway(int(k.get("goaway_error_code") or 0), k.get("goaway_reason"), last_stream_id=sid - 2 if sid > 2 else 0)
             return
         delay = (resp.delay_ms or 0) + int(k.get("delay_ms") or 0)
+        if resp.record is not None:
+            self.records[sid] = resp.record
         t = asyncio.get_running_loop().create_task(self.answer(sid, resp, delay, goaway_now))
         self.tasks.add(t)
         self.task_sids[t] = sid
@@ -1249,6 +1261,7 @@ class H2Server:
                 self.conn.reset_stream(sid, resp.reset)
                 self.answered.add(sid)
                 self.info.open_streams = max(0, self.info.open_streams - 1)
+                self._mark_answered(sid)
             else:
                 self.respond(sid, resp)
             self.after_answer(sid, goaway_now, resp)
@@ -1312,6 +1325,14 @@ class H2Server:
         if sid not in self.answered:
             self.answered.add(sid)
             self.info.open_streams = max(0, self.info.open_streams - 1)
+            self._mark_answered(sid)
+
+    def _mark_answered(self, sid):
+        # The record of a request whose answer was never written (hang, the client closed the stream
+        # or the connection first) keeps no "answered_at": the client cannot have had that answer.
+        rec = self.records.pop(sid, None)
+        if rec is not None:
+            rec["answered_at"] = time.time()
 
     def goaway(self, code, reason, last_stream_id=None):
         """GOAWAY with last_stream_id: streams up to it are processed and answered (the
@@ -1453,6 +1474,8 @@ async def serve_http1_gateway(gw, reader, writer, info):
                 dict(headers).get("connection", "").lower() == "close"
             writer.write(http1_response_bytes(resp.status, resp.headers, resp.body, close=close))
             await writer.drain()
+            if resp.record is not None:
+                resp.record["answered_at"] = time.time()
             if close:
                 return
     except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):

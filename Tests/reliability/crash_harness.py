@@ -4,44 +4,60 @@
 promised against the provider test gateways' own records.
 
 Set-up: the gateways (Tests/gateways/gateways.py), herald with APNs, FCM and Web Push
-configured against them, and --devices devices (default 5,000) over users of 10
-devices each (4 APNs, 4 FCM, 2 Web Push, the subscriptions made at the gateway). About
+configured against them (`max_inflight` 2000), and --devices devices (default 5,000) over users
+of 10 devices each (4 APNs, 4 FCM, 2 Web Push, the subscriptions made at the gateway). About
 1% of the devices are programmed at the gateways to answer with a permanent error
 (APNs 400 BadDeviceToken, FCM INVALID_ARGUMENT, Web Push 400), so `failed` is exercised
 too.
 
 Fan-out rounds (--rounds, default 10). Each round:
   - sets a random gateway answer delay (delay_ms 0..800) so that sends are in flight;
+  - programs a fresh 2% of the devices to answer one or two transient errors (APNs 429/500/503,
+    FCM UNAVAILABLE/INTERNAL/QUOTA_EXCEEDED, Web Push 429/500/503; some with Retry-After)
+    before they accept, so that deliveries are `retrying` with a backoff pending at the kills;
   - sends 1 to 3 `push.send` messages that together reach every device (the users
     split at random), pipelined on one connection, each with an idempotency key and
-    `data.hx` = its tag (the gateways see the tag in the APNs body, the FCM
-    `message.data` and the decrypted Web Push plaintext: that is how a receipt is tied
-    to a message; the device comes from the APNs path token, FCM `message.token` and
-    the Web Push subscription id);
-  - kills herald with SIGKILL either mid-enqueue (0-60 ms after the requests were
-    written, answers possibly lost) or mid-send (once the gateways have received a
-    random fraction of the round's pushes); sometimes kills it again 0-1.5 s after the
-    restart, in the middle of its recovery;
+    `data` = {hx: its tag, pz: a random value, u: non-ASCII text} (the gateways see it in the
+    APNs body, the FCM `message.data` and the decrypted Web Push plaintext: the tag ties a
+    record to its message; the device comes from the APNs path token, FCM `message.token`
+    and the Web Push subscription id);
+  - kills herald with SIGKILL mid-enqueue (0.2-1.5 x the last accept time after the
+    requests were written, answers possibly lost), mid-send (once the gateways have received
+    a random fraction of the round's pushes) or mid-retry (once the gateways have answered
+    some of the round's programmed transient errors); sometimes kills it again in the middle
+    of its recovery, once the gateways have received a random part of what it resends;
   - after each kill: waits until the gateways saw every connection close, reads their
     new records, copies herald.db (+ WAL) aside and reads which deliveries the store
-    held `in_flight` (exactly the ones the next start resends), restarts herald on the
-    same state, and sends every unanswered push.send again with its idempotency key
-    (it must name the message the store committed before the kill, if it did);
+    held `in_flight` (reported, and checked against the restart's `deliveries_recovered`),
+    restarts herald on the same state, and sends every unanswered push.send again with its
+    idempotency key (it must name the message the store committed before the kill, if it did);
   - then either waits for every message so far to complete or goes straight on.
 At the end: every message must reach `complete`.
 
-Checks (each failure is listed and the exit status is 1):
+Checks, judged by the gateways' records (each failure is listed and the exit status is 1):
+  - every gateway record is a send of one of the run's messages to a device the harness
+    registered, whole and valid (JWTs, VAPID, encryption): a record without the run's tag
+    (say, a resend with its data dropped) or for an unknown token is a failure;
+  - every copy of every delivery carries what was sent: the APNs body is the data beside an
+    `aps` dictionary, FCM `message.data` is the data plus Herald's `kind`, the decrypted Web
+    Push plaintext's `data` is the data; and each copy equals the first copy of that message on
+    its platform (APNs body as JSON with apns-push-type/priority/topic/collapse-id; the FCM
+    message as JSON but its token and the remaining `android.ttl`; the Web Push plaintext with
+    Topic and Urgency);
   - every push.send answer counts the devices of its users; push.status lists exactly
-    those devices; each ended `delivered`, or `failed` for a device programmed to fail
-    (with the gateway's reason); none pending, none missing;
-  - every `delivered` and every `failed` delivery was received by its gateway at least
-    once; no gateway record of a tag reached a device the message did not list; every
-    record passed the gateway's validation (JWTs, VAPID, encryption);
-  - duplicates: a (message, device) received n times has n-1 duplicates. A duplicate is
-    allowed only as the resend of a delivery that was `in_flight` in the store at a kill,
-    at most one per such kill: n-1 <= the kills at which that delivery was in flight.
-    So the duplicates attributed to a kill are <= that kill's in-flight deliveries (the
-    bound printed per round); any other duplicate is a failure.
+    those devices; each ended `delivered` (the gateway accepted a copy, 2xx, and refused none),
+    or `failed` for a device programmed to fail (the gateway refused it with that error and
+    accepted none); none pending, none missing;
+  - duplicates: a copy that follows one the gateway answered finally (2xx or the programmed
+    refusal) is a resend of a finished delivery. Across a kill it counts against the kill that
+    ended the earlier copy's life: after kill k only deliveries the gateways had answered in life
+    k may come again, at most `max_inflight` of them (no more can be out, their answers not yet
+    taken in, when herald dies). Within one life it is allowed only when the gateway never wrote
+    the earlier copy's answer, or herald PINGed that connection afterwards (it does so at once
+    when a request there passes its deadline: an ambiguous failure). Anything else is a failure.
+    The store's `in_flight` rows are not used for this allowance;
+  - at least one kill found deliveries in retry (their last copy answered with a transient
+    error) at the gateways;
   - an unanswered push.send retried with its idempotency key returns the message the
     store had committed (no second message for one key).
 
@@ -55,8 +71,8 @@ unanswered one must say `created: false` exactly for those listed. Finally one p
 the burst's users must be delivered to every listed device (the sealed tokens and keys
 are readable) and received by the gateways.
 
-Prints rounds, kills, deliveries checked, duplicates against their bound,
-registrations checked; writes a JSON summary (--out). The daemon's stderr (all starts)
+Prints rounds, kills, deliveries checked, payload copies compared, duplicates against their
+bound, deliveries in retry at the kills, registrations checked; writes a JSON summary (--out). The daemon's stderr (all starts)
 is kept in the work directory and copied next to the summary.
 
     HERALD_BIN=.build/debug/herald .venv/bin/python Tests/reliability/crash_harness.py
@@ -89,6 +105,21 @@ FAIL_PROGRAM = {
     "web": ({"status": 400}, None),  # the reason Herald records for a bare 400 is its own
 }
 DELIVERY = {"max_retries": 8, "backoff_base_ms": 200, "backoff_max_ms": 2000}
+# [server] max_inflight: at most this many deliveries can be out (sent, their answer not yet taken in)
+# when herald dies, so at most this many can be sent again after one kill.
+MAX_INFLIGHT = 2000
+# In each round ~2% of the devices (others each round) answer one or two transient errors (with and
+# without Retry-After) before a success, so that kills find deliveries `retrying` with backoff
+# pending. A device is programmed once in the run: its deliveries can never use up max_retries.
+TRANSIENT_SHARE = 0.02
+TRANSIENT_PROGRAM = {
+    "apns": ([{"status": 503}, {"status": 429, "retry_after": 1}, {"status": 500}], {"status": 200}),
+    "fcm": ([{"error": "UNAVAILABLE", "retry_after": 1}, {"error": "INTERNAL"}, {"error": "QUOTA_EXCEEDED"}],
+            {"status": 200}),
+    "web": ([{"status": 503}, {"status": 429, "retry_after": 1}, {"status": 500}, {"status": 503, "retry_after": 1}],
+            {"status": 201}),
+}
+TRANSIENT_STATUS = (429, 500, 502, 503, 504)
 
 
 class Failures:
@@ -125,10 +156,14 @@ class Harness:
         self.unanswered = []       # tags sent and not answered before a kill
         # gateway records
         self.seq = {g: 0 for g in GATEWAY_NAMES}
-        self.receipts = {}         # (tag, device_id) -> [life, ...]
-        self.collapse = {}         # (tag, device_id) -> {apns-collapse-id / FCM collapse_key / Web Push Topic}
+        self.receipts = {}         # (tag, device_id) -> [life, ...] of its copies the gateway answered finally
+        self.copies = {}           # (tag, device_id) -> [copy, ...]: every request the gateway recorded, in order
+        self.reference = {}        # (tag, platform) -> (seq, the first copy's payload and headers)
+        self.by_collapse = {}      # collapse id / Topic -> tag (to name the message of a record without its tag)
         self.invalid_records = []
         self.stray_records = 0
+        self.payload_mismatches = 0
+        self.transient_devices = []
         self.life = 0              # index of the daemon's current life (kills so far)
         # kills
         self.kills = []            # per kill: {round, mode, in_flight (set of (mid, did)), ...}
@@ -150,7 +185,8 @@ class Harness:
         t0 = time.monotonic()
         self.gw = Gateways(self.work, timeout=120)
         self.daemon = Daemon(binary=self.args.herald, directory=self.work, gateways=self.gw, delivery=DELIVERY,
-                             store={"synchronous": "full"}, log_level="info", start=False)
+                             store={"synchronous": "full"}, server={"max_inflight": MAX_INFLIGHT},
+                             log_level="info", start=False)
         self.start()
         log(f"herald {self.args.herald} on {self.work} (pid {self.daemon.pid}), gateways pid {self.gw.pid}, "
             f"seed {self.args.seed}")
@@ -167,9 +203,31 @@ class Harness:
             prog, _ = FAIL_PROGRAM[d["platform"]]
             self.gw.post("/control/program", {"gateway": d["gw"], "token": d["gw_token"], "responses": [prog]})
             d["fail"] = True
+        # the devices that answer transient errors first, a fresh set in every round
+        self.transient_pool = [did for did in ids if not self.devices[did]["fail"]]
+        self.rng.shuffle(self.transient_pool)
+        self.transient_n = max(3, int(len(ids) * TRANSIENT_SHARE))
         self.timings["setup_s"] = round(time.monotonic() - t0, 1)
         log(f"registered {len(self.devices)} devices over {len(users)} users in {self.timings['setup_s']} s "
-            f"({len(failing)} programmed to fail permanently)")
+            f"({len(failing)} programmed to fail permanently, {self.transient_n} more in every round to answer "
+            f"transient errors first)")
+
+    def program_transients(self):
+        """A fresh set of devices answers 1 or 2 transient errors (429/500/503, with or without
+        Retry-After) before it accepts; the success stays programmed once the errors are used up."""
+        self.transient_devices = self.transient_pool[:self.transient_n]
+        del self.transient_pool[:self.transient_n]
+        for did in self.transient_devices:
+            d = self.devices[did]
+            errors, ok = TRANSIENT_PROGRAM[d["platform"]]
+            seq = [dict(self.rng.choice(errors)) for _ in range(self.rng.choice((1, 1, 2)))] + [ok]
+            self.gw.post("/control/program", {"gateway": d["gw"], "token": d["gw_token"], "responses": seq})
+
+    def transient_answers(self):
+        """Transient errors the gateways have answered as programmed so far (their own counters)."""
+        c = self.gw.stats()["counters"]
+        return sum(v for k, v in c.items() if "_programmed_" in k and k.rsplit("_", 1)[1].isdigit()
+                   and int(k.rsplit("_", 1)[1]) in TRANSIENT_STATUS)
 
     def device_params(self, users, prefix, with_fields):
         """Registration params for `users` (10 devices each); remembers what each is."""
@@ -228,7 +286,11 @@ class Harness:
     # ------------------------------------------------------------ gateway records
 
     def fetch_records(self):
-        """Reads the gateways' new records into `receipts`, as receipts of the current life."""
+        """Reads the gateways' new records as copies of the current life. Each must be a whole
+        send of a known message to a known device carrying exactly the payload that was sent:
+        the data of the push.send, and the same body / plaintext and headers as every other copy
+        of that message on that platform (the first one seen is the reference). A record that is
+        not (a tag of the run's message, a device the harness registered) is a failure."""
         n = 0
         for g in GATEWAY_NAMES:
             recs = self.gw.received(g, since=self.seq[g], kind="send" if g == "fcm" else None)
@@ -236,33 +298,87 @@ class Harness:
                 self.seq[g] = max(self.seq[g], r["seq"])
                 if g == "fcm" and r.get("kind", "send") != "send":
                     continue
-                tag = None
-                headers = r.get("headers") or {}
-                if g == "apns":
-                    tag = (r.get("body") or {}).get("hx") if isinstance(r.get("body"), dict) else None
-                    collapse = headers.get("apns-collapse-id")
-                elif g == "fcm":
-                    msg = (r.get("body") or {}).get("message") if isinstance(r.get("body"), dict) else None
-                    tag = ((msg or {}).get("data") or {}).get("hx")
-                    collapse = ((msg or {}).get("android") or {}).get("collapse_key")
-                else:
-                    pj = r.get("plaintext_json")
-                    tag = ((pj or {}).get("data") or {}).get("hx") if isinstance(pj, dict) else None
-                    collapse = headers.get("topic")
-                did = self.by_gw_token.get((g, r.get("token")))
-                if not r.get("valid", False):
-                    self.invalid_records.append({"gateway": g, "seq": r["seq"], "errors": r.get("errors"),
-                                                 "token": r.get("token"), "life": self.life})
-                if tag is None or did is None:
-                    self.stray_records += 1
-                    if tag is not None:
-                        self.failures.add(f"gateway {g} record {r['seq']} with tag {tag} for an unknown token")
-                    continue
-                self.receipts.setdefault((tag, did), []).append(self.life)
-                self.collapse.setdefault((tag, did), set()).add(collapse)
                 n += 1
+                self.take_record(g, r)
             # keep the seq even when the list came back empty
         return n
+
+    def take_record(self, g, r):
+        headers = r.get("headers") or {}
+        body = r.get("body") if isinstance(r.get("body"), dict) else None
+        if g == "apns":
+            data = {k: v for k, v in body.items() if k != "aps"} if body is not None else None
+            collapse = headers.get("apns-collapse-id")
+            aps_ok = body is not None and isinstance(body.get("aps"), dict)
+            canon = (json.dumps(body, sort_keys=True), headers.get("apns-push-type"), headers.get("apns-priority"),
+                     headers.get("apns-topic"), collapse)
+        elif g == "fcm":
+            msg = (body or {}).get("message")
+            msg = msg if isinstance(msg, dict) else None
+            data = (msg or {}).get("data")
+            collapse = ((msg or {}).get("android") or {}).get("collapse_key")
+            aps_ok = msg is not None
+            # android.ttl is what is left of the TTL at the send: it alone may differ between copies
+            android = dict((msg or {}).get("android") or {})
+            ttl = android.pop("ttl", None)
+            canon = (json.dumps({**{k: v for k, v in (msg or {}).items() if k not in ("token", "android")},
+                                 "android": android}, sort_keys=True),)
+            if not (isinstance(ttl, str) and ttl.endswith("s") and ttl[:-1].isdigit() and int(ttl[:-1]) <= 86400):
+                aps_ok = False
+        else:
+            pj = r.get("plaintext_json")
+            data = pj.get("data") if isinstance(pj, dict) else None
+            collapse = headers.get("topic")
+            aps_ok = isinstance(pj, dict) and pj.get("kind") == "notification"
+            canon = (r.get("plaintext"), collapse, headers.get("urgency"))
+        tag = data.get("hx") if isinstance(data, dict) else None
+        did = self.by_gw_token.get((g, r.get("token")))
+        if not r.get("valid", False):
+            self.invalid_records.append({"gateway": g, "seq": r["seq"], "errors": r.get("errors"),
+                                         "token": r.get("token"), "life": self.life})
+        if tag not in self.messages or did is None:
+            # a send of something the run never sent, or to a token it never registered: e.g. a
+            # recovery that resends a delivery with its data dropped or garbled
+            self.stray_records += 1
+            guess = self.by_collapse.get(collapse)
+            self.failures.add(f"gateway {g} record {r['seq']} (life {self.life}) is no send of this run: tag {tag!r}"
+                              f"{'' if tag in self.messages else ' (unknown)'}, device "
+                              f"{did or 'unknown token'}, collapse id {collapse!r}"
+                              f"{f' (that of {guess})' if guess else ''}, data {json.dumps(data)[:200]}")
+            return
+        pair = (tag, did)
+        m = self.messages[tag]
+        status = (r.get("response") or {}).get("status")
+        cls = "ok" if status is not None and 200 <= status < 300 else \
+            "transient" if status is None or status in TRANSIENT_STATUS else "error"
+        copy = {"life": self.life, "seq": r["seq"], "status": status, "cls": cls,
+                "answered": r.get("answered_at") is not None, "collapse": collapse,
+                "conn": r.get("conn"), "time": r.get("time")}
+        self.copies.setdefault(pair, []).append(copy)
+        if cls != "transient":
+            self.receipts.setdefault(pair, []).append(self.life)
+        if collapse:
+            self.by_collapse.setdefault(collapse, tag)
+        problems = []
+        # FCM's data carries Herald's `kind` beside the message's data (docs/delivery.md)
+        sent = m["params"]["data"] if g != "fcm" else {"kind": "notification", **m["params"]["data"]}
+        if data != sent:
+            problems.append(f"data {json.dumps(data)[:300]} != sent {json.dumps(sent)}")
+        if not aps_ok:
+            problems.append("no aps dictionary" if g == "apns" else "no message, or android.ttl is not <= 86400s"
+                            if g == "fcm"
+                            else "plaintext is not {kind: notification, ...}")
+        if g == "fcm" and (body or {}).get("message", {}).get("token") != self.devices[did]["gw_token"]:
+            problems.append("message.token is not the device's")
+        ref = self.reference.setdefault((tag, self.devices[did]["platform"]), (r["seq"], did, canon))
+        if ref[2] != canon:
+            diff = [f"{a!r:.300} (reference {b!r:.300})" for a, b in zip(canon, ref[2]) if a != b]
+            problems.append(f"differs from the first copy of {tag} on {g} (record {ref[0]}, device {ref[1]}): "
+                            + "; ".join(diff))
+        if problems:
+            self.payload_mismatches += 1
+            self.failures.add(f"gateway {g} record {r['seq']} (life {self.life}) of {tag} to {did}: "
+                              + " / ".join(problems))
 
     def received_total(self):
         st = self.gw.stats()["received"]
@@ -324,6 +440,11 @@ class Harness:
         idle_s = self.wait_gateways_idle()
         got = self.fetch_records()
         index = len(self.kills)
+        # the gateways' view of the retry state killed mid-way: deliveries whose last copy so far
+        # was answered with a transient error in this life (herald held them `retrying`, or was
+        # about to)
+        retrying = sum(1 for cps in self.copies.values()
+                       if cps[-1]["life"] == self.life and cps[-1]["cls"] == "transient" and cps[-1]["answered"])
         files = self.daemon.store_files()
         in_flight, states, committed = self.snapshot_in_flight(index)
         self.life += 1
@@ -340,7 +461,8 @@ class Harness:
              "stats_in_flight": stats_before, "store_states": states,
              "recovered_logged": rec_count, "restart_s": round(restart_s, 2),
              "gateways_idle_s": None if idle_s is None else round(idle_s, 2),
-             "records_fetched": got, "committed_tags": committed, "store_files_bytes": files}
+             "records_fetched": got, "committed_tags": committed, "store_files_bytes": files,
+             "retrying_at_kill": retrying}
         if extra:
             k.update(extra)
         if rec_count is not None and rec_count != len(in_flight):
@@ -389,7 +511,9 @@ class Harness:
 
     def new_message(self, tag, users, round_no):
         expected = {d for u in users for d in self.user_devices[u]}
-        params = {"to": {"users": users}, "data": {"hx": tag}, "idempotency_key": f"crash-{self.args.seed}-{tag}",
+        # the tag ties a record to its message; the rest must come back unchanged in every copy
+        data = {"hx": tag, "pz": f"{self.rng.getrandbits(64):016x}", "u": f"\u00fc\u2713 {tag} \"q\""}
+        params = {"to": {"users": users}, "data": data, "idempotency_key": f"crash-{self.args.seed}-{tag}",
                   "collapse_key": f"ck-{tag}"}
         self.messages[tag] = {"tag": tag, "users": users, "expected": expected, "round": round_no,
                               "params": params, "message_id": None}
@@ -399,6 +523,7 @@ class Harness:
         rng = self.rng
         delay = rng.choice(DELAYS_MS)
         self.gw.set_delay(delay)
+        self.program_transients()
         k = rng.choice((1, 1, 2, 3))
         users = list(self.fan_users)
         rng.shuffle(users)
@@ -406,8 +531,10 @@ class Harness:
         tags = [f"r{r:02d}m{j}" for j in range(k)]
         params = [self.new_message(t, g, r) for t, g in zip(tags, groups)]
         total = sum(len(self.messages[t]["expected"]) for t in tags)
-        mode = "enqueue" if rng.random() < 0.3 else "send"
+        x = rng.random()
+        mode = "enqueue" if x < 0.3 else "retry" if x < 0.55 else "send"
         base = self.received_total()
+        base_transient = self.transient_answers()
         mon = self.rpc(timeout=30)
         c = self.rpc(timeout=60)
         t0 = time.monotonic()
@@ -424,10 +551,19 @@ class Harness:
             self.accept_s = time.monotonic() - t0
             info["accept_s"] = round(self.accept_s, 3)
             frac = rng.uniform(0.02, 0.95)
-            info["target_fraction"] = round(frac, 3)
             deadline = time.monotonic() + 60
-            while self.received_total() - base < frac * total and time.monotonic() < deadline:
-                time.sleep(0.01)
+            if mode == "retry":
+                # once the gateways have answered some of this round's programmed transient errors:
+                # those deliveries wait in `retrying` (backoff or Retry-After pending) at the kill
+                want = rng.randint(1, max(1, len(self.transient_devices) // 10))
+                info["target_transient_answers"] = want
+                while self.transient_answers() - base_transient < want and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                info["transient_answers_at_kill"] = self.transient_answers() - base_transient
+            else:
+                info["target_fraction"] = round(frac, 3)
+                while self.received_total() - base < frac * total and time.monotonic() < deadline:
+                    time.sleep(0.01)
             info["received_at_kill"] = self.received_total() - base
             try:
                 s = mon.ok("system.stats")
@@ -454,8 +590,13 @@ class Harness:
         double = rng.random() < 0.3
         kills = [kill]
         if double:
-            # kill again while the restarted daemon resends what was in flight
-            time.sleep(rng.uniform(0.0, 1.5))
+            # kill again while the restarted daemon resends what was in flight: once the gateways
+            # have received a random part of what it had to resend (or after 10 s without it)
+            want = 1 + int(rng.uniform(0.0, 0.6) * kill["in_flight_n"])
+            base2 = self.received_total()
+            deadline = time.monotonic() + 10
+            while self.received_total() - base2 < want and time.monotonic() < deadline:
+                time.sleep(0.005)
             try:
                 with self.rpc(timeout=10) as mon2:
                     s = mon2.ok("system.stats")
@@ -658,18 +799,23 @@ class Harness:
     def verify(self):
         self.fetch_records()
         checked = delivered = failed = 0
-        dup_total = same_collapse = 0
-        per_kill_dups = [0] * len(self.kills)
-        # which kills each (tag, device) was in flight at
-        inflight_kills = {}
+        dup_total = ambiguous = 0
+        # resent[k]: deliveries the gateway had answered finally (2xx, or the programmed permanent
+        # error) in life k and got again in a later life: resends that only kill k can explain
+        resent = [set() for _ in self.kills]
+        # The store's in_flight rows at each kill grant nothing; they only narrow the check further:
+        # a delivery the store did not hold in flight at a kill is not resent because of it.
+        in_flight_at = {}
         for k in self.kills:
             for mid, did in k["in_flight"]:
-                tag = self.tag_by_id.get(mid)
-                if tag is None:
-                    self.failures.add(f"kill {k['index']}: store held in-flight delivery of unknown message {mid}")
-                    continue
-                inflight_kills.setdefault((tag, did), []).append(k["index"])
+                in_flight_at.setdefault((self.tag_by_id.get(mid), did), set()).add(k["index"])
         listed_pairs = set()
+        # the PINGs herald sent on each gateway connection: it PINGs a connection at once when a
+        # request on it had no answer within its deadline (an ambiguous failure, resent)
+        pings = {}
+        for g in GATEWAY_NAMES:
+            for conn in self.gw.connections(g)["connections"]:
+                pings[conn["id"]] = conn.get("pings") or []
         with self.rpc() as c:
             for tag, m in self.messages.items():
                 s = c.ok("push.status", {"message_id": m["message_id"], "detail": True})
@@ -687,12 +833,14 @@ class Harness:
                     listed_pairs.add(pair)
                     checked += 1
                     dev = self.devices.get(d["device_id"])
-                    n = len(self.receipts.get(pair, []))
+                    copies = self.copies.get(pair, [])
+                    finals = [x for x in copies if x["cls"] != "transient"]
+                    n = len(finals)
                     want = "failed" if dev and dev["fail"] else "delivered"
                     if d["state"] != want:
                         self.failures.add(f"{tag} ({m['message_id']}) device {d['device_id']} ({dev and dev['platform']}) "
                                           f"ended {d['state']} ({d.get('reason')}, http {d.get('http_status')}), "
-                                          f"expected {want}; gateway receipts {n}")
+                                          f"expected {want}; gateway copies {[x['status'] for x in copies]}")
                     elif want == "failed":
                         failed += 1
                         reason = FAIL_PROGRAM[dev["platform"]][1]
@@ -701,47 +849,75 @@ class Harness:
                                               f"the gateway answered {reason}")
                     else:
                         delivered += 1
-                    if d["state"] in ("delivered", "failed") and n == 0:
-                        self.failures.add(f"{tag} ({m['message_id']}) device {d['device_id']} is {d['state']} "
-                                          f"but its gateway never received it")
-                    extra = n - 1
-                    if extra > 0:
-                        dup_total += extra
-                        cs = self.collapse.get(pair, set())
-                        if len(cs) != 1 or None in cs or "" in cs:
-                            self.failures.add(f"{tag} device {d['device_id']}: its {n} sends carried collapse "
-                                              f"ids {sorted(map(str, cs))}: a resend must reuse the first one")
+                    # judged by the gateway: a delivered push was accepted there (2xx) and never
+                    # refused; a failed one was refused there with its programmed error, never accepted
+                    oks = sum(1 for x in finals if x["cls"] == "ok")
+                    if d["state"] == "delivered" and (oks == 0 or oks != n):
+                        self.failures.add(f"{tag} ({m['message_id']}) device {d['device_id']} is delivered but the "
+                                          f"gateway answered its copies {[x['status'] for x in copies]}")
+                    if d["state"] == "failed" and (n == 0 or oks):
+                        self.failures.add(f"{tag} ({m['message_id']}) device {d['device_id']} is failed but the "
+                                          f"gateway answered its copies {[x['status'] for x in copies]}")
+                    if n > 1:
+                        dup_total += n - 1
+                    # every copy after one the gateway answered finally is a resend of a finished delivery
+                    for prev, cur in zip(copies, copies[1:]):
+                        if prev["cls"] == "transient":
+                            continue  # a retry after a transient error (or a hang, a reset)
+                        ambiguous_prev = not prev["answered"] or any(t > prev["time"]
+                                                                     for t in pings.get(prev["conn"], []))
+                        if cur["life"] > prev["life"]:
+                            resent[prev["life"]].add(pair)
+                            if prev["life"] not in in_flight_at.get(pair, ()) and not ambiguous_prev:
+                                self.failures.add(
+                                    f"{tag} ({m['message_id']}) device {d['device_id']}: sent again in life "
+                                    f"{cur['life']} (record {cur['seq']}) after the gateway had answered "
+                                    f"{prev['status']} to record {prev['seq']} in life {prev['life']}, but the store "
+                                    f"did not even hold it in flight at kill {prev['life']}")
+                        elif ambiguous_prev:
+                            # the gateway never wrote its answer, or herald PINGed that connection
+                            # after the copy (its answer came too late): a resend after an
+                            # ambiguous failure, with the same payload (checked above)
+                            ambiguous += 1
                         else:
-                            same_collapse += extra
-                        ks = inflight_kills.get(pair, [])
-                        if extra > len(ks):
                             self.failures.add(
-                                f"{tag} ({m['message_id']}) device {d['device_id']}: received {n} times (lives "
-                                f"{self.receipts[pair]}), but in flight at only {len(ks)} kill(s) {ks}: "
-                                f"a duplicate no crash explains (attempts {d.get('attempts')})")
-                        for ki in ks[:extra]:
-                            per_kill_dups[ki] += 1
-        for pair in self.receipts:
+                                f"{tag} ({m['message_id']}) device {d['device_id']}: sent again in life "
+                                f"{cur['life']} (record {cur['seq']}) after the gateway had answered "
+                                f"{prev['status']} to record {prev['seq']} in the same life: a duplicate no crash "
+                                f"explains (copies {[(x['life'], x['status']) for x in copies]})")
+        for pair in self.copies:
             if pair not in listed_pairs:
-                tag = pair[0]
-                if tag in self.messages:
-                    self.failures.add(f"{tag}: gateway received it for device {pair[1]}, which push.status "
-                                      f"does not list")
-                else:
-                    self.failures.add(f"gateway received unknown tag {tag}")
+                self.failures.add(f"{pair[0]}: gateway received it for device {pair[1]}, which push.status "
+                                  f"does not list")
         for rec in self.invalid_records[:10]:
             self.failures.add(f"gateway record failed validation: {rec}")
-        bound_total = sum(k["in_flight_n"] for k in self.kills)
-        for k, d in zip(self.kills, per_kill_dups):
-            k["duplicates"] = d
-            if d > k["in_flight_n"]:
-                self.failures.add(f"kill {k['index']}: {d} duplicates > {k['in_flight_n']} in flight")
+        if len(self.invalid_records) > 10:
+            self.failures.add(f"... {len(self.invalid_records)} gateway records failed validation in all")
+        # the duplicate allowance, from the gateways' records and max_inflight alone: after kill k,
+        # only deliveries the gateway had finished in life k may come again, at most MAX_INFLIGHT
+        # of them (no more can be out, unanswered as far as herald knows, when it dies)
+        bound_total = 0
+        for k, rs in zip(self.kills, resent):
+            finished = sum(1 for cps in self.copies.values()
+                           if any(x["life"] == k["index"] and x["cls"] != "transient" for x in cps))
+            k["duplicates"] = len(rs)
+            k["duplicate_bound"] = min(MAX_INFLIGHT, finished)
+            bound_total += k["duplicate_bound"]
+            if len(rs) > MAX_INFLIGHT:
+                self.failures.add(f"kill {k['index']}: {len(rs)} deliveries the gateways had already answered came "
+                                  f"again after it, more than max_inflight {MAX_INFLIGHT} could have been out")
+        if any(k["mode"] == "retry" for k in self.kills) and not any(k["retrying_at_kill"] for k in self.kills):
+            self.failures.add("no kill found a delivery in retry at the gateways (the retry state was never killed)")
         for row in self.rounds:
-            row["duplicates"] = sum(per_kill_dups[i] for i in row["kills"])
-            row["duplicate_bound"] = sum(self.kills[i]["in_flight_n"] for i in row["kills"])
+            row["duplicates"] = sum(self.kills[i]["duplicates"] for i in row["kills"])
+            row["duplicate_bound"] = sum(self.kills[i]["duplicate_bound"] for i in row["kills"])
+        copies = sum(len(v) for v in self.copies.values())
         return {"deliveries_checked": checked, "delivered": delivered, "failed_as_programmed": failed,
                 "duplicates": dup_total, "duplicate_bound": bound_total,
-                "duplicates_with_same_collapse_id": same_collapse,
+                "resent_after_unanswered_copy": ambiguous,
+                "copies_compared": copies, "payload_mismatches": self.payload_mismatches,
+                "transient_answers": sum(1 for v in self.copies.values() for x in v if x["cls"] == "transient"),
+                "retrying_at_kills": sum(k["retrying_at_kill"] for k in self.kills),
                 "receipts": sum(len(v) for v in self.receipts.values()),
                 "invalid_records": len(self.invalid_records), "stray_records": self.stray_records}
 
@@ -811,18 +987,26 @@ class Harness:
         if s.get("deliveries_checked") is not None:
             log(f"  deliveries checked: {s['deliveries_checked']} ({s['delivered']} delivered, "
                 f"{s['failed_as_programmed']} failed as programmed), gateway receipts {s['receipts']}")
-            log(f"  duplicates: {s['duplicates']} seen, bound {s['duplicate_bound']} (the deliveries the store "
-                f"held in_flight at the kills; each duplicate must be a resend of one of those, one per kill); "
-                f"{s['duplicates_with_same_collapse_id']} resent with the first send's collapse id / Topic")
+            log(f"  payloads: {s['copies_compared']} copies compared with what was sent (APNs/FCM bodies as JSON, "
+                f"Web Push plaintext, collapse id / Topic), {s['payload_mismatches']} differed, "
+                f"{s['stray_records']} records of no send of this run")
+            log(f"  duplicates: {s['duplicates']} seen, bound {s['duplicate_bound']} (per kill: the deliveries the "
+                f"gateways had answered finally before it, at most max_inflight {MAX_INFLIGHT}); "
+                f"{s['resent_after_unanswered_copy']} resent in the same life after a copy the gateway never "
+                f"answered or whose connection herald then PINGed as silent")
+            log(f"  transient errors answered: {s['transient_answers']}; deliveries in retry at the kills "
+                f"(gateway view): {s['retrying_at_kills']}")
         log(f"  unanswered push.send retried with their idempotency key: {s['unanswered_sends_retried']} "
             f"({s['unanswered_sends_committed']} had been committed before the kill: the retry named that message)")
         log(f"  registrations checked: {s['registrations_checked']} ({s['registrations_answered_before_kill']} "
             f"answered before their kill)")
-        log("  per round: devices, kill mode, in flight at kill (store) / herald stats just before, duplicates/bound")
+        log("  per round: devices, kill mode, in flight at kill (store) / herald stats just before, in retry at "
+            "the kills (gateway), duplicates/bound")
         for r in self.rounds:
             sb = ", ".join(str((x or {}).get("queue_in_flight", "-")) for x in r["stats_in_flight_before_kill"])
             log(f"    round {r['round']:2d}: {r['devices']} devices, {r['mode']:7s}, in flight "
-                f"{'/'.join(map(str, r['in_flight_at_kills']))} (stats {sb}), duplicates "
+                f"{'/'.join(map(str, r['in_flight_at_kills']))} (stats {sb}), in retry "
+                f"{'/'.join(str(self.kills[i]['retrying_at_kill']) for i in r['kills'])}, duplicates "
                 f"{r.get('duplicates', '-')}/{r.get('duplicate_bound', '-')}")
         warn = s["log_events"].get("<3>", {}) | s["log_events"].get("<4>", {})
         if warn:
