@@ -957,3 +957,42 @@ def test_goaway_unprocessed_request_is_not_recorded(apns):
     finally:
         c.close()
     assert [x["token"] for x in apns.received("apns")] == [TOKEN]
+
+
+def test_apns_token_update_after_20_min_of_iat_accepted(apns):
+    """The 20 minutes are counted between the tokens' iat: a token issued 20 min after the
+    connection's current one replaces it; after that, the old one is the too-soon update."""
+    now = int(time.time())
+    old = jwt_es256(apns.key, {"alg": "ES256", "kid": KID}, {"iss": TEAM, "iat": now - 1300})
+    with apns.client() as c:
+        url = f"{apns.apns}/3/device/{TOKEN}"
+        assert c.post(url, content=PAYLOAD, headers=apns_headers(old)).status_code == 200
+        assert c.post(url, content=PAYLOAD, headers=apns_headers(apns.jwt)).status_code == 200
+        assert c.post(url, content=PAYLOAD, headers=apns_headers(old)).status_code == 429
+    conn = apns.get("/control/connections", gateway="apns")["connections"][-1]
+    assert conn["distinct_jwts"] == 2
+
+
+def test_webpush_refused_stream_leaves_the_body_unused(webpush):
+    """A programmed REFUSED_STREAM means "not processed": the body is decrypted and recorded,
+    and the same bytes may be sent again (as an HTTP/2 client does after REFUSED_STREAM);
+    after a processed answer they may not."""
+    webpush.post("/control/program", {"gateway": "webpush", "token": "sub1", "responses": [
+        {"reset": "REFUSED_STREAM"}, {"reset": "CANCEL"}, {"status": 201}]})
+    hdrs = {"content-encoding": "aes128gcm", "ttl": "60", "authorization": vapid_header(webpush.vapid, webpush.origin)}
+    body = wp_encrypt(webpush.sub, b'{"r":1}')
+    c = RawH2(webpush.info["webpush"], webpush.info["ca"])
+    try:
+        path = urllib.parse.urlsplit(webpush.sub["endpoint"]).path
+        statuses = []
+        for _ in range(3):
+            sid = c.request(path, hdrs, body)
+            assert c.pump(lambda ev: c.ended(sid))
+            statuses.append(c.status(sid))
+    finally:
+        c.close()
+    assert statuses == [None, None, 400]   # refused, then cancelled (processed), then a reuse
+    recs = webpush.received("webpush")
+    assert [x.get("unprocessed", False) for x in recs] == [True, False, False]
+    assert all(x["plaintext_json"] == {"r": 1} for x in recs)
+    assert recs[2]["salt_reused"] and not recs[1].get("salt_reused")

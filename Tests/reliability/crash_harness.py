@@ -199,6 +199,8 @@ class Harness:
                         p["app_version"] = f"2.{k}.{ui % 97}"
                         if platform == "apns":
                             p["environment"] = "production" if k % 2 else "development"
+                            if p["environment"] == "development":
+                                meta["gw"] = "apns_dev"   # APNs development is a host of its own
                     meta.update(user=user, platform=platform, fail=False, params=p)
                     params.append((p, meta))
                     k += 1
@@ -238,7 +240,7 @@ class Harness:
                     continue
                 tag = None
                 headers = r.get("headers") or {}
-                if g == "apns":
+                if g in ("apns", "apns_dev"):
                     tag = (r.get("body") or {}).get("hx") if isinstance(r.get("body"), dict) else None
                     collapse = headers.get("apns-collapse-id")
                 elif g == "fcm":
