@@ -1,4 +1,6 @@
-"""APNs production and development are two hosts: each device goes to its environment's host.
+"""Provider rules judged by the test gateways' records, through a real daemon.
+
+APNs production and development are two hosts: each device goes to its environment's host.
 
 Herald's ``apns_production`` points at the gateways' ``apns`` listener and ``apns_development``
 at ``apns_dev``, a gateway of its own (records, programs, connections). Judged by what each
@@ -6,13 +8,16 @@ gateway recorded: every production token at the production host only, every deve
 at the development host only, and a device moved to the other environment goes to the other
 host from then on. The gateways refuse what APNs refuses (push type, aps, topic, a too-soon
 token update), so every record must also be valid.
+
+FCM's payload limit: whatever size Herald accepts, FCM (the gateway, counting keys and values
+as FCM does) must accept too.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from herald_fixtures import TOPIC, Daemon, Gateways, hex_token
+from herald_fixtures import TOPIC, Daemon, Gateways, RPCError, hex_token
 
 USERS = 20
 
@@ -88,5 +93,38 @@ def test_each_apns_device_goes_to_its_environments_host(gw):
         for g in ("apns", "apns_dev"):
             for c in gw.connections(g)["connections"]:
                 assert c["distinct_jwts"] <= 1, (g, c)
+    finally:
+        d.cleanup()
+
+
+def test_fcm_payload_herald_accepts_fcm_accepts(gw):
+    """A sweep of data sizes around FCM's 4096-byte limit: each message Herald accepts is
+    delivered, and the gateway (which refuses a payload over 4096 bytes of keys and values)
+    recorded it as valid; the ones over the limit Herald refuses (1005) and never sends."""
+    d = Daemon(gateways=gw, transports=("fcm",))   # APNs, whose JSON limit is tighter, left out
+    try:
+        d.register("fcm-size", "fcm", "fcm-size-token")
+        accepted = refused = 0
+        # data = kind:notification (16 bytes) + b0..b3 of 1000 bytes (4 x 1002) + b4:<n> (2 + n),
+        # and android.notification channel_id:new_messages + body_loc_key:NEW_MESSAGE (45 bytes):
+        # 4096 at n = 25 (a data value is at most 1024 bytes).
+        seq = 0
+        for n in range(15, 35):
+            data = {f"b{i}": str(i) * 1000 for i in range(4)}
+            data["b4"] = "x" * n
+            try:
+                r = d.send_wait({"to": {"users": ["fcm-size"]}, "data": data})
+            except RPCError as e:
+                assert e.code == 1005, e
+                refused += 1
+                assert gw.received("fcm", kind="send", since=seq) == [], "a refused message was sent"
+                continue
+            accepted += 1
+            recs = gw.received("fcm", kind="send", since=seq)
+            seq = max(x["seq"] for x in recs)
+            assert len(recs) == 1 and recs[0]["valid"], (n, [x["errors"] for x in recs])
+            assert r["counts"]["delivered"] == 1, (n, r)
+            assert recs[0]["body"]["message"]["data"]["b4"] == "x" * n
+        assert accepted == 11 and refused == 9, (accepted, refused)
     finally:
         d.cleanup()
