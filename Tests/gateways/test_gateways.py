@@ -996,3 +996,15 @@ def test_webpush_refused_stream_leaves_the_body_unused(webpush):
     assert [x.get("unprocessed", False) for x in recs] == [True, False, False]
     assert all(x["plaintext_json"] == {"r": 1} for x in recs)
     assert recs[2]["salt_reused"] and not recs[1].get("salt_reused")
+
+
+def test_apns_token_update_boundary_is_20_minutes(apns):
+    """1199 s between the iat values is too soon; 1200 s is allowed."""
+    now = int(time.time())
+    mk = lambda iat: jwt_es256(apns.key, {"alg": "ES256", "kid": KID}, {"iss": TEAM, "iat": iat})  # noqa: E731
+    first, soon, later = mk(now - 1200), mk(now - 1), mk(now)
+    with apns.client() as c:
+        url = f"{apns.apns}/3/device/{TOKEN}"
+        assert c.post(url, content=PAYLOAD, headers=apns_headers(first)).status_code == 200
+        assert c.post(url, content=PAYLOAD, headers=apns_headers(soon)).status_code == 429
+        assert c.post(url, content=PAYLOAD, headers=apns_headers(later)).status_code == 200

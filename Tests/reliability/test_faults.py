@@ -1020,8 +1020,9 @@ def test_stale_storm_deletes_none(platform, gw):
         assert sum(len(d.devices(f"storm-{u}")) for u in range(0, STORM // 10, 9)) == 10 * len(range(0, 100, 9))
         if platform == "web":
             # The gateway decrypted every stale-answered body before answering 410.
+            # (At least once: a push resent after a connection was suspected is sealed again.)
             recs = [x for x in gw.received("webpush") if x["token"].startswith("storm-")]
-            assert len(recs) == STORM and {x["token"] for x in recs} == {f"storm-{i}" for i in range(STORM)}
+            assert len(recs) >= STORM and {x["token"] for x in recs} == {f"storm-{i}" for i in range(STORM)}
             assert all(x["valid"] and x["response"]["status"] == 410 and
                        (x.get("plaintext_json") or {}).get("kind") == "notification" for x in recs), \
                 [x.get("errors") for x in recs if not x["valid"]][:3]
