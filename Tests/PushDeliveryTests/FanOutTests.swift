@@ -31,6 +31,11 @@ extension PushDelivery {
                     params.append(["user": user, "platform": "fcm", "token": "fcm-token-\(u)"])
                 }
                 _ = try h.registerMany(params)
+                // The gateways know which environment issued each token: one sent to the other
+                // environment's host is refused (BadDeviceToken), as at Apple.
+                try await h.gateways.post("/control/apns-devices", ["gateway": "apns", "tokens": (0..<100).map { hex($0) }])
+                try await h.gateways.post(
+                    "/control/apns-devices", ["gateway": "apns_dev", "tokens": (0..<100).map { hex($0, prefix: 1) }])
                 let users = (0..<100).map { "user-\($0)" }
                 var badges: [String: Int] = [:]
                 for (i, u) in users.enumerated() { badges[u] = i }

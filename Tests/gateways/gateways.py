@@ -356,6 +356,7 @@ class State:
         self.fcm_keys = {}         # client_email -> {pub, project_id}
         self.webpush_subs = {}     # id -> {priv, auth, vapid_keys:set|None}
         self.webpush_vapid_keys = set()  # global accepted application-server keys (raw 65-byte b64url)
+        self.apns_device_env = {}  # device token (lower case) -> the APNs gateway (environment) that issued it
         self.reset_all()
 
     def reset_all(self):
@@ -364,6 +365,7 @@ class State:
         self.fcm_keys.clear()
         self.webpush_subs.clear()
         self.webpush_vapid_keys.clear()
+        self.apns_device_env.clear()
 
     def reset(self, gateway=None):
         gws = [gateway] if gateway else list(GATEWAYS)
@@ -564,6 +566,11 @@ def _apns_validate(req, rec, errors, k):
         return auth_resp
     req.conn.valid_auth_seen = True
     if k["strict_token"] and not re.fullmatch(r"(?:[0-9a-fA-F]{2})+", token):
+        return err(400, "BadDeviceToken")
+    issued_by = STATE.apns_device_env.get(token.lower())
+    if issued_by is not None and issued_by != req.gateway:
+        # A token from the other environment: APNs answers 400 BadDeviceToken.
+        rec["wrong_environment"] = issued_by
         return err(400, "BadDeviceToken")
     topic = req.header("apns-topic")
     if not topic:
@@ -1656,6 +1663,20 @@ def ctl_apns_key(b):
     return {"ok": True}
 
 
+def ctl_apns_devices(b):
+    """Device tokens issued by one APNs environment: sent to the other one, they get 400
+    BadDeviceToken, as at Apple. Tokens never registered are accepted by both."""
+    g = b.get("gateway")
+    if g not in APNS_GATEWAYS:
+        raise ControlError(400, f"gateway must be one of {APNS_GATEWAYS}")
+    tokens = b.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens):
+        raise ControlError(400, "tokens must be a list of device tokens")
+    for t in tokens:
+        STATE.apns_device_env[t.lower()] = g
+    return {"ok": True, "registered": len(tokens)}
+
+
 def ctl_fcm_key(b):
     try:
         pub = load_public_key(b["public_key_pem"])
@@ -1794,6 +1815,7 @@ def ctl_reset(b):
 CONTROL_POST = {
     "/control/program": ctl_program,
     "/control/apns-key": ctl_apns_key,
+    "/control/apns-devices": ctl_apns_devices,
     "/control/fcm-key": ctl_fcm_key,
     "/control/fcm-revoke": ctl_fcm_revoke,
     "/control/webpush-subscription": ctl_webpush_subscription,

@@ -1008,3 +1008,24 @@ def test_apns_token_update_boundary_is_20_minutes(apns):
         assert c.post(url, content=PAYLOAD, headers=apns_headers(first)).status_code == 200
         assert c.post(url, content=PAYLOAD, headers=apns_headers(soon)).status_code == 429
         assert c.post(url, content=PAYLOAD, headers=apns_headers(later)).status_code == 200
+
+
+def test_apns_token_of_the_other_environment_is_bad_device_token(apns):
+    """A device token registered as issued by one environment is 400 BadDeviceToken at the
+    other; unregistered tokens are accepted by both."""
+    prod_tok, dev_tok = "c1" * 32, "d1" * 32
+    apns.post("/control/apns-devices", {"gateway": "apns", "tokens": [prod_tok]})
+    apns.post("/control/apns-devices", {"gateway": "apns_dev", "tokens": [dev_tok.upper()]})
+    dev = apns.info["urls"]["apns_dev"]
+    with apns.client() as c:
+        def post(base, tok):
+            return c.post(f"{base}/3/device/{tok}", content=PAYLOAD, headers=apns_headers(apns.jwt))
+        assert post(apns.apns, prod_tok).status_code == 200
+        assert post(dev, dev_tok).status_code == 200
+        r = post(apns.apns, dev_tok)
+        assert r.status_code == 400 and r.json() == {"reason": "BadDeviceToken"}
+        r = post(dev, prod_tok)
+        assert r.status_code == 400 and r.json() == {"reason": "BadDeviceToken"}
+        assert post(apns.apns, TOKEN).status_code == 200 and post(dev, TOKEN).status_code == 200
+    assert apns.received("apns", token=dev_tok)[0]["wrong_environment"] == "apns_dev"
+    assert apns.ctl.post("/control/apns-devices", json={"gateway": "fcm", "tokens": ["ab"]}).status_code == 400

@@ -60,6 +60,10 @@ def test_each_apns_device_goes_to_its_environments_host(gw):
                     "environment": "development"}]
         d.register_many(params)
         users = [f"env-{u}" for u in range(USERS)]
+        # The gateways know which environment issued each token (the twin aside): one sent to
+        # the other environment's host is refused with BadDeviceToken, as at Apple.
+        gw.post("/control/apns-devices", {"gateway": "apns", "tokens": [*prod.values(), *voip_prod.values()]})
+        gw.post("/control/apns-devices", {"gateway": "apns_dev", "tokens": [*dev.values(), *voip_dev.values()]})
 
         for kind in ("notification", "clear", "call_ring"):
             gw.reset()
@@ -80,6 +84,7 @@ def test_each_apns_device_goes_to_its_environments_host(gw):
         # A device moved to the other environment (a newer registration version) goes to the
         # other host from then on, and no longer to the old one.
         moved = hex_token(7, prefix=0xE7)
+        gw.post("/control/apns-devices", {"gateway": "apns_dev", "tokens": [moved]})
         d.call("device.register", {"user": "env-mover", "platform": "apns", "token": moved,
                                    "registration_id": "mover-install", "version": 1})
         d.call("device.register", {"user": "env-mover", "platform": "apns", "token": moved,
