@@ -23,7 +23,11 @@ actor SharedGateways {
         }
         let g = try await TestGateways()
         try await g.post(
-            "/control/apns-key", ["key_id": apnsKeyID, "team_id": apnsTeamID, "public_key_pem": spkiPEM(key.publicKey)])
+            "/control/apns-key",
+            [
+                "key_id": apnsKeyID, "team_id": apnsTeamID, "public_key_pem": spkiPEM(key.publicKey),
+                "topics": [apnsTopic, apnsTopic + ".voip"],
+            ])
         gateways = g
         return g
     }

@@ -9,12 +9,16 @@ public final class TestGateways: @unchecked Sendable {
     public let dir: URL
     /// The CA that signed the gateways' certificate.
     public let ca: String
-    /// Ports by listener name ("apns", "fcm", "fcm_h1", "webpush", "webpush_h1", "control").
+    /// Ports by listener name ("apns", "apns_dev", "fcm", "fcm_h1", "webpush", "webpush_h1", "control").
     public let ports: [String: Int]
     public let client: HTTPClient
 
     public var control: Int { ports["control"] ?? 0 }
+    /// APNs production (api.push.apple.com).
     public var apns: Int { ports["apns"] ?? 0 }
+    /// APNs development (api.sandbox.push.apple.com): a host of its own, with its own
+    /// records, programs, knobs and connections (gateway name `apns_dev`).
+    public var apnsDev: Int { ports["apns_dev"] ?? 0 }
     public var fcm: Int { ports["fcm"] ?? 0 }
     public var webpush: Int { ports["webpush"] ?? 0 }
     /// The Web Push gateway again, on a listener whose TLS offers only ALPN `http/1.1`
@@ -59,7 +63,9 @@ public final class TestGateways: @unchecked Sendable {
             throw TestSupportError("gateways did not start")
         }
         var ports: [String: Int] = [:]
-        for name in ["apns", "fcm", "fcm_h1", "webpush", "webpush_h1", "control"] { ports[name] = obj[name] as? Int }
+        for name in ["apns", "apns_dev", "fcm", "fcm_h1", "webpush", "webpush_h1", "control"] {
+            ports[name] = obj[name] as? Int
+        }
         self.ports = ports
         ca = dir.appendingPathComponent("ca.pem").path
         client = try HTTPClient(

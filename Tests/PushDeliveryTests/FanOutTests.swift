@@ -31,6 +31,11 @@ extension PushDelivery {
                     params.append(["user": user, "platform": "fcm", "token": "fcm-token-\(u)"])
                 }
                 _ = try h.registerMany(params)
+                // The gateways know which environment issued each token: one sent to the other
+                // environment's host is refused (BadDeviceToken), as at Apple.
+                try await h.gateways.post("/control/apns-devices", ["gateway": "apns", "tokens": (0..<100).map { hex($0) }])
+                try await h.gateways.post(
+                    "/control/apns-devices", ["gateway": "apns_dev", "tokens": (0..<100).map { hex($0, prefix: 1) }])
                 let users = (0..<100).map { "user-\($0)" }
                 var badges: [String: Int] = [:]
                 for (i, u) in users.enumerated() { badges[u] = i }
@@ -57,8 +62,15 @@ extension PushDelivery {
                     #expect(plain["badge"] as? Int == badges[user])
                     #expect(plain["data"] as? [String: String] == ["thread": "t-1", "msg": "m-9"])
                 }
-                let apns = try await h.gateways.received("apns")
-                #expect(apns.count == 200)
+                // Each device went to its environment's host, and no token crossed over.
+                let apnsProduction = try await h.gateways.received("apns")
+                let apnsDevelopment = try await h.gateways.received("apns_dev")
+                #expect(apnsProduction.count == 100 && apnsDevelopment.count == 100)
+                #expect(Set(apnsProduction.compactMap { $0["token"] as? String }) == Set((0..<100).map { hex($0) }))
+                #expect(
+                    Set(apnsDevelopment.compactMap { $0["token"] as? String })
+                        == Set((0..<100).map { hex($0, prefix: 1) }))
+                let apns = apnsProduction + apnsDevelopment
                 for rec in apns {
                     #expect(rec["valid"] as? Bool == true, "\(rec["errors"] ?? "")")
                     let body = rec["body"] as? [String: Any] ?? [:]
@@ -96,7 +108,8 @@ extension PushDelivery {
                 // Provider tokens were reused, not minted per push.
                 let stats = try await h.gateways.get("/control/stats")
                 #expect(stats["fcm_token_requests"] as? Int == 1)
-                for c in try await h.gateways.connections("apns") where (c["requests"] as? Int ?? 0) > 0 {
+                let apnsConnections = try await h.gateways.connections("apns") + h.gateways.connections("apns_dev")
+                for c in apnsConnections where (c["requests"] as? Int ?? 0) > 0 {
                     #expect(c["distinct_jwts"] as? Int == 1)
                     #expect(c["stream_violations"] as? Int == 0)
                 }

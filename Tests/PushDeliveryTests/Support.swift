@@ -91,7 +91,7 @@ final class PushHarness: @unchecked Sendable {
             appSections: section, allowPrivate: true, server: server, delivery: delivery,
             endpoints: """
                 apns_production = https://127.0.0.1:\(g.apns)
-                apns_development = https://127.0.0.1:\(g.apns)
+                apns_development = https://127.0.0.1:\(g.apnsDev)
                 fcm = https://127.0.0.1:\(g.fcm)
                 ca_file = \(g.ca)
                 """)

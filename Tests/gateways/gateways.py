@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Loopback test gateways for Herald: APNs, FCM HTTP v1 (+ OAuth2 token endpoint) and Web Push.
 
-One process, six loopback listeners:
-  * apns        TLS, ALPN h2 only
+One process, seven loopback listeners:
+  * apns        TLS, ALPN h2 only            (APNs production: api.push.apple.com)
+  * apns_dev    TLS, ALPN h2 only            (APNs development: api.sandbox.push.apple.com; a gateway of
+                                           its own: its records, programs, knobs and connections)
   * fcm         TLS, ALPN h2 or http/1.1   (POST /token and POST /v1/projects/P/messages:send)
   * fcm_h1      TLS, ALPN http/1.1 only    (the fcm gateway again, for an FCM origin without HTTP/2)
   * webpush     TLS, ALPN h2 or http/1.1   (POST /push/ID)
@@ -58,7 +60,10 @@ MAX_RECORDS = 100_000          # cap on recorded requests per gateway
 BIG_STREAMS = 2**31 - 1
 MCS = SettingCodes.MAX_CONCURRENT_STREAMS
 
-GATEWAYS = ("apns", "fcm", "webpush")
+GATEWAYS = ("apns", "apns_dev", "fcm", "webpush")
+# The two APNs environments: one handler, separate hosts (listeners) and separate state, like
+# api.push.apple.com and api.sandbox.push.apple.com.
+APNS_GATEWAYS = ("apns", "apns_dev")
 # Extra TLS listeners that serve a gateway of GATEWAYS (its handler, state, records and knobs)
 # with other ALPN offers. Read-only views (received, connections) take their name as a filter.
 EXTRA_LISTENERS = {"webpush_h1": "webpush", "fcm_h1": "fcm"}
@@ -76,7 +81,6 @@ DEFAULT_KNOBS = {
         "hang_tokens": [],             # device tokens whose streams are never answered
         "zero_window_times": 0,        # the next N new h2 connections never let a request body in (window 0)
         "strict_token": True,          # device token must be even-length hex (else 400 BadDeviceToken)
-        "enforce_token_update_rate": False,  # 429 TooManyProviderTokenUpdates on a 2nd JWT within 20 min on one connection
         "iat_max_age": 3600,
         "iat_future_skew": 60,
         "delay_ms": 0,
@@ -109,11 +113,13 @@ DEFAULT_KNOBS = {
         "zero_window_times": 0,
         "max_body": 4096,              # larger bodies → 413
         "auth_fail_status": 401,       # status for VAPID failures (401 like autopush, 403 like FCM)
-        "require_known_subscription": True,  # unknown /push/ID → 404
         "exp_future_skew": 5,
         "delay_ms": 0,
     },
 }
+
+
+DEFAULT_KNOBS["apns_dev"] = json.loads(json.dumps(DEFAULT_KNOBS["apns"]))
 
 
 # ---------------------------------------------------------------- helpers
@@ -319,6 +325,7 @@ class ConnInfo:
         self.initial_settings_acked = False
         self.jwts = collections.OrderedDict()  # jwt -> info (APNs)
         self.jwt_sequence = []                # distinct JWT hashes in first-use order
+        self.current_jwt = None               # APNs: {token, iat, since} of the token in force
         self.goaway_sent = None
         self.valid_auth_seen = False
         self.raised = False
@@ -352,6 +359,7 @@ class State:
         self.fcm_keys = {}         # client_email -> {pub, project_id}
         self.webpush_subs = {}     # id -> {priv, auth, vapid_keys:set|None}
         self.webpush_vapid_keys = set()  # global accepted application-server keys (raw 65-byte b64url)
+        self.apns_device_env = {}  # device token (lower case) -> the APNs gateway (environment) that issued it
         self.reset_all()
 
     def reset_all(self):
@@ -360,6 +368,7 @@ class State:
         self.fcm_keys.clear()
         self.webpush_subs.clear()
         self.webpush_vapid_keys.clear()
+        self.apns_device_env.clear()
 
     def reset(self, gateway=None):
         gws = [gateway] if gateway else list(GATEWAYS)
@@ -370,6 +379,8 @@ class State:
             self.connections = {g: [] for g in GATEWAYS}
             self.fcm_tokens = {}
             self.counters = collections.Counter()
+            # Salts and ECDH keys of every Web Push body seen since the gateways started: a
+            # reset does not forget them (a reuse is refused across the gateways' lifetime).
             self.webpush_seen_salts = set()
             self.webpush_seen_keyids = set()
         for g in gws:
@@ -378,13 +389,10 @@ class State:
             self.connections[g] = [c for c in self.connections[g] if c.closed is None]
             for k in [k for k in self.programs if k[0] == g or k[0].startswith(g + "-")]:
                 del self.programs[k]
-            for k in [k for k in self.counters if k.startswith(g)]:
+            for k in [k for k in self.counters if _counter_gateway(k) == g]:
                 del self.counters[k]
         if "fcm" in gws:
             self.fcm_tokens.clear()
-        if "webpush" in gws:
-            self.webpush_seen_salts.clear()
-            self.webpush_seen_keyids.clear()
 
     def record(self, gateway, rec):
         self.seq += 1
@@ -402,6 +410,13 @@ class State:
                 entry = lst[0] if len(lst) == 1 else lst.pop(0)
                 return entry
         return None
+
+
+def _counter_gateway(name):
+    """The gateway a counter belongs to: the longest gateway name it starts with (apns_dev_…
+    is apns_dev's, apns_… apns's)."""
+    owners = [g for g in GATEWAYS if name.startswith(g + "_")]
+    return max(owners, key=len) if owners else None
 
 
 STATE = State()
@@ -429,7 +444,7 @@ def apns_error(status, reason, timestamp=None, extra_headers=None, apns_id=None)
 
 def check_apns_jwt(req, rec):
     """Returns None if the JWT is acceptable, else a Response."""
-    k = STATE.knobs["apns"]
+    k = STATE.knobs[req.gateway]
     auth = req.header_all("authorization")
     if not auth:
         return apns_error(403, "MissingProviderToken")
@@ -471,18 +486,24 @@ def check_apns_jwt(req, rec):
         _note_conn_jwt(conn, token, info)
         return apns_error(403, "InvalidProviderToken")
     info["valid"] = True
-    first_new = token not in conn.jwts
-    previous = [v for v in conn.jwts.values() if v.get("valid")]
+    current = conn.current_jwt
+    first_valid = next((v for v in conn.jwts.values() if v.get("valid")), None)
     _note_conn_jwt(conn, token, info)
-    if first_new and previous:
-        last = previous[-1]
-        if time.time() - last["first_seen"] < 20 * 60:
-            rec["token_update_too_soon"] = True
-            STATE.counters["apns_token_updates_too_soon"] += 1
-            if k["enforce_token_update_rate"]:
-                return apns_error(429, "TooManyProviderTokenUpdates")
-        if previous[0].get("kid") != info.get("kid"):
+    if current is not None and current["token"] != token:
+        if first_valid is not None and first_valid.get("kid") != info.get("kid"):
             rec["unrelated_kid"] = True
+        if info["iat"] - current["iat"] < 20 * 60:
+            # APNs: "Refresh your token no more than once every 20 minutes". A connection's
+            # token may be replaced by one issued (iat) at least 20 min after it; a token
+            # issued sooner is refused, as often as it is tried. (Judged by iat, not by the
+            # arrival time, so a sender on a simulated clock is judged by its own timeline.)
+            rec["token_update_too_soon"] = True
+            STATE.counters[f"{req.gateway}_token_updates_too_soon"] += 1
+            conn.jwts[token]["valid"] = False
+            conn.jwts[token]["refused"] = conn.jwts[token].get("refused", 0) + 1
+            return apns_error(429, "TooManyProviderTokenUpdates")
+    if current is None or current["token"] != token:
+        conn.current_jwt = {"token": token, "iat": info["iat"], "since": time.time()}
     return None
 
 
@@ -496,11 +517,13 @@ def _note_conn_jwt(conn, token, info):
         conn.jwt_sequence.append(info["hash"])
     e["uses"] += 1
     e["last_seen"] = time.time()
+    e["valid"] = info.get("valid")
 
 
 def handle_apns(req: Request) -> Response:
-    k = STATE.knobs["apns"]
-    rec = {"gateway": "apns", "time": req.time, "conn": req.conn.id, "stream": req.stream_id,
+    gw = req.gateway
+    k = STATE.knobs[gw]
+    rec = {"gateway": gw, "listener": gw, "time": req.time, "conn": req.conn.id, "stream": req.stream_id,
            "http_version": req.http_version, "method": req.method, "path": req.path,
            "headers": dict(req.headers), "header_list": req.headers}
     rec.update(decode_body(req.body))
@@ -509,7 +532,7 @@ def handle_apns(req: Request) -> Response:
     resp = _apns_validate(req, rec, errors, k)
     if resp is None:
         token = rec.get("token")
-        prog = STATE.next_program("apns", token)
+        prog = STATE.next_program(gw, token)
         if token in (k.get("hang_tokens") or []):
             prog = {"hang": True}
         resp = build_programmed(prog, "apns", req, rec) if prog else None
@@ -517,7 +540,7 @@ def handle_apns(req: Request) -> Response:
             apns_id = req.header("apns-id") or str(uuid.uuid4())
             resp = Response(200, [("apns-id", apns_id)], b"")
     rec["valid"] = not errors
-    _finish_record("apns", rec, resp)
+    _finish_record(gw, rec, resp)
     return resp
 
 
@@ -547,19 +570,28 @@ def _apns_validate(req, rec, errors, k):
     req.conn.valid_auth_seen = True
     if k["strict_token"] and not re.fullmatch(r"(?:[0-9a-fA-F]{2})+", token):
         return err(400, "BadDeviceToken")
+    issued_by = STATE.apns_device_env.get(token.lower())
+    if issued_by is not None and issued_by != req.gateway:
+        # A token from the other environment: APNs answers 400 BadDeviceToken.
+        rec["wrong_environment"] = issued_by
+        return err(400, "BadDeviceToken")
     topic = req.header("apns-topic")
     if not topic:
         return err(400, "MissingTopic")
     key = STATE.apns_keys.get((rec.get("jwt") or {}).get("kid")) or {}
-    if key.get("topics") and topic not in key["topics"]:
+    if topic not in key.get("topics", ()):
+        rec["topic_not_registered"] = topic
         return err(400, "TopicDisallowed")
     push_type = req.header("apns-push-type")
-    if push_type is not None and push_type not in APNS_PUSH_TYPES:
+    if push_type is None:
+        rec["push_type_missing"] = True
+        return err(400, "InvalidPushType")
+    if push_type not in APNS_PUSH_TYPES:
         return err(400, "InvalidPushType")
     if push_type == "voip" and not topic.endswith(".voip"):
         rec["voip_topic_suffix_missing"] = True
         return err(400, "DeviceTokenNotForTopic")
-    if push_type not in (None, "voip") and topic.endswith(".voip"):
+    if push_type != "voip" and topic.endswith(".voip"):
         return err(400, "InvalidPushType")
     prio = req.header("apns-priority")
     if prio is not None:
@@ -583,8 +615,30 @@ def _apns_validate(req, rec, errors, k):
         return err(413, "PayloadTooLarge")
     if not isinstance(rec.get("body"), dict):
         return err(400, "BadPayload")
-    if not isinstance(rec["body"].get("aps"), dict):
-        rec["warnings"] = ["payload has no aps dictionary"]
+    aps = rec["body"].get("aps")
+    if not isinstance(aps, dict):
+        rec["payload_error"] = "no aps dictionary"
+        return err(400, "BadPayload")
+    mismatch = _push_type_mismatch(push_type, aps)
+    if mismatch:
+        rec["payload_error"] = mismatch
+        return err(400, "InvalidPushType")
+    return None
+
+
+def _push_type_mismatch(push_type, aps):
+    """Why `aps` does not fit `apns-push-type` (None when it does). `background`: a
+    content-available push (content-available 1) that shows nothing (no alert, no sound);
+    `alert`: something the user sees or hears (alert, badge or sound)."""
+    if push_type == "background":
+        if aps.get("content-available") != 1:
+            return "background push without content-available: 1"
+        shown = sorted(k for k in ("alert", "sound") if k in aps)
+        if shown:
+            return f"background push with {', '.join(shown)}"
+    elif push_type == "alert":
+        if not any(k in aps for k in ("alert", "badge", "sound")):
+            return "alert push with no alert, badge or sound"
     return None
 
 
@@ -771,7 +825,7 @@ def handle_fcm(req: Request) -> Response:
                     "target count != 1")
     token = msg.get("token") or msg.get(targets[0])
     rec["token"] = token
-    bad = _fcm_message_problems(msg)
+    bad = _fcm_message_problems(msg, targets[0])
     if bad:
         return fail(fcm_error_response("INVALID_ARGUMENT", message=bad), bad)
     prog = STATE.next_program("fcm", token)
@@ -785,7 +839,41 @@ def handle_fcm(req: Request) -> Response:
     return resp
 
 
-def _fcm_message_problems(msg):
+# Data keys FCM keeps for itself: "The key should not be a reserved word ("from",
+# "message_type", or any word starting with "google" or "gcm")" (Message.data); collapse_key is
+# a message option of its own.
+FCM_RESERVED_DATA_KEYS = {"from", "message_type", "collapse_key"}
+FCM_RESERVED_DATA_PREFIXES = ("google", "gcm")
+FCM_PAYLOAD_LIMIT = 4096         # "4096 bytes for most messages … both the keys and the values"
+FCM_TOPIC_PAYLOAD_LIMIT = 2048   # "… or 2048 bytes in the case of messages to topics"
+
+
+def fcm_reserved_data_key(key):
+    return key in FCM_RESERVED_DATA_KEYS or key.startswith(FCM_RESERVED_DATA_PREFIXES)
+
+
+def fcm_payload_size(msg):
+    """The bytes FCM counts against its payload limit: the UTF-8 keys and values of `data`,
+    `notification`, `android.data` and `android.notification` (a list value counts each of its
+    strings). The token, the options and the JSON punctuation are not counted."""
+    def count(obj):
+        n = 0
+        if isinstance(obj, dict):
+            for key, value in obj.items():
+                n += len(str(key).encode())
+                if isinstance(value, str):
+                    n += len(value.encode())
+                elif isinstance(value, list):
+                    n += sum(len(str(v).encode()) for v in value)
+                elif value is not None:
+                    n += len(json.dumps(value, separators=(",", ":")).encode())
+        return n
+    android = msg.get("android") if isinstance(msg.get("android"), dict) else {}
+    return (count(msg.get("data")) + count(msg.get("notification"))
+            + count(android.get("data")) + count(android.get("notification")))
+
+
+def _fcm_message_problems(msg, target="token"):
     data = msg.get("data")
     if data is not None:
         if not isinstance(data, dict):
@@ -793,6 +881,8 @@ def _fcm_message_problems(msg):
         for i, (dk, dv) in enumerate(data.items()):
             if not isinstance(dv, str):
                 return f"Invalid value at 'message.data[{i}].value' (TYPE_STRING), {json.dumps(dv)}"
+            if fcm_reserved_data_key(dk):
+                return f"Invalid data payload key: {dk}"
     android = msg.get("android")
     if android is not None:
         if not isinstance(android, dict):
@@ -807,9 +897,14 @@ def _fcm_message_problems(msg):
         ad = android.get("data")
         if ad is not None and (not isinstance(ad, dict) or any(not isinstance(v, str) for v in ad.values())):
             return "Invalid value at 'message.android.data'"
-    size = len(json.dumps(msg, separators=(",", ":")).encode())
-    if size > 4096 + 1024:
-        return "Message too big"
+        if isinstance(ad, dict):
+            for dk in ad:
+                if fcm_reserved_data_key(dk):
+                    return f"Invalid data payload key: {dk}"
+    limit = FCM_TOPIC_PAYLOAD_LIMIT if target in ("topic", "condition") else FCM_PAYLOAD_LIMIT
+    size = fcm_payload_size(msg)
+    if size > limit:
+        return f"Message is too big: {size} bytes of payload, the limit is {limit}"
     return None
 
 
@@ -833,8 +928,10 @@ def handle_fcm_token(req: Request) -> Response:
     if req.method != "POST":
         return fail("method not allowed", "invalid_request", 405)
     ctype = (req.header("content-type") or "").split(";")[0].strip().lower()
+    rec["content_type"] = req.header("content-type")
     if ctype != "application/x-www-form-urlencoded":
-        errors.append(f"content-type {ctype!r}")
+        return fail(f"Bad Request: content-type must be application/x-www-form-urlencoded, got {ctype!r}",
+                    "invalid_request")
     form = parse_form(req.body)
     rec["grant_type"] = form.get("grant_type")
     if form.get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer":
@@ -923,9 +1020,9 @@ def handle_webpush(req: Request) -> Response:
     if req.method != "POST":
         return fail(405, "method not allowed")
     sub = STATE.webpush_subs.get(sid)
-    if sub is None and k["require_known_subscription"]:
-        if not (STATE.programs.get(("webpush", sid)) or STATE.programs.get(("webpush", "*"))):
-            return fail(404, "unknown subscription", 102)
+    if sub is None:
+        # Only a registered subscription has keys to decrypt with: a program alone is not enough.
+        return fail(404, "unknown subscription", 102)
     # Headers
     ttl = req.header_all("ttl")
     if len(ttl) != 1 or not re.fullmatch(r"\d{1,12}", ttl[0].strip()):
@@ -953,17 +1050,28 @@ def handle_webpush(req: Request) -> Response:
     # Size
     if len(req.body) > k["max_body"]:
         return fail(413, f"body {len(req.body)} bytes > {k['max_body']}", 104)
-    if sub is not None:
-        derr = _decrypt(req.body, sub, rec)
-        if derr:
-            return fail(400, derr, 110)
-        if rec.get("as_public") and rec.get("vapid", {}).get("k") and \
-                b64u_decode(rec["as_public"]) == b64u_decode(rec["vapid"]["k"]):
-            return fail(400, "ECDH key equals the VAPID signing key", 110)
+    # Decrypted and recorded before anything else is decided: a programmed answer, a hang or a
+    # refusal below never skips it.
+    derr = _decrypt(req.body, sub, rec)
+    if derr:
+        return fail(400, derr, 110)
+    if rec.get("as_public") and rec.get("vapid", {}).get("k") and \
+            b64u_decode(rec["as_public"]) == b64u_decode(rec["vapid"]["k"]):
+        return fail(400, "ECDH key equals the VAPID signing key", 110)
+    if rec.get("salt_reused"):
+        return fail(400, "salt reused: RFC 8291 needs a new random salt for every message", 110)
+    if rec.get("ecdh_key_reused"):
+        return fail(400, "ephemeral ECDH key reused: RFC 8291 needs a new key pair for every message", 110)
     prog = STATE.next_program("webpush", sid)
     if sid in (k.get("hang_tokens") or []):
         prog = {"hang": True}
     resp = build_programmed(prog, "webpush", req, rec) if prog else None
+    if resp is not None and resp.reset == ErrorCodes.REFUSED_STREAM:
+        # REFUSED_STREAM tells the client the request was not processed, so it may send the
+        # same bytes again: this body's salt and key are not counted as used.
+        rec["unprocessed"] = True
+        STATE.webpush_seen_salts.discard(req.body[:16])
+        STATE.webpush_seen_keyids.discard(req.body[21:21 + 65])
     if resp is None:
         mid = str(uuid.uuid4())
         resp = Response(201, [("location", f"https://{req.authority}/message/{mid}"), ("ttl", str(rec["ttl"]))],
@@ -1045,12 +1153,12 @@ def _decrypt(body, sub, rec):
     content_len = len(body) - 21 - idlen
     if content_len > rs:
         return "more than one record (RFC 8291 requires a single record)"
-    if rec["salt"] in STATE.webpush_seen_salts:
+    if salt in STATE.webpush_seen_salts:
         rec["salt_reused"] = True
-    if rec["as_public"] in STATE.webpush_seen_keyids:
+    if bytes(keyid) in STATE.webpush_seen_keyids:
         rec["ecdh_key_reused"] = True
-    STATE.webpush_seen_salts.add(rec["salt"])
-    STATE.webpush_seen_keyids.add(rec["as_public"])
+    STATE.webpush_seen_salts.add(salt)
+    STATE.webpush_seen_keyids.add(bytes(keyid))
     try:
         plain = http_ece.decrypt(body, private_key=sub["priv"], auth_secret=sub["auth"], version="aes128gcm")
     except Exception as e:  # noqa: BLE001
@@ -1069,7 +1177,7 @@ def _decrypt(body, sub, rec):
     return None
 
 
-HANDLERS = {"apns": handle_apns, "fcm": handle_fcm, "webpush": handle_webpush}
+HANDLERS = {"apns": handle_apns, "apns_dev": handle_apns, "fcm": handle_fcm, "webpush": handle_webpush}
 
 
 # ---------------------------------------------------------------- HTTP/2 server
@@ -1217,12 +1325,6 @@ class H2Server:
         if st["too_big"]:
             self.respond(sid, Response.json(413, {"reason": "PayloadTooLarge"}))
             return
-        req = Request(self.gw, self.info, pseudo.get(":method", ""), pseudo.get(":path", ""),
-                      pseudo.get(":authority") or dict(hdrs).get("host", ""), hdrs, bytes(st["body"]), sid, "h2")
-        try:
-            resp = HANDLERS[self.gw](req)
-        except Exception as e:  # noqa: BLE001
-            resp = Response.json(500, {"reason": "InternalServerError", "gateway_exception": repr(e)})
         k = STATE.knobs[self.gw]
         ga = k.get("goaway_after")
         goaway_now = False
@@ -1233,8 +1335,15 @@ class H2Server:
                     k["goaway_times"] = times - 1
                 goaway_now = True
         if goaway_now and not k.get("goaway_answer_last", True):
+            # Request N is not processed (nor recorded): the client must send it again.
             self.goaway(int(k.get("goaway_error_code") or 0), k.get("goaway_reason"), last_stream_id=sid - 2 if sid > 2 else 0)
             return
+        req = Request(self.gw, self.info, pseudo.get(":method", ""), pseudo.get(":path", ""),
+                      pseudo.get(":authority") or dict(hdrs).get("host", ""), hdrs, bytes(st["body"]), sid, "h2")
+        try:
+            resp = HANDLERS[self.gw](req)
+        except Exception as e:  # noqa: BLE001
+            resp = Response.json(500, {"reason": "InternalServerError", "gateway_exception": repr(e)})
         delay = (resp.delay_ms or 0) + int(k.get("delay_ms") or 0)
         if resp.record is not None:
             self.records[sid] = resp.record
@@ -1271,7 +1380,7 @@ class H2Server:
 
     def after_answer(self, sid, goaway_now, resp):
         k = STATE.knobs[self.gw]
-        if self.gw == "apns" and not self.info.raised and self.info.valid_auth_seen \
+        if self.gw in APNS_GATEWAYS and not self.info.raised and self.info.valid_auth_seen \
                 and k.get("raised_max_streams") and not self.info.goaway_sent:
             self.info.raised = True
             v = int(k["raised_max_streams"])
@@ -1279,7 +1388,7 @@ class H2Server:
             self.conn.local_settings._settings[MCS] = collections.deque([BIG_STREAMS])
             self.pending_limits.append(v)
             self.info.settings_history.append({"time": time.time(), "value": v, "acked": None})
-        elif self.gw != "apns" and not self.info.raised and k.get("raised_max_streams"):
+        elif self.gw not in APNS_GATEWAYS and not self.info.raised and k.get("raised_max_streams"):
             self.info.raised = True
             v = int(k["raised_max_streams"])
             self.conn.update_settings({MCS: v})
@@ -1502,7 +1611,7 @@ def make_gateway_handler(gw, listener=None):
                 del STATE.connections[gw][:1000]
             if alpn == "h2":
                 await H2Server(gw, reader, writer, info).run()
-            elif gw == "apns":
+            elif gw in APNS_GATEWAYS:
                 info.closed = time.time()
                 info.error = "APNs requires ALPN h2"
                 writer.close()
@@ -1544,7 +1653,7 @@ def _gw_view(q):
 def ctl_program(b):
     g = b.get("gateway")
     if g not in GATEWAYS + ("fcm-token",):
-        raise ControlError(400, "gateway must be apns, fcm, fcm-token or webpush")
+        raise ControlError(400, "gateway must be apns, apns_dev, fcm, fcm-token or webpush")
     token = b.get("token", "*")
     responses = b.get("responses")
     if responses is None and "response" in b:
@@ -1568,8 +1677,27 @@ def ctl_apns_key(b):
         raise ControlError(400, f"bad public_key_pem: {e}")
     if not isinstance(pub, ec.EllipticCurvePublicKey):
         raise ControlError(400, "APNs key must be EC P-256")
-    STATE.apns_keys[b["key_id"]] = {"team_id": b["team_id"], "pub": pub, "topics": b.get("topics")}
+    topics = b.get("topics")
+    if not isinstance(topics, list) or not topics or not all(isinstance(t, str) and t for t in topics):
+        # APNs knows which topics (bundle ids, and <bundle id>.voip) a team's key may push to.
+        raise ControlError(400, "topics: the non-empty list of apns-topic values this key serves "
+                                "(the bundle id, and <bundle id>.voip for VoIP)")
+    STATE.apns_keys[b["key_id"]] = {"team_id": b["team_id"], "pub": pub, "topics": list(topics)}
     return {"ok": True}
+
+
+def ctl_apns_devices(b):
+    """Device tokens issued by one APNs environment: sent to the other one, they get 400
+    BadDeviceToken, as at Apple. Tokens never registered are accepted by both."""
+    g = b.get("gateway")
+    if g not in APNS_GATEWAYS:
+        raise ControlError(400, f"gateway must be one of {APNS_GATEWAYS}")
+    tokens = b.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens):
+        raise ControlError(400, "tokens must be a list of device tokens")
+    for t in tokens:
+        STATE.apns_device_env[t.lower()] = g
+    return {"ok": True, "registered": len(tokens)}
 
 
 def ctl_fcm_key(b):
@@ -1593,7 +1721,14 @@ def ctl_fcm_revoke(b):
 
 
 def ctl_webpush_subscription(b):
-    sid = b.get("id") or secrets.token_urlsafe(16)
+    ids = b.get("ids")
+    if ids is not None:
+        if not isinstance(ids, list) or not ids or len(ids) > 100_000:
+            raise ControlError(400, "ids must be a list of 1 to 100000 subscription ids")
+        for sid in ids:
+            if not isinstance(sid, str) or not WEBPUSH_PATH_RE.match("/push/" + sid):
+                raise ControlError(400, "id must be 1-200 chars of [A-Za-z0-9_-.~]")
+    sid = (ids or [None])[0] or b.get("id") or secrets.token_urlsafe(16)
     if not WEBPUSH_PATH_RE.match("/push/" + sid):
         raise ControlError(400, "id must be 1-200 chars of [A-Za-z0-9_-.~]")
     if b.get("private_key_pem"):
@@ -1614,11 +1749,15 @@ def ctl_webpush_subscription(b):
         raise ControlError(400, "listener must be webpush or webpush_h1")
     if vk:
         vapid_keys = {b64u(_vapid_raw(x)) for x in (vk if isinstance(vk, list) else [vk])}
-    STATE.webpush_subs[sid] = {"priv": priv, "auth": auth, "vapid_keys": vapid_keys}
     p256dh = priv.public_key().public_bytes(serialization.Encoding.X962,
                                             serialization.PublicFormat.UncompressedPoint)
-    return {"ok": True, "id": sid, "endpoint": f"https://127.0.0.1:{STATE.ports[listener]}/push/{sid}",
-            "p256dh": b64u(p256dh), "auth": b64u(auth)}
+    out = {"ok": True, "id": sid, "endpoint": f"https://127.0.0.1:{STATE.ports[listener]}/push/{sid}",
+           "p256dh": b64u(p256dh), "auth": b64u(auth)}
+    for one in ids or [sid]:
+        STATE.webpush_subs[one] = {"priv": priv, "auth": auth, "vapid_keys": vapid_keys}
+    if ids:
+        out["endpoints"] = [f"https://127.0.0.1:{STATE.ports[listener]}/push/{one}" for one in ids]
+    return out
 
 
 def _vapid_raw(x):
@@ -1699,6 +1838,7 @@ def ctl_reset(b):
 CONTROL_POST = {
     "/control/program": ctl_program,
     "/control/apns-key": ctl_apns_key,
+    "/control/apns-devices": ctl_apns_devices,
     "/control/fcm-key": ctl_fcm_key,
     "/control/fcm-revoke": ctl_fcm_revoke,
     "/control/webpush-subscription": ctl_webpush_subscription,
@@ -1794,7 +1934,7 @@ async def main_async(state_dir, exit_with_parent=False):
     os.makedirs(state_dir, exist_ok=True)
     paths = make_certs(state_dir)
     servers = {}
-    alpn = {"apns": ["h2"], "fcm": ["h2", "http/1.1"], "webpush": ["h2", "http/1.1"],
+    alpn = {"apns": ["h2"], "apns_dev": ["h2"], "fcm": ["h2", "http/1.1"], "webpush": ["h2", "http/1.1"],
             "webpush_h1": ["http/1.1"], "fcm_h1": ["http/1.1"]}
     for name in GATEWAYS + tuple(EXTRA_LISTENERS):
         gw = EXTRA_LISTENERS.get(name, name)
@@ -1807,10 +1947,12 @@ async def main_async(state_dir, exit_with_parent=False):
     STATE.ports["control"] = srv.sockets[0].getsockname()[1]
     info = {
         "host": HOST, "pid": os.getpid(), "ca": paths["ca"],
-        "apns": STATE.ports["apns"], "fcm": STATE.ports["fcm"], "webpush": STATE.ports["webpush"],
+        "apns": STATE.ports["apns"], "apns_dev": STATE.ports["apns_dev"], "fcm": STATE.ports["fcm"],
+        "webpush": STATE.ports["webpush"],
         "webpush_h1": STATE.ports["webpush_h1"], "fcm_h1": STATE.ports["fcm_h1"], "control": STATE.ports["control"],
         "urls": {
             "apns": f"https://127.0.0.1:{STATE.ports['apns']}",
+            "apns_dev": f"https://127.0.0.1:{STATE.ports['apns_dev']}",
             "fcm": f"https://127.0.0.1:{STATE.ports['fcm']}",
             "fcm_token": f"https://127.0.0.1:{STATE.ports['fcm']}/token",
             "fcm_h1": f"https://127.0.0.1:{STATE.ports['fcm_h1']}",

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKEN = "a1" * 32
+TOPIC = "com.example.app"
 KID, TEAM = "KEYID12345", "TEAMID1234"
 
 
@@ -110,7 +111,8 @@ def gw(gw_proc):
 @pytest.fixture
 def apns(gw):
     key = ec.generate_private_key(ec.SECP256R1())
-    gw.post("/control/apns-key", {"key_id": KID, "team_id": TEAM, "public_key_pem": pem(key.public_key())})
+    gw.post("/control/apns-key", {"key_id": KID, "team_id": TEAM, "public_key_pem": pem(key.public_key()),
+                                  "topics": [TOPIC, TOPIC + ".voip"]})
     gw.key = key
     gw.jwt = jwt_es256(key, {"alg": "ES256", "kid": KID}, {"iss": TEAM, "iat": int(time.time())})
     gw.apns = gw.info["urls"]["apns"]
@@ -549,8 +551,8 @@ def wp_encrypt(sub, plaintext, pad_to=2816):
 
 def test_webpush_delivery_decrypted(webpush):
     plain = json.dumps({"kind": "message", "data": {}, "badge": 3}).encode()
-    body = wp_encrypt(webpush.sub, plain)
     for http2 in (True, False):
+        body = wp_encrypt(webpush.sub, plain)
         with webpush.client(http2=http2) as c:
             r = c.post(webpush.sub["endpoint"], content=body, headers={
                 "content-encoding": "aes128gcm", "ttl": "60", "urgency": "high", "topic": "abc_DEF-123",
@@ -563,7 +565,7 @@ def test_webpush_delivery_decrypted(webpush):
     assert recs[0]["body_len"] == len(body) and recs[0]["valid"] and recs[0]["topic"] == "abc_DEF-123"
     assert recs[0]["vapid"]["sub"] == "mailto:ops@example.com" and recs[0]["http_version"] == "h2"
     assert recs[1]["http_version"] == "http/1.1"
-    assert recs[1].get("salt_reused") and recs[1].get("ecdh_key_reused")   # same body sent twice
+    assert not recs[1].get("salt_reused") and not recs[1].get("ecdh_key_reused")
 
 
 def test_webpush_h1_listener_offers_only_http11(webpush):
@@ -613,11 +615,12 @@ def test_webpush_h1_listener_offers_only_http11(webpush):
 
 
 def test_webpush_rejections(webpush):
-    body = wp_encrypt(webpush.sub, b'{"kind":"x"}')
     other = ec.generate_private_key(ec.SECP256R1())
     good = {"content-encoding": "aes128gcm", "ttl": "60"}
     with webpush.client() as c:
-        def post(extra, content=body, url=webpush.sub["endpoint"]):
+        def post(extra, content=None, url=webpush.sub["endpoint"]):
+            if content is None:
+                content = wp_encrypt(webpush.sub, b'{"kind":"x"}')   # a new salt and key each time
             h = dict(good, authorization=vapid_header(webpush.vapid, webpush.origin))
             h.update(extra)
             h = {k: v for k, v in h.items() if v is not None}
@@ -716,3 +719,313 @@ def test_control_goaway_and_fcm_token_program(fcm):
     conns = fcm.get("/control/connections", gateway="fcm")["connections"]
     assert conns[0]["goaway_sent"]["reason"] == "maintenance" and len(conns) == 2
     assert fcm.get("/control/stats")["fcm_token_requests"] == 3
+
+
+# ------------------------------------------------------------------ what real providers refuse
+
+def test_apns_token_update_within_20_min_refused(apns):
+    """A second provider token on one connection within 20 min of the first: 429
+    TooManyProviderTokenUpdates, every time it is tried; the first keeps working, and a new
+    connection may start with the second."""
+    newer = jwt_es256(apns.key, {"alg": "ES256", "kid": KID}, {"iss": TEAM, "iat": int(time.time()) + 1})
+    assert newer != apns.jwt
+    with apns.client() as c:
+        url = f"{apns.apns}/3/device/{TOKEN}"
+        assert c.post(url, content=PAYLOAD, headers=apns_headers(apns.jwt)).status_code == 200
+        for _ in range(2):
+            r = c.post(url, content=PAYLOAD, headers=apns_headers(newer))
+            assert r.status_code == 429 and r.json() == {"reason": "TooManyProviderTokenUpdates"}
+        assert c.post(url, content=PAYLOAD, headers=apns_headers(apns.jwt)).status_code == 200
+    with apns.client() as c:
+        assert c.post(f"{apns.apns}/3/device/{TOKEN}", content=PAYLOAD, headers=apns_headers(newer)).status_code == 200
+    recs = apns.received("apns")
+    assert [x["response"]["status"] for x in recs] == [200, 429, 429, 200, 200]
+    assert [bool(x.get("token_update_too_soon")) for x in recs] == [False, True, True, False, False]
+    assert apns.get("/control/stats")["counters"]["apns_token_updates_too_soon"] == 2
+
+
+def test_apns_push_type_and_aps_required(apns):
+    """apns-push-type is required and must match the payload; the payload must carry aps."""
+    with apns.client() as c:
+        def post(body, drop=(), **h):
+            headers = apns_headers(apns.jwt, **h)
+            for name in drop:
+                del headers[name]
+            return c.post(f"{apns.apns}/3/device/{TOKEN}", content=json.dumps(body).encode(), headers=headers)
+        bg = {"apns-push-type": "background", "apns-priority": "5"}
+        cases = [
+            (post({"aps": {"alert": {"loc-key": "K"}}}, drop=["apns-push-type"]), 400, "InvalidPushType"),
+            (post({"aps": {"badge": 1}}, **bg), 400, "InvalidPushType"),          # no content-available
+            (post({"aps": {"content-available": 1, "alert": "hi"}}, **bg), 400, "InvalidPushType"),
+            (post({"aps": {"content-available": 1, "sound": "default"}}, **bg), 400, "InvalidPushType"),
+            (post({"aps": {"mutable-content": 1}}), 400, "InvalidPushType"),     # alert that shows nothing
+            (post({"data": "x"}), 400, "BadPayload"),                            # no aps
+            (post({"aps": "x"}), 400, "BadPayload"),
+            (post({"x": "y"}, **{"apns-push-type": "voip", "apns-topic": TOPIC + ".voip"}), 400, "BadPayload"),
+            (post({"aps": {"content-available": 1, "badge": 2}}, **bg), 200, None),
+            (post({"aps": {"sound": "default"}}), 200, None),
+            (post({"aps": {}, "call": "1"}, **{"apns-push-type": "voip", "apns-topic": TOPIC + ".voip"}), 200, None),
+        ]
+        for i, (r, status, reason) in enumerate(cases):
+            assert r.status_code == status, (i, r.text)
+            if reason:
+                assert r.json() == {"reason": reason}, i
+    recs = apns.received("apns")
+    assert recs[0]["push_type_missing"] and recs[1]["payload_error"] == "background push without content-available: 1"
+    assert recs[5]["payload_error"] == "no aps dictionary"
+
+
+def test_apns_topic_must_be_registered(apns):
+    """A key is registered with the topics it serves; any other apns-topic is 400 TopicDisallowed,
+    and a key registered without topics is refused by the control API."""
+    with apns.client() as c:
+        r = c.post(f"{apns.apns}/3/device/{TOKEN}", content=PAYLOAD,
+                   headers=apns_headers(apns.jwt, **{"apns-topic": "com.example.other"}))
+        assert r.status_code == 400 and r.json() == {"reason": "TopicDisallowed"}
+        r = c.post(f"{apns.apns}/3/device/{TOKEN}", content=PAYLOAD,
+                   headers=apns_headers(apns.jwt, **{"apns-topic": TOPIC + ".voip"}))
+        assert r.status_code == 400 and r.json() == {"reason": "InvalidPushType"}   # .voip with push type alert
+    assert apns.received("apns")[0]["topic_not_registered"] == "com.example.other"
+    key = ec.generate_private_key(ec.SECP256R1())
+    for topics in (None, [], [""]):
+        body = {"key_id": "K2", "team_id": TEAM, "public_key_pem": pem(key.public_key())}
+        if topics is not None:
+            body["topics"] = topics
+        assert apns.ctl.post("/control/apns-key", json=body).status_code == 400
+
+
+def test_apns_development_host_is_separate(apns):
+    """apns_dev is APNs development on a listener of its own, with its own records, programs,
+    knobs, counters and connections."""
+    dev = apns.info["urls"]["apns_dev"]
+    assert apns.info["apns_dev"] != apns.info["apns"] and dev == f"https://127.0.0.1:{apns.info['apns_dev']}"
+    apns.post("/control/program", {"gateway": "apns", "token": "*", "responses": [{"status": 410}]})
+    apns.post("/control/program", {"gateway": "apns_dev", "token": "*", "responses": [{"status": 400}]})
+    with apns.client() as c:
+        assert c.post(f"{dev}/3/device/{'d0' * 32}", content=PAYLOAD, headers=apns_headers(apns.jwt)).status_code == 400
+        assert c.post(f"{apns.apns}/3/device/{'e0' * 32}", content=PAYLOAD,
+                      headers=apns_headers(apns.jwt)).status_code == 410
+    prod, devrecs = apns.received("apns"), apns.received("apns_dev")
+    assert [x["token"] for x in prod] == ["e0" * 32] and [x["token"] for x in devrecs] == ["d0" * 32]
+    assert devrecs[0]["gateway"] == devrecs[0]["listener"] == "apns_dev"
+    assert len(apns.get("/control/connections", gateway="apns_dev")["connections"]) == 1
+    assert len(apns.get("/control/connections", gateway="apns")["connections"]) == 1
+    apns.post("/control/reset", {"gateway": "apns"})
+    assert apns.received("apns") == [] and len(apns.received("apns_dev")) == 1
+    assert apns.get("/control/programs")["programs"] == [{"gateway": "apns_dev", "token": "*",
+                                                          "responses": [{"status": 400}]}]
+    # A too-soon token update is counted per environment.
+    newer = jwt_es256(apns.key, {"alg": "ES256", "kid": KID}, {"iss": TEAM, "iat": int(time.time()) + 1})
+    apns.post("/control/program", {"gateway": "apns_dev", "responses": []})
+    with apns.client() as c:
+        assert c.post(f"{dev}/3/device/{TOKEN}", content=PAYLOAD, headers=apns_headers(apns.jwt)).status_code == 200
+        assert c.post(f"{dev}/3/device/{TOKEN}", content=PAYLOAD, headers=apns_headers(newer)).status_code == 429
+    counters = apns.get("/control/stats")["counters"]
+    assert counters.get("apns_dev_token_updates_too_soon") == 1 and "apns_token_updates_too_soon" not in counters
+
+
+def test_fcm_reserved_data_keys_and_size(fcm):
+    """Reserved data keys and a payload over 4096 bytes (keys and values) are 400 INVALID_ARGUMENT."""
+    with fcm.client() as c:
+        auth = {"authorization": "Bearer " + fcm_token(c, fcm, fcm_assertion(fcm.rsa)).json()["access_token"]}
+
+        def send(message):
+            return c.post(f"{fcm.fcm}/v1/projects/p1/messages:send", json={"message": message}, headers=auth)
+        for key in ("from", "message_type", "collapse_key", "google.c.a.e", "googleStuff", "gcm.n.e", "gcm"):
+            r = send({"token": "dev1", "data": {"kind": "x", key: "v"}})
+            assert r.status_code == 400, key
+            err = r.json()["error"]
+            assert err["status"] == "INVALID_ARGUMENT" and key in err["message"]
+            assert err["details"][0]["errorCode"] == "INVALID_ARGUMENT"
+            r = send({"token": "dev1", "android": {"data": {key: "v"}}})
+            assert r.status_code == 400, key
+        assert send({"token": "dev1", "data": {"notification": "ok", "fromage": "ok"}}).status_code == 200
+        # 4 + 4092 = 4096 bytes: at the limit; one more byte is over it, wherever it is.
+        assert send({"token": "dev1", "data": {"blob": "x" * 4092}}).status_code == 200
+        r = send({"token": "dev1", "data": {"blob": "x" * 4093}})
+        assert r.status_code == 400 and "too big" in r.json()["error"]["message"]
+        assert send({"token": "dev1", "data": {"blob": "x" * 4000},
+                     "android": {"notification": {"body_loc_key": "K", "body_loc_args": ["a" * 80]}}}).status_code == 400
+        assert send({"token": "dev1", "data": {"é": "é" * 2047}}).status_code == 200   # UTF-8 bytes: 2 + 4094
+        assert send({"token": "dev1", "data": {"é": "é" * 2048}}).status_code == 400   # 2 + 4096
+        # To a topic the limit is 2048.
+        assert send({"topic": "news", "data": {"blob": "x" * 2044}}).status_code == 200
+        assert send({"topic": "news", "data": {"blob": "x" * 2045}}).status_code == 400
+    assert [x["response"]["status"] for x in fcm.received("fcm", kind="send")][-3:] == [400, 200, 400]
+
+
+def test_fcm_token_request_content_type(fcm):
+    """The OAuth token request must be a form: any other Content-Type is 400 invalid_request."""
+    form = {"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": fcm_assertion(fcm.rsa)}
+    with fcm.client() as c:
+        r = c.post(f"{fcm.fcm}/token", json=form)
+        assert r.status_code == 400 and r.json()["error"] == "invalid_request"
+        r = c.post(f"{fcm.fcm}/token", content=urllib.parse.urlencode(form).encode(),
+                   headers={"content-type": "text/plain"})
+        assert r.status_code == 400 and r.json()["error"] == "invalid_request"
+        r = c.post(f"{fcm.fcm}/token", content=urllib.parse.urlencode(form).encode())   # no content-type
+        assert r.status_code == 400
+        r = c.post(f"{fcm.fcm}/token", content=urllib.parse.urlencode(form).encode(),
+                   headers={"content-type": "application/x-www-form-urlencoded; charset=utf-8"})
+        assert r.status_code == 200
+    recs = fcm.received("fcm", kind="token")
+    assert [x["valid"] for x in recs] == [False, False, False, True]
+    assert fcm.get("/control/stats")["fcm_tokens_issued"] == 1
+
+
+def wp_encrypt_with(sub, plaintext, eph=None, salt=None):
+    eph = eph or ec.generate_private_key(ec.SECP256R1())
+    return http_ece.encrypt(plaintext, private_key=eph, dh=b64u_decode(sub["p256dh"]),
+                            auth_secret=b64u_decode(sub["auth"]), version="aes128gcm", rs=4096,
+                            salt=salt or os.urandom(16))
+
+
+def test_webpush_salt_or_key_reuse_refused_for_life(webpush):
+    """A salt or an ephemeral ECDH key seen before (even before a reset) is 400; the body is
+    still decrypted and recorded first."""
+    hdrs = lambda: {"content-encoding": "aes128gcm", "ttl": "60",   # noqa: E731
+                    "authorization": vapid_header(webpush.vapid, webpush.origin)}
+    eph = ec.generate_private_key(ec.SECP256R1())
+    salt = os.urandom(16)
+    first = wp_encrypt_with(webpush.sub, b'{"n":1}', eph=eph, salt=salt)
+    with webpush.client() as c:
+        url = webpush.sub["endpoint"]
+        assert c.post(url, content=first, headers=hdrs()).status_code == 201
+        r = c.post(url, content=first, headers=hdrs())                                # the same body again
+        assert r.status_code == 400 and "salt reused" in r.json()["error"]
+        r = c.post(url, content=wp_encrypt_with(webpush.sub, b'{"n":2}', salt=salt), headers=hdrs())
+        assert r.status_code == 400 and "salt reused" in r.json()["error"]          # new key, old salt
+        r = c.post(url, content=wp_encrypt_with(webpush.sub, b'{"n":3}', eph=eph), headers=hdrs())
+        assert r.status_code == 400 and "ECDH key reused" in r.json()["error"]      # old key, new salt
+        webpush.post("/control/reset", {})
+        r = c.post(url, content=first, headers=hdrs())
+        assert r.status_code == 400 and "salt reused" in r.json()["error"]          # a reset forgets nothing
+        webpush.post("/control/program", {"gateway": "webpush", "token": "sub1", "responses": [{"status": 410}]})
+        r = c.post(url, content=wp_encrypt_with(webpush.sub, b'{"n":4}', eph=eph), headers=hdrs())
+        assert r.status_code == 400                                                  # a program does not hide it
+        assert c.post(url, content=wp_encrypt_with(webpush.sub, b'{"n":5}'), headers=hdrs()).status_code == 410
+    recs = webpush.received("webpush")
+    assert [x["plaintext_json"] for x in recs] == [{"n": 1}, {"n": 4}, {"n": 5}]
+    assert recs[0]["salt_reused"] and recs[1]["ecdh_key_reused"] and not recs[1].get("programmed")
+    assert recs[2]["programmed"] == {"status": 410}
+
+
+def test_webpush_programmed_answers_decrypt_first(webpush):
+    """Programmed answers, hangs and unknown subscriptions: every body that is answered is
+    decrypted and recorded first; a program never stands in for a registered subscription."""
+    hdrs = lambda: {"content-encoding": "aes128gcm", "ttl": "60",   # noqa: E731
+                    "authorization": vapid_header(webpush.vapid, webpush.origin)}
+    webpush.post("/control/program", {"gateway": "webpush", "token": "*", "responses": [{"status": 410}]})
+    webpush.post("/control/program", {"gateway": "webpush", "token": "ghost", "responses": [{"status": 201}]})
+    webpush.post("/control/knobs", {"gateway": "webpush", "hang_tokens": ["sub2"]})
+    sub2 = webpush.post("/control/webpush-subscription", {"id": "sub2"})
+    many = webpush.post("/control/webpush-subscription", {"ids": [f"storm-{i}" for i in range(50)]})
+    assert len(many["endpoints"]) == 50 and many["endpoints"][7].endswith("/push/storm-7")
+    with webpush.client() as c:
+        for i in range(50):
+            body = wp_encrypt_with(many, json.dumps({"i": i}).encode())
+            assert c.post(many["endpoints"][i], content=body, headers=hdrs()).status_code == 410
+        assert c.post(webpush.sub["endpoint"], content=wp_encrypt(webpush.sub, b'{"s":1}'),
+                      headers=hdrs()).status_code == 410
+        ghost = webpush.origin + "/push/ghost"
+        assert c.post(ghost, content=wp_encrypt(webpush.sub, b'{"g":1}'), headers=hdrs()).status_code == 404
+        with pytest.raises(httpx.ReadTimeout):
+            c.post(sub2["endpoint"], content=wp_encrypt(sub2, b'{"h":1}'), headers=hdrs(), timeout=0.5)
+    recs = webpush.received("webpush")
+    storm = [x for x in recs if x["token"].startswith("storm-")]
+    assert [x["plaintext_json"] for x in storm] == [{"i": i} for i in range(50)]
+    assert all(x["response"]["status"] == 410 and x["programmed"] for x in storm)
+    assert webpush.received("webpush", token="sub1")[0]["plaintext_json"] == {"s": 1}
+    g = webpush.received("webpush", token="ghost")[0]
+    assert g["response"]["status"] == 404 and "plaintext" not in g and not g.get("programmed")
+    h = webpush.received("webpush", token="sub2")[0]
+    assert h["response"]["hang"] and h["plaintext_json"] == {"h": 1}
+    assert {"gateway": "webpush", "token": "ghost", "responses": [{"status": 201}]} in \
+        webpush.get("/control/programs")["programs"]                                  # not used up
+
+
+def test_goaway_unprocessed_request_is_not_recorded(apns):
+    """With goaway_answer_last false the Nth request is left unprocessed: no answer, no record."""
+    apns.post("/control/knobs", {"gateway": "apns", "goaway_after": 2, "goaway_answer_last": False})
+    c = RawH2(apns.info["apns"], apns.info["ca"])
+    try:
+        s1 = c.request(f"/3/device/{TOKEN}", apns_headers(apns.jwt), PAYLOAD)
+        assert c.pump(lambda ev: c.ended(s1))
+        s2 = c.request(f"/3/device/{'b2' * 32}", apns_headers(apns.jwt), PAYLOAD)
+        assert c.pump(lambda ev: any(isinstance(e, h2.events.ConnectionTerminated) for e in ev))
+        assert c.status(s1) == 200 and c.status(s2) is None
+    finally:
+        c.close()
+    assert [x["token"] for x in apns.received("apns")] == [TOKEN]
+
+
+def test_apns_token_update_after_20_min_of_iat_accepted(apns):
+    """The 20 minutes are counted between the tokens' iat: a token issued 20 min after the
+    connection's current one replaces it; after that, the old one is the too-soon update."""
+    now = int(time.time())
+    old = jwt_es256(apns.key, {"alg": "ES256", "kid": KID}, {"iss": TEAM, "iat": now - 1300})
+    with apns.client() as c:
+        url = f"{apns.apns}/3/device/{TOKEN}"
+        assert c.post(url, content=PAYLOAD, headers=apns_headers(old)).status_code == 200
+        assert c.post(url, content=PAYLOAD, headers=apns_headers(apns.jwt)).status_code == 200
+        assert c.post(url, content=PAYLOAD, headers=apns_headers(old)).status_code == 429
+    conn = apns.get("/control/connections", gateway="apns")["connections"][-1]
+    assert conn["distinct_jwts"] == 2
+
+
+def test_webpush_refused_stream_leaves_the_body_unused(webpush):
+    """A programmed REFUSED_STREAM means "not processed": the body is decrypted and recorded,
+    and the same bytes may be sent again (as an HTTP/2 client does after REFUSED_STREAM);
+    after a processed answer they may not."""
+    webpush.post("/control/program", {"gateway": "webpush", "token": "sub1", "responses": [
+        {"reset": "REFUSED_STREAM"}, {"reset": "CANCEL"}, {"status": 201}]})
+    hdrs = {"content-encoding": "aes128gcm", "ttl": "60", "authorization": vapid_header(webpush.vapid, webpush.origin)}
+    body = wp_encrypt(webpush.sub, b'{"r":1}')
+    c = RawH2(webpush.info["webpush"], webpush.info["ca"])
+    try:
+        path = urllib.parse.urlsplit(webpush.sub["endpoint"]).path
+        statuses = []
+        for _ in range(3):
+            sid = c.request(path, hdrs, body)
+            assert c.pump(lambda ev: c.ended(sid))
+            statuses.append(c.status(sid))
+    finally:
+        c.close()
+    assert statuses == [None, None, 400]   # refused, then cancelled (processed), then a reuse
+    recs = webpush.received("webpush")
+    assert [x.get("unprocessed", False) for x in recs] == [True, False, False]
+    assert all(x["plaintext_json"] == {"r": 1} for x in recs)
+    assert recs[2]["salt_reused"] and not recs[1].get("salt_reused")
+
+
+def test_apns_token_update_boundary_is_20_minutes(apns):
+    """1199 s between the iat values is too soon; 1200 s is allowed."""
+    now = int(time.time())
+    mk = lambda iat: jwt_es256(apns.key, {"alg": "ES256", "kid": KID}, {"iss": TEAM, "iat": iat})  # noqa: E731
+    first, soon, later = mk(now - 1200), mk(now - 1), mk(now)
+    with apns.client() as c:
+        url = f"{apns.apns}/3/device/{TOKEN}"
+        assert c.post(url, content=PAYLOAD, headers=apns_headers(first)).status_code == 200
+        assert c.post(url, content=PAYLOAD, headers=apns_headers(soon)).status_code == 429
+        assert c.post(url, content=PAYLOAD, headers=apns_headers(later)).status_code == 200
+
+
+def test_apns_token_of_the_other_environment_is_bad_device_token(apns):
+    """A device token registered as issued by one environment is 400 BadDeviceToken at the
+    other; unregistered tokens are accepted by both."""
+    prod_tok, dev_tok = "c1" * 32, "d1" * 32
+    apns.post("/control/apns-devices", {"gateway": "apns", "tokens": [prod_tok]})
+    apns.post("/control/apns-devices", {"gateway": "apns_dev", "tokens": [dev_tok.upper()]})
+    dev = apns.info["urls"]["apns_dev"]
+    with apns.client() as c:
+        def post(base, tok):
+            return c.post(f"{base}/3/device/{tok}", content=PAYLOAD, headers=apns_headers(apns.jwt))
+        assert post(apns.apns, prod_tok).status_code == 200
+        assert post(dev, dev_tok).status_code == 200
+        r = post(apns.apns, dev_tok)
+        assert r.status_code == 400 and r.json() == {"reason": "BadDeviceToken"}
+        r = post(dev, prod_tok)
+        assert r.status_code == 400 and r.json() == {"reason": "BadDeviceToken"}
+        assert post(apns.apns, TOKEN).status_code == 200 and post(dev, TOKEN).status_code == 200
+    assert apns.received("apns", token=dev_tok)[0]["wrong_environment"] == "apns_dev"
+    assert apns.ctl.post("/control/apns-devices", json={"gateway": "fcm", "tokens": ["ab"]}).status_code == 400

@@ -257,6 +257,8 @@ class Harness:
                         p["app_version"] = f"2.{k}.{ui % 97}"
                         if platform == "apns":
                             p["environment"] = "production" if k % 2 else "development"
+                            if p["environment"] == "development":
+                                meta["gw"] = "apns_dev"   # APNs development is a host of its own
                     meta.update(user=user, platform=platform, fail=False, params=p)
                     params.append((p, meta))
                     k += 1
@@ -306,7 +308,7 @@ class Harness:
     def take_record(self, g, r):
         headers = r.get("headers") or {}
         body = r.get("body") if isinstance(r.get("body"), dict) else None
-        if g == "apns":
+        if g in ("apns", "apns_dev"):
             data = {k: v for k, v in body.items() if k != "aps"} if body is not None else None
             collapse = headers.get("apns-collapse-id")
             aps_ok = body is not None and isinstance(body.get("aps"), dict)
@@ -365,7 +367,7 @@ class Harness:
         if data != sent:
             problems.append(f"data {json.dumps(data)[:300]} != sent {json.dumps(sent)}")
         if not aps_ok:
-            problems.append("no aps dictionary" if g == "apns" else "no message, or android.ttl is not <= 86400s"
+            problems.append("no aps dictionary" if g in ("apns", "apns_dev") else "no message, or android.ttl is not <= 86400s"
                             if g == "fcm"
                             else "plaintext is not {kind: notification, ...}")
         if g == "fcm" and (body or {}).get("message", {}).get("token") != self.devices[did]["gw_token"]:

@@ -49,7 +49,7 @@ if not os.path.isabs(HERALD_BIN):
 GATEWAYS_PY = REPO / "Tests" / "gateways" / "gateways.py"
 OUT_DIR = REPO / "build" / "reliability"
 COUNTS_DIR = OUT_DIR / "counts"
-GATEWAY_NAMES = ("apns", "fcm", "webpush")
+GATEWAY_NAMES = ("apns", "apns_dev", "fcm", "webpush")
 
 KEY_ID = "ABC123DEFG"
 TEAM_ID = "TEAM123456"
@@ -332,7 +332,8 @@ class Gateways:
             time.sleep(0.05)
         self.info = json.loads(Path(info_path).read_text())
         self.ca = self.info["ca"]
-        self.ports = {k: self.info[k] for k in ("apns", "fcm", "fcm_h1", "webpush", "webpush_h1", "control")}
+        self.ports = {k: self.info[k] for k in ("apns", "apns_dev", "fcm", "fcm_h1", "webpush", "webpush_h1",
+                                                "control")}
         keys = Keys.shared()
         self.post("/control/apns-key", {"key_id": KEY_ID, "team_id": TEAM_ID, "public_key_pem": keys.apns_pub_pem,
                                         "topics": [TOPIC, TOPIC + ".voip"]})
@@ -412,6 +413,15 @@ class Gateways:
 
     def subscription(self, **body):
         return self.post("/control/webpush-subscription", body)
+
+    def subscriptions(self, ids, **body):
+        """Registers subscriptions ``ids`` sharing one key pair and auth secret (the gateway can
+        decrypt what is sent to each); the answer's ``endpoints`` are in the order of ``ids``."""
+        return self.post("/control/webpush-subscription", dict(body, ids=list(ids)))
+
+    def web_keys(self, sub) -> dict:
+        """The ``keys`` of device.register for a subscription the gateway made."""
+        return {"p256dh": sub["p256dh"], "auth": sub["auth"]}
 
     def stats(self):
         return self.get("/control/stats")
@@ -853,7 +863,7 @@ class Daemon:
         ep = {}
         if gateways:
             ep = {"apns_production": f"https://127.0.0.1:{gateways.ports['apns']}",
-                  "apns_development": f"https://127.0.0.1:{gateways.ports['apns']}",
+                  "apns_development": f"https://127.0.0.1:{gateways.ports['apns_dev']}",
                   "fcm": f"https://127.0.0.1:{gateways.ports['fcm']}",
                   "ca_file": gateways.ca}
         ep["webpush_allow_private"] = "true" if allow_private else "false"

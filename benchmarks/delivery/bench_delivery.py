@@ -200,7 +200,7 @@ synchronous = full
 
 [endpoints]
 apns_production = {apns_url}
-apns_development = {apns_url}
+apns_development = https://127.0.0.1:{gw.info['apns_dev']}
 fcm = https://127.0.0.1:{gw.info['fcm']}
 ca_file = {gw.info['ca']}
 webpush_allow_private = true
