@@ -35,7 +35,7 @@ SANITIZE := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-o
 # ASan (with LeakSanitizer) and, for the C code, UBSan, in a build of their own.
 SWIFT_SANITIZE := --scratch-path .build/sanitize --sanitize=address -Xcc -fsanitize=undefined \
 	-Xcc -fno-sanitize-recover=all
-SANITIZE_SUITES := APNsTests|HeraldSchedulerTests|HeraldStoreTests
+SANITIZE_SUITES := APNsTests|HeraldSchedulerTests|HeraldStoreTests|HTTPClientTests|SenderTests
 
 .PHONY: deps debian-deps python-deps bench-deps build run demo openrpc test test-c test-swift test-sanitize \
 	test-interop bench bench-crypto bench-rpc bench-delivery bench-fanout bench-quick clean \
