@@ -227,26 +227,25 @@ public final class DaemonProcess: @unchecked Sendable {
 /// that are room for a loaded machine. A daemon still running after this is hung.
 public let daemonShutdownBudget: Double = 15
 
-/// Waits up to `daemonShutdownBudget` from `sentAt` (SIGTERM is sent now when
-/// nil) for `p`, a `herald serve` however it was started, to exit; returns its
-/// exit status (128 + n for death by signal n, -1 when it hung and was killed).
-/// Anything but exit status 0 within the budget fails the calling test with the
-/// status or signal and `stderrTail()`.
+/// Waits up to `budget` from `sentAt` (SIGTERM is sent now when nil) for `p`, a
+/// `herald serve` however it was started, to exit; returns its exit status
+/// (128 + n for death by signal n, -1 when it hung and was killed). Anything
+/// but exit status 0 within the budget fails the calling test with the status
+/// or signal and `stderrTail()`.
 @discardableResult
 public func judgeShutdown(
-    _ p: Process, sentAt: Date? = nil, stderrTail: () -> String,
+    _ p: Process, sentAt: Date? = nil, budget: Double = daemonShutdownBudget, stderrTail: () -> String,
     sourceLocation: SourceLocation = #_sourceLocation
 ) -> Int32 {
     let start = sentAt ?? Date()
     if sentAt == nil && p.isRunning { kill(p.processIdentifier, SIGTERM) }
-    let deadline = start.addingTimeInterval(daemonShutdownBudget)
+    let deadline = start.addingTimeInterval(budget)
     while p.isRunning && Date() < deadline { usleep(10_000) }
     if p.isRunning {
         kill(p.processIdentifier, SIGKILL)
         p.waitUntilExit()
         reportDaemon(
-            p, "did not exit within \(daemonShutdownBudget) s of SIGTERM (killed with SIGKILL)", stderrTail(),
-            sourceLocation)
+            p, "did not exit within \(budget) s of SIGTERM (killed with SIGKILL)", stderrTail(), sourceLocation)
         return -1
     }
     p.waitUntilExit()
