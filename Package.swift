@@ -112,7 +112,7 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldCryptoTests",
-            dependencies: ["HeraldCrypto"],
+            dependencies: ["HeraldCrypto", "HeraldTestSupport"],
             swiftSettings: strictSwift
         ),
         .target(
@@ -140,7 +140,7 @@ let package = Package(
         .testTarget(name: "TransportPayloadTests", dependencies: ["APNs", "FCM", "WebPush", "HeraldCore", "JSONRPC"], swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldStoreTests",
-            dependencies: ["HeraldStore", "HeraldCrypto", "HeraldCore", "CSQLite"],
+            dependencies: ["HeraldStore", "HeraldCrypto", "HeraldCore", "CSQLite", "HeraldTestSupport"],
             swiftSettings: strictSwift
         ),
         .testTarget(
@@ -153,7 +153,7 @@ let package = Package(
             swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldCLITests",
-            dependencies: ["herald", "HeraldCrypto"],
+            dependencies: ["herald", "HeraldCrypto", "HeraldTestSupport"],
             swiftSettings: strictSwift
         ),
     ],

@@ -58,7 +58,7 @@ final class PlainServer: @unchecked Sendable {
         guard let text = String(data: line, encoding: .utf8),
               let port = Int(text.trimmingCharacters(in: .whitespacesAndNewlines))
         else {
-            p.terminate()
+            stopProcess(p)
             throw TestSupportError("plain server did not start")
         }
         self.port = port

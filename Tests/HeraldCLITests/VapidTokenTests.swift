@@ -1,5 +1,6 @@
 import Foundation
 import HeraldCrypto
+import HeraldTestSupport
 import Testing
 
 /// The parts of `vapid t=<JWT>, k=<public key>`.
@@ -76,14 +77,17 @@ struct VapidTokenTests {
         let publicKey = try unb64url(auth.k)
         let signature = try auth.signature
         #expect(signature.count == 64)
-        #expect(try P256.verify(signature: signature, message: auth.signingInput, publicKey: publicKey))
+        // OpenSSL checks the signature, with k and with the key file as OpenSSL reads it.
+        #expect(try OpenSSLVerifier.verifyES256(message: auth.signingInput, signature: signature, publicKey: publicKey))
+        let keyPEM = try String(contentsOfFile: key.path, encoding: .utf8)
+        #expect(try OpenSSLVerifier.verifyES256(message: auth.signingInput, signature: signature, keyPEM: keyPEM))
 
         // The check is meaningful: a changed claim or another key fails.
         var tampered = auth.signingInput
         tampered[tampered.count - 1] ^= 0x01
-        #expect(try !P256.verify(signature: signature, message: tampered, publicKey: publicKey))
+        #expect(try !OpenSSLVerifier.verifyES256(message: tampered, signature: signature, publicKey: publicKey))
         let other = try P256PrivateKey.generate().publicKey
-        #expect(try !P256.verify(signature: signature, message: auth.signingInput, publicKey: other))
+        #expect(try !OpenSSLVerifier.verifyES256(message: auth.signingInput, signature: signature, publicKey: other))
     }
 
     @Test("k equals the key's public key as public-key prints it")
@@ -105,7 +109,9 @@ struct VapidTokenTests {
             #expect(result.status == 0, "\(result)")
             let auth = try VapidAuthorization(result.stdoutLine)
             #expect(auth.k == raw.publicKeyBase64URL)
-            #expect(try P256.verify(signature: auth.signature, message: auth.signingInput, publicKey: raw.publicKey))
+            #expect(
+                try OpenSSLVerifier.verifyES256(
+                    message: auth.signingInput, signature: auth.signature, publicKey: raw.publicKey))
         }
     }
 

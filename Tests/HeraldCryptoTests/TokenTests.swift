@@ -1,6 +1,12 @@
 import Foundation
 import HeraldCrypto
+import HeraldTestSupport
 import Testing
+
+// Every signature Herald makes is checked by OpenSSL (the openssl command line,
+// OpenSSLVerifier), not by Herald's own verifier: a bug shared by Herald's
+// signer and verifier (a JOSE/DER mix-up, a wrong hash, a short r or s not
+// padded) would pass a check by the verifier alone.
 
 @Suite("ES256, VAPID, APNs and FCM tokens")
 struct TokenTests {
@@ -12,26 +18,40 @@ struct TokenTests {
         let parts = try #require(jwsParts(token))
         #expect(parts.header == #"{"typ":"JWT","alg":"ES256"}"#)
         #expect(try P256.verify(signature: parts.signature, message: parts.signingInput, publicKey: k))
+        // The published token checks the OpenSSL helper itself.
+        #expect(try OpenSSLVerifier.verifyES256(message: parts.signingInput, signature: parts.signature, publicKey: k))
         var bad = parts.signature
         bad[10] ^= 1
         #expect(try !P256.verify(signature: bad, message: parts.signingInput, publicKey: k))
+        #expect(try !OpenSSLVerifier.verifyES256(message: parts.signingInput, signature: bad, publicKey: k))
         #expect(throws: CryptoError.signatureLength) {
             try P256.verify(signature: Array(bad.prefix(63)), message: parts.signingInput, publicKey: k)
         }
     }
 
-    @Test("signatures are fixed-width 64 bytes and verify")
+    @Test("signatures are fixed-width 64 bytes and OpenSSL verifies them, short r or s included")
     func es256() throws {
-        // The C suite signs 10,000 messages and checks short r or s with an
-        // independent verifier; this checks the Swift face end to end.
+        // About one signature in 128 has an r or s with a leading zero byte, the
+        // case a signer that does not left-pad to 32 bytes gets wrong: sign until
+        // two such signatures are found, and have OpenSSL check them and 20 others.
         let key = try P256PrivateKey.generate()
-        for i in 0..<300 {
+        var ordinary = 0
+        var short = 0
+        for i in 0..<5000 where short < 2 || ordinary < 20 {
             let msg = Array("message \(i)".utf8)
             let sig = try key.sign(msg)
-            #expect(sig.count == 64)
-            #expect(try P256.verify(signature: sig, message: msg, publicKey: key.publicKey))
-            #expect(try !P256.verify(signature: sig, message: msg + [0], publicKey: key.publicKey))
+            try #require(sig.count == 64)
+            let isShort = sig[0] == 0 || sig[32] == 0
+            guard isShort || ordinary < 20 else { continue }
+            if isShort { short += 1 } else { ordinary += 1 }
+            #expect(
+                try OpenSSLVerifier.verifyES256(message: msg, signature: sig, publicKey: key.publicKey),
+                "OpenSSL refuses signature \(i)\(isShort ? " (short r or s)" : "")")
+            if i % 8 == 0 || isShort {
+                #expect(try !OpenSSLVerifier.verifyES256(message: msg + [0], signature: sig, publicKey: key.publicKey))
+            }
         }
+        #expect(short == 2 && ordinary == 20, "short \(short), ordinary \(ordinary)")
     }
 
     @Test("keys round trip through PEM and the raw form")
@@ -71,7 +91,10 @@ struct TokenTests {
             parts.claims
                 == #"{"aud":"https://fcm.googleapis.com","exp":1800043200,"sub":"mailto:ops@example.com"}"#
         )
-        #expect(try P256.verify(signature: parts.signature, message: parts.signingInput, publicKey: key.publicKey))
+        #expect(
+            try OpenSSLVerifier.verifyES256(
+                message: parts.signingInput, signature: parts.signature, publicKey: key.publicKey))
+        #expect(try OpenSSLVerifier.verifyES256(message: parts.signingInput, signature: parts.signature, keyPEM: key.pem()))
     }
 
     @Test("VAPID refuses a bad audience, subject or expiry")
@@ -98,7 +121,10 @@ struct TokenTests {
         let parts = try #require(jwsParts(token))
         #expect(parts.header == #"{"alg":"ES256","kid":"ABC123DEFG"}"#)
         #expect(parts.claims == #"{"iss":"TEAM123456","iat":1800000000}"#)
-        #expect(try P256.verify(signature: parts.signature, message: parts.signingInput, publicKey: key.publicKey))
+        #expect(
+            try OpenSSLVerifier.verifyES256(
+                message: parts.signingInput, signature: parts.signature, publicKey: key.publicKey))
+        #expect(try OpenSSLVerifier.verifyES256(message: parts.signingInput, signature: parts.signature, keyPEM: key.pem()))
         #expect(throws: CryptoError.claim) {
             try APNsProviderToken.make(key: key, keyID: "ABC123", teamID: "TEAM123456", issuedAt: 1)
         }
@@ -125,6 +151,10 @@ struct TokenTests {
                 == #"{"iss":"push@herald-test.iam.gserviceaccount.com","scope":"https://www.googleapis.com/auth/firebase.messaging","aud":"https://oauth2.googleapis.com/token","iat":1800000000,"exp":1800003600}"#
         )
         #expect(parts.signature.count == 256)
+        #expect(try OpenSSLVerifier.verifyRS256(message: parts.signingInput, signature: parts.signature, keyPEM: pem))
+        var tampered = parts.signingInput
+        tampered[tampered.count - 1] ^= 1
+        #expect(try !OpenSSLVerifier.verifyRS256(message: tampered, signature: parts.signature, keyPEM: pem))
         #expect(throws: CryptoError.expiry) { try account.assertion(issuedAt: 1_800_000_000, lifetime: 3601) }
 
         var missing = object

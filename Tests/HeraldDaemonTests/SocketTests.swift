@@ -72,10 +72,12 @@ struct SocketTests {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         p.arguments = ["python3", "-c", script, activated, heraldBinary(), d.configPath]
-        p.standardError = FileHandle.nullDevice
+        let log = d.dir.appendingPathComponent("activated.log").path
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        p.standardError = FileHandle(forWritingAtPath: log) ?? FileHandle.nullDevice
         try p.run()
         defer {
-            p.terminate()
+            if p.isRunning { kill(p.processIdentifier, SIGKILL) }
             p.waitUntilExit()
         }
         var response: [String: Any]?
@@ -89,5 +91,7 @@ struct SocketTests {
         }
         #expect(response?.result?["status"] as? String == "ok")
         #expect(!FileManager.default.fileExists(atPath: d.socketPath), "the configured socket is not created")
+        // The script exec'd herald: the same process, stopped as systemd stops it.
+        judgeShutdown(p) { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
     }
 }

@@ -1,7 +1,9 @@
+import CSQLite
 import Foundation
 import HeraldCore
 import HeraldCrypto
 import HeraldStore
+import HeraldTestSupport
 import Testing
 
 /// A clock the test moves by hand.
@@ -18,10 +20,11 @@ struct TestStore {
     let key: StoreKey
     let clock = ManualClock()
 
-    init(synchronous: Synchronous = .normal) throws {
+    /// `keyBytes`: the store key's 32 bytes (a fresh random key when nil).
+    init(synchronous: Synchronous = .normal, keyBytes: [UInt8]? = nil) throws {
         dir = FileManager.default.temporaryDirectory.appendingPathComponent("herald-store-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        key = try StoreKey.generate()
+        key = try keyBytes.map { try StoreKey(bytes: $0) } ?? StoreKey.generate()
         store = try Store(
             path: dir.appendingPathComponent("herald.db").path, key: key, synchronous: synchronous, clock: clock)
     }
@@ -139,6 +142,67 @@ struct RegistryTests {
             #expect(!contains(bytes, needle))
         }
         try? FileManager.default.removeItem(at: t.dir)
+    }
+}
+
+/// The sealed columns of the store's device rows, read with SQLite directly.
+private func sealedColumns(_ path: String) throws -> [(deviceID: String, token: [UInt8], keys: [UInt8]?)] {
+    var db: OpaquePointer?
+    guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, nil) == SQLITE_OK else { throw HarnessError("open \(path)") }
+    defer { sqlite3_close(db) }
+    var stmt: OpaquePointer?
+    guard sqlite3_prepare_v2(db, "SELECT device_id, token_sealed, keys_sealed FROM devices", -1, &stmt, nil) == SQLITE_OK
+    else { throw HarnessError(String(cString: sqlite3_errmsg(db))) }
+    defer { sqlite3_finalize(stmt) }
+    func blob(_ column: Int32) -> [UInt8]? {
+        guard sqlite3_column_type(stmt, column) == SQLITE_BLOB, let p = sqlite3_column_blob(stmt, column) else { return nil }
+        return Array(UnsafeRawBufferPointer(start: p, count: Int(sqlite3_column_bytes(stmt, column))))
+    }
+    var rows: [(String, [UInt8], [UInt8]?)] = []
+    while sqlite3_step(stmt) == SQLITE_ROW {
+        rows.append((String(cString: sqlite3_column_text(stmt, 0)), blob(1) ?? [], blob(2)))
+    }
+    return rows
+}
+
+@Suite("Device secrets at rest, read back without Herald")
+struct SealedRowTests {
+    /// A value of Herald's at-rest format, opened with libsodium directly:
+    /// 0x01 || nonce (24) || XChaCha20-Poly1305 ciphertext || tag (16).
+    private func open(_ sealed: [UInt8], ad: String, key: [UInt8]) throws -> [UInt8]? {
+        guard sealed.count >= 1 + 24 + 16, sealed[0] == 0x01 else { return nil }
+        return try Libsodium.xchacha20poly1305Decrypt(
+            ciphertext: Array(sealed[25...]), ad: Array(ad.utf8), nonce: Array(sealed[1..<25]), key: key)
+    }
+
+    @Test("the token and key columns are XChaCha20-Poly1305 under the store key, bound to their device_id")
+    func rowsOpenWithLibsodium() throws {
+        let keyBytes = (0..<32).map { UInt8(0x20 + $0) }
+        let t = try TestStore(synchronous: .full, keyBytes: keyBytes)
+        defer { t.close() }
+        let token = "f00dfeedcafe0123456789abcdef0123456789abcdef0123456789abcdef0001"
+        let endpoint = "https://push.example.net/p/secret-endpoint-123"
+        let p256dh = try P256PrivateKey.generate().publicKey
+        let auth = try SecureRandom.bytes(16)
+        let apnsID = try t.register(apns("erin", token)).deviceID
+        let webID = try t.register(
+            Registration(
+                app: "default", user: "erin", platform: .web, environment: nil, token: endpoint,
+                keys: WebPushKeys(p256dh: p256dh, auth: auth))
+        ).deviceID
+        let rows = try sealedColumns(t.dir.appendingPathComponent("herald.db").path)
+        let byID = Dictionary(uniqueKeysWithValues: rows.map { ($0.deviceID, $0) })
+        let apnsRow = try #require(byID[apnsID])
+        let webRow = try #require(byID[webID])
+        #expect(apnsRow.token.count == 1 + 24 + token.utf8.count + 16)
+        #expect(try open(apnsRow.token, ad: "token:\(apnsID)", key: keyBytes) == Array(token.utf8))
+        #expect(apnsRow.keys == nil)
+        #expect(try open(webRow.token, ad: "token:\(webID)", key: keyBytes) == Array(endpoint.utf8))
+        #expect(try open(try #require(webRow.keys), ad: "keys:\(webID)", key: keyBytes) == p256dh + auth)
+        // The binding is real: under another row's context, or another key, nothing opens.
+        #expect(try open(apnsRow.token, ad: "token:\(webID)", key: keyBytes) == nil)
+        #expect(try open(webRow.keys ?? [], ad: "token:\(webID)", key: keyBytes) == nil)
+        #expect(try open(apnsRow.token, ad: "token:\(apnsID)", key: keyBytes.reversed()) == nil)
     }
 }
 

@@ -1,4 +1,5 @@
 public import Foundation
+public import Testing
 
 #if canImport(Glibc)
     import Glibc
@@ -25,6 +26,16 @@ public final class DaemonProcess: @unchecked Sendable {
     public let configPath: String
     private var process: Process?
     private let logPath: String
+    /// The current process's end is accounted for: it was stopped by `stop()`
+    /// (its status judged there), killed on purpose by `kill9()`, or never came up.
+    private var ended = false
+    /// What `stop()` returned for the current process.
+    private var stopStatus: Int32 = 0
+    /// When the test itself sent SIGTERM or SIGINT (through `signal(_:)`).
+    private var terminationSent: Date?
+
+    /// See `daemonShutdownBudget`.
+    public static let shutdownBudget: Double = daemonShutdownBudget
     /// Set for the next `start()` on top of the inherited environment
     /// (which loses NOTIFY_SOCKET and LISTEN_* first), e.g. NOTIFY_SOCKET or WATCHDOG_USEC.
     public var environment: [String: String] = [:]
@@ -94,6 +105,8 @@ public final class DaemonProcess: @unchecked Sendable {
         p.environment = env
         try p.run()
         process = p
+        ended = false
+        terminationSent = nil
         let deadline = Date().addingTimeInterval(15)
         while Date() < deadline {
             if let c = try? TestConnection(path: socketPath) {
@@ -103,30 +116,56 @@ public final class DaemonProcess: @unchecked Sendable {
             if !p.isRunning { break }
             usleep(20_000)
         }
-        throw HarnessError("daemon did not start:\n\(log(tail: 40))")
+        // A start that fails is the caller's to judge (it gets the error); the
+        // process is not left behind for `stop()` to report.
+        if p.isRunning { kill(p.processIdentifier, SIGKILL) }
+        p.waitUntilExit()
+        ended = true
+        stopStatus = exitCode(p)
+        throw HarnessError("daemon did not start (\(exitDescription(p))):\n\(log(tail: 40))")
     }
 
-    /// SIGTERM, then wait for exit; returns the exit status.
+    /// SIGTERM, then wait up to `shutdownBudget` for the exit; returns the exit
+    /// status (0 for a clean stop; 128 + n for death by signal n; -1 for a
+    /// daemon that had to be killed because it hung at SIGTERM).
+    ///
+    /// Anything but exit status 0 within the budget fails the calling test, with
+    /// the status or signal and the tail of the daemon's stderr: a hang, a
+    /// non-zero exit, a crash, and a daemon that died on its own before it was
+    /// told to stop. A process already judged (an earlier `stop()`, a
+    /// deliberate `kill9()`, a failed `start()`) is not judged again.
     @discardableResult
-    public func stop() -> Int32 {
-        guard let p = process, p.isRunning else { return process?.terminationStatus ?? 0 }
-        p.terminate()
-        // A daemon that ignores SIGTERM must fail the test, not hang it.
-        let deadline = Date().addingTimeInterval(20)
-        while p.isRunning && Date() < deadline { usleep(10_000) }
-        if p.isRunning {
-            kill(p.processIdentifier, SIGKILL)
-            p.waitUntilExit()
-            return -1
+    public func stop(sourceLocation: SourceLocation = #_sourceLocation) -> Int32 {
+        guard let p = process else { return 0 }
+        if ended { return stopStatus }
+        ended = true
+        let sentAt: Date
+        if let earlier = terminationSent {
+            sentAt = earlier
+        } else {
+            if !p.isRunning {
+                p.waitUntilExit()
+                stopStatus = exitCode(p)
+                reportDaemon(
+                    p, "ended by itself before it was told to stop (\(exitDescription(p)))", log(tail: 40),
+                    sourceLocation)
+                return stopStatus
+            }
+            sentAt = Date()
+            kill(p.processIdentifier, SIGTERM)
         }
-        return p.terminationStatus
+        stopStatus = judgeShutdown(p, sentAt: sentAt, stderrTail: { log(tail: 40) }, sourceLocation: sourceLocation)
+        return stopStatus
     }
 
-    /// SIGKILL: no chance to clean up.
+    /// SIGKILL: no chance to clean up. Exempt from the exit-status check (for
+    /// this process only: a daemon started again is judged at its own stop).
     public func kill9() {
-        guard let p = process, p.isRunning else { return }
+        guard let p = process, p.isRunning, !ended else { return }
         kill(p.processIdentifier, SIGKILL)
         p.waitUntilExit()
+        ended = true
+        stopStatus = exitCode(p)
     }
 
     public var isRunning: Bool { process?.isRunning ?? false }
@@ -135,8 +174,10 @@ public final class DaemonProcess: @unchecked Sendable {
     public var pid: Int32 { process?.processIdentifier ?? 0 }
 
     /// Sends `sig` to the running daemon.
+    /// SIGTERM and SIGINT sent this way start the shutdown `stop()` then judges.
     public func signal(_ sig: Int32) {
         guard let p = process, p.isRunning else { return }
+        if (sig == SIGTERM || sig == SIGINT) && terminationSent == nil { terminationSent = Date() }
         kill(p.processIdentifier, sig)
     }
 
@@ -172,12 +213,63 @@ public final class DaemonProcess: @unchecked Sendable {
         return try c.call(method, params)
     }
 
-    public func cleanup() {
-        stop()
+    /// Stops the daemon (judging its exit as `stop()` does) and removes its directory.
+    public func cleanup(sourceLocation: SourceLocation = #_sourceLocation) {
+        stop(sourceLocation: sourceLocation)
         try? FileManager.default.removeItem(at: dir)
     }
 
     deinit { if process?.isRunning == true { process?.terminate() } }
+}
+
+/// SIGTERM to exit: docs/operations.md ("Stop") gives sends already out up to
+/// 10 s to finish before Herald closes the store and exits 0; the 5 s beyond
+/// that are room for a loaded machine. A daemon still running after this is hung.
+public let daemonShutdownBudget: Double = 15
+
+/// Waits up to `budget` from `sentAt` (SIGTERM is sent now when nil) for `p`, a
+/// `herald serve` however it was started, to exit; returns its exit status
+/// (128 + n for death by signal n, -1 when it hung and was killed). Anything
+/// but exit status 0 within the budget fails the calling test with the status
+/// or signal and `stderrTail()`.
+@discardableResult
+public func judgeShutdown(
+    _ p: Process, sentAt: Date? = nil, budget: Double = daemonShutdownBudget, stderrTail: () -> String,
+    sourceLocation: SourceLocation = #_sourceLocation
+) -> Int32 {
+    let start = sentAt ?? Date()
+    if sentAt == nil && p.isRunning { kill(p.processIdentifier, SIGTERM) }
+    let deadline = start.addingTimeInterval(budget)
+    while p.isRunning && Date() < deadline { usleep(10_000) }
+    if p.isRunning {
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+        reportDaemon(
+            p, "did not exit within \(budget) s of SIGTERM (killed with SIGKILL)", stderrTail(), sourceLocation)
+        return -1
+    }
+    p.waitUntilExit()
+    let status = exitCode(p)
+    if status != 0 {
+        reportDaemon(p, "did not stop cleanly at SIGTERM (\(exitDescription(p)))", stderrTail(), sourceLocation)
+    }
+    return status
+}
+
+private func reportDaemon(_ p: Process, _ what: String, _ tail: String, _ location: SourceLocation) {
+    Issue.record(
+        Comment(rawValue: "the daemon (pid \(p.processIdentifier)) \(what); stderr tail:\n\(tail)"),
+        sourceLocation: location)
+}
+
+/// The exit status of an ended process, or 128 + the signal that ended it.
+private func exitCode(_ p: Process) -> Int32 {
+    p.terminationReason == .uncaughtSignal ? 128 + p.terminationStatus : p.terminationStatus
+}
+
+private func exitDescription(_ p: Process) -> String {
+    p.terminationReason == .uncaughtSignal
+        ? "killed by signal \(p.terminationStatus)" : "exit status \(p.terminationStatus)"
 }
 
 public struct HarnessError: Error, CustomStringConvertible {

@@ -113,8 +113,8 @@ final class PushHarness: @unchecked Sendable {
         return lines.joined(separator: "\n")
     }
 
-    func stop() {
-        daemon.cleanup()
+    func stop(sourceLocation: SourceLocation = #_sourceLocation) {
+        daemon.cleanup(sourceLocation: sourceLocation)
         try? FileManager.default.removeItem(at: keysDir)
     }
 
@@ -236,10 +236,11 @@ func hex(_ i: Int, prefix: Int = 0) -> String {
 
 func withHarness(
     delivery: String = "max_retries = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 200", server: String = "",
-    transports: Set<String> = ["apns", "fcm", "web"], _ body: (PushHarness) async throws -> Void
+    transports: Set<String> = ["apns", "fcm", "web"], sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: (PushHarness) async throws -> Void
 ) async throws {
     let h = try await PushHarness(delivery: delivery, server: server, transports: transports)
-    defer { h.stop() }
+    defer { h.stop(sourceLocation: sourceLocation) }  // SIGTERM: exit 0 within the shutdown budget, or the test fails
     do {
         try await body(h)
     } catch {
