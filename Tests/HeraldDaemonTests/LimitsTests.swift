@@ -181,7 +181,7 @@ struct LimitsTests {
         }
         let extra = try d.connect()
         defer { extra.close() }
-        let refusal = try parse(extra.readLine(timeout: 5), "the fourth connection")
+        let refusal = try parse(extra.readLine(timeout: 30), "the fourth connection")
         #expect(code(refusal) == 1007 && reason(refusal) == "overloaded", "\(refusal)")
         #expect((refusal["error"]?["data"]?["retry_after_ms"]?.numberValue?.int64 ?? 0) > 0)
         #expect(extra.readsEOF())
@@ -195,7 +195,7 @@ struct LimitsTests {
         while !served && Date() < deadline {
             let c = try d.connect()
             try? c.send(request(11, "system.health") + "\n")
-            served = (try? parse(c.readLine(timeout: 5), "after a close"))?["result"] != nil
+            served = (try? parse(c.readLine(timeout: 30), "after a close"))?["result"] != nil
             c.close()
             if !served { usleep(50_000) }
         }
