@@ -710,6 +710,29 @@ def build_programmed(prog, gw, req, rec):
     return Response(status, headers, b"", delay_ms=delay, goaway=goaway)
 
 
+def _unprocessed_record(gw, info, pseudo, hdrs, body, sid):
+    """A request the gateway took in but left unprocessed (above a GOAWAY's last_stream_id):
+    where it went and when, never a response; its body is neither checked nor decrypted."""
+    path = pseudo.get(":path", "")
+    rec = {"gateway": gw, "listener": info.listener,
+           "time": time.time(), "conn": info.id, "stream": sid, "http_version": "h2",
+           "method": pseudo.get(":method", ""), "path": path, "headers": dict(hdrs), "body_len": len(body),
+           "unprocessed": True, "valid": True, "response": None}
+    if gw in ("apns", "apns_dev"):
+        m = APNS_PATH_RE.match(path)
+        rec["token"] = urllib.parse.unquote(m.group(1)) if m else None
+    elif gw == "fcm":
+        rec["kind"] = "token" if path.split("?")[0] in ("/token", "/oauth2/v4/token") else "send"
+        try:
+            rec["token"] = (json.loads(body).get("message") or {}).get("token")
+        except (ValueError, AttributeError):
+            rec["token"] = None
+    else:
+        m = WEBPUSH_PATH_RE.match(path)
+        rec["token"] = m.group(1) if m else None
+    return rec
+
+
 def _finish_record(gw, rec, resp: Response):
     rec["response"] = {"status": resp.status if not (resp.hang or resp.reset is not None) else None,
                        "hang": resp.hang, "reset": resp.reset,
@@ -1335,7 +1358,10 @@ class H2Server:
                     k["goaway_times"] = times - 1
                 goaway_now = True
         if goaway_now and not k.get("goaway_answer_last", True):
-            # Request N is not processed (nor recorded): the client must send it again.
+            # Request N is not processed: the client must send it again. It is recorded as
+            # `unprocessed` (no answer, nothing decrypted or counted as used: the client may send
+            # the very same bytes again on a new connection).
+            STATE.record(self.gw, _unprocessed_record(self.gw, self.info, pseudo, hdrs, bytes(st["body"]), sid))
             self.goaway(int(k.get("goaway_error_code") or 0), k.get("goaway_reason"), last_stream_id=sid - 2 if sid > 2 else 0)
             return
         req = Request(self.gw, self.info, pseudo.get(":method", ""), pseudo.get(":path", ""),

@@ -944,8 +944,9 @@ def test_webpush_programmed_answers_decrypt_first(webpush):
         webpush.get("/control/programs")["programs"]                                  # not used up
 
 
-def test_goaway_unprocessed_request_is_not_recorded(apns):
-    """With goaway_answer_last false the Nth request is left unprocessed: no answer, no record."""
+def test_goaway_unprocessed_request_is_recorded_as_unprocessed(apns):
+    """With goaway_answer_last false the Nth request is left unprocessed: no answer, and a record
+    marked unprocessed, without a response (a receipt of where it went, not of a delivery)."""
     apns.post("/control/knobs", {"gateway": "apns", "goaway_after": 2, "goaway_answer_last": False})
     c = RawH2(apns.info["apns"], apns.info["ca"])
     try:
@@ -956,7 +957,10 @@ def test_goaway_unprocessed_request_is_not_recorded(apns):
         assert c.status(s1) == 200 and c.status(s2) is None
     finally:
         c.close()
-    assert [x["token"] for x in apns.received("apns")] == [TOKEN]
+    recs = apns.received("apns")
+    assert [x["token"] for x in recs] == [TOKEN, "b2" * 32]
+    assert not recs[0].get("unprocessed") and recs[0]["response"]["status"] == 200
+    assert recs[1]["unprocessed"] is True and recs[1]["response"] is None and recs[1]["stream"] == s2
 
 
 def test_apns_token_update_after_20_min_of_iat_accepted(apns):

@@ -287,6 +287,8 @@ def check_receipts(label, gw, daemon, msg_info, device_tokens, key, failures, si
     for g in ("apns", "fcm", "webpush"):
         for r in gw.received(g, since=since):
             seq = max(seq, r["seq"])
+            if r.get("unprocessed") and r.get("response") is None:
+                continue  # above a GOAWAY's last stream: never processed, sent again by design
             if g == "fcm" and r.get("kind", "send") != "send":
                 continue
             records += 1
