@@ -132,15 +132,21 @@ let package = Package(
                 "HeraldTestSupport", "HeraldIO",
             ],
             swiftSettings: strictSwift),
+        .target(
+            name: "HeraldStoreTestSupport", dependencies: ["HeraldStore", "HeraldCore", "HeraldCrypto"],
+            path: "Tests/HeraldStoreTestSupport", swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldSchedulerTests",
-            dependencies: ["HeraldScheduler", "HeraldStore", "HeraldDelivery", "HeraldCore", "HeraldCrypto", "HeraldIO"],
+            dependencies: [
+                "HeraldScheduler", "HeraldStore", "HeraldDelivery", "HeraldCore", "HeraldCrypto", "HeraldIO",
+                "HeraldStoreTestSupport",
+            ],
             swiftSettings: strictSwift),
         .testTarget(name: "HeraldDeliveryTests", dependencies: ["HeraldDelivery", "HeraldCore"], swiftSettings: strictSwift),
         .testTarget(name: "TransportPayloadTests", dependencies: ["APNs", "FCM", "WebPush", "HeraldCore", "JSONRPC"], swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldStoreTests",
-            dependencies: ["HeraldStore", "HeraldCrypto", "HeraldCore", "CSQLite", "HeraldTestSupport"],
+            dependencies: ["HeraldStore", "HeraldCrypto", "HeraldCore", "CSQLite", "HeraldTestSupport", "HeraldStoreTestSupport"],
             swiftSettings: strictSwift
         ),
         .testTarget(

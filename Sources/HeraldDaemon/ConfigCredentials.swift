@@ -198,7 +198,7 @@ extension HeraldConfig.Store {
 /// fresh random bytes, mode 0600, and made durable (file and directory
 /// fsync'd) before use. An existing file must hold exactly 32 bytes and grant
 /// no permission to group or others. (The daemon does not create a key
-/// blindly: it asks the store first, see `Store.init(path:keySupply:…)`.)
+/// blindly: it asks the store first, see `StoreLocation.open(keySupply:…)`.)
 public func loadOrCreateStoreKey(path: String) throws(ConfigError) -> StoreKey {
     if let key = try loadStoreKey(path: path) { return key }
     return try createStoreKey(path: path)

@@ -46,14 +46,15 @@ public enum Daemon {
         let notifier = SystemdNotifier(environment: environment)
         signal(SIGPIPE, SIG_IGN)
 
-        let store: Store
+        let store: any DeliveryStore
         let databasePath = config.server.stateDirectory + "/herald.db"
         let storeConfig = config.store
         do {
-            store = try Store(
-                path: databasePath,
+            store = try StoreLocation.sqlite(
+                path: databasePath, synchronous: config.store.synchronous == .full ? .full : .normal
+            ).open(
                 keySupply: storeKey.map { .key($0) } ?? .missing(create: { try storeConfig.createKey() }),
-                keyFile: storeConfig.key.path, synchronous: config.store.synchronous == .full ? .full : .normal)
+                keyFile: storeConfig.key.path)
         } catch let error as StoreKeyError {
             // The key and the database do not belong together: starting
             // would fail every send. Nothing secret is in the message.

@@ -22,7 +22,7 @@ final class DeliveryStack: Sendable {
     /// The disabled platforms of the configuration the stack was made with.
     let initialDisabled: [String: [Platform: String]]
 
-    init(config: HeraldConfig, credentials: [String: LoadedCredentials], store: Store, log: Logger) throws {
+    init(config: HeraldConfig, credentials: [String: LoadedCredentials], store: any DeliveryStore, log: Logger) throws {
         providers = ProviderClients(endpoints: config.endpoints, pingTimeout: config.delivery.pingTimeout, log: log)
         let built = try providers.transports(apps: config.apps, credentials: credentials)
         initialDisabled = built.disabled

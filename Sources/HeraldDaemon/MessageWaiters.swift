@@ -30,7 +30,7 @@ final class MessageWaiters: @unchecked Sendable {
     }
 
     private let loop: EventLoop
-    private let store: Store
+    private let store: any DeliveryStore
     private let log: Logger
     private var waiting: [String: Entry] = [:]
 
@@ -46,7 +46,7 @@ final class MessageWaiters: @unchecked Sendable {
     private var readAgain = Set<String>()
     private var lastSweep: Int64 = 0
 
-    init(loop: EventLoop, store: Store, log: Logger) {
+    init(loop: EventLoop, store: any DeliveryStore, log: Logger) {
         self.loop = loop
         self.store = store
         self.log = log

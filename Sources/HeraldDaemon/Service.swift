@@ -60,7 +60,7 @@ struct DeliveryWiring: Sendable {
 final class HeraldService: RequestHandler, @unchecked Sendable {
     /// Replaced as a whole by a reload (loop thread only).
     private(set) var apps: [String: AppRuntime]
-    let store: Store
+    let store: any DeliveryStore
     private let endpointGuard: EndpointGuard
     private let clock: any WallClock
     let log: Logger
@@ -89,7 +89,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     }
 
     init(
-        apps: [String: AppRuntime], store: Store, endpointGuard: EndpointGuard, clock: any WallClock, log: Logger
+        apps: [String: AppRuntime], store: any DeliveryStore, endpointGuard: EndpointGuard, clock: any WallClock, log: Logger
     ) {
         self.apps = apps
         self.store = store

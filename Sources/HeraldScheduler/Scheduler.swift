@@ -116,7 +116,7 @@ public struct SchedulerStats: Sendable {
 ///
 /// All state lives on one serial queue.
 public final class Scheduler: @unchecked Sendable {
-    private let store: Store
+    private let store: any DeliveryStore
     private var transports: [QueueLane: any PushTransport]
     private let settings: SchedulerSettings
     private let clock: any WallClock
@@ -172,7 +172,7 @@ public final class Scheduler: @unchecked Sendable {
     public static let unknownProgress = Int.max
 
     public init(
-        store: Store, transports: [QueueLane: any PushTransport], settings: SchedulerSettings,
+        store: any DeliveryStore, transports: [QueueLane: any PushTransport], settings: SchedulerSettings,
         clock: any WallClock = SystemClock(), log: Logger? = nil,
         random: any RandomNumberGenerator = SystemRandomNumberGenerator()
     ) {

@@ -2,7 +2,7 @@ import HeraldCore
 import HeraldCrypto
 
 /// The device registry on one SQLite connection. Not thread-safe: the
-/// `Store` runs it on its own thread, inside its transactions.
+/// `SQLiteStore` runs it on its own thread, inside its transactions.
 final class Registry {
     private let db: Database
     private let key: StoreKey

@@ -4,6 +4,7 @@ import HeraldCrypto
 import HeraldDelivery
 import HeraldScheduler
 import HeraldStore
+import HeraldStoreTestSupport
 import HeraldIO
 import Testing
 
@@ -60,15 +61,12 @@ final class ScriptedTransport: PushTransport, @unchecked Sendable {
 }
 
 struct Fixture {
-    let dir: URL
-    let store: Store
+    let scratch: StoreScratch
+    let store: any DeliveryStore
 
-    init(clock: any WallClock = SystemClock()) throws {
-        dir = FileManager.default.temporaryDirectory.appendingPathComponent("herald-sched-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        store = try Store(
-            path: dir.appendingPathComponent("herald.db").path, key: try StoreKey.generate(), synchronous: .normal,
-            clock: clock)
+    init(_ backend: StoreBackend, clock: any WallClock = SystemClock()) throws {
+        scratch = try StoreScratch(backend, prefix: "herald-sched")
+        store = try scratch.open(key: try StoreKey.generate(), clock: clock, synchronous: .normal)
     }
 
     func register(_ users: Int, perUser: Int, platform: Platform) throws {
@@ -103,7 +101,7 @@ struct Fixture {
 
     func close() {
         store.close()
-        try? FileManager.default.removeItem(at: dir)
+        scratch.remove()
     }
 }
 
@@ -120,9 +118,11 @@ extension Scheduler {
 
 @Suite("Scheduler")
 struct SchedulerTests {
-    @Test("a lane never has more sends out than its transport allows; max_inflight bounds them all")
-    func laneAndGlobalLimits() async throws {
-        let f = try Fixture()
+    @Test(
+        "a lane never has more sends out than its transport allows; max_inflight bounds them all",
+        arguments: StoreBackend.allCases)
+    func laneAndGlobalLimits(_ backend: StoreBackend) async throws {
+        let f = try Fixture(backend)
         defer { f.close() }
         try f.register(50, perUser: 4, platform: .fcm)
         try f.register(50, perUser: 4, platform: .apns)
@@ -144,9 +144,11 @@ struct SchedulerTests {
         #expect(scheduler.stats.platforms[.fcm]?.delivered == 200)
     }
 
-    @Test("a message reaching an idle scheduler is handed over at its commit: limits kept, each delivery sent once")
-    func handOverAtCommit() async throws {
-        let f = try Fixture()
+    @Test(
+        "a message reaching an idle scheduler is handed over at its commit: limits kept, each delivery sent once",
+        arguments: StoreBackend.allCases)
+    func handOverAtCommit(_ backend: StoreBackend) async throws {
+        let f = try Fixture(backend)
         defer { f.close() }
         try f.register(50, perUser: 4, platform: .fcm)
         try f.register(50, perUser: 4, platform: .apns)
@@ -179,14 +181,14 @@ struct SchedulerTests {
         #expect(apns.sent == 280)
     }
 
-    @Test("handed-over deliveries are in flight in the store: a crash before their answers queues them again")
-    func handOverSurvivesCrash() async throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("herald-sched-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: dir) }
+    @Test(
+        "handed-over deliveries are in flight in the store: a crash before their answers queues them again",
+        arguments: StoreBackend.allCases)
+    func handOverSurvivesCrash(_ backend: StoreBackend) async throws {
+        let scratch = try StoreScratch(backend, prefix: "herald-sched")
+        defer { scratch.remove() }
         let key = try StoreKey.generate()
-        let path = dir.appendingPathComponent("herald.db").path
-        let store = try Store(path: path, key: key, synchronous: .full)
+        let store = try scratch.open(key: key, synchronous: .full)
         for u in 0..<5 {
             let r = Registration(app: "default", user: "u\(u)", platform: .fcm, environment: nil, token: "fcm-\(u)")
             _ = try store.sync { s, done in s.register(r, deviceCap: 100, completion: done) }
@@ -207,7 +209,7 @@ struct SchedulerTests {
         #expect(status.counts[.inFlight] == 5)
         scheduler.stopClaiming()
         store.close()  // the answers never come: as good as a crash for the store
-        let reopened = try Store(path: path, key: key, synchronous: .full)
+        let reopened = try scratch.open(key: key, synchronous: .full)
         defer { reopened.close() }
         #expect(reopened.recoveredDeliveries == 5)
         let again = try reopened.sync { s, done in s.claimDue(limit: 10, completion: done) }.jobs
@@ -219,9 +221,11 @@ struct SchedulerTests {
         while scheduler.inFlightCount > 0 && Date() < settled { try await Task.sleep(for: .milliseconds(5)) }
     }
 
-    @Test("a handed-over batch is guarded like a claimed one: a stale storm trips the breaker")
-    func handOverStaleGuard() async throws {
-        let f = try Fixture()
+    @Test(
+        "a handed-over batch is guarded like a claimed one: a stale storm trips the breaker",
+        arguments: StoreBackend.allCases)
+    func handOverStaleGuard(_ backend: StoreBackend) async throws {
+        let f = try Fixture(backend)
         defer { f.close() }
         try f.register(10, perUser: 10, platform: .fcm)
         let stale = ScriptedTransport(limit: 100) { _ in AttemptReport(outcome: .stale(reason: .fcmUnregistered), httpStatus: 404) }
@@ -238,9 +242,9 @@ struct SchedulerTests {
         #expect(scheduler.stats.platforms[.fcm]?.breakerTrips == 1)
     }
 
-    @Test("a stuck lane does not hold up the others")
-    func laneIsolation() async throws {
-        let f = try Fixture()
+    @Test("a stuck lane does not hold up the others", arguments: StoreBackend.allCases)
+    func laneIsolation(_ backend: StoreBackend) async throws {
+        let f = try Fixture(backend)
         defer { f.close() }
         try f.register(10, perUser: 1, platform: .fcm)
         try f.register(10, perUser: 1, platform: .apns)
@@ -267,9 +271,11 @@ struct SchedulerTests {
         #expect(try await f.waitComplete(slowID, timeout: 60).counts[.delivered] == 10)
     }
 
-    @Test("stale devices held for their batch's verdict do not starve the claims that settle it")
-    func heldStaleDoNotStarve() async throws {
-        let f = try Fixture()
+    @Test(
+        "stale devices held for their batch's verdict do not starve the claims that settle it",
+        arguments: StoreBackend.allCases)
+    func heldStaleDoNotStarve(_ backend: StoreBackend) async throws {
+        let f = try Fixture(backend)
         defer { f.close() }
         try f.register(10, perUser: 10, platform: .fcm)
         let stale = ScriptedTransport(limit: 100) { _ in AttemptReport(outcome: .stale(reason: .fcmUnregistered), httpStatus: 404) }
@@ -286,9 +292,9 @@ struct SchedulerTests {
         #expect(scheduler.stats.platforms[.fcm]?.breakerTrips == 1)
     }
 
-    @Test("retries use the backoff policy and end failed after max_retries")
-    func backoff() async throws {
-        let f = try Fixture()
+    @Test("retries use the backoff policy and end failed after max_retries", arguments: StoreBackend.allCases)
+    func backoff(_ backend: StoreBackend) async throws {
+        let f = try Fixture(backend)
         defer { f.close() }
         try f.register(1, perUser: 1, platform: .fcm)
         let failing = ScriptedTransport(limit: 10) { _ in AttemptReport(outcome: .transient(reason: .timeout)) }
@@ -307,9 +313,11 @@ struct SchedulerTests {
         #expect(scheduler.stats.platforms[.fcm]?.retried == 2)
     }
 
-    @Test("deliveries of a lane that has no transport any more end skipped, not stuck")
-    func laneWithoutTransport() async throws {
-        let f = try Fixture()
+    @Test(
+        "deliveries of a lane that has no transport any more end skipped, not stuck",
+        arguments: StoreBackend.allCases)
+    func laneWithoutTransport(_ backend: StoreBackend) async throws {
+        let f = try Fixture(backend)
         defer { f.close() }
         try f.register(2, perUser: 2, platform: .fcm)
         try f.register(1, perUser: 1, platform: .apns)
@@ -364,10 +372,12 @@ func eventually(_ seconds: Double = 20, _ condition: () throws -> Bool) async re
 
 @Suite("Scheduler: delivery semantics (SPEC Revision 2)")
 struct SchedulerSemanticsTests {
-    @Test("a claimed job that waited for its lane's slot past accepted_at + ttl + 2 s ends expired, never handed over")
-    func heldJobExpiresBeforeItsSlot() async throws {
+    @Test(
+        "a claimed job that waited for its lane's slot past accepted_at + ttl + 2 s ends expired, never handed over",
+        arguments: StoreBackend.allCases)
+    func heldJobExpiresBeforeItsSlot(_ backend: StoreBackend) async throws {
         let clock = HandClock()
-        let f = try Fixture(clock: clock)
+        let f = try Fixture(backend, clock: clock)
         defer { f.close() }
         try f.register(12, perUser: 1, platform: .fcm)
         let fcm = ScriptedTransport(limit: 12)
@@ -392,10 +402,12 @@ struct SchedulerSemanticsTests {
         #expect(scheduler.stats.platforms[.fcm]?.expired == 11)
     }
 
-    @Test("a credential rejection does not use up max_retries: the delivery waits, without spinning, until a reload")
-    func credentialWaitUntilReload() async throws {
+    @Test(
+        "a credential rejection does not use up max_retries: the delivery waits, without spinning, until a reload",
+        arguments: StoreBackend.allCases)
+    func credentialWaitUntilReload(_ backend: StoreBackend) async throws {
         let clock = HandClock()
-        let f = try Fixture(clock: clock)
+        let f = try Fixture(backend, clock: clock)
         defer { f.close() }
         try f.register(3, perUser: 1, platform: .apns)
         let accept = Locked(false)
@@ -431,10 +443,12 @@ struct SchedulerSemanticsTests {
         #expect(apns.sent == 6)
     }
 
-    @Test("a lane's first credential rejection is tried again soon, and the lane's first success releases the rest")
-    func credentialFirstRejectionAndRecovery() async throws {
+    @Test(
+        "a lane's first credential rejection is tried again soon, and the lane's first success releases the rest",
+        arguments: StoreBackend.allCases)
+    func credentialFirstRejectionAndRecovery(_ backend: StoreBackend) async throws {
         let clock = HandClock()
-        let f = try Fixture(clock: clock)
+        let f = try Fixture(backend, clock: clock)
         defer { f.close() }
         try f.register(3, perUser: 1, platform: .fcm)
         // The provider refuses the first three attempts (a stale access token), then takes them.
@@ -469,10 +483,12 @@ struct SchedulerSemanticsTests {
         #expect(scheduler.degradedLanes.isEmpty)
     }
 
-    @Test("a delivery waiting for a credential at a slow cadence is retried uncounted, and ends expired at its TTL")
-    func credentialWaitCadenceAndTTL() async throws {
+    @Test(
+        "a delivery waiting for a credential at a slow cadence is retried uncounted, and ends expired at its TTL",
+        arguments: StoreBackend.allCases)
+    func credentialWaitCadenceAndTTL(_ backend: StoreBackend) async throws {
         let clock = HandClock()
-        let f = try Fixture(clock: clock)
+        let f = try Fixture(backend, clock: clock)
         defer { f.close() }
         try f.register(1, perUser: 1, platform: .fcm)
         let fcm = ScriptedTransport(limit: 10) { _ in
@@ -500,9 +516,11 @@ struct SchedulerSemanticsTests {
         #expect(fcm.sent == 4)
     }
 
-    @Test("a Web Push 401/403 degrades that origin only, never the lane; at most degradedOriginLimit origins are kept")
-    func webPushOriginsDegradeAlone() async throws {
-        let f = try Fixture()
+    @Test(
+        "a Web Push 401/403 degrades that origin only, never the lane; at most degradedOriginLimit origins are kept",
+        arguments: StoreBackend.allCases)
+    func webPushOriginsDegradeAlone(_ backend: StoreBackend) async throws {
+        let f = try Fixture(backend)
         defer { f.close() }
         let keys = WebPushKeys(p256dh: [0x04] + [UInt8](repeating: 7, count: 64), auth: [UInt8](repeating: 9, count: 16))
         for i in 0..<5 {

@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import HeraldCrypto
 import HeraldStore
+import HeraldStoreTestSupport
 import Testing
 
 extension TestStore {
@@ -41,9 +42,11 @@ struct QueueTests {
         return ids
     }
 
-    @Test("a message and one delivery per device commit together; kinds route by platform")
-    func enqueueAndRoute() throws {
-        let t = try TestStore()
+    @Test(
+        "a message and one delivery per device commit together; kinds route by platform",
+        arguments: StoreBackend.allCases)
+    func enqueueAndRoute(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         _ = try registerMix(t, user: "alice")
         let note = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["alice", "nobody"])))
@@ -56,9 +59,11 @@ struct QueueTests {
         #expect(status.devices?.first(where: { $0.state == .skipped })?.reason == "kind_not_for_platform")
     }
 
-    @Test("users are resolved by name whatever their characters; a name given twice counts once")
-    func oddUserNames() throws {
-        let t = try TestStore()
+    @Test(
+        "users are resolved by name whatever their characters; a name given twice counts once",
+        arguments: StoreBackend.allCases)
+    func oddUserNames(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         let names = ["quote\"d", "back\\slash", "tab\tand\nnewline", "ünïcødé 🚀", "[\"json\"]", "plain"]
         for (i, name) in names.enumerated() {
@@ -70,9 +75,11 @@ struct QueueTests {
         #expect(one.devices == 1, "a name that looks like JSON is a name")
     }
 
-    @Test("a NUL inside a user id is kept: alice\\0evil is a user of its own, in the registry and at send")
-    func nulInUserID() throws {
-        let t = try TestStore()
+    @Test(
+        "a NUL inside a user id is kept: alice\\0evil is a user of its own, in the registry and at send",
+        arguments: StoreBackend.allCases)
+    func nulInUserID(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         _ = try t.register(Registration(app: "default", user: "alice", platform: .fcm, environment: nil, token: "fcm-a"))
         _ = try t.register(
@@ -88,7 +95,7 @@ struct QueueTests {
 
     @Test("the write-ahead log is checkpointed as the store works, and folded in at close")
     func walCheckpointed() throws {
-        let t = try TestStore()
+        let t = try TestStore(.sqlite)
         let wal = t.dir.appendingPathComponent("herald.db-wal").path
         func size(_ path: String) -> Int { (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0 }
         // ~20 MB of WAL frames if nothing were ever checkpointed.
@@ -105,12 +112,12 @@ struct QueueTests {
         #expect(size(t.dir.appendingPathComponent("herald.db").path) > 1 << 20, "the pages reached the database")
         t.store.close()
         #expect(size(wal) == 0, "closed: the WAL is empty")
-        try? FileManager.default.removeItem(at: t.dir)
+        t.scratch.remove()
     }
 
-    @Test("a disabled transport's devices are skipped with the reason")
-    func disabledTransport() throws {
-        let t = try TestStore()
+    @Test("a disabled transport's devices are skipped with the reason", arguments: StoreBackend.allCases)
+    func disabledTransport(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         _ = try registerMix(t, user: "bob")
         let r = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["bob"]), disabled: [.fcm: "no fcm_credentials configured"]))
@@ -119,9 +126,11 @@ struct QueueTests {
         #expect(reasons.contains("transport_disabled: no fcm_credentials configured"))
     }
 
-    @Test("the same idempotency key within 24 h returns the first message and adds nothing")
-    func idempotency() throws {
-        let t = try TestStore()
+    @Test(
+        "the same idempotency key within 24 h returns the first message and adds nothing",
+        arguments: StoreBackend.allCases)
+    func idempotency(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         _ = try registerMix(t, user: "carol")
         let first = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["carol"]), key: "k-1"))
@@ -134,9 +143,9 @@ struct QueueTests {
         #expect(later.messageID != first.messageID && !later.duplicate)
     }
 
-    @Test("a newer message with the same collapse key supersedes one not yet sent")
-    func coalescing() throws {
-        let t = try TestStore()
+    @Test("a newer message with the same collapse key supersedes one not yet sent", arguments: StoreBackend.allCases)
+    func coalescing(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         _ = try t.register(Registration(app: "default", user: "dan", platform: .fcm, environment: nil, token: "f1"))
         let a = try t.enqueue(send(PushMessage(kind: .notification, collapseKey: "chat-1"), to: .users(["dan"])))
@@ -148,10 +157,12 @@ struct QueueTests {
         #expect(try t.status(c.messageID)?.counts[.queued] == 1)
     }
 
-    @Test("claimed deliveries carry the unsealed token; outcomes are recorded; in-flight work survives a restart")
-    func claimRecordRecover() throws {
-        let t = try TestStore()
-        defer { try? FileManager.default.removeItem(at: t.dir) }
+    @Test(
+        "claimed deliveries carry the unsealed token; outcomes are recorded; in-flight work survives a restart",
+        arguments: StoreBackend.allCases)
+    func claimRecordRecover(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
+        defer { t.scratch.remove() }
         let dev = try t.register(Registration(app: "default", user: "erin", platform: .fcm, environment: nil, token: "fcm-token-erin"))
         let m = try t.enqueue(send(PushMessage(kind: .notification), to: .devices([dev.deviceID, "0000"])))
         #expect(m.devices == 1, "unknown device ids are left out")
@@ -163,7 +174,7 @@ struct QueueTests {
         #expect(try t.status(m.messageID)?.counts[.inFlight] == 1)
         // A crash now: reopen the same database.
         t.store.close()
-        let reopened = try Store(path: t.dir.appendingPathComponent("herald.db").path, key: t.key, synchronous: .full, clock: t.clock)
+        let reopened = try t.reopen(synchronous: .full)
         defer { reopened.close() }
         #expect(reopened.recoveredDeliveries == 1)
         let again = try reopened.sync { s, done in s.claimDue(limit: 10, completion: done) }.jobs
@@ -178,9 +189,11 @@ struct QueueTests {
         #expect(devices.first?.lastSuccessAt != nil)
     }
 
-    @Test("last_success_at is rewritten at most once a minute per device; failures always are")
-    func successResolution() throws {
-        let t = try TestStore()
+    @Test(
+        "last_success_at is rewritten at most once a minute per device; failures always are",
+        arguments: StoreBackend.allCases)
+    func successResolution(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         _ = try t.register(Registration(app: "default", user: "gus", platform: .fcm, environment: nil, token: "fcm-gus"))
         func deliver(_ state: DeliveryState, reason: String? = nil) throws {
@@ -206,9 +219,11 @@ struct QueueTests {
         #expect(try device().lastSuccessAt == first + 60_000, "a minute on, the success is written")
     }
 
-    @Test("past their TTL, deliveries expire instead of being sent; cancel drops what is not yet sent")
-    func expiryAndCancel() throws {
-        let t = try TestStore()
+    @Test(
+        "past their TTL, deliveries expire instead of being sent; cancel drops what is not yet sent",
+        arguments: StoreBackend.allCases)
+    func expiryAndCancel(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         _ = try t.register(Registration(app: "default", user: "fay", platform: .fcm, environment: nil, token: "f9"))
         let m = try t.enqueue(send(PushMessage(kind: .notification, ttlSeconds: 60), to: .users(["fay"])))
@@ -226,9 +241,9 @@ struct QueueTests {
         #expect(try t.status("no-such-message") == nil)
     }
 
-    @Test("a claimed job carries the whole message back, as accepted")
-    func messageRoundTrip() throws {
-        let t = try TestStore()
+    @Test("a claimed job carries the whole message back, as accepted", arguments: StoreBackend.allCases)
+    func messageRoundTrip(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         _ = try t.register(Registration(app: "default", user: "gus", platform: .fcm, environment: nil, token: "g1"))
         let message = PushMessage(
@@ -243,9 +258,11 @@ struct QueueTests {
         #expect(job.previousAttempts == 0)
     }
 
-    @Test("claims go lane by lane, report batch sizes per platform, and say when the next delivery is due")
-    func batchesAndLanes() throws {
-        let t = try TestStore()
+    @Test(
+        "claims go lane by lane, report batch sizes per platform, and say when the next delivery is due",
+        arguments: StoreBackend.allCases)
+    func batchesAndLanes(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         _ = try registerMix(t, user: "hal")
         _ = try t.register(Registration(app: "default", user: "hal", platform: .fcm, environment: nil, token: "fcm-hal-2"))
@@ -261,9 +278,9 @@ struct QueueTests {
         #expect(rest.nextDueAt == nil)
     }
 
-    @Test("a stale device is deleted only while it holds the token that was sent")
-    func removeStale() throws {
-        let t = try TestStore()
+    @Test("a stale device is deleted only while it holds the token that was sent", arguments: StoreBackend.allCases)
+    func removeStale(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         let dev = try t.register(Registration(app: "default", user: "ida", platform: .fcm, environment: nil, token: "old", registrationID: "r", version: 1))
         _ = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["ida"])))
@@ -291,9 +308,9 @@ struct QueueTests {
         #expect(try t.store.sync { s, done in s.list(app: "default", user: "ida", completion: done) }.isEmpty)
     }
 
-    @Test("a full queue refuses new messages until deliveries finish")
-    func admission() throws {
-        let t = try TestStore()
+    @Test("a full queue refuses new messages until deliveries finish", arguments: StoreBackend.allCases)
+    func admission(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         for i in 0..<3 {
             _ = try t.register(Registration(app: "default", user: "u\(i)", platform: .fcm, environment: nil, token: "t\(i)"))
@@ -307,9 +324,11 @@ struct QueueTests {
         _ = try t.enqueue(e)
     }
 
-    @Test("a result for a delivery no longer in flight changes nothing; old finished messages are purged")
-    func recordGuardAndPurge() throws {
-        let t = try TestStore()
+    @Test(
+        "a result for a delivery no longer in flight changes nothing; old finished messages are purged",
+        arguments: StoreBackend.allCases)
+    func recordGuardAndPurge(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         _ = try t.register(Registration(app: "default", user: "jo", platform: .fcm, environment: nil, token: "j"))
         let m = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["jo"])))
@@ -328,9 +347,11 @@ struct QueueTests {
 
 @Suite("Delivery semantics at the store level (SPEC Revision 2)")
 struct QueueSemanticsTests {
-    @Test("a delivery never attempted is not claimed past accepted_at + ttl + 2 s: it ends expired")
-    func neverAttemptedExpires() throws {
-        let t = try TestStore()
+    @Test(
+        "a delivery never attempted is not claimed past accepted_at + ttl + 2 s: it ends expired",
+        arguments: StoreBackend.allCases)
+    func neverAttemptedExpires(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         _ = try t.register(Registration(app: "default", user: "ivy", platform: .fcm, environment: nil, token: "i1"))
         // At the deadline exactly it is still sent.
@@ -354,9 +375,11 @@ struct QueueSemanticsTests {
         #expect(status.devices?.first?.reason == "ttl elapsed" && status.devices?.first?.attempts == 0)
     }
 
-    @Test("a TTL-0 call ring keeps its one attempt within the 2 s grace, and no later")
-    func callRingGrace() throws {
-        let t = try TestStore()
+    @Test(
+        "a TTL-0 call ring keeps its one attempt within the 2 s grace, and no later",
+        arguments: StoreBackend.allCases)
+    func callRingGrace(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         _ = try t.register(Registration(app: "default", user: "jo", platform: .fcm, environment: nil, token: "j1"))
         let ring = try t.enqueue(send(PushMessage(kind: .callRing), to: .users(["jo"])))
@@ -368,9 +391,11 @@ struct QueueSemanticsTests {
         #expect(try t.status(late.messageID)?.counts[.expired] == 1)
     }
 
-    @Test("a message without a collapse key gets its own stable collapse id: from its idempotency key, else its id")
-    func ownCollapseID() throws {
-        let t = try TestStore()
+    @Test(
+        "a message without a collapse key gets its own stable collapse id: from its idempotency key, else its id",
+        arguments: StoreBackend.allCases)
+    func ownCollapseID(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         _ = try t.register(Registration(app: "default", user: "kim", platform: .fcm, environment: nil, token: "k1"))
         func collapseID(of id: String) throws -> String? {
@@ -400,9 +425,11 @@ struct QueueSemanticsTests {
         #expect(job.message.collapseKey == "chat-1" && job.message.ownCollapseID == nil)
     }
 
-    @Test("an attempt that does not count (a credential rejection) leaves attempts as they were; a release makes it due")
-    func credentialWaitAndRelease() throws {
-        let t = try TestStore()
+    @Test(
+        "an attempt that does not count (a credential rejection) leaves attempts as they were; a release makes it due",
+        arguments: StoreBackend.allCases)
+    func credentialWaitAndRelease(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         _ = try t.register(Registration(app: "default", user: "lou", platform: .fcm, environment: nil, token: "l1"))
         _ = try t.register(apns("lou", "aa01"))

@@ -3,20 +3,21 @@ import Foundation
 import HeraldCore
 import HeraldCrypto
 import HeraldStore
+import HeraldStoreTestSupport
 import Testing
 
-/// Reads (`device.list`, `push.status`, queue depth, device counts) run on the
-/// store's read connection: they never wait for the writer's commits.
+/// Reads (`device.list`, `push.status`, queue depth, device counts) run on
+/// `SQLiteStore`'s read connection: they never wait for the writer's commits.
 @Suite struct ReaderTests {
     /// A second process's connection holding the write lock stands in for a
     /// slow commit: the writer's next transaction waits for it, a read must not.
     @Test func readsAnswerWhileTheWriterIsHeld() throws {
-        let t = try TestStore(synchronous: .full)
+        let t = try TestStore(.sqlite, synchronous: .full)
         defer { t.close() }
         _ = try t.register(apns("alice", "aa00aa00aa00aa00"))
 
         var other: OpaquePointer?
-        #expect(sqlite3_open(t.dir.appendingPathComponent("herald.db").path, &other) == SQLITE_OK)
+        #expect(sqlite3_open(t.scratch.databasePath, &other) == SQLITE_OK)
         defer { sqlite3_close(other) }
         #expect(sqlite3_exec(other, "BEGIN IMMEDIATE", nil, nil, nil) == SQLITE_OK)
 
@@ -53,8 +54,9 @@ import Testing
 
     /// The read connection is read-only: a closed store refuses reads
     /// instead of hanging, and a reopened one reads what was committed.
-    @Test func closedStoreRefusesReadsAndReopenedOneReads() throws {
-        let t = try TestStore()
+    @Test(arguments: StoreBackend.allCases)
+    func closedStoreRefusesReadsAndReopenedOneReads(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         _ = try t.register(apns("carol", "cc00cc00cc00cc00"))
         t.store.close()
         let refused = Flag()
@@ -62,11 +64,10 @@ import Testing
             if case .failure = result { refused.set() }
         }
         #expect(refused.wait(seconds: 2))
-        let reopened = try Store(
-            path: t.dir.appendingPathComponent("herald.db").path, key: t.key, synchronous: .normal, clock: t.clock)
+        let reopened = try t.reopen()
         defer {
             reopened.close()
-            try? FileManager.default.removeItem(at: t.dir)
+            t.scratch.remove()
         }
         let devices = try reopened.sync { s, done in s.list(app: "default", user: "carol", completion: done) }
         #expect(devices.count == 1)

@@ -3,6 +3,7 @@ import Foundation
 import HeraldCore
 import HeraldCrypto
 import HeraldStore
+import HeraldStoreTestSupport
 import HeraldTestSupport
 import Testing
 
@@ -14,19 +15,26 @@ final class ManualClock: WallClock, @unchecked Sendable {
     func advance(_ ms: Int64) { lock.withLock { now += ms } }
 }
 
+/// A store of one backend for one test, with a clock the test moves.
 struct TestStore {
-    let dir: URL
-    let store: Store
+    let scratch: StoreScratch
+    let store: any DeliveryStore
     let key: StoreKey
     let clock = ManualClock()
 
+    var backend: StoreBackend { scratch.backend }
+    var dir: URL { scratch.dir }
+
     /// `keyBytes`: the store key's 32 bytes (a fresh random key when nil).
-    init(synchronous: Synchronous = .normal, keyBytes: [UInt8]? = nil) throws {
-        dir = FileManager.default.temporaryDirectory.appendingPathComponent("herald-store-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    init(_ backend: StoreBackend, synchronous: Synchronous = .normal, keyBytes: [UInt8]? = nil) throws {
+        scratch = try StoreScratch(backend)
         key = try keyBytes.map { try StoreKey(bytes: $0) } ?? StoreKey.generate()
-        store = try Store(
-            path: dir.appendingPathComponent("herald.db").path, key: key, synchronous: synchronous, clock: clock)
+        store = try scratch.open(key: key, clock: clock, synchronous: synchronous)
+    }
+
+    /// The same store opened again (after `store.close()`: a restart).
+    func reopen(synchronous: Synchronous = .normal) throws -> any DeliveryStore {
+        try scratch.open(key: key, clock: clock, synchronous: synchronous)
     }
 
     func register(_ r: Registration, cap: Int = 20) throws -> RegistrationOutcome {
@@ -39,7 +47,7 @@ struct TestStore {
 
     func close() {
         store.close()
-        try? FileManager.default.removeItem(at: dir)
+        scratch.remove()
     }
 }
 
@@ -51,9 +59,9 @@ func apns(_ user: String, _ token: String, rid: String? = nil, version: Int64? =
 
 @Suite("Registry rules at the store level")
 struct RegistryTests {
-    @Test("the same user re-registering updates in place and keeps omitted fields")
-    func refresh() throws {
-        let t = try TestStore()
+    @Test("the same user re-registering updates in place and keeps omitted fields", arguments: StoreBackend.allCases)
+    func refresh(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         let a = try t.register(apns("alice", "aa01", name: "phone"))
         #expect(a.created && !a.reclaimed)
@@ -68,9 +76,9 @@ struct RegistryTests {
         #expect(devices[0].registeredAt == devices[0].createdAt + 1000)
     }
 
-    @Test("another user's binding is reclaimed: old row deleted, new id for the caller")
-    func reclaim() throws {
-        let t = try TestStore()
+    @Test("another user's binding is reclaimed: old row deleted, new id for the caller", arguments: StoreBackend.allCases)
+    func reclaim(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         let a = try t.register(apns("alice", "aa02", name: "shared"))
         let b = try t.register(apns("bob", "aa02"))
@@ -79,9 +87,9 @@ struct RegistryTests {
         #expect(try t.list("bob").first?.name == nil)
     }
 
-    @Test("over the cap the least recently registered are evicted")
-    func eviction() throws {
-        let t = try TestStore()
+    @Test("over the cap the least recently registered are evicted", arguments: StoreBackend.allCases)
+    func eviction(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         var ids: [String] = []
         for i in 0..<3 {
@@ -95,9 +103,9 @@ struct RegistryTests {
         #expect(try t.list("carol").count == 3)
     }
 
-    @Test("versions order registrations; tombstones block older ones")
-    func versions() throws {
-        let t = try TestStore()
+    @Test("versions order registrations; tombstones block older ones", arguments: StoreBackend.allCases)
+    func versions(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         let a = try t.register(apns("dave", "d1", rid: "inst-1", version: 2))
         #expect(a.deviceID == Identity.deviceID(user: "dave", app: "default", registrationID: "inst-1"))
@@ -117,7 +125,7 @@ struct RegistryTests {
 
     @Test("the database file never contains a raw token or key")
     func sealedAtRest() throws {
-        let t = try TestStore(synchronous: .full)
+        let t = try TestStore(.sqlite, synchronous: .full)
         let token = "f00dfeedcafe0123456789abcdef0123456789abcdef0123456789abcdef0001"
         let p256dh = try P256PrivateKey.generate().publicKey
         let auth = try SecureRandom.bytes(16)
@@ -141,12 +149,20 @@ struct RegistryTests {
         for needle in [Array(token.utf8), Array("secret-endpoint-123".utf8), p256dh, auth] {
             #expect(!contains(bytes, needle))
         }
-        try? FileManager.default.removeItem(at: t.dir)
+        t.scratch.remove()
+    }
+}
+
+/// The sealed columns of the store's device rows, read from the database
+/// without Herald.
+private func sealedColumns(_ t: TestStore) throws -> [(deviceID: String, token: [UInt8], keys: [UInt8]?)] {
+    switch t.backend {
+    case .sqlite: try sqliteSealedColumns(t.scratch.databasePath)
     }
 }
 
 /// The sealed columns of the store's device rows, read with SQLite directly.
-private func sealedColumns(_ path: String) throws -> [(deviceID: String, token: [UInt8], keys: [UInt8]?)] {
+private func sqliteSealedColumns(_ path: String) throws -> [(deviceID: String, token: [UInt8], keys: [UInt8]?)] {
     var db: OpaquePointer?
     guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, nil) == SQLITE_OK else { throw HarnessError("open \(path)") }
     defer { sqlite3_close(db) }
@@ -175,10 +191,12 @@ struct SealedRowTests {
             ciphertext: Array(sealed[25...]), ad: Array(ad.utf8), nonce: Array(sealed[1..<25]), key: key)
     }
 
-    @Test("the token and key columns are XChaCha20-Poly1305 under the store key, bound to their device_id")
-    func rowsOpenWithLibsodium() throws {
+    @Test(
+        "the token and key columns are XChaCha20-Poly1305 under the store key, bound to their device_id",
+        arguments: StoreBackend.allCases)
+    func rowsOpenWithLibsodium(_ backend: StoreBackend) throws {
         let keyBytes = (0..<32).map { UInt8(0x20 + $0) }
-        let t = try TestStore(synchronous: .full, keyBytes: keyBytes)
+        let t = try TestStore(backend, synchronous: .full, keyBytes: keyBytes)
         defer { t.close() }
         let token = "f00dfeedcafe0123456789abcdef0123456789abcdef0123456789abcdef0001"
         let endpoint = "https://push.example.net/p/secret-endpoint-123"
@@ -190,7 +208,7 @@ struct SealedRowTests {
                 app: "default", user: "erin", platform: .web, environment: nil, token: endpoint,
                 keys: WebPushKeys(p256dh: p256dh, auth: auth))
         ).deviceID
-        let rows = try sealedColumns(t.dir.appendingPathComponent("herald.db").path)
+        let rows = try sealedColumns(t)
         let byID = Dictionary(uniqueKeysWithValues: rows.map { ($0.deviceID, $0) })
         let apnsRow = try #require(byID[apnsID])
         let webRow = try #require(byID[webID])

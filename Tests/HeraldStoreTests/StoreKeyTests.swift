@@ -2,27 +2,28 @@ import Foundation
 import HeraldCore
 import HeraldCrypto
 @testable import HeraldStore
+import HeraldStoreTestSupport
 import Testing
 
-/// A database directory of its own, opened and reopened with chosen keys.
+/// A SQLite database of its own, opened and reopened with chosen keys, and
+/// edited behind the store's back (these tests reach into SQLite's file).
 private struct KeyedDatabase {
-    let dir: URL
+    let scratch: StoreScratch
     let path: String
     let keyFile: String
     let clock = ManualClock()
 
     init() throws {
-        dir = FileManager.default.temporaryDirectory.appendingPathComponent("herald-key-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        path = dir.appendingPathComponent("herald.db").path
-        keyFile = dir.appendingPathComponent("store.key").path
+        scratch = try StoreScratch(.sqlite, prefix: "herald-key")
+        path = scratch.databasePath
+        keyFile = scratch.dir.appendingPathComponent("store.key").path
     }
 
-    func open(_ supply: StoreKeySupply) throws -> Store {
-        try Store(path: path, keySupply: supply, keyFile: keyFile, synchronous: .normal, clock: clock)
+    func open(_ supply: StoreKeySupply) throws -> any DeliveryStore {
+        try scratch.open(keySupply: supply, keyFile: keyFile, clock: clock)
     }
 
-    func open(_ key: StoreKey) throws -> Store { try open(.key(key)) }
+    func open(_ key: StoreKey) throws -> any DeliveryStore { try open(.key(key)) }
 
     /// Opens with `key` and closes again; what the store did with the key.
     func outcome(_ key: StoreKey) throws -> StoreKeyOutcome {
@@ -66,10 +67,10 @@ private struct KeyedDatabase {
         return try stmt.step() ? stmt.blob(0) : nil
     }
 
-    func remove() { try? FileManager.default.removeItem(at: dir) }
+    func remove() { scratch.remove() }
 }
 
-private func register(_ store: Store, _ r: Registration) throws -> RegistrationOutcome {
+private func register(_ store: any DeliveryStore, _ r: Registration) throws -> RegistrationOutcome {
     try store.sync { s, done in s.register(r, deviceCap: 20, completion: done) }
 }
 
@@ -83,11 +84,11 @@ private func web(_ user: String, _ token: String) -> Registration {
         keys: WebPushKeys(p256dh: [4] + [UInt8](repeating: 7, count: 64), auth: [UInt8](repeating: 9, count: 16)))
 }
 
-private func claim(_ store: Store, _ limit: Int = 100) throws -> Claim {
+private func claim(_ store: any DeliveryStore, _ limit: Int = 100) throws -> Claim {
     try store.sync { s, done in s.claimDue(limit: limit, completion: done) }
 }
 
-private func status(_ store: Store, _ id: String) throws -> MessageStatus {
+private func status(_ store: any DeliveryStore, _ id: String) throws -> MessageStatus {
     try #require(try store.sync { s, done in s.status(app: "default", messageID: id, detail: true, completion: done) })
 }
 

@@ -1,7 +1,7 @@
 internal import CHeraldSys
 import Foundation
 public import HeraldCore
-public import HeraldCrypto
+import HeraldCrypto
 
 /// SQLite's `synchronous` setting: `full` makes every commit durable on
 /// power loss, `normal` (in WAL mode) only on process crash.
@@ -10,12 +10,14 @@ public enum Synchronous: String, Sendable {
     case normal
 }
 
+/// The SQLite backend of ``DeliveryStore``.
+///
 /// The embedded store: one SQLite connection in WAL mode owned by one
 /// thread. Work is queued and run in group commits: every job waiting when
 /// a transaction starts joins it, each job in its own savepoint, so one
 /// fsync covers many requests and a failing job rolls back alone.
 /// Completions run on the store thread; they must hand work elsewhere quickly.
-public final class Store: @unchecked Sendable {
+public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     // State shared with the store thread is guarded by `condition`.
     private let condition = NSCondition()
     private var queue: [Job] = []
@@ -62,14 +64,6 @@ public final class Store: @unchecked Sendable {
     /// What the store did with its key at open (checked it, recorded its
     /// check value, or created it for an empty database).
     public let keyOutcome: StoreKeyOutcome
-
-    /// Opens the database with a key that must belong to it (see
-    /// ``init(path:keySupply:keyFile:synchronous:clock:)``).
-    public convenience init(
-        path: String, key: StoreKey, synchronous: Synchronous, clock: any WallClock = SystemClock()
-    ) throws {
-        try self.init(path: path, keySupply: .key(key), keyFile: "(given key)", synchronous: synchronous, clock: clock)
-    }
 
     /// Opens (creating if needed) and migrates the database, checks the store
     /// key against it, then starts the store thread. Throws if the file
@@ -357,11 +351,6 @@ public final class Store: @unchecked Sendable {
         submit(durable: false, { t, now in try t.queue.claimDue(lanes: lanes, others: others, now: now) }, completion)
     }
 
-    /// Takes up to `limit` due deliveries of any lane and marks them in flight.
-    public func claimDue(limit: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void) {
-        claimDue(lanes: [:], others: limit, completion: completion)
-    }
-
     /// Records an attempt's result: a final state, or `retrying` at `nextAttemptAt`.
     public func record(
         deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?,
@@ -422,13 +411,6 @@ public final class Store: @unchecked Sendable {
     public func ping(completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
         submit(durable: false, { t, _ in _ = try t.registry.deviceCounts() }, completion)
     }
-
-    /// Runs a job synchronously (for tools and tests).
-    public func sync<T>(_ body: (Store, @escaping @Sendable (Result<T, any Error>) -> Void) -> Void) throws -> T {
-        let box = ResultBox<T>()
-        body(self) { box.set($0) }
-        return try box.wait().get()
-    }
 }
 
 /// The connection and registry, handed whole to the store thread, which is
@@ -442,24 +424,4 @@ private struct ThreadOwned: @unchecked Sendable {
 struct Tables {
     let registry: Registry
     let queue: Queue
-}
-
-/// A one-shot result that a caller can wait for.
-final class ResultBox<T>: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var value: Result<T, any Error>?
-
-    func set(_ result: Result<T, any Error>) {
-        condition.lock()
-        value = result
-        condition.broadcast()
-        condition.unlock()
-    }
-
-    func wait() -> Result<T, any Error> {
-        condition.lock()
-        defer { condition.unlock() }
-        while value == nil { condition.wait() }
-        return value!
-    }
 }

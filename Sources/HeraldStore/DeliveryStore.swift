@@ -1,0 +1,148 @@
+import Foundation
+public import HeraldCore
+
+/// The registry and the delivery queue, whatever database holds them. The
+/// daemon and the scheduler see the store only through this protocol;
+/// ``StoreLocation/open(keySupply:keyFile:clock:)`` picks the backend
+/// (``SQLiteStore`` today).
+///
+/// Every operation is asynchronous: it queues its work and answers through
+/// `completion`, which runs on a thread of the store and must hand work
+/// elsewhere quickly. An implementation keeps these promises:
+/// - a write answered with success is committed (`register`, `enqueue` and
+///   the other caller-facing writes durably; claims and attempt results may
+///   wait for the next durable commit);
+/// - a read of an app's user (`list`) or of a message (`status`) sees every
+///   write of that user or message queued before it, answered or not (a
+///   client that pipelines a write and a read reads its own write);
+/// - after `close()` every call fails at once with an error.
+public protocol DeliveryStore: AnyObject, Sendable {
+    /// What the store did with its key at open.
+    var keyOutcome: StoreKeyOutcome { get }
+
+    /// Deliveries found in flight at open (a stop or crash interrupted them),
+    /// now queued again.
+    var recoveredDeliveries: Int { get }
+
+    /// Stops taking work, finishes what is queued, and closes the database.
+    func close()
+
+    // MARK: Registry
+
+    /// Every rule of `device.register`: ordering by registration version,
+    /// in-place refresh, cross-user reclaim, eviction over `deviceCap`.
+    func register(
+        _ registration: Registration, deviceCap: Int,
+        completion: @escaping @Sendable (Result<RegistrationOutcome, any Error>) -> Void)
+
+    /// Deletes the named device(s) of this user only; answers how many.
+    func unregister(
+        app: String, user: String, _ selector: UnregisterSelector,
+        completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
+
+    /// The user's devices, most recently registered first.
+    func list(app: String, user: String, completion: @escaping @Sendable (Result<[DeviceSummary], any Error>) -> Void)
+
+    /// Deletes the user's devices registered with `session`; answers how many.
+    func endSession(
+        app: String, user: String, session: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
+
+    /// Deletes the user's devices, tombstones and deliveries; answers how many devices.
+    func forget(app: String, user: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
+
+    /// Devices per platform.
+    func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void)
+
+    /// Devices per app and platform.
+    func deviceCountsByApp(completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void)
+
+    // MARK: Delivery queue
+
+    /// Commits a message and its deliveries (or finds it by idempotency key).
+    func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void)
+
+    /// Commits a message and hands up to `handoff[lane]` of its deliveries
+    /// per lane, `limit` in all, to the caller already in flight (one attempt
+    /// counted, as a claim would leave them).
+    func enqueue(
+        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int,
+        completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void)
+
+    /// `push.status` of one of the app's messages; nil when there is none.
+    func status(
+        app: String, messageID: String, detail: Bool,
+        completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void)
+
+    /// Cancels the message's deliveries not yet sent; answers how many, or
+    /// nil when the app has no such message.
+    func cancel(app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void)
+
+    /// Takes due deliveries, up to `lanes[lane]` of each named lane and up to
+    /// `others` of any other lane, and marks them in flight.
+    func claimDue(lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void)
+
+    /// Records an attempt's result: a final state, or `retrying` at `nextAttemptAt`.
+    func record(
+        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void)
+
+    /// Records many attempts' results in one job.
+    func record(_ records: [DeliveryRecord], completion: @escaping @Sendable (Result<Void, any Error>) -> Void)
+
+    /// Makes the deliveries of `lanes` that wait for a credential due at once
+    /// (after a reload); answers how many.
+    func releaseCredentialWaits(lanes: [QueueLane], completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
+
+    /// Deletes a stale device if it still holds `tokenHash`, and records the
+    /// delivery (`removed_stale`, or `failed` when the device moved on).
+    func removeStale(
+        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: String,
+        completion: @escaping @Sendable (Result<Bool, any Error>) -> Void)
+
+    /// Deletes messages (and their deliveries) older than `retention` whose
+    /// deliveries are all final; answers how many.
+    func purgeMessages(olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
+
+    /// Deliveries waiting and in flight.
+    func queueDepth(completion: @escaping @Sendable (Result<QueueDepth, any Error>) -> Void)
+
+    /// Deliveries waiting and in flight, per app.
+    func queueDepthByApp(completion: @escaping @Sendable (Result<[String: QueueDepth], any Error>) -> Void)
+
+    /// A quick read that proves the database answers, for `system.health`.
+    func ping(completion: @escaping @Sendable (Result<Void, any Error>) -> Void)
+}
+
+extension DeliveryStore {
+    /// Takes up to `limit` due deliveries of any lane and marks them in flight.
+    public func claimDue(limit: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void) {
+        claimDue(lanes: [:], others: limit, completion: completion)
+    }
+
+    /// Runs a job synchronously (for tools and tests).
+    public func sync<T>(_ body: (Self, @escaping @Sendable (Result<T, any Error>) -> Void) -> Void) throws -> T {
+        let box = ResultBox<T>()
+        body(self) { box.set($0) }
+        return try box.wait().get()
+    }
+}
+
+/// A one-shot result that a caller can wait for.
+final class ResultBox<T>: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var value: Result<T, any Error>?
+
+    func set(_ result: Result<T, any Error>) {
+        condition.lock()
+        value = result
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func wait() -> Result<T, any Error> {
+        condition.lock()
+        defer { condition.unlock() }
+        while value == nil { condition.wait() }
+        return value!
+    }
+}

@@ -1,0 +1,148 @@
+public import HeraldCore
+
+// The queue's values as every store backend takes and answers them
+// (see `DeliveryStore`).
+
+/// Who a message goes to.
+public enum Recipients: Sendable {
+    case users([String])
+    case devices([String])
+}
+
+/// One accepted `push.send`, ready to commit.
+public struct Enqueue: Sendable {
+    public var app: String
+    public var message: PushMessage
+    public var recipients: Recipients
+    public var idempotencyKey: String?
+    /// Platforms whose transport is disabled for this app, with the reason.
+    public var disabled: [Platform: String]
+    /// Refuse the message when the deliveries waiting to be sent, with its
+    /// own, would exceed this (`[delivery] max_queued`).
+    public var pendingLimit: Int
+
+    public init(
+        app: String, message: PushMessage, recipients: Recipients, idempotencyKey: String?,
+        disabled: [Platform: String], pendingLimit: Int = .max
+    ) {
+        self.app = app
+        self.message = message
+        self.recipients = recipients
+        self.idempotencyKey = idempotencyKey
+        self.disabled = disabled
+        self.pendingLimit = pendingLimit
+    }
+}
+
+/// Why a message was not queued.
+public enum EnqueueError: Error, Sendable, Equatable {
+    /// It addresses more devices than one message may (10,000).
+    case tooManyDevices(count: Int, limit: Int)
+    /// The queue holds `pending` deliveries; this message would pass `limit`.
+    case queueFull(pending: Int, limit: Int)
+}
+
+/// What `push.send` answers once the message is committed.
+public struct Enqueued: Sendable, Equatable {
+    public let messageID: String
+    /// Deliveries that will be attempted.
+    public let devices: Int
+    /// Deliveries recorded as skipped (kind not for the platform, transport disabled).
+    public let skipped: Int
+    /// True when an idempotency key within 24 h named an earlier message.
+    public let duplicate: Bool
+}
+
+/// `push.status` for one message.
+public struct MessageStatus: Sendable {
+    public struct Device: Sendable {
+        public let deviceID: String
+        public let platform: Platform
+        public let state: DeliveryState
+        public let attempts: Int
+        public let httpStatus: Int?
+        public let reason: String?
+        public let updatedAt: Int64
+    }
+
+    public let messageID: String
+    public let createdAt: Int64
+    public let counts: [DeliveryState: Int]
+    public let devices: [Device]?
+
+    /// complete when every delivery is final.
+    public var isComplete: Bool {
+        counts.allSatisfy { state, count in state.isFinal || count == 0 }
+    }
+}
+
+/// A scheduler lane as the queue sees it: one app's deliveries on one platform.
+public struct QueueLane: Hashable, Sendable {
+    public let app: String
+    public let platform: Platform
+
+    public init(app: String, platform: Platform) {
+        self.app = app
+        self.platform = platform
+    }
+}
+
+/// One message's deliveries on one platform: the batch the stale guards judge.
+public struct BatchKey: Hashable, Sendable {
+    public let messageID: String
+    public let platform: Platform
+
+    public init(messageID: String, platform: Platform) {
+        self.messageID = messageID
+        self.platform = platform
+    }
+}
+
+/// What one claim took from the queue.
+public struct Claim: Sendable {
+    /// Deliveries now in flight, with what they need to be sent.
+    public let jobs: [DeliveryJob]
+    /// Deliveries the claim found final instead (past their TTL, device gone).
+    public let finished: [BatchKey]
+    /// For every message the claim touched: its deliveries per platform that
+    /// were still to be answered when the claim began.
+    public let batchSizes: [BatchKey: Int]
+    /// The earliest `next_attempt_at` still waiting (any lane), if any.
+    public let nextDueAt: Int64?
+    /// Deliveries of `finished` that failed because their device row does
+    /// not open with the store key (`unreadable_row`), for the log.
+    public var unreadable: [(deliveryID: Int64, deviceID: String)] = []
+}
+
+/// One attempt's result, for `DeliveryStore.record(_:completion:)`.
+public struct DeliveryRecord: Sendable {
+    public let deliveryID: Int64
+    public let deviceID: String
+    /// A final state, or `retrying` at `nextAttemptAt`.
+    public let state: DeliveryState
+    public let httpStatus: Int?
+    public let reason: String?
+    public let nextAttemptAt: Int64?
+    /// False for an attempt that must not count toward `max_retries` (a
+    /// credential rejection): the attempt the claim counted is taken back.
+    public let countsAsAttempt: Bool
+
+    public init(
+        deliveryID: Int64, deviceID: String, state: DeliveryState, httpStatus: Int?, reason: String?,
+        nextAttemptAt: Int64?, countsAsAttempt: Bool = true
+    ) {
+        self.deliveryID = deliveryID
+        self.deviceID = deviceID
+        self.state = state
+        self.httpStatus = httpStatus
+        self.reason = reason
+        self.nextAttemptAt = nextAttemptAt
+        self.countsAsAttempt = countsAsAttempt
+    }
+}
+
+/// Deliveries waiting and in flight, for `system.stats`.
+public struct QueueDepth: Sendable, Equatable {
+    public let waiting: Int
+    public let inFlight: Int
+}

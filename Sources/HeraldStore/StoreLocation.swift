@@ -1,0 +1,30 @@
+public import HeraldCore
+
+/// Where the store keeps its data, and so which backend serves it: the one
+/// place that names a backend's own type.
+public enum StoreLocation: Sendable, CustomStringConvertible {
+    /// A SQLite database file on this host (created if needed), committed
+    /// with `synchronous` (see ``Synchronous``).
+    case sqlite(path: String, synchronous: Synchronous)
+
+    /// The database as logs and errors name it.
+    public var description: String {
+        switch self {
+        case .sqlite(let path, _): path
+        }
+    }
+
+    /// Opens (creating and migrating if needed) the store, checks the store
+    /// key against it, and starts it. Throws ``StoreKeyError`` (naming
+    /// `keyFile` and the database) when the key does not belong to the
+    /// database, or when there is no key and the database holds data: a key
+    /// is created (by `keySupply`) only for an empty database.
+    public func open(
+        keySupply: StoreKeySupply, keyFile: String, clock: any WallClock = SystemClock()
+    ) throws -> any DeliveryStore {
+        switch self {
+        case .sqlite(let path, let synchronous):
+            try SQLiteStore(path: path, keySupply: keySupply, keyFile: keyFile, synchronous: synchronous, clock: clock)
+        }
+    }
+}

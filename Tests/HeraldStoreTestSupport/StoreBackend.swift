@@ -1,0 +1,58 @@
+public import Foundation
+public import HeraldCore
+public import HeraldCrypto
+public import HeraldStore
+
+/// The store backends the store tests run against. A test of the registry,
+/// the queue or the scheduler takes the backend as its argument
+/// (`@Test(arguments: StoreBackend.allCases)`) and opens its store through a
+/// ``StoreScratch``, so that a new backend runs the very same tests,
+/// assertions and fixtures by adding its case here (and to the few switches
+/// on it that reach into a backend's own storage).
+public enum StoreBackend: String, CaseIterable, Sendable, CustomStringConvertible {
+    case sqlite
+
+    public var description: String { rawValue }
+}
+
+/// An empty store of one backend for one test: opened, closed and opened
+/// again (a restart) as the test likes, then removed.
+public struct StoreScratch: Sendable {
+    public let backend: StoreBackend
+    /// A directory of the test's own (key files; SQLite's database).
+    public let dir: URL
+
+    public init(_ backend: StoreBackend, prefix: String = "herald-store") throws {
+        self.backend = backend
+        dir = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    }
+
+    /// The SQLite database file (`.sqlite` only).
+    public var databasePath: String { dir.appendingPathComponent("herald.db").path }
+
+    /// Where the store lives. `synchronous` is SQLite's commit setting.
+    public func location(synchronous: Synchronous = .normal) -> StoreLocation {
+        switch backend {
+        case .sqlite: .sqlite(path: databasePath, synchronous: synchronous)
+        }
+    }
+
+    /// Opens (creating at first) the store with a key that must belong to it.
+    public func open(
+        key: StoreKey, clock: any WallClock = SystemClock(), synchronous: Synchronous = .normal
+    ) throws -> any DeliveryStore {
+        try open(keySupply: .key(key), keyFile: "(given key)", clock: clock, synchronous: synchronous)
+    }
+
+    /// Opens (creating at first) the store as the daemon does.
+    public func open(
+        keySupply: StoreKeySupply, keyFile: String, clock: any WallClock = SystemClock(),
+        synchronous: Synchronous = .normal
+    ) throws -> any DeliveryStore {
+        try location(synchronous: synchronous).open(keySupply: keySupply, keyFile: keyFile, clock: clock)
+    }
+
+    /// Deletes what the store left (close it first).
+    public func remove() { try? FileManager.default.removeItem(at: dir) }
+}
