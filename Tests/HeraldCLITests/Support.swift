@@ -114,8 +114,8 @@ func herald(_ arguments: [String], stdin: [UInt8] = [], in directory: URL? = nil
     let outURL = scratch.url.appendingPathComponent("stdout")
     let errURL = scratch.url.appendingPathComponent("stderr")
     try Data(stdin).write(to: inURL)
-    FileManager.default.createFile(atPath: outURL.path, contents: nil)
-    FileManager.default.createFile(atPath: errURL.path, contents: nil)
+    _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
+    _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
 
     let input = try FileHandle(forReadingFrom: inURL)
     let output = try FileHandle(forWritingTo: outURL)
