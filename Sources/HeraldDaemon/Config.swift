@@ -2,6 +2,7 @@
 public import Glibc
 
 public import HeraldIO
+import HeraldCore
 import Foundation
 
 /// Herald's configuration, read from an INI file (SPEC "Process and
@@ -58,6 +59,11 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         public var maxConnectionsPerUID = 64
         /// A message must be complete this long after its first byte, else the connection is closed.
         public var requestTimeoutMs: Int64 = 10_000
+        /// This instance's name (`push.status` `sent_by`, `system.stats`,
+        /// metrics); nil: the host name.
+        public var instanceID: String?
+        /// The name this instance goes by: `instance_id`, else the host name.
+        public var instanceName: String { instanceID ?? InstanceName.host }
 
         public init() {}
     }
@@ -179,6 +185,7 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
             max_reply_bytes = \(server.maxReplyBytes)
             max_connections_per_uid = \(server.maxConnectionsPerUID)
             request_timeout_ms = \(server.requestTimeoutMs)
+            instance_id = \(server.instanceID ?? "")
 
             [store]
             key = \(store.key.path)
@@ -430,7 +437,7 @@ struct ConfigInterpreter {
     static let sectionKeys: [String: [String]] = [
         "server": [
             "socket", "socket_mode", "state_dir", "max_inflight", "log_level", "max_batch", "max_reply_bytes",
-            "max_connections_per_uid", "request_timeout_ms",
+            "max_connections_per_uid", "request_timeout_ms", "instance_id",
         ],
         "store": ["key", "synchronous"],
         "delivery": [
@@ -589,6 +596,11 @@ struct ConfigInterpreter {
         case "max_connections_per_uid": config.server.maxConnectionsPerUID = try ConfigValue.integer(value, 1...512)
         case "request_timeout_ms":
             config.server.requestTimeoutMs = Int64(try ConfigValue.integer(value, 100...3_600_000))
+        case "instance_id":
+            guard value.isEmpty || InstanceName.isValid(value) else {
+                throw ConfigValueProblem("must be 1-64 characters of A-Z a-z 0-9 . _ - (empty: the host name)")
+            }
+            config.server.instanceID = value.isEmpty ? nil : value
         case "log_level":
             guard let level = LogLevel(name: value.lowercased()) else {
                 throw ConfigValueProblem(

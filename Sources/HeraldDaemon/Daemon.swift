@@ -54,7 +54,7 @@ public enum Daemon {
                 path: databasePath, synchronous: config.store.synchronous == .full ? .full : .normal
             ).open(
                 keySupply: storeKey.map { .key($0) } ?? .missing(create: { try storeConfig.createKey() }),
-                keyFile: storeConfig.key.path)
+                keyFile: storeConfig.key.path, instance: config.server.instanceName)
         } catch let error as StoreKeyError {
             // The key and the database do not belong together: starting
             // would fail every send. Nothing secret is in the message.
@@ -115,7 +115,7 @@ public enum Daemon {
             endpointGuard: EndpointGuard(
                 allowPrivate: config.endpoints.webPushAllowPrivate,
                 resolver: CachingResolver(SystemResolver(), ttl: .zero, negativeTTL: .zero)),
-            clock: SystemClock(), log: log)
+            clock: SystemClock(), instance: config.server.instanceName, log: log)
         let waiters = MessageWaiters(loop: loop, store: store, log: log)
         service.delivery = DeliveryWiring(
             scheduler: delivery.scheduler, maxQueued: config.delivery.maxQueued, waiters: waiters, providers: delivery.providers)

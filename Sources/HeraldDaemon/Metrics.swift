@@ -74,8 +74,8 @@ extension HeraldService {
     func metrics(only: Set<String>? = nil, completion: @escaping @Sendable (Result<String, RPCError>) -> Void) {
         var m = PrometheusText()
         let server = serverStats()
-        m.family("herald_build_info", .gauge, "Herald's version; always 1.")
-        m.sample("herald_build_info", ["version": Self.version], 1)
+        m.family("herald_build_info", .gauge, "Herald's version and this instance's name; always 1.")
+        m.sample("herald_build_info", ["version": Self.version, "herald_instance": instance], 1)
         m.single(
             "herald_uptime_seconds", .gauge, "Seconds since the daemon started.",
             Int((monotonicMilliseconds() - startedAt) / 1000))

@@ -261,6 +261,7 @@ extension HeraldService {
                             "http_status": d.httpStatus.map { .int($0) } ?? .null,
                             "reason": d.reason.map { .string($0) } ?? .null,
                             "updated_at": .string(Timestamp.rfc3339(d.updatedAt)),
+                            "sent_by": d.sentBy.map { .string($0) } ?? .null,
                         ]
                     }))
         }

@@ -94,6 +94,7 @@ final class Reloader: @unchecked Sendable {
         check("server.socket", a.server.socketPath == b.server.socketPath)
         check("server.socket_mode", a.server.socketMode == b.server.socketMode)
         check("server.state_dir", a.server.stateDirectory == b.server.stateDirectory)
+        check("server.instance_id", a.server.instanceID == b.server.instanceID)
         check("server.max_inflight", a.server.maxInflight == b.server.maxInflight)
         check("server.max_batch", a.server.maxBatch == b.server.maxBatch)
         check("server.max_reply_bytes", a.server.maxReplyBytes == b.server.maxReplyBytes)

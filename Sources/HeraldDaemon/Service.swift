@@ -63,6 +63,8 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     let store: any DeliveryStore
     private let endpointGuard: EndpointGuard
     private let clock: any WallClock
+    /// This instance's name (`[server] instance_id` or the host name).
+    let instance: String
     let log: Logger
     /// Set before the server starts.
     var delivery: DeliveryWiring?
@@ -89,12 +91,14 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     }
 
     init(
-        apps: [String: AppRuntime], store: any DeliveryStore, endpointGuard: EndpointGuard, clock: any WallClock, log: Logger
+        apps: [String: AppRuntime], store: any DeliveryStore, endpointGuard: EndpointGuard, clock: any WallClock,
+        instance: String, log: Logger
     ) {
         self.apps = apps
         self.store = store
         self.endpointGuard = endpointGuard
         self.clock = clock
+        self.instance = instance
         self.log = log
         discoverDocument = (try? JSONParser.parse(Array(OpenRPC.document.utf8))) ?? .null
     }
@@ -469,7 +473,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
             // send counters and provider connections, kept for the daemon as
             // a whole, are left out for it.
             var result: JSONObject = [
-                "version": .string(Self.version), "uptime_s": .int(uptime),
+                "version": .string(Self.version), "instance": .string(self.instance), "uptime_s": .int(uptime),
                 "connections": [
                     "open": .int(server.open), "accepted": .int(server.counters.accepted),
                     "refused": .int(server.counters.refused),

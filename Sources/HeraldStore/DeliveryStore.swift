@@ -3,7 +3,7 @@ public import HeraldCore
 
 /// The registry and the delivery queue, whatever database holds them. The
 /// daemon and the scheduler see the store only through this protocol;
-/// ``StoreLocation/open(keySupply:keyFile:clock:)`` picks the backend
+/// ``StoreLocation/open(keySupply:keyFile:instance:clock:)`` picks the backend
 /// (``SQLiteStore`` today).
 ///
 /// Every operation is asynchronous: it queues its work and answers through

@@ -6,6 +6,8 @@ import HeraldCrypto
 final class Queue {
     private let db: Database
     private let key: StoreKey
+    /// This instance's name, recorded on every delivery it claims (`sent_by`).
+    private let instance: String
     /// Never below the true number of waiting deliveries (queued, retrying,
     /// in flight): counted at open, raised by every enqueue, and counted again
     /// whenever an admission would pass its limit.
@@ -14,9 +16,10 @@ final class Queue {
     static let idempotencyWindowMs: Int64 = 24 * 3600 * 1000
     static let maxDevicesPerMessage = 10_000
 
-    init(db: Database, key: StoreKey) throws(StoreError) {
+    init(db: Database, key: StoreKey, instance: String) throws(StoreError) {
         self.db = db
         self.key = key
+        self.instance = instance
         pendingBound = 0
         pendingBound = try countPending()
     }
@@ -128,13 +131,13 @@ final class Queue {
             let insert = try db.statement(
                 """
                 INSERT INTO deliveries (message_id, device_id, user, platform, token_hash, collapse_key, state,
-                    attempts, next_attempt_at, reason, updated_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    attempts, next_attempt_at, reason, updated_at, sent_by)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
             ).bind(
                 .text(messageID), .text(target.deviceID), .text(target.user), .text(target.platform.rawValue),
                 .text(target.tokenHash), .optional(e.message.collapseKey), .text(state.rawValue),
-                .int(handed ? 1 : 0), .int(now), .optional(reason), .int(now))
+                .int(handed ? 1 : 0), .int(now), .optional(reason), .int(now), handed ? .text(instance) : .null)
             // Not RETURNING: that makes SQLite keep a statement journal for
             // every insert.
             try insert.run()
@@ -256,7 +259,7 @@ final class Queue {
         if detail {
             let stmt = try db.statement(
                 """
-                SELECT device_id, platform, state, attempts, http_status, reason, updated_at
+                SELECT device_id, platform, state, attempts, http_status, reason, updated_at, sent_by
                 FROM deliveries WHERE message_id = ? ORDER BY delivery_id
                 """)
             try stmt.bind(.text(messageID))
@@ -267,7 +270,7 @@ final class Queue {
                         deviceID: stmt.text(0), platform: Platform(rawValue: stmt.text(1)) ?? .apns,
                         state: DeliveryState(rawValue: stmt.text(2)) ?? .failed, attempts: Int(stmt.int64(3)),
                         httpStatus: stmt.optionalInt64(4).map { Int($0) }, reason: stmt.optionalText(5),
-                        updatedAt: stmt.int64(6)))
+                        updatedAt: stmt.int64(6), sentBy: stmt.optionalText(7)))
             }
             devices = list
         }
@@ -434,10 +437,10 @@ final class Queue {
         if !jobs.isEmpty {
             try db.statement(
                 """
-                UPDATE deliveries SET state = 'in_flight', attempts = attempts + 1, updated_at = ?
+                UPDATE deliveries SET state = 'in_flight', attempts = attempts + 1, updated_at = ?, sent_by = ?
                 WHERE delivery_id IN (SELECT value FROM json_each(?))
                 """
-            ).bind(.int(now), .text(Self.jsonList(jobs.map(\.deliveryID)))).run()
+            ).bind(.int(now), .text(instance), .text(Self.jsonList(jobs.map(\.deliveryID)))).run()
         }
         let next = try db.statement("SELECT min(next_attempt_at) FROM deliveries WHERE state IN ('queued', 'retrying')")
         let nextDueAt = try next.step() ? next.optionalInt64(0) : nil

@@ -63,6 +63,8 @@ public struct MessageStatus: Sendable {
         public let httpStatus: Int?
         public let reason: String?
         public let updatedAt: Int64
+        /// The instance that made the latest attempt; nil before any.
+        public let sentBy: String?
     }
 
     public let messageID: String

@@ -73,7 +73,7 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     /// `keySupply`) only for an empty database.
     public init(
         path: String, keySupply: StoreKeySupply, keyFile: String, synchronous: Synchronous,
-        clock: any WallClock = SystemClock()
+        instance: String = InstanceName.host, clock: any WallClock = SystemClock()
     ) throws {
         self.path = path
         self.clock = clock
@@ -95,7 +95,7 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
         try Schema.migrate(db)
         let (key, keyOutcome) = try StoreKeyCheck.settle(db, supply: keySupply, keyFile: keyFile, database: path)
         self.keyOutcome = keyOutcome
-        let tables = Tables(registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key))
+        let tables = Tables(registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key, instance: instance))
         try tables.registry.expireTombstones(now: clock.nowMilliseconds())
         recoveredDeliveries = try tables.queue.recoverInFlight(now: clock.nowMilliseconds())
         db.resetActive()
@@ -108,7 +108,7 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
         self.thread = thread
         thread.start()
         do {
-            reader = try StoreReader(path: path, key: key)
+            reader = try StoreReader(path: path, key: key, instance: instance)
         } catch {
             close()
             throw error

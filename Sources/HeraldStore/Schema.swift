@@ -90,6 +90,10 @@ enum Schema {
             value BLOB NOT NULL
         ) STRICT;
         """,
+        // 6: the instance that made a delivery's latest attempt (push.status sent_by).
+        """
+        ALTER TABLE deliveries ADD COLUMN sent_by TEXT;
+        """,
     ]
 
     /// Brings the database to the newest version inside one transaction each.

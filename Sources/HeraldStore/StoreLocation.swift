@@ -19,12 +19,16 @@ public enum StoreLocation: Sendable, CustomStringConvertible {
     /// `keyFile` and the database) when the key does not belong to the
     /// database, or when there is no key and the database holds data: a key
     /// is created (by `keySupply`) only for an empty database.
+    /// `instance` names this Herald in what it records (`sent_by`).
     public func open(
-        keySupply: StoreKeySupply, keyFile: String, clock: any WallClock = SystemClock()
+        keySupply: StoreKeySupply, keyFile: String, instance: String = InstanceName.host,
+        clock: any WallClock = SystemClock()
     ) throws -> any DeliveryStore {
         switch self {
         case .sqlite(let path, let synchronous):
-            try SQLiteStore(path: path, keySupply: keySupply, keyFile: keyFile, synchronous: synchronous, clock: clock)
+            try SQLiteStore(
+                path: path, keySupply: keySupply, keyFile: keyFile, synchronous: synchronous, instance: instance,
+                clock: clock)
         }
     }
 }

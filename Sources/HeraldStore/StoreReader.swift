@@ -31,13 +31,13 @@ final class StoreReader: @unchecked Sendable {
 
     /// Opens the reader on a database the writer has already created and
     /// migrated, and starts its thread.
-    init(path: String, key: StoreKey) throws {
+    init(path: String, key: StoreKey, instance: String) throws {
         let db = try Database(path: path)
         sqlite3BusyTimeout(db, milliseconds: 5000)
         try db.execute("PRAGMA query_only = ON")
         try db.execute("PRAGMA temp_store = MEMORY")
         try db.execute("PRAGMA cache_size = -\(Self.cacheKiB)")
-        let tables = Tables(registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key))
+        let tables = Tables(registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key, instance: instance))
         db.resetActive()
         let owned = ReaderOwned(db: db, tables: tables)
         let thread = Thread { [self] in

@@ -215,7 +215,7 @@ struct OperationsTests {
 
     @Test("metrics: /metrics in the Prometheus text format, /livez and /readyz, 404 and 405; system.metrics the same")
     func metricsListener() throws {
-        let d = try DaemonProcess(metrics: "listen = 127.0.0.1:0")
+        let d = try DaemonProcess(server: "instance_id = ops-1.a_b", metrics: "listen = 127.0.0.1:0")
         defer { d.cleanup() }
         #expect(d.waitForLog("metrics_listening"))
         let port = try #require(d.metricsPort)
@@ -228,7 +228,8 @@ struct OperationsTests {
         #expect(m.value("herald_ready") == 1)
         #expect(m.value("herald_devices", ["platform": "fcm"]) == 1)
         #expect(m.value("herald_queue_depth") == 0)
-        #expect(m.value("herald_build_info", ["version": "0.1.0"]) == 1)
+        #expect(m.value("herald_build_info", ["version": "0.1.0", "herald_instance": "ops-1.a_b"]) == 1)
+        #expect(try d.call("system.stats").result?["instance"] as? String == "ops-1.a_b")
         #expect(m.value("herald_transport_state", ["app": "default", "transport": "fcm", "state": "disabled"]) == 1)
         for family in [
             "herald_sends_total", "herald_outcomes_total", "herald_retries_total", "herald_stale_removed_total",

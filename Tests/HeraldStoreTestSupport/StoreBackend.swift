@@ -40,17 +40,19 @@ public struct StoreScratch: Sendable {
 
     /// Opens (creating at first) the store with a key that must belong to it.
     public func open(
-        key: StoreKey, clock: any WallClock = SystemClock(), synchronous: Synchronous = .normal
+        key: StoreKey, clock: any WallClock = SystemClock(), synchronous: Synchronous = .normal,
+        instance: String = "test-instance"
     ) throws -> any DeliveryStore {
-        try open(keySupply: .key(key), keyFile: "(given key)", clock: clock, synchronous: synchronous)
+        try open(keySupply: .key(key), keyFile: "(given key)", clock: clock, synchronous: synchronous, instance: instance)
     }
 
     /// Opens (creating at first) the store as the daemon does.
     public func open(
         keySupply: StoreKeySupply, keyFile: String, clock: any WallClock = SystemClock(),
-        synchronous: Synchronous = .normal
+        synchronous: Synchronous = .normal, instance: String = "test-instance"
     ) throws -> any DeliveryStore {
-        try location(synchronous: synchronous).open(keySupply: keySupply, keyFile: keyFile, clock: clock)
+        try location(synchronous: synchronous).open(
+            keySupply: keySupply, keyFile: keyFile, instance: instance, clock: clock)
     }
 
     /// Deletes what the store left (close it first).

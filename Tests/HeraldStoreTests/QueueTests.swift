@@ -241,6 +241,42 @@ struct QueueTests {
         #expect(try t.status("no-such-message") == nil)
     }
 
+    @Test(
+        "status detail names the instance that made each delivery's latest attempt (sent_by)",
+        arguments: StoreBackend.allCases)
+    func sentBy(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
+        defer { t.close() }
+        _ = try t.register(Registration(app: "default", user: "ida", platform: .fcm, environment: nil, token: "i1"))
+        _ = try t.register(Registration(app: "default", user: "ida", platform: .fcm, environment: nil, token: "i2"))
+        let m = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["ida"])))
+        #expect(try t.status(m.messageID)?.devices?.map(\.sentBy) == [nil, nil], "nobody has sent yet")
+        let first = try t.claim(1)
+        try t.record(try #require(first.first), .retrying, status: 503, retryAt: 0)
+        #expect(try t.status(m.messageID)?.devices?.compactMap(\.sentBy) == ["test-instance"])
+        // Another instance on the same store takes the rest, and the retry.
+        t.store.close()
+        let other = try t.reopen(instance: "host-b")
+        defer { other.close() }
+        let jobs = try other.sync { s, done in s.claimDue(limit: 10, completion: done) }.jobs
+        #expect(jobs.count == 2)
+        let status = try #require(try other.sync { s, done in
+            s.status(app: "default", messageID: m.messageID, detail: true, completion: done)
+        })
+        #expect(status.devices?.map(\.sentBy) == ["host-b", "host-b"])
+        // Deliveries handed over at the commit are this instance's from the start.
+        let handed = try other.sync { s, done in
+            s.enqueue(
+                send(PushMessage(kind: .notification), to: .users(["ida"])),
+                handoff: [QueueLane(app: "default", platform: .fcm): 1], limit: 1, completion: done)
+        }
+        #expect(handed.claim.jobs.count == 1)
+        let afterHandOver = try #require(try other.sync { s, done in
+            s.status(app: "default", messageID: handed.accepted.messageID, detail: true, completion: done)
+        })
+        #expect(afterHandOver.devices?.map(\.sentBy).sorted { ($0 ?? "") < ($1 ?? "") } == [nil, "host-b"])
+    }
+
     @Test("a claimed job carries the whole message back, as accepted", arguments: StoreBackend.allCases)
     func messageRoundTrip(_ backend: StoreBackend) throws {
         let t = try TestStore(backend)

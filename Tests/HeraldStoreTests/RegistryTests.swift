@@ -33,8 +33,8 @@ struct TestStore {
     }
 
     /// The same store opened again (after `store.close()`: a restart).
-    func reopen(synchronous: Synchronous = .normal) throws -> any DeliveryStore {
-        try scratch.open(key: key, clock: clock, synchronous: synchronous)
+    func reopen(synchronous: Synchronous = .normal, instance: String = "test-instance") throws -> any DeliveryStore {
+        try scratch.open(key: key, clock: clock, synchronous: synchronous, instance: instance)
     }
 
     func register(_ r: Registration, cap: Int = 20) throws -> RegistrationOutcome {

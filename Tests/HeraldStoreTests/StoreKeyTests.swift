@@ -201,7 +201,7 @@ struct StoreKeyTests {
         // damaged too: one bad row does not decide.
         try d.edit(
             """
-            DROP TABLE store_meta; PRAGMA user_version = 4;
+            DROP TABLE store_meta; ALTER TABLE deliveries DROP COLUMN sent_by; PRAGMA user_version = 4;
             UPDATE devices SET token_sealed = zeroblob(length(token_sealed)) WHERE device_id = '\(ids[0])';
             """)
 

@@ -65,6 +65,28 @@ extension PushDelivery {
             }
         }
 
+        @Test("push.status detail names the instance that sent each delivery (sent_by); null when never attempted")
+        func sentBy() async throws {
+            try await withHarness(server: "instance_id = edge-7") { h in
+                let s = try await h.subscription()
+                try h.registerAPNs("sb", hex(1))
+                try h.registerAPNs("sb", hex(2), voip: true)
+                try h.registerFCM("sb", "fcm-sb")
+                try h.registerWeb("sb", s)
+                let r = try h.sendAndWait(["to": ["users": ["sb"]]])
+                #expect(counts(r)["delivered"] == 3)
+                let devices = deviceStates(try h.status(r["message_id"] as! String))
+                #expect(devices.count == 4)
+                for d in devices {
+                    if d["state"] as? String == "skipped" {
+                        #expect(d["sent_by"] is NSNull, "\(d)")
+                    } else {
+                        #expect(d["sent_by"] as? String == "edge-7", "\(d)")
+                    }
+                }
+            }
+        }
+
         @Test("priority maps per transport: apns-priority, android.priority, Urgency; ttl reaches every provider")
         func priorityAndTTL() async throws {
             try await withHarness { h in
