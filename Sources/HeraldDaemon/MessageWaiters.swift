@@ -118,7 +118,7 @@ final class MessageWaiters: @unchecked Sendable {
         switch result {
         case .failure(let error):
             log.error("store_failed", ["error": String(describing: error)])
-            for w in entry.waiters { w.reply(.failure(.internalError("store failure"))) }
+            for w in entry.waiters { w.reply(.failure(.storeUnavailable)) }
             waiting[id] = nil
             return
         case .success(nil):

@@ -119,7 +119,7 @@ extension HeraldService {
                 reply(.failure(.invalidParams(field: "to", reason: "addresses \(count) devices, more than \(limit)")))
             case .failure(let error):
                 log.error("store_failed", ["error": String(describing: error)])
-                reply(.failure(.internalError("store failure")))
+                reply(.failure(.storeUnavailable))
             }
         }
     }
@@ -240,7 +240,7 @@ extension HeraldService {
             case .success(nil): reply(.failure(AppError.notFound(id)))
             case .failure(let error):
                 log.error("store_failed", ["error": String(describing: error)])
-                reply(.failure(.internalError("store failure")))
+                reply(.failure(.storeUnavailable))
             }
         }
     }
@@ -281,7 +281,7 @@ extension HeraldService {
             case .success(nil): reply(.failure(AppError.notFound(id)))
             case .failure(let error):
                 log.error("store_failed", ["error": String(describing: error)])
-                reply(.failure(.internalError("store failure")))
+                reply(.failure(.storeUnavailable))
             }
         }
     }

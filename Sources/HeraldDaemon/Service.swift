@@ -183,7 +183,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
             case .failure(let error as RegistrationConflict): reply(.failure(AppError.conflict(error)))
             case .failure(let error):
                 log.error("store_failed", ["error": String(describing: error)])
-                reply(.failure(.internalError("store failure")))
+                reply(.failure(.storeUnavailable))
             }
         }
     }
@@ -520,7 +520,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         let log = self.log
         @Sendable func failed() {
             log.error("store_failed", ["error": what])
-            failure(.internalError("store failure"))
+            failure(.storeUnavailable)
         }
         guard let only else {
             store.queueDepth { depthResult in
@@ -571,4 +571,12 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         registerLimiter.expireIdle(now: now)
         unregisterLimiter.expireIdle(now: now)
     }
+}
+
+extension RPCError {
+    /// A call the store could not serve (a write or read that failed: the
+    /// database locked past its busy timeout, full, or unreachable): -32603
+    /// with `data.reason` `store_unavailable`. Nothing of the call is kept;
+    /// the client may try again. The cause is logged, never sent.
+    static let storeUnavailable = RPCError.internalError("store_unavailable")
 }
