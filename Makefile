@@ -17,7 +17,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # reliability checks set up loopback addresses in network namespaces they create.
 DEBIAN_PACKAGES := libssl-dev libsodium-dev libnghttp2-dev libjansson-dev \
 	libcurl4-openssl-dev libsqlite3-dev libinih-dev libmicrohttpd-dev openssl pkg-config python3 python3-venv \
-	nginx nghttp2-client systemd iproute2
+	nginx nghttp2-client systemd iproute2 postgresql libpq-dev
 
 VENV := .venv
 VENV_STAMP := $(VENV)/.requirements-installed
