@@ -1,6 +1,10 @@
 internal import CHeraldSys
 import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// A fixed set of connections, each owned by a thread of its own, taking
 /// jobs from one bounded queue: libpq's blocking calls never run on an event
 /// loop. A job gets its thread's connection (reconnected first if it broke,
@@ -19,6 +23,9 @@ public final class PostgresPool: @unchecked Sendable {
     private var queue: [Job] = []
     private var stopping = false
     private var running = 0
+    /// Joined by `close()`: it returns once every thread is gone, its
+    /// thread-local state (libpq's, OpenSSL's) freed.
+    private var threads: [pthread_t] = []
 
     /// Connections (and threads).
     public let size: Int
@@ -35,12 +42,20 @@ public final class PostgresPool: @unchecked Sendable {
         running = size
         for index in 0..<size {
             let name = "\(threadName)\(index)"
-            let thread = Thread { [self] in
+            let body = ThreadBody { [self] in
                 _ = hs_set_thread_name(name)
                 self.run(connection: PostgresConnection(configuration: configuration))
             }
-            thread.name = name
-            thread.start()
+            var thread = pthread_t()
+            let context = Unmanaged.passRetained(body).toOpaque()
+            let rc = pthread_create(
+                &thread, nil,
+                { context in
+                    Unmanaged<ThreadBody>.fromOpaque(context!).takeRetainedValue().run()
+                    return nil
+                }, context)
+            precondition(rc == 0, "pthread_create: \(rc)")
+            threads.append(thread)
         }
     }
 
@@ -89,7 +104,10 @@ public final class PostgresPool: @unchecked Sendable {
         stopping = true
         condition.broadcast()
         while running > 0 { condition.wait() }
+        let joining = threads
+        threads.removeAll()
         condition.unlock()
+        for thread in joining { pthread_join(thread, nil) }
     }
 
     private func run(connection: PostgresConnection) {
@@ -109,6 +127,12 @@ public final class PostgresPool: @unchecked Sendable {
             job.run(connection)
         }
     }
+}
+
+/// What a pool thread runs, handed to `pthread_create`.
+private final class ThreadBody {
+    let run: () -> Void
+    init(_ run: @escaping () -> Void) { self.run = run }
 }
 
 /// A one-shot result a caller can wait for.

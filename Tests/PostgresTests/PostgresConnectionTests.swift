@@ -61,6 +61,19 @@ struct PostgresConnectionTests {
         #expect(missing?.kind == .configuration)
         #expect(missing?.message.contains("/absent") == true)
 
+        // A password file is one short line: empty or longer than 4096 bytes is refused, its content unsaid.
+        let long = String(repeating: "p", count: 4097)
+        for content in ["", "\n", long, long + "\n"] {
+            try content.write(toFile: wrongFile, atomically: true, encoding: .utf8)
+            let error = postgresError {
+                try PostgresConnection(configuration: configuration(server, passwordFile: wrongFile)).connect()
+            }
+            #expect(error?.kind == .configuration, "\(content.count) bytes: \(String(describing: error))")
+            #expect(error.map { !"\($0)".contains("pppp") } == true)
+        }
+        try (real + "\nsecond line\n").write(toFile: wrongFile, atomically: true, encoding: .utf8)
+        try PostgresConnection(configuration: configuration(server, passwordFile: wrongFile)).connect()
+
         for dsn in ["\(server.dsn) password=\(real)", "postgresql://herald:\(real)@localhost/postgres"] {
             let error = postgresError { _ = try PostgresConfiguration(dsn: dsn) }
             #expect(error?.kind == .configuration)
