@@ -14,10 +14,12 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # nginx and nghttp2-client (h2load) are the fan-out benchmark's sink and ceiling; the
 # benchmark runs its own nginx on its own ports and never uses the system one.
 # systemd: systemd-analyze, systemd-sysusers and systemd-tmpfiles for test-units; iproute2: the
-# reliability checks set up loopback addresses in network namespaces they create.
+# reliability checks set up loopback addresses in network namespaces they create. postgresql and
+# libpq-dev: the Postgres module links libpq; its tests start throw-away servers of their own
+# (scripts/pg-test-server.sh) and never use the system one.
 DEBIAN_PACKAGES := libssl-dev libsodium-dev libnghttp2-dev libjansson-dev \
 	libcurl4-openssl-dev libsqlite3-dev libinih-dev libmicrohttpd-dev openssl pkg-config python3 python3-venv \
-	nginx nghttp2-client systemd iproute2
+	nginx nghttp2-client systemd iproute2 postgresql libpq-dev
 
 VENV := .venv
 VENV_STAMP := $(VENV)/.requirements-installed
@@ -32,12 +34,12 @@ CORE_FLAGS := -std=c11 -Wall -Wextra -Werror -DOPENSSL_API_COMPAT=30000 -DOPENSS
 CORE_LIBS := -lcrypto -lsodium -ljansson -lpthread
 SANITIZE := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # The Swift suites that drive the C layers (the HTTP/2 client over nghttp2, libcurl and HTTP/1.1,
-# SQLite) run again under ASan (with LeakSanitizer) and, for the C code, UBSan, in a build of their
+# SQLite, libpq) run again under ASan (with LeakSanitizer) and, for the C code, UBSan, in a build of their
 # own; the metrics tests run the sanitized daemon itself with its libmicrohttpd listener (a
 # sanitizer report makes the daemon exit non-zero at SIGTERM, which fails the test).
 SWIFT_SANITIZE := --scratch-path .build/sanitize --sanitize=address -Xcc -fsanitize=undefined \
 	-Xcc -fno-sanitize-recover=all
-SANITIZE_SUITES := APNsTests|HeraldSchedulerTests|HeraldStoreTests|HTTPClientTests|SenderTests|OperationsTests/metrics
+SANITIZE_SUITES := APNsTests|HeraldSchedulerTests|HeraldStoreTests|HTTPClientTests|SenderTests|PostgresTests|OperationsTests/metrics
 
 .PHONY: deps debian-deps python-deps bench-deps build run demo openrpc test test-c test-swift test-sanitize \
 	test-interop bench bench-crypto bench-rpc bench-delivery bench-fanout bench-quick clean \

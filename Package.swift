@@ -55,6 +55,8 @@ let package = Package(
         ),
         .systemLibrary(name: "CSQLite", path: "CSources/CSQLite"),
         .systemLibrary(name: "CInih", path: "CSources/CInih"),
+        .systemLibrary(name: "CLibPQ", path: "CSources/CLibPQ", providers: [.apt(["libpq-dev"])]),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "CHeraldSys"], swiftSettings: strictSwift),
         .target(
             name: "HeraldCrypto",
             dependencies: ["CHeraldCrypto"],
@@ -149,6 +151,8 @@ let package = Package(
             dependencies: ["HeraldStore", "HeraldCrypto", "HeraldCore", "CSQLite", "HeraldTestSupport", "HeraldStoreTestSupport"],
             swiftSettings: strictSwift
         ),
+        .testTarget(
+            name: "PostgresTests", dependencies: ["Postgres", "HeraldTestSupport", "HeraldIO"], swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldDaemonTests",
             dependencies: ["HeraldDaemon", "HeraldCore", "JSONRPC", "herald", "HeraldTestSupport"],
