@@ -83,7 +83,7 @@ let package = Package(
             swiftSettings: strictSwift),
         .target(
             name: "HeraldStore",
-            dependencies: ["HeraldCore", "HeraldCrypto", "JSONRPC", "CSQLite", "CHeraldSys"],
+            dependencies: ["HeraldCore", "HeraldCrypto", "JSONRPC", "CSQLite", "CHeraldSys", "Postgres"],
             swiftSettings: strictSwift
         ),
         .target(

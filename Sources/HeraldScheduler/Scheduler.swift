@@ -711,12 +711,19 @@ public final class Scheduler: @unchecked Sendable {
                 let job = h.job
                 store.removeStale(
                     deliveryID: job.deliveryID, deviceID: job.deviceID, tokenHash: job.tokenHash,
-                    httpStatus: h.httpStatus, reason: h.reason
+                    httpStatus: h.httpStatus, reason: h.reason, windowCap: settings.stale.windowCap
                 ) { [self] result in
                     switch result {
-                    case .success(let removed):
+                    case .success(.refusedWindowCap):
                         log?.info(
-                            removed ? "device_removed_stale" : "stale_device_kept",
+                            "stale_deletion_refused",
+                            [
+                                "device": job.deviceID, "platform": job.platform.rawValue,
+                                "why": StaleRefusal.windowCapReached.rawValue, "shared": "true",
+                            ])
+                    case .success(let removal):
+                        log?.info(
+                            removal == .removed ? "device_removed_stale" : "stale_device_kept",
                             [
                                 "device": job.deviceID, "platform": job.platform.rawValue, "reason": h.reason,
                                 "token_hash": String(job.tokenHash.prefix(12)),
@@ -725,7 +732,7 @@ public final class Scheduler: @unchecked Sendable {
                         log?.error("record_failed", ["message": job.messageID, "error": String(describing: error)])
                     }
                     queue.async { [self] in
-                        if case .success(true) = result {
+                        if case .success(.removed) = result {
                             counters[job.platform, default: PlatformCounters()].removedStale += 1
                         }
                         touched[job.messageID] = Self.unknownProgress

@@ -94,10 +94,14 @@ public protocol DeliveryStore: AnyObject, Sendable {
     func releaseCredentialWaits(lanes: [QueueLane], completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
 
     /// Deletes a stale device if it still holds `tokenHash`, and records the
-    /// delivery (`removed_stale`, or `failed` when the device moved on).
+    /// delivery (`removed_stale`, or `failed` when the device moved on). A
+    /// shared store (``isShared``) also holds the deletion to `windowCap` per
+    /// platform in any ``staleWindowMs`` across every instance, and refuses
+    /// it past that (`failed`, the reason saying why); a store with one
+    /// instance leaves the cap to the caller's own guard, which is exact.
     func removeStale(
-        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: String,
-        completion: @escaping @Sendable (Result<Bool, any Error>) -> Void)
+        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: String, windowCap: Int,
+        completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void)
 
     /// Deletes messages (and their deliveries) older than `retention` whose
     /// deliveries are all final; answers how many.
@@ -111,7 +115,44 @@ public protocol DeliveryStore: AnyObject, Sendable {
 
     /// A quick read that proves the database answers, for `system.health`.
     func ping(completion: @escaping @Sendable (Result<Void, any Error>) -> Void)
+
+    // MARK: Several instances
+
+    /// Whether other Herald instances may use this store at the same time
+    /// (PostgreSQL): then limits that must hold across instances are asked
+    /// of the store, and other instances' work arrives through the work
+    /// observer.
+    var isShared: Bool { get }
+
+    /// Sets what runs (on a store thread; hand work elsewhere quickly) when
+    /// work may be due that this instance did not queue itself: another
+    /// instance committed a message or released credential waits, or a
+    /// lease of a dead instance expired. A store no other instance uses
+    /// never calls it.
+    func setWorkObserver(_ observer: @escaping @Sendable () -> Void)
+
+    /// Takes one token of the rate bucket `bucket`, shared by every instance
+    /// on this store (`perMinute` tokens a minute, bursting to as many):
+    /// nil when allowed, else the milliseconds until a token is available.
+    /// A store only this instance uses answers nil at once: the caller's
+    /// own limiter is the whole truth.
+    func takeSharedToken(
+        _ bucket: String, perMinute: Int, completion: @escaping @Sendable (Result<Int64?, any Error>) -> Void)
 }
+
+/// What became of a stale device (see ``DeliveryStore/removeStale``).
+public enum StaleRemoval: Sendable, Equatable {
+    /// Deleted; the delivery is `removed_stale`.
+    case removed
+    /// Kept: it registered a new token meanwhile; the delivery is `failed`.
+    case kept
+    /// Kept: the deletions of the last window, across instances, reached
+    /// the cap; the delivery is `failed` with the reason.
+    case refusedWindowCap
+}
+
+/// The sliding window of the stale-deletion cap.
+public let staleWindowMs: Int64 = 60_000
 
 extension DeliveryStore {
     /// Takes up to `limit` due deliveries of any lane and marks them in flight.

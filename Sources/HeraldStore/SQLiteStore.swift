@@ -383,15 +383,15 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     /// Deletes a stale device if it still holds `tokenHash`, and records the
     /// delivery (`removed_stale`, or `failed` when the device moved on).
     public func removeStale(
-        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: String,
-        completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
+        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: String, windowCap: Int,
+        completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void
     ) {
         submit(
             durable: false,
             { t, now in
                 try t.queue.removeStale(
                     deliveryID: deliveryID, deviceID: deviceID, tokenHash: tokenHash, httpStatus: httpStatus,
-                    reason: reason, now: now)
+                    reason: reason, now: now) ? .removed : .kept
             }, completion)
     }
 
@@ -405,6 +405,21 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     /// Deliveries waiting and in flight.
     public func queueDepth(completion: @escaping @Sendable (Result<QueueDepth, any Error>) -> Void) {
         read({ t in try t.queue.depth() }, completion)
+    }
+
+    // MARK: One instance
+
+    /// One daemon owns a SQLite file.
+    public var isShared: Bool { false }
+
+    /// No other instance queues work here.
+    public func setWorkObserver(_ observer: @escaping @Sendable () -> Void) {}
+
+    /// The caller's own limiter is exact: always allowed.
+    public func takeSharedToken(
+        _ bucket: String, perMinute: Int, completion: @escaping @Sendable (Result<Int64?, any Error>) -> Void
+    ) {
+        completion(.success(nil))
     }
 
     /// A quick read that proves the database answers, for `system.health`.
