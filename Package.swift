@@ -135,7 +135,7 @@ let package = Package(
             ],
             swiftSettings: strictSwift),
         .target(
-            name: "HeraldStoreTestSupport", dependencies: ["HeraldStore", "HeraldCore", "HeraldCrypto"],
+            name: "HeraldStoreTestSupport", dependencies: ["HeraldStore", "HeraldCore", "HeraldCrypto", "Postgres", "HeraldTestSupport"],
             path: "Tests/HeraldStoreTestSupport", swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldSchedulerTests",
@@ -148,7 +148,10 @@ let package = Package(
         .testTarget(name: "TransportPayloadTests", dependencies: ["APNs", "FCM", "WebPush", "HeraldCore", "JSONRPC"], swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldStoreTests",
-            dependencies: ["HeraldStore", "HeraldCrypto", "HeraldCore", "CSQLite", "HeraldTestSupport", "HeraldStoreTestSupport"],
+            dependencies: [
+                "HeraldStore", "HeraldCrypto", "HeraldCore", "CSQLite", "HeraldTestSupport", "HeraldStoreTestSupport",
+                "Postgres",
+            ],
             swiftSettings: strictSwift
         ),
         .testTarget(

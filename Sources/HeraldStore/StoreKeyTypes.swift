@@ -33,6 +33,9 @@ public struct StoreKeyError: Error, Sendable, Equatable, CustomStringConvertible
         case noSealedRowOpens(devices: Int)
         /// There is no key file, and the database holds data.
         case keyMissing(devices: Int, messages: Int, deliveries: Int)
+        /// There is no key file, and the shared database already records a
+        /// key (another instance made it).
+        case keyRecordedElsewhere
     }
 
     public let problem: Problem
@@ -60,6 +63,10 @@ public struct StoreKeyError: Error, Sendable, Equatable, CustomStringConvertible
                 + "(\(devices) devices, \(messages) messages, \(deliveries) deliveries); a new key is created "
                 + "only for an empty database: restore the key file from its backup, "
                 + "or move the database aside to start with an empty one"
+        case .keyRecordedElsewhere:
+            return "the store key \(keyFile) is missing but the shared database \(database) already records a "
+                + "store key (another instance made it): copy that instance's key file here; every instance "
+                + "on one database needs the same key"
         }
     }
 }

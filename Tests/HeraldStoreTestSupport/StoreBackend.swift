@@ -2,6 +2,8 @@ public import Foundation
 public import HeraldCore
 public import HeraldCrypto
 public import HeraldStore
+import HeraldTestSupport
+public import Postgres
 
 /// The store backends the store tests run against. A test of the registry,
 /// the queue or the scheduler takes the backend as its argument
@@ -11,6 +13,9 @@ public import HeraldStore
 /// on it that reach into a backend's own storage).
 public enum StoreBackend: String, CaseIterable, Sendable, CustomStringConvertible {
     case sqlite
+    /// A database of its own on the test process's PostgreSQL server
+    /// (``PostgresServer/shared()``, started at first use).
+    case postgres
 
     public var description: String { rawValue }
 }
@@ -22,10 +27,28 @@ public struct StoreScratch: Sendable {
     /// A directory of the test's own (key files; SQLite's database).
     public let dir: URL
 
-    public init(_ backend: StoreBackend, prefix: String = "herald-store") throws {
+    /// The PostgreSQL database (`.postgres` only), created empty for this scratch.
+    public let postgres: PostgresStoreOptions?
+
+    public init(_ backend: StoreBackend, prefix: String = "herald-store", lease: Duration = .seconds(30)) throws {
         self.backend = backend
         dir = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        switch backend {
+        case .sqlite:
+            postgres = nil
+        case .postgres:
+            let server = try PostgresServer.shared()
+            let name = "herald_" + UUID().uuidString.prefix(12).lowercased().replacingOccurrences(of: "-", with: "")
+            let admin = try PostgresConfiguration(dsn: server.dsn, passwordFile: server.passwordFile)
+            let c = PostgresConnection(configuration: admin)
+            defer { c.close() }
+            try c.executeScript("CREATE DATABASE \(name)")
+            let dsn = server.dsn.replacingOccurrences(of: "dbname=postgres", with: "dbname=\(name)")
+            postgres = PostgresStoreOptions(
+                connection: try PostgresConfiguration(dsn: dsn, passwordFile: server.passwordFile), poolSize: 3,
+                lease: lease)
+        }
     }
 
     /// The SQLite database file (`.sqlite` only).
@@ -35,6 +58,7 @@ public struct StoreScratch: Sendable {
     public func location(synchronous: Synchronous = .normal) -> StoreLocation {
         switch backend {
         case .sqlite: .sqlite(path: databasePath, synchronous: synchronous)
+        case .postgres: .postgres(postgres!)
         }
     }
 
@@ -56,5 +80,15 @@ public struct StoreScratch: Sendable {
     }
 
     /// Deletes what the store left (close it first).
-    public func remove() { try? FileManager.default.removeItem(at: dir) }
+    public func remove() {
+        try? FileManager.default.removeItem(at: dir)
+        if let postgres, let server = try? PostgresServer.shared(),
+            let admin = try? PostgresConfiguration(dsn: server.dsn, passwordFile: server.passwordFile)
+        {
+            let c = PostgresConnection(configuration: admin)
+            defer { c.close() }
+            let name = postgres.connection.dsn.split(separator: " ").first { $0.hasPrefix("dbname=") }?.dropFirst(7)
+            if let name { try? c.executeScript("DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+        }
+    }
 }

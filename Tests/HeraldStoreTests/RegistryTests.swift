@@ -5,6 +5,7 @@ import HeraldCrypto
 import HeraldStore
 import HeraldStoreTestSupport
 import HeraldTestSupport
+import Postgres
 import Testing
 
 /// A clock the test moves by hand.
@@ -158,6 +159,18 @@ struct RegistryTests {
 private func sealedColumns(_ t: TestStore) throws -> [(deviceID: String, token: [UInt8], keys: [UInt8]?)] {
     switch t.backend {
     case .sqlite: try sqliteSealedColumns(t.scratch.databasePath)
+    case .postgres: try postgresSealedColumns(t.scratch.postgres!.connection)
+    }
+}
+
+/// The sealed columns of the store's device rows, read with libpq directly.
+private func postgresSealedColumns(_ configuration: PostgresConfiguration) throws
+    -> [(deviceID: String, token: [UInt8], keys: [UInt8]?)]
+{
+    let c = PostgresConnection(configuration: configuration)
+    defer { c.close() }
+    return try c.execute("SELECT device_id, token_sealed, keys_sealed FROM devices").rows.map {
+        (try $0.text(0), try $0.bytes(1), try $0.optionalBytes(2))
     }
 }
 

@@ -83,6 +83,7 @@ enum PostgresSchema {
         CREATE INDEX deliveries_by_user ON deliveries (app, user_name);
         CREATE INDEX deliveries_due ON deliveries (app, platform, next_attempt_at)
             WHERE state IN ('queued', 'retrying');
+        CREATE INDEX deliveries_next_due ON deliveries (next_attempt_at) WHERE state IN ('queued', 'retrying');
         CREATE INDEX deliveries_leased ON deliveries (lease_expires_at) WHERE state = 'in_flight';
         CREATE INDEX deliveries_pending_by_device ON deliveries (device_id, collapse_key)
             WHERE state IN ('queued', 'retrying');

@@ -1,0 +1,738 @@
+import Foundation
+import HeraldCore
+import HeraldCrypto
+import Postgres
+
+/// The durable delivery queue on PostgreSQL: the rules of ``Queue`` (SQLite)
+/// for several instances at once. Claims are leases: `FOR UPDATE SKIP LOCKED`
+/// takes due rows no other instance is taking, and a claimed row records its
+/// instance (`sent_by`) and when its lease runs out (`lease_expires_at`). A
+/// live instance renews its leases; rows whose lease ran out go back to the
+/// queue at the next claim of any instance. Idempotency keys and coalescing
+/// hold across instances through unique indexes: a job that loses a race
+/// fails its statement, and the store runs it again (see ``PostgresStore``),
+/// now seeing the winner's row.
+final class PostgresQueue: @unchecked Sendable {
+    private let key: StoreKey
+    let instance: String
+    let leaseMs: Int64
+    /// Never below the waiting deliveries this instance knows of; counted
+    /// again when an admission would pass the limit or the count is older
+    /// than `boundAgeMs` (other instances add to the queue too).
+    private let lock = NSLock()
+    private var pendingBound = 0
+    private var boundCountedAt: Int64 = .min / 2
+    static let boundAgeMs: Int64 = 1000
+
+    static let channel = "herald_work"
+
+    init(key: StoreKey, instance: String, leaseMs: Int64) {
+        self.key = key
+        self.instance = instance
+        self.leaseMs = leaseMs
+    }
+
+    // MARK: Array parameters
+
+    /// A PostgreSQL array literal of texts (every element quoted; nil is NULL).
+    static func textArray(_ values: [String?]) -> String {
+        var out = "{"
+        for (i, value) in values.enumerated() {
+            if i > 0 { out += "," }
+            guard let value else {
+                out += "NULL"
+                continue
+            }
+            out += "\""
+            for scalar in value.unicodeScalars {
+                switch scalar {
+                case "\"": out += "\\\""
+                case "\\": out += "\\\\"
+                case "\0": out += "\u{FFFD}"
+                default: out.unicodeScalars.append(scalar)
+                }
+            }
+            out += "\""
+        }
+        return out + "}"
+    }
+
+    /// A PostgreSQL array literal of `bytea` values (hex input form).
+    static func byteaArray(_ values: [[UInt8]?]) -> String {
+        "{" + values.map { value in value.map { "\"\\\\x" + $0.hexString + "\"" } ?? "NULL" }.joined(separator: ",") + "}"
+    }
+
+    static func bigintArray(_ values: [Int64]) -> String {
+        "{" + values.map(String.init).joined(separator: ",") + "}"
+    }
+
+    /// Free text Herald writes (reasons): PostgreSQL text cannot hold a NUL.
+    static func clean(_ text: String?) -> PostgresValue {
+        guard let text else { return .null }
+        return .text(text.utf8.contains(0) ? text.replacingOccurrences(of: "\0", with: "\u{FFFD}") : text)
+    }
+
+    // MARK: Enqueue
+
+    func enqueue(
+        _ c: PostgresConnection, _ e: Enqueue, now: Int64, handoff: [QueueLane: Int], handoffLimit: Int = .max
+    ) throws -> (accepted: Enqueued, claim: Claim) {
+        var idempotency: PostgresValue = .null
+        if let k = e.idempotencyKey {
+            let hash = SHA256.hash(Array(("idem:" + k).utf8))
+            idempotency = .bytes(hash)
+            // Taken in turn with any instance sending the same key: the
+            // second finds the first's message once it commits.
+            try PostgresRegistry.lock(c, PostgresRegistry.lockKey("idem", e.app, hash.hexString))
+            if let found = try c.execute(Statements.findIdempotent, [.text(e.app), .bytes(hash)]).first {
+                let id = try found.text(0)
+                if now - (try found.int64(1)) < Queue.idempotencyWindowMs {
+                    let counts = try stateCounts(c, id)
+                    let skipped = counts[.skipped] ?? 0
+                    return (
+                        Enqueued(
+                            messageID: id, devices: counts.values.reduce(0, +) - skipped, skipped: skipped,
+                            duplicate: true),
+                        Claim(jobs: [], finished: [], batchSizes: [:], nextDueAt: nil)
+                    )
+                }
+                try c.execute("UPDATE messages SET idempotency_hash = NULL WHERE message_id = $1", [.text(id)])
+            }
+        }
+        let targets = try resolve(c, e.recipients, app: e.app)
+        guard targets.count <= Queue.maxDevicesPerMessage else {
+            throw EnqueueError.tooManyDevices(count: targets.count, limit: Queue.maxDevicesPerMessage)
+        }
+        try admit(c, adding: targets.count, limit: e.pendingLimit, now: now)
+        let messageID = try SecureRandom.bytes(16).hexString
+        let expires = now + Int64(e.message.ttlSeconds) * 1000
+        var message = e.message
+        if message.collapseKey?.isEmpty ?? true {
+            message.collapseID = Queue.collapseID(app: e.app, idempotencyKey: e.idempotencyKey, messageID: messageID)
+        }
+        try c.execute(
+            Statements.insertMessage,
+            [
+                .text(messageID), .text(e.app), idempotency, .text(MessageCodec.encode(message)), .int(now),
+                .int(expires),
+            ])
+
+        struct Row {
+            let target: PostgresTarget
+            var state: DeliveryState
+            var reason: String?
+            var secrets: (token: String, keys: WebPushKeys?)?
+        }
+        var rows: [Row] = []
+        rows.reserveCapacity(targets.count)
+        var room = handoff
+        var roomLeft = handoffLimit
+        for target in targets {
+            var row = Row(target: target, state: .queued, reason: nil, secrets: nil)
+            if !e.message.kind.reaches(target.platform) {
+                row.state = .skipped
+                row.reason = "kind_not_for_platform"
+            } else if let why = e.disabled[target.platform] {
+                row.state = .skipped
+                row.reason = "transport_disabled: \(why)"
+            }
+            let lane = QueueLane(app: e.app, platform: target.platform)
+            if row.state == .queued, roomLeft > 0, (room[lane] ?? 0) > 0,
+                let secrets = unseal(token: target.tokenSealed, keys: target.keysSealed, deviceID: target.deviceID)
+            {
+                row.secrets = secrets
+                row.state = .inFlight
+                room[lane]! -= 1
+                roomLeft -= 1
+            }
+            rows.append(row)
+        }
+        if let collapse = e.message.collapseKey {
+            // A newer message with the same collapse key replaces one not yet
+            // sent; the unique index on queued rows makes this hold when two
+            // instances queue for the same device at once.
+            let ids = rows.filter { $0.state != .skipped }.map { Optional($0.target.deviceID) }
+            if !ids.isEmpty {
+                try c.execute(
+                    Statements.supersede,
+                    [.text("superseded by \(messageID)"), .int(now), .text(Self.textArray(ids)), .bytes(Array(collapse.utf8))])
+            }
+        }
+        let inserted = try c.execute(
+            Statements.insertDeliveries,
+            [
+                .text(messageID), .text(e.app), PostgresRegistry.bytes(e.message.collapseKey), .int(now),
+                .text(instance), .int(now + leaseMs),
+                .text(Self.textArray(rows.map { $0.target.deviceID })),
+                .text(Self.byteaArray(rows.map { Array($0.target.user.utf8) })),
+                .text(Self.textArray(rows.map { $0.target.platform.rawValue })),
+                .text(Self.textArray(rows.map { $0.target.tokenHash })),
+                .text(Self.textArray(rows.map { $0.state.rawValue })),
+                .text(Self.textArray(rows.map(\.reason))),
+            ])
+        var ids: [String: Int64] = [:]
+        for r in inserted.rows { ids[try r.text(1)] = try r.int64(0) }
+
+        var devices = 0
+        var skipped = 0
+        var jobs: [DeliveryJob] = []
+        var sizes: [BatchKey: Int] = [:]
+        var queuedLeft = false
+        for row in rows {
+            if row.state == .skipped {
+                skipped += 1
+                continue
+            }
+            devices += 1
+            sizes[BatchKey(messageID: messageID, platform: row.target.platform), default: 0] += 1
+            guard let secrets = row.secrets, let deliveryID = ids[row.target.deviceID] else {
+                queuedLeft = true
+                continue
+            }
+            let t = row.target
+            jobs.append(
+                DeliveryJob(
+                    deliveryID: deliveryID, messageID: messageID, app: e.app, deviceID: t.deviceID, user: t.user,
+                    platform: t.platform, environment: t.environment, token: secrets.token, keys: secrets.keys,
+                    tokenHash: t.tokenHash, registeredAt: t.registeredAt, message: message, acceptedAt: now,
+                    expiresAt: expires, previousAttempts: 0))
+        }
+        if queuedLeft { try notify(c) }
+        lock.withLock { pendingBound += devices }
+        let claim = Claim(jobs: jobs, finished: [], batchSizes: jobs.isEmpty ? [:] : sizes, nextDueAt: nil)
+        return (Enqueued(messageID: messageID, devices: devices, skipped: skipped, duplicate: false), claim)
+    }
+
+    /// Refuses `adding` more deliveries when the queue (every instance's)
+    /// would pass `limit`.
+    private func admit(_ c: PostgresConnection, adding: Int, limit: Int, now: Int64) throws {
+        let (bound, countedAt) = lock.withLock { (pendingBound, boundCountedAt) }
+        guard bound + adding > limit || now - countedAt >= Self.boundAgeMs else { return }
+        let d = try depth(c)
+        let counted = d.waiting + d.inFlight
+        lock.withLock {
+            pendingBound = counted
+            boundCountedAt = now
+        }
+        if counted + adding > limit { throw EnqueueError.queueFull(pending: counted, limit: limit) }
+    }
+
+    /// Wakes the other instances at commit (see ``PostgresStore``).
+    func notify(_ c: PostgresConnection) throws {
+        try c.execute(Statements.notify, [.text(Self.channel), .text(instance)])
+    }
+
+    struct PostgresTarget {
+        let deviceID: String
+        let user: String
+        let platform: Platform
+        let tokenHash: String
+        let environment: APNsEnvironment?
+        let tokenSealed: [UInt8]
+        let keysSealed: [UInt8]?
+        let registeredAt: Int64
+    }
+
+    private func resolve(_ c: PostgresConnection, _ recipients: Recipients, app: String) throws -> [PostgresTarget] {
+        let result: PostgresResult
+        switch recipients {
+        case .users(let users):
+            result = try c.execute(
+                Statements.resolveUsers, [.text(app), .text(Self.byteaArray(users.map { Array($0.utf8) }))])
+        case .devices(let ids):
+            result = try c.execute(Statements.resolveDevices, [.text(app), .text(Self.textArray(ids))])
+        }
+        var out: [PostgresTarget] = []
+        var seen = Set<String>()
+        for r in result.rows {
+            let id = try r.text(0)
+            guard seen.insert(id).inserted, let platform = Platform(rawValue: try r.text(2)) else { continue }
+            out.append(
+                PostgresTarget(
+                    deviceID: id, user: try PostgresRegistry.string(r, 1), platform: platform, tokenHash: try r.text(3),
+                    environment: try r.optionalText(4).flatMap(APNsEnvironment.init(rawValue:)),
+                    tokenSealed: try r.bytes(5), keysSealed: try r.optionalBytes(6), registeredAt: try r.int64(7)))
+        }
+        return out
+    }
+
+    private func stateCounts(_ c: PostgresConnection, _ messageID: String) throws -> [DeliveryState: Int] {
+        var counts: [DeliveryState: Int] = [:]
+        for r in try c.execute(Statements.stateCounts, [.text(messageID)]).rows {
+            if let s = DeliveryState(rawValue: try r.text(0)) { counts[s] = Int(try r.int64(1)) }
+        }
+        return counts
+    }
+
+    // MARK: Status and cancel
+
+    func status(_ c: PostgresConnection, app: String, messageID: String, detail: Bool) throws -> MessageStatus? {
+        guard
+            let m = try c.execute(
+                "SELECT created_at FROM messages WHERE app = $1 AND message_id = $2", [.text(app), .text(messageID)]
+            ).first
+        else { return nil }
+        var devices: [MessageStatus.Device]?
+        if detail {
+            devices = try c.execute(
+                """
+                SELECT device_id, platform, state, attempts, http_status, reason, updated_at, sent_by
+                FROM deliveries WHERE message_id = $1 ORDER BY delivery_id
+                """, [.text(messageID)]
+            ).rows.map { r in
+                MessageStatus.Device(
+                    deviceID: try r.text(0), platform: Platform(rawValue: try r.text(1)) ?? .apns,
+                    state: DeliveryState(rawValue: try r.text(2)) ?? .failed, attempts: Int(try r.int64(3)),
+                    httpStatus: try r.optionalInt64(4).map { Int($0) }, reason: try r.optionalText(5),
+                    updatedAt: try r.int64(6), sentBy: try r.optionalText(7))
+            }
+        }
+        return MessageStatus(
+            messageID: messageID, createdAt: try m.int64(0), counts: try stateCounts(c, messageID), devices: devices)
+    }
+
+    func cancel(_ c: PostgresConnection, app: String, messageID: String, now: Int64) throws -> Int? {
+        guard
+            try c.execute("SELECT 1 FROM messages WHERE app = $1 AND message_id = $2", [.text(app), .text(messageID)])
+                .first != nil
+        else { return nil }
+        return try c.execute(
+            """
+            UPDATE deliveries SET state = 'skipped', reason = 'cancelled', updated_at = $1
+            WHERE message_id = $2 AND state IN ('queued', 'retrying')
+            """, [.int(now), .text(messageID)]
+        ).affectedRows
+    }
+
+    func releaseCredentialWaits(_ c: PostgresConnection, lanes: [QueueLane], now: Int64) throws -> Int {
+        var released = 0
+        for lane in lanes {
+            released += try c.execute(
+                """
+                UPDATE deliveries SET next_attempt_at = $1, updated_at = $1
+                WHERE state = 'retrying' AND reason = $2 AND platform = $3 AND next_attempt_at > $1 AND app = $4
+                """,
+                [.int(now), .text(DeliveryReason.credentialRejected), .text(lane.platform.rawValue), .text(lane.app)]
+            ).affectedRows
+        }
+        if released > 0 { try notify(c) }
+        return released
+    }
+
+    // MARK: Leases
+
+    /// This instance's deliveries left in flight by its previous run (a stop
+    /// or crash) go back to the queue; returns how many.
+    func recoverOwn(_ c: PostgresConnection, now: Int64) throws -> Int {
+        try c.execute(
+            """
+            UPDATE deliveries SET state = 'retrying', next_attempt_at = $1, updated_at = $1, lease_expires_at = NULL
+            WHERE state = 'in_flight' AND sent_by = $2
+            """, [.int(now), .text(instance)]
+        ).affectedRows
+    }
+
+    /// Deliveries whose lease ran out (their instance stopped renewing) go
+    /// back to the queue, due now; returns how many.
+    func requeueExpired(_ c: PostgresConnection, now: Int64) throws -> Int {
+        let n = try c.execute(Statements.requeueExpired, [.int(now)]).affectedRows
+        if n > 0 { try notify(c) }
+        return n
+    }
+
+    /// Extends the leases of this instance's deliveries in flight.
+    func renewLeases(_ c: PostgresConnection, now: Int64) throws -> Int {
+        try c.execute(Statements.renew, [.int(now + leaseMs), .text(instance)]).affectedRows
+    }
+
+    // MARK: Claims
+
+    /// Takes due deliveries as ``Queue/claimDue(lanes:others:now:)`` does,
+    /// skipping rows another instance is taking, and leases them.
+    func claimDue(_ c: PostgresConnection, lanes: [QueueLane: Int], others: Int, now: Int64) throws -> Claim {
+        _ = try requeueExpired(c, now: now)
+        var results: [PostgresResult] = []
+        let named = lanes.keys.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
+        for lane in named where lanes[lane]! > 0 {
+            results.append(
+                try c.execute(
+                    Statements.claimLane,
+                    [.text(lane.app), .text(lane.platform.rawValue), .int(now), .int(Int64(lanes[lane]!))]))
+        }
+        if others > 0 {
+            let excluded = Self.textArray(named.map { $0.app + "\u{1F}" + $0.platform.rawValue })
+            results.append(try c.execute(Statements.claimOthers, [.int(now), .text(excluded), .int(Int64(others))]))
+        }
+
+        var jobs: [DeliveryJob] = []
+        var expired: [(Int64, BatchKey)] = []
+        var gone: [(Int64, BatchKey)] = []
+        var unreadable: [(Int64, BatchKey)] = []
+        var unreadableDevices: [(deliveryID: Int64, deviceID: String)] = []
+        var messages: [String: PushMessage?] = [:]
+        for r in results.flatMap(\.rows) {
+            let id = try r.int64(0)
+            let messageID = try r.text(1)
+            let platform = Platform(rawValue: try r.text(5)) ?? .apns
+            let batch = BatchKey(messageID: messageID, platform: platform)
+            let expiresAt = try r.int64(7)
+            if now > DeliveryJob.sendDeadline(expiresAt: expiresAt) {
+                expired.append((id, batch))
+                continue
+            }
+            guard let tokenSealed = try r.optionalBytes(10) else {
+                gone.append((id, batch))
+                continue
+            }
+            if messages[messageID] == nil { messages[messageID] = MessageCodec.decode(try r.text(8)) }
+            guard let message = messages[messageID] ?? nil else {
+                try mark(c, id, .failed, reason: "unreadable stored message", now: now)
+                continue
+            }
+            let deviceID = try r.text(3)
+            guard let secrets = unseal(token: tokenSealed, keys: try r.optionalBytes(11), deviceID: deviceID) else {
+                unreadable.append((id, batch))
+                unreadableDevices.append((id, deviceID))
+                continue
+            }
+            jobs.append(
+                DeliveryJob(
+                    deliveryID: id, messageID: messageID, app: try r.text(2), deviceID: deviceID,
+                    user: try PostgresRegistry.string(r, 4), platform: platform,
+                    environment: try r.optionalText(9).flatMap(APNsEnvironment.init(rawValue:)),
+                    token: secrets.token, keys: secrets.keys, tokenHash: try r.text(12), registeredAt: try r.int64(13),
+                    message: message, acceptedAt: try r.int64(14), expiresAt: expiresAt,
+                    previousAttempts: Int(try r.int64(6))))
+        }
+        var sizes: [BatchKey: Int] = [:]
+        var touched: [String] = []
+        var seen = Set<String>()
+        for messageID in jobs.map(\.messageID) + (expired + gone + unreadable).map(\.1.messageID)
+        where seen.insert(messageID).inserted {
+            touched.append(messageID)
+        }
+        if !touched.isEmpty {
+            for r in try c.execute(Statements.batchSizes, [.text(Self.textArray(touched))]).rows {
+                if let p = Platform(rawValue: try r.text(1)) {
+                    sizes[BatchKey(messageID: try r.text(0), platform: p)] = Int(try r.int64(2))
+                }
+            }
+        }
+        for (id, _) in expired { try mark(c, id, .expired, reason: "ttl elapsed", now: now) }
+        for (id, _) in gone { try mark(c, id, .skipped, reason: "device removed", now: now) }
+        for (id, _) in unreadable { try markUnreadable(c, id, now: now) }
+        if !jobs.isEmpty {
+            try c.execute(
+                Statements.lease,
+                [.int(now), .text(instance), .int(now + leaseMs), .text(Self.bigintArray(jobs.map(\.deliveryID)))])
+        }
+        let next = try c.execute(Statements.nextDue, [.text(instance)]).first
+        let nextDueAt = [try next?.optionalInt64(0), try next?.optionalInt64(1)].compactMap { $0 }.min()
+        return Claim(
+            jobs: jobs, finished: (expired + gone + unreadable).map(\.1), batchSizes: sizes, nextDueAt: nextDueAt,
+            unreadable: unreadableDevices)
+    }
+
+    // MARK: Results
+
+    /// Records attempts' results, one statement per distinct result. Only a
+    /// delivery still in flight under this instance's lease changes: one
+    /// whose lease ran out and that another instance took keeps that
+    /// instance's attempt.
+    func record(_ c: PostgresConnection, _ records: [DeliveryRecord], now: Int64) throws {
+        struct Result: Hashable {
+            let state: DeliveryState
+            let httpStatus: Int?
+            let reason: String?
+            let nextAttemptAt: Int64?
+            let counted: Bool
+        }
+        var groups: [Result: [DeliveryRecord]] = [:]
+        for r in records {
+            groups[
+                Result(
+                    state: r.state, httpStatus: r.httpStatus, reason: r.reason, nextAttemptAt: r.nextAttemptAt,
+                    counted: r.countsAsAttempt), default: []
+            ].append(r)
+        }
+        for (result, members) in groups {
+            let updated = try c.execute(
+                Statements.record,
+                [
+                    .text(result.state.rawValue), .optional(result.httpStatus.map(Int64.init)), Self.clean(result.reason),
+                    .optional(result.nextAttemptAt), .int(now), .int(result.counted ? 0 : 1),
+                    .text(Self.bigintArray(members.map(\.deliveryID))), .text(instance),
+                ])
+            let devices = try updated.rows.map { Optional(try $0.text(0)) }
+            guard !devices.isEmpty else { continue }
+            switch result.state {
+            case .delivered:
+                try c.execute(
+                    Statements.deviceSuccess,
+                    [.int(now), .text(Self.textArray(devices)), .int(now - Queue.successResolutionMs)])
+            case .failed:
+                try c.execute(
+                    Statements.deviceFailure, [.int(now), Self.clean(result.reason), .text(Self.textArray(devices))])
+            default:
+                break
+            }
+        }
+    }
+
+    /// A stale device is deleted if it still holds `tokenHash` and the
+    /// deletions of the last window on its platform, across every instance,
+    /// are below `windowCap` (counted under a transaction lock per platform).
+    func removeStale(
+        _ c: PostgresConnection, deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?,
+        reason: String, windowCap: Int, now: Int64
+    ) throws -> StaleRemoval {
+        let holds = try c.execute(
+            "SELECT platform FROM devices WHERE device_id = $1 AND token_hash = $2", [.text(deviceID), .text(tokenHash)]
+        ).first
+        func finish(_ state: DeliveryState, _ why: String) throws {
+            try record(
+                c,
+                [
+                    DeliveryRecord(
+                        deliveryID: deliveryID, deviceID: deviceID, state: state, httpStatus: httpStatus, reason: why,
+                        nextAttemptAt: nil)
+                ], now: now)
+        }
+        guard let holds else {
+            try finish(.failed, "\(reason) (device kept: it registered a new token)")
+            return .kept
+        }
+        let platform = try holds.text(0)
+        try PostgresRegistry.lock(c, PostgresRegistry.lockKey("stale", platform))
+        try c.execute(
+            "DELETE FROM stale_deletions WHERE platform = $1 AND deleted_at <= $2",
+            [.text(platform), .int(now - staleWindowMs)])
+        let recent = try c.execute(
+            "SELECT count(*) FROM stale_deletions WHERE platform = $1", [.text(platform)]
+        ).first?.int64(0) ?? 0
+        guard recent < windowCap else {
+            try finish(.failed, "\(reason) (stale; not deleted: window_cap_reached)")
+            return .refusedWindowCap
+        }
+        try c.execute("DELETE FROM devices WHERE device_id = $1 AND token_hash = $2", [.text(deviceID), .text(tokenHash)])
+        try c.execute(
+            "INSERT INTO stale_deletions (platform, deleted_at) VALUES ($1, $2)", [.text(platform), .int(now)])
+        try finish(.removedStale, reason)
+        return .removed
+    }
+
+    /// Takes a token of a rate bucket shared by every instance: nil when
+    /// allowed, else the milliseconds until one is available.
+    func takeToken(_ c: PostgresConnection, bucket: String, perMinute: Int, now: Int64) throws -> Int64? {
+        let name = SHA256.hex("bucket:" + bucket)
+        let burst = Double(perMinute)
+        let perMs = Double(perMinute) / 60_000
+        try PostgresRegistry.lock(c, PostgresRegistry.lockKey("bucket", name))
+        var tokens = burst
+        if let row = try c.execute(
+            "SELECT tokens, updated_at FROM rate_buckets WHERE bucket = $1", [.text(name)]
+        ).first {
+            let stored = Double(try row.text(0)) ?? 0
+            tokens = min(burst, stored + Double(max(0, now - (try row.int64(1)))) * perMs)
+        }
+        let allowed = tokens >= 1
+        if allowed { tokens -= 1 }
+        try c.execute(
+            """
+            INSERT INTO rate_buckets (bucket, tokens, updated_at) VALUES ($1, $2::double precision, $3)
+            ON CONFLICT (bucket) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at
+            """, [.text(name), .text(String(tokens)), .int(now)])
+        return allowed ? nil : Int64(((1 - tokens) / perMs).rounded(.up))
+    }
+
+    // MARK: Housekeeping
+
+    func purge(_ c: PostgresConnection, before: Int64, now: Int64) throws -> Int {
+        let purged = try c.execute(
+            """
+            DELETE FROM messages m WHERE m.created_at < $1 AND NOT EXISTS (
+                SELECT 1 FROM deliveries d WHERE d.message_id = m.message_id
+                AND d.state IN ('queued', 'retrying', 'in_flight'))
+            """, [.int(before)]
+        ).affectedRows
+        // Buckets idle for an hour are full again; deletions past the window count no more.
+        try c.execute("DELETE FROM rate_buckets WHERE updated_at < $1", [.int(now - 3_600_000)])
+        try c.execute("DELETE FROM stale_deletions WHERE deleted_at <= $1", [.int(now - staleWindowMs)])
+        return purged
+    }
+
+    private func mark(_ c: PostgresConnection, _ id: Int64, _ state: DeliveryState, reason: String, now: Int64) throws {
+        try c.execute(
+            "UPDATE deliveries SET state = $1, reason = $2, updated_at = $3, lease_expires_at = NULL WHERE delivery_id = $4",
+            [.text(state.rawValue), .text(reason), .int(now), .int(id)])
+    }
+
+    private func markUnreadable(_ c: PostgresConnection, _ id: Int64, now: Int64) throws {
+        try mark(c, id, .failed, reason: Queue.unreadableRowReason, now: now)
+        try c.execute(
+            """
+            UPDATE devices SET last_failure_at = $1, last_failure_reason = $2
+            WHERE device_id = (SELECT device_id FROM deliveries WHERE delivery_id = $3)
+            """, [.int(now), .text(Queue.unreadableRowReason), .int(id)])
+    }
+
+    private func unseal(token: [UInt8], keys: [UInt8]?, deviceID: String) -> (token: String, keys: WebPushKeys?)? {
+        guard let raw = try? key.open(token, context: Identity.tokenContext(deviceID)) else { return nil }
+        guard let keys else { return (String(decoding: raw, as: UTF8.self), nil) }
+        guard let pair = try? key.open(keys, context: Identity.keysContext(deviceID)) else { return nil }
+        return (
+            String(decoding: raw, as: UTF8.self),
+            WebPushKeys(p256dh: Array(pair.prefix(65)), auth: Array(pair.dropFirst(65)))
+        )
+    }
+
+    func depth(_ c: PostgresConnection) throws -> QueueDepth {
+        guard let r = try c.execute(Statements.depth).first else { return QueueDepth(waiting: 0, inFlight: 0) }
+        return QueueDepth(waiting: Int(try r.int64(0)), inFlight: Int(try r.int64(1)))
+    }
+
+    func depthByApp(_ c: PostgresConnection) throws -> [String: QueueDepth] {
+        var out: [String: QueueDepth] = [:]
+        for r in try c.execute(
+            """
+            SELECT app, count(*) FILTER (WHERE state IN ('queued', 'retrying')), count(*) FILTER (WHERE state = 'in_flight')
+            FROM deliveries WHERE state IN ('queued', 'retrying', 'in_flight') GROUP BY app
+            """
+        ).rows {
+            out[try r.text(0)] = QueueDepth(waiting: Int(try r.int64(1)), inFlight: Int(try r.int64(2)))
+        }
+        return out
+    }
+
+    private enum Statements {
+        static let notify = PostgresStatement(name: "q_notify", sql: "SELECT pg_notify($1, $2)")
+        static let findIdempotent = PostgresStatement(
+            name: "q_idem", sql: "SELECT message_id, created_at FROM messages WHERE app = $1 AND idempotency_hash = $2")
+        static let insertMessage = PostgresStatement(
+            name: "q_message",
+            sql: """
+                INSERT INTO messages (message_id, app, idempotency_hash, payload, created_at, expires_at)
+                VALUES ($1, $2, $3, $4, $5, $6)
+                """)
+        static let supersede = PostgresStatement(
+            name: "q_supersede",
+            sql: """
+                UPDATE deliveries SET state = 'superseded', reason = $1, updated_at = $2
+                WHERE device_id = ANY($3::text[]) AND collapse_key = $4 AND state IN ('queued', 'retrying')
+                """)
+        static let insertDeliveries = PostgresStatement(
+            name: "q_deliveries",
+            sql: """
+                INSERT INTO deliveries (message_id, app, device_id, user_name, platform, token_hash, collapse_key, state,
+                    attempts, next_attempt_at, reason, updated_at, sent_by, lease_expires_at)
+                SELECT $1, $2, t.device_id, t.user_name, t.platform, t.token_hash, $3, t.state,
+                    CASE WHEN t.state = 'in_flight' THEN 1 ELSE 0 END, $4, t.reason, $4,
+                    CASE WHEN t.state = 'in_flight' THEN $5 END, CASE WHEN t.state = 'in_flight' THEN $6::bigint END
+                FROM unnest($7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[], $12::text[])
+                    WITH ORDINALITY AS t(device_id, user_name, platform, token_hash, state, reason, n)
+                ORDER BY t.n
+                RETURNING delivery_id, device_id
+                """)
+        static let resolveUsers = PostgresStatement(
+            name: "q_resolve_users",
+            sql: """
+                SELECT device_id, user_name, platform, token_hash, environment, token_sealed, keys_sealed, registered_at
+                FROM devices WHERE app = $1 AND user_name = ANY($2::bytea[]) ORDER BY user_name, registered_seq
+                """)
+        static let resolveDevices = PostgresStatement(
+            name: "q_resolve_devices",
+            sql: """
+                SELECT v.device_id, v.user_name, v.platform, v.token_hash, v.environment, v.token_sealed, v.keys_sealed,
+                    v.registered_at
+                FROM unnest($2::text[]) WITH ORDINALITY AS n(id, i) JOIN devices v ON v.device_id = n.id AND v.app = $1
+                ORDER BY n.i
+                """)
+        static let stateCounts = PostgresStatement(
+            name: "q_state_counts", sql: "SELECT state, count(*) FROM deliveries WHERE message_id = $1 GROUP BY state")
+        static let requeueExpired = PostgresStatement(
+            name: "q_requeue_expired",
+            sql: """
+                UPDATE deliveries SET state = 'retrying', next_attempt_at = $1, updated_at = $1, lease_expires_at = NULL,
+                    reason = 'lease expired'
+                WHERE delivery_id IN (
+                    SELECT delivery_id FROM deliveries WHERE state = 'in_flight' AND lease_expires_at < $1
+                    ORDER BY lease_expires_at LIMIT 10000 FOR UPDATE SKIP LOCKED)
+                """)
+        static let renew = PostgresStatement(
+            name: "q_renew",
+            sql: "UPDATE deliveries SET lease_expires_at = $1 WHERE state = 'in_flight' AND sent_by = $2")
+        static let claimColumns = """
+            SELECT d.delivery_id, d.message_id, d.app, d.device_id, d.user_name, d.platform, d.attempts, m.expires_at,
+                m.payload, v.environment, v.token_sealed, v.keys_sealed, v.token_hash, v.registered_at, m.created_at
+            FROM picked p JOIN deliveries d ON d.delivery_id = p.delivery_id
+            JOIN messages m ON m.message_id = d.message_id
+            LEFT JOIN devices v ON v.device_id = d.device_id
+            ORDER BY d.next_attempt_at, d.delivery_id
+            """
+        static let claimLane = PostgresStatement(
+            name: "q_claim_lane",
+            sql: """
+                WITH picked AS (
+                    SELECT delivery_id FROM deliveries
+                    WHERE app = $1 AND platform = $2 AND state IN ('queued', 'retrying') AND next_attempt_at <= $3
+                    ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+                \(claimColumns)
+                """)
+        static let claimOthers = PostgresStatement(
+            name: "q_claim_others",
+            sql: """
+                WITH picked AS (
+                    SELECT delivery_id FROM deliveries
+                    WHERE state IN ('queued', 'retrying') AND next_attempt_at <= $1
+                        AND (app || chr(31) || platform) <> ALL($2::text[])
+                    ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+                \(claimColumns)
+                """)
+        static let batchSizes = PostgresStatement(
+            name: "q_batch_sizes",
+            sql: """
+                SELECT message_id, platform, count(*) FROM deliveries
+                WHERE message_id = ANY($1::text[]) AND state IN ('queued', 'retrying', 'in_flight')
+                GROUP BY message_id, platform
+                """)
+        static let lease = PostgresStatement(
+            name: "q_lease",
+            sql: """
+                UPDATE deliveries SET state = 'in_flight', attempts = attempts + 1, updated_at = $1, sent_by = $2,
+                    lease_expires_at = $3
+                WHERE delivery_id = ANY($4::bigint[])
+                """)
+        static let nextDue = PostgresStatement(
+            name: "q_next_due",
+            sql: """
+                SELECT (SELECT min(next_attempt_at) FROM deliveries WHERE state IN ('queued', 'retrying')),
+                    (SELECT min(lease_expires_at) FROM deliveries WHERE state = 'in_flight' AND sent_by <> $1)
+                """)
+        static let record = PostgresStatement(
+            name: "q_record",
+            sql: """
+                UPDATE deliveries SET state = $1, http_status = $2, reason = $3,
+                    next_attempt_at = COALESCE($4, next_attempt_at), updated_at = $5,
+                    attempts = greatest(0, attempts - $6), lease_expires_at = NULL
+                WHERE delivery_id = ANY($7::bigint[]) AND state = 'in_flight' AND sent_by = $8
+                RETURNING device_id
+                """)
+        static let deviceSuccess = PostgresStatement(
+            name: "q_device_success",
+            sql: """
+                UPDATE devices SET last_success_at = $1
+                WHERE device_id = ANY($2::text[]) AND (last_success_at IS NULL OR last_success_at <= $3)
+                """)
+        static let deviceFailure = PostgresStatement(
+            name: "q_device_failure",
+            sql: """
+                UPDATE devices SET last_failure_at = $1, last_failure_reason = $2 WHERE device_id = ANY($3::text[])
+                """)
+        static let depth = PostgresStatement(
+            name: "q_depth",
+            sql: """
+                SELECT count(*) FILTER (WHERE state IN ('queued', 'retrying')), count(*) FILTER (WHERE state = 'in_flight')
+                FROM deliveries WHERE state IN ('queued', 'retrying', 'in_flight')
+                """)
+    }
+}
