@@ -451,6 +451,8 @@ private final class Listener: @unchecked Sendable {
         self.renewEveryMs = renewEvery
     }
 
+    /// Starts the thread and returns once it listens (or its first attempt
+    /// failed): work another instance queues after the store opened wakes this one.
     func start(onWork: @escaping @Sendable () -> Void) {
         condition.lock()
         stopped = false
@@ -462,6 +464,19 @@ private final class Listener: @unchecked Sendable {
         thread.name = "herald-pg-listen"
         self.thread = thread
         thread.start()
+        condition.lock()
+        while !settled { condition.wait() }
+        condition.unlock()
+    }
+
+    /// The first LISTEN was answered (or failed).
+    private var settled = false
+
+    private func settle() {
+        condition.lock()
+        settled = true
+        condition.broadcast()
+        condition.unlock()
     }
 
     func stop() {
@@ -486,6 +501,7 @@ private final class Listener: @unchecked Sendable {
             do {
                 if !listening {
                     // Once: the connection listens again by itself after a reconnect.
+                    defer { settle() }
                     try c.listen(PostgresQueue.channel)
                     listening = true
                 }

@@ -1,0 +1,301 @@
+import Foundation
+import HeraldCore
+import HeraldCrypto
+import HeraldStore
+import HeraldStoreTestSupport
+import HeraldTestSupport
+import Postgres
+import Testing
+
+/// Two instances on one PostgreSQL database, each with its own store (pool,
+/// listener, instance name), as two hosts' daemons would be.
+private struct TwoInstances {
+    let scratch: StoreScratch
+    let key: StoreKey
+    let clock = ManualClock()
+    var a: any DeliveryStore
+    var b: any DeliveryStore
+
+    init(lease: Duration = .seconds(30)) throws {
+        scratch = try StoreScratch(.postgres, prefix: "herald-shared", lease: lease)
+        key = try StoreKey.generate()
+        a = try scratch.open(key: key, clock: clock, instance: "host-a")
+        b = try scratch.open(key: key, clock: clock, instance: "host-b")
+    }
+
+    func close() {
+        a.close()
+        b.close()
+        scratch.remove()
+    }
+
+    func register(_ s: any DeliveryStore, _ r: Registration) throws -> RegistrationOutcome {
+        try s.sync { s, done in s.register(r, deviceCap: 1000, completion: done) }
+    }
+
+    func enqueue(_ s: any DeliveryStore, _ e: Enqueue) throws -> Enqueued {
+        try s.sync { s, done in s.enqueue(e, completion: done) }
+    }
+
+    func claim(_ s: any DeliveryStore, _ limit: Int = 1000) throws -> Claim {
+        try s.sync { s, done in s.claimDue(limit: limit, completion: done) }
+    }
+
+    func status(_ s: any DeliveryStore, _ id: String) throws -> MessageStatus {
+        try #require(try s.sync { s, done in s.status(app: "default", messageID: id, detail: true, completion: done) })
+    }
+
+    /// `n` FCM devices of one user, registered through `s`.
+    func devices(_ s: any DeliveryStore, user: String, _ n: Int) throws {
+        for i in 0..<n {
+            _ = try register(s, Registration(app: "default", user: user, platform: .fcm, environment: nil, token: "t-\(user)-\(i)"))
+        }
+    }
+
+    /// Runs both bodies at once on two threads and returns both results.
+    func concurrently<T: Sendable>(_ first: @escaping @Sendable () throws -> T, _ second: @escaping @Sendable () throws -> T)
+        throws -> (T, T)
+    {
+        let results = ResultPair<T>()
+        let group = DispatchGroup()
+        DispatchQueue.global().async(group: group) { results.set(0, Result { try first() }) }
+        DispatchQueue.global().async(group: group) { results.set(1, Result { try second() }) }
+        group.wait()
+        return (try results.get(0), try results.get(1))
+    }
+}
+
+private final class ResultPair<T: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var values: [Int: Result<T, any Error>] = [:]
+    func set(_ i: Int, _ r: Result<T, any Error>) { lock.withLock { values[i] = r } }
+    func get(_ i: Int) throws -> T { try lock.withLock { values[i]! }.get() }
+}
+
+private final class Flag: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var raised = 0
+    func raise() {
+        condition.lock()
+        raised += 1
+        condition.broadcast()
+        condition.unlock()
+    }
+    /// Whether it was raised within `seconds`.
+    func wait(seconds: Double) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        let deadline = Date().addingTimeInterval(seconds)
+        while raised == 0 { if !condition.wait(until: deadline) { return raised > 0 } }
+        return true
+    }
+}
+
+private func fcmSend(_ user: String, key: String? = nil, collapse: String? = nil) -> Enqueue {
+    var message = PushMessage(kind: .notification)
+    message.collapseKey = collapse
+    return Enqueue(app: "default", message: message, recipients: .users([user]), idempotencyKey: key, disabled: [:])
+}
+
+@Suite("Several instances on one PostgreSQL database")
+struct SharedStoreTests {
+    @Test("a device registered through one instance is sent through the other; claims never overlap")
+    func sharedRegistryAndDisjointClaims() throws {
+        let t = try TwoInstances()
+        defer { t.close() }
+        try t.devices(t.a, user: "ann", 300)
+        let accepted = try t.enqueue(t.b, fcmSend("ann"))
+        #expect(accepted.devices == 300)
+        let (ca, cb) = try t.concurrently({ try t.claim(t.a, 200) }, { try t.claim(t.b, 200) })
+        let ida = Set(ca.jobs.map(\.deliveryID))
+        let idb = Set(cb.jobs.map(\.deliveryID))
+        #expect(ida.isDisjoint(with: idb))
+        #expect(ida.count + idb.count == 300)
+        let status = try t.status(t.a, accepted.messageID)
+        let senders = Dictionary(grouping: status.devices ?? [], by: { $0.sentBy ?? "" }).mapValues(\.count)
+        #expect(senders["host-a"] == ida.count && senders["host-b"] == idb.count)
+        // A result recorded by the instance that does not hold the lease changes nothing.
+        let foreign = try #require(cb.jobs.first)
+        try t.a.sync { s, done in
+            s.record([DeliveryRecord(deliveryID: foreign.deliveryID, deviceID: foreign.deviceID, state: .delivered, httpStatus: 200, reason: nil, nextAttemptAt: nil)], completion: done)
+        }
+        #expect(try t.status(t.a, accepted.messageID).counts[.delivered] == nil)
+        try t.b.sync { s, done in
+            s.record([DeliveryRecord(deliveryID: foreign.deliveryID, deviceID: foreign.deviceID, state: .delivered, httpStatus: 200, reason: nil, nextAttemptAt: nil)], completion: done)
+        }
+        #expect(try t.status(t.a, accepted.messageID).counts[.delivered] == 1)
+    }
+
+    @Test("a dead instance's leases expire and the other sends its deliveries; its restart re-queues its own at once")
+    func leasesExpire() throws {
+        var t = try TwoInstances(lease: .seconds(5))
+        defer { t.close() }
+        try t.devices(t.a, user: "bob", 10)
+        let m = try t.enqueue(t.a, fcmSend("bob"))
+        let held = try t.claim(t.a)
+        #expect(held.jobs.count == 10)
+        // host-a dies holding them: its lease is not renewed any more.
+        t.a.close()
+        #expect(try t.claim(t.b).jobs.isEmpty)
+        let next = try t.claim(t.b).nextDueAt
+        #expect(next == t.clock.nowMilliseconds() + 5000)
+        t.clock.advance(5001)
+        let taken = try t.claim(t.b)
+        #expect(Set(taken.jobs.map(\.deliveryID)) == Set(held.jobs.map(\.deliveryID)))
+        #expect(taken.jobs.allSatisfy { $0.previousAttempts == 1 })
+        let status = try t.status(t.b, m.messageID)
+        #expect(status.devices?.allSatisfy { $0.sentBy == "host-b" && $0.attempts == 2 } == true)
+
+        // host-b restarts while they are in flight: they are queued again at its open.
+        t.b.close()
+        t.b = try t.scratch.open(key: t.key, clock: t.clock, instance: "host-b")
+        #expect(t.b.recoveredDeliveries == 10)
+        t.a = try t.scratch.open(key: t.key, clock: t.clock, instance: "host-a")
+        #expect(t.a.recoveredDeliveries == 0)
+        #expect(try t.claim(t.a).jobs.count == 10)
+    }
+
+    @Test("the same idempotency key sent through both instances at once yields one message")
+    func idempotencyAcrossInstances() throws {
+        let t = try TwoInstances()
+        defer { t.close() }
+        try t.devices(t.a, user: "cy", 50)
+        for round in 0..<5 {
+            let (x, y) = try t.concurrently(
+                { try t.enqueue(t.a, fcmSend("cy", key: "k-\(round)")) }, { try t.enqueue(t.b, fcmSend("cy", key: "k-\(round)")) })
+            #expect(x.messageID == y.messageID)
+            #expect(x.duplicate != y.duplicate)
+        }
+        #expect(try t.claim(t.a, 1000).jobs.count == 5 * 50)
+    }
+
+    @Test("coalescing holds across instances: one queued delivery per device and collapse key")
+    func coalescingAcrossInstances() throws {
+        let t = try TwoInstances()
+        defer { t.close() }
+        try t.devices(t.a, user: "dee", 40)
+        for _ in 0..<5 {
+            _ = try t.concurrently(
+                { try t.enqueue(t.a, fcmSend("dee", collapse: "score")) }, { try t.enqueue(t.b, fcmSend("dee", collapse: "score")) })
+        }
+        let claimed = try t.claim(t.a, 1000).jobs
+        #expect(claimed.count == 40)
+        #expect(Set(claimed.map(\.deviceID)).count == 40)
+    }
+
+    @Test("a rate bucket is shared: tokens taken through one instance are gone for the other")
+    func sharedRateBucket() throws {
+        let t = try TwoInstances()
+        defer { t.close() }
+        func take(_ s: any DeliveryStore) throws -> Int64? {
+            try s.sync { s, done in s.takeSharedToken("register\u{1F}default\u{1F}eve\u{0}x", perMinute: 20, completion: done) }
+        }
+        for i in 0..<20 { #expect(try take(i % 2 == 0 ? t.a : t.b) == nil) }
+        let wait = try #require(try take(t.b))
+        #expect(wait > 0 && wait <= 3000)
+        #expect(try take(t.a) != nil)
+        t.clock.advance(3000)
+        #expect(try take(t.a) == nil)
+        #expect(try take(t.b) != nil)
+    }
+
+    @Test("the stale-deletion window cap counts every instance's deletions")
+    func sharedStaleCap() throws {
+        let t = try TwoInstances()
+        defer { t.close() }
+        try t.devices(t.a, user: "fay", 6)
+        let m = try t.enqueue(t.a, fcmSend("fay"))
+        let ja = try t.claim(t.a, 3).jobs
+        let jb = try t.claim(t.b, 3).jobs
+        var outcomes: [StaleRemoval] = []
+        for (s, job) in zip([t.a, t.b, t.a, t.b, t.a, t.b], [ja[0], jb[0], ja[1], jb[1], ja[2], jb[2]]) {
+            outcomes.append(
+                try s.sync { s, done in
+                    s.removeStale(
+                        deliveryID: job.deliveryID, deviceID: job.deviceID, tokenHash: job.tokenHash, httpStatus: 404,
+                        reason: "UNREGISTERED", windowCap: 4, completion: done)
+                })
+        }
+        #expect(outcomes == [.removed, .removed, .removed, .removed, .refusedWindowCap, .refusedWindowCap])
+        let status = try t.status(t.a, m.messageID)
+        #expect(status.counts[.removedStale] == 4 && status.counts[.failed] == 2)
+        #expect(status.devices?.contains { $0.reason?.contains("window_cap_reached") == true } == true)
+        // A minute later the window has room again.
+        t.clock.advance(staleWindowMs + 1)
+        let more = try t.enqueue(t.b, fcmSend("fay"))
+        let job = try #require(try t.claim(t.b).jobs.first { $0.messageID == more.messageID })
+        let removal = try t.b.sync { s, done in
+            s.removeStale(
+                deliveryID: job.deliveryID, deviceID: job.deviceID, tokenHash: job.tokenHash, httpStatus: 404,
+                reason: "UNREGISTERED", windowCap: 4, completion: done)
+        }
+        #expect(removal == .removed)
+    }
+
+    @Test("work queued through one instance wakes the other (NOTIFY), not itself")
+    func notifyWakesTheOther() throws {
+        let t = try TwoInstances()
+        defer { t.close() }
+        let wokeA = Flag()
+        let wokeB = Flag()
+        t.a.setWorkObserver { wokeA.raise() }
+        t.b.setWorkObserver { wokeB.raise() }
+        try t.devices(t.a, user: "gus", 2)
+        _ = try t.enqueue(t.a, fcmSend("gus"))
+        #expect(wokeB.wait(seconds: 10))
+        #expect(!wokeA.wait(seconds: 0.3))
+    }
+
+    @Test("an instance without a key file never makes a second key for a shared database; a wrong key is refused")
+    func keyCheckShared() throws {
+        let t = try TwoInstances()
+        defer { t.close() }
+        #expect(t.a.keyOutcome == .created || t.a.keyOutcome == .recorded(sealedRows: 0))
+        #expect(t.b.keyOutcome == .verified)
+        let made = Flag()
+        #expect(throws: StoreKeyError.self) {
+            _ = try t.scratch.open(
+                keySupply: .missing(create: { made.raise(); return try StoreKey.generate() }), keyFile: "/etc/herald/store.key",
+                instance: "host-c")
+        }
+        #expect(!made.wait(seconds: 0))
+        do {
+            _ = try t.scratch.open(key: try StoreKey.generate(), instance: "host-d")
+            Issue.record("another key opened the database")
+        } catch let error as StoreKeyError {
+            #expect(error.problem == .checkValueDoesNotOpen)
+        }
+    }
+
+    @Test("a database restart: calls fail while it is away, and the store answers again by itself")
+    func databaseRestart() throws {
+        let server = try PostgresServer()
+        defer { server.destroy() }
+        let options = PostgresStoreOptions(
+            connection: try PostgresConfiguration(
+                dsn: server.dsn, passwordFile: server.passwordFile, reconnectDelay: .milliseconds(20),
+                maxReconnectDelay: .milliseconds(200)), poolSize: 2)
+        let store = try StoreLocation.postgres(options).open(keySupply: .key(try StoreKey.generate()), keyFile: "k")
+        defer { store.close() }
+        _ = try store.sync { s, done in
+            s.register(Registration(app: "default", user: "hal", platform: .fcm, environment: nil, token: "t1"), deviceCap: 20, completion: done)
+        }
+        try server.stop()
+        #expect(throws: (any Error).self) { try store.sync { s, done in s.ping(completion: done) } }
+        #expect(throws: (any Error).self) {
+            _ = try store.sync { s, done in
+                s.register(Registration(app: "default", user: "hal", platform: .fcm, environment: nil, token: "t2"), deviceCap: 20, completion: done)
+            }
+        }
+        try server.start()
+        let deadline = Date().addingTimeInterval(30)
+        var answered = false
+        while !answered && Date() < deadline {
+            answered = (try? store.sync { s, done in s.ping(completion: done) }) != nil
+            if !answered { Thread.sleep(forTimeInterval: 0.05) }
+        }
+        #expect(answered)
+        let devices = try store.sync { s, done in s.list(app: "default", user: "hal", completion: done) }
+        #expect(devices.count == 1)
+    }
+}
