@@ -6,11 +6,14 @@ public enum StoreLocation: Sendable, CustomStringConvertible {
     /// A SQLite database file on this host (created if needed), committed
     /// with `synchronous` (see ``Synchronous``).
     case sqlite(path: String, synchronous: Synchronous)
+    /// A PostgreSQL database that several Herald instances may share.
+    case postgres(PostgresStoreOptions)
 
     /// The database as logs and errors name it.
     public var description: String {
         switch self {
         case .sqlite(let path, _): path
+        case .postgres(let options): "postgresql (\(options.connection.dsn))"
         }
     }
 
@@ -29,6 +32,8 @@ public enum StoreLocation: Sendable, CustomStringConvertible {
             try SQLiteStore(
                 path: path, keySupply: keySupply, keyFile: keyFile, synchronous: synchronous, instance: instance,
                 clock: clock)
+        case .postgres:
+            throw StoreError(code: 0, message: "the PostgreSQL store is not merged yet")
         }
     }
 }
