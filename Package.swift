@@ -157,7 +157,7 @@ let package = Package(
             name: "HeraldDaemonTests",
             dependencies: [
                 "HeraldDaemon", "HeraldCore", "JSONRPC", "herald", "HeraldTestSupport", "HeraldStore", "HeraldCrypto",
-                "HeraldStoreTestSupport",
+                "HeraldStoreTestSupport", "HeraldIO", "WebPush",
             ],
             swiftSettings: strictSwift
         ),
