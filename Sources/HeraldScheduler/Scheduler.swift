@@ -851,9 +851,6 @@ public final class Scheduler: @unchecked Sendable {
         }
     }
 
-    /// Results still held when the daemon stops (for its last log line):
-    /// their deliveries stay in flight in the store and are sent again.
-    public var heldResultCount: Int { queue.sync { heldWrites.count + heldInTransit.count } }
 
     // MARK: Stale guards
 
