@@ -91,7 +91,7 @@ let package = Package(
             dependencies: [
                 "HeraldCore", "HeraldCrypto", "JSONRPC", "WebPush", "HeraldStore", "CInih",
                 "CHeraldSys", "HeraldIO", "APNs", "FCM", "HTTPClient", "HeraldDelivery", "HeraldScheduler",
-                "CHeraldHTTPD", "HTTP2",
+                "CHeraldHTTPD", "HTTP2", "Postgres",
             ],
             swiftSettings: strictSwift
         ),
@@ -158,7 +158,10 @@ let package = Package(
             name: "PostgresTests", dependencies: ["Postgres", "HeraldTestSupport", "HeraldIO"], swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldDaemonTests",
-            dependencies: ["HeraldDaemon", "HeraldCore", "JSONRPC", "herald", "HeraldTestSupport"],
+            dependencies: [
+                "HeraldDaemon", "HeraldCore", "JSONRPC", "herald", "HeraldTestSupport", "HeraldStore", "HeraldCrypto",
+                "HeraldStoreTestSupport", "HeraldIO", "WebPush",
+            ],
             swiftSettings: strictSwift
         ),
         .testTarget(

@@ -4,6 +4,7 @@ public import Glibc
 public import HeraldIO
 import HeraldCore
 import Foundation
+import Postgres
 
 /// Herald's configuration, read from an INI file (SPEC "Process and
 /// configuration"). Every key may be omitted; the defaults are the SPEC's.
@@ -77,9 +78,30 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
             case full, normal
         }
 
+        /// Which database holds the registry and the queue.
+        public enum Backend: String, Sendable, Equatable, CaseIterable {
+            /// A file in `state_dir`: one Herald on one host.
+            case sqlite
+            /// A PostgreSQL database that several Herald instances may share.
+            case postgres
+        }
+
         /// The 32-byte sealing key; created (0600) if absent.
         public var key: ConfigFileReference
+        public var backend = Backend.sqlite
+        /// SQLite's `synchronous` pragma (backend sqlite only).
         public var synchronous = Synchronous.full
+        /// A libpq connection string without a password (backend postgres
+        /// only, and required there); checked to parse at load.
+        public var dsn: String?
+        /// The file holding the database password (backend postgres only);
+        /// its mode is checked at startup, its contents read at each connect.
+        public var passwordFile: ConfigFileReference?
+        /// Database connections this instance holds (backend postgres only).
+        public var poolSize = 8
+        /// How long a claimed delivery stays this instance's without a
+        /// renewal (backend postgres only).
+        public var lease = Duration.seconds(30)
 
         public init(key: ConfigFileReference, synchronous: Synchronous = .full) {
             self.key = key
@@ -189,7 +211,12 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
 
             [store]
             key = \(store.key.path)
-            synchronous = \(store.synchronous.rawValue)
+            backend = \(store.backend.rawValue)
+            synchronous = \(store.backend == .sqlite ? store.synchronous.rawValue : "")
+            dsn = \(store.dsn ?? "")
+            password_file = \(store.passwordFile?.path ?? "")
+            pool_size = \(store.backend == .postgres ? String(store.poolSize) : "")
+            lease = \(store.backend == .postgres ? ConfigValue.seconds(store.lease) : "")
 
             [delivery]
             max_retries = \(delivery.maxRetries)
@@ -439,7 +466,7 @@ struct ConfigInterpreter {
             "socket", "socket_mode", "state_dir", "max_inflight", "log_level", "max_batch", "max_reply_bytes",
             "max_connections_per_uid", "request_timeout_ms", "instance_id",
         ],
-        "store": ["key", "synchronous"],
+        "store": ["key", "backend", "synchronous", "dsn", "password_file", "pool_size", "lease"],
         "delivery": [
             "max_retries", "backoff_base_ms", "backoff_max_ms", "stale_window_cap",
             "stale_batch_ratio", "stale_batch_min", "max_queued", "ping_timeout",
@@ -460,6 +487,11 @@ struct ConfigInterpreter {
     /// Line of each key set, by section name then key.
     private var lines: [String: [String: Int]] = [:]
     private var storeKey: (value: String, location: ConfigLocation)?
+    /// Where `[store] backend` was set, and the backend-specific keys given a
+    /// value, checked against the backend once every key is read.
+    private var storeBackendLocation: ConfigLocation?
+    private var storeSQLiteKeys: [ConfigLocation] = []
+    private var storePostgresKeys: [ConfigLocation] = []
 
     init(file: String, environment: [String: String]) {
         self.file = file
@@ -621,11 +653,43 @@ struct ConfigInterpreter {
             }
             try ConfigValue.checkFileName(value)
             storeKey = (value, location)
+        case "backend":
+            guard let backend = Store.Backend(rawValue: value.lowercased()) else {
+                throw ConfigValueProblem("must be sqlite or postgres \(ConfigValue.got(value))")
+            }
+            config.store.backend = backend
+            storeBackendLocation = location
         case "synchronous":
+            // Empty: the default (and how the effective config of a postgres store prints it).
+            guard !value.isEmpty else { return }
             guard let mode = Store.Synchronous(rawValue: value.lowercased()) else {
                 throw ConfigValueProblem("must be full or normal \(ConfigValue.got(value))")
             }
             config.store.synchronous = mode
+            storeSQLiteKeys.append(location)
+        case "dsn":
+            guard !value.isEmpty else { return }
+            storePostgresKeys.append(location)
+            do {
+                _ = try PostgresConfiguration(dsn: value)
+            } catch {
+                // The reason only: the string may hold what libpq could not parse.
+                throw ConfigValueProblem(
+                    "must be a libpq connection string without a password: \(error.message)")
+            }
+            config.store.dsn = value
+        case "password_file":
+            guard !value.isEmpty else { return }
+            config.store.passwordFile = try fileReference(value, location)
+            storePostgresKeys.append(location)
+        case "pool_size":
+            guard !value.isEmpty else { return }
+            config.store.poolSize = try ConfigValue.integer(value, 1...64)
+            storePostgresKeys.append(location)
+        case "lease":
+            guard !value.isEmpty else { return }
+            config.store.lease = try ConfigValue.seconds(value, 2000...600_000)
+            storePostgresKeys.append(location)
         default: throw unknownKey(in: "store")
         }
     }
@@ -700,6 +764,7 @@ struct ConfigInterpreter {
 
     /// Problems between keys, reported on the line of a key that is present.
     private mutating func checkCrossFields() {
+        checkStoreBackend()
         let delivery = config.delivery
         if delivery.backoffMax < delivery.backoffBase {
             let key = lines["delivery"]?["backoff_max_ms"] != nil ? "backoff_max_ms" : "backoff_base_ms"
@@ -728,6 +793,32 @@ struct ConfigInterpreter {
                     ConfigError(
                         key.location,
                         "Web Push also needs vapid_subject (mailto: or https:) in this section"))
+            }
+        }
+    }
+}
+
+extension ConfigInterpreter {
+    /// The backend's own keys go with it: a postgres store needs a dsn, and
+    /// neither backend takes the other's keys (a setting that would do
+    /// nothing is a mistake worth reporting).
+    fileprivate mutating func checkStoreBackend() {
+        switch config.store.backend {
+        case .sqlite:
+            for location in storePostgresKeys {
+                problems.append(ConfigError(location, "only with backend = postgres (this store is sqlite)"))
+            }
+        case .postgres:
+            for location in storeSQLiteKeys {
+                problems.append(ConfigError(location, "only with backend = sqlite (this store is postgres)"))
+            }
+            // A dsn that was given but refused has its own error.
+            let dsnGiven = storePostgresKeys.contains { $0.key == "dsn" }
+            if !dsnGiven, let location = storeBackendLocation {
+                problems.append(
+                    ConfigError(
+                        location,
+                        "backend = postgres needs dsn (a libpq connection string without a password) in this section"))
             }
         }
     }

@@ -32,9 +32,11 @@ public enum Daemon {
         let config: HeraldConfig
         let credentials: [String: LoadedCredentials]
         let storeKey: StoreKey?
+        let location: StoreLocation
         do {
             config = try HeraldConfig.load(path: path, environment: environment)
             credentials = try LoadedCredentials.load(config)
+            location = try config.storeLocation()
             try ensureDirectory(config.server.stateDirectory)
             // Not created here: the store creates one only for an empty database.
             storeKey = try config.store.loadKey()
@@ -47,12 +49,11 @@ public enum Daemon {
         signal(SIGPIPE, SIG_IGN)
 
         let store: any DeliveryStore
-        let databasePath = config.server.stateDirectory + "/herald.db"
+        // Names the database in logs: a path, or the connection string (which holds no password).
+        let databasePath = location.description
         let storeConfig = config.store
         do {
-            store = try StoreLocation.sqlite(
-                path: databasePath, synchronous: config.store.synchronous == .full ? .full : .normal
-            ).open(
+            store = try location.open(
                 keySupply: storeKey.map { .key($0) } ?? .missing(create: { try storeConfig.createKey() }),
                 keyFile: storeConfig.key.path, instance: config.server.instanceName)
         } catch let error as StoreKeyError {
@@ -116,6 +117,7 @@ public enum Daemon {
                 allowPrivate: config.endpoints.webPushAllowPrivate,
                 resolver: CachingResolver(SystemResolver(), ttl: .zero, negativeTTL: .zero)),
             clock: SystemClock(), instance: config.server.instanceName, log: log)
+        service.storeSummary = StoreSummary(location)
         let waiters = MessageWaiters(loop: loop, store: store, log: log)
         service.delivery = DeliveryWiring(
             scheduler: delivery.scheduler, maxQueued: config.delivery.maxQueued, waiters: waiters, providers: delivery.providers)
@@ -199,7 +201,10 @@ public enum Daemon {
         logApps(credentials, log: log)
         log.info(
             "herald_started",
-            ["version": HeraldService.version, "socket": listener.ownedPath ?? "systemd", "config": path])
+            [
+                "version": HeraldService.version, "socket": listener.ownedPath ?? "systemd", "config": path,
+                "store": databasePath,
+            ])
         loop.execute { service.serving = true }
         notifier.notify("READY=1\nSTATUS=serving")
 

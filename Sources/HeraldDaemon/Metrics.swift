@@ -146,6 +146,13 @@ extension HeraldService {
         m.single("herald_in_flight", .gauge, "Sends in flight or waiting for room on their lane.", s.inFlight)
         m.single("herald_stale_held", .gauge, "Stale devices waiting for their batch's verdict.", s.staleHeld)
         m.single(
+            "herald_store_held_results", .gauge,
+            "Results the store failed to take (a database outage), held in memory and written again.", s.heldResults)
+        m.single(
+            "herald_store_held_results_dropped_total", .counter,
+            "Held results dropped past the bound (their deliveries stay in flight in the store and are sent again).",
+            s.heldResultsDropped)
+        m.single(
             "herald_handed_over_total", .counter, "Deliveries sent straight from their message's commit (no claim).",
             s.handedOver)
         let platforms = Platform.allCases

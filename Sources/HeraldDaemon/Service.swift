@@ -7,6 +7,7 @@ import APNs
 import HeraldScheduler
 import HeraldStore
 import JSONRPC
+import Synchronization
 import WebPush
 
 /// Application error codes of the interface (SPEC "Errors").
@@ -55,6 +56,35 @@ struct DeliveryWiring: Sendable {
     let providers: ProviderClients
 }
 
+/// What `system.stats` and the metrics say of the store: its backend and,
+/// for PostgreSQL, the pool and the lease. Never the connection string.
+struct StoreSummary: Sendable, Equatable {
+    /// `sqlite` or `postgres`.
+    let backend: String
+    let poolSize: Int?
+    let leaseMs: Int64?
+
+    static let sqlite = StoreSummary(backend: "sqlite", poolSize: nil, leaseMs: nil)
+
+    init(backend: String, poolSize: Int?, leaseMs: Int64?) {
+        self.backend = backend
+        self.poolSize = poolSize
+        self.leaseMs = leaseMs
+    }
+
+    init(_ location: StoreLocation) {
+        switch location {
+        case .sqlite:
+            self = .sqlite
+        case .postgres(let options):
+            let (seconds, attoseconds) = options.lease.components
+            self.init(
+                backend: "postgres", poolSize: options.poolSize,
+                leaseMs: seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+        }
+    }
+}
+
 /// The Herald methods. `handle` runs on the event loop thread; store and
 /// resolver work completes on their own threads and replies from there.
 final class HeraldService: RequestHandler, @unchecked Sendable {
@@ -73,7 +103,12 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     // Loop thread only:
     private let registerLimiter = RateLimiter<AppUser>(perMinute: 20)
     private let unregisterLimiter = RateLimiter<AppUser>(perMinute: 40)
-    private(set) var rateLimited = 0
+    /// Calls refused with rate_limited, here or (shared store) by the
+    /// store's bucket, whose answer arrives on a store thread.
+    private let rateLimitedCount = Atomic<Int>(0)
+    var rateLimited: Int { rateLimitedCount.load(ordering: .relaxed) }
+    /// The store's backend, for `system.stats` (set before the server starts).
+    var storeSummary = StoreSummary.sqlite
     /// Latest store probe, for `system.health` (loop thread only).
     var storeHealth = "ok"
     /// Configuration reloads that took effect and that were refused (loop thread only).
@@ -168,8 +203,41 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
 
     private func limit(_ limiter: RateLimiter<AppUser>, app: String, user: String) throws(RPCError) {
         if let wait = limiter.take(AppUser(app: app, user: user), now: monotonicMilliseconds()) {
-            rateLimited += 1
+            rateLimitedCount.add(1, ordering: .relaxed)
             throw AppError.rateLimited(retryAfterMs: wait)
+        }
+    }
+
+    /// The per-user limits of `device.register` (20 a minute) and
+    /// `device.unregister` (40), as the store's shared buckets name them.
+    enum SharedLimit: String {
+        case register, unregister
+
+        var perMinute: Int { self == .register ? 20 : 40 }
+    }
+
+    /// With a store other instances share, the per-user limit holds across
+    /// all of them: after this instance's own limiter allowed the call, the
+    /// store's shared bucket must allow it too. `proceed` runs (on a store
+    /// thread then) only when both do; otherwise the call is answered
+    /// rate_limited, or store_unavailable when the store cannot say.
+    private func sharedLimit(
+        _ limit: SharedLimit, app: String, user: String, _ reply: @escaping Reply,
+        then proceed: @escaping @Sendable () -> Void
+    ) {
+        guard store.isShared else { return proceed() }
+        let bucket = limit.rawValue + "\u{1F}" + app + "\u{1F}" + user
+        store.takeSharedToken(bucket, perMinute: limit.perMinute) { [self] result in
+            switch result {
+            case .success(nil):
+                proceed()
+            case .success(let wait?):
+                self.rateLimitedCount.add(1, ordering: .relaxed)
+                reply(.failure(AppError.rateLimited(retryAfterMs: max(1, wait))))
+            case .failure(let error):
+                log.error("store_failed", ["error": String(describing: error)])
+                reply(.failure(.storeUnavailable))
+            }
         }
     }
 
@@ -248,7 +316,9 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
             ]
         }
         guard platform == .web else {
-            store.register(registration, deviceCap: cap, completion: done)
+            sharedLimit(.register, app: runtime.config.name, user: user, reply) {
+                store.register(registration, deviceCap: cap, completion: done)
+            }
             return
         }
         // The endpoint is resolved off the loop (on the guard's lookup threads, for at most
@@ -265,8 +335,11 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
                 reply(.failure(Self.endpointError(error)))
             }
         }
-        resolverQueue.async {
-            if let now = endpointGuard.check(registration.token, completion: checked) { checked(now) }
+        let resolverQueue = self.resolverQueue
+        sharedLimit(.register, app: runtime.config.name, user: user, reply) {
+            resolverQueue.async {
+                if let now = endpointGuard.check(registration.token, completion: checked) { checked(now) }
+            }
         }
     }
 
@@ -362,7 +435,12 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
             selector = .binding(platform: platform, environment: environment, token: token)
         }
         try limit(unregisterLimiter, app: runtime.config.name, user: user)
-        store.unregister(app: runtime.config.name, user: user, selector, completion: finish(reply) { ["removed": .int($0)] })
+        let store = self.store
+        let app = runtime.config.name
+        let done = finish(reply) { (n: Int) -> JSON in ["removed": .int(n)] }
+        sharedLimit(.unregister, app: app, user: user, reply) {
+            store.unregister(app: app, user: user, selector, completion: done)
+        }
     }
 
     private func list(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
@@ -454,6 +532,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         let rateLimited = self.rateLimited
         let scheduler = delivery?.scheduler.stats
         let apns = delivery?.providers.apns?.stats
+        let summary = storeSummary
         storeFigures(for: "stats", only: only, failure: { reply(.failure($0)) }) { depth, counts in
             var devices = JSONObject()
             for platform in Platform.allCases { devices.append(platform.rawValue, .int(counts[platform] ?? 0)) }
@@ -487,6 +566,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
                     "depth": .int(depth.waiting), "in_flight": .int(depth.inFlight),
                     "stale_held": .int(only == nil ? scheduler?.staleHeld ?? 0 : 0),
                 ],
+                "store": .object(Self.storeJSON(summary, heldResults: only == nil ? scheduler?.heldResults ?? 0 : 0)),
             ]
             if let only {
                 result.append("apps", .array(only.sorted().map { .string($0) }))
@@ -506,6 +586,16 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
             }
             reply(.success(.object(result)))
         }
+    }
+
+    /// `system.stats` `store`: the backend, for PostgreSQL its pool size and
+    /// lease, and the results held in memory until the store takes them.
+    static func storeJSON(_ summary: StoreSummary, heldResults: Int) -> JSONObject {
+        var object: JSONObject = ["backend": .string(summary.backend)]
+        if let poolSize = summary.poolSize { object.append("pool_size", .int(poolSize)) }
+        if let leaseMs = summary.leaseMs { object.append("lease_ms", .int(Int(leaseMs))) }
+        object.append("held_results", .int(heldResults))
+        return object
     }
 
     /// The queue depth and the device counts per platform, read from the

@@ -30,6 +30,19 @@ public struct SchedulerSettings: Sendable {
     public var credentialFirstRetry: Duration = .seconds(1)
     /// Web Push origins remembered as rejecting Herald (401/403), at most.
     public var degradedOriginLimit = 4096
+    /// Results the store failed to write (a database outage) held in memory
+    /// at most; nil: `max(4096, 4 × maxInflight)`. Past it the oldest are
+    /// dropped: their deliveries stay in flight in the store, which queues
+    /// them again (at a restart, or when their lease runs out), so they are
+    /// sent again rather than lost.
+    public var heldResultLimit: Int?
+    /// The first wait before held results are written again; it doubles
+    /// after each failure, up to `heldRetryMax`.
+    public var heldRetryFirst: Duration = .milliseconds(100)
+    public var heldRetryMax: Duration = .seconds(5)
+
+    /// `heldResultLimit`, or its default.
+    public var effectiveHeldResultLimit: Int { max(1, heldResultLimit ?? max(4096, 4 * maxInflight)) }
 
     public init(maxInflight: Int = 2000, backoff: BackoffPolicy = BackoffPolicy(), stale: StaleGuard.Settings = .init()) {
         self.maxInflight = maxInflight
@@ -87,6 +100,12 @@ public struct SchedulerStats: Sendable {
     public var staleHeld = 0
     /// Deliveries handed over at their message's commit (sent without a claim).
     public var handedOver = 0
+    /// Results (and stale-device removals) the store failed to take, held
+    /// in memory and written again with backoff.
+    public var heldResults = 0
+    /// Held results dropped past the bound since start; their deliveries
+    /// stay in flight in the store and are sent again.
+    public var heldResultsDropped = 0
 
     public init() {}
 }
@@ -189,6 +208,8 @@ public final class Scheduler: @unchecked Sendable {
 
     /// Starts claiming (what the store recovered at open is due at once).
     public func start() {
+        // Work another instance queued (or a dead one's expired leases): claim.
+        store.setWorkObserver { [weak self] in self?.wake() }
         queue.async { [self] in
             running = true
             let t = DispatchSource.makeTimerSource(queue: queue)
@@ -649,7 +670,7 @@ public final class Scheduler: @unchecked Sendable {
             DeliveryRecord(
                 deliveryID: job.deliveryID, deviceID: job.deviceID, state: state, httpStatus: httpStatus,
                 reason: reason, nextAttemptAt: nextAttemptAt, countsAsAttempt: countsAsAttempt))
-        pendingMessages[job.messageID, default: 0] += state.isFinal ? 1 : 0
+        messageOf[job.deliveryID] = job.messageID
         if pendingRecords.count >= Self.recordBatch || inFlight == 0 {
             // A full batch, or the last answer out: nothing more is coming to
             // gather, and a waiting `push.send` is answered a millisecond sooner.
@@ -662,31 +683,174 @@ public final class Scheduler: @unchecked Sendable {
         }
     }
 
-    /// Results gathered during this turn of the queue go to the store as one job.
+    /// Results gathered during this turn of the queue go to the store as one
+    /// job. While earlier results wait to be written again (the store failed
+    /// them), these join them instead, in order, for the retry to write.
     private func flushRecords() {
         flushScheduled = false
         guard !pendingRecords.isEmpty else { return }
         let records = pendingRecords
-        let messages = pendingMessages
         pendingRecords.removeAll(keepingCapacity: true)
-        pendingMessages.removeAll(keepingCapacity: true)
+        guard heldWrites.isEmpty && heldInTransit.isEmpty else {
+            hold(records.map { .record($0, final: $0.state.isFinal) })
+            return
+        }
+        write(records)
+    }
+
+    /// Writes results; those the store fails are held and written again.
+    private func write(_ records: [DeliveryRecord]) {
         store.record(records) { [self] result in
-            if case .failure(let error) = result {
-                log?.error("record_failed", ["deliveries": String(records.count), "error": String(describing: error)])
-            }
             queue.async { [self] in
-                touched.merge(messages) { a, b in a == Self.unknownProgress ? a : a + b }
-                scheduleProgress()
+                switch result {
+                case .success:
+                    wrote(records)
+                case .failure(let error):
+                    log?.error(
+                        "record_failed",
+                        ["deliveries": String(records.count), "error": String(describing: error), "held": "true"])
+                    hold(records.map { .record($0, final: $0.state.isFinal) })
+                }
             }
         }
+    }
+
+    /// The store took these results: the waiters of their messages hear of it.
+    private func wrote(_ records: [DeliveryRecord]) {
+        for record in records {
+            guard let messageID = messageOf[record.deliveryID] else { continue }
+            touched[messageID] = (touched[messageID] ?? 0).addingFinal(record.state.isFinal)
+        }
+        forgetMessages(of: records.map(\.deliveryID))
+        scheduleProgress()
     }
 
     /// Results handed to the store in one job at the most.
     static let recordBatch = 512
     private var pendingRecords: [DeliveryRecord] = []
-    /// Messages of `pendingRecords`, with how many of those records are final.
-    private var pendingMessages: [String: Int] = [:]
     private var flushScheduled = false
+
+    // MARK: Results the store failed to take
+
+    /// A write the store failed: an attempt's result, or a stale device's removal.
+    private enum HeldWrite {
+        case record(DeliveryRecord, final: Bool)
+        case stale(Held)
+
+        var deliveryID: Int64 {
+            switch self {
+            case .record(let r, _): r.deliveryID
+            case .stale(let h): h.job.deliveryID
+            }
+        }
+    }
+
+    /// Oldest first; written again with backoff until the store takes them.
+    private var heldWrites: [HeldWrite] = []
+    /// Taken from the front of `heldWrites` by the retry under way; put back
+    /// in front if it fails.
+    private var heldInTransit: [HeldWrite] = []
+    private var heldRetryScheduled = false
+    private var heldRetryDelay: Duration?
+    private var heldDropped = 0
+    /// Set by `drain`: the store is about to close, nothing more is retried.
+    private var heldStopped = false
+    /// The message of each delivery whose result is pending or held, so the
+    /// waiters of a message hear when its results are written.
+    private var messageOf: [Int64: String] = [:]
+
+    private func forgetMessages(of deliveryIDs: [Int64]) {
+        for id in deliveryIDs { messageOf[id] = nil }
+    }
+
+    /// Holds writes the store failed, drops the oldest past the bound, and
+    /// makes sure a retry is coming.
+    private func hold(_ writes: [HeldWrite]) {
+        heldWrites.append(contentsOf: writes)
+        let limit = settings.effectiveHeldResultLimit
+        let excess = heldWrites.count + heldInTransit.count - limit
+        if excess > 0 {
+            let n = min(excess, heldWrites.count)
+            let dropped = heldWrites.prefix(n).map(\.deliveryID)
+            heldWrites.removeFirst(n)
+            heldDropped += n
+            forgetMessages(of: dropped)
+            log?.warning(
+                "held_results_dropped",
+                [
+                    "count": String(n), "limit": String(limit),
+                    "why": "the store is not taking results; these deliveries stay in flight and will be sent again",
+                ])
+        }
+        publish()
+        scheduleHeldRetry()
+    }
+
+    private func scheduleHeldRetry() {
+        guard !heldRetryScheduled, !heldStopped, heldInTransit.isEmpty, !heldWrites.isEmpty else { return }
+        heldRetryScheduled = true
+        let delay = heldRetryDelay ?? settings.heldRetryFirst
+        let next = delay + delay
+        heldRetryDelay = next > settings.heldRetryMax ? settings.heldRetryMax : next
+        let ms = max(1, Int(delay.wholeMilliseconds))
+        queue.asyncAfter(deadline: .now() + .milliseconds(ms)) { [self] in
+            heldRetryScheduled = false
+            retryHeld()
+        }
+    }
+
+    /// Writes the oldest held results (up to a batch, or one stale removal);
+    /// on success the next go at once, on failure they wait longer.
+    private func retryHeld() {
+        guard heldInTransit.isEmpty, let first = heldWrites.first else { return }
+        if case .stale(let h) = first {
+            heldInTransit = [first]
+            heldWrites.removeFirst()
+            removeStale(h, retried: true)
+            return
+        }
+        var records: [DeliveryRecord] = []
+        var n = 0
+        while n < heldWrites.count, records.count < Self.recordBatch, case .record(let r, _) = heldWrites[n] {
+            records.append(r)
+            n += 1
+        }
+        heldInTransit = Array(heldWrites.prefix(n))
+        heldWrites.removeFirst(n)
+        let batch = records
+        store.record(batch) { [self] result in
+            queue.async { [self] in heldRetried(result.map { _ in () }, records: batch) }
+        }
+    }
+
+    /// The end of a retry: written (the rest follow at once) or held again.
+    private func heldRetried(_ result: Result<Void, any Error>, records: [DeliveryRecord]) {
+        let transit = heldInTransit
+        heldInTransit = []
+        switch result {
+        case .success:
+            heldRetryDelay = nil
+            if !records.isEmpty { wrote(records) }
+            if heldWrites.isEmpty {
+                log?.info("held_results_written", ["dropped_total": String(heldDropped)])
+                flushRecords()
+            } else {
+                retryHeld()
+            }
+            publish()
+        case .failure(let error):
+            heldWrites.insert(contentsOf: transit, at: 0)
+            if heldRetryDelay == settings.heldRetryMax {
+                log?.debug("held_results_retry_failed", ["error": String(describing: error)])
+            } else {
+                log?.warning(
+                    "held_results_retry_failed",
+                    ["held": String(heldWrites.count), "error": String(describing: error)])
+            }
+            hold([])
+        }
+    }
+
 
     // MARK: Stale guards
 
@@ -708,37 +872,11 @@ public final class Scheduler: @unchecked Sendable {
                 continue
             case .delete:
                 guard let h = held.removeValue(forKey: key) else { continue }
-                let job = h.job
-                store.removeStale(
-                    deliveryID: job.deliveryID, deviceID: job.deviceID, tokenHash: job.tokenHash,
-                    httpStatus: h.httpStatus, reason: h.reason, windowCap: settings.stale.windowCap
-                ) { [self] result in
-                    switch result {
-                    case .success(.refusedWindowCap):
-                        log?.info(
-                            "stale_deletion_refused",
-                            [
-                                "device": job.deviceID, "platform": job.platform.rawValue,
-                                "why": StaleRefusal.windowCapReached.rawValue, "shared": "true",
-                            ])
-                    case .success(let removal):
-                        log?.info(
-                            removal == .removed ? "device_removed_stale" : "stale_device_kept",
-                            [
-                                "device": job.deviceID, "platform": job.platform.rawValue, "reason": h.reason,
-                                "token_hash": String(job.tokenHash.prefix(12)),
-                            ])
-                    case .failure(let error):
-                        log?.error("record_failed", ["message": job.messageID, "error": String(describing: error)])
-                    }
-                    queue.async { [self] in
-                        if case .success(.removed) = result {
-                            counters[job.platform, default: PlatformCounters()].removedStale += 1
-                        }
-                        touched[job.messageID] = Self.unknownProgress
-                        scheduleProgress()
-                        publish()
-                    }
+                if heldWrites.isEmpty && heldInTransit.isEmpty {
+                    removeStale(h, retried: false)
+                } else {
+                    // Behind results the store has not taken yet: in order, by the retry.
+                    hold([.stale(h)])
                 }
             case .refused(let why):
                 guard let h = held.removeValue(forKey: key) else { continue }
@@ -748,6 +886,54 @@ public final class Scheduler: @unchecked Sendable {
                 finish(
                     h.job, state: .failed, httpStatus: h.httpStatus,
                     reason: "\(h.reason) (stale; not deleted: \(why.rawValue))", inFlight: false)
+            }
+        }
+    }
+
+    /// Deletes a stale device (if it still holds the token sent) and records
+    /// its delivery; a removal the store fails is held and tried again.
+    private func removeStale(_ h: Held, retried: Bool) {
+        let job = h.job
+        store.removeStale(
+            deliveryID: job.deliveryID, deviceID: job.deviceID, tokenHash: job.tokenHash,
+            httpStatus: h.httpStatus, reason: h.reason, windowCap: settings.stale.windowCap
+        ) { [self] result in
+            switch result {
+            case .success(.refusedWindowCap):
+                log?.info(
+                    "stale_deletion_refused",
+                    [
+                        "device": job.deviceID, "platform": job.platform.rawValue,
+                        "why": StaleRefusal.windowCapReached.rawValue, "shared": "true",
+                    ])
+            case .success(let removal):
+                log?.info(
+                    removal == .removed ? "device_removed_stale" : "stale_device_kept",
+                    [
+                        "device": job.deviceID, "platform": job.platform.rawValue, "reason": h.reason,
+                        "token_hash": String(job.tokenHash.prefix(12)),
+                    ])
+            case .failure(let error):
+                if !retried {
+                    log?.error(
+                        "record_failed", ["message": job.messageID, "error": String(describing: error), "held": "true"])
+                }
+            }
+            queue.async { [self] in
+                if case .success(.removed) = result {
+                    counters[job.platform, default: PlatformCounters()].removedStale += 1
+                }
+                if case .success = result {
+                    touched[job.messageID] = Self.unknownProgress
+                    scheduleProgress()
+                }
+                if retried {
+                    heldRetried(result.map { _ in () }, records: [])
+                } else if case .failure = result {
+                    hold([.stale(h)])
+                } else {
+                    publish()
+                }
             }
         }
     }
@@ -863,7 +1049,11 @@ public final class Scheduler: @unchecked Sendable {
         let inFlight = self.inFlight
         let heldCount = held.count
         let handed = handedOverTotal
+        let heldResults = heldWrites.count + heldInTransit.count
+        let dropped = heldDropped
         shared.withLock {
+            $0.stats.heldResults = heldResults
+            $0.stats.heldResultsDropped = dropped
             $0.stats.handedOver = handed
             $0.stats.platforms = platforms
             $0.stats.inFlight = inFlight
@@ -876,6 +1066,35 @@ extension Scheduler {
     /// Waits until the scheduler has handed every result it has received to
     /// the store (call after the transports are shut down, before the store closes).
     public func drain() {
-        queue.sync { flushRecords() }
+        queue.sync {
+            flushRecords()
+            heldStopped = true
+            guard !heldWrites.isEmpty || !heldInTransit.isEmpty else { return }
+            // One last try before the store closes; what it does not take
+            // stays in flight in the store and is sent again after the restart.
+            let records = heldWrites.compactMap { write -> DeliveryRecord? in
+                if case .record(let r, _) = write { return r }
+                return nil
+            }
+            let left = heldWrites.count + heldInTransit.count - records.count
+            let log = self.log
+            store.record(records) { result in
+                let unwritten: Int
+                if case .failure = result { unwritten = left + records.count } else { unwritten = left }
+                if unwritten > 0 {
+                    log?.warning(
+                        "held_results_unwritten",
+                        ["count": String(unwritten), "why": "their deliveries stay in flight and are sent again"])
+                }
+            }
+        }
+    }
+}
+
+extension Int {
+    /// A message's progress count after one more result, final or not
+    /// (``Scheduler/unknownProgress`` stays unknown).
+    fileprivate func addingFinal(_ final: Bool) -> Int {
+        self == Scheduler.unknownProgress ? self : self + (final ? 1 : 0)
     }
 }

@@ -230,6 +230,11 @@ struct OperationsTests {
         #expect(m.value("herald_queue_depth") == 0)
         #expect(m.value("herald_build_info", ["version": "0.1.0", "herald_instance": "ops-1.a_b"]) == 1)
         #expect(try d.call("system.stats").result?["instance"] as? String == "ops-1.a_b")
+        let storeStats = try d.call("system.stats").result?["store"] as? [String: Any]
+        #expect(storeStats?["backend"] as? String == "sqlite" && storeStats?["held_results"] as? Int == 0)
+        #expect(storeStats?["pool_size"] == nil && storeStats?["lease_ms"] == nil)
+        #expect(m.value("herald_store_held_results") == 0)
+        #expect(m.value("herald_store_held_results_dropped_total") == 0)
         #expect(m.value("herald_transport_state", ["app": "default", "transport": "fcm", "state": "disabled"]) == 1)
         for family in [
             "herald_sends_total", "herald_outcomes_total", "herald_retries_total", "herald_stale_removed_total",

@@ -1,0 +1,280 @@
+import Foundation
+import HeraldCore
+import HeraldCrypto
+import HeraldDelivery
+import HeraldScheduler
+import HeraldStore
+import HeraldStoreTestSupport
+import HeraldIO
+import Testing
+
+/// A real store behind a switch: while `failing`, result writes (`record`,
+/// `removeStale`) fail as they would in a database outage, and nothing of
+/// them reaches the store. It can also stand in for a shared store, keeping
+/// the work observer the scheduler sets.
+final class OutageStore: DeliveryStore, @unchecked Sendable {
+    struct Outage: Error, CustomStringConvertible {
+        var description: String { "database unreachable (test outage)" }
+    }
+
+    let inner: any DeliveryStore
+    private let state = Locked((failing: false, failedWrites: 0, observer: (@Sendable () -> Void)?.none))
+
+    init(_ inner: any DeliveryStore) { self.inner = inner }
+
+    var failing: Bool {
+        get { state.withLock { $0.failing } }
+        set { state.withLock { $0.failing = newValue } }
+    }
+
+    /// Result writes refused so far.
+    var failedWrites: Int { state.withLock { $0.failedWrites } }
+
+    /// Calls the work observer, as a store does when another instance queued work.
+    func notifyWork() { state.withLock { $0.observer }?() }
+
+    private func refused() -> Bool {
+        state.withLock { s in
+            if s.failing { s.failedWrites += 1 }
+            return s.failing
+        }
+    }
+
+    var keyOutcome: StoreKeyOutcome { inner.keyOutcome }
+    var recoveredDeliveries: Int { inner.recoveredDeliveries }
+    var isShared: Bool { false }
+    func close() { inner.close() }
+    func setWorkObserver(_ observer: @escaping @Sendable () -> Void) { state.withLock { $0.observer = observer } }
+
+    func record(
+        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
+        if refused() { return completion(.failure(Outage())) }
+        inner.record(
+            deliveryID: deliveryID, state: state, httpStatus: httpStatus, reason: reason, nextAttemptAt: nextAttemptAt,
+            completion: completion)
+    }
+
+    func record(_ records: [DeliveryRecord], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+        if refused() { return completion(.failure(Outage())) }
+        inner.record(records, completion: completion)
+    }
+
+    func removeStale(
+        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: String, windowCap: Int,
+        completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void
+    ) {
+        if refused() { return completion(.failure(Outage())) }
+        inner.removeStale(
+            deliveryID: deliveryID, deviceID: deviceID, tokenHash: tokenHash, httpStatus: httpStatus, reason: reason,
+            windowCap: windowCap, completion: completion)
+    }
+
+    // Everything else goes straight through.
+    func register(
+        _ r: Registration, deviceCap: Int, completion: @escaping @Sendable (Result<RegistrationOutcome, any Error>) -> Void
+    ) { inner.register(r, deviceCap: deviceCap, completion: completion) }
+    func unregister(
+        app: String, user: String, _ s: UnregisterSelector, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    ) { inner.unregister(app: app, user: user, s, completion: completion) }
+    func list(app: String, user: String, completion: @escaping @Sendable (Result<[DeviceSummary], any Error>) -> Void) {
+        inner.list(app: app, user: user, completion: completion)
+    }
+    func endSession(
+        app: String, user: String, session: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    ) { inner.endSession(app: app, user: user, session: session, completion: completion) }
+    func forget(app: String, user: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
+        inner.forget(app: app, user: user, completion: completion)
+    }
+    func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void) {
+        inner.deviceCounts(completion: completion)
+    }
+    func deviceCountsByApp(completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void) {
+        inner.deviceCountsByApp(completion: completion)
+    }
+    func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void) {
+        inner.enqueue(e, completion: completion)
+    }
+    func enqueue(
+        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int,
+        completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
+    ) { inner.enqueue(e, handoff: handoff, limit: limit, completion: completion) }
+    func status(
+        app: String, messageID: String, detail: Bool, completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void
+    ) { inner.status(app: app, messageID: messageID, detail: detail, completion: completion) }
+    func cancel(app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void) {
+        inner.cancel(app: app, messageID: messageID, completion: completion)
+    }
+    func claimDue(lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void) {
+        inner.claimDue(lanes: lanes, others: others, completion: completion)
+    }
+    func releaseCredentialWaits(lanes: [QueueLane], completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
+        inner.releaseCredentialWaits(lanes: lanes, completion: completion)
+    }
+    func purgeMessages(olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
+        inner.purgeMessages(olderThan: retention, completion: completion)
+    }
+    func queueDepth(completion: @escaping @Sendable (Result<QueueDepth, any Error>) -> Void) {
+        inner.queueDepth(completion: completion)
+    }
+    func queueDepthByApp(completion: @escaping @Sendable (Result<[String: QueueDepth], any Error>) -> Void) {
+        inner.queueDepthByApp(completion: completion)
+    }
+    func ping(completion: @escaping @Sendable (Result<Void, any Error>) -> Void) { inner.ping(completion: completion) }
+    func takeSharedToken(
+        _ bucket: String, perMinute: Int, completion: @escaping @Sendable (Result<Int64?, any Error>) -> Void
+    ) { inner.takeSharedToken(bucket, perMinute: perMinute, completion: completion) }
+}
+
+@Suite("Scheduler: results the store fails to take")
+struct HeldResultsTests {
+    static let lane = QueueLane(app: "default", platform: .fcm)
+
+    /// Fast retries, so that a test waits milliseconds for a recovery.
+    static func settings(maxInflight: Int = 100, heldLimit: Int? = nil) -> SchedulerSettings {
+        var s = SchedulerSettings(maxInflight: maxInflight)
+        s.heldRetryFirst = .milliseconds(2)
+        s.heldRetryMax = .milliseconds(20)
+        s.heldResultLimit = heldLimit
+        return s
+    }
+
+    @Test("during an outage results are held in memory, then written when the store returns: none lost, none sent twice",
+          arguments: StoreBackend.allCases)
+    func heldThenWritten(_ backend: StoreBackend) async throws {
+        let f = try Fixture(backend)
+        defer { f.close() }
+        try f.register(100, perUser: 2, platform: .fcm)
+        let store = OutageStore(f.store)
+        let fcm = ScriptedTransport(limit: 50, delayMs: 1)
+        let scheduler = Scheduler(store: store, transports: [Self.lane: fcm], settings: Self.settings())
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+
+        store.failing = true
+        let id = try f.send((0..<100).map { "fcm-\($0)" })
+        scheduler.wake()
+        // Every device was sent to, and every result is held: the store has none.
+        #expect(try await eventually { scheduler.stats.heldResults == 200 && fcm.sent == 200 })
+        #expect(scheduler.inFlightCount == 0)
+        let during = try f.status(id)
+        #expect(during.counts[.inFlight] == 200 && during.counts[.delivered, default: 0] == 0)
+        // It keeps trying (with backoff) while the store refuses.
+        let refusedSoFar = store.failedWrites
+        #expect(try await eventually { store.failedWrites > refusedSoFar })
+
+        store.failing = false
+        let after = try await f.waitComplete(id)
+        #expect(after.counts[.delivered] == 200)
+        #expect(try await eventually { scheduler.stats.heldResults == 0 })
+        #expect(scheduler.stats.heldResultsDropped == 0)
+        #expect(fcm.sent == 200, "nothing was sent twice")
+    }
+
+    @Test("past the bound the oldest held results are dropped; their deliveries stay in flight and are sent again after a restart",
+          arguments: StoreBackend.allCases)
+    func boundHolds(_ backend: StoreBackend) async throws {
+        let scratch = try StoreScratch(backend, prefix: "herald-held")
+        defer { scratch.remove() }
+        let key = try StoreKey.generate()
+        let inner = try scratch.open(key: key)
+        for u in 0..<60 {
+            _ = try inner.sync { s, done in
+                s.register(
+                    Registration(app: "default", user: "u\(u)", platform: .fcm, environment: nil, token: "t\(u)"),
+                    deviceCap: 10, completion: done)
+            }
+        }
+        let store = OutageStore(inner)
+        let fcm = ScriptedTransport(limit: 60, delayMs: 1)
+        let scheduler = Scheduler(store: store, transports: [Self.lane: fcm], settings: Self.settings(heldLimit: 25))
+        scheduler.start()
+        store.failing = true
+        let e = Enqueue(
+            app: "default", message: PushMessage(kind: .notification), recipients: .users((0..<60).map { "u\($0)" }),
+            idempotencyKey: nil, disabled: [:])
+        let id = try inner.sync { s, done in s.enqueue(e, completion: done) }.messageID
+        scheduler.wake()
+        #expect(try await eventually { fcm.sent == 60 && scheduler.inFlightCount == 0 })
+        #expect(try await eventually { scheduler.stats.heldResultsDropped == 35 })
+        #expect(scheduler.stats.heldResults == 25, "the bound holds")
+
+        store.failing = false
+        #expect(try await eventually { scheduler.stats.heldResults == 0 })
+        let status = { () throws -> MessageStatus in
+            try inner.sync { s, done in s.status(app: "default", messageID: id, detail: false, completion: done) }!
+        }
+        let written = try status()
+        #expect(written.counts[.delivered] == 25 && written.counts[.inFlight] == 35, "the dropped stay in flight")
+        scheduler.stopClaiming()
+        scheduler.drain()
+        inner.close()
+
+        // A restart queues the dropped again and sends them: at least once, nothing lost.
+        let reopened = try scratch.open(key: key)
+        defer { reopened.close() }
+        #expect(reopened.recoveredDeliveries == 35)
+        let again = ScriptedTransport(limit: 60, delayMs: 1)
+        let next = Scheduler(store: reopened, transports: [Self.lane: again], settings: Self.settings())
+        next.start()
+        defer { next.stopClaiming() }
+        let final = { () throws -> MessageStatus in
+            try reopened.sync { s, done in s.status(app: "default", messageID: id, detail: false, completion: done) }!
+        }
+        #expect(try await eventually { try final().counts[.delivered] == 60 })
+        #expect(again.sent == 35)
+    }
+
+    @Test("a stale device's removal the store fails is held and carried out when it returns",
+          arguments: StoreBackend.allCases)
+    func staleRemovalHeld(_ backend: StoreBackend) async throws {
+        let f = try Fixture(backend)
+        defer { f.close() }
+        try f.register(10, perUser: 1, platform: .fcm)
+        let store = OutageStore(f.store)
+        // One device of ten is gone: below the batch breaker, so its deletion goes ahead.
+        let fcm = ScriptedTransport(limit: 10, delayMs: 1) { job in
+            job.token == "fcm-3-0"
+                ? AttemptReport(outcome: .stale(reason: .fcmUnregistered), httpStatus: 404)
+                : AttemptReport(outcome: .delivered, httpStatus: 200)
+        }
+        let scheduler = Scheduler(store: store, transports: [Self.lane: fcm], settings: Self.settings())
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        store.failing = true
+        let id = try f.send((0..<10).map { "fcm-\($0)" })
+        scheduler.wake()
+        #expect(try await eventually { fcm.sent == 10 && scheduler.stats.heldResults == 10 })
+        #expect(try f.status(id).counts[.removedStale, default: 0] == 0)
+
+        store.failing = false
+        let done = try await f.waitComplete(id)
+        #expect(done.counts[.delivered] == 9 && done.counts[.removedStale] == 1)
+        let devices = try f.store.sync { s, done in s.list(app: "default", user: "fcm-3", completion: done) }
+        #expect(devices.isEmpty, "the stale device was deleted after the outage")
+        #expect(scheduler.stats.platforms[.fcm]?.removedStale == 1)
+    }
+
+    @Test("the work observer wakes an idle scheduler when work arrives that it did not queue",
+          arguments: StoreBackend.allCases)
+    func workObserverWakes(_ backend: StoreBackend) async throws {
+        let f = try Fixture(backend)
+        defer { f.close() }
+        try f.register(3, perUser: 1, platform: .fcm)
+        let store = OutageStore(f.store)
+        let fcm = ScriptedTransport(limit: 10, delayMs: 1)
+        var settings = Self.settings()
+        // Nothing but a wake could start a claim within the test's wait.
+        settings.idlePoll = .seconds(3600)
+        let scheduler = Scheduler(store: store, transports: [Self.lane: fcm], settings: settings)
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        #expect(try await eventually { scheduler.isIdle })
+        // As another instance would: committed straight to the store, no wake.
+        let id = try f.send((0..<3).map { "fcm-\($0)" })
+        #expect(scheduler.isIdle && fcm.sent == 0)
+        store.notifyWork()
+        #expect(try await f.waitComplete(id).counts[.delivered] == 3)
+    }
+}
