@@ -91,11 +91,12 @@ openrpc:
 
 ## test: the unit-file lint (test-units), every suite: C core under ASan+UBSan, a short run of every fuzz target
 ## (fuzz-smoke), Swift suites (some again under sanitizers), interop with Python peers, the reliability checks
-## (faults, hostile input, access; kill -9 rounds; load), then the fan-out benchmark harness as a smoke check
+## (faults, hostile input, access; kill -9 rounds; load), the same on PostgreSQL with two instances
+## (test-postgres-reliability), then the fan-out benchmark harness as a smoke check
 ## (bench-quick: no timing is asserted). test-tsan and a long `make fuzz` are separate.
 test: deps
 	$(MAKE) --no-print-directory test-units test-c fuzz-smoke test-swift test-sanitize test-interop \
-		test-reliability-checks test-crash test-load bench-quick
+		test-reliability-checks test-crash test-load test-postgres-reliability bench-quick
 
 test-c: debian-deps
 	@mkdir -p $(BUILD_DIR)/ctest

@@ -71,6 +71,13 @@ unanswered one must say `created: false` exactly for those listed. Finally one p
 the burst's users must be delivered to every listed device (the sealed tokens and keys
 are readable) and received by the gateways.
 
+--backend postgres runs the same on PostgreSQL (SPEC.md Revision 2, "Beyond one host"): a
+private server (pg_server.py: initdb in a temporary directory, a Unix socket only) and a fresh
+database; the daemon's [store] names it (backend, dsn, password_file, pool_size, lease) instead
+of SQLite's file. The store snapshot after each kill is read from the database (the rows in
+flight, the states, the committed messages) rather than from a copy of herald.db. `make test`
+runs it with fewer rounds (make test-crash-postgres).
+
 Prints rounds, kills, deliveries checked, payload copies compared, duplicates against their
 bound, deliveries in retry at the kills, registrations checked; writes a JSON summary (--out). The daemon's stderr (all starts)
 is kept in the work directory and copied next to the summary.
@@ -94,6 +101,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from herald_fixtures import (  # noqa: E402
     GATEWAY_NAMES, REPO, RPC, Daemon, Gateways, HarnessFailure, ProtocolViolation, herald_binary,
     log, tail, token_hash)
+from pg_server import PostgresServer  # noqa: E402
 
 PER_USER = (("apns", 4), ("fcm", 4), ("web", 2))
 FAIL_SHARE = 0.01
@@ -146,6 +154,8 @@ class Harness:
         self.failures = Failures()
         self.gw = None
         self.daemon = None
+        self.pg = None             # --backend postgres: the private server
+        self.database = None
         # device bookkeeping
         self.devices = {}          # device_id -> {user, platform, gw, token, gw_token, fail}
         self.by_gw_token = {}      # (gateway, gateway token) -> device_id
@@ -184,9 +194,17 @@ class Harness:
     def setup(self):
         t0 = time.monotonic()
         self.gw = Gateways(self.work, timeout=120)
+        server = {"max_inflight": MAX_INFLIGHT}
+        if self.args.backend == "postgres":
+            self.pg = PostgresServer()
+            self.database = self.pg.create_database()
+            store = self.pg.store_config(self.database, pool_size=8, lease=self.args.lease)
+            server["instance_id"] = "crash-a"
+            log(f"PostgreSQL {self.pg.dir} (database {self.database}), lease {self.args.lease}")
+        else:
+            store = {"synchronous": "full"}
         self.daemon = Daemon(binary=self.args.herald, directory=self.work, gateways=self.gw, delivery=DELIVERY,
-                             store={"synchronous": "full"}, server={"max_inflight": MAX_INFLIGHT},
-                             log_level="info", start=False)
+                             store=store, server=server, log_level="info", start=False)
         self.start()
         log(f"herald {self.args.herald} on {self.work} (pid {self.daemon.pid}), gateways pid {self.gw.pid}, "
             f"seed {self.args.seed}")
@@ -399,8 +417,18 @@ class Harness:
 
     # ------------------------------------------------------------ store snapshot
 
+    def store_files(self):
+        """SQLite: sizes of herald.db and its WAL; PostgreSQL: the database's size (no WAL file)."""
+        if self.pg is None:
+            return self.daemon.store_files()
+        size = int(self.pg.psql(f"SELECT pg_database_size('{self.database}')"))
+        return {"herald.db": size, "herald.db-wal": 0}
+
     def snapshot_in_flight(self, index):
-        """Copies herald.db (+WAL) of the dead daemon and reads what the store holds."""
+        """Copies herald.db (+WAL) of the dead daemon and reads what the store holds (on
+        PostgreSQL: reads it from the database, which outlives the daemon)."""
+        if self.pg is not None:
+            return self.snapshot_postgres()
         snap = os.path.join(self.work, f"snap-{index}")
         os.makedirs(snap)
         for suffix in ("", "-wal"):
@@ -422,6 +450,19 @@ class Harness:
         finally:
             db.close()
         shutil.rmtree(snap, ignore_errors=True)
+        return in_flight, states, committed
+
+    def snapshot_postgres(self):
+        q = self.pg.query
+        in_flight = {(m, d) for m, d in q("SELECT message_id, device_id FROM deliveries WHERE state = 'in_flight'",
+                                          self.database)}
+        states = {st: int(n) for st, n in q("SELECT state, count(*) FROM deliveries GROUP BY state", self.database)}
+        committed = {}
+        # payload as one line: json text never holds a raw newline, but be sure
+        for mid, tag in q("SELECT message_id, coalesce(payload::jsonb -> 'data' ->> 'hx', '') FROM messages",
+                          self.database):
+            if tag:
+                committed.setdefault(tag, []).append(mid)
         return in_flight, states, committed
 
     # ------------------------------------------------------------ kill and restart
@@ -449,7 +490,7 @@ class Harness:
         # about to)
         retrying = sum(1 for cps in self.copies.values()
                        if cps[-1]["life"] == self.life and cps[-1]["cls"] == "transient" and cps[-1]["answered"])
-        files = self.daemon.store_files()
+        files = self.store_files()
         in_flight, states, committed = self.snapshot_in_flight(index)
         self.life += 1
         restart_s = self.start()
@@ -930,7 +971,7 @@ class Harness:
     def run(self):
         t_start = time.monotonic()
         self.bursts = []
-        summary = {"seed": self.args.seed, "herald": self.args.herald, "ok": False}
+        summary = {"seed": self.args.seed, "herald": self.args.herald, "ok": False, "backend": self.args.backend}
         try:
             self.setup()
             if self.args.mode in ("all", "fanout"):
@@ -1017,10 +1058,16 @@ class Harness:
             log(f"  daemon errors/warnings in the log: {warn}")
         if self.kills:
             first, last = self.kills[0], self.kills[-1]
-            log(f"  store at the kills: WAL {first['store_files_bytes']['herald.db-wal'] / (1 << 20):.0f} MiB -> "
-                f"{last['store_files_bytes']['herald.db-wal'] / (1 << 20):.0f} MiB, herald.db "
-                f"{first['store_files_bytes']['herald.db']} -> {last['store_files_bytes']['herald.db']} bytes; "
-                f"restart (to system.health) {first['restart_s']} s -> {last['restart_s']} s")
+            if self.pg is None:
+                size = (f"WAL {first['store_files_bytes']['herald.db-wal'] / (1 << 20):.0f} MiB -> "
+                        f"{last['store_files_bytes']['herald.db-wal'] / (1 << 20):.0f} MiB, herald.db "
+                        f"{first['store_files_bytes']['herald.db']} -> {last['store_files_bytes']['herald.db']} bytes")
+            else:
+                size = (f"database {first['store_files_bytes']['herald.db']} -> "
+                        f"{last['store_files_bytes']['herald.db']} bytes")
+            log(f"  store at the kills: {size}; restart (to system.health) {first['restart_s']} s -> "
+                f"{last['restart_s']} s")
+        log(f"  backend: {s['backend']}")
         log(f"  timings: {s['timings']}")
         if self.failures:
             log(f"FAILED: {len(self.failures.items)} problem(s); daemon log: {self.daemon.log_path if self.daemon else '-'}")
@@ -1040,6 +1087,9 @@ def main():
     ap.add_argument("--timeout", type=float, default=120, help="seconds to wait for messages to complete")
     ap.add_argument("--out", default=os.path.join(REPO, "build/reliability/crash.json"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite",
+                    help="the store: SQLite (herald.db in the work directory) or a private PostgreSQL server")
+    ap.add_argument("--lease", default="30s", help="[store] lease on PostgreSQL")
     args = ap.parse_args()
     args.herald = herald_binary(args.herald)
     if args.seed is None:
@@ -1056,6 +1106,10 @@ def main():
         shutil.copyfile(h.daemon.log_path, log_copy)
     if h.gw is not None:
         h.gw.stop(timeout=15)
+    if h.pg is not None:
+        if not summary["ok"]:
+            shutil.copyfile(h.pg.log, os.path.join(out_dir, "crash-postgres.log"))
+        h.pg.destroy()
         shutil.copyfile(h.gw.log_path, os.path.join(out_dir, "crash-gateways.log"))
     log(f"summary: {os.path.relpath(args.out)}; daemon log: {os.path.relpath(log_copy)}")
     if not summary["ok"] and h.daemon is not None:

@@ -124,6 +124,39 @@ class DaemonExitFailure(HarnessFailure, AssertionError):
     status other than 0, or died before the test ended it."""
 
 
+# HERALD_STORE_BACKEND=postgres runs the suites that ask for ``backend_store()`` (test_hostile.py)
+# on PostgreSQL: a private server for the process (pg_server.py), a fresh database per daemon.
+STORE_BACKEND = os.environ.get("HERALD_STORE_BACKEND", "sqlite") or "sqlite"
+
+
+def backend_store(**extra) -> dict:
+    """The ``[store]`` keys (besides ``key``) of a daemon on the backend HERALD_STORE_BACKEND names:
+    ``extra`` alone for sqlite; for postgres, a new database on the process's test server."""
+    if STORE_BACKEND == "sqlite":
+        return dict(extra)
+    if STORE_BACKEND != "postgres":
+        raise ValueError(f"HERALD_STORE_BACKEND={STORE_BACKEND!r}: expected sqlite or postgres")
+    import pg_server
+    pg = pg_server.shared()
+    return pg.store_config(pg.create_database(), **extra)
+
+
+def write_store_key(path) -> bytes:
+    """A new 32-byte store key at ``path`` (mode 0600, refused if it exists); its bytes. Instances
+    sharing one database each get a copy (``copy_store_key``)."""
+    key = os.urandom(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+    return key
+
+
+def copy_store_key(key: bytes, path):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+
+
 def token_hash(token):
     return hashlib.sha256(("push:" + token).encode()).hexdigest()
 

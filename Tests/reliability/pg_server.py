@@ -7,6 +7,11 @@ socket in that directory, with fsync off. ``stop()`` / ``start()`` / ``restart()
 database outage on the same data; ``destroy()`` (also at exit, and on leaving a ``with`` block)
 stops it and removes the directory. ``psql(sql)`` runs SQL with the Debian client, for set-up and
 checks: the daemon itself connects with ``dsn`` and ``password_file``.
+
+For the daemons: ``create_database()`` makes a fresh database (one per test, or one shared by the
+instances of a test), and ``store_config(database)`` the ``[store]`` keys that point a daemon at it.
+``shared()`` is one server for the whole process (the hostile suite on PostgreSQL, the crash
+harness), removed at exit.
 """
 
 from __future__ import annotations
@@ -55,20 +60,53 @@ class PostgresServer:
     def password(self) -> str:
         return self.password_file.read_text().strip()
 
-    def psql(self, sql: str, database: str = "postgres") -> str:
+    def psql(self, sql: str, database: str = "postgres", separator: str = "|") -> str:
         """Runs ``sql`` with psql (unaligned, tuples only) and returns its output; raises on an error."""
         psql = shutil.which("psql") or "/usr/bin/psql"
         env = dict(os.environ, PGPASSWORD=self.password())
         done = subprocess.run(
-            [psql, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d",
+            [psql, "-X", "-q", "-A", "-t", "-F", separator, "-v", "ON_ERROR_STOP=1", "-d",
              f"host={self.socket_dir} user=herald dbname={database}", "-c", sql],
             capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=60)
         if done.returncode != 0:
             raise RuntimeError(f"psql failed: {done.stderr.strip()}")
         return done.stdout.strip()
 
+    def create_database(self, name: str | None = None) -> str:
+        """A new empty database owned by ``herald``; its name."""
+        name = name or f"herald_{uuid.uuid4().hex[:12]}"
+        if not name.replace("_", "").isalnum():
+            raise ValueError(f"database name {name!r}: letters, digits and _ only")
+        self.psql(f'CREATE DATABASE "{name}"')
+        return name
+
+    def dsn_for(self, database: str) -> str:
+        """The libpq connection string of ``database`` (no password: that is in ``password_file``)."""
+        return f"host={self.socket_dir} port=5432 dbname={database} user=herald"
+
+    def store_config(self, database: str, **extra) -> dict:
+        """The ``[store]`` keys of a daemon on ``database`` (``extra``: lease, pool_size…)."""
+        return {"backend": "postgres", "dsn": self.dsn_for(database), "password_file": str(self.password_file),
+                **extra}
+
+    def query(self, sql: str, database: str) -> list[list[str]]:
+        """Rows of ``sql`` on ``database``, each a list of column texts (no column may hold a newline)."""
+        out = self.psql(sql, database=database, separator="\x1f")
+        return [line.split("\x1f") for line in out.splitlines() if line]
+
     def __enter__(self) -> "PostgresServer":
         return self
 
     def __exit__(self, *exc) -> None:
         self.destroy()
+
+
+_shared: PostgresServer | None = None
+
+
+def shared() -> PostgresServer:
+    """One server for the whole process (started on first use, removed at exit)."""
+    global _shared
+    if _shared is None or not _shared.dir.exists():
+        _shared = PostgresServer()
+    return _shared

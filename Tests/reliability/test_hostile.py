@@ -12,7 +12,9 @@ BadInputTests.swift has a hand-written corpus of semantic mistakes; this one is 
 mechanical, type- and encoding-level sweep.
 
 The daemon runs in a network namespace of its own (loopback only), so that even a send
-accepted by mistake can reach nothing.
+accepted by mistake can reach nothing. With HERALD_STORE_BACKEND=postgres (`make
+test-hostile-postgres`) its store is a fresh database on a private PostgreSQL server
+(pg_server.py) instead of SQLite; everything else is the same.
 
 SSRF: the registration corpus is built from /work/shared/reference/webpush.md §4 (the
 Mastodon and Fluxer deny lists, the embedded-IPv4 forms, the pixelfed review's misses, the
@@ -35,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from herald_fixtures import REPO, Daemon, Namespace, CanaryListener, FaultServer, RPC, hex_token, metric, \
+from herald_fixtures import REPO, Daemon, backend_store, Namespace, CanaryListener, FaultServer, RPC, hex_token, metric, \
     proc_memory_kb, record_counts, reset_counts, wait_until, web_keys
 
 SUITE = "hostile"
@@ -65,7 +67,7 @@ def ns():
 
 @pytest.fixture(scope="module")
 def daemon(ns):
-    d = Daemon(transports=("web",), allow_private=False, ns=ns,
+    d = Daemon(transports=("web",), allow_private=False, ns=ns, store=backend_store(),
                apps="[app.locked]\nallow_uids = 4242\n")
     yield d
     assert d.running, "the daemon died during the suite:\n" + d.log(60)
@@ -720,7 +722,7 @@ def test_ssrf_at_send_time():
     canaries = {a: ns.in_net(lambda a=a: CanaryListener(a, 443, sock=FaultServer._listen(a, 443)))
                 for a in CANARY_ADDRESSES}
     public_canary = ns.in_net(lambda: CanaryListener(PUBLIC, 443, sock=FaultServer._listen(PUBLIC, 443)))
-    d = Daemon(transports=("web",), allow_private=False, ns=ns, delivery={"max_retries": 0})
+    d = Daemon(transports=("web",), allow_private=False, ns=ns, delivery={"max_retries": 0}, store=backend_store())
     try:
         for n in names:
             d.register("ssrf-send", "web", f"https://{n}/push/x", keys=web_keys())
@@ -860,7 +862,7 @@ def _wait_settled(d, window=5, spread_mib=1.0, timeout=60):
 def lean():
     """A daemon with no transport (sends are recorded as skipped at once), and one message of
     STATUS_DEVICES deliveries for push.status detail:true."""
-    d = Daemon(transports=(), log_level="info")
+    d = Daemon(transports=(), log_level="info", store=backend_store())
     users = [f"hb-user-{i}" for i in range(STATUS_DEVICES // 20)]
     d.register_many([{"user": u, "platform": "fcm", "token": f"hb-{u}-{k}"} for u in users for k in range(20)])
     sent = d.call("push.send", {"to": {"users": users}})
