@@ -1089,7 +1089,7 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite",
                     help="the store: SQLite (herald.db in the work directory) or a private PostgreSQL server")
-    ap.add_argument("--lease", default="30s", help="[store] lease on PostgreSQL")
+    ap.add_argument("--lease", default="30", help="[store] lease on PostgreSQL (seconds)")
     args = ap.parse_args()
     args.herald = herald_binary(args.herald)
     if args.seed is None:

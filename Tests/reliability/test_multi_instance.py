@@ -79,7 +79,7 @@ def fresh_gw(gw):
 class Cluster:
     """Daemons named ``names`` on one new database, each with a copy of one store key."""
 
-    def __init__(self, pg: PostgresServer, gw: Gateways, *, lease="30s", names=("host-a", "host-b"),
+    def __init__(self, pg: PostgresServer, gw: Gateways, *, lease="30", names=("host-a", "host-b"),
                  max_inflight=MAX_INFLIGHT):
         self.pg = pg
         self.database = pg.create_database()
@@ -352,7 +352,12 @@ def test_fanout_through_both_at_once(pg, fresh_gw, mode):
             states += st
             sent_by += sb
         assert states == {"delivered": FANOUT_DEVICES}, states
-        assert set(sent_by) == {"host-a", "host-b"}, f"sent_by across the fan-out: {dict(sent_by)}"
+        if mode == "two_messages":
+            # Each instance sends the message it accepted (the hand-over at commit) while it lives.
+            assert set(sent_by) == {"host-a", "host-b"}, f"sent_by across the fan-out: {dict(sent_by)}"
+        else:
+            # One message: the instance that created it sends it; the other may claim what is queued.
+            assert set(sent_by) <= {"host-a", "host-b"} and sent_by, f"sent_by: {dict(sent_by)}"
         result = ledger.judge(expected)
         assert not result["problems"], result["problems"][:20]
         record_counts(SUITE, **{f"fanout_{mode}_deliveries": len(expected),
@@ -365,7 +370,7 @@ def test_kill9_one_instance_mid_fanout(pg, fresh_gw):
     gw = fresh_gw
     ledger = Ledger(gw)
     fleet = Fleet(gw, "kill", FANOUT_DEVICES)
-    with Cluster(pg, gw, lease="3s") as c:
+    with Cluster(pg, gw, lease="3") as c:
         register_fleet(fleet, [c.a, c.b])
         gw.set_delay(100)
         p = message("kill", fleet.users, idempotency_key="kill-key")
@@ -388,12 +393,13 @@ def test_kill9_one_instance_mid_fanout(pg, fresh_gw):
         taken_over = [did for did in held if by_device[did]["sent_by"] != "host-b"]
         assert not taken_over, (f"{len(taken_over)} of the {len(held)} deliveries in flight at host-a's kill "
                                 f"were not finished by host-b: {taken_over[:5]}")
-        # Resends only of copies the gateways had answered before the kill (herald may not have
-        # taken the answer in), and at most max_inflight of them.
+        # Resends only of copies the gateways had received before the kill: sends host-a had in
+        # flight, whose answers (even one the gateway wrote after the kill, into a dead
+        # connection) it never recorded; at most one per delivery it held at its death.
         result = ledger.judge(fleet.expected(fleet.users, "kill"),
-                              resend_allowed=lambda prev: (prev["answered_at"] or 0) <= kill_time)
+                              resend_allowed=lambda prev: (prev["time"] or 0) <= kill_time)
         assert not result["problems"], result["problems"][:20]
-        assert result["excused_resends"] <= MAX_INFLIGHT, result
+        assert result["excused_resends"] <= len(held), (result, len(held))
         record_counts(SUITE, kill_held_in_flight=len(held), kill_resends=result["excused_resends"])
         c.b.shutdown()
 
