@@ -267,6 +267,39 @@ struct SharedStoreTests {
         }
     }
 
+    @Test("instances starting at once on an empty database migrate it once; a newer schema is refused by name")
+    func migrationAtOnce() throws {
+        let scratch = try StoreScratch(.postgres, prefix: "herald-migrate")
+        defer { scratch.remove() }
+        let key = try StoreKey.generate()
+        let results = ResultPair<String>()
+        let group = DispatchGroup()
+        for i in 0..<3 {
+            DispatchQueue.global().async(group: group) {
+                results.set(i, Result {
+                    let store = try scratch.open(key: key, instance: "host-\(i)")
+                    store.close()
+                    return "host-\(i)"
+                })
+            }
+        }
+        group.wait()
+        for i in 0..<3 { #expect(try results.get(i) == "host-\(i)") }
+        let c = PostgresConnection(configuration: try #require(scratch.postgres).connection)
+        defer { c.close() }
+        let versions = try c.execute("SELECT version FROM schema_version").rows.map { try $0.int64(0) }
+        #expect(versions == [1], "one row naming the newest version")
+        #expect(try c.execute("SELECT count(*) FROM pg_class WHERE relname = 'deliveries'").first?.int64(0) == 1)
+        // A database a newer Herald migrated: this one refuses to start on it.
+        try c.execute("UPDATE schema_version SET version = 99")
+        do {
+            _ = try scratch.open(key: key, instance: "host-old")
+            Issue.record("a herald opened a database of a newer schema")
+        } catch {
+            #expect("\(error)".contains("schema version 99 is newer than this herald"), "\(error)")
+        }
+    }
+
     @Test("a database restart: calls fail while it is away, and the store answers again by itself")
     func databaseRestart() throws {
         let server = try PostgresServer()
