@@ -34,7 +34,8 @@ let package = Package(
             cSettings: strictC,
             linkerSettings: [.linkedLibrary("curl")]
         ),
-        .target(name: "HTTPClient", dependencies: ["CHeraldCurl", "CHeraldSys", "HeraldIO"], swiftSettings: strictSwift),
+        .target(name: "HeraldNet", swiftSettings: strictSwift),
+        .target(name: "HTTPClient", dependencies: ["CHeraldCurl", "CHeraldSys", "HeraldIO", "HeraldNet"], swiftSettings: strictSwift),
         .target(
             name: "CHeraldH2",
             path: "CSources/CHeraldH2",
@@ -66,14 +67,14 @@ let package = Package(
         .target(name: "JSONRPC", swiftSettings: strictSwift),
         .target(
             name: "WebPush",
-            dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HTTP2", "HeraldIO"],
+            dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HTTP2", "HeraldIO", "HeraldNet"],
             swiftSettings: strictSwift),
         .target(name: "HeraldDelivery", dependencies: ["HeraldCore", "HTTP2"], swiftSettings: strictSwift),
         .target(
             name: "HeraldScheduler", dependencies: ["HeraldCore", "HeraldDelivery", "HeraldStore", "HeraldIO"],
             swiftSettings: strictSwift),
         .target(
-            name: "HTTP2", dependencies: ["HeraldCore", "JSONRPC", "HeraldIO", "CHeraldH2", "CHeraldSys"], swiftSettings: strictSwift),
+            name: "HTTP2", dependencies: ["HeraldCore", "JSONRPC", "HeraldIO", "CHeraldH2", "CHeraldSys", "HeraldNet"], swiftSettings: strictSwift),
         .target(
             name: "APNs",
             dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HeraldIO", "HTTP2"],
@@ -91,7 +92,7 @@ let package = Package(
             dependencies: [
                 "HeraldCore", "HeraldCrypto", "JSONRPC", "WebPush", "HeraldStore", "CInih",
                 "CHeraldSys", "HeraldIO", "APNs", "FCM", "HTTPClient", "HeraldDelivery", "HeraldScheduler",
-                "CHeraldHTTPD", "HTTP2", "Postgres",
+                "CHeraldHTTPD", "HTTP2", "Postgres", "HeraldNet",
             ],
             swiftSettings: strictSwift
         ),
@@ -126,12 +127,13 @@ let package = Package(
             name: "APNsTests", dependencies: ["APNs", "HeraldCore", "HeraldCrypto", "HeraldTestSupport", "HeraldIO"],
             swiftSettings: strictSwift),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC"], swiftSettings: strictSwift),
-        .testTarget(name: "WebPushTests", dependencies: ["WebPush", "HeraldCore"], swiftSettings: strictSwift),
+        .testTarget(name: "WebPushTests", dependencies: ["WebPush", "HeraldCore", "HeraldNet"], swiftSettings: strictSwift),
+        .testTarget(name: "HeraldNetTests", dependencies: ["HeraldNet"], swiftSettings: strictSwift),
         .testTarget(
             name: "SenderTests",
             dependencies: [
                 "FCM", "WebPush", "HTTPClient", "HTTP2", "HeraldCrypto", "HeraldCore", "HeraldDelivery", "JSONRPC",
-                "HeraldTestSupport", "HeraldIO",
+                "HeraldTestSupport", "HeraldIO", "HeraldNet",
             ],
             swiftSettings: strictSwift),
         .target(

@@ -159,6 +159,8 @@ int hh2_tcp_connect(const char *address, int port, int *in_progress) {
     memset(&ss, 0, sizeof ss);
     struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+    /* The caller passes an address it has already read (HeraldNet); inet_pton
+     * only turns the text into a sockaddr. */
     if (inet_pton(AF_INET, address, &v4->sin_addr) == 1) {
         v4->sin_family = AF_INET;
         v4->sin_port = htons((uint16_t)port);
@@ -348,13 +350,8 @@ static ssize_t read_body(nghttp2_session *session, int32_t stream_id, uint8_t *b
 
 /* ---------------------------------------------------------------- connection */
 
-static int is_ip_literal(const char *host) {
-    unsigned char buf[sizeof(struct in6_addr)];
-    return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
-}
-
-hh2_conn *hh2_conn_new(hh2_tls *tls, int fd, const char *host, const hh2_callbacks *callbacks, void *ctx,
-                       char *err, size_t err_len) {
+hh2_conn *hh2_conn_new(hh2_tls *tls, int fd, const char *host, int host_is_address, const hh2_callbacks *callbacks,
+                       void *ctx, char *err, size_t err_len) {
     if (!tls || fd < 0 || !host || !host[0] || !callbacks) {
         set_error(err, err_len, "bad arguments");
         if (fd >= 0) close(fd);
@@ -377,7 +374,9 @@ hh2_conn *hh2_conn_new(hh2_tls *tls, int fd, const char *host, const hh2_callbac
         goto fail;
     }
     SSL_set_connect_state(c->ssl);
-    if (is_ip_literal(host)) {
+    /* Whether host is an IP literal is decided on the Swift side (HeraldNet), the
+     * one place that reads addresses; OpenSSL parses the text again here. */
+    if (host_is_address) {
         if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->ssl), host) != 1) {
             set_error(err, err_len, "cannot check the certificate against %s", host);
             append_openssl_error(err, err_len);

@@ -1,5 +1,6 @@
 import CHeraldH2
 import HeraldIO
+import HeraldNet
 import JSONRPC
 
 #if canImport(Glibc)
@@ -126,7 +127,7 @@ final class Connection: @unchecked Sendable {
             connect(to: pinned)
             return
         }
-        if IPLiteral.isNumeric(endpoint.host) {
+        if IPAddress(literal: endpoint.host) != nil {
             connect(to: [endpoint.host])
             return
         }
@@ -192,7 +193,9 @@ final class Connection: @unchecked Sendable {
         var callbacks = hh2_callbacks(on_settings: onSettings, on_goaway: onGoAway, on_ping_ack: onPingAck, on_response: onResponse)
         var err = [CChar](repeating: 0, count: 256)
         let ctx = Unmanaged.passUnretained(self).toOpaque()
-        let created = hh2_conn_new(client.tls.handle, fd, lane.endpoint.host, &callbacks, ctx, &err, err.count)
+        let host = lane.endpoint.host
+        let hostIsAddress: Int32 = IPAddress(literal: host) != nil ? 1 : 0
+        let created = hh2_conn_new(client.tls.handle, fd, host, hostIsAddress, &callbacks, ctx, &err, err.count)
         guard let created else {
             unregister()
             fd = -1  // closed by hh2_conn_new
@@ -651,13 +654,5 @@ final class Connection: @unchecked Sendable {
         case HH2_ERR_EOF, HH2_ERR_IO: return connecting ? .connectFailed(message) : .connectionReset(message)
         default: return .connectionReset(message)
         }
-    }
-}
-
-enum IPLiteral {
-    static func isNumeric(_ host: String) -> Bool {
-        var v4 = in_addr()
-        var v6 = in6_addr()
-        return host.withCString { inet_pton(AF_INET, $0, &v4) == 1 || inet_pton(AF_INET6, $0, &v6) == 1 }
     }
 }

@@ -1,4 +1,5 @@
 import CHeraldCurl
+import HeraldNet
 
 #if canImport(Glibc)
 import Glibc
@@ -162,7 +163,7 @@ final class Transfer: @unchecked Sendable {
         var pins = request.pinnedAddresses
         if let list = pins {
             if list.isEmpty { throw .invalidRequest("pinnedAddresses is empty") }
-            for a in list where !IPLiteral.isValid(a) {
+            for a in list where IPAddress(literal: a) == nil {
                 throw .invalidRequest("pinned address is not an IP literal: \(a)")
             }
         }
@@ -174,10 +175,11 @@ final class Transfer: @unchecked Sendable {
             guard configuration.allowPlainHTTPToLoopback else {
                 throw .invalidRequest("plain http is not allowed")
             }
-            guard IPLiteral.isLoopbackHost(target.host) else {
+            let bare = target.host.hasPrefix("[") ? String(target.host.dropFirst().dropLast()) : target.host
+            guard IPAddress.isLoopbackHost(bare) else {
                 throw .invalidRequest("plain http is only allowed to loopback hosts")
             }
-            if let list = pins, !list.allSatisfy(IPLiteral.isLoopback) {
+            if let list = pins, !list.allSatisfy({ IPAddress(literal: $0)?.isLoopback == true }) {
                 throw .invalidRequest("plain http is only allowed to loopback addresses")
             }
             if target.host == "localhost" && pins == nil { pins = ["127.0.0.1"] }
@@ -185,10 +187,9 @@ final class Transfer: @unchecked Sendable {
         default:
             throw .invalidRequest("unsupported scheme: \(scheme)")
         }
-        let hostIsLiteral = IPLiteral.isValid(target.bareHost)
-        if let list = pins, hostIsLiteral {
+        if let list = pins, let hostAddress = IPAddress(literal: target.bareHost) {
             // Nothing to resolve: the URL's address must itself be one of the checked ones.
-            guard list.contains(where: { IPLiteral.same($0, target.bareHost) }) else {
+            guard list.contains(where: { IPAddress(literal: $0) == hostAddress }) else {
                 throw .invalidRequest("URL host \(target.host) is not among the pinned addresses")
             }
             pins = nil
@@ -393,42 +394,5 @@ struct Target {
               let port = Int(portString)
         else { throw .invalidRequest("URL needs a scheme, host and port: \(url)") }
         return Target(scheme: scheme, host: host, port: port)
-    }
-}
-
-enum IPLiteral {
-    static func isValid(_ s: String) -> Bool {
-        var v4 = in_addr()
-        var v6 = in6_addr()
-        return s.withCString { inet_pton(AF_INET, $0, &v4) == 1 || inet_pton(AF_INET6, $0, &v6) == 1 }
-    }
-
-    static func isLoopback(_ s: String) -> Bool {
-        var v4 = in_addr()
-        if s.withCString({ inet_pton(AF_INET, $0, &v4) }) == 1 {
-            return (UInt32(bigEndian: v4.s_addr) >> 24) == 127
-        }
-        var v6 = in6_addr()
-        if s.withCString({ inet_pton(AF_INET6, $0, &v6) }) == 1 {
-            return withUnsafeBytes(of: &v6) { b in b.prefix(15).allSatisfy { $0 == 0 } && b[15] == 1 }
-        }
-        return false
-    }
-
-    static func isLoopbackHost(_ host: String) -> Bool {
-        let bare = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
-        return bare == "localhost" || isLoopback(bare)
-    }
-
-    static func same(_ a: String, _ b: String) -> Bool {
-        func bytes(_ s: String) -> [UInt8]? {
-            var v6 = in6_addr()
-            if s.withCString({ inet_pton(AF_INET6, $0, &v6) }) == 1 { return withUnsafeBytes(of: &v6) { Array($0) } }
-            var v4 = in_addr()
-            if s.withCString({ inet_pton(AF_INET, $0, &v4) }) == 1 { return withUnsafeBytes(of: &v4) { Array($0) } }
-            return nil
-        }
-        guard let x = bytes(a), let y = bytes(b) else { return false }
-        return x == y
     }
 }

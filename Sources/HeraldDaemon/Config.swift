@@ -3,6 +3,7 @@ public import Glibc
 
 public import HeraldIO
 import HeraldCore
+import HeraldNet
 import Foundation
 import Postgres
 
@@ -290,78 +291,42 @@ public struct EndpointURL: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { origin + path }
 
+    /// Reads `text` with HeraldNet's URL parser and adds the config's rules:
+    /// `https://` or `http://` in lowercase, no query or fragment, a host of
+    /// letters, digits, dots and hyphens (or a bracketed IPv6 literal), a port
+    /// of 1–65535 when a colon is written, and `http` only to a loopback host.
     static func parse(_ text: String) throws(ConfigValueProblem) -> EndpointURL {
         let problem = ConfigValueProblem(
             "must be an https:// URL (http:// only to a loopback host) \(ConfigValue.got(text))")
-        let scheme: String
-        var rest: Substring
-        if text.hasPrefix("https://") {
-            scheme = "https"
-            rest = text.dropFirst(8)
-        } else if text.hasPrefix("http://") {
-            scheme = "http"
-            rest = text.dropFirst(7)
-        } else {
-            throw problem
-        }
-        let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? rest.endIndex
-        let authority = rest[..<authorityEnd]
-        rest = rest[authorityEnd...]
+        guard text.hasPrefix("https://") || text.hasPrefix("http://"),
+            let url = try? HTTPURL(parsing: text)
+        else { throw problem }
+        // The authority ends at a character that is `/`, `?` or `#` alone
+        // (not one carrying a combining mark), and the path has no query,
+        // fragment, whitespace or control character.
+        let rest = Substring(url.target)
+        if let first = rest.first, first != "/" && first != "?" && first != "#" { throw problem }
         guard rest.allSatisfy({ $0 != "?" && $0 != "#" && !$0.isWhitespace }), !ConfigValue.hasControl(rest)
         else { throw problem }
         var path = String(rest)
         while path.hasSuffix("/") { path.removeLast() }
 
-        var host: Substring
-        var portText: Substring?
-        if authority.hasPrefix("[") {
-            guard let close = authority.firstIndex(of: "]") else { throw problem }
-            host = authority[authority.index(after: authority.startIndex)..<close]
-            let after = authority[authority.index(after: close)...]
-            if !after.isEmpty {
-                guard after.hasPrefix(":") else { throw problem }
-                portText = after.dropFirst()
-            }
-            var address = in6_addr()
-            guard inet_pton(AF_INET6, String(host), &address) == 1 else { throw problem }
-        } else {
-            if let colon = authority.firstIndex(of: ":") {
-                host = authority[..<colon]
-                portText = authority[authority.index(after: colon)...]
-            } else {
-                host = authority
-            }
+        let host = url.host
+        if url.bracketedAddress == nil {
             let allowed = host.allSatisfy {
                 $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "-")
             }
-            guard !host.isEmpty, allowed, !host.hasPrefix("."), !host.contains("..") else {
-                throw problem
-            }
+            guard allowed, !host.hasPrefix("."), !host.contains("..") else { throw problem }
         }
-        var port = scheme == "https" ? 443 : 80
-        if let portText {
-            guard !portText.isEmpty, portText.allSatisfy({ $0.isASCII && $0.isNumber }),
-                let number = Int(portText), (1...65535).contains(number)
-            else { throw problem }
-            port = number
+        let scheme = url.scheme.rawValue
+        var port = url.scheme == .https ? 443 : 80
+        if url.portText != nil {
+            guard let written = url.port, written >= 1 else { throw problem }
+            port = written
         }
-        let url = EndpointURL(validated: scheme, host.lowercased(), port, path)
-        if scheme == "http" && !url.isLoopback { throw problem }
-        return url
-    }
-
-    /// localhost, 127.0.0.0/8 or ::1.
-    var isLoopback: Bool {
-        if host == "localhost" { return true }
-        var v4 = in_addr()
-        if inet_pton(AF_INET, host, &v4) == 1 {
-            return UInt32(bigEndian: v4.s_addr) >> 24 == 127
-        }
-        var v6 = in6_addr()
-        if inet_pton(AF_INET6, host, &v6) == 1 {
-            return withUnsafeBytes(of: &v6) { $0.elementsEqual([UInt8](repeating: 0, count: 15) + [1]) }
-        }
-        return false
+        let parsed = EndpointURL(validated: scheme, host.lowercased(), port, path)
+        if url.scheme == .http && !IPAddress.isLoopbackHost(parsed.host) { throw problem }
+        return parsed
     }
 }
 
@@ -387,14 +352,12 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
             }
             host = text[text.index(after: text.startIndex)..<close]
             portText = text[text.index(close, offsetBy: 2)...]
-            var v6 = in6_addr()
-            guard inet_pton(AF_INET6, String(host), &v6) == 1 else { throw problem }
+            guard IPAddress(literal: host)?.family == .v6 else { throw problem }
         } else {
             guard let colon = text.lastIndex(of: ":") else { throw problem }
             host = text[..<colon]
             portText = text[text.index(after: colon)...]
-            var v4 = in_addr()
-            guard inet_pton(AF_INET, String(host), &v4) == 1 else { throw problem }
+            guard IPAddress(literal: host)?.family == .v4 else { throw problem }
         }
         guard !portText.isEmpty, portText.allSatisfy(\.isASCII), portText.allSatisfy(\.isNumber),
             let port = Int(portText), (0...65535).contains(port)

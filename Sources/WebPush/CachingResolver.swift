@@ -1,5 +1,6 @@
 internal import Dispatch
 internal import Foundation
+public import HeraldNet
 import HeraldCore
 import HeraldIO
 

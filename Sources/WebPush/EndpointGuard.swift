@@ -1,3 +1,5 @@
+public import HeraldNet
+
 /// A Web Push endpoint that passed the guard: its normalised parts and the
 /// addresses that were vetted, which the transport dials instead of resolving
 /// the name again (IP pinning; SNI, `Host` and certificate checks use `host`).
@@ -54,12 +56,12 @@ public struct EndpointGuard: Sendable {
     /// The normalised form of an endpoint URL (the `url` that `check` would
     /// return), from parsing alone: no resolution, no address check.
     public func normalize(_ endpoint: String) throws(EndpointError) -> String {
-        try EndpointURL(parsing: endpoint, allowAnyPort: allowPrivate).normalized
+        try EndpointSyntax(parsing: endpoint, allowAnyPort: allowPrivate).normalized
     }
 
     /// Parses, resolves and vets `endpoint` (blocking while the resolver does).
     public func check(_ endpoint: String) throws(EndpointError) -> CheckedEndpoint {
-        let url = try EndpointURL(parsing: endpoint, allowAnyPort: allowPrivate)
+        let url = try EndpointSyntax(parsing: endpoint, allowAnyPort: allowPrivate)
         if url.address != nil { return try vet(url, .success([])).get() }
         let resolved: Result<[IPAddress], ResolverError>
         do {
@@ -80,9 +82,9 @@ public struct EndpointGuard: Sendable {
     public func check(
         _ endpoint: String, completion: @escaping @Sendable (Result<CheckedEndpoint, EndpointError>) -> Void
     ) -> Result<CheckedEndpoint, EndpointError>? {
-        let url: EndpointURL
+        let url: EndpointSyntax
         do throws(EndpointError) {
-            url = try EndpointURL(parsing: endpoint, allowAnyPort: allowPrivate)
+            url = try EndpointSyntax(parsing: endpoint, allowAnyPort: allowPrivate)
         } catch {
             return .failure(error)
         }
@@ -97,7 +99,7 @@ public struct EndpointGuard: Sendable {
     }
 
     /// The vetted endpoint for `url` given what its host resolved to (ignored for an IP literal).
-    private func vet(_ url: EndpointURL, _ resolved: Result<[IPAddress], ResolverError>)
+    private func vet(_ url: EndpointSyntax, _ resolved: Result<[IPAddress], ResolverError>)
         -> Result<CheckedEndpoint, EndpointError>
     {
         let addresses: [IPAddress]
@@ -115,7 +117,7 @@ public struct EndpointGuard: Sendable {
         }
         guard !addresses.isEmpty else { return .failure(.unresolvable(host: url.host)) }
 
-        if !allowPrivate, let refused = addresses.first(where: { !isPubliclyRoutable($0) }) {
+        if !allowPrivate, let refused = addresses.first(where: { !$0.isPubliclyRoutable }) {
             return .failure(.notPubliclyRoutable(address: refused.description))
         }
 

@@ -1,4 +1,5 @@
 import Glibc
+public import HeraldNet
 
 /// Turns a hostname into the addresses a connection to it could reach.
 ///

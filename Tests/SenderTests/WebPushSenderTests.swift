@@ -5,6 +5,7 @@ import HTTPClient
 import HeraldCore
 import HeraldCrypto
 import HeraldDelivery
+import HeraldNet
 import Testing
 import WebPush
 

@@ -1,3 +1,4 @@
+import HeraldNet
 import Testing
 import WebPush
 
@@ -295,7 +296,7 @@ struct SSRFCorpusTests {
             let checked = try strictGuard.check(entry.endpoint)
             #expect(expected == nil, "accepted, expected \(expected.map(String.init(describing:)) ?? "")")
             #expect(checked.url == entry.detail)
-            #expect(checked.addresses.allSatisfy(isPubliclyRoutable))
+            #expect(checked.addresses.allSatisfy { $0.isPubliclyRoutable })
             #expect(!checked.addresses.isEmpty)
         } catch {
             #expect(error == expected)

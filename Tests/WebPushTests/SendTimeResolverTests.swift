@@ -1,4 +1,5 @@
 import Foundation
+import HeraldNet
 import Testing
 @testable import WebPush
 

@@ -1,3 +1,4 @@
+import HeraldNet
 import Testing
 import WebPush
 
@@ -11,7 +12,7 @@ struct SystemResolverTests {
         for address in addresses {
             let loopback = address.family == .v4 ? address.bytes[0] == 127 : address == ip("::1")
             #expect(loopback, "\(address)")
-            #expect(!isPubliclyRoutable(address))
+            #expect(!address.isPubliclyRoutable)
         }
         let guarded = EndpointGuard(allowPrivate: false, resolver: SystemResolver())
         #expect {

@@ -115,11 +115,12 @@ int hh2_tcp_connect(const char *address, int port, int *in_progress);
 int hh2_socket_error(int fd);
 
 /* A connection on a connected socket, which it owns from now on (closed by
- * hh2_conn_free). host is the name the certificate must match and the SNI
- * (an IP literal is matched against IP SANs and sends no SNI). NULL on
- * failure, with the reason in err; the fd is then closed. */
-hh2_conn *hh2_conn_new(hh2_tls *tls, int fd, const char *host, const hh2_callbacks *callbacks, void *ctx,
-                       char *err, size_t err_len);
+ * hh2_conn_free). host is the name the certificate must match and the SNI;
+ * when host_is_address is non-zero, host is an IP literal (the caller has
+ * parsed it), matched against IP SANs, and no SNI is sent. NULL on failure,
+ * with the reason in err; the fd is then closed. */
+hh2_conn *hh2_conn_new(hh2_tls *tls, int fd, const char *host, int host_is_address, const hh2_callbacks *callbacks,
+                       void *ctx, char *err, size_t err_len);
 
 /* Frees the connection and closes its socket. No callback runs. */
 void hh2_conn_free(hh2_conn *conn);

@@ -1,5 +1,6 @@
-// Numeric host parsing, done by hand so the guard reads a host exactly as the
-// C library (and WHATWG URL parsers) would before connecting.
+// Numeric host parsing, done by hand so the endpoint guard reads a host exactly
+// as the C library (and WHATWG URL parsers) would before connecting, and
+// address literals are read exactly as `inet_pton` reads them.
 
 private let dot = UInt8(ascii: ".")
 private let colon = UInt8(ascii: ":")
@@ -84,7 +85,7 @@ func parseIPv4(_ text: ArraySlice<UInt8>) -> UInt32? {
 
 /// The strict dotted quad allowed at the end of an IPv6 literal: four decimal
 /// parts, no leading zeros (as `inet_pton` requires).
-private func parseDottedQuad(_ text: ArraySlice<UInt8>) -> UInt32? {
+func parseDottedQuad(_ text: ArraySlice<UInt8>) -> UInt32? {
     let parts = text.split(separator: dot, omittingEmptySubsequences: false)
     guard parts.count == 4 else { return nil }
     var value: UInt32 = 0

@@ -1,5 +1,5 @@
 import Testing
-import WebPush
+import HeraldNet
 
 @Suite("isPubliclyRoutable")
 struct RoutabilityTests {
@@ -14,7 +14,7 @@ struct RoutabilityTests {
             "239.255.255.255", "240.0.0.0", "255.255.255.254", "255.255.255.255",
         ])
     func refusedIPv4(_ text: String) {
-        #expect(!isPubliclyRoutable(ip(text)))
+        #expect(!ip(text).isPubliclyRoutable)
     }
 
     @Test(
@@ -27,7 +27,7 @@ struct RoutabilityTests {
             "198.51.101.0", "203.0.112.255", "203.0.114.0", "223.255.255.255", "93.184.215.14",
         ])
     func publicIPv4(_ text: String) {
-        #expect(isPubliclyRoutable(ip(text)))
+        #expect(ip(text).isPubliclyRoutable)
     }
 
     @Test(
@@ -45,7 +45,7 @@ struct RoutabilityTests {
             "fec0::", "feff:ffff::", "ff00::", "ff02::1", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
         ])
     func refusedIPv6(_ text: String) {
-        #expect(!isPubliclyRoutable(ip(text)))
+        #expect(!ip(text).isPubliclyRoutable)
     }
 
     @Test(
@@ -58,6 +58,6 @@ struct RoutabilityTests {
             "101::1", "100:0:0:1::",
         ])
     func publicIPv6(_ text: String) {
-        #expect(isPubliclyRoutable(ip(text)))
+        #expect(ip(text).isPubliclyRoutable)
     }
 }

@@ -1,6 +1,6 @@
 import Glibc
 import Testing
-import WebPush
+import HeraldNet
 
 @Suite("IPAddress")
 struct IPAddressTests {

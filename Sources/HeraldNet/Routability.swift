@@ -42,20 +42,22 @@ private func inPrefix<T: FixedWidthInteger & UnsignedInteger>(_ value: T, _ netw
     length == 0 || (value ^ network) >> (T.bitWidth - length) == 0
 }
 
-/// Whether an address may be dialled for a user-supplied endpoint: false for
-/// loopback, private, link-local, CGNAT, multicast, documentation and other
-/// special-purpose ranges, and for IPv6 forms that embed such an IPv4 address
-/// (IPv4-mapped, IPv4-compatible, NAT64 64:ff9b::/96, 6to4). Teredo is refused
-/// whole rather than decoded.
-public func isPubliclyRoutable(_ ip: IPAddress) -> Bool {
-    switch ip.storage {
-    case .v4(let value):
-        return !refusedIPv4.contains { inPrefix(value, $0.network, $0.length) }
-    case .v6(let high, let low):
-        if let embedded = ipv4Embedded(high: high, low: low) {
-            return isPubliclyRoutable(.v4(embedded))
+extension IPAddress {
+    /// Whether the address may be dialled for a user-supplied endpoint: false
+    /// for loopback, private, link-local, CGNAT, multicast, documentation and
+    /// other special-purpose ranges, and for IPv6 forms that embed such an IPv4
+    /// address (IPv4-mapped, IPv4-compatible, NAT64 64:ff9b::/96, 6to4). Teredo
+    /// is refused whole rather than decoded. This is the SSRF guard's test.
+    public var isPubliclyRoutable: Bool {
+        switch storage {
+        case .v4(let value):
+            return !refusedIPv4.contains { inPrefix(value, $0.network, $0.length) }
+        case .v6(let high, let low):
+            if let embedded = ipv4Embedded(high: high, low: low) {
+                return IPAddress.v4(embedded).isPubliclyRoutable
+            }
+            return !refusedIPv6.contains { inPrefix(high, $0.high, $0.length) }
         }
-        return !refusedIPv6.contains { inPrefix(high, $0.high, $0.length) }
     }
 }
 

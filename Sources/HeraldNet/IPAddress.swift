@@ -1,4 +1,5 @@
-/// An IPv4 or IPv6 address, the unit the endpoint guard vets and the transport dials.
+/// An IPv4 or IPv6 address: the one address type of Herald, for the Web Push
+/// endpoint guard, the transports that dial and the config's loopback checks.
 ///
 /// IPv6 addresses are held as two big-endian halves so the value is a cheap,
 /// hashable pair; `bytes` gives the network-order form for `sockaddr` building.
@@ -71,6 +72,37 @@ public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
         } else {
             guard let value = parseIPv4(bytes[...]) else { return nil }
             self = .v4(value)
+        }
+    }
+
+    /// Parses an address literal as `inet_pton` does, and nothing more: IPv4
+    /// as a strict dotted quad (`127.0.0.1`, no leading zeros), IPv6 in RFC 4291
+    /// text without brackets or zone id. Use it where a peer must get exactly
+    /// the address written (certificate IP checks, pinned addresses, listen
+    /// addresses); ``init(numericHost:)`` reads hosts as a resolver would.
+    public init?(literal text: some StringProtocol) {
+        let bytes = Array(text.utf8)
+        if bytes.contains(UInt8(ascii: ":")) {
+            guard let address = parseIPv6(bytes[...]) else { return nil }
+            self = address
+        } else {
+            guard let value = parseDottedQuad(bytes[...]) else { return nil }
+            self = .v4(value)
+        }
+    }
+
+    /// Whether a host names this machine: `localhost`, or a literal (as
+    /// ``init(literal:)`` reads it, no brackets) that ``isLoopback``.
+    public static func isLoopbackHost(_ host: some StringProtocol) -> Bool {
+        host == "localhost" || IPAddress(literal: host)?.isLoopback == true
+    }
+
+    /// 127.0.0.0/8 or ::1. IPv6 forms that embed 127.0.0.0/8 (`::ffff:127.0.0.1`)
+    /// do not count: they are refused as not publicly routable, not trusted.
+    public var isLoopback: Bool {
+        switch storage {
+        case .v4(let value): value >> 24 == 127
+        case .v6(let high, let low): high == 0 && low == 1
         }
     }
 
