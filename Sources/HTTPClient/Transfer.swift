@@ -370,7 +370,9 @@ extension Substring {
     }
 }
 
-/// Scheme, host and port of a URL, parsed by libcurl's own URL parser (curl_url_get is not variadic).
+/// Scheme, host and port of a URL, parsed by libcurl's own URL parser (curl_url_get is not variadic):
+/// the host checked here must be the host curl connects to, so curl's reading is the one that counts
+/// (the URLs the transports pass were read by HeraldNet's URL parser first).
 struct Target {
     var scheme: String
     var host: String        // as in the URL; IPv6 literals keep their brackets
