@@ -130,7 +130,8 @@ public enum Daemon {
                 resolver: CachingResolver(SystemResolver(), ttl: .zero, negativeTTL: .zero)),
             clock: SystemClock(), instance: config.server.instanceName, log: log)
         service.storeSummary = StoreSummary(location)
-        let waiters = MessageWaiters(loop: loop, store: store, log: log)
+        let waiters = MessageWaiters(store: store, log: log)
+        Task { await waiters.startTicking() }
         service.delivery = DeliveryWiring(
             scheduler: delivery.scheduler, maxQueued: config.delivery.maxQueued, waiters: waiters, providers: delivery.providers)
         delivery.scheduler.onProgress = { finals in waiters.recorded(finals) }
