@@ -261,7 +261,7 @@ def plots(results, out_dir):
         senders = [s for s in ORDER if by.get((scen, s)) and by[(scen, s)].get("samples_ms")]
         if not senders:
             continue
-        fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
+        fig, ax = plt.subplots(figsize=(max(7.5, 1.3 * len(senders)), 4.2), dpi=110)
         data = [by[(scen, s)]["samples_ms"] for s in senders]
         bp = ax.boxplot(data, patch_artist=True, widths=0.5, showfliers=False)
         for patch, s in zip(bp["boxes"], senders):
@@ -272,7 +272,7 @@ def plots(results, out_dir):
             ax.scatter(xs, d, s=12, color=COLORS[s], zorder=3)
             p50 = by[(scen, s)]["p50_ms"]
             ax.annotate(f"p50 {p50:.1f}", (i + 0.28, p50), fontsize=8, va="center")
-        ax.set_xticks(range(1, len(senders) + 1), senders)
+        ax.set_xticks(range(1, len(senders) + 1), senders, fontsize=8)
         ax.set_yscale("log")
         ax.set_ylabel("ms per 500-device message (log)")
         ax.set_title(f"{scen}: time for one message to reach 500 devices")
@@ -313,6 +313,34 @@ def plots(results, out_dir):
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
         fig.tight_layout()
         p = os.path.join(out_dir, "fanout-sustained.png")
+        fig.savefig(p)
+        plt.close(fig)
+        paths.append(p)
+
+    # CPU per push by store: Herald's own and, stacked on it, the PostgreSQL server's.
+    side = backend_rows(results)
+    if side:
+        present = [s for s in HERALDS if any(s in got for _, got in side)]
+        fig, ax = plt.subplots(figsize=(max(8, 1.4 * len(side)), 4.6), dpi=110)
+        width = 0.8 / len(present)
+        for k, s in enumerate(present):
+            xs = [gi + (k - (len(present) - 1) / 2) * width for gi in range(len(side))]
+            own = [got[s].get("cpu_s_per_1000") or 0 if s in got else 0 for _, got in side]
+            db = [got[s].get("db_cpu_s_per_1000") or 0 if s in got else 0 for _, got in side]
+            ax.bar(xs, own, width * 0.9, color=COLORS[s], label=f"{s}: Herald")
+            if any(db):
+                ax.bar(xs, db, width * 0.9, bottom=own, color=COLORS[s], alpha=0.4, hatch="//",
+                       label=f"{s}: PostgreSQL server")
+            for x, a, b in zip(xs, own, db):
+                if a or b:
+                    ax.annotate(f"{a + b:.3f}", (x, a + b), ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(side)), [scen for scen, _ in side], fontsize=8)
+        ax.set_ylabel("CPU s per 1,000 pushes")
+        ax.set_title("CPU per push by store (SQLite runs inside Herald)")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
+        fig.tight_layout()
+        p = os.path.join(out_dir, "fanout-cpu-by-store.png")
         fig.savefig(p)
         plt.close(fig)
         paths.append(p)
