@@ -984,8 +984,10 @@ def main():
     paths = report.write(results, out_dir, table)
     print(f"\nwritten: {', '.join(os.path.relpath(p, os.getcwd()) for p in paths)}")
     herald_phases = [x for x in receiver_summary if "accepted_pushes" in x]
-    print(f"\nreceiver (nginx access log): {len(herald_phases)} herald phases (SQLite and PostgreSQL), "
-          f"{sum(x['accepted_pushes'] or 0 for x in herald_phases)} accepted pushes, "
+    print(f"\nreceiver (nginx access log): {len(herald_phases)} herald phases"
+          + (" (SQLite and PostgreSQL), " if pg_variants else ", ")
+          + 
+          f"{sum(x['accepted_pushes'] or 0 for x in herald_phases)} accepted push.send calls, "
           f"{sum(x['expected'] for x in herald_phases)} requests expected, "
           f"{sum(x['requests_2xx'] for x in herald_phases)} logged with 2xx; "
           + ("every device got each push exactly once" if completed and not receiver_problems else
