@@ -338,45 +338,49 @@ def db_fields(db_cpu_s, delivered):
             "db_cpu_s_per_1000": round(db_cpu_s * 1000 / delivered, 3) if delivered else None}
 
 
-def herald_scenarios(label, herald, users, receipts, sink, pg, only, warmup, messages, sustained_s, log):
-    """Herald's 500-device and sustained scenarios on PostgreSQL (`herald`: one instance or
-    several on one database): rows, with the database server's CPU next to Herald's, and problems."""
-    postmaster = pg.postmaster_pid()
-    db_cpu = lambda: server_cpu_seconds(postmaster)  # noqa: E731
-    n = len(herald.instances)
-    rows, problems = [], []
-    for name in SCENARIOS:
-        if only and name not in only:
-            continue
-        done = receipts.herald_phase(name, herald, label=label)
-        with SinkMeter(sink) as sm:
-            samples, delivered, cpu, rss, wall, probs = herald.messages(name, users[name], warmup, messages,
-                                                                        db_cpu=db_cpu)
-        done()
-        rows.append(row(name, label, samples, delivered, DEVICES * messages, cpu, rss, backend="postgres",
-                        instances=n, **db_fields(herald.db_cpu_s, delivered), **sm.info()))
-        problems += [{"scenario": name, "sender": label, **p} for p in probs]
-        log(f"{name} {label}: p50 {rows[-1]['p50_ms']} ms, delivered {delivered}/{DEVICES * messages}, "
-            f"database CPU {rows[-1]['db_cpu_s_per_1000']} s/1k")
-        if not herald.alive():
-            raise RuntimeError(f"{label} exited during {name}")
-    for name, (base, _, _) in SUSTAINED.items():
-        if only and name not in only:
-            continue
-        done = receipts.herald_phase(name, herald, base, label=label)
-        with SinkMeter(sink) as sm:
-            samples, delivered, cpu, rss, wall, probs = herald.messages(name, users[base], 1, seconds=sustained_s,
-                                                                        db_cpu=db_cpu)
-        done()
-        rows.append(row(name, label, samples, delivered, DEVICES * len(samples), cpu, rss, wall_s=wall,
-                        seconds=round(wall, 2), backend="postgres", instances=n,
-                        **db_fields(herald.db_cpu_s, delivered), **sm.info()))
-        problems += [{"scenario": name, "sender": label, **p} for p in probs]
-        log(f"{name} {label}: {rows[-1]['pushes_per_s']} pushes/s over {wall:.1f} s, "
-            f"database CPU {rows[-1]['db_cpu_s_per_1000']} s/1k")
-        if not herald.alive():
-            raise RuntimeError(f"{label} exited during {name}")
-    return rows, problems
+class Store:
+    """What a Herald sender runs on: backend, instances, and (PostgreSQL) the
+    server's CPU seconds, read around each measured span."""
+
+    def __init__(self, label, herald, backend, pg=None):
+        self.label, self.herald, self.backend = label, herald, backend
+        postmaster = pg.postmaster_pid() if pg is not None else None
+        self.db_cpu = (lambda: server_cpu_seconds(postmaster)) if postmaster else None
+
+
+def herald_latency(store, name, users, receipts, sink, warmup, messages, log):
+    """One 500-device scenario for one Herald sender: its row and problems."""
+    herald, label = store.herald, store.label
+    done = receipts.herald_phase(name, herald, label=label)
+    with SinkMeter(sink) as sm:
+        samples, delivered, cpu, rss, wall, probs = herald.messages(name, users[name], warmup, messages,
+                                                                    db_cpu=store.db_cpu)
+    done()
+    r = row(name, label, samples, delivered, DEVICES * messages, cpu, rss, backend=store.backend,
+            instances=len(herald.instances), **db_fields(herald.db_cpu_s, delivered), **sm.info())
+    log(f"{name} {label}: p50 {r['p50_ms']} ms, delivered {delivered}/{DEVICES * messages}"
+        + (f", database CPU {r['db_cpu_s_per_1000']} s/1k" if store.db_cpu else ""))
+    if not herald.alive():
+        raise RuntimeError(f"{label} exited during {name}")
+    return r, [{"scenario": name, "sender": label, **p} for p in probs]
+
+
+def herald_sustained(store, name, base, users, receipts, sink, sustained_s, log):
+    """One sustained scenario for one Herald sender: its row and problems."""
+    herald, label = store.herald, store.label
+    done = receipts.herald_phase(name, herald, base, label=label)
+    with SinkMeter(sink) as sm:
+        samples, delivered, cpu, rss, wall, probs = herald.messages(name, users[base], 1, seconds=sustained_s,
+                                                                    db_cpu=store.db_cpu)
+    done()
+    r = row(name, label, samples, delivered, DEVICES * len(samples), cpu, rss, wall_s=wall,
+            seconds=round(wall, 2), backend=store.backend, instances=len(herald.instances),
+            **db_fields(herald.db_cpu_s, delivered), **sm.info())
+    log(f"{name} {label}: {r['pushes_per_s']} pushes/s over {wall:.1f} s"
+        + (f", database CPU {r['db_cpu_s_per_1000']} s/1k" if store.db_cpu else ""))
+    if not herald.alive():
+        raise RuntimeError(f"{label} exited during {name}")
+    return r, [{"scenario": name, "sender": label, **p} for p in probs]
 
 
 # ---------------------------------------------------------------- the receiver's record
@@ -731,6 +735,7 @@ def main():
     load_before = machine.load_average()
     tmp = tempfile.mkdtemp(prefix="herald-bench-fanout-")
     sink = herald = receipts = None
+    stores = []
     receiver_problems, receiver_summary, completed = [], [], False
     rows, problems, peer_outs, profiles = [], [], [], {}
     herald_status, herald_log, stats = None, "", {}
@@ -752,19 +757,39 @@ def main():
             users[name], devices[name] = fixture.register(herald.client, sink, name, si, USERS, per_user)
         receipts.set_devices(devices, user_devices(users, devices))
         log(f"registered {DEVICES * len(SCENARIOS)} devices in {time.perf_counter() - t0:.1f} s")
+        stores = [Store("herald", herald, "sqlite")]
+
+        # ---- the same Herald on PostgreSQL: one instance, and two on one database. Each scenario
+        # runs on every store in turn, so that the machine's load at the time is alike for all.
+        if pg_variants:
+            pg = BenchPostgres(None, durable=pg_durable)
+            pg_info = {"durable": pg_durable, "settings": pg.settings(), "pool_size": PG_POOL_SIZE,
+                       "lease_s": PG_LEASE_S, "variants": {}}
+            log(f"postgres: {pg_info['settings'].get('server_version')} on {pg.socket_dir}, "
+                f"fsync {pg_info['settings'].get('fsync')}, synchronous_commit "
+                f"{pg_info['settings'].get('synchronous_commit')}")
+        for n in pg_variants:
+            label = PG_SENDERS[n]
+            receipts.phase("register")
+            h = start_pg_herald(os.path.abspath(args.herald), tmp, sink, keys, pg, n)
+            stores.append(Store(label, h, "postgres", pg))
+            t0 = time.perf_counter()
+            for si, (name, per_user) in enumerate(SCENARIOS.items()):
+                pg_users, _ = fixture.register(h.client, sink, name, si, USERS, per_user)
+                if pg_users != users[name]:
+                    raise RuntimeError(f"{label}: {name} registered other users than on SQLite")
+            log(f"{label}: {n} instance(s) {', '.join(str(p) for p in h.pids)}; registered "
+                f"{DEVICES * len(SCENARIOS)} devices through {h.instances[0].name} in "
+                f"{time.perf_counter() - t0:.1f} s")
 
         # ---- one message to 500 devices
         for name, per_user in SCENARIOS.items():
             if only and name not in only:
                 continue
-            done = receipts.herald_phase(name, herald)
-            with SinkMeter(sink) as sm:
-                samples, delivered, cpu, rss, wall, probs = herald.messages(name, users[name], warmup, messages)
-            done()
-            rows.append(row(name, "herald", samples, delivered, DEVICES * messages, cpu, rss, backend="sqlite",
-                            instances=1, **sm.info()))
-            problems += [{"scenario": name, "sender": "herald", **p} for p in probs]
-            log(f"{name} herald: p50 {rows[-1]['p50_ms']} ms, delivered {delivered}/{DEVICES * messages}")
+            for store in stores:
+                r, probs = herald_latency(store, name, users, receipts, sink, warmup, messages, log)
+                rows.append(r)
+                problems += probs
             if args.perf and name in ("web500", "apns500"):
                 data = os.path.join(tmp, f"perf-{name}.data")
                 done = receipts.herald_phase(name, herald)
@@ -804,8 +829,8 @@ def main():
             rows.append(row(name, "h2load", spans, ok, DEVICES * messages, cpu, rss,
                             h2load_processes=len(targets), **sm.info()))
             log(f"{name} h2load: p50 {rows[-1]['p50_ms']} ms")
-            if not herald.alive():
-                raise RuntimeError(f"herald exited during {name}")
+            if not all(st.herald.alive() for st in stores):
+                raise RuntimeError(f"a herald exited during {name}")
 
         # ---- crypto share: http_ece seal-only next to Herald's seal figures
         if not only or "web500" in only:
@@ -833,14 +858,10 @@ def main():
         for name, (base, plat, peers) in SUSTAINED.items():
             if only and name not in only:
                 continue
-            done = receipts.herald_phase(name, herald, base)
-            with SinkMeter(sink) as sm:
-                samples, delivered, cpu, rss, wall, probs = herald.messages(name, users[base], 1, seconds=sustained_s)
-            done()
-            rows.append(row(name, "herald", samples, delivered, DEVICES * len(samples), cpu, rss, wall_s=wall,
-                            seconds=round(wall, 2), backend="sqlite", instances=1, **sm.info()))
-            problems += [{"scenario": name, "sender": "herald", **p} for p in probs]
-            log(f"{name} herald: {rows[-1]['pushes_per_s']} pushes/s over {wall:.1f} s")
+            for store in stores:
+                r, probs = herald_sustained(store, name, base, users, receipts, sink, sustained_s, log)
+                rows.append(r)
+                problems += probs
             for peer in peers:
                 receipts.phase(peer, name)
                 with SinkMeter(sink) as sm:
@@ -866,50 +887,27 @@ def main():
                          "seconds": round(res["seconds"], 2), "samples_ms": [],
                          "h2load": "-c 2 -m 100 -t 1 -D %d" % max(1, int(round(sustained_s))), **sm.info()})
             log(f"{name} h2load: {rows[-1]['pushes_per_s']} req/s")
-            if not herald.alive():
-                raise RuntimeError(f"herald exited during {name}")
+            if not all(st.herald.alive() for st in stores):
+                raise RuntimeError(f"a herald exited during {name}")
 
         stats = (herald.client.call("system.stats").get("result")) or {}
         herald_status = herald.stop()[0]
         herald_log = tail(herald.instances[0].proc.log_path, 40)
         herald = None
-
-        # ---- the same Herald scenarios on PostgreSQL: one instance, then two on one database
-        if pg_variants:
-            pg = BenchPostgres(None, durable=pg_durable)
-            pg_info = {"durable": pg_durable, "settings": pg.settings(), "pool_size": PG_POOL_SIZE,
-                       "lease_s": PG_LEASE_S, "variants": {}}
-            log(f"postgres: {pg_info['settings'].get('server_version')} on {pg.socket_dir}, "
-                f"fsync {pg_info['settings'].get('fsync')}, synchronous_commit "
-                f"{pg_info['settings'].get('synchronous_commit')}")
-        for n in pg_variants:
-            label = PG_SENDERS[n]
-            herald = start_pg_herald(os.path.abspath(args.herald), tmp, sink, keys, pg, n)
-            receipts.phase("register")
-            t0 = time.perf_counter()
-            for si, (name, per_user) in enumerate(SCENARIOS.items()):
-                pg_users, _ = fixture.register(herald.client, sink, name, si, USERS, per_user)
-                if pg_users != users[name]:
-                    raise RuntimeError(f"{label}: {name} registered other users than on SQLite")
-            log(f"{label}: {n} instance(s) {', '.join(str(p) for p in herald.pids)}; registered "
-                f"{DEVICES * len(SCENARIOS)} devices through {herald.instances[0].name} in "
-                f"{time.perf_counter() - t0:.1f} s")
-            pg_rows, pg_problems = herald_scenarios(label, herald, users, receipts, sink, pg, only, warmup,
-                                                    messages, sustained_s, log)
-            rows += pg_rows
-            problems += pg_problems
+        for store in stores[1:]:
+            h = store.herald
             inst_stats = []
-            for inst in herald.instances:
+            for inst in h.instances:
                 st = (inst.client.call("system.stats").get("result")) or {}
                 inst_stats.append({"instance": st.get("instance"), "store": st.get("store"),
                                    "queue": st.get("queue")})
-            status = herald.stop()
-            pg_info["variants"][label] = {
-                "instances": n, "stats": inst_stats, "exit_status": status,
-                "stderr_tail": {i.name: tail(i.proc.log_path, 15) for i in herald.instances}}
+            status = h.stop()
+            pg_info["variants"][store.label] = {
+                "instances": len(h.instances), "stats": inst_stats, "exit_status": status,
+                "stderr_tail": {i.name: tail(i.proc.log_path, 15) for i in h.instances}}
             if any(x != 0 for x in status):
-                problems.append({"sender": label, "exit_status": status})
-            herald = None
+                problems.append({"sender": store.label, "exit_status": status})
+        stores = stores[:1]
         # Herald's pushes as nginx recorded them: wait (with a deadline) until its
         # buffered log holds at least what was accepted, then, after nginx exits
         # (which writes out the rest), compare every device's count.
@@ -920,14 +918,16 @@ def main():
             f"{'all' if flushed else 'NOT all'} logged after {time.perf_counter() - t0:.1f} s")
         completed = True
     except BaseException:
-        if herald is not None:
-            print("herald stderr (tail):\n" + herald.stderr_tail(), file=sys.stderr)
+        for label, h in ([(st.label, st.herald) for st in stores] or ([("herald", herald)] if herald else [])):
+            print(f"{label} stderr (tail):\n" + h.stderr_tail(), file=sys.stderr)
         if sink is not None:
             print("nginx (tail):\n" + sink.error_tail(), file=sys.stderr)
         raise
     finally:
         if herald is not None:
             herald.stop()
+        for store in stores[1:]:
+            store.herald.stop()
         if pg is not None:
             pg.destroy()
         if sink is not None:

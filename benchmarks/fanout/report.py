@@ -434,8 +434,9 @@ def write(results, out_dir, table_text=None):
         st = pg.get("settings") or {}
         L.append("## SQLite and PostgreSQL side by side")
         L.append("")
-        L.append("The Herald scenarios above, run again against the same sink with the store on PostgreSQL "
-                 f"{st.get('server_version', '')} on this machine (a private server on a Unix socket): "
+        L.append("The Herald scenarios above, each run on SQLite and right after it on PostgreSQL "
+                 f"{st.get('server_version', '')} on this machine (a private server on a Unix socket), "
+                 "against the same sink with the same devices: "
                  "`herald_pg` is one instance, `herald_pg_x2` two instances on one database, each with its "
                  "own socket, the 500-device message split across both (50 users through each, written at "
                  "once, timed to the last answer) and, in the sustained phases, one client per instance "
