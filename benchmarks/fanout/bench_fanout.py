@@ -116,6 +116,8 @@ def row(scenario, sender, samples, delivered, expected, cpu_s, peak_rss_kb, wall
         "messages": len(samples), "delivered": delivered, "expected": expected,
         "delivered_all": delivered == expected and expected > 0,
         "samples_ms": [round(x, 2) for x in ms],
+        # the machine's 1-minute load average as the phase ended (shared machines drift)
+        "load_1min": (machine.load_average() or [None])[0],
     }
     r.update(extra)
     return r
