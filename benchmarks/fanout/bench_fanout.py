@@ -17,6 +17,14 @@ Web Push origins). Against it, one after the other:
   h2load             the raw HTTP/2 request rate to the sink: the ceiling
   http_ece           seal-only, for the crypto share (next to Herald's seal
                      figures from benchmarks/results/crypto.json)
+  herald_pg          Herald with the store on PostgreSQL (a private server,
+                     durable unless --pg-durable off): one instance
+  herald_pg_x2       two instances on one database, each 500-device message
+                     split across both sockets (sustained: a client each)
+
+Every scenario runs on SQLite (`herald`), then herald_pg, then herald_pg_x2,
+back to back. The PostgreSQL server's CPU (postmaster, its live children and
+the ones it reaped) over each of those phases goes next to Herald's.
 
 Scenarios: web500, apns500, fcm500, mixed500 (200 web, 200 APNs, 100 FCM):
 `--messages` messages after `--warmup`; then web_sustained, apns_sustained,
@@ -33,7 +41,8 @@ access log (the receiver's own record, see Receipts) does not show every push
 Herald accepted reaching each of its devices exactly once.
 
     .venv/bin/python benchmarks/fanout/bench_fanout.py [--quick] [--check] [--perf] \
-        [--herald .build/release/herald] [--out-dir benchmarks/results]
+        [--herald .build/release/herald] [--out-dir benchmarks/results] \
+        [--postgres 1,2|1|2|none] [--pg-durable on|off]
 """
 import argparse
 import bisect
@@ -684,6 +693,13 @@ def machine_info(herald_version, peers):
 # ---------------------------------------------------------------- main
 
 
+def summary_rows(rows):
+    """fanout.json: one object per scenario and sender (db_cpu_s_per_1000: PostgreSQL rows only)."""
+    return [{k: r.get(k) for k in ("scenario", "sender", "p50_ms", "p90_ms", "p99_ms", "pushes_per_s",
+                                   "cpu_s_per_1000", "db_cpu_s_per_1000", "peak_rss_mb", "delivered_all")}
+            for r in rows]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--herald", default=str(REPO / ".build/release/herald"))
@@ -974,9 +990,7 @@ def main():
     summary = report.summarise(results)
     results["targets"] = summary["targets"]
     with open(os.path.join(out_dir, "fanout.json"), "w") as f:
-        json.dump([{k: r[k] for k in ("scenario", "sender", "p50_ms", "p90_ms", "p99_ms", "pushes_per_s",
-                                      "cpu_s_per_1000", "peak_rss_mb", "delivered_all")} for r in rows],
-                  f, indent=2)
+        json.dump(summary_rows(rows), f, indent=2)
         f.write("\n")
     with open(os.path.join(out_dir, "fanout-details.json"), "w") as f:
         json.dump(results, f, indent=2, sort_keys=True)
