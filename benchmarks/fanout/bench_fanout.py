@@ -931,7 +931,7 @@ def main():
         # (which writes out the rest), compare every device's count.
         receipts.phase("idle")
         t0 = time.perf_counter()
-        flushed = receipts.wait_flushed(timeout=30)
+        flushed = receipts.wait_flushed(timeout=90)
         log(f"access log: {receipts.expected()} herald requests expected, "
             f"{'all' if flushed else 'NOT all'} logged after {time.perf_counter() - t0:.1f} s")
         completed = True

@@ -454,6 +454,13 @@ def write(results, out_dir, table_text=None):
         L.append("")
         L += side
         L.append("")
+        loads = [r["load_1min"] for r in results["rows"] if r["sender"] in HERALDS and r.get("load_1min") is not None]
+        if loads:
+            L.append(f"The machine's 1-minute load average as these phases ended: {min(loads):.2f} to "
+                     f"{max(loads):.2f} ({results['machine']['cores']} cores; `load_1min` of each row in "
+                     "`fanout-details.json`). Absolute times move by 20-40 % between runs on this machine, more "
+                     "when it is loaded; compare the stores within one run.")
+            L.append("")
         L.append("The database server's CPU is counted apart from Herald's; add them for what a push costs "
                  "the machine. Everything (Herald, PostgreSQL, nginx, the driver) shares this machine's cores, "
                  "so two instances here show the cost of sharing work through the database, not the gain of "
