@@ -414,7 +414,8 @@ def write(results, out_dir, table_text=None):
     L.append("")
     L.append("- **Herald/sender**: in a 500-device scenario the sender's p50 over Herald's (how many times "
              "faster Herald is); in a sustained one Herald's pushes/s over the sender's. On the h2load row it "
-             "is Herald/h2load.")
+             "is Herald/h2load. Herald is Herald on SQLite: on the `herald_pg` and `herald_pg_x2` rows (Herald "
+             "on PostgreSQL with one and two instances) it says how many times faster Herald is on SQLite.")
     L.append("- **sender/h2load**: the sender's pushes/s over h2load's in the same scenario.")
     L.append("- **pushes/s** of a 500-device row: delivered / the sum of its message times; of a sustained "
              "row: delivered / wall time.")
