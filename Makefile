@@ -183,14 +183,17 @@ bench-delivery: deps
 		--out benchmarks/results/delivery.json
 
 ## bench-fanout: one message to 500 devices and sustained rates, herald next to pywebpush, aioapns and h2load
-## against an nginx sink: table, benchmarks/results/fanout.json, REPORT.md and plots (FANOUT_ARGS=--perf profiles)
+## against an nginx sink, then herald on PostgreSQL (one instance, two on one database; a private durable
+## server, its CPU counted): table, benchmarks/results/fanout.json, REPORT.md and plots
+## (FANOUT_ARGS=--perf profiles, FANOUT_ARGS=--postgres=none SQLite only)
 FANOUT_ARGS ?=
 bench-fanout: deps bench-deps
 	$(SWIFT) build -c release --product herald
 	$(VENV)/bin/python benchmarks/fanout/bench_fanout.py --herald .build/release/herald \
 		--out-dir benchmarks/results $(FANOUT_ARGS)
 
-## bench-quick: the fan-out harness with few iterations and the debug herald, into build/bench-quick/;
+## bench-quick: the fan-out harness with few iterations and the debug herald, into build/bench-quick/, on
+## SQLite and on PostgreSQL (one and two instances; a private server with the tests' fsync off);
 ## fails when the harness breaks or a push is not delivered exactly once by the sink's access log, never on a timing
 bench-quick: deps bench-deps build
 	$(VENV)/bin/python benchmarks/fanout/bench_fanout.py --quick --check --herald $(HERALD) \
