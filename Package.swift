@@ -63,33 +63,34 @@ let package = Package(
             swiftSettings: strictSwift
         ),
         .target(name: "HeraldCore", swiftSettings: strictSwift),
-        .target(name: "JSONRPC", swiftSettings: strictSwift),
+        .target(name: "HeraldJSON", swiftSettings: strictSwift),
+        .target(name: "JSONRPC", dependencies: ["HeraldJSON"], swiftSettings: strictSwift),
         .target(
             name: "WebPush",
-            dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HTTP2", "HeraldIO"],
+            dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HTTP2", "HeraldIO"],
             swiftSettings: strictSwift),
         .target(name: "HeraldDelivery", dependencies: ["HeraldCore", "HTTP2"], swiftSettings: strictSwift),
         .target(
             name: "HeraldScheduler", dependencies: ["HeraldCore", "HeraldDelivery", "HeraldStore", "HeraldIO"],
             swiftSettings: strictSwift),
         .target(
-            name: "HTTP2", dependencies: ["HeraldCore", "JSONRPC", "HeraldIO", "CHeraldH2", "CHeraldSys"], swiftSettings: strictSwift),
+            name: "HTTP2", dependencies: ["HeraldCore", "HeraldJSON", "HeraldIO", "CHeraldH2", "CHeraldSys"], swiftSettings: strictSwift),
         .target(
             name: "APNs",
-            dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HeraldIO", "HTTP2"],
+            dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldDelivery", "HeraldIO", "HTTP2"],
             swiftSettings: strictSwift),
         .target(
-            name: "FCM", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HTTP2", "HeraldIO"],
+            name: "FCM", dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HTTP2", "HeraldIO"],
             swiftSettings: strictSwift),
         .target(
             name: "HeraldStore",
-            dependencies: ["HeraldCore", "HeraldCrypto", "JSONRPC", "CSQLite", "CHeraldSys", "Postgres"],
+            dependencies: ["HeraldCore", "HeraldCrypto", "HeraldJSON", "CSQLite", "CHeraldSys", "Postgres"],
             swiftSettings: strictSwift
         ),
         .target(
             name: "HeraldDaemon",
             dependencies: [
-                "HeraldCore", "HeraldCrypto", "JSONRPC", "WebPush", "HeraldStore", "CInih",
+                "HeraldCore", "HeraldCrypto", "HeraldJSON", "JSONRPC", "WebPush", "HeraldStore", "CInih",
                 "CHeraldSys", "HeraldIO", "APNs", "FCM", "HTTPClient", "HeraldDelivery", "HeraldScheduler",
                 "CHeraldHTTPD", "HTTP2", "Postgres",
             ],
@@ -97,7 +98,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "herald",
-            dependencies: ["HeraldCrypto", "HeraldDaemon", "JSONRPC", "HeraldIO"],
+            dependencies: ["HeraldCrypto", "HeraldDaemon", "HeraldJSON", "JSONRPC", "HeraldIO"],
             swiftSettings: strictSwift
         ),
         .target(
@@ -125,12 +126,13 @@ let package = Package(
         .testTarget(
             name: "APNsTests", dependencies: ["APNs", "HeraldCore", "HeraldCrypto", "HeraldTestSupport", "HeraldIO"],
             swiftSettings: strictSwift),
-        .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC"], swiftSettings: strictSwift),
+        .testTarget(name: "HeraldJSONTests", dependencies: ["HeraldJSON"], swiftSettings: strictSwift),
+        .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "HeraldJSON"], swiftSettings: strictSwift),
         .testTarget(name: "WebPushTests", dependencies: ["WebPush", "HeraldCore"], swiftSettings: strictSwift),
         .testTarget(
             name: "SenderTests",
             dependencies: [
-                "FCM", "WebPush", "HTTPClient", "HTTP2", "HeraldCrypto", "HeraldCore", "HeraldDelivery", "JSONRPC",
+                "FCM", "WebPush", "HTTPClient", "HTTP2", "HeraldCrypto", "HeraldCore", "HeraldDelivery",
                 "HeraldTestSupport", "HeraldIO",
             ],
             swiftSettings: strictSwift),
@@ -145,7 +147,7 @@ let package = Package(
             ],
             swiftSettings: strictSwift),
         .testTarget(name: "HeraldDeliveryTests", dependencies: ["HeraldDelivery", "HeraldCore"], swiftSettings: strictSwift),
-        .testTarget(name: "TransportPayloadTests", dependencies: ["APNs", "FCM", "WebPush", "HeraldCore", "JSONRPC"], swiftSettings: strictSwift),
+        .testTarget(name: "TransportPayloadTests", dependencies: ["APNs", "FCM", "WebPush", "HeraldCore", "HeraldJSON"], swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldStoreTests",
             dependencies: [
@@ -159,7 +161,7 @@ let package = Package(
         .testTarget(
             name: "HeraldDaemonTests",
             dependencies: [
-                "HeraldDaemon", "HeraldCore", "JSONRPC", "herald", "HeraldTestSupport", "HeraldStore", "HeraldCrypto",
+                "HeraldDaemon", "HeraldCore", "HeraldJSON", "JSONRPC", "herald", "HeraldTestSupport", "HeraldStore", "HeraldCrypto",
                 "HeraldStoreTestSupport", "HeraldIO", "WebPush",
             ],
             swiftSettings: strictSwift

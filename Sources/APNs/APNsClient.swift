@@ -2,7 +2,7 @@ public import HTTP2
 public import HeraldCore
 public import HeraldCrypto
 public import HeraldIO
-import JSONRPC
+import HeraldJSON
 
 /// Identifies one APNs lane: the connections that carry one app's pushes for
 /// one signing key and environment.

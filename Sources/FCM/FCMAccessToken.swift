@@ -1,7 +1,7 @@
 public import HTTPClient
 public import HeraldCore
 public import HeraldCrypto
-internal import JSONRPC
+internal import HeraldJSON
 import HeraldIO
 
 /// Why an OAuth2 access token could not be obtained.

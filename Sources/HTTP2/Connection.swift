@@ -1,6 +1,6 @@
 import CHeraldH2
 import HeraldIO
-import JSONRPC
+import HeraldJSON
 
 #if canImport(Glibc)
     import Glibc

@@ -1,3 +1,4 @@
+import HeraldJSON
 @testable import JSONRPC
 import Testing
 

@@ -1,4 +1,4 @@
-import JSONRPC
+import HeraldJSON
 import Testing
 
 func text(_ json: JSON) -> String {
