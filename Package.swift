@@ -67,9 +67,9 @@ let package = Package(
         .target(name: "JSONRPC", dependencies: ["HeraldJSON"], swiftSettings: strictSwift),
         .target(
             name: "WebPush",
-            dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HTTP2", "HeraldIO"],
+            dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HTTPClient", "HTTP2", "HeraldIO"],
             swiftSettings: strictSwift),
-        .target(name: "HeraldDelivery", dependencies: ["HeraldCore", "HTTP2"], swiftSettings: strictSwift),
+        .target(name: "HeraldDelivery", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
         .target(
             name: "HeraldScheduler", dependencies: ["HeraldCore", "HeraldDelivery", "HeraldStore", "HeraldIO"],
             swiftSettings: strictSwift),
@@ -77,10 +77,10 @@ let package = Package(
             name: "HTTP2", dependencies: ["HeraldCore", "HeraldJSON", "HeraldIO", "CHeraldH2", "CHeraldSys"], swiftSettings: strictSwift),
         .target(
             name: "APNs",
-            dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldDelivery", "HeraldIO", "HTTP2"],
+            dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldIO", "HTTP2"],
             swiftSettings: strictSwift),
         .target(
-            name: "FCM", dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HTTP2", "HeraldIO"],
+            name: "FCM", dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HTTPClient", "HTTP2", "HeraldIO"],
             swiftSettings: strictSwift),
         .target(
             name: "HeraldStore",
@@ -132,7 +132,7 @@ let package = Package(
         .testTarget(
             name: "SenderTests",
             dependencies: [
-                "FCM", "WebPush", "HTTPClient", "HTTP2", "HeraldCrypto", "HeraldCore", "HeraldDelivery",
+                "FCM", "WebPush", "HTTPClient", "HTTP2", "HeraldCrypto", "HeraldCore",
                 "HeraldTestSupport", "HeraldIO",
             ],
             swiftSettings: strictSwift),
@@ -146,6 +146,7 @@ let package = Package(
                 "HeraldStoreTestSupport",
             ],
             swiftSettings: strictSwift),
+        .testTarget(name: "HeraldCoreTests", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
         .testTarget(name: "HeraldDeliveryTests", dependencies: ["HeraldDelivery", "HeraldCore"], swiftSettings: strictSwift),
         .testTarget(name: "TransportPayloadTests", dependencies: ["APNs", "FCM", "WebPush", "HeraldCore", "HeraldJSON"], swiftSettings: strictSwift),
         .testTarget(

@@ -2,7 +2,6 @@ public import HTTPClient
 public import HTTP2
 public import HeraldCore
 public import HeraldCrypto
-public import HeraldDelivery
 internal import HeraldJSON
 import HeraldIO
 

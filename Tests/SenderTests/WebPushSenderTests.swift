@@ -4,7 +4,6 @@ import HeraldTestSupport
 import HTTPClient
 import HeraldCore
 import HeraldCrypto
-import HeraldDelivery
 import Testing
 import WebPush
 
