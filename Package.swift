@@ -74,7 +74,7 @@ let package = Package(
             name: "HeraldScheduler", dependencies: ["HeraldCore", "HeraldDelivery", "HeraldStore", "HeraldIO"],
             swiftSettings: strictSwift),
         .target(
-            name: "HTTP2", dependencies: ["HeraldCore", "HeraldJSON", "HeraldIO", "CHeraldH2", "CHeraldSys"], swiftSettings: strictSwift),
+            name: "HTTP2", dependencies: ["HeraldCore", "HeraldIO", "CHeraldH2", "CHeraldSys"], swiftSettings: strictSwift),
         .target(
             name: "APNs",
             dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldIO", "HTTP2"],
