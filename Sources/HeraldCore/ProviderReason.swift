@@ -2,10 +2,9 @@
 /// `reason`, an FCM error code, or a Herald-side name for a transport failure.
 ///
 /// A closed-looking set that stays open: the known values are `static let`
-/// members, each declared by the module that knows its provider (APNs, FCM,
-/// WebPush), Herald's own names for failures with no answer here; anything a
-/// provider adds tomorrow is kept verbatim through ``unknown(_:)`` so it can
-/// still be recorded in `push.status`.
+/// members (Herald's own names here, each provider's names in that provider's
+/// module), and anything a provider adds tomorrow is kept verbatim through
+/// ``unknown(_:)`` so it can still be recorded in `push.status`.
 public struct ProviderReason: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
     /// The reason exactly as the provider spelled it (or Herald's own name).
     public let rawValue: String
