@@ -135,7 +135,7 @@ public struct LoadedCredentials: Sendable, CustomStringConvertible, CustomReflec
 
     /// A credential file, read into ``SecretBytes``: the key in it reaches
     /// the C core without passing through a `String` or an `Array`.
-    static func readSecret(_ file: ConfigFileReference) throws(ConfigError) -> SecretBytes {
+    private static func readSecret(_ file: ConfigFileReference) throws(ConfigError) -> SecretBytes {
         do {
             return try ConfigIO.readSecret(file.path, limit: 64 * 1024)
         } catch {
