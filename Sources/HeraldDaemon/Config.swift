@@ -196,49 +196,12 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
 
     /// The effective configuration as INI text (file paths, never secrets).
     public var description: String {
-        var out = """
-            [server]
-            socket = \(server.socketPath)
-            socket_mode = \(ConfigValue.octal(server.socketMode))
-            state_dir = \(server.stateDirectory)
-            max_inflight = \(server.maxInflight)
-            log_level = \(ConfigValue.name(of: server.logLevel))
-            max_batch = \(server.maxBatch)
-            max_reply_bytes = \(server.maxReplyBytes)
-            max_connections_per_uid = \(server.maxConnectionsPerUID)
-            request_timeout_ms = \(server.requestTimeoutMs)
-            instance_id = \(server.instanceID ?? "")
-
-            [store]
-            key = \(store.key.path)
-            backend = \(store.backend.rawValue)
-            synchronous = \(store.backend == .sqlite ? store.synchronous.rawValue : "")
-            dsn = \(store.dsn ?? "")
-            password_file = \(store.passwordFile?.path ?? "")
-            pool_size = \(store.backend == .postgres ? String(store.poolSize) : "")
-            lease = \(store.backend == .postgres ? ConfigValue.seconds(store.lease) : "")
-
-            [delivery]
-            max_retries = \(delivery.maxRetries)
-            backoff_base_ms = \(ConfigValue.milliseconds(delivery.backoffBase))
-            backoff_max_ms = \(ConfigValue.milliseconds(delivery.backoffMax))
-            stale_window_cap = \(delivery.staleWindowCap)
-            stale_batch_ratio = \(delivery.staleBatchRatio)
-            stale_batch_min = \(delivery.staleBatchMin)
-            max_queued = \(delivery.maxQueued)
-            ping_timeout = \(ConfigValue.seconds(delivery.pingTimeout))
-
-            [endpoints]
-            apns_production = \(endpoints.apnsProduction)
-            apns_development = \(endpoints.apnsDevelopment)
-            fcm = \(endpoints.fcm)
-            ca_file = \(endpoints.caFile?.path ?? "")
-            webpush_allow_private = \(endpoints.webPushAllowPrivate)
-
-            [metrics]
-            listen = \(metrics.listen?.description ?? "")
-
-            """
+        var out = ""
+        for section in ConfigKey.Section.allCases where section != .app {
+            out += "[\(section.rawValue)]\n"
+            for key in ConfigKeys.keys(of: section) { out += "\(key.name) = \(key.value(in: self))\n" }
+            out += "\n"
+        }
         for name in apps.keys.sorted() {
             out += "\n" + apps[name]!.description
         }
@@ -285,22 +248,9 @@ public struct AppConfig: Sendable, Equatable, CustomStringConvertible {
 
     /// The section as INI text (file paths, never secrets).
     public var description: String {
-        """
-        [app.\(name)]
-        allow_uids = \(allowUIDs.map(String.init).joined(separator: ", "))
-        allow_gids = \(allowGIDs.map(String.init).joined(separator: ", "))
-        device_cap = \(deviceCap)
-        apns_key = \(apnsKey?.path ?? "")
-        apns_key_id = \(apnsKeyID ?? "")
-        apns_team_id = \(apnsTeamID ?? "")
-        apns_topic = \(apnsTopic ?? "")
-        fcm_credentials = \(fcmCredentials?.path ?? "")
-        vapid_key = \(vapidKey?.path ?? "")
-        vapid_subject = \(vapidSubject ?? "")
-        alert_loc_key = \(alertLocKey)
-        android_channel_id = \(androidChannelID)
-
-        """
+        var out = "[app.\(name)]\n"
+        for key in ConfigKeys.keys(of: .app) { out += "\(key.name) = \(key.value(in: HeraldConfig(), app: self))\n" }
+        return out + "\n"
     }
 }
 
@@ -461,37 +411,24 @@ struct ConfigInterpreter {
         case app(String)
     }
 
-    static let sectionKeys: [String: [String]] = [
-        "server": [
-            "socket", "socket_mode", "state_dir", "max_inflight", "log_level", "max_batch", "max_reply_bytes",
-            "max_connections_per_uid", "request_timeout_ms", "instance_id",
-        ],
-        "store": ["key", "backend", "synchronous", "dsn", "password_file", "pool_size", "lease"],
-        "delivery": [
-            "max_retries", "backoff_base_ms", "backoff_max_ms", "stale_window_cap",
-            "stale_batch_ratio", "stale_batch_min", "max_queued", "ping_timeout",
-        ],
-        "endpoints": ["apns_production", "apns_development", "fcm", "ca_file", "webpush_allow_private"],
-        "metrics": ["listen"],
-        "app": [
-            "allow_uids", "allow_gids", "device_cap", "apns_key", "apns_key_id", "apns_team_id",
-            "apns_topic", "fcm_credentials", "vapid_key", "vapid_subject", "alert_loc_key",
-            "android_channel_id",
-        ],
-    ]
+    /// The keys of each section, from ``ConfigKeys``.
+    static var sectionKeys: [String: [String]] {
+        Dictionary(grouping: ConfigKeys.all, by: \.section.rawValue).mapValues { $0.map(\.name) }
+    }
 
     let file: String
     let resolver: SecretResolver
-    private var config: HeraldConfig
+    var config: HeraldConfig
     private var problems: [ConfigError] = []
     /// Line of each key set, by section name then key.
     private var lines: [String: [String: Int]] = [:]
-    private var storeKey: (value: String, location: ConfigLocation)?
+    var storeKey: (value: String, location: ConfigLocation)?
     /// Where `[store] backend` was set, and the backend-specific keys given a
     /// value, checked against the backend once every key is read.
-    private var storeBackendLocation: ConfigLocation?
-    private var storeSQLiteKeys: [ConfigLocation] = []
-    private var storePostgresKeys: [ConfigLocation] = []
+    var storeBackendLocation: ConfigLocation?
+    private var backendKeys: [(backend: Store.Backend, location: ConfigLocation)] = []
+    /// `[store]` keys given a value, good or not.
+    private var storeKeysGiven: Set<String> = []
 
     init(file: String, environment: [String: String]) {
         self.file = file
@@ -592,168 +529,29 @@ struct ConfigInterpreter {
     private mutating func apply(
         _ value: String, to section: Section, at location: ConfigLocation
     ) throws(ConfigValueProblem) {
+        let kind: ConfigKey.Section
         switch section {
-        case .server: try applyServer(value, location)
-        case .store: try applyStore(value, location)
-        case .delivery: try applyDelivery(value, location)
-        case .endpoints: try applyEndpoints(value, location)
-        case .metrics:
-            guard location.key == "listen" else { throw unknownKey(in: "metrics") }
-            config.metrics.listen = value.isEmpty ? nil : try ListenAddress.parse(value)
-        case .app(let name): try applyApp(name, value, location)
+        case .server: kind = .server
+        case .store: kind = .store
+        case .delivery: kind = .delivery
+        case .endpoints: kind = .endpoints
+        case .metrics: kind = .metrics
+        case .app: kind = .app
         }
-    }
-
-    private func unknownKey(in section: String) -> ConfigValueProblem {
-        let keys = Self.sectionKeys[section, default: []].joined(separator: ", ")
-        return ConfigValueProblem("unknown key (valid keys: \(keys))")
-    }
-
-    private mutating func applyServer(
-        _ value: String, _ location: ConfigLocation
-    ) throws(ConfigValueProblem) {
-        switch location.key {
-        case "socket":
-            let path = try ConfigValue.absolutePath(value)
-            guard path.utf8.count <= 107 else {
-                throw ConfigValueProblem("a socket path may be at most 107 bytes long")
-            }
-            config.server.socketPath = path
-        case "socket_mode": config.server.socketMode = try ConfigValue.octalMode(value)
-        case "state_dir": config.server.stateDirectory = try ConfigValue.absolutePath(value)
-        case "max_inflight": config.server.maxInflight = try ConfigValue.integer(value, 1...1_000_000)
-        case "max_batch": config.server.maxBatch = try ConfigValue.integer(value, 1...100_000)
-        case "max_reply_bytes":
-            config.server.maxReplyBytes = try ConfigValue.integer(value, 65536...(1 << 30))
-        case "max_connections_per_uid": config.server.maxConnectionsPerUID = try ConfigValue.integer(value, 1...512)
-        case "request_timeout_ms":
-            config.server.requestTimeoutMs = Int64(try ConfigValue.integer(value, 100...3_600_000))
-        case "instance_id":
-            guard value.isEmpty || InstanceName.isValid(value) else {
-                throw ConfigValueProblem("must be 1-64 characters of A-Z a-z 0-9 . _ - (empty: the host name)")
-            }
-            config.server.instanceID = value.isEmpty ? nil : value
-        case "log_level":
-            guard let level = LogLevel(name: value.lowercased()) else {
-                throw ConfigValueProblem(
-                    "must be one of error, warning, info, debug \(ConfigValue.got(value))")
-            }
-            config.server.logLevel = level
-        default: throw unknownKey(in: "server")
+        guard let key = ConfigKeys.find(kind, location.key) else {
+            let keys = ConfigKeys.keys(of: kind).map(\.name).joined(separator: ", ")
+            throw ConfigValueProblem("unknown key (valid keys: \(keys))")
         }
-    }
-
-    private mutating func applyStore(
-        _ value: String, _ location: ConfigLocation
-    ) throws(ConfigValueProblem) {
-        switch location.key {
-        case "key":
-            guard !value.isEmpty else {
-                throw ConfigValueProblem("must name the store key file (default store.key)")
-            }
-            try ConfigValue.checkFileName(value)
-            storeKey = (value, location)
-        case "backend":
-            guard let backend = Store.Backend(rawValue: value.lowercased()) else {
-                throw ConfigValueProblem("must be sqlite or postgres \(ConfigValue.got(value))")
-            }
-            config.store.backend = backend
-            storeBackendLocation = location
-        case "synchronous":
-            // Empty: the default (and how the effective config of a postgres store prints it).
-            guard !value.isEmpty else { return }
-            guard let mode = Store.Synchronous(rawValue: value.lowercased()) else {
-                throw ConfigValueProblem("must be full or normal \(ConfigValue.got(value))")
-            }
-            config.store.synchronous = mode
-            storeSQLiteKeys.append(location)
-        case "dsn":
-            guard !value.isEmpty else { return }
-            storePostgresKeys.append(location)
-            do {
-                _ = try PostgresConfiguration(dsn: value)
-            } catch {
-                // The reason only: the string may hold what libpq could not parse.
-                throw ConfigValueProblem(
-                    "must be a libpq connection string without a password: \(error.message)")
-            }
-            config.store.dsn = value
-        case "password_file":
-            guard !value.isEmpty else { return }
-            config.store.passwordFile = try fileReference(value, location)
-            storePostgresKeys.append(location)
-        case "pool_size":
-            guard !value.isEmpty else { return }
-            config.store.poolSize = try ConfigValue.integer(value, 1...64)
-            storePostgresKeys.append(location)
-        case "lease":
-            guard !value.isEmpty else { return }
-            config.store.lease = try ConfigValue.seconds(value, 2000...600_000)
-            storePostgresKeys.append(location)
-        default: throw unknownKey(in: "store")
-        }
-    }
-
-    private mutating func applyDelivery(
-        _ value: String, _ location: ConfigLocation
-    ) throws(ConfigValueProblem) {
-        switch location.key {
-        case "max_retries": config.delivery.maxRetries = try ConfigValue.integer(value, 0...100)
-        case "backoff_base_ms":
-            config.delivery.backoffBase = .milliseconds(try ConfigValue.integer(value, 1...3_600_000))
-        case "backoff_max_ms":
-            config.delivery.backoffMax = .milliseconds(try ConfigValue.integer(value, 1...86_400_000))
-        case "stale_window_cap":
-            config.delivery.staleWindowCap = try ConfigValue.integer(value, 0...1_000_000)
-        case "stale_batch_ratio": config.delivery.staleBatchRatio = try ConfigValue.ratio(value)
-        case "stale_batch_min":
-            config.delivery.staleBatchMin = try ConfigValue.integer(value, 1...1_000_000)
-        case "max_queued": config.delivery.maxQueued = try ConfigValue.integer(value, 1...100_000_000)
-        case "ping_timeout": config.delivery.pingTimeout = try ConfigValue.seconds(value, 100...300_000)
-        default: throw unknownKey(in: "delivery")
-        }
-    }
-
-    private mutating func applyEndpoints(
-        _ value: String, _ location: ConfigLocation
-    ) throws(ConfigValueProblem) {
-        switch location.key {
-        case "apns_production": config.endpoints.apnsProduction = try EndpointURL.parse(value)
-        case "apns_development": config.endpoints.apnsDevelopment = try EndpointURL.parse(value)
-        case "fcm": config.endpoints.fcm = try EndpointURL.parse(value)
-        case "ca_file": config.endpoints.caFile = try fileReference(value, location)
-        case "webpush_allow_private":
-            config.endpoints.webPushAllowPrivate = try ConfigValue.boolean(value)
-        default: throw unknownKey(in: "endpoints")
-        }
-    }
-
-    private mutating func applyApp(
-        _ name: String, _ value: String, _ location: ConfigLocation
-    ) throws(ConfigValueProblem) {
-        var app = config.apps[name]!
-        defer { config.apps[name] = app }
-        switch location.key {
-        case "allow_uids": app.allowUIDs = try ConfigValue.ids(value, what: "uids")
-        case "allow_gids": app.allowGIDs = try ConfigValue.ids(value, what: "gids")
-        case "device_cap": app.deviceCap = try ConfigValue.integer(value, 1...1000)
-        case "apns_key": app.apnsKey = try fileReference(value, location)
-        case "apns_key_id":
-            app.apnsKeyID = try ConfigValue.appleID(value, what: "the 10-character key ID")
-        case "apns_team_id":
-            app.apnsTeamID = try ConfigValue.appleID(value, what: "the 10-character team ID")
-        case "apns_topic": app.apnsTopic = try ConfigValue.bundleID(value)
-        case "fcm_credentials": app.fcmCredentials = try fileReference(value, location)
-        case "vapid_key": app.vapidKey = try fileReference(value, location)
-        case "vapid_subject": app.vapidSubject = try ConfigValue.vapidSubject(value)
-        case "alert_loc_key": app.alertLocKey = try ConfigValue.label(value)
-        case "android_channel_id": app.androidChannelID = try ConfigValue.label(value)
-        default: throw unknownKey(in: "app")
-        }
+        // A backend's key written empty: the default (and how the effective
+        // config of the other backend prints it).
+        if key.backend != nil && value.isEmpty { return }
+        if kind == .store { storeKeysGiven.insert(key.name) }
+        try key.apply(&self, value, location)
+        if let backend = key.backend { backendKeys.append((backend, location)) }
     }
 
     /// A file setting; empty means none.
-    private func fileReference(
+    func fileReference(
         _ value: String, _ location: ConfigLocation
     ) throws(ConfigValueProblem) -> ConfigFileReference? {
         if value.isEmpty { return nil }
@@ -803,18 +601,14 @@ extension ConfigInterpreter {
     /// neither backend takes the other's keys (a setting that would do
     /// nothing is a mistake worth reporting).
     fileprivate mutating func checkStoreBackend() {
-        switch config.store.backend {
-        case .sqlite:
-            for location in storePostgresKeys {
-                problems.append(ConfigError(location, "only with backend = postgres (this store is sqlite)"))
-            }
-        case .postgres:
-            for location in storeSQLiteKeys {
-                problems.append(ConfigError(location, "only with backend = sqlite (this store is postgres)"))
-            }
+        for (backend, location) in backendKeys where backend != config.store.backend {
+            problems.append(
+                ConfigError(
+                    location, "only with backend = \(backend.rawValue) (this store is \(config.store.backend.rawValue))"))
+        }
+        if config.store.backend == .postgres {
             // A dsn that was given but refused has its own error.
-            let dsnGiven = storePostgresKeys.contains { $0.key == "dsn" }
-            if !dsnGiven, let location = storeBackendLocation {
+            if !storeKeysGiven.contains("dsn"), let location = storeBackendLocation {
                 problems.append(
                     ConfigError(
                         location,

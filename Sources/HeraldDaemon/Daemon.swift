@@ -47,6 +47,10 @@ public enum Daemon {
         let log = Logger(level: config.server.logLevel)
         let notifier = SystemdNotifier(environment: environment)
         signal(SIGPIPE, SIG_IGN)
+        // Everything started from here on is stopped through this, newest
+        // first, whether the daemon stops or fails to start.
+        let services = ServiceStack()
+        defer { services.stopAll() }
 
         let store: any DeliveryStore
         // Names the database in logs: a path, or the connection string (which holds no password).
@@ -70,6 +74,7 @@ public enum Daemon {
             log.error("startup_failed", ["error": "store: \(error)", "database": databasePath])
             return 1
         }
+        services.started("store") { store.close() }
         switch store.keyOutcome {
         case .verified:
             break
@@ -86,9 +91,9 @@ public enum Daemon {
                 ?? Listener.create(path: config.server.socketPath, mode: config.server.socketMode)
         } catch {
             log.error("startup_failed", ["error": String(describing: error)])
-            store.close()
             return 1
         }
+        services.started("listener") { listener.close() }
 
         let loop: EventLoop
         do {
@@ -102,8 +107,15 @@ public enum Daemon {
             delivery = try DeliveryStack(config: config, credentials: credentials, store: store, log: log)
         } catch {
             log.error("startup_failed", ["error": "delivery: \(error)"])
-            store.close()
             return 1
+        }
+        services.started("delivery") {
+            // Sends still out after the budget are abandoned: they stay in flight in
+            // the store and are queued again at the next start.
+            let abandoned = delivery.scheduler.inFlightCount
+            if abandoned > 0 { log.info("deliveries_left_in_flight", ["count": String(abandoned)]) }
+            delivery.shutdownTransports()
+            delivery.scheduler.drain()
         }
         var apps: [String: AppRuntime] = [:]
         for (name, app) in config.apps {
@@ -123,6 +135,12 @@ public enum Daemon {
             scheduler: delivery.scheduler, maxQueued: config.delivery.maxQueued, waiters: waiters, providers: delivery.providers)
         delivery.scheduler.onProgress = { finals in waiters.recorded(finals) }
         let server = RPCServer(loop: loop, listener: listener, handler: service, log: log, limits: ServerLimits(config.server))
+        // The server owns the listener from here: its connections close first, then the socket.
+        services.handedOver("listener")
+        services.started("server") {
+            server.closeAll()
+            listener.close()
+        }
         let heartbeat = Heartbeat()
         loop.every(milliseconds: 1000) { heartbeat.beat() }
         var metricsListener: MetricsListener?
@@ -135,11 +153,9 @@ public enum Daemon {
                     ["address": ListenAddress(host: address.host, port: metricsListener!.port).description])
             } catch {
                 log.error("startup_failed", ["error": String(describing: error)])
-                listener.close()
-                delivery.shutdownTransports()
-                store.close()
                 return 1
             }
+            services.started("metrics") { metricsListener?.stop() }
         }
         service.serverStats = { [unowned server] in (server.openConnections, server.counters) }
         do {
@@ -161,10 +177,10 @@ public enum Daemon {
         }
         loop.every(milliseconds: 5000) {
             store.ping { result in
-                let state: String
+                let state: StoreHealth
                 switch result {
-                case .success: state = "ok"
-                case .failure(let error): state = "degraded:\(error)"
+                case .success: state = .ok
+                case .failure(let error): state = .degraded("\(error)")
                 }
                 loop.execute { service.storeHealth = state }
             }
@@ -210,16 +226,7 @@ public enum Daemon {
 
         // The signal sources must live as long as the loop runs.
         withExtendedLifetime(signals) { loop.run() }
-        metricsListener?.stop()
-        server.closeAll()
-        listener.close()
-        // Sends still out after the budget are abandoned: they stay in flight in
-        // the store and are queued again at the next start.
-        let abandoned = delivery.scheduler.inFlightCount
-        if abandoned > 0 { log.info("deliveries_left_in_flight", ["count": String(abandoned)]) }
-        delivery.shutdownTransports()
-        delivery.scheduler.drain()
-        store.close()
+        services.stopAll()
         log.info("herald_stopped")
         return 0
     }
@@ -237,9 +244,8 @@ public enum Daemon {
             log.info(
                 "app_loaded",
                 [
-                    "app": name, "apns": c.apns.disabledReason.map { "disabled:\($0)" } ?? "ready",
-                    "fcm": c.fcm.disabledReason.map { "disabled:\($0)" } ?? "ready",
-                    "web": c.webPush.disabledReason.map { "disabled:\($0)" } ?? "ready",
+                    "app": name, "apns": TransportState(c.apns.disabledReason).wire,
+                    "fcm": TransportState(c.fcm.disabledReason).wire, "web": TransportState(c.webPush.disabledReason).wire,
                 ])
         }
     }
@@ -269,7 +275,7 @@ public enum Daemon {
                     let state: (Bool, String) =
                         !service.serving
                         ? (false, "not serving (starting or stopping)")
-                        : service.storeHealth != "ok" ? (false, "store \(service.storeHealth)") : (true, "ok")
+                        : !service.storeHealth.isOK ? (false, "store \(service.storeHealth.wire)") : (true, "ok")
                     box.withLock { $0 = state }
                     done.signal()
                 }

@@ -81,7 +81,7 @@ extension HeraldService {
             Int((monotonicMilliseconds() - startedAt) / 1000))
         m.single(
             "herald_ready", .gauge, "1 while the daemon serves and its store answers, else 0.",
-            serving && storeHealth == "ok" ? 1 : 0)
+            serving && storeHealth.isOK ? 1 : 0)
         m.single("herald_client_connections", .gauge, "Client connections open on the socket.", server.open)
         m.single(
             "herald_client_connections_accepted_total", .counter, "Client connections accepted.",
@@ -112,11 +112,10 @@ extension HeraldService {
             let runtime = apps[name]!
             for (transport, platforms) in [("apns", [Platform.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web])] {
                 let state = transportState(runtime, platforms, degraded: degraded)
-                let kind = String(state.prefix { $0 != ":" })
-                for candidate in ["ready", "disabled", "degraded"] {
+                for candidate in TransportState.kinds {
                     m.sample(
                         "herald_transport_state", ["app": name, "transport": transport, "state": candidate],
-                        candidate == kind ? 1 : 0)
+                        candidate == state.kind ? 1 : 0)
                 }
             }
         }

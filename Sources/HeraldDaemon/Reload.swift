@@ -88,32 +88,7 @@ final class Reloader: @unchecked Sendable {
 
     /// The settings of `next` that differ from `running` but only take effect at a restart.
     static func restartOnlyChanges(from running: HeraldConfig, to next: HeraldConfig) -> [String] {
-        var changed: [String] = []
-        func check(_ name: String, _ same: Bool) { if !same { changed.append(name) } }
-        let (a, b) = (running, next)
-        check("server.socket", a.server.socketPath == b.server.socketPath)
-        check("server.socket_mode", a.server.socketMode == b.server.socketMode)
-        check("server.state_dir", a.server.stateDirectory == b.server.stateDirectory)
-        check("server.instance_id", a.server.instanceID == b.server.instanceID)
-        check("server.max_inflight", a.server.maxInflight == b.server.maxInflight)
-        check("server.max_batch", a.server.maxBatch == b.server.maxBatch)
-        check("server.max_reply_bytes", a.server.maxReplyBytes == b.server.maxReplyBytes)
-        check("server.max_connections_per_uid", a.server.maxConnectionsPerUID == b.server.maxConnectionsPerUID)
-        check("server.request_timeout_ms", a.server.requestTimeoutMs == b.server.requestTimeoutMs)
-        check("store.key", a.store.key.path == b.store.key.path)
-        check("store.backend", a.store.backend == b.store.backend)
-        check("store.synchronous", a.store.synchronous == b.store.synchronous)
-        check("store.dsn", a.store.dsn == b.store.dsn)
-        check("store.password_file", a.store.passwordFile?.path == b.store.passwordFile?.path)
-        check("store.pool_size", a.store.poolSize == b.store.poolSize)
-        check("store.lease", a.store.lease == b.store.lease)
-        check("delivery", a.delivery == b.delivery)
-        check("endpoints.apns_production", a.endpoints.apnsProduction == b.endpoints.apnsProduction)
-        check("endpoints.apns_development", a.endpoints.apnsDevelopment == b.endpoints.apnsDevelopment)
-        check("endpoints.fcm", a.endpoints.fcm == b.endpoints.fcm)
-        check("endpoints.ca_file", a.endpoints.caFile?.path == b.endpoints.caFile?.path)
-        check("endpoints.webpush_allow_private", a.endpoints.webPushAllowPrivate == b.endpoints.webPushAllowPrivate)
-        check("metrics.listen", a.metrics.listen == b.metrics.listen)
-        return changed
+        ConfigKeys.all.filter { $0.reload == .restart && $0.value(in: running) != $0.value(in: next) }
+            .map(\.qualifiedName)
     }
 }

@@ -212,8 +212,7 @@ final class RPCServer: @unchecked Sendable {
     /// 1007 `overloaded` on a connection that is not taken, then close.
     private func refuse(_ fd: Int32, _ message: String) {
         counters.refused += 1
-        let error = RPCError.application(
-            code: 1007, reason: "overloaded", message: message, extra: [("retry_after_ms", .int(1000))])
+        let error = RPCError(.overloaded(message, retryAfterMs: 1000))
         let bytes = RPCResponse.frame(RPCResponse.failure(id: nil, error: error))
         _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         Glibc.close(fd)
@@ -533,10 +532,10 @@ final class RPCServer: @unchecked Sendable {
     static func serialize(_ response: JSON) -> [UInt8] { response.serialized() }
 
     private func overloaded() -> RPCError {
-        .application(
-            code: 1007, reason: "overloaded",
-            message: "answers owed to this connection passed max_reply_bytes (\(limits.maxReplyBytes)); read them first",
-            extra: [("retry_after_ms", .int(100))])
+        RPCError(
+            .overloaded(
+                "answers owed to this connection passed max_reply_bytes (\(limits.maxReplyBytes)); read them first",
+                retryAfterMs: 100))
     }
 
     enum Outcome: Sendable {

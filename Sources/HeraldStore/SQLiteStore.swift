@@ -20,7 +20,7 @@ public enum Synchronous: String, Sendable {
 public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     // State shared with the store thread is guarded by `condition`.
     private let condition = NSCondition()
-    private var queue: [Job] = []
+    private var queue: [any QueuedCall<Tables>] = []
     private var stopping = false
     private var stopped = false
     private let clock: any WallClock
@@ -35,16 +35,6 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
 
     /// The most jobs one transaction takes, to bound commit latency.
     static let maxBatch = 512
-
-    private struct Job {
-        let work: (Tables, Int64) throws -> Any
-        let complete: (Result<Any, any Error>) -> Void
-        /// Whether the caller is told "committed" as a promise (an accepted
-        /// push, a registration): such a commit waits for `synchronous`.
-        let durable: Bool
-        /// What the job writes that a later read must see (see `fences`).
-        let fence: String?
-    }
 
     /// Writes queued or being committed, per key (an app's user, a
     /// message): a read of that key waits behind them on the writer's
@@ -133,12 +123,10 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     /// still safe against corruption and against a process crash), and the
     /// next durable commit makes it durable with its own.
     private func submit<T>(
-        durable: Bool = true, fence: String? = nil, _ work: @escaping (Tables, Int64) throws -> T,
+        durable: Bool = true, fence: String? = nil, _ work: @escaping @Sendable (Tables, Int64) throws -> T,
         _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
-        let job = Job(
-            work: { tables, now in try work(tables, now) as Any },
-            complete: { result in completion(result.map { $0 as! T }) }, durable: durable, fence: fence)
+        let job = StoreCall(work: work, completion: completion, durable: durable, fence: fence)
         condition.lock()
         if stopping {
             condition.unlock()
@@ -154,7 +142,7 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     /// Queues a read on the reader connection (see `StoreReader`), or
     /// behind the writes pending on `fence` on the writer's thread.
     private func read<T>(
-        fence: String? = nil, _ work: @escaping (Tables) throws -> T,
+        fence: String? = nil, _ work: @escaping @Sendable (Tables) throws -> T,
         _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         if let fence {
@@ -162,18 +150,14 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
             let behind = fences[fence] != nil
             if behind, !stopping {
                 queue.append(
-                    Job(
-                        work: { tables, _ in try work(tables) as Any },
-                        complete: { result in completion(result.map { $0 as! T }) }, durable: false, fence: nil))
+                    StoreCall(work: { tables, _ in try work(tables) }, completion: completion, durable: false, fence: nil))
                 condition.signal()
                 condition.unlock()
                 return
             }
             condition.unlock()
         }
-        let job = StoreReader.Job(
-            work: { tables in try work(tables) as Any },
-            complete: { result in completion(result.map { $0 as! T }) })
+        let job = StoreCall(work: { tables, _ in try work(tables) }, completion: completion, durable: false, fence: nil)
         guard let reader, reader.submit(job) else {
             completion(.failure(StoreError(code: 0, message: "store is closed")))
             return
@@ -206,50 +190,57 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
 
     /// Transaction control goes through cached prepared statements: a
     /// fan-out's commits run hundreds of savepoints, each parsed once.
-    private func commit(_ batch: [Job], db: Database, tables: Tables) {
+    private func commit(_ batch: [any QueuedCall<Tables>], db: Database, tables: Tables) {
         let now = clock.nowMilliseconds()
         let wanted: Synchronous = batch.contains(where: \.durable) ? synchronous : .normal
         if wanted != currentSynchronous, (try? db.execute("PRAGMA synchronous = \(wanted.rawValue.uppercased())")) != nil {
             currentSynchronous = wanted
         }
-        var results: [Result<Any, any Error>] = []
-        results.reserveCapacity(batch.count)
+        var outcomes: [CallOutcome] = []
+        outcomes.reserveCapacity(batch.count)
         do {
             try db.statement("BEGIN IMMEDIATE").run()
         } catch {
             lift(batch)
-            for job in batch { job.complete(.failure(error)) }
+            for job in batch { job.fail(error) }
             return
         }
         for job in batch {
             do {
                 try db.statement("SAVEPOINT job").run()
-                let value = try job.work(tables, now)
+            } catch {
+                outcomes.append(CallOutcome(error: error) { _ in job.fail(error) })
+                continue
+            }
+            let outcome = job.run(tables, now: now)
+            do {
+                if outcome.error != nil { throw outcome.error! }
                 try db.statement("RELEASE job").run()
-                results.append(.success(value))
+                outcomes.append(outcome)
             } catch {
                 try? db.statement("ROLLBACK TO job").run()
                 try? db.statement("RELEASE job").run()
-                results.append(.failure(error))
+                outcomes.append(outcome.error != nil ? outcome : CallOutcome(error: error) { _ in job.fail(error) })
             }
         }
         // Statements left on a row would hold a read transaction past the
         // commit and keep every later checkpoint from shrinking the WAL.
         db.resetActive()
+        var commitFailure: (any Error)?
         do {
             try db.statement("COMMIT").run()
         } catch {
             try? db.statement("ROLLBACK").run()
             // Nothing of this batch is durable: no job may report success.
-            results = results.map { _ in .failure(error) }
+            commitFailure = error
         }
         lift(batch)
-        for (job, result) in zip(batch, results) { job.complete(result) }
+        for outcome in outcomes { outcome.answer(commitFailure) }
     }
 
     /// The batch's writes are committed (or failed): reads of their keys
     /// may go to the reader again.
-    private func lift(_ batch: [Job]) {
+    private func lift(_ batch: [any QueuedCall<Tables>]) {
         guard batch.contains(where: { $0.fence != nil }) else { return }
         condition.lock()
         for case let fence? in batch.map(\.fence) {

@@ -13,7 +13,7 @@ import HeraldCrypto
 /// client that reads after an answered write sees that write.
 final class StoreReader: @unchecked Sendable {
     private let condition = NSCondition()
-    private var queue: [Job] = []
+    private var queue: [any QueuedCall<Tables>] = []
     private var stopping = false
     private var stopped = false
     private var thread: Thread?
@@ -23,11 +23,6 @@ final class StoreReader: @unchecked Sendable {
     /// The reader's page cache, in KiB. The writer's cache holds the hot
     /// index pages; reads that miss here are served from the OS page cache.
     static let cacheKiB = 8192
-
-    struct Job {
-        let work: (Tables) throws -> Any
-        let complete: (Result<Any, any Error>) -> Void
-    }
 
     /// Opens the reader on a database the writer has already created and
     /// migrated, and starts its thread.
@@ -59,7 +54,7 @@ final class StoreReader: @unchecked Sendable {
     }
 
     /// Queues a read; `false` when the reader is closed.
-    func submit(_ job: Job) -> Bool {
+    func submit(_ job: any QueuedCall<Tables>) -> Bool {
         condition.lock()
         defer { condition.unlock() }
         if stopping { return false }
@@ -89,20 +84,17 @@ final class StoreReader: @unchecked Sendable {
 
     /// One read transaction for the batch: every read in it sees the same
     /// committed state, and the snapshot is let go at once.
-    private func read(_ batch: [Job], db: Database, tables: Tables) {
+    private func read(_ batch: [any QueuedCall<Tables>], db: Database, tables: Tables) {
         let began = (try? db.statement("BEGIN").run()) != nil
-        var results: [Result<Any, any Error>] = []
-        results.reserveCapacity(batch.count)
+        var outcomes: [CallOutcome] = []
+        outcomes.reserveCapacity(batch.count)
         for job in batch {
-            do {
-                results.append(.success(try job.work(tables)))
-            } catch {
-                results.append(.failure(error))
-            }
+            outcomes.append(job.run(tables, now: 0))
             db.resetActive()
         }
         if began { try? db.statement("COMMIT").run() }
-        for (job, result) in zip(batch, results) { job.complete(result) }
+        // A read answers with what it read, whatever the end of its snapshot.
+        for outcome in outcomes { outcome.answer(nil) }
     }
 }
 

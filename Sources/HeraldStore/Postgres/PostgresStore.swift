@@ -20,13 +20,7 @@ import Postgres
 /// and hears the other instances' `NOTIFY` (work queued, leases expired).
 /// Completions run on the store's threads; they must hand work elsewhere quickly.
 public final class PostgresStore: DeliveryStore, @unchecked Sendable {
-    /// Handed from the caller's thread to a pool thread under `condition`.
-    private struct Job: @unchecked Sendable {
-        let work: (PostgresConnection, Int64) throws -> Any
-        let complete: (Result<Any, any Error>) -> Void
-        let durable: Bool
-        let fence: String?
-    }
+    private typealias Job = any QueuedCall<PostgresConnection>
 
     // Guarded by `condition`.
     private let condition = NSCondition()
@@ -123,12 +117,10 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     // MARK: Jobs
 
     private func submit<T>(
-        durable: Bool = true, fence: String? = nil, _ work: @escaping (PostgresConnection, Int64) throws -> T,
+        durable: Bool = true, fence: String? = nil, _ work: @escaping @Sendable (PostgresConnection, Int64) throws -> T,
         _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
-        let job = Job(
-            work: { c, now in try work(c, now) as Any },
-            complete: { result in completion(result.map { $0 as! T }) }, durable: durable, fence: fence)
+        let job: Job = StoreCall(work: work, completion: completion, durable: durable, fence: fence)
         condition.lock()
         if stopping {
             condition.unlock()
@@ -172,7 +164,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             pool.submit({ [self] c in commit(taken, c) }) { [self] result in
                 if case .failure(let error) = result {
                     // The pool refused the batch (closing): nothing ran.
-                    finished(taken, taken.map { _ in .failure(error) })
+                    finished(taken, failure: error, outcomes: [])
                 }
             }
         }
@@ -180,8 +172,6 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
 
     /// Runs a batch in one transaction on a pool thread, then completes its jobs.
     private func commit(_ batch: [Job], _ c: PostgresConnection) {
-        var results: [Result<Any, any Error>] = []
-        results.reserveCapacity(batch.count)
         let now = clock.nowMilliseconds()
         do {
             try c.begin()
@@ -192,27 +182,30 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             }
         } catch {
             try? c.rollback()
-            finished(batch, batch.map { _ in .failure(error) })
+            finished(batch, failure: error, outcomes: [])
             return
         }
+        var outcomes: [CallOutcome] = []
+        outcomes.reserveCapacity(batch.count)
         var lost: (any Error)?
-        for job in batch {
-            if let lost {
-                results.append(.failure(lost))
-                continue
-            }
+        for job in batch where lost == nil {
             var attempt = 0
             while true {
                 do {
                     try c.executeScript("SAVEPOINT job")
-                    let value = try job.work(c, now)
+                } catch {
+                    lost = error
+                    break
+                }
+                let outcome = job.run(c, now: now)
+                do {
+                    if let error = outcome.error { throw error }
                     try c.executeScript("RELEASE job")
-                    results.append(.success(value))
+                    outcomes.append(outcome)
                     break
                 } catch {
                     if let pg = error as? PostgresError, pg.isConnectionFailure {
                         lost = error
-                        results.append(.failure(error))
                         break
                     }
                     do {
@@ -220,29 +213,28 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
                         try c.executeScript("RELEASE job")
                     } catch {
                         lost = error
-                        results.append(.failure(error))
                         break
                     }
                     attempt += 1
                     if Self.isRace(error), attempt < Self.maxRetries { continue }
-                    results.append(.failure(error))
+                    outcomes.append(outcome.error != nil ? outcome : CallOutcome(error: error) { _ in job.fail(error) })
                     break
                 }
             }
         }
-        if let lost {
+        var failure = lost
+        if lost != nil {
             try? c.rollback()
-            results = results.map { _ in .failure(lost) }
         } else {
             do {
                 try c.commit()
             } catch {
                 try? c.rollback()
                 // Nothing of this batch is known to be committed: no job may report success.
-                results = results.map { _ in .failure(error) }
+                failure = error
             }
         }
-        finished(batch, results)
+        finished(batch, failure: failure, outcomes: outcomes)
     }
 
     /// Whether a job failed because another transaction won a race, so that
@@ -252,7 +244,9 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         return state == .uniqueViolation || state == .deadlockDetected || state == .serializationFailure
     }
 
-    private func finished(_ batch: [Job], _ results: [Result<Any, any Error>]) {
+    /// Releases the batch's fences and connection, then answers its calls:
+    /// every one with `failure` when the batch did not commit.
+    private func finished(_ batch: [Job], failure: (any Error)?, outcomes: [CallOutcome]) {
         condition.lock()
         running -= 1
         for case let fence? in batch.map(\.fence) {
@@ -262,7 +256,11 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         if !stopping || !queue.isEmpty { dispatch() }
         condition.broadcast()
         condition.unlock()
-        for (job, result) in zip(batch, results) { job.complete(result) }
+        if let failure {
+            for job in batch { job.fail(failure) }
+        } else {
+            for outcome in outcomes { outcome.answer(nil) }
+        }
     }
 
     // MARK: Registry

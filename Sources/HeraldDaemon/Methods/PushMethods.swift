@@ -6,25 +6,6 @@ import HeraldStore
 import JSONRPC
 import WebPush
 
-extension AppError {
-    static func notFound(_ messageID: String) -> RPCError {
-        .application(
-            code: 1003, reason: "not_found", message: "no such message: \(messageID)",
-            extra: [("message_id", .string(messageID))])
-    }
-
-    static func payloadTooLarge(_ e: PayloadTooLarge) -> RPCError {
-        .application(
-            code: 1005, reason: "payload_too_large", message: e.description,
-            extra: [("platform", .string(e.platform.rawValue)), ("limit", .int(e.limit)), ("size", .int(e.size))])
-    }
-
-    static func overloaded(_ message: String, retryAfterMs: Int64) -> RPCError {
-        .application(
-            code: 1007, reason: "overloaded", message: message, extra: [("retry_after_ms", .int(retryAfterMs))])
-    }
-}
-
 /// Limits of `push.send` params.
 enum PushLimits {
     static let maxRecipients = 10_000
@@ -91,7 +72,7 @@ extension HeraldService {
             priority: priority, ttlSeconds: ttl)
         try checkPayloads(message, runtime)
         guard let scheduler = delivery?.scheduler else {
-            throw AppError.overloaded("delivery is not running", retryAfterMs: 1000)
+            throw RPCError(.overloaded("delivery is not running", retryAfterMs: 1000))
         }
         let enqueue = Enqueue(
             app: runtime.config.name, message: message, recipients: recipients, idempotencyKey: idempotencyKey,
@@ -114,7 +95,7 @@ extension HeraldService {
                 }
             case .failure(EnqueueError.queueFull(let pending, let limit)):
                 log.warning("push_refused", ["app": runtime.config.name, "pending": String(pending), "limit": String(limit)])
-                reply(.failure(AppError.overloaded("the delivery queue is full (\(pending) of \(limit))", retryAfterMs: 1000)))
+                reply(.failure(RPCError(.overloaded("the delivery queue is full (\(pending) of \(limit))", retryAfterMs: 1000))))
             case .failure(EnqueueError.tooManyDevices(let count, let limit)):
                 reply(.failure(.invalidParams(field: "to", reason: "addresses \(count) devices, more than \(limit)")))
             case .failure(let error):
@@ -177,7 +158,7 @@ extension HeraldService {
                             now: 0)
                     } catch {
                         switch error {
-                        case .payloadTooLarge(let e): throw AppError.payloadTooLarge(e)
+                        case .payloadTooLarge(let e): throw RPCError(.payloadTooLarge(e))
                         case .reservedDataKey(let key): throw .invalidParams(field: "data.\(key)", reason: "is reserved by APNs")
                         case .duplicateDataKey(let key): throw .invalidParams(field: "data.\(key)", reason: "duplicate key")
                         case .notAPNs, .kindNotRouted: continue
@@ -191,7 +172,7 @@ extension HeraldService {
                                 channelID: runtime.config.androidChannelID, defaultAlertLocKey: runtime.config.alertLocKey))
                     } catch {
                         switch error {
-                        case .payloadTooLarge(let e): throw AppError.payloadTooLarge(e)
+                        case .payloadTooLarge(let e): throw RPCError(.payloadTooLarge(e))
                         case .reservedDataKey(let key): throw .invalidParams(field: "data.\(key)", reason: "is reserved by FCM")
                         case .duplicateDataKey(let key): throw .invalidParams(field: "data.\(key)", reason: "duplicate key")
                         }
@@ -201,7 +182,7 @@ extension HeraldService {
                         _ = try WebPushPayload(message: message, user: user)
                     } catch {
                         switch error {
-                        case .payloadTooLarge(let e): throw AppError.payloadTooLarge(e)
+                        case .payloadTooLarge(let e): throw RPCError(.payloadTooLarge(e))
                         case .duplicateDataKey(let key): throw .invalidParams(field: "data.\(key)", reason: "duplicate key")
                         case .invalidBodySize: throw .internalError("web push record size")
                         }
@@ -237,7 +218,7 @@ extension HeraldService {
         store.status(app: runtime.config.name, messageID: id, detail: detail) { [log] result in
             switch result {
             case .success(let status?): reply(.success(Self.statusJSON(status)))
-            case .success(nil): reply(.failure(AppError.notFound(id)))
+            case .success(nil): reply(.failure(RPCError(.notFound(messageID: id))))
             case .failure(let error):
                 log.error("store_failed", ["error": String(describing: error)])
                 reply(.failure(.storeUnavailable))
@@ -278,7 +259,7 @@ extension HeraldService {
                 log.info("push_cancelled", ["message": id, "cancelled": String(n)])
                 messagesProgressed([id])
                 reply(.success(["cancelled": .int(n)]))
-            case .success(nil): reply(.failure(AppError.notFound(id)))
+            case .success(nil): reply(.failure(RPCError(.notFound(messageID: id))))
             case .failure(let error):
                 log.error("store_failed", ["error": String(describing: error)])
                 reply(.failure(.storeUnavailable))

@@ -1,0 +1,241 @@
+import HeraldIO
+import Dispatch
+import Foundation
+import HeraldCore
+import HeraldCrypto
+import APNs
+import HeraldScheduler
+import HeraldStore
+import JSONRPC
+import Synchronization
+import WebPush
+
+// device.register, device.unregister, device.list, session.end, user.forget.
+extension HeraldService {
+    // MARK: device.register
+
+    func register(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let user = try user(&p)
+        let platform = Platform(rawValue: try p.enumeration("platform", required: true, allowed: Platform.allCases.map(\.rawValue))!)!
+        var token = try p.string("token", required: true, maxBytes: 4096)!
+        var environment: APNsEnvironment?
+        if let env = try p.enumeration("environment", allowed: APNsEnvironment.allCases.map(\.rawValue)) {
+            guard platform.hasEnvironment else { throw p.invalid("environment", "is only for apns and apns_voip") }
+            environment = APNsEnvironment(rawValue: env)
+        } else if platform.hasEnvironment {
+            environment = .production
+        }
+        var keys: WebPushKeys?
+        let keysReader = try p.object("keys")
+        switch platform {
+        case .apns, .apnsVoIP:
+            token = try Self.apnsToken(token, p)
+            if keysReader != nil { throw p.invalid("keys", "is only for web") }
+        case .fcm:
+            if token.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7f }) {
+                throw p.invalid("token", "must not contain whitespace or control characters")
+            }
+            if keysReader != nil { throw p.invalid("keys", "is only for web") }
+        case .web:
+            guard var k = keysReader else { throw p.invalid("keys", "is required for web") }
+            keys = try Self.webKeys(&k)
+            try k.finish()
+            if token.utf8.count > EndpointGuard.maximumLength {
+                throw p.invalid("token", "must be at most \(EndpointGuard.maximumLength) bytes")
+            }
+        }
+        let name = try p.string("name", maxBytes: 256, allowEmpty: true)
+        let appVersion = try p.string("app_version", maxBytes: 64, allowEmpty: true)
+        let session = try p.string("session", maxBytes: 512)
+        let registrationID = try p.string("registration_id", maxBytes: 128)
+        let version = try p.int("version", range: 0...(1 << 53))
+        if version != nil && registrationID == nil {
+            throw p.invalid("version", "requires registration_id")
+        }
+        if registrationID != nil && version == nil {
+            throw p.invalid("version", "is required with registration_id")
+        }
+        try p.finish()
+        try limit(registerLimiter, app: runtime.config.name, user: user)
+
+        let registration = Registration(
+            app: runtime.config.name, user: user, platform: platform, environment: environment, token: token,
+            keys: keys, name: name, appVersion: appVersion, session: session, registrationID: registrationID,
+            version: version.map(Int64.init))
+        let cap = runtime.config.deviceCap
+        let store = self.store
+        let done = finish(reply) { (o: RegistrationOutcome) -> JSON in
+            [
+                "device_id": .string(o.deviceID), "token_hash": .string(o.tokenHash), "created": .bool(o.created),
+                "reclaimed": .bool(o.reclaimed), "evicted": .array(o.evicted.map { .string($0) }),
+            ]
+        }
+        guard platform == .web else {
+            sharedLimit(.register, app: runtime.config.name, user: user, reply) {
+                store.register(registration, deviceCap: cap, completion: done)
+            }
+            return
+        }
+        // The endpoint is resolved off the loop (on the guard's lookup threads, for at most
+        // 2 s, when its resolver is asynchronous), then on to the store.
+        let endpointGuard = self.endpointGuard
+        let checked: @Sendable (Result<CheckedEndpoint, EndpointError>) -> Void = { result in
+            switch result {
+            case .success(let endpoint):
+                // The binding uses the normalised URL, so spellings of one endpoint are one device.
+                var normalized = registration
+                normalized.token = endpoint.url
+                store.register(normalized, deviceCap: cap, completion: done)
+            case .failure(let error):
+                reply(.failure(Self.endpointError(error)))
+            }
+        }
+        let resolverQueue = self.resolverQueue
+        sharedLimit(.register, app: runtime.config.name, user: user, reply) {
+            resolverQueue.async {
+                if let now = endpointGuard.check(registration.token, completion: checked) { checked(now) }
+            }
+        }
+    }
+
+    static func endpointError(_ error: EndpointError) -> RPCError {
+        switch error {
+        case .notPubliclyRoutable(let address): RPCError(.notPubliclyRoutable(address: address))
+        case .unresolvable: .invalidParams(field: "token", reason: "host does not resolve")
+        case .malformed, .resolutionFailed: .invalidParams(field: "token", reason: error.description)
+        }
+    }
+
+    /// APNs tokens are hex; stored lowercase so that case never splits a binding.
+    static func apnsToken(_ token: String, _ p: ParamReader) throws(RPCError) -> String {
+        let bytes = token.utf8
+        guard bytes.count >= 16, bytes.count <= 512, bytes.count % 2 == 0,
+            bytes.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 65 && $0 <= 70) || ($0 >= 97 && $0 <= 102) })
+        else {
+            throw p.invalid("token", "must be an even number (16 to 512) of hex digits")
+        }
+        return token.lowercased()
+    }
+
+    static func webKeys(_ k: inout ParamReader) throws(RPCError) -> WebPushKeys {
+        let p256dhText = try k.string("p256dh", required: true, maxBytes: 128)!
+        let authText = try k.string("auth", required: true, maxBytes: 64)!
+        let p256dh: [UInt8]
+        do {
+            p256dh = try Base64URL.decode(p256dhText)
+            try P256.checkPublicKey(p256dh)
+        } catch {
+            throw k.invalid("p256dh", Self.keyReason(error))
+        }
+        let auth: [UInt8]
+        do {
+            auth = try Base64URL.decode(authText)
+        } catch {
+            throw k.invalid("auth", Self.keyReason(error))
+        }
+        guard auth.count == 16 else { throw k.invalid("auth", "must be 16 bytes") }
+        return WebPushKeys(p256dh: p256dh, auth: auth)
+    }
+
+    static func keyReason(_ error: CryptoError) -> String {
+        switch error {
+        case .malformedBase64: "must be base64url"
+        case .publicKeyLength: "must be a 65-byte uncompressed P-256 point"
+        case .publicKeyFormat: "must be an uncompressed point (0x04 prefix)"
+        case .publicKeyNotOnCurve: "is not a point on P-256"
+        default: error.description
+        }
+    }
+
+    // MARK: device.unregister, device.list, session.end, user.forget
+
+    func unregister(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let user = try user(&p)
+        let deviceID = try p.string("device_id", maxBytes: 32)
+        let platformName = try p.enumeration("platform", allowed: Platform.allCases.map(\.rawValue))
+        let token = try p.string("token", maxBytes: 4096)
+        let envName = try p.enumeration("environment", allowed: APNsEnvironment.allCases.map(\.rawValue))
+        let registrationID = try p.string("registration_id", maxBytes: 128)
+        let version = try p.int("version", range: 0...(1 << 53))
+        try p.finish()
+        let selector: UnregisterSelector
+        let forms = [deviceID != nil, platformName != nil || token != nil, registrationID != nil || version != nil]
+        guard forms.filter({ $0 }).count == 1 else {
+            throw p.invalid("device_id", "give exactly one of: device_id; platform and token; registration_id and version")
+        }
+        if version != nil && registrationID == nil { throw p.invalid("version", "requires registration_id") }
+        if let deviceID {
+            guard deviceID.utf8.count == 32, deviceID.utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) })
+            else { throw p.invalid("device_id", "must be 32 lowercase hex characters") }
+            if envName != nil { throw p.invalid("environment", "goes with platform and token") }
+            selector = .deviceID(deviceID)
+        } else if let registrationID {
+            guard let version else { throw p.invalid("version", "is required with registration_id") }
+            if envName != nil { throw p.invalid("environment", "goes with platform and token") }
+            selector = .registration(id: registrationID, version: Int64(version))
+        } else {
+            guard let platformName, let platform = Platform(rawValue: platformName) else {
+                throw p.invalid("platform", "is required with token")
+            }
+            guard var token else { throw p.invalid("token", "is required with platform") }
+            var environment: APNsEnvironment?
+            if platform.hasEnvironment {
+                token = try Self.apnsToken(token, p)
+                environment = envName.flatMap(APNsEnvironment.init(rawValue:)) ?? .production
+            } else if envName != nil {
+                throw p.invalid("environment", "is only for apns and apns_voip")
+            }
+            if platform == .web, let normalized = try? endpointGuard.normalize(token) { token = normalized }
+            selector = .binding(platform: platform, environment: environment, token: token)
+        }
+        try limit(unregisterLimiter, app: runtime.config.name, user: user)
+        let store = self.store
+        let app = runtime.config.name
+        let done = finish(reply) { (n: Int) -> JSON in ["removed": .int(n)] }
+        sharedLimit(.unregister, app: app, user: user, reply) {
+            store.unregister(app: app, user: user, selector, completion: done)
+        }
+    }
+
+    func list(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let user = try user(&p)
+        try p.finish()
+        store.list(app: runtime.config.name, user: user, completion: finish(reply) { devices in
+            ["devices": .array(devices.map(Self.deviceJSON))]
+        })
+    }
+
+    static func deviceJSON(_ d: DeviceSummary) -> JSON {
+        [
+            "device_id": .string(d.deviceID), "platform": .string(d.platform.rawValue),
+            "environment": d.environment.map { .string($0.rawValue) } ?? .null,
+            "name": d.name.map { .string($0) } ?? .null, "app_version": d.appVersion.map { .string($0) } ?? .null,
+            "token_hash": .string(d.tokenHash), "created_at": .string(Timestamp.rfc3339(d.createdAt)),
+            "registered_at": .string(Timestamp.rfc3339(d.registeredAt)),
+            "last_success_at": d.lastSuccessAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
+            "last_failure_at": d.lastFailureAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
+            "last_failure_reason": d.lastFailureReason.map { .string($0) } ?? .null,
+        ]
+    }
+
+    func endSession(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let user = try user(&p)
+        let session = try p.string("session", required: true, maxBytes: 512)!
+        try p.finish()
+        store.endSession(app: runtime.config.name, user: user, session: session, completion: finish(reply) {
+            ["removed": .int($0)]
+        })
+    }
+
+    func forget(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let user = try user(&p)
+        try p.finish()
+        store.forget(app: runtime.config.name, user: user, completion: finish(reply) { ["removed": .int($0)] })
+    }
+
+}

@@ -1,0 +1,184 @@
+import HeraldIO
+import Dispatch
+import Foundation
+import HeraldCore
+import HeraldCrypto
+import APNs
+import HeraldScheduler
+import HeraldStore
+import JSONRPC
+import Synchronization
+import WebPush
+
+// system.health, system.stats, system.metrics (Metrics.swift), vapid.public_key.
+extension HeraldService {
+    // MARK: system.*, vapid.public_key
+
+    /// The state of one transport of an app.
+    func transportState(_ runtime: AppRuntime, _ platforms: [Platform], degraded: [QueueLane: String]) -> TransportState {
+        if let why = platforms.compactMap({ runtime.disabled[$0] }).first { return .disabled(why) }
+        if let why = platforms.compactMap({ degraded[QueueLane(app: runtime.config.name, platform: $0)] }).first {
+            return .degraded(why)
+        }
+        return .ready
+    }
+
+    func health(_ p: inout ParamReader, _ context: CallContext) throws(RPCError) -> JSON {
+        // With `app`, that app (checked like any call); without, every app this peer may call.
+        let only = try p.string("app", maxBytes: 64).map { name throws(RPCError) in
+            try runtime(named: name, context).config.name
+        }
+        try p.finish()
+        let degraded = delivery?.scheduler.degradedLanes ?? [:]
+        var transports = JSONObject()
+        var anyDegraded = false
+        for name in apps.keys.sorted()
+        where (only == nil || only == name) && apps[name]!.config.allows(uid: context.uid, gid: context.gid, groups: context.groups) {
+            let runtime = apps[name]!
+            var states = JSONObject()
+            for (transport, platforms) in [("apns", [Platform.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web])] {
+                let state = transportState(runtime, platforms, degraded: degraded)
+                if case .degraded = state { anyDegraded = true }
+                states.append(transport, .string(state.wire))
+            }
+            transports.append(name, .object(states))
+        }
+        let status = storeHealth.isOK && !anyDegraded ? "ok" : "degraded"
+        return ["status": .string(status), "store": .string(storeHealth.wire), "transports": .object(transports)]
+    }
+
+    /// The apps this peer may call, or nil when it may call every app (it sees all figures then).
+    func visibleApps(_ context: CallContext) -> Set<String>? {
+        let allowed = apps.filter { $0.value.config.allows(uid: context.uid, gid: context.gid, groups: context.groups) }
+        return allowed.count == apps.count ? nil : Set(allowed.keys)
+    }
+
+    func stats(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        _ = try app(&p, context)
+        try p.finish()
+        let only = visibleApps(context)
+        let server = serverStats()
+        let uptime = (monotonicMilliseconds() - startedAt) / 1000
+        let rateLimited = self.rateLimited
+        let scheduler = delivery?.scheduler.stats
+        let apns = delivery?.providers.apns?.stats
+        let summary = storeSummary
+        storeFigures(for: "stats", only: only, failure: { reply(.failure($0)) }) { depth, counts in
+            var devices = JSONObject()
+            for platform in Platform.allCases { devices.append(platform.rawValue, .int(counts[platform] ?? 0)) }
+            var transports = JSONObject()
+            for platform in Platform.allCases {
+                let c = scheduler?.platforms[platform] ?? PlatformCounters()
+                transports.append(
+                    platform.rawValue,
+                    [
+                        "sent": .int(c.sent), "delivered": .int(c.delivered), "failed": .int(c.failed),
+                        "retried": .int(c.retried), "expired": .int(c.expired),
+                        "auth_rejected": .int(c.authRejected), "removed_stale": .int(c.removedStale),
+                        "stale_refused": .int(c.staleRefused), "breaker_trips": .int(c.breakerTrips),
+                    ])
+            }
+            // A peer limited to some apps sees figures over those only: the
+            // send counters and provider connections, kept for the daemon as
+            // a whole, are left out for it.
+            var result: JSONObject = [
+                "version": .string(Self.version), "instance": .string(self.instance), "uptime_s": .int(uptime),
+                "connections": [
+                    "open": .int(server.open), "accepted": .int(server.counters.accepted),
+                    "refused": .int(server.counters.refused),
+                ],
+                "requests": [
+                    "total": .int(server.counters.requests), "errors": .int(server.counters.errors),
+                    "rate_limited": .int(rateLimited),
+                ],
+                "devices": .object(devices),
+                "queue": [
+                    "depth": .int(depth.waiting), "in_flight": .int(depth.inFlight),
+                    "stale_held": .int(only == nil ? scheduler?.staleHeld ?? 0 : 0),
+                ],
+                "store": .object(Self.storeJSON(summary, heldResults: only == nil ? scheduler?.heldResults ?? 0 : 0)),
+            ]
+            if let only {
+                result.append("apps", .array(only.sorted().map { .string($0) }))
+                reply(.success(.object(result)))
+                return
+            }
+            result.append("transports", .object(transports))
+            if let apns {
+                result.append(
+                    "apns",
+                    [
+                        "connections": .int(apns.connectionsOpen), "connections_opened": .int(apns.connectionsOpened),
+                        "connect_failures": .int(apns.connectFailures), "goaways": .int(apns.goaways),
+                        "last_goaway_reason": apns.lastGoAwayReason.map { .string($0) } ?? .null,
+                        "tokens_signed": .int(apns.tokensMinted), "timeouts": .int(apns.timeouts),
+                    ])
+            }
+            reply(.success(.object(result)))
+        }
+    }
+
+    /// `system.stats` `store`: the backend, for PostgreSQL its pool size and
+    /// lease, and the results held in memory until the store takes them.
+    static func storeJSON(_ summary: StoreSummary, heldResults: Int) -> JSONObject {
+        var object: JSONObject = ["backend": .string(summary.backend)]
+        if let poolSize = summary.poolSize { object.append("pool_size", .int(poolSize)) }
+        if let leaseMs = summary.leaseMs { object.append("lease_ms", .int(Int(leaseMs))) }
+        object.append("held_results", .int(heldResults))
+        return object
+    }
+
+    /// The queue depth and the device counts per platform, read from the
+    /// store one after the other (for `system.stats` and the metrics); a
+    /// store failure is logged (naming `what`) and given to `failure` as -32603.
+    /// With `only`, the figures are totals over those apps.
+    func storeFigures(
+        for what: String, only: Set<String>? = nil, failure: @escaping @Sendable (RPCError) -> Void,
+        _ body: @escaping @Sendable ((waiting: Int, inFlight: Int), [Platform: Int]) -> Void
+    ) {
+        let store = self.store
+        let log = self.log
+        @Sendable func failed() {
+            log.error("store_failed", ["error": what])
+            failure(.storeUnavailable)
+        }
+        guard let only else {
+            store.queueDepth { depthResult in
+                store.deviceCounts { countsResult in
+                    guard case .success(let depth) = depthResult, case .success(let counts) = countsResult else {
+                        return failed()
+                    }
+                    body((depth.waiting, depth.inFlight), counts)
+                }
+            }
+            return
+        }
+        store.queueDepthByApp { depthResult in
+            store.deviceCountsByApp { countsResult in
+                guard case .success(let depths) = depthResult, case .success(let byApp) = countsResult else {
+                    return failed()
+                }
+                var depth = (waiting: 0, inFlight: 0)
+                var counts: [Platform: Int] = [:]
+                for app in only {
+                    depth.waiting += depths[app]?.waiting ?? 0
+                    depth.inFlight += depths[app]?.inFlight ?? 0
+                    for (platform, n) in byApp[app] ?? [:] { counts[platform, default: 0] += n }
+                }
+                body(depth, counts)
+            }
+        }
+    }
+
+    func vapidPublicKey(_ p: inout ParamReader, _ context: CallContext) throws(RPCError) -> JSON {
+        let runtime = try app(&p, context)
+        try p.finish()
+        guard let vapid = runtime.credentials.webPush.value else {
+            throw RPCError.invalidParams(field: "app", reason: "web push is disabled for this app (no vapid_key)")
+        }
+        return ["public_key": .string(vapid.key.publicKeyBase64URL)]
+    }
+
+    /// Takes a reloaded configuration's apps (on the loop thread): calls from
+    /// now on see the new limits, peers and credentials.
+}
