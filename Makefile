@@ -130,37 +130,7 @@ UNIT_EXPOSURE_MAX := 1.5
 UNIT_TEST_BIN ?= $(if $(wildcard $(HERALD)),$(HERALD),/bin/true)
 DISTRO_UNITDIR := /lib/systemd/system
 test-units: debian-deps
-	@set -euo pipefail; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	units=$$tmp/usr/lib/systemd/system; \
-	$(MAKE) --no-print-directory -s install-files DESTDIR= PREFIX=$$tmp/usr SYSCONFDIR=$$tmp/etc \
-		BINDIR=$$tmp/usr/bin UNITDIR=$$units SYSUSERSDIR=$$tmp/usr/lib/sysusers.d \
-		TMPFILESDIR=$$tmp/usr/lib/tmpfiles.d DOCDIR=$$tmp/usr/share/doc/herald INSTALL_BIN=$(UNIT_TEST_BIN) >/dev/null; \
-	exe=$$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' $$units/herald.service); \
-	[ "$$exe" = $$tmp/usr/bin/herald ] && [ -x "$$exe" ] || { \
-		echo "test-units: ExecStart= names '$$exe', not the staged binary" >&2; exit 1; }; \
-	echo "systemd-analyze verify herald.service herald.socket"; \
-	if ! SYSTEMD_UNIT_PATH=$$units:$(DISTRO_UNITDIR) systemd-analyze verify --man=no --generators=no \
-		$$units/herald.service $$units/herald.socket >$$tmp/verify.log 2>&1 || [ -s $$tmp/verify.log ]; then \
-		cat $$tmp/verify.log; echo "test-units: systemd-analyze verify is not clean" >&2; exit 1; fi; \
-	SYSTEMD_UNIT_PATH=$$units:$(DISTRO_UNITDIR) systemd-analyze security --offline=yes --no-pager \
-		$$units/herald.service >$$tmp/security.log 2>&1 || { cat $$tmp/security.log; exit 1; }; \
-	score=$$(sed -n 's/.*Overall exposure level for herald.service: \([0-9.]*\).*/\1/p' $$tmp/security.log); \
-	[ -n "$$score" ] || { cat $$tmp/security.log; echo "test-units: no exposure level found" >&2; exit 1; }; \
-	echo "systemd-analyze security herald.service: exposure $$score (at most $(UNIT_EXPOSURE_MAX))"; \
-	awk -v s="$$score" -v m=$(UNIT_EXPOSURE_MAX) 'BEGIN { exit !(s + 0 <= m + 0) }' || { \
-		grep '✗' $$tmp/security.log; echo "test-units: exposure $$score is above $(UNIT_EXPOSURE_MAX)" >&2; exit 1; }; \
-	echo "systemd-sysusers and systemd-tmpfiles --create into a scratch root"; \
-	mkdir -p $$tmp/root/etc; \
-	systemd-sysusers --root=$$tmp/root $$tmp/usr/lib/sysusers.d/herald.conf >$$tmp/sysusers.log 2>&1 || { \
-		cat $$tmp/sysusers.log; exit 1; }; \
-	grep -q '^herald-clients:' $$tmp/root/etc/group || { cat $$tmp/sysusers.log; \
-		echo "test-units: sysusers did not create herald-clients" >&2; exit 1; }; \
-	if ! systemd-tmpfiles --root=$$tmp/root --create $$tmp/usr/lib/tmpfiles.d/herald.conf >$$tmp/tmpfiles.log 2>&1 \
-		|| [ -s $$tmp/tmpfiles.log ]; then cat $$tmp/tmpfiles.log; echo "test-units: tmpfiles is not clean" >&2; exit 1; fi; \
-	[ "$$(stat -c '%a %u' $$tmp/root/etc/herald $$tmp/root/etc/herald/credentials)" = "$$(printf '755 0\n700 0')" ] || { \
-		stat -c '%a %u %n' $$tmp/root/etc/herald $$tmp/root/etc/herald/credentials; \
-		echo "test-units: tmpfiles made the wrong modes" >&2; exit 1; }; \
-	echo "test-units: 4 passed, 0 failed"
+	MAKE="$(MAKE)" scripts/test-units.sh $(UNIT_TEST_BIN) $(UNIT_EXPOSURE_MAX) $(DISTRO_UNITDIR)
 
 ## bench: the crypto figures, then the fan-out benchmark against nginx and the other senders (REPORT.md)
 bench: bench-crypto bench-fanout
@@ -183,14 +153,17 @@ bench-delivery: deps
 		--out benchmarks/results/delivery.json
 
 ## bench-fanout: one message to 500 devices and sustained rates, herald next to pywebpush, aioapns and h2load
-## against an nginx sink: table, benchmarks/results/fanout.json, REPORT.md and plots (FANOUT_ARGS=--perf profiles)
+## against an nginx sink, then herald on PostgreSQL (one instance, two on one database; a private durable
+## server, its CPU counted): table, benchmarks/results/fanout.json, REPORT.md and plots
+## (FANOUT_ARGS=--perf profiles, FANOUT_ARGS=--postgres=none SQLite only)
 FANOUT_ARGS ?=
 bench-fanout: deps bench-deps
 	$(SWIFT) build -c release --product herald
 	$(VENV)/bin/python benchmarks/fanout/bench_fanout.py --herald .build/release/herald \
 		--out-dir benchmarks/results $(FANOUT_ARGS)
 
-## bench-quick: the fan-out harness with few iterations and the debug herald, into build/bench-quick/;
+## bench-quick: the fan-out harness with few iterations and the debug herald, into build/bench-quick/, on
+## SQLite and on PostgreSQL (one and two instances; a private server with the tests' fsync off);
 ## fails when the harness breaks or a push is not delivered exactly once by the sink's access log, never on a timing
 bench-quick: deps bench-deps build
 	$(VENV)/bin/python benchmarks/fanout/bench_fanout.py --quick --check --herald $(HERALD) \

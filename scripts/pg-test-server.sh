@@ -5,6 +5,10 @@
 #          DIR/password, scram-sha-256 for every connection); then pg_ctl start -w. The server
 #          listens only on a Unix socket in DIR/run (listen_addresses = ''), with fsync off: a
 #          test database, never a durable one. Prints the libpq connection string (no password).
+#          With HERALD_PG_DURABLE=1 in the environment at that first start, the server is made
+#          durable instead (fsync, synchronous_commit and full_page_writes on: PostgreSQL's
+#          defaults), for benchmarks that compare it with SQLite's synchronous = full. The setting
+#          is written into DIR/data at initdb and stays with that directory.
 # stop:    pg_ctl stop -m fast -w (the data stays: start again to simulate an outage's end).
 # restart: stop, then start.
 # destroy: stop if running, then remove DIR.
@@ -19,6 +23,12 @@ usage() { echo "usage: $0 start|stop|restart|destroy DIR" >&2; exit 2; }
 cmd=$1
 dir=$2
 case "$dir" in /*) ;; *) dir=$PWD/$dir ;; esac
+
+case "${HERALD_PG_DURABLE:-0}" in
+1) durability=on ;;
+0) durability=off ;;
+*) echo "pg-test-server: HERALD_PG_DURABLE must be 0 or 1, not '$HERALD_PG_DURABLE'" >&2; exit 2 ;;
+esac
 
 bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
 if [ -z "$bindir" ] || [ ! -x "$bindir/pg_ctl" ]; then
@@ -65,13 +75,13 @@ init() {
 	rm -f "$pwfile"
 	cat >>"$data/postgresql.conf" <<CONF
 
-# pg-test-server.sh: a Unix socket only, no durability (a test database).
+# pg-test-server.sh: a Unix socket only; durability $durability (HERALD_PG_DURABLE=${HERALD_PG_DURABLE:-0}).
 listen_addresses = ''
 unix_socket_directories = '$run'
 port = 5432
-fsync = off
-synchronous_commit = off
-full_page_writes = off
+fsync = $durability
+synchronous_commit = $durability
+full_page_writes = $durability
 max_connections = 60
 shared_buffers = 32MB
 CONF

@@ -503,6 +503,7 @@ public struct HTTP2LaneHandle: Sendable {
 }
 
 /// The OpenSSL client context every connection shares.
+// @unchecked: an OpenSSL SSL_CTX, immutable after setup and safe to share between threads.
 final class TLSContext: @unchecked Sendable {
     // Immutable after init; OpenSSL allows concurrent use of an SSL_CTX.
     let handle: OpaquePointer

@@ -2,6 +2,7 @@ import HeraldCore
 import HeraldIO
 
 /// A request waiting for, or riding on, a stream.
+// @unchecked: created on the submitting thread, then touched on the client loop only.
 final class Pending: @unchecked Sendable {
     // Loop thread only after `send` hands it over.
     let request: HTTP2Request
@@ -35,6 +36,7 @@ struct BearerToken {
 }
 
 /// One lane: a queue and a small pool of connections. Loop thread only.
+// @unchecked: loop thread only (the client's event loop).
 final class Lane: @unchecked Sendable {
     let key: HTTP2LaneKey
     let endpoint: HTTP2Endpoint

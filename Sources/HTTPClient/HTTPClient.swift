@@ -20,6 +20,7 @@ import Glibc
 ///   the transfer with ``HTTPError/bodyTooLarge(limit:)`` (no truncated success).
 /// - Completion handlers run on the client's network thread: they must not block. They may call
 ///   ``send(_:completion:)`` again.
+// @unchecked: its state lives in the Engine, reached through the engine's locked queue.
 public final class HTTPClient: @unchecked Sendable {
     public struct Configuration: Sendable {
         /// An extra PEM file of trusted CAs (`CURLOPT_CAINFO`), trusted next to the system
@@ -116,6 +117,7 @@ public final class HTTPClient: @unchecked Sendable {
 
 // MARK: - Engine (the multi handle and its thread)
 
+// @unchecked: the multi handle and transfers are touched on the engine thread only; `incoming` under its lock.
 final class Engine: @unchecked Sendable {
     private struct Shared {
         var pending: [Transfer] = []

@@ -37,6 +37,7 @@ private let headerCallback: herald_curl_data_cb = { ptr, size, nmemb, userdata i
 }
 
 /// One request: its easy handle, the C memory it needs, and the response being built.
+// @unchecked: owned by the engine thread while curl runs it; other threads only hand it over.
 final class Transfer: @unchecked Sendable {
     let easy: UnsafeMutableRawPointer
     let maxBody: Int

@@ -130,7 +130,8 @@ public enum Daemon {
                 resolver: CachingResolver(SystemResolver(), ttl: .zero, negativeTTL: .zero)),
             clock: SystemClock(), instance: config.server.instanceName, log: log)
         service.storeSummary = StoreSummary(location)
-        let waiters = MessageWaiters(loop: loop, store: store, log: log)
+        let waiters = MessageWaiters(store: store, log: log)
+        Task { await waiters.startTicking() }
         service.delivery = DeliveryWiring(
             scheduler: delivery.scheduler, maxQueued: config.delivery.maxQueued, waiters: waiters, providers: delivery.providers)
         delivery.scheduler.onProgress = { finals in waiters.recorded(finals) }
@@ -313,14 +314,22 @@ public enum Daemon {
 /// Graceful stop: no new connections, requests in flight get up to the
 /// budget to finish, then the loop ends. A stop asked for before the loop
 /// exists is remembered and carried out as soon as it does.
-final class Shutdown: @unchecked Sendable {
-    private let lock = NSLock()
-    private var loop: EventLoop?  // guarded by lock
-    private var server: RPCServer?  // guarded by lock
-    private var log: Logger?  // guarded by lock
-    private var stopWork: (@Sendable () -> Void)?  // guarded by lock
-    private var isIdle: (@Sendable () -> Bool)?  // guarded by lock
-    private var requested: String?  // guarded by lock
+final class Shutdown: Sendable {
+    private struct Attached {
+        let loop: EventLoop
+        let server: RPCServer
+        let log: Logger
+        let stopWork: @Sendable () -> Void
+        let isIdle: @Sendable () -> Bool
+    }
+
+    private struct State {
+        var attached: Attached?
+        /// The signal that asked for the stop.
+        var requested: String?
+    }
+
+    private let state = Locked(State())
     private let notifier: SystemdNotifier
 
     init(notifier: SystemdNotifier) {
@@ -333,39 +342,36 @@ final class Shutdown: @unchecked Sendable {
         loop: EventLoop, server: RPCServer, log: Logger, stopWork: @escaping @Sendable () -> Void = {},
         isIdle: @escaping @Sendable () -> Bool = { true }
     ) {
-        let early: String? = lock.withLock {
-            self.loop = loop
-            self.server = server
-            self.log = log
-            self.stopWork = stopWork
-            self.isIdle = isIdle
-            return requested
+        let parts = Attached(loop: loop, server: server, log: log, stopWork: stopWork, isIdle: isIdle)
+        let early: String? = state.withLock {
+            $0.attached = parts
+            return $0.requested
         }
-        if let early { start(signal: early) }
+        if let early { start(signal: early, parts) }
     }
 
     /// A stop has been asked for.
-    var isStopping: Bool { lock.withLock { requested != nil } }
+    var isStopping: Bool { state.withLock { $0.requested != nil } }
 
     func begin(signal: String) {
         notifier.notify("STOPPING=1")
-        let attached: Bool = lock.withLock {
-            guard requested == nil else { return false }
-            requested = signal
-            return loop != nil
+        let parts: Attached? = state.withLock {
+            guard $0.requested == nil else { return nil }
+            $0.requested = signal
+            return $0.attached
         }
-        if attached { start(signal: signal) }
+        if let parts { start(signal: signal, parts) }
     }
 
-    private func start(signal: String) {
-        let (loop, server, log, stopWork, isIdle) = lock.withLock { (self.loop!, self.server!, self.log!, self.stopWork!, self.isIdle!) }
+    private func start(signal: String, _ parts: Attached) {
+        let (loop, server, log) = (parts.loop, parts.server, parts.log)
         loop.execute {
             log.info("herald_stopping", ["signal": signal])
             server.stopAccepting()
-            stopWork()
+            parts.stopWork()
             let deadline = monotonicMilliseconds() + Daemon.shutdownBudgetMs
             loop.every(milliseconds: 20) {
-                if (server.isQuiescent && isIdle()) || monotonicMilliseconds() >= deadline { loop.stop() }
+                if (server.isQuiescent && parts.isIdle()) || monotonicMilliseconds() >= deadline { loop.stop() }
             }
         }
     }
@@ -373,24 +379,27 @@ final class Shutdown: @unchecked Sendable {
 
 /// SIGHUPs, passed on to the reloader once it exists; one that comes while
 /// the daemon is starting is carried out as soon as it is up.
-final class Hangups: @unchecked Sendable {
-    private let lock = NSLock()
-    private var handler: (@Sendable () -> Void)?  // guarded by lock
-    private var pending = false  // guarded by lock
+final class Hangups: Sendable {
+    private struct State {
+        var handler: (@Sendable () -> Void)?
+        var pending = false
+    }
+
+    private let state = Locked(State())
 
     func attach(_ handler: @escaping @Sendable () -> Void) {
-        let early: Bool = lock.withLock {
-            self.handler = handler
-            defer { pending = false }
-            return pending
+        let early: Bool = state.withLock { state in
+            state.handler = handler
+            defer { state.pending = false }
+            return state.pending
         }
         if early { handler() }
     }
 
     func received() {
-        let handler: (@Sendable () -> Void)? = lock.withLock {
-            if self.handler == nil { pending = true }
-            return self.handler
+        let handler: (@Sendable () -> Void)? = state.withLock {
+            if $0.handler == nil { $0.pending = true }
+            return $0.handler
         }
         handler?()
     }

@@ -17,9 +17,13 @@ import JSONRPC
 /// so a report counted twice costs one early read, never a wrong answer; a
 /// fan-out of 500 deliveries answered in a few dozen record batches costs
 /// two or three reads, not one per batch. At most one read per message is
-/// outstanding. Loop thread only, apart from ``recorded(_:)`` and
-/// ``progressed(_:)``.
-final class MessageWaiters: @unchecked Sendable {
+/// outstanding.
+///
+/// An actor: its callers (the loop, the scheduler's queue, store threads)
+/// hand it work without waiting; nothing here is on the path of a send.
+/// Reports may overtake one another: each read resets the tally to the
+/// truth, so order costs at most an extra read.
+actor MessageWaiters {
     typealias Reply = @Sendable (Result<JSON, RPCError>) -> Void
 
     private struct Waiter {
@@ -29,7 +33,6 @@ final class MessageWaiters: @unchecked Sendable {
         let reply: Reply
     }
 
-    private let loop: EventLoop
     private let store: any DeliveryStore
     private let log: Logger
     private var waiting: [String: Entry] = [:]
@@ -46,45 +49,79 @@ final class MessageWaiters: @unchecked Sendable {
     private var readAgain = Set<String>()
     private var lastSweep: Int64 = 0
 
-    init(loop: EventLoop, store: any DeliveryStore, log: Logger) {
-        self.loop = loop
+    /// Deadlines and the sweep are checked this often.
+    static let tickMs = 50
+
+    /// Call `startTicking()` once to begin checking deadlines.
+    init(store: any DeliveryStore, log: Logger) {
         self.store = store
         self.log = log
-        loop.every(milliseconds: 50) { [self] in tick() }
     }
 
-    /// Waits for `accepted` (any thread).
-    func add(app: String, accepted: Enqueued, timeoutMs: Int64, reply: @escaping Reply) {
-        let waiter = Waiter(accepted: accepted, deadline: monotonicMilliseconds() + timeoutMs, reply: reply)
-        loop.execute { [self] in
-            waiting[accepted.messageID, default: Entry(app: app, waiters: [], total: accepted.devices + accepted.skipped)]
-                .waiters.append(waiter)
-            read(accepted.messageID)
-        }
-    }
-
-    /// The scheduler recorded deliveries of these messages, this many of
-    /// each final (`Scheduler.unknownProgress`: read it) (any thread).
-    func recorded(_ finals: [String: Int]) {
-        loop.execute { [self] in
-            for (id, n) in finals {
-                guard var entry = waiting[id] else { continue }
-                entry.final = n == Scheduler.unknownProgress ? entry.total : entry.final + n
-                waiting[id] = entry
-                if entry.final >= entry.total { read(id) }
+    /// Checks deadlines and sweeps every `tickMs` until the waiters are released for good.
+    func startTicking() {
+        Task { [weak self] in
+            while let self, await self.tickOrStop() {
+                try? await Task.sleep(for: .milliseconds(Self.tickMs))
             }
         }
     }
 
-    /// Deliveries of these messages changed by an unknown number: read them (any thread).
-    func progressed(_ ids: Set<String>) {
-        loop.execute { [self] in
-            for id in ids where waiting[id] != nil { read(id) }
+    private var released = false
+
+    private func tickOrStop() -> Bool {
+        guard !released else { return false }
+        tick()
+        return true
+    }
+
+    /// Waits for `accepted` (any thread; returns at once).
+    nonisolated func add(app: String, accepted: Enqueued, timeoutMs: Int64, reply: @escaping Reply) {
+        let waiter = Waiter(accepted: accepted, deadline: monotonicMilliseconds() + timeoutMs, reply: reply)
+        Task { await self.insert(app: app, waiter) }
+    }
+
+    private func insert(app: String, _ waiter: Waiter) {
+        let accepted = waiter.accepted
+        waiting[accepted.messageID, default: Entry(app: app, waiters: [], total: accepted.devices + accepted.skipped)]
+            .waiters.append(waiter)
+        // Once released (stopping), a new waiter is answered with its first read.
+        read(accepted.messageID, releasing: released)
+    }
+
+    /// The scheduler recorded deliveries of these messages, this many of
+    /// each final (`Scheduler.unknownProgress`: read it) (any thread; returns at once).
+    nonisolated func recorded(_ finals: [String: Int]) {
+        Task { await self.tally(finals) }
+    }
+
+    private func tally(_ finals: [String: Int]) {
+        for (id, n) in finals {
+            guard var entry = waiting[id] else { continue }
+            entry.final = n == Scheduler.unknownProgress ? entry.total : entry.final + n
+            waiting[id] = entry
+            if entry.final >= entry.total { read(id) }
         }
     }
 
-    /// Answers every waiter now, with the counts as they stand (shutdown).
-    func releaseAll() {
+    /// Deliveries of these messages changed by an unknown number: read them
+    /// (any thread; returns at once).
+    nonisolated func progressed(_ ids: Set<String>) {
+        Task { await self.readAll(ids) }
+    }
+
+    private func readAll(_ ids: Set<String>) {
+        for id in ids where waiting[id] != nil { read(id) }
+    }
+
+    /// Answers every waiter now, with the counts as they stand, and every
+    /// later one at once (shutdown; any thread, returns at once).
+    nonisolated func releaseAll() {
+        Task { await self.release() }
+    }
+
+    private func release() {
+        released = true
         for id in Array(waiting.keys) { read(id, releasing: true) }
     }
 
@@ -106,8 +143,8 @@ final class MessageWaiters: @unchecked Sendable {
             return
         }
         reading.insert(id)
-        store.status(app: entry.app, messageID: id, detail: false) { [self] result in
-            loop.execute { [self] in done(id, result, releasing: releasing) }
+        store.status(app: entry.app, messageID: id, detail: false) { result in
+            Task { await self.done(id, result, releasing: releasing) }
         }
     }
 

@@ -11,6 +11,7 @@ import HeraldIO
 /// text), `/livez` (the main loop answers) and `/readyz` (serving, store
 /// answering). libmicrohttpd parses HTTP on its own thread; each answer is
 /// made on the event loop, which owns the figures.
+// @unchecked: the daemon handle is set once at start and freed at stop; answers are made on the loop.
 final class MetricsListener: @unchecked Sendable {
     /// What the listener asks the daemon; each runs on the listener's thread
     /// and may wait for the loop.

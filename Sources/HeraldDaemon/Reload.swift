@@ -13,6 +13,7 @@ import HeraldIO
 /// directory, the store, `max_inflight`, `[delivery]`, `[endpoints]`,
 /// `[metrics]`) keep their running values; a change to one is logged as
 /// needing a restart.
+// @unchecked: `current` is touched on the reload queue only.
 final class Reloader: @unchecked Sendable {
     private let queue = DispatchQueue(label: "herald.reload")
     private let path: String

@@ -85,6 +85,7 @@ struct ServerCounters {
 /// there, large ones on a worker queue. Calls go to the handler in order, a
 /// bounded slice per loop turn, and their responses come back in any order.
 /// All mutable state is touched on the loop thread only.
+// @unchecked: every mutable field is touched on the loop thread only (preconditionInLoop).
 final class RPCServer: @unchecked Sendable {
     private let loop: EventLoop
     private let listener: Listener
@@ -743,18 +744,17 @@ final class RPCServer: @unchecked Sendable {
 /// The bytes of answers one connection is owed, shared by the threads that
 /// make answers (which reserve room for them) and the loop (which releases
 /// it as they are written).
-final class ReplyBudget: @unchecked Sendable {
+final class ReplyBudget: Sendable {
     let limit: Int
-    private let lock = NSLock()
-    private var held = 0  // guarded by lock
+    private let held = Locked(0)
 
     init(limit: Int) { self.limit = limit }
 
-    var value: Int { lock.withLock { held } }
+    var value: Int { held.withLock { $0 } }
 
     /// Counts `n` bytes if they fit under the limit.
     func reserve(_ n: Int) -> Bool {
-        lock.withLock {
+        held.withLock { held in
             guard held + n <= limit else { return false }
             held += n
             return true
@@ -762,9 +762,9 @@ final class ReplyBudget: @unchecked Sendable {
     }
 
     /// Counts `n` bytes whether or not they fit (errors, separators).
-    func force(_ n: Int) { lock.withLock { held += n } }
+    func force(_ n: Int) { held.withLock { $0 += n } }
 
-    func release(_ n: Int) { lock.withLock { held -= n } }
+    func release(_ n: Int) { held.withLock { $0 -= n } }
 }
 
 /// A decoded call waiting for its turn (nil once taken).
@@ -901,6 +901,7 @@ final class Connection {
 /// One thread, below the loop's priority, that parses large messages in the
 /// order they are submitted: a client's 4 MiB message takes CPU from the
 /// loop only when the loop has nothing to do.
+// @unchecked: its queue of messages is guarded by its condition; parsing runs on its own thread.
 final class ParseWorker: @unchecked Sendable {
     private let condition = NSCondition()
     private var jobs: [@Sendable () -> Void] = []  // guarded by condition

@@ -1,6 +1,8 @@
 import CHeraldSys
 import Foundation
 
+import Synchronization
+
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -8,6 +10,7 @@ import Foundation
 /// One epoll thread that owns every socket. Other threads hand it work with
 /// `execute`, which wakes it through an eventfd. Everything registered with
 /// the loop is touched only on the loop thread.
+// @unchecked: the handlers and ticks are touched on the loop thread only (preconditionInLoop); `pending` under `lock`.
 public final class EventLoop: @unchecked Sendable {
     public typealias Handler = (_ events: UInt32) -> Void
 
@@ -18,7 +21,8 @@ public final class EventLoop: @unchecked Sendable {
     private let lock = NSLock()
     private var pending: [@Sendable () -> Void] = []  // guarded by lock
     private var stopRequested = false  // guarded by lock
-    private var loopThread: pthread_t?
+    /// The thread running `run` (0 before it runs), read from any thread.
+    private let owner = Atomic<UInt>(0)
     /// Runs after each iteration's events and queued work (loop thread only).
     public var afterIteration: (() -> Void)?
     /// True when a component has work left for the next iteration, so the
@@ -40,28 +44,39 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     public var inLoop: Bool {
-        guard let t = loopThread else { return false }
-        return pthread_equal(t, pthread_self()) != 0
+        let t = owner.load(ordering: .acquiring)
+        return t != 0 && pthread_equal(t, pthread_self()) != 0
+    }
+
+    /// Traps in debug builds when called off the loop thread (before `run`,
+    /// the thread setting the loop up is its only user).
+    @inline(__always)
+    public func preconditionInLoop(file: StaticString = #fileID, line: UInt = #line) {
+        assert(owner.load(ordering: .acquiring) == 0 || inLoop, "called off the event loop thread", file: file, line: line)
     }
 
     public func add(_ fd: Int32, events: UInt32, handler: @escaping Handler) throws(SystemError) {
+        preconditionInLoop()
         var ev = epoll_event(events: events, data: epoll_data_t(fd: fd))
         try syscall("epoll_ctl(ADD)") { epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) }
         handlers[fd] = handler
     }
 
     public func modify(_ fd: Int32, events: UInt32) {
+        preconditionInLoop()
         var ev = epoll_event(events: events, data: epoll_data_t(fd: fd))
         _ = epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev)
     }
 
     public func remove(_ fd: Int32) {
+        preconditionInLoop()
         _ = epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nil)
         handlers[fd] = nil
     }
 
     /// Runs body on the loop thread every interval milliseconds (loop thread only).
     public func every(milliseconds interval: Int64, _ body: @escaping () -> Void) {
+        preconditionInLoop()
         ticks.append((interval, monotonicMilliseconds(), body))
     }
 
@@ -88,7 +103,7 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Runs until `stop`; the calling thread becomes the loop thread.
     public func run() {
-        loopThread = pthread_self()
+        owner.store(pthread_self(), ordering: .releasing)
         var events = [epoll_event](repeating: epoll_event(), count: 256)
         while true {
             let n = events.withUnsafeMutableBufferPointer {

@@ -8,6 +8,7 @@
 /// with raw futex calls that ThreadSanitizer cannot see, so every access it
 /// guards is reported as a race and `make test-tsan` could not tell a real
 /// race from a guarded one. A pthread mutex is intercepted by TSan.
+// @unchecked: the value is reached only through withLock, under the pthread mutex.
 public final class Locked<Value>: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private var value: Value

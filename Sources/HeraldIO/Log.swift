@@ -24,15 +24,16 @@ public enum LogLevel: Int, Sendable, Comparable {
 /// One line per event on stderr: `<6>event key=value …`. Values are quoted
 /// when they contain spaces or quotes. Callers pass identifiers (device ids,
 /// token-hash prefixes), never tokens, keys or JWTs.
-public final class Logger: @unchecked Sendable {
-    private let lock = NSLock()
-    private var threshold: LogLevel  // guarded by lock
+public final class Logger: Sendable {
+    private let threshold: Locked<LogLevel>
+    /// One line at a time on stderr, whichever logger writes it.
+    private static let stderr = Locked(())
 
-    public init(level: LogLevel) { threshold = level }
+    public init(level: LogLevel) { threshold = Locked(level) }
 
     public var level: LogLevel {
-        get { lock.withLock { threshold } }
-        set { lock.withLock { threshold = newValue } }
+        get { threshold.withLock { $0 } }
+        set { threshold.withLock { $0 = newValue } }
     }
 
     /// Whether lines of `level` are written (to skip building fields that would be dropped).
@@ -45,7 +46,7 @@ public final class Logger: @unchecked Sendable {
             line += " \(key)=\(Logger.quote(value))"
         }
         line += "\n"
-        lock.withLock { FileHandle.standardError.write(Data(line.utf8)) }
+        Self.stderr.withLock { _ in FileHandle.standardError.write(Data(line.utf8)) }
     }
 
     public func error(_ event: String, _ fields: KeyValuePairs<String, String> = [:]) { log(.error, event, fields) }

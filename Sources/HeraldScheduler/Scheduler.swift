@@ -133,7 +133,9 @@ public struct SchedulerStats: Sendable {
 /// - Every claimed delivery ends recorded; a stop or crash before that leaves
 ///   it in flight in the store, which queues it again at the next open.
 ///
-/// All state lives on one serial queue.
+/// All state lives on one serial queue (asserted in debug builds); the
+/// figures other threads read are under a lock (`shared`).
+// @unchecked: every mutable field is touched on `queue` only (assertOnQueue) or under `shared`'s lock.
 public final class Scheduler: @unchecked Sendable {
     private let store: any DeliveryStore
     private var transports: [QueueLane: any PushTransport]
@@ -159,6 +161,33 @@ public final class Scheduler: @unchecked Sendable {
     private var touched: [String: Int] = [:]
     private var progressScheduled = false
     private var counters: [Platform: PlatformCounters] = [:]
+    private var sweeper: (any DispatchSourceTimer)?
+    /// The last claim found nothing due now: no claim until something is
+    /// (a wake, the timer for the next retry), however many sends complete.
+    private var idle = false
+    private var handedOverTotal = 0
+    /// Room promised to hand-overs whose commit has not come back yet.
+    private var reserved: [QueueLane: Int] = [:]
+    private var reservedTotal = 0
+    private var turn = 0
+    private var othersClaimedAt: Int64 = .min / 2
+    private var armedAt: DispatchTime?
+    private var publishScheduled = false
+    private var pendingRecords: [DeliveryRecord] = []
+    private var flushScheduled = false
+    /// Oldest first; written again with backoff until the store takes them.
+    private var heldWrites: [HeldWrite] = []
+    /// Taken from the front of `heldWrites` by the retry under way; put back
+    /// in front if it fails.
+    private var heldInTransit: [HeldWrite] = []
+    private var heldRetryScheduled = false
+    private var heldRetryDelay: Duration?
+    private var heldDropped = 0
+    /// Set by `drain`: the store is about to close, nothing more is retried.
+    private var heldStopped = false
+    /// The message of each delivery whose result is pending or held, so the
+    /// waiters of a message hear when its results are written.
+    private var messageOf: [Int64: String] = [:]
 
     private let shared = Locked(Shared())
     private struct Shared {
@@ -179,6 +208,13 @@ public final class Scheduler: @unchecked Sendable {
         let job: DeliveryJob
         let httpStatus: Int?
         let reason: String
+    }
+
+    /// Traps in debug builds when state that belongs to the scheduler's queue
+    /// is touched from elsewhere.
+    @inline(__always)
+    private func assertOnQueue() {
+        assert({ dispatchPrecondition(condition: .onQueue(queue)); return true }())
     }
 
     /// Called (on the scheduler's queue) with the messages whose deliveries
@@ -229,8 +265,6 @@ public final class Scheduler: @unchecked Sendable {
         }
     }
 
-    private var sweeper: (any DispatchSourceTimer)?
-
     /// New deliveries were committed: claim now.
     public func wake() {
         queue.async { [self] in
@@ -238,10 +272,6 @@ public final class Scheduler: @unchecked Sendable {
             pump()
         }
     }
-
-    /// The last claim found nothing due now: no claim until something is
-    /// (a wake, the timer for the next retry), however many sends complete.
-    private var idle = false
 
     /// Stops claiming; sends in flight go on and are recorded as they finish.
     public func stopClaiming() {
@@ -338,6 +368,7 @@ public final class Scheduler: @unchecked Sendable {
     /// is known only at the commit). Only while idle: nothing due waits in the
     /// store, so no older delivery is overtaken.
     private func handoffAsks(app: String) -> (asks: [QueueLane: Int], limit: Int) {
+        assertOnQueue()
         let room = settings.maxInflight - inFlight - reservedTotal
         guard running, idle, !claiming, room > 0 else { return ([:], 0) }
         var asks: [QueueLane: Int] = [:]
@@ -351,6 +382,7 @@ public final class Scheduler: @unchecked Sendable {
     private func handedOver(
         _ result: Result<(accepted: Enqueued, claim: Claim), any Error>, asked: [QueueLane: Int], limit: Int
     ) {
+        assertOnQueue()
         for (lane, n) in asked {
             let left = (reserved[lane] ?? 0) - n
             reserved[lane] = left > 0 ? left : nil
@@ -372,15 +404,10 @@ public final class Scheduler: @unchecked Sendable {
         }
     }
 
-    private var handedOverTotal = 0
-
-    /// Room promised to hand-overs whose commit has not come back yet.
-    private var reserved: [QueueLane: Int] = [:]
-    private var reservedTotal = 0
-
     // MARK: Claiming
 
     private func pump() {
+        assertOnQueue()
         guard running, !idle else { return }
         if claiming {
             claimAgain = true
@@ -427,14 +454,13 @@ public final class Scheduler: @unchecked Sendable {
 
     /// The most one lane takes in one claim.
     static let claimBatch = 1000
-    private var turn = 0
-    private var othersClaimedAt: Int64 = .min / 2
 
     private func limit(of lane: QueueLane) -> Int {
         max(1, min(settings.maxInflight, transports[lane]?.concurrencyLimit ?? settings.maxInflight))
     }
 
     private func claimed(_ result: Result<Claim, any Error>, asked: [QueueLane: Int], others: Int) {
+        assertOnQueue()
         claiming = false
         let claim: Claim
         switch result {
@@ -483,6 +509,7 @@ public final class Scheduler: @unchecked Sendable {
     /// Wakes the claim loop after `delay` ms (at most `idlePoll`), unless it is
     /// already due to wake sooner.
     private func arm(afterMs delay: Int64) {
+        assertOnQueue()
         guard running, let timer else { return }
         let ms = Int(max(1, min(delay, settings.idlePoll.wholeMilliseconds)))
         let at = DispatchTime.now() + .milliseconds(ms)
@@ -491,11 +518,10 @@ public final class Scheduler: @unchecked Sendable {
         timer.schedule(deadline: at)
     }
 
-    private var armedAt: DispatchTime?
-
     // MARK: Sending
 
     private func dispatch(_ job: DeliveryJob) {
+        assertOnQueue()
         inFlight += 1
         let lane = QueueLane(app: job.app, platform: job.platform)
         guard transports[lane] != nil else {
@@ -514,6 +540,7 @@ public final class Scheduler: @unchecked Sendable {
     /// ends `expired` there. Returns whether it was handed over.
     @discardableResult
     private func send(_ job: DeliveryJob, lane: QueueLane) -> Bool {
+        assertOnQueue()
         guard let transport = transports[lane] else {
             finish(job, state: .skipped, httpStatus: nil, reason: "transport_disabled: no transport configured")
             return false
@@ -536,6 +563,7 @@ public final class Scheduler: @unchecked Sendable {
     }
 
     private func completed(_ job: DeliveryJob, lane: QueueLane, _ report: AttemptReport, elapsed: Int64) {
+        assertOnQueue()
         sending[lane, default: 1] -= 1
         counters[job.platform, default: PlatformCounters()].sendLatency.record(microseconds: elapsed)
         decide(job, lane: lane, report)
@@ -553,6 +581,7 @@ public final class Scheduler: @unchecked Sendable {
     /// Answers come hundreds at a time: the shared stats are refreshed once
     /// per burst, after the queue has worked through what is waiting.
     private func schedulePublish() {
+        assertOnQueue()
         guard !publishScheduled else { return }
         publishScheduled = true
         queue.async { [self] in
@@ -561,9 +590,8 @@ public final class Scheduler: @unchecked Sendable {
         }
     }
 
-    private var publishScheduled = false
-
     private func decide(_ job: DeliveryJob, lane: QueueLane, _ report: AttemptReport) {
+        assertOnQueue()
         let now = clock.nowMilliseconds()
         let status = report.httpStatus
         switch report.outcome {
@@ -610,6 +638,7 @@ public final class Scheduler: @unchecked Sendable {
     }
 
     private func retry(_ job: DeliveryJob, after: Duration?, reason: ProviderReason, httpStatus: Int?, now: Int64) {
+        assertOnQueue()
         let decision = settings.backoff.next(
             attempt: job.previousAttempts, retryAfter: after, now: now, deadline: job.expiresAt, random: &rng)
         switch decision {
@@ -636,6 +665,7 @@ public final class Scheduler: @unchecked Sendable {
     private func waitForCredential(
         _ job: DeliveryJob, reason: ProviderReason, httpStatus: Int?, now: Int64, soon: Bool = false
     ) {
+        assertOnQueue()
         let deadline = job.sendDeadline
         guard now <= deadline else {
             counters[job.platform, default: PlatformCounters()].expired += 1
@@ -657,6 +687,7 @@ public final class Scheduler: @unchecked Sendable {
         _ job: DeliveryJob, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64? = nil,
         countsAsAttempt: Bool = true, inFlight counted: Bool = true
     ) {
+        assertOnQueue()
         if counted { inFlight -= 1 }
         if let log, log.enabled(.debug) {
             log.debug(
@@ -687,6 +718,7 @@ public final class Scheduler: @unchecked Sendable {
     /// job. While earlier results wait to be written again (the store failed
     /// them), these join them instead, in order, for the retry to write.
     private func flushRecords() {
+        assertOnQueue()
         flushScheduled = false
         guard !pendingRecords.isEmpty else { return }
         let records = pendingRecords
@@ -700,6 +732,7 @@ public final class Scheduler: @unchecked Sendable {
 
     /// Writes results; those the store fails are held and written again.
     private func write(_ records: [DeliveryRecord]) {
+        assertOnQueue()
         store.record(records) { [self] result in
             queue.async { [self] in
                 switch result {
@@ -717,6 +750,7 @@ public final class Scheduler: @unchecked Sendable {
 
     /// The store took these results: the waiters of their messages hear of it.
     private func wrote(_ records: [DeliveryRecord]) {
+        assertOnQueue()
         for record in records {
             guard let messageID = messageOf[record.deliveryID] else { continue }
             touched[messageID] = (touched[messageID] ?? 0).addingFinal(record.state.isFinal)
@@ -727,8 +761,6 @@ public final class Scheduler: @unchecked Sendable {
 
     /// Results handed to the store in one job at the most.
     static let recordBatch = 512
-    private var pendingRecords: [DeliveryRecord] = []
-    private var flushScheduled = false
 
     // MARK: Results the store failed to take
 
@@ -745,27 +777,15 @@ public final class Scheduler: @unchecked Sendable {
         }
     }
 
-    /// Oldest first; written again with backoff until the store takes them.
-    private var heldWrites: [HeldWrite] = []
-    /// Taken from the front of `heldWrites` by the retry under way; put back
-    /// in front if it fails.
-    private var heldInTransit: [HeldWrite] = []
-    private var heldRetryScheduled = false
-    private var heldRetryDelay: Duration?
-    private var heldDropped = 0
-    /// Set by `drain`: the store is about to close, nothing more is retried.
-    private var heldStopped = false
-    /// The message of each delivery whose result is pending or held, so the
-    /// waiters of a message hear when its results are written.
-    private var messageOf: [Int64: String] = [:]
-
     private func forgetMessages(of deliveryIDs: [Int64]) {
+        assertOnQueue()
         for id in deliveryIDs { messageOf[id] = nil }
     }
 
     /// Holds writes the store failed, drops the oldest past the bound, and
     /// makes sure a retry is coming.
     private func hold(_ writes: [HeldWrite]) {
+        assertOnQueue()
         heldWrites.append(contentsOf: writes)
         let limit = settings.effectiveHeldResultLimit
         let excess = heldWrites.count + heldInTransit.count - limit
@@ -787,6 +807,7 @@ public final class Scheduler: @unchecked Sendable {
     }
 
     private func scheduleHeldRetry() {
+        assertOnQueue()
         guard !heldRetryScheduled, !heldStopped, heldInTransit.isEmpty, !heldWrites.isEmpty else { return }
         heldRetryScheduled = true
         let delay = heldRetryDelay ?? settings.heldRetryFirst
@@ -802,6 +823,7 @@ public final class Scheduler: @unchecked Sendable {
     /// Writes the oldest held results (up to a batch, or one stale removal);
     /// on success the next go at once, on failure they wait longer.
     private func retryHeld() {
+        assertOnQueue()
         guard heldInTransit.isEmpty, let first = heldWrites.first else { return }
         if case .stale(let h) = first {
             heldInTransit = [first]
@@ -825,6 +847,7 @@ public final class Scheduler: @unchecked Sendable {
 
     /// The end of a retry: written (the rest follow at once) or held again.
     private func heldRetried(_ result: Result<Void, any Error>, records: [DeliveryRecord]) {
+        assertOnQueue()
         let transit = heldInTransit
         heldInTransit = []
         switch result {
@@ -851,20 +874,22 @@ public final class Scheduler: @unchecked Sendable {
         }
     }
 
-
     // MARK: Stale guards
 
     private func reportNotStale(_ job: DeliveryJob, now: Int64) {
+        assertOnQueue()
         touchBatch(job)
         apply(guardState.reportNotStale(messageID: job.messageID, platform: job.platform, now: now))
     }
 
     private func touchBatch(_ job: DeliveryJob) {
+        assertOnQueue()
         let key = BatchKey(messageID: job.messageID, platform: job.platform)
         if batchActivity[key] != nil { batchActivity[key] = monotonicMilliseconds() }
     }
 
     private func apply(_ verdicts: [StaleVerdict]) {
+        assertOnQueue()
         for verdict in verdicts {
             let key = HeldKey(messageID: verdict.messageID, deviceID: verdict.candidate.deviceID)
             switch verdict.disposition {
@@ -893,6 +918,7 @@ public final class Scheduler: @unchecked Sendable {
     /// Deletes a stale device (if it still holds the token sent) and records
     /// its delivery; a removal the store fails is held and tried again.
     private func removeStale(_ h: Held, retried: Bool) {
+        assertOnQueue()
         let job = h.job
         store.removeStale(
             deliveryID: job.deliveryID, deviceID: job.deviceID, tokenHash: job.tokenHash,
@@ -941,6 +967,7 @@ public final class Scheduler: @unchecked Sendable {
     /// Closes batches that heard nothing for `batchIdleTimeout` (cancelled or
     /// superseded deliveries are never reported) and forgets finished ones.
     private func sweepBatches() {
+        assertOnQueue()
         let mono = monotonicMilliseconds()
         for (key, last) in batchActivity {
             if !guardState.isOpen(messageID: key.messageID, platform: key.platform) {
@@ -1029,6 +1056,7 @@ public final class Scheduler: @unchecked Sendable {
     }
 
     private func scheduleProgress() {
+        assertOnQueue()
         guard !progressScheduled, !touched.isEmpty else { return }
         progressScheduled = true
         queue.async { [self] in
@@ -1040,6 +1068,7 @@ public final class Scheduler: @unchecked Sendable {
     }
 
     private func publish() {
+        assertOnQueue()
         var platforms = counters
         for p in Platform.allCases {
             let g = guardState.counters(for: p)

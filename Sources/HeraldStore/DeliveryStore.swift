@@ -169,6 +169,7 @@ extension DeliveryStore {
 }
 
 /// A one-shot result that a caller can wait for.
+// @unchecked: the value is set and read under the condition (NSCondition, visible to TSan).
 final class ResultBox<T>: @unchecked Sendable {
     private let condition = NSCondition()
     private var value: Result<T, any Error>?

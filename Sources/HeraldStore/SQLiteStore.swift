@@ -17,6 +17,7 @@ public enum Synchronous: String, Sendable {
 /// a transaction starts joins it, each job in its own savepoint, so one
 /// fsync covers many requests and a failing job rolls back alone.
 /// Completions run on the store thread; they must hand work elsewhere quickly.
+// @unchecked: the queue and fences are guarded by `condition`; the connection belongs to the store thread.
 public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     // State shared with the store thread is guarded by `condition`.
     private let condition = NSCondition()
@@ -421,6 +422,7 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
 
 /// The connection and registry, handed whole to the store thread, which is
 /// their only user from then on.
+// @unchecked: handed whole to the store thread, its only user from then on.
 private struct ThreadOwned: @unchecked Sendable {
     let db: Database
     let tables: Tables

@@ -11,6 +11,7 @@ import HeraldCrypto
 /// writer's thread waited for the fsync of every commit ahead of it and of its
 /// own. A read here sees every transaction committed before it started, so a
 /// client that reads after an answered write sees that write.
+// @unchecked: the queue is guarded by `condition`; the connection belongs to the reader thread.
 final class StoreReader: @unchecked Sendable {
     private let condition = NSCondition()
     private var queue: [any QueuedCall<Tables>] = []
@@ -99,6 +100,7 @@ final class StoreReader: @unchecked Sendable {
 }
 
 /// The reader's connection and tables, handed whole to its thread.
+// @unchecked: handed whole to the reader thread, its only user from then on.
 private struct ReaderOwned: @unchecked Sendable {
     let db: Database
     let tables: Tables

@@ -13,6 +13,7 @@ import Foundation
 ///
 /// When `queueLimit` jobs wait, `submit` refuses at once with `.queueFull`
 /// rather than let the queue grow while the database is slow or away.
+// @unchecked: the job queue is guarded by `condition`; each connection belongs to its thread.
 public final class PostgresPool: @unchecked Sendable {
     private struct Job {
         let run: (PostgresConnection) -> Void
@@ -136,6 +137,7 @@ private final class ThreadBody {
 }
 
 /// A one-shot result a caller can wait for.
+// @unchecked: the value is set and read under the condition (NSCondition, visible to TSan).
 private final class WaitBox<T>: @unchecked Sendable {
     private let condition = NSCondition()
     private var value: Result<T, any Error>?

@@ -438,6 +438,7 @@ enum ServiceAnswer: Sendable {
 }
 
 /// A sealer moved between threads by the pool; only one thread uses it at a time.
+// @unchecked: handed between threads by the pool, used by one thread at a time.
 private final class SealerBox: @unchecked Sendable {
     let sealer: WebPushSealer
     init(_ sealer: WebPushSealer) { self.sealer = sealer }

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldCrypto
+import HeraldTestSupport
 import Testing
 
 // Helpers shared by the CLI suites: locating the built `herald` binary,
@@ -25,53 +26,11 @@ struct RunResult: CustomStringConvertible {
     }
 }
 
-struct HeraldBinaryNotFound: Error, CustomStringConvertible {
-    let searched: [String]
-    var description: String {
-        "the herald binary was not found (run `swift build` first); looked at: "
-            + searched.joined(separator: ", ")
-    }
-}
-
 enum Herald {
-    /// The built binary, or the places that were searched for it.
-    static let location: Result<URL, HeraldBinaryNotFound> = locate()
+    /// The built binary (HeraldTestSupport finds it), or the places that were searched for it.
+    static var location: Result<URL, HeraldBinaryNotFound> { heraldBinaryLocation }
 
     static func binary() throws -> URL { try location.get() }
-
-    private static func locate() -> Result<URL, HeraldBinaryNotFound> {
-        let fm = FileManager.default
-        var searched: [String] = []
-        func candidate(_ url: URL) -> URL? {
-            let path = url.standardizedFileURL.path
-            searched.append(path)
-            var isDir: ObjCBool = false
-            if fm.fileExists(atPath: path, isDirectory: &isDir), !isDir.boolValue,
-                fm.isExecutableFile(atPath: path)
-            {
-                return url.standardizedFileURL
-            }
-            return nil
-        }
-        // 1. Next to the test bundle (same build directory and configuration).
-        if let first = CommandLine.arguments.first {
-            let sibling = URL(fileURLWithPath: first).deletingLastPathComponent()
-                .appendingPathComponent("herald")
-            if let found = candidate(sibling) { return .success(found) }
-        }
-        // 2. Walk up from this file to the package root, then .build/debug/herald.
-        var dir = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-        while dir.path != "/" && !dir.path.isEmpty {
-            if fm.fileExists(atPath: dir.appendingPathComponent("Package.swift").path) {
-                if let found = candidate(dir.appendingPathComponent(".build/debug/herald")) {
-                    return .success(found)
-                }
-                break
-            }
-            dir = dir.deletingLastPathComponent()
-        }
-        return .failure(HeraldBinaryNotFound(searched: searched))
-    }
 }
 
 /// A fresh directory under the system temp dir, removed when the value goes away.

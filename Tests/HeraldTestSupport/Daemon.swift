@@ -5,18 +5,49 @@ public import Testing
     import Glibc
 #endif
 
-/// The built `herald` binary (a sibling of the test bundle).
-public func heraldBinary() -> String {
-    let sibling = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        .appendingPathComponent("herald").path
-    if FileManager.default.isExecutableFile(atPath: sibling) { return sibling }
+/// The herald binary was not built where the tests look for it.
+public struct HeraldBinaryNotFound: Error, CustomStringConvertible {
+    public let searched: [String]
+    public var description: String {
+        "the herald binary was not found (run `swift build` first); looked at: " + searched.joined(separator: ", ")
+    }
+}
+
+/// The built `herald` binary: next to the test bundle (same build directory
+/// and configuration), else `.build/debug/herald` under the package root.
+public let heraldBinaryLocation: Result<URL, HeraldBinaryNotFound> = {
+    let fm = FileManager.default
+    var searched: [String] = []
+    func candidate(_ url: URL) -> URL? {
+        let path = url.standardizedFileURL.path
+        searched.append(path)
+        var isDir: ObjCBool = false
+        if fm.fileExists(atPath: path, isDirectory: &isDir), !isDir.boolValue, fm.isExecutableFile(atPath: path) {
+            return url.standardizedFileURL
+        }
+        return nil
+    }
+    if let first = CommandLine.arguments.first {
+        let sibling = URL(fileURLWithPath: first).deletingLastPathComponent().appendingPathComponent("herald")
+        if let found = candidate(sibling) { return .success(found) }
+    }
     var dir = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-    while dir.path != "/" {
-        let candidate = dir.appendingPathComponent(".build/debug/herald").path
-        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+    while dir.path != "/" && !dir.path.isEmpty {
+        if fm.fileExists(atPath: dir.appendingPathComponent("Package.swift").path) {
+            if let found = candidate(dir.appendingPathComponent(".build/debug/herald")) { return .success(found) }
+            break
+        }
         dir = dir.deletingLastPathComponent()
     }
-    fatalError("herald binary not found next to \(CommandLine.arguments[0]) or under .build/debug")
+    return .failure(HeraldBinaryNotFound(searched: searched))
+}()
+
+/// The built `herald` binary's path; stops the test run when there is none.
+public func heraldBinary() -> String {
+    switch heraldBinaryLocation {
+    case .success(let url): return url.path
+    case .failure(let error): fatalError(error.description)
+    }
 }
 
 /// A real `herald serve` in a temporary directory, talking over its socket.

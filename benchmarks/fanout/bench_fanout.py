@@ -17,6 +17,14 @@ Web Push origins). Against it, one after the other:
   h2load             the raw HTTP/2 request rate to the sink: the ceiling
   http_ece           seal-only, for the crypto share (next to Herald's seal
                      figures from benchmarks/results/crypto.json)
+  herald_pg          Herald with the store on PostgreSQL (a private server,
+                     durable unless --pg-durable off): one instance
+  herald_pg_x2       two instances on one database, each 500-device message
+                     split across both sockets (sustained: a client each)
+
+Every scenario runs on SQLite (`herald`), then herald_pg, then herald_pg_x2,
+back to back. The PostgreSQL server's CPU (postmaster, its live children and
+the ones it reaped) over each of those phases goes next to Herald's.
 
 Scenarios: web500, apns500, fcm500, mixed500 (200 web, 200 APNs, 100 FCM):
 `--messages` messages after `--warmup`; then web_sustained, apns_sustained,
@@ -33,7 +41,8 @@ access log (the receiver's own record, see Receipts) does not show every push
 Herald accepted reaching each of its devices exactly once.
 
     .venv/bin/python benchmarks/fanout/bench_fanout.py [--quick] [--check] [--perf] \
-        [--herald .build/release/herald] [--out-dir benchmarks/results]
+        [--herald .build/release/herald] [--out-dir benchmarks/results] \
+        [--postgres 1,2|1|2|none] [--pg-durable on|off]
 """
 import argparse
 import bisect
@@ -49,6 +58,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 
@@ -60,12 +70,14 @@ import machine  # noqa: E402  (benchmarks/machine.py)
 import report  # noqa: E402
 from h2load import H2Load, version as h2load_version  # noqa: E402
 from herald_proc import (  # noqa: E402  (benchmarks/herald_proc.py)
-    HeraldProcess, proc_cpu_seconds, proc_peak_rss_kb, reset_peak_rss, tail)
+    HeraldProcess, proc_cpu_seconds, proc_peak_rss_kb, request, reset_peak_rss, tail)
+from pg import BenchPostgres, server_cpu_seconds  # noqa: E402
 from sink import NGINX, Sink  # noqa: E402
 
 REPO = HERE.parent.parent
 DEVICES = 500
 USERS = 100
+PER_USER_DEVICES = DEVICES // USERS
 SCENARIOS = {  # devices per user: (web, apns, fcm)
     "web500": (5, 0, 0),
     "apns500": (0, 5, 0),
@@ -78,7 +90,11 @@ SUSTAINED = {
     "apns_sustained": ("apns500", "apns", ["aioapns"]),
     "fcm_sustained": ("fcm500", "fcm", []),
 }
-SENDERS = ["herald", "pywebpush_seq", "pywebpush_threads", "aioapns", "h2load"]
+SENDERS = ["herald", "herald_pg", "herald_pg_x2", "pywebpush_seq", "pywebpush_threads", "aioapns", "h2load"]
+# Herald on PostgreSQL, by instances on the one database.
+PG_SENDERS = {1: "herald_pg", 2: "herald_pg_x2"}
+PG_POOL_SIZE = 8   # [store] pool_size (the default): connections per instance
+PG_LEASE_S = 30    # [store] lease (the default)
 PAYLOAD = '{"kind":"notification","data":{"msg":"TAG"}}'
 WEB_ORIGINS = 5
 
@@ -109,6 +125,8 @@ def row(scenario, sender, samples, delivered, expected, cpu_s, peak_rss_kb, wall
         "messages": len(samples), "delivered": delivered, "expected": expected,
         "delivered_all": delivered == expected and expected > 0,
         "samples_ms": [round(x, 2) for x in ms],
+        # the machine's 1-minute load average as the phase ended (shared machines drift)
+        "load_1min": (machine.load_average() or [None])[0],
     }
     r.update(extra)
     return r
@@ -117,49 +135,61 @@ def row(scenario, sender, samples, delivered, expected, cpu_s, peak_rss_kb, wall
 # ---------------------------------------------------------------- Herald
 
 
-class Herald:
-    def __init__(self, binary, directory, sink, keys):
-        self.proc = HeraldProcess(binary, directory, fixture.herald_config(directory, sink, keys))
+def write_key(path, key):
+    """The store key (32 bytes) at `path`, mode 0600: every instance on one database holds a copy."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+
+
+class Instance:
+    """One `herald serve` on `directory` (SQLite by default; `store`: other [store] keys)."""
+
+    def __init__(self, binary, directory, sink, keys, store=None, instance_id=None, key=None):
+        os.makedirs(directory, exist_ok=True)
+        if key is not None:
+            write_key(os.path.join(directory, "store.key"), key)
+        self.proc = HeraldProcess(binary, directory, fixture.herald_config(
+            directory, sink, keys, store=store, instance_id=instance_id), start_timeout=60)
         self.pid = self.proc.proc.pid
+        self.name = instance_id or "herald"
         self.client = fixture.Client(self.proc.socket_path, timeout=180)
         self.accepted = 0  # push.send calls answered with a result
+        self.accepted_users = collections.Counter()  # user -> pushes accepted for each of their devices
 
-    def send(self, users, tag, timeout_ms=60_000):
-        t0 = time.perf_counter()
-        answer = self.client.call("push.send", {"to": {"users": users}, "data": {"msg": tag},
-                                                "wait": True, "timeout_ms": timeout_ms})
-        seconds = time.perf_counter() - t0
+    def request(self, users, tag, timeout_ms=60_000):
+        """Writes one push.send with wait; `answer()` reads it."""
+        c = self.client
+        self.rid = c.next_id
+        c.next_id += 1
+        c.sock.sendall(request(self.rid, "push.send", {"to": {"users": users}, "data": {"msg": tag},
+                                                      "wait": True, "timeout_ms": timeout_ms}))
+
+    def answer(self, users):
+        """(delivered, problem) of the push.send `request()` wrote."""
+        answer = json.loads(self.client.reader.line())
+        if answer.get("id") != self.rid:
+            raise RuntimeError(f"{self.name}: answer to id {answer.get('id')}, expected {self.rid}")
         result = answer.get("result")
         if result is None:
-            return seconds, 0, {"error": answer.get("error")}
-        self.accepted += 1  # one push to each of the users' devices, which the sink must have received
+            return 0, {"instance": self.name, "error": answer.get("error")}
+        # One push to each of the users' devices, which the sink must have received.
+        self.accepted += 1
+        self.accepted_users.update(users)
         counts = result.get("counts") or {}
         delivered = counts.get("delivered", 0)
+        want = len(users) * PER_USER_DEVICES
         problem = None
-        if result.get("state") != "complete" or delivered != DEVICES or result.get("devices") != DEVICES:
-            problem = {"state": result.get("state"), "devices": result.get("devices"),
+        if result.get("state") != "complete" or delivered != want or result.get("devices") != want:
+            problem = {"instance": self.name, "state": result.get("state"), "devices": result.get("devices"),
                        "skipped": result.get("skipped"), "counts": {k: v for k, v in counts.items() if v}}
-        return seconds, delivered, problem
+        return delivered, problem
 
-    def messages(self, scenario, users, warmup, messages=None, seconds=None):
-        problems = []
-        for i in range(warmup):
-            _, _, p = self.send(users, f"{scenario}-w{i}")
-            if p:
-                problems.append({"message": f"warm-up {i}", **p})
-        reset_peak_rss(self.pid)
-        c0, t0 = proc_cpu_seconds(self.pid), time.perf_counter()
-        samples, delivered, i = [], 0, 0
-        while (i < messages) if seconds is None else (time.perf_counter() - t0 < seconds):
-            s, d, p = self.send(users, f"{scenario}-m{i}")
-            samples.append(s)
-            delivered += d
-            if p:
-                problems.append({"message": i, **p})
-            i += 1
-        wall = time.perf_counter() - t0
-        cpu = proc_cpu_seconds(self.pid) - c0
-        return samples, delivered, cpu, proc_peak_rss_kb(self.pid), wall, problems
+    def send(self, users, tag):
+        t0 = time.perf_counter()
+        self.request(users, tag)
+        delivered, problem = self.answer(users)
+        return time.perf_counter() - t0, delivered, problem
 
     def stop(self):
         try:
@@ -167,6 +197,201 @@ class Herald:
         except OSError:
             pass
         return self.proc.stop()
+
+
+class Herald:
+    """Herald as one sender: one instance, or several on one database. With several, a
+    500-device message is split across them (each gets its share of the users, all written at
+    once; the message's time runs from the first write to the last answer), and a sustained
+    phase runs one client per instance, each sending 500-device messages back to back."""
+
+    def __init__(self, instances):
+        self.instances = list(instances)
+        self.pid = self.instances[0].pid
+        self.client = self.instances[0].client
+
+    @property
+    def pids(self):
+        return [i.pid for i in self.instances]
+
+    @property
+    def accepted(self):
+        return sum(i.accepted for i in self.instances)
+
+    @property
+    def accepted_users(self):
+        return sum((i.accepted_users for i in self.instances), collections.Counter())
+
+    def send(self, users, tag):
+        if len(self.instances) == 1:
+            return self.instances[0].send(users, tag)
+        n = len(self.instances)
+        shares = [users[k * len(users) // n:(k + 1) * len(users) // n] for k in range(n)]
+        t0 = time.perf_counter()
+        for inst, share in zip(self.instances, shares):
+            inst.request(share, tag)
+        delivered, problems = 0, []
+        for inst, share in zip(self.instances, shares):
+            d, p = inst.answer(share)
+            delivered += d
+            if p:
+                problems.append(p)
+        seconds = time.perf_counter() - t0
+        return seconds, delivered, ({"instances": problems} if problems else None)
+
+    def cpu_seconds(self):
+        return sum(proc_cpu_seconds(p) for p in self.pids)
+
+    def peak_rss_kb(self):
+        """The instances' peaks added up (the memory Herald takes on the machine)."""
+        peaks = [proc_peak_rss_kb(p) for p in self.pids]
+        return sum(peaks) if all(x is not None for x in peaks) else None
+
+    def messages(self, scenario, users, warmup, messages=None, seconds=None, db_cpu=None):
+        """Warm-up, then `messages` messages (or back to back for `seconds`): (samples,
+        delivered, Herald's CPU s, peak RSS KiB, wall s, problems); `db_cpu`, a function giving
+        the database server's CPU seconds, adds its difference over the same span as
+        `self.db_cpu_s`."""
+        problems = []
+        for i in range(warmup):
+            _, _, p = self.send(users, f"{scenario}-w{i}")
+            if p:
+                problems.append({"message": f"warm-up {i}", **p})
+        for p in self.pids:
+            reset_peak_rss(p)
+        d0 = db_cpu() if db_cpu else None
+        c0, t0 = self.cpu_seconds(), time.perf_counter()
+        if seconds is not None and len(self.instances) > 1:
+            samples, delivered, probs = self._concurrent(scenario, users, t0, seconds)
+            problems += probs
+        else:
+            samples, delivered, i = [], 0, 0
+            while (i < messages) if seconds is None else (time.perf_counter() - t0 < seconds):
+                s, d, p = self.send(users, f"{scenario}-m{i}")
+                samples.append(s)
+                delivered += d
+                if p:
+                    problems.append({"message": i, **p})
+                i += 1
+        wall = time.perf_counter() - t0
+        cpu = self.cpu_seconds() - c0
+        self.db_cpu_s = (db_cpu() - d0) if db_cpu else None
+        return samples, delivered, cpu, self.peak_rss_kb(), wall, problems
+
+    def _concurrent(self, scenario, users, t0, seconds):
+        """One thread per instance, each sending every user's devices back to back."""
+        out = [([], 0, []) for _ in self.instances]
+
+        def run(k, inst):
+            samples, delivered, problems, i = [], 0, [], 0
+            try:
+                while time.perf_counter() - t0 < seconds:
+                    s, d, p = inst.send(users, f"{scenario}-{inst.name}-m{i}")
+                    samples.append(s)
+                    delivered += d
+                    if p:
+                        problems.append({"message": i, **p})
+                    i += 1
+            except Exception as e:  # noqa: BLE001 (reported, and the run fails with --check)
+                problems.append({"instance": inst.name, "error": repr(e)})
+            out[k] = (samples, delivered, problems)
+
+        threads = [threading.Thread(target=run, args=(k, inst)) for k, inst in enumerate(self.instances)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return ([s for o in out for s in o[0]], sum(o[1] for o in out), [p for o in out for p in o[2]])
+
+    def alive(self):
+        return all(i.proc.alive() for i in self.instances)
+
+    def stderr_tail(self):
+        return "\n".join(f"[{i.name}]\n{i.proc.stderr_tail()}" for i in self.instances)
+
+    def stop(self):
+        return [i.stop() for i in self.instances]
+
+
+def user_devices(users, devices):
+    """user -> that user's devices: fixture.register lists each user's in turn."""
+    out = {}
+    for name, names in users.items():
+        k = len(devices[name]) // len(names)
+        for i, u in enumerate(names):
+            out[u] = devices[name][i * k:(i + 1) * k]
+    return out
+
+
+def start_pg_herald(binary, tmp, sink, keys, pg, n):
+    """`n` instances (bench-a, bench-b) on a new database of `pg`, each with its own
+    directory and socket and a copy of one store key."""
+    database = pg.create_database(f"bench_{n}x")
+    key = os.urandom(32)
+    store = pg.store_config(database, pool_size=PG_POOL_SIZE, lease=PG_LEASE_S)
+    instances = []
+    try:
+        for k in range(n):
+            name = f"bench-{'ab'[k]}"
+            instances.append(Instance(binary, os.path.join(tmp, f"pg{n}-{name}"), sink, keys, store=store,
+                                      instance_id=name, key=key))
+    except BaseException:
+        for inst in instances:
+            inst.stop()
+        raise
+    return Herald(instances)
+
+
+def db_fields(db_cpu_s, delivered):
+    if db_cpu_s is None:
+        return {}
+    return {"db_cpu_s": round(db_cpu_s, 3),
+            "db_cpu_s_per_1000": round(db_cpu_s * 1000 / delivered, 3) if delivered else None}
+
+
+class Store:
+    """What a Herald sender runs on: backend, instances, and (PostgreSQL) the
+    server's CPU seconds, read around each measured span."""
+
+    def __init__(self, label, herald, backend, pg=None):
+        self.label, self.herald, self.backend = label, herald, backend
+        postmaster = pg.postmaster_pid() if pg is not None else None
+        self.db_cpu = (lambda: server_cpu_seconds(postmaster)) if postmaster else None
+
+
+def herald_latency(store, name, users, receipts, sink, warmup, messages, log):
+    """One 500-device scenario for one Herald sender: its row and problems."""
+    herald, label = store.herald, store.label
+    done = receipts.herald_phase(name, herald, label=label)
+    with SinkMeter(sink) as sm:
+        samples, delivered, cpu, rss, wall, probs = herald.messages(name, users[name], warmup, messages,
+                                                                    db_cpu=store.db_cpu)
+    done()
+    r = row(name, label, samples, delivered, DEVICES * messages, cpu, rss, backend=store.backend,
+            instances=len(herald.instances), **db_fields(herald.db_cpu_s, delivered), **sm.info())
+    log(f"{name} {label}: p50 {r['p50_ms']} ms, delivered {delivered}/{DEVICES * messages}"
+        + (f", database CPU {r['db_cpu_s_per_1000']} s/1k" if store.db_cpu else ""))
+    if not herald.alive():
+        raise RuntimeError(f"{label} exited during {name}")
+    return r, [{"scenario": name, "sender": label, **p} for p in probs]
+
+
+def herald_sustained(store, name, base, users, receipts, sink, sustained_s, log):
+    """One sustained scenario for one Herald sender: its row and problems."""
+    herald, label = store.herald, store.label
+    done = receipts.herald_phase(name, herald, base, label=label)
+    with SinkMeter(sink) as sm:
+        samples, delivered, cpu, rss, wall, probs = herald.messages(name, users[base], 1, seconds=sustained_s,
+                                                                    db_cpu=store.db_cpu)
+    done()
+    r = row(name, label, samples, delivered, DEVICES * len(samples), cpu, rss, wall_s=wall,
+            seconds=round(wall, 2), backend=store.backend, instances=len(herald.instances),
+            **db_fields(herald.db_cpu_s, delivered), **sm.info())
+    log(f"{name} {label}: {r['pushes_per_s']} pushes/s over {wall:.1f} s"
+        + (f", database CPU {r['db_cpu_s_per_1000']} s/1k" if store.db_cpu else ""))
+    if not herald.alive():
+        raise RuntimeError(f"{label} exited during {name}")
+    return r, [{"scenario": name, "sender": label, **p} for p in probs]
 
 
 # ---------------------------------------------------------------- the receiver's record
@@ -178,22 +403,30 @@ class Receipts:
     The run is cut into phases, one sender at a time (registration, herald on a
     scenario, a peer, h2load, ...), each starting at a wall-clock time; every
     access-log record (nginx's $msec at the end of the request) belongs to the
-    phase it falls in. In a herald phase every device of the scenario must have
-    been sent exactly one 2xx-answered request per accepted push.send of the
-    phase (Herald is never restarted here: no duplicate is allowed), none to a
-    path that is not one of the scenario's devices, none answered otherwise.
-    In any phase a request to a path that is no registered device is a problem.
-    h2load's requests and the OAuth token requests are not logged (sink.py)."""
+    phase it falls in. In a herald phase (SQLite, or PostgreSQL with one or two
+    instances) every device must have been sent exactly one 2xx-answered
+    request per push accepted for it in the phase (push.send calls answered with
+    a result, whichever instance took them; Herald is never restarted here: no
+    duplicate is allowed), none to a path that is not one of the scenario's
+    devices, none answered otherwise. In any phase a request to a path that is
+    no registered device is a problem; in the start, registration and idle
+    phases any request is. h2load's requests and the OAuth token requests are
+    not logged (sink.py)."""
+
+    QUIET = ("start", "register", "idle")
 
     def __init__(self, sink):
         self.sink = sink
-        self.devices, self.known = {}, set()
-        # [t_start, sender, scenario, accepted pushes (herald) or None, scenario whose devices (herald)]
+        self.devices, self.user_devices, self.known = {}, {}, set()
+        # dicts: t (start), sender, scenario, devset (herald: whose devices),
+        # accepted (herald: push.send calls accepted), expect (herald: device -> pushes)
         self.phases = []
 
-    def set_devices(self, devices):
-        """devices: scenario -> the devices fixture.register made for it."""
+    def set_devices(self, devices, user_devices):
+        """devices: scenario -> the devices fixture.register made for it;
+        user_devices: user -> that user's devices."""
         self.devices = {name: {self.device_key(d) for d in devs} for name, devs in devices.items()}
+        self.user_devices = {u: [self.device_key(d) for d in devs] for u, devs in user_devices.items()}
         self.known = set().union(*self.devices.values())
 
     def device_key(self, d):
@@ -219,30 +452,38 @@ class Receipts:
         # wake-up, never later than the request's end): 2 ms on either side of
         # the boundary keep each request on its own side.
         time.sleep(0.002)
-        self.phases.append([time.time(), sender, scenario, None, scenario])
+        self.phases.append({"t": time.time(), "sender": sender, "scenario": scenario, "devset": None,
+                            "accepted": None, "expect": None})
         time.sleep(0.002)
 
-    def herald_phase(self, scenario, herald, devices_of=None):
-        """A herald phase sending to the devices of `devices_of` (default: the
-        scenario's); `done()` afterwards records how many pushes it accepted."""
-        self.phase("herald", scenario)
+    def herald_phase(self, scenario, herald, devices_of=None, label="herald"):
+        """A phase of `herald` (an Herald: one or more instances) sending to the
+        devices of `devices_of` (default: the scenario's); `done()` afterwards
+        records what it accepted, per device."""
+        self.phase(label, scenario)
         entry = self.phases[-1]
-        entry[4] = devices_of or scenario
-        start = herald.accepted
+        entry["devset"] = devices_of or scenario
+        entry["expect"] = collections.Counter()
+        start, start_users = herald.accepted, herald.accepted_users
 
         def done():
-            entry[3] = herald.accepted - start
+            entry["accepted"] = herald.accepted - start
+            expect = collections.Counter()
+            for user, n in (herald.accepted_users - start_users).items():
+                for key in self.user_devices[user]:
+                    expect[key] += n
+            entry["expect"] = expect
         return done
 
     def expected(self):
-        return sum(len(self.devices[p[4]]) * (p[3] or 0) for p in self.phases if p[1] == "herald")
+        return sum(sum(p["expect"].values()) for p in self.phases if p["expect"] is not None)
 
     def herald_records(self, recs):
-        starts = [p[0] for p in self.phases]
+        starts = [p["t"] for p in self.phases]
         n = 0
         for r in recs:
             i = bisect.bisect_right(starts, r["t"]) - 1
-            if i >= 0 and self.phases[i][1] == "herald":
+            if i >= 0 and self.phases[i]["expect"] is not None:
                 n += 1
         return n
 
@@ -255,7 +496,7 @@ class Receipts:
 
     def check(self, recs):
         """(problems, summary) over every record of the log."""
-        starts = [p[0] for p in self.phases]
+        starts = [p["t"] for p in self.phases]
         per_phase = [collections.Counter() for _ in self.phases]
         bad_status = [collections.Counter() for _ in self.phases]
         problems, early = [], 0
@@ -272,7 +513,8 @@ class Receipts:
         if early:
             problems.append({"sender": "?", "receiver": f"{early} request(s) logged before the run started"})
         summary = []
-        for (t0, sender, scenario, accepted, devset), got, bad in zip(self.phases, per_phase, bad_status):
+        for ph, got, bad in zip(self.phases, per_phase, bad_status):
+            sender, scenario = ph["sender"], ph["scenario"]
             unknown = sorted(k for k in got if k not in self.known)
             info = {"sender": sender, "scenario": scenario, "requests_2xx": sum(got.values()),
                     "other_status": sum(bad.values()), "unknown_paths": len(unknown)}
@@ -280,24 +522,24 @@ class Receipts:
             if unknown:
                 problems.append({**where, "receiver": f"{len(unknown)} path(s) that are no registered device "
                                  f"got {sum(got[k] for k in unknown)} request(s), e.g. {unknown[:3]}"})
-            if sender == "herald":
-                devs = self.devices[devset]
-                info["accepted_pushes"] = accepted
-                info["expected"] = len(devs) * (accepted or 0)
-                missing = sorted(k for k in devs if got.get(k, 0) < (accepted or 0))
-                extra = sorted(k for k in devs if got.get(k, 0) > (accepted or 0))
+            if ph["expect"] is not None:
+                devs, expect = self.devices[ph["devset"]], ph["expect"]
+                info["accepted_pushes"] = ph["accepted"]
+                info["expected"] = sum(expect.values())
+                missing = sorted(k for k in devs if got.get(k, 0) < expect.get(k, 0))
+                extra = sorted(k for k in devs if got.get(k, 0) > expect.get(k, 0))
                 stray = sorted(k for k in got if k not in devs and k in self.known)
                 info.update(missing_devices=len(missing), duplicated_devices=len(extra), other_devices=len(stray))
                 if missing:
                     problems.append({**where, "receiver": (
-                        f"{len(missing)} of {len(devs)} devices got fewer than the {accepted} accepted push(es) "
-                        f"(nginx logged {sum(max(0, accepted - got.get(k, 0)) for k in missing)} fewer requests), "
-                        f"e.g. {[(k, got.get(k, 0)) for k in missing[:3]]}")})
+                        f"{len(missing)} of {len(devs)} devices got fewer requests than the pushes accepted for "
+                        f"them (nginx logged {sum(expect.get(k, 0) - got.get(k, 0) for k in missing)} fewer), "
+                        f"e.g. {[(k, got.get(k, 0), expect.get(k, 0)) for k in missing[:3]]}")})
                 if extra:
                     problems.append({**where, "receiver": (
-                        f"{len(extra)} of {len(devs)} devices got more than the {accepted} accepted push(es) "
+                        f"{len(extra)} of {len(devs)} devices got more requests than the pushes accepted for them "
                         f"(duplicates; none allowed: Herald is not restarted), "
-                        f"e.g. {[(k, got[k]) for k in extra[:3]]}")})
+                        f"e.g. {[(k, got[k], expect.get(k, 0)) for k in extra[:3]]}")})
                 if stray:
                     problems.append({**where, "receiver": (
                         f"{len(stray)} device(s) of other scenarios got requests, e.g. {stray[:3]}")})
@@ -305,9 +547,9 @@ class Receipts:
                     problems.append({**where, "receiver": (
                         f"{sum(bad.values())} request(s) answered other than 2xx, e.g. "
                         f"{sorted(bad.items())[:3]}")})
-            elif sender == "idle" and (got or bad):
+            elif sender in self.QUIET and (got or bad):
                 problems.append({**where, "receiver": f"{sum(got.values()) + sum(bad.values())} request(s) "
-                                 "after the last phase ended"})
+                                 f"in the {sender} phase, where no push was sent"})
             summary.append(info)
         return problems, summary
 
@@ -451,6 +693,13 @@ def machine_info(herald_version, peers):
 # ---------------------------------------------------------------- main
 
 
+def summary_rows(rows):
+    """fanout.json: one object per scenario and sender (db_cpu_s_per_1000: PostgreSQL rows only)."""
+    return [{k: r.get(k) for k in ("scenario", "sender", "p50_ms", "p90_ms", "p99_ms", "pushes_per_s",
+                                   "cpu_s_per_1000", "db_cpu_s_per_1000", "peak_rss_mb", "delivered_all")}
+            for r in rows]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--herald", default=str(REPO / ".build/release/herald"))
@@ -467,12 +716,24 @@ def main():
     ap.add_argument("--crypto-json", default=str(REPO / "benchmarks/results/crypto.json"))
     ap.add_argument("--out-dir", default=str(REPO / "benchmarks/results"))
     ap.add_argument("--only", default="", help="comma-separated scenarios (e.g. web500,apns_sustained)")
+    ap.add_argument("--postgres", default="1,2",
+                    help="Herald on PostgreSQL too, after the SQLite run: with 1 instance, 2 instances on one "
+                         "database, or both ('1,2', the default); 'none' for SQLite only")
+    ap.add_argument("--pg-durable", choices=("on", "off"),
+                    help="the PostgreSQL server's fsync, synchronous_commit and full_page_writes (default: on, "
+                         "to compare with SQLite's synchronous = full; off with --quick, as the tests run it)")
     args = ap.parse_args()
     messages = args.messages or (2 if args.quick else 20)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
     peer_messages = args.peer_messages or (1 if args.quick else messages)
     sustained_s = args.sustained_seconds or (2.0 if args.quick else 30.0)
     only = {x.strip() for x in args.only.split(",") if x.strip()}
+    pg_variants = [] if args.postgres.strip() == "none" else sorted(
+        {x.strip() for x in args.postgres.split(",") if x.strip()})
+    if any(v not in ("1", "2") for v in pg_variants):
+        raise SystemExit(f"--postgres: '1', '2', '1,2' or 'none', not {args.postgres!r}")
+    pg_variants = [int(v) for v in pg_variants]
+    pg_durable = (args.pg_durable or ("off" if args.quick else "on")) == "on"
     unknown = only - set(SCENARIOS) - set(SUSTAINED)
     if unknown:
         raise SystemExit(f"--only: unknown {sorted(unknown)}")
@@ -492,18 +753,19 @@ def main():
     load_before = machine.load_average()
     tmp = tempfile.mkdtemp(prefix="herald-bench-fanout-")
     sink = herald = receipts = None
+    stores = []
     receiver_problems, receiver_summary, completed = [], [], False
     rows, problems, peer_outs, profiles = [], [], [], {}
     herald_status, herald_log, stats = None, "", {}
-    crypto_rows = []
+    crypto_rows, pg, pg_info = [], None, {}
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     try:
         sink = Sink(os.path.join(tmp, "sink"), web_origins=WEB_ORIGINS, access_log=True)
         receipts = Receipts(sink)
         receipts.phase("start")  # herald's start and the registrations: no push request
         keys = fixture.provider_keys(tmp, sink)
-        herald = Herald(os.path.abspath(args.herald), tmp, sink, keys)
+        herald = Herald([Instance(os.path.abspath(args.herald), tmp, sink, keys)])
         h2 = H2Load(os.path.join(tmp, "h2load"))
-        log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
         log(f"sink: nginx pid {sink.proc.pid} (APNs {sink.apns_url}, FCM {sink.fcm_url}, Web Push "
             f"{', '.join(sink.web_origin(i) for i in range(WEB_ORIGINS))}); herald pid {herald.pid} on {tmp}")
 
@@ -511,20 +773,41 @@ def main():
         users, devices = {}, {}
         for si, (name, per_user) in enumerate(SCENARIOS.items()):
             users[name], devices[name] = fixture.register(herald.client, sink, name, si, USERS, per_user)
-        receipts.set_devices(devices)
+        receipts.set_devices(devices, user_devices(users, devices))
         log(f"registered {DEVICES * len(SCENARIOS)} devices in {time.perf_counter() - t0:.1f} s")
+        stores = [Store("herald", herald, "sqlite")]
+
+        # ---- the same Herald on PostgreSQL: one instance, and two on one database. Each scenario
+        # runs on every store in turn, so that the machine's load at the time is alike for all.
+        if pg_variants:
+            pg = BenchPostgres(None, durable=pg_durable)
+            pg_info = {"durable": pg_durable, "settings": pg.settings(), "pool_size": PG_POOL_SIZE,
+                       "lease_s": PG_LEASE_S, "variants": {}}
+            log(f"postgres: {pg_info['settings'].get('server_version')} on {pg.socket_dir}, "
+                f"fsync {pg_info['settings'].get('fsync')}, synchronous_commit "
+                f"{pg_info['settings'].get('synchronous_commit')}")
+        for n in pg_variants:
+            label = PG_SENDERS[n]
+            receipts.phase("register")
+            h = start_pg_herald(os.path.abspath(args.herald), tmp, sink, keys, pg, n)
+            stores.append(Store(label, h, "postgres", pg))
+            t0 = time.perf_counter()
+            for si, (name, per_user) in enumerate(SCENARIOS.items()):
+                pg_users, _ = fixture.register(h.client, sink, name, si, USERS, per_user)
+                if pg_users != users[name]:
+                    raise RuntimeError(f"{label}: {name} registered other users than on SQLite")
+            log(f"{label}: {n} instance(s) {', '.join(str(p) for p in h.pids)}; registered "
+                f"{DEVICES * len(SCENARIOS)} devices through {h.instances[0].name} in "
+                f"{time.perf_counter() - t0:.1f} s")
 
         # ---- one message to 500 devices
         for name, per_user in SCENARIOS.items():
             if only and name not in only:
                 continue
-            done = receipts.herald_phase(name, herald)
-            with SinkMeter(sink) as sm:
-                samples, delivered, cpu, rss, wall, probs = herald.messages(name, users[name], warmup, messages)
-            done()
-            rows.append(row(name, "herald", samples, delivered, DEVICES * messages, cpu, rss, **sm.info()))
-            problems += [{"scenario": name, "sender": "herald", **p} for p in probs]
-            log(f"{name} herald: p50 {rows[-1]['p50_ms']} ms, delivered {delivered}/{DEVICES * messages}")
+            for store in stores:
+                r, probs = herald_latency(store, name, users, receipts, sink, warmup, messages, log)
+                rows.append(r)
+                problems += probs
             if args.perf and name in ("web500", "apns500"):
                 data = os.path.join(tmp, f"perf-{name}.data")
                 done = receipts.herald_phase(name, herald)
@@ -564,8 +847,8 @@ def main():
             rows.append(row(name, "h2load", spans, ok, DEVICES * messages, cpu, rss,
                             h2load_processes=len(targets), **sm.info()))
             log(f"{name} h2load: p50 {rows[-1]['p50_ms']} ms")
-            if not herald.proc.alive():
-                raise RuntimeError(f"herald exited during {name}")
+            if not all(st.herald.alive() for st in stores):
+                raise RuntimeError(f"a herald exited during {name}")
 
         # ---- crypto share: http_ece seal-only next to Herald's seal figures
         if not only or "web500" in only:
@@ -593,14 +876,10 @@ def main():
         for name, (base, plat, peers) in SUSTAINED.items():
             if only and name not in only:
                 continue
-            done = receipts.herald_phase(name, herald, base)
-            with SinkMeter(sink) as sm:
-                samples, delivered, cpu, rss, wall, probs = herald.messages(name, users[base], 1, seconds=sustained_s)
-            done()
-            rows.append(row(name, "herald", samples, delivered, DEVICES * len(samples), cpu, rss, wall_s=wall,
-                            seconds=round(wall, 2), **sm.info()))
-            problems += [{"scenario": name, "sender": "herald", **p} for p in probs]
-            log(f"{name} herald: {rows[-1]['pushes_per_s']} pushes/s over {wall:.1f} s")
+            for store in stores:
+                r, probs = herald_sustained(store, name, base, users, receipts, sink, sustained_s, log)
+                rows.append(r)
+                problems += probs
             for peer in peers:
                 receipts.phase(peer, name)
                 with SinkMeter(sink) as sm:
@@ -626,29 +905,49 @@ def main():
                          "seconds": round(res["seconds"], 2), "samples_ms": [],
                          "h2load": "-c 2 -m 100 -t 1 -D %d" % max(1, int(round(sustained_s))), **sm.info()})
             log(f"{name} h2load: {rows[-1]['pushes_per_s']} req/s")
-            if not herald.proc.alive():
-                raise RuntimeError(f"herald exited during {name}")
+            if not all(st.herald.alive() for st in stores):
+                raise RuntimeError(f"a herald exited during {name}")
 
         stats = (herald.client.call("system.stats").get("result")) or {}
+        herald_status = herald.stop()[0]
+        herald_log = tail(herald.instances[0].proc.log_path, 40)
+        herald = None
+        for store in stores[1:]:
+            h = store.herald
+            inst_stats = []
+            for inst in h.instances:
+                st = (inst.client.call("system.stats").get("result")) or {}
+                inst_stats.append({"instance": st.get("instance"), "store": st.get("store"),
+                                   "queue": st.get("queue")})
+            status = h.stop()
+            pg_info["variants"][store.label] = {
+                "instances": len(h.instances), "stats": inst_stats, "exit_status": status,
+                "stderr_tail": {i.name: tail(i.proc.log_path, 15) for i in h.instances}}
+            if any(x != 0 for x in status):
+                problems.append({"sender": store.label, "exit_status": status})
+        stores = stores[:1]
         # Herald's pushes as nginx recorded them: wait (with a deadline) until its
         # buffered log holds at least what was accepted, then, after nginx exits
         # (which writes out the rest), compare every device's count.
         receipts.phase("idle")
         t0 = time.perf_counter()
-        flushed = receipts.wait_flushed(timeout=30)
+        flushed = receipts.wait_flushed(timeout=90)
         log(f"access log: {receipts.expected()} herald requests expected, "
             f"{'all' if flushed else 'NOT all'} logged after {time.perf_counter() - t0:.1f} s")
         completed = True
     except BaseException:
-        if herald is not None:
-            print("herald stderr (tail):\n" + herald.proc.stderr_tail(), file=sys.stderr)
+        for label, h in ([(st.label, st.herald) for st in stores] or ([("herald", herald)] if herald else [])):
+            print(f"{label} stderr (tail):\n" + h.stderr_tail(), file=sys.stderr)
         if sink is not None:
             print("nginx (tail):\n" + sink.error_tail(), file=sys.stderr)
         raise
     finally:
         if herald is not None:
-            herald_status = herald.stop()
-            herald_log = tail(herald.proc.log_path, 40)
+            herald.stop()
+        for store in stores[1:]:
+            store.herald.stop()
+        if pg is not None:
+            pg.destroy()
         if sink is not None:
             sink.stop()
             if completed:
@@ -669,6 +968,9 @@ def main():
         "config": {"devices_per_message": DEVICES, "users_per_scenario": USERS, "messages": messages,
                    "warmup": warmup, "peer_messages": peer_messages, "sustained_seconds": sustained_s,
                    "web_origins": WEB_ORIGINS, "herald": "max_inflight 2000, synchronous full, [delivery] defaults",
+                   "herald_pg": (f"max_inflight 2000, [store] backend postgres, pool_size {PG_POOL_SIZE}, "
+                                 f"lease {PG_LEASE_S}, [delivery] defaults") if pg_variants else None,
+                   "postgres_variants": [PG_SENDERS[n] for n in pg_variants],
                    "mixed500": "200 web, 200 apns, 100 fcm per message",
                    "nginx_workers": 2},
         "rows": rows,
@@ -679,15 +981,16 @@ def main():
         "receiver": receiver_summary,
         "herald_stats": {k: stats.get(k) for k in ("transports", "apns", "queue")},
         "herald_exit_status": herald_status,
+        "postgres": pg_info,
         "herald_stderr_tail": herald_log,
         "load_average": {"before": load_before, "after": machine.load_average()},
     }
+    if pg_info.get("settings"):
+        results["machine"]["versions"]["postgresql"] = pg_info["settings"].get("server_version")
     summary = report.summarise(results)
     results["targets"] = summary["targets"]
     with open(os.path.join(out_dir, "fanout.json"), "w") as f:
-        json.dump([{k: r[k] for k in ("scenario", "sender", "p50_ms", "p90_ms", "p99_ms", "pushes_per_s",
-                                      "cpu_s_per_1000", "peak_rss_mb", "delivered_all")} for r in rows],
-                  f, indent=2)
+        json.dump(summary_rows(rows), f, indent=2)
         f.write("\n")
     with open(os.path.join(out_dir, "fanout-details.json"), "w") as f:
         json.dump(results, f, indent=2, sort_keys=True)
@@ -696,9 +999,11 @@ def main():
     print(table)
     paths = report.write(results, out_dir, table)
     print(f"\nwritten: {', '.join(os.path.relpath(p, os.getcwd()) for p in paths)}")
-    herald_phases = [x for x in receiver_summary if x["sender"] == "herald"]
-    print(f"\nreceiver (nginx access log): {len(herald_phases)} herald phases, "
-          f"{sum(x['accepted_pushes'] or 0 for x in herald_phases)} accepted pushes, "
+    herald_phases = [x for x in receiver_summary if "accepted_pushes" in x]
+    print(f"\nreceiver (nginx access log): {len(herald_phases)} herald phases"
+          + (" (SQLite and PostgreSQL), " if pg_variants else ", ")
+          + 
+          f"{sum(x['accepted_pushes'] or 0 for x in herald_phases)} accepted push.send calls, "
           f"{sum(x['expected'] for x in herald_phases)} requests expected, "
           f"{sum(x['requests_2xx'] for x in herald_phases)} logged with 2xx; "
           + ("every device got each push exactly once" if completed and not receiver_problems else

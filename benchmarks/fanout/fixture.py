@@ -49,18 +49,23 @@ def provider_keys(directory, sink):
     return paths
 
 
-def herald_config(directory, sink, keys, log_level="warning"):
+def herald_config(directory, sink, keys, log_level="warning", store=None, instance_id=None):
+    """Herald's configuration against the sink. `store`: the [store] keys other
+    than `key` (default: SQLite with `synchronous = full`; a PostgreSQL backend
+    gives backend, dsn, password_file...); `instance_id`: [server] instance_id."""
+    store = {"synchronous": "full"} if store is None else store
+    store_lines = "".join(f"{k} = {v}\n" for k, v in store.items())
+    instance = f"instance_id = {instance_id}\n" if instance_id else ""
     return f"""[server]
 socket = {directory}/herald.sock
 socket_mode = 0600
 state_dir = {directory}
 log_level = {log_level}
 max_inflight = 2000
-
+{instance}
 [store]
 key = {directory}/store.key
-synchronous = full
-
+{store_lines}
 [delivery]
 
 [endpoints]

@@ -17,9 +17,12 @@ HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 LATENCY = ["web500", "apns500", "fcm500", "mixed500"]
 SUSTAINED = ["web_sustained", "apns_sustained", "fcm_sustained"]
-ORDER = ["herald", "pywebpush_seq", "pywebpush_threads", "aioapns", "h2load"]
-COLORS = {"herald": "#1f77b4", "pywebpush_seq": "#d62728", "pywebpush_threads": "#ff7f0e",
-          "aioapns": "#2ca02c", "h2load": "#7f7f7f"}
+ORDER = ["herald", "herald_pg", "herald_pg_x2", "pywebpush_seq", "pywebpush_threads", "aioapns", "h2load"]
+HERALDS = ["herald", "herald_pg", "herald_pg_x2"]  # SQLite, PostgreSQL with 1 and with 2 instances
+BACKEND_LABEL = {"herald": "SQLite", "herald_pg": "PostgreSQL, 1 instance",
+                 "herald_pg_x2": "PostgreSQL, 2 instances"}
+COLORS = {"herald": "#1f77b4", "herald_pg": "#17becf", "herald_pg_x2": "#8c564b", "pywebpush_seq": "#d62728",
+          "pywebpush_threads": "#ff7f0e", "aioapns": "#2ca02c", "h2load": "#7f7f7f"}
 FINDINGS = HERE / "findings.md"
 
 
@@ -29,7 +32,9 @@ def rows_by(results):
 
 def herald_ratio(results, r):
     """Herald / sender: in a 500-device scenario sender p50 / Herald p50 (how many
-    times faster Herald is); in a sustained one Herald pushes/s / sender pushes/s."""
+    times faster Herald is); in a sustained one Herald pushes/s / sender pushes/s.
+    Herald is Herald on SQLite: on a herald_pg row the ratio is how many times
+    faster Herald is on SQLite than on PostgreSQL."""
     by = rows_by(results)
     h = by.get((r["scenario"], "herald"))
     if not h or r["sender"] == "herald":
@@ -107,7 +112,7 @@ def table(results):
                f"{cfg['peer_messages']}); sustained: back to back for {cfg['sustained_seconds']:g} s")
     out.append("")
     head = (f"{'scenario':15} {'sender':18} {'p50 ms':>9} {'p90 ms':>9} {'p99 ms':>9} {'pushes/s':>10} "
-            f"{'CPU s/1k':>9} {'RSS MB':>7} {'Herald/x':>9} {'x/h2load':>9}")
+            f"{'CPU s/1k':>9} {'DB s/1k':>8} {'RSS MB':>7} {'Herald/x':>9} {'x/h2load':>9}")
     out.append(head)
     out.append("-" * len(head))
     by = rows_by(results)
@@ -125,7 +130,7 @@ def table(results):
             out.append(f"{scen if first else '':15} {sender:18} {_fmt(r.get('p50_ms'), '.1f', 9)} "
                        f"{_fmt(r.get('p90_ms'), '.1f', 9)} {_fmt(r.get('p99_ms'), '.1f', 9)} "
                        f"{_fmt(r.get('pushes_per_s'), ',.0f', 10)} {_fmt(r.get('cpu_s_per_1000'), '.3f', 9)} "
-                       f"{_fmt(r.get('peak_rss_mb'), '.1f', 7)} "
+                       f"{_fmt(r.get('db_cpu_s_per_1000'), '.3f', 8)} {_fmt(r.get('peak_rss_mb'), '.1f', 7)} "
                        f"{(format(ratio, '.2f') + 'x') if ratio else '-':>9} "
                        f"{(format(share, '.3f')) if share else '-':>9}"
                        + ("" if r.get("delivered_all") else f"  NOT ALL DELIVERED ({r['delivered']}/{r['expected']})"))
@@ -140,8 +145,22 @@ def table(results):
     out.append("")
     out.append("Herald/x: in a 500-device scenario p50 of x / p50 of Herald (how many times faster Herald is);")
     out.append("          sustained: Herald pushes/s / pushes/s of x. x/h2load: pushes/s of x / h2load's.")
+    out.append("          Herald is Herald on SQLite; herald_pg: on PostgreSQL, herald_pg_x2: two instances on")
+    out.append("          one database, each message split across both (sustained: one client per instance).")
     out.append("pushes/s of a 500-device row: delivered / the sum of its message times. CPU s/1k: utime+stime")
-    out.append("of the sender's process over the measured messages per 1,000 pushes; RSS: its peak (VmHWM).")
+    out.append("of the sender's process(es) over the measured messages per 1,000 pushes; RSS: its peak (VmHWM,")
+    out.append("summed over instances). DB s/1k: the PostgreSQL server's processes over the same span (SQLite")
+    out.append("runs inside Herald: its CPU is in Herald's column).")
+    pg = results.get("postgres") or {}
+    if pg.get("settings"):
+        st = pg["settings"]
+        out.append(f"PostgreSQL {st.get('server_version')}: fsync {st.get('fsync')}, synchronous_commit "
+                   f"{st.get('synchronous_commit')}, full_page_writes {st.get('full_page_writes')}; "
+                   f"SQLite: synchronous = full.")
+    side = side_by_side_text(results)
+    if side:
+        out.append("")
+        out += side
     t = results.get("targets") or summarise(results)["targets"]
     if t:
         out.append("")
@@ -155,6 +174,77 @@ def table(results):
         for p in results["problems"][:10]:
             out.append("  " + json.dumps(p)[:300])
     return "\n".join(out)
+
+
+# ---------------------------------------------------------------- SQLite and PostgreSQL
+
+
+def backend_rows(results):
+    """[(scenario, {herald sender: row})] for every scenario with a PostgreSQL row."""
+    by = rows_by(results)
+    out = []
+    for scen in LATENCY + SUSTAINED:
+        got = {s: by[(scen, s)] for s in HERALDS if by.get((scen, s))}
+        if len(got) > 1:
+            out.append((scen, got))
+    return out
+
+
+def _total_cpu(r):
+    if r.get("cpu_s_per_1000") is None:
+        return None
+    return r["cpu_s_per_1000"] + (r.get("db_cpu_s_per_1000") or 0)
+
+
+def _figure(scen, r):
+    """The figure that matters per scenario: p50 ms of a 500-device message, or sustained pushes/s."""
+    return r.get("p50_ms") if scen in LATENCY else r.get("pushes_per_s")
+
+
+def side_by_side_text(results):
+    rows = backend_rows(results)
+    if not rows:
+        return []
+    present = [s for s in HERALDS if any(s in got for _, got in rows)]
+    out = ["Herald by store: p50 ms (500-device scenarios) or pushes/s (sustained); CPU s per 1,000 pushes,",
+           "Herald + database = total (SQLite's is inside Herald's)."]
+    head = f"{'scenario':15} " + " ".join(f"{s:>14}" for s in present) + "   CPU s/1k " + " / ".join(present)
+    out.append(head)
+    for scen, got in rows:
+        figs = " ".join(f"{_fmt(_figure(scen, got[s]) if s in got else None, ',.1f' if scen in LATENCY else ',.0f', 14)}"
+                        for s in present)
+        cpus = " / ".join(
+            (f"{got[s]['cpu_s_per_1000']:.3f}" + (f"+{got[s]['db_cpu_s_per_1000']:.3f}"
+                                                  if got[s].get("db_cpu_s_per_1000") is not None else ""))
+            if s in got and got[s].get("cpu_s_per_1000") is not None else "-" for s in present)
+        out.append(f"{scen:15} {figs}   {cpus}")
+    return out
+
+
+def side_by_side_markdown(results):
+    rows = backend_rows(results)
+    if not rows:
+        return []
+    present = [s for s in HERALDS if any(s in got for _, got in rows)]
+    L = ["| scenario | figure | " + " | ".join(BACKEND_LABEL[s] for s in present) + " |",
+         "|---|---|" + "---:|" * len(present)]
+
+    def f(v, spec):
+        return format(v, spec) if isinstance(v, (int, float)) else ""
+    for scen, got in rows:
+        lat = scen in LATENCY
+        lines = [("p50 ms" if lat else "pushes/s", lambda r: f(_figure(scen, r), ",.1f" if lat else ",.0f"))]
+        if lat:
+            lines.append(("p99 ms", lambda r: f(r.get("p99_ms"), ",.1f")))
+        lines += [("Herald CPU s / 1k pushes", lambda r: f(r.get("cpu_s_per_1000"), ".3f")),
+                  ("database CPU s / 1k pushes", lambda r: f(r.get("db_cpu_s_per_1000"), ".3f")
+                   if r.get("backend") == "postgres" else "in Herald's"),
+                  ("Herald + database CPU s / 1k", lambda r: f(_total_cpu(r), ".3f")),
+                  ("peak RSS MB (Herald)", lambda r: f(r.get("peak_rss_mb"), ".1f"))]
+        for i, (what, fn) in enumerate(lines):
+            L.append(f"| {'`' + scen + '`' if i == 0 else ''} | {what} | "
+                     + " | ".join(fn(got[s]) if s in got else "" for s in present) + " |")
+    return L
 
 
 # ---------------------------------------------------------------- plots
@@ -171,7 +261,7 @@ def plots(results, out_dir):
         senders = [s for s in ORDER if by.get((scen, s)) and by[(scen, s)].get("samples_ms")]
         if not senders:
             continue
-        fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
+        fig, ax = plt.subplots(figsize=(max(7.5, 1.3 * len(senders)), 4.2), dpi=110)
         data = [by[(scen, s)]["samples_ms"] for s in senders]
         bp = ax.boxplot(data, patch_artist=True, widths=0.5, showfliers=False)
         for patch, s in zip(bp["boxes"], senders):
@@ -182,7 +272,7 @@ def plots(results, out_dir):
             ax.scatter(xs, d, s=12, color=COLORS[s], zorder=3)
             p50 = by[(scen, s)]["p50_ms"]
             ax.annotate(f"p50 {p50:.1f}", (i + 0.28, p50), fontsize=8, va="center")
-        ax.set_xticks(range(1, len(senders) + 1), senders)
+        ax.set_xticks(range(1, len(senders) + 1), senders, fontsize=8)
         ax.set_yscale("log")
         ax.set_ylabel("ms per 500-device message (log)")
         ax.set_title(f"{scen}: time for one message to reach 500 devices")
@@ -226,6 +316,34 @@ def plots(results, out_dir):
         fig.savefig(p)
         plt.close(fig)
         paths.append(p)
+
+    # CPU per push by store: Herald's own and, stacked on it, the PostgreSQL server's.
+    side = backend_rows(results)
+    if side:
+        present = [s for s in HERALDS if any(s in got for _, got in side)]
+        fig, ax = plt.subplots(figsize=(max(8, 1.4 * len(side)), 4.6), dpi=110)
+        width = 0.8 / len(present)
+        for k, s in enumerate(present):
+            xs = [gi + (k - (len(present) - 1) / 2) * width for gi in range(len(side))]
+            own = [got[s].get("cpu_s_per_1000") or 0 if s in got else 0 for _, got in side]
+            db = [got[s].get("db_cpu_s_per_1000") or 0 if s in got else 0 for _, got in side]
+            ax.bar(xs, own, width * 0.9, color=COLORS[s], label=f"{s}: Herald")
+            if any(db):
+                ax.bar(xs, db, width * 0.9, bottom=own, color=COLORS[s], alpha=0.4, hatch="//",
+                       label=f"{s}: PostgreSQL server")
+            for x, a, b in zip(xs, own, db):
+                if a or b:
+                    ax.annotate(f"{a + b:.3f}", (x, a + b), ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(side)), [scen for scen, _ in side], fontsize=8)
+        ax.set_ylabel("CPU s per 1,000 pushes")
+        ax.set_title("CPU per push by store (SQLite runs inside Herald)")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
+        fig.tight_layout()
+        p = os.path.join(out_dir, "fanout-cpu-by-store.png")
+        fig.savefig(p)
+        plt.close(fig)
+        paths.append(p)
     return paths
 
 
@@ -234,9 +352,9 @@ def plots(results, out_dir):
 
 def markdown_table(results):
     by = rows_by(results)
-    lines = ["| scenario | sender | p50 ms | p90 ms | p99 ms | pushes/s | CPU s / 1,000 pushes | peak RSS MB "
-             "| Herald/sender | sender/h2load |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| scenario | sender | p50 ms | p90 ms | p99 ms | pushes/s | CPU s / 1,000 pushes "
+             "| database CPU s / 1,000 pushes | peak RSS MB | Herald/sender | sender/h2load |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for scen in LATENCY + SUSTAINED:
         for sender in ORDER:
             r = by.get((scen, sender))
@@ -251,7 +369,8 @@ def markdown_table(results):
                 return format(v, spec) if isinstance(v, (int, float)) else ""
             lines.append(f"| `{scen}` | {sender} | {f(r.get('p50_ms'), ',.1f')} | {f(r.get('p90_ms'), ',.1f')} | "
                          f"{f(r.get('p99_ms'), ',.1f')} | {f(r.get('pushes_per_s'), ',.0f')} | "
-                         f"{f(r.get('cpu_s_per_1000'), '.3f')} | {f(r.get('peak_rss_mb'), '.1f')} | "
+                         f"{f(r.get('cpu_s_per_1000'), '.3f')} | {f(r.get('db_cpu_s_per_1000'), '.3f')} | "
+                         f"{f(r.get('peak_rss_mb'), '.1f')} | "
                          f"{(f(ratio, '.2f') + '×') if ratio else ''} | {f(share, '.3f')} |"
                          + ("" if r.get("delivered_all") else f" **not all delivered: {r['delivered']}/{r['expected']}**"))
     return "\n".join(lines)
@@ -278,7 +397,7 @@ def write(results, out_dir, table_text=None):
     L.append("## Machine")
     L.append("")
     L.append(f"- {m['processor']}, {m['cores']} cores, {m.get('memory_gib')} GiB; Linux {v.get('kernel')}")
-    for k in ("herald", "swift", "openssl", "nginx", "h2load", "python", "pywebpush", "py-vapid", "requests",
+    for k in ("herald", "swift", "openssl", "nginx", "h2load", "postgresql", "python", "pywebpush", "py-vapid", "requests",
               "http_ece", "aioapns", "h2", "pyjwt", "cryptography", "matplotlib"):
         if v.get(k):
             L.append(f"- {k}: {v[k]}")
@@ -295,7 +414,8 @@ def write(results, out_dir, table_text=None):
     L.append("")
     L.append("- **Herald/sender**: in a 500-device scenario the sender's p50 over Herald's (how many times "
              "faster Herald is); in a sustained one Herald's pushes/s over the sender's. On the h2load row it "
-             "is Herald/h2load.")
+             "is Herald/h2load. Herald is Herald on SQLite: on the `herald_pg` and `herald_pg_x2` rows (Herald "
+             "on PostgreSQL with one and two instances) it says how many times faster Herald is on SQLite.")
     L.append("- **sender/h2load**: the sender's pushes/s over h2load's in the same scenario.")
     L.append("- **pushes/s** of a 500-device row: delivered / the sum of its message times; of a sustained "
              "row: delivered / wall time.")
@@ -304,7 +424,49 @@ def write(results, out_dir, table_text=None):
              "`/proc/PID/clear_refs` before each phase), each peer's in a process of its own from its own "
              "`/proc/self`, h2load's from `wait4()`. The driver (the application server's side, writing "
              "`push.send`) is not in Herald's figure; nginx's CPU per phase is in `fanout-details.json`.")
+    L.append("- **database CPU** (`herald_pg` rows): utime + stime of the PostgreSQL server over the same "
+             "messages: the postmaster, every live child (connection backends, WAL writer, checkpointer, "
+             "autovacuum) and the children it reaped meanwhile (its cutime + cstime), from `/proc`. On the "
+             "SQLite rows the database runs inside Herald's process, so its CPU is in Herald's column.")
     L.append("")
+    pg = results.get("postgres") or {}
+    side = side_by_side_markdown(results)
+    if side:
+        st = pg.get("settings") or {}
+        L.append("## SQLite and PostgreSQL side by side")
+        L.append("")
+        L.append("The Herald scenarios above, each run on SQLite and right after it on PostgreSQL "
+                 f"{st.get('server_version', '')} on this machine (a private server on a Unix socket), "
+                 "against the same sink with the same devices: "
+                 "`herald_pg` is one instance, `herald_pg_x2` two instances on one database, each with its "
+                 "own socket, the 500-device message split across both (50 users through each, written at "
+                 "once, timed to the last answer) and, in the sustained phases, one client per instance "
+                 "sending 500-device messages back to back. Devices are registered through the first "
+                 "instance only, so the second sends to devices it learnt from the shared database.")
+        L.append("")
+        L.append(f"Durability: PostgreSQL with fsync {st.get('fsync')}, synchronous_commit "
+                 f"{st.get('synchronous_commit')}, full_page_writes {st.get('full_page_writes')} "
+                 f"(shared_buffers {st.get('shared_buffers')}, {pg.get('pool_size')} connections per instance, "
+                 f"lease {pg.get('lease_s')} s); SQLite with `synchronous = full`. "
+                 + ("Both wait for the disk at each commit." if st.get("fsync") == "on" and
+                    st.get("synchronous_commit") == "on" else
+                    "PostgreSQL does NOT wait for the disk here (the tests' setting): its figures are not "
+                    "comparable with SQLite's durable ones."))
+        L.append("")
+        L += side
+        L.append("")
+        loads = [r["load_1min"] for r in results["rows"] if r["sender"] in HERALDS and r.get("load_1min") is not None]
+        if loads:
+            L.append(f"The machine's 1-minute load average as these phases ended: {min(loads):.2f} to "
+                     f"{max(loads):.2f} ({results['machine']['cores']} cores; `load_1min` of each row in "
+                     "`fanout-details.json`). Absolute times move by 20-40 % between runs on this machine, more "
+                     "when it is loaded; compare the stores within one run.")
+            L.append("")
+        L.append("The database server's CPU is counted apart from Herald's; add them for what a push costs "
+                 "the machine. Everything (Herald, PostgreSQL, nginx, the driver) shares this machine's cores, "
+                 "so two instances here show the cost of sharing work through the database, not the gain of "
+                 "a second host.")
+        L.append("")
     if results.get("crypto"):
         L.append("Crypto share (one Web Push record per device):")
         L.append("")

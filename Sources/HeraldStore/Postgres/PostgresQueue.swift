@@ -12,6 +12,7 @@ import Postgres
 /// hold across instances through unique indexes: a job that loses a race
 /// fails its statement, and the store runs it again (see ``PostgresStore``),
 /// now seeing the winner's row.
+// @unchecked: immutable but for the pending-count bound, which is under `lock`.
 final class PostgresQueue: @unchecked Sendable {
     private let key: StoreKey
     let instance: String

@@ -19,6 +19,7 @@ import Postgres
 /// A listener thread of its own connection renews this instance's leases
 /// and hears the other instances' `NOTIFY` (work queued, leases expired).
 /// Completions run on the store's threads; they must hand work elsewhere quickly.
+// @unchecked: the job queue, fences and counts are guarded by `condition`; connections belong to pool threads.
 public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     private typealias Job = any QueuedCall<PostgresConnection>
 
@@ -432,6 +433,7 @@ extension Duration {
 /// The thread that renews this instance's leases and hears the others'
 /// notifications, on a connection of its own (a pool connection is busy
 /// with batches; a listener must keep reading its socket).
+// @unchecked: its flags are guarded by `condition`; its connection belongs to its own thread.
 private final class Listener: @unchecked Sendable {
     private let configuration: PostgresConfiguration
     private let queue: PostgresQueue

@@ -1,0 +1,93 @@
+"""The fan-out benchmark's PostgreSQL server and what it costs.
+
+`BenchPostgres` is the tests' private server (Tests/reliability/pg_server.py, run by
+scripts/pg-test-server.sh: initdb into a temporary directory, a Unix socket only, as the
+unprivileged `postgres` user when run as root), made durable for a benchmark when asked
+(`HERALD_PG_DURABLE=1`: fsync, synchronous_commit and full_page_writes on, PostgreSQL's
+defaults) so that it compares with SQLite's `synchronous = full`.
+
+`server_cpu_seconds(postmaster)` is the CPU (utime + stime) the whole server has used: the
+postmaster's own, the children it has reaped (cutime + cstime: a backend or autovacuum worker
+that exited), and every live child (connection backends, WAL writer, checkpointer...). The
+difference over a phase is the database's CPU in that phase, exited children included.
+"""
+import os
+import pathlib
+import subprocess
+import sys
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "Tests" / "reliability"))
+from pg_server import SCRIPT, PostgresServer  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+class BenchPostgres(PostgresServer):
+    """A private PostgreSQL server for one benchmark run; `durable`: fsync and synchronous
+    commits on (the default here), else the tests' fsync off."""
+
+    def __init__(self, directory, durable=True):
+        self.durable = durable
+        super().__init__(directory)
+
+    def _run(self, command):
+        env = dict(os.environ, HERALD_PG_DURABLE="1" if self.durable else "0")
+        done = subprocess.run(["/bin/bash", str(SCRIPT), command, str(self.dir)], capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL, timeout=180, env=env)
+        if done.returncode != 0:
+            raise RuntimeError(f"pg-test-server.sh {command} {self.dir} failed: {done.stderr.strip()}")
+        return done.stdout.strip()
+
+    def postmaster_pid(self):
+        """The postmaster's pid: the first line of DATA/postmaster.pid."""
+        with open(self.dir / "data" / "postmaster.pid") as f:
+            return int(f.readline())
+
+    def settings(self, names=("server_version", "fsync", "synchronous_commit", "full_page_writes",
+                              "shared_buffers", "max_connections", "wal_level")):
+        rows = self.query("SELECT name, current_setting(name) FROM pg_settings WHERE name IN ("
+                          + ",".join(f"'{n}'" for n in names) + ")", "postgres")
+        out = {name: setting for name, setting in rows}
+        out["server_version"] = self.psql("SHOW server_version")
+        return out
+
+
+def _stat(pid):
+    """(ppid, utime + stime, cutime + cstime) in ticks from /proc/PID/stat; None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # fields[0] is the state (stat field 3): ppid is field 4, utime..cstime 14-17.
+    return int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+
+
+def server_cpu_seconds(postmaster):
+    """utime + stime of the postmaster, of its reaped children and of its live children."""
+    own = _stat(postmaster)
+    if own is None:
+        return float("nan")
+    ticks = own[1] + own[2]
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == postmaster:
+            continue
+        st = _stat(entry.name)
+        if st is not None and st[0] == postmaster:
+            ticks += st[1]
+    return ticks / TICK
+
+
+class ServerMeter:
+    """The server's CPU over a block (`with ServerMeter(pid) as m: ...; m.cpu`)."""
+
+    def __init__(self, postmaster):
+        self.postmaster = postmaster
+
+    def __enter__(self):
+        self.c0 = server_cpu_seconds(self.postmaster)
+        return self
+
+    def __exit__(self, *exc):
+        self.cpu = server_cpu_seconds(self.postmaster) - self.c0
