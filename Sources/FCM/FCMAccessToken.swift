@@ -40,6 +40,9 @@ public enum FCMAccessTokenError: Error, Sendable, Equatable, CustomStringConvert
 public final class FCMAccessTokenCache: Sendable {
     public typealias Completion = @Sendable (Result<String, FCMAccessTokenError>) -> Void
 
+    /// The OAuth scope the assertion asks for: sending through FCM HTTP v1.
+    public static let scope = "https://www.googleapis.com/auth/firebase.messaging"
+
     public let account: FCMServiceAccount
     private let client: HTTPClient
     private let clock: any WallClock
@@ -137,7 +140,8 @@ public final class FCMAccessTokenCache: Sendable {
     private func exchange(now: Int64) {
         let assertion: String
         do {
-            assertion = try account.assertion(issuedAt: now / 1000, lifetime: assertionLifetime)
+            assertion = try account.assertion(
+                scope: Self.scope, issuedAt: now / 1000, lifetime: assertionLifetime)
         } catch {
             finish(.failure(.assertion(error)), expiresAt: 0)
             return
