@@ -130,6 +130,8 @@ let package = Package(
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "HeraldJSON"], swiftSettings: strictSwift),
         .testTarget(name: "WebPushTests", dependencies: ["WebPush", "HeraldCore"], swiftSettings: strictSwift),
         .testTarget(
+            name: "HTTP2Tests", dependencies: ["HTTP2", "HeraldIO", "HeraldTestSupport"], swiftSettings: strictSwift),
+        .testTarget(
             name: "SenderTests",
             dependencies: [
                 "FCM", "WebPush", "HTTPClient", "HTTP2", "HeraldCrypto", "HeraldCore",

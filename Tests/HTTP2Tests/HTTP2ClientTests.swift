@@ -14,7 +14,7 @@ struct HTTP2LaneBoundTests {
     func lanesPastTheBound() async throws {
         let g = try await TestGateways()
         defer { g.stop() }
-        let sub = try await g.call("POST", "/control/webpush-subscription", ["listener": "webpush"])
+        let sub = try await g.control("POST", "/control/webpush-subscription", ["listener": "webpush"])
         let endpoint = try #require(URL(string: sub["endpoint"] as? String ?? ""))
         let host = try #require(endpoint.host)
         var settings = HTTP2ClientSettings(caFile: g.ca) { host, _ in
@@ -58,7 +58,7 @@ struct HTTP2GoAwayReasonTests {
         let g = try await TestGateways()
         defer { g.stop() }
         try await g.knobs("webpush", ["goaway_after": 1, "goaway_reason": "Shutdown"])
-        let sub = try await g.call("POST", "/control/webpush-subscription", ["listener": "webpush"])
+        let sub = try await g.control("POST", "/control/webpush-subscription", ["listener": "webpush"])
         let endpoint = try #require(URL(string: sub["endpoint"] as? String ?? ""))
         let host = try #require(endpoint.host)
         let target = HTTP2Endpoint(host: host, port: endpoint.port ?? 443, addresses: ["127.0.0.1"])
@@ -94,14 +94,3 @@ struct HTTP2GoAwayReasonTests {
     }
 }
 
-/// Polls `condition` every 50 ms until it holds; throws after `timeout`.
-private func waitUntil(
-    _ what: String, timeout: Duration = .seconds(10), _ condition: () throws -> Bool
-) async throws {
-    let clock = ContinuousClock()
-    let deadline = clock.now + timeout
-    while try !condition() {
-        guard clock.now < deadline else { throw TestSupportError("timed out waiting until \(what)") }
-        try await Task.sleep(for: .milliseconds(50))
-    }
-}
