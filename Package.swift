@@ -64,33 +64,34 @@ let package = Package(
             swiftSettings: strictSwift
         ),
         .target(name: "HeraldCore", swiftSettings: strictSwift),
-        .target(name: "JSONRPC", swiftSettings: strictSwift),
+        .target(name: "HeraldJSON", swiftSettings: strictSwift),
+        .target(name: "JSONRPC", dependencies: ["HeraldJSON"], swiftSettings: strictSwift),
         .target(
             name: "WebPush",
-            dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HTTP2", "HeraldIO", "HeraldNet"],
+            dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HTTPClient", "HTTP2", "HeraldIO", "HeraldNet"],
             swiftSettings: strictSwift),
-        .target(name: "HeraldDelivery", dependencies: ["HeraldCore", "HTTP2"], swiftSettings: strictSwift),
+        .target(name: "HeraldDelivery", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
         .target(
             name: "HeraldScheduler", dependencies: ["HeraldCore", "HeraldDelivery", "HeraldStore", "HeraldIO"],
             swiftSettings: strictSwift),
         .target(
-            name: "HTTP2", dependencies: ["HeraldCore", "JSONRPC", "HeraldIO", "CHeraldH2", "CHeraldSys", "HeraldNet"], swiftSettings: strictSwift),
+            name: "HTTP2", dependencies: ["HeraldCore", "HeraldIO", "CHeraldH2", "CHeraldSys", "HeraldNet"], swiftSettings: strictSwift),
         .target(
             name: "APNs",
-            dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HeraldIO", "HTTP2"],
+            dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldIO", "HTTP2"],
             swiftSettings: strictSwift),
         .target(
-            name: "FCM", dependencies: ["HeraldCore", "JSONRPC", "HeraldCrypto", "HeraldDelivery", "HTTPClient", "HTTP2", "HeraldIO"],
+            name: "FCM", dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HTTPClient", "HTTP2", "HeraldIO"],
             swiftSettings: strictSwift),
         .target(
             name: "HeraldStore",
-            dependencies: ["HeraldCore", "HeraldCrypto", "JSONRPC", "CSQLite", "CHeraldSys", "Postgres"],
+            dependencies: ["HeraldCore", "HeraldCrypto", "HeraldJSON", "CSQLite", "CHeraldSys", "Postgres"],
             swiftSettings: strictSwift
         ),
         .target(
             name: "HeraldDaemon",
             dependencies: [
-                "HeraldCore", "HeraldCrypto", "JSONRPC", "WebPush", "HeraldStore", "CInih",
+                "HeraldCore", "HeraldCrypto", "HeraldJSON", "JSONRPC", "WebPush", "HeraldStore", "CInih",
                 "CHeraldSys", "HeraldIO", "APNs", "FCM", "HTTPClient", "HeraldDelivery", "HeraldScheduler",
                 "CHeraldHTTPD", "HTTP2", "Postgres", "HeraldNet",
             ],
@@ -98,7 +99,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "herald",
-            dependencies: ["HeraldCrypto", "HeraldDaemon", "JSONRPC", "HeraldIO"],
+            dependencies: ["HeraldCrypto", "HeraldDaemon", "HeraldJSON", "JSONRPC", "HeraldIO"],
             swiftSettings: strictSwift
         ),
         .target(
@@ -126,13 +127,16 @@ let package = Package(
         .testTarget(
             name: "APNsTests", dependencies: ["APNs", "HeraldCore", "HeraldCrypto", "HeraldTestSupport", "HeraldIO"],
             swiftSettings: strictSwift),
-        .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC"], swiftSettings: strictSwift),
+        .testTarget(name: "HeraldJSONTests", dependencies: ["HeraldJSON"], swiftSettings: strictSwift),
+        .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "HeraldJSON"], swiftSettings: strictSwift),
         .testTarget(name: "WebPushTests", dependencies: ["WebPush", "HeraldCore", "HeraldNet"], swiftSettings: strictSwift),
         .testTarget(name: "HeraldNetTests", dependencies: ["HeraldNet"], swiftSettings: strictSwift),
         .testTarget(
+            name: "HTTP2Tests", dependencies: ["HTTP2", "HeraldIO", "HeraldTestSupport"], swiftSettings: strictSwift),
+        .testTarget(
             name: "SenderTests",
             dependencies: [
-                "FCM", "WebPush", "HTTPClient", "HTTP2", "HeraldCrypto", "HeraldCore", "HeraldDelivery", "JSONRPC",
+                "FCM", "WebPush", "HTTPClient", "HTTP2", "HeraldCrypto", "HeraldCore",
                 "HeraldTestSupport", "HeraldIO", "HeraldNet",
             ],
             swiftSettings: strictSwift),
@@ -146,8 +150,9 @@ let package = Package(
                 "HeraldStoreTestSupport",
             ],
             swiftSettings: strictSwift),
+        .testTarget(name: "HeraldCoreTests", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
         .testTarget(name: "HeraldDeliveryTests", dependencies: ["HeraldDelivery", "HeraldCore"], swiftSettings: strictSwift),
-        .testTarget(name: "TransportPayloadTests", dependencies: ["APNs", "FCM", "WebPush", "HeraldCore", "JSONRPC"], swiftSettings: strictSwift),
+        .testTarget(name: "TransportPayloadTests", dependencies: ["APNs", "FCM", "WebPush", "HeraldCore", "HeraldJSON"], swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldStoreTests",
             dependencies: [
@@ -161,7 +166,7 @@ let package = Package(
         .testTarget(
             name: "HeraldDaemonTests",
             dependencies: [
-                "HeraldDaemon", "HeraldCore", "JSONRPC", "herald", "HeraldTestSupport", "HeraldStore", "HeraldCrypto",
+                "HeraldDaemon", "HeraldCore", "HeraldJSON", "JSONRPC", "herald", "HeraldTestSupport", "HeraldStore", "HeraldCrypto",
                 "HeraldStoreTestSupport", "HeraldIO", "WebPush",
             ],
             swiftSettings: strictSwift

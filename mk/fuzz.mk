@@ -1,7 +1,8 @@
 # Fuzzing (docs/fuzzing.md): libFuzzer targets for the C core's parsers, built with the
 # Swift toolchain's clang under ASan+UBSan against the core's sources, and one for
-# JSON-RPC framing and decoding, built with swiftc from Sources/JSONRPC directly (never
-# through `swift build`). Everything goes into build/fuzz/.
+# JSON-RPC framing and decoding, built with swiftc from Sources/HeraldJSON (a module of
+# its own, as in the package) and Sources/JSONRPC directly (never through `swift build`).
+# Everything goes into build/fuzz/.
 
 FUZZ_DIR := $(BUILD_DIR)/fuzz
 FUZZ_CC ?= /opt/swift/usr/bin/clang
@@ -28,10 +29,12 @@ FUZZ_CFLAGS := $(CORE_FLAGS) -ITests/CCore $(SANITIZE)
 FUZZ_CORE_HEADERS := $(wildcard CSources/CHeraldCrypto/*.h CSources/CHeraldCrypto/include/*.h)
 FUZZ_CORE_OBJS := $(patsubst CSources/CHeraldCrypto/%.c,$(FUZZ_DIR)/obj/core/%.o,$(CORE_SOURCES))
 FUZZ_SUPPORT_OBJS := $(FUZZ_DIR)/obj/support/test_ossl.o $(FUZZ_DIR)/obj/support/test_util.o
+FUZZ_JSON_SOURCES := $(wildcard Sources/HeraldJSON/*.swift)
 FUZZ_SWIFT_SOURCES := $(wildcard Sources/JSONRPC/*.swift) $(wildcard Tests/fuzz/swift/*.swift)
+FUZZ_SWIFT_MODULES := $(FUZZ_DIR)/swift-modules
 FUZZ_SWIFTFLAGS := -sanitize=fuzzer,address -parse-as-library -O -g -swift-version 6 \
 	-enable-upcoming-feature InternalImportsByDefault -enable-upcoming-feature ExistentialAny \
-	-module-name JSONRPC -module-cache-path $(FUZZ_DIR)/swift-module-cache -use-ld=lld
+	-module-cache-path $(FUZZ_DIR)/swift-module-cache
 FUZZ_RUN := $(PYTHON) Tests/fuzz/run.py --work $(FUZZ_DIR) --timeout $(FUZZ_TIMEOUT)
 
 .PHONY: fuzz-build fuzz fuzz-smoke fuzz-merge
@@ -54,9 +57,17 @@ $(FUZZ_DIR)/bin/%: Tests/fuzz/c/%.c Tests/fuzz/c/fuzz.h $(FUZZ_CORE_OBJS) $(FUZZ
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -fuse-ld=lld $< $(FUZZ_CORE_OBJS) $(FUZZ_SUPPORT_OBJS) \
 		$(CORE_LIBS) -o $@
 
-$(FUZZ_DIR)/bin/jsonrpc: $(FUZZ_SWIFT_SOURCES)
+# HeraldJSON first, as a module and one object; then JSONRPC and the harness as one
+# module (so the harness sees JSONRPC's internals) linked against it.
+$(FUZZ_SWIFT_MODULES)/HeraldJSON.o: $(FUZZ_JSON_SOURCES)
 	@mkdir -p $(@D) $(FUZZ_DIR)/swift-module-cache
-	$(FUZZ_SWIFTC) $(FUZZ_SWIFTFLAGS) $(FUZZ_SWIFT_SOURCES) -o $@
+	$(FUZZ_SWIFTC) $(FUZZ_SWIFTFLAGS) -module-name HeraldJSON -whole-module-optimization -c \
+		-emit-module -emit-module-path $(FUZZ_SWIFT_MODULES)/HeraldJSON.swiftmodule $(FUZZ_JSON_SOURCES) -o $@
+
+$(FUZZ_DIR)/bin/jsonrpc: $(FUZZ_SWIFT_SOURCES) $(FUZZ_SWIFT_MODULES)/HeraldJSON.o
+	@mkdir -p $(@D) $(FUZZ_DIR)/swift-module-cache
+	$(FUZZ_SWIFTC) $(FUZZ_SWIFTFLAGS) -module-name JSONRPC -use-ld=lld -I $(FUZZ_SWIFT_MODULES) \
+		$(FUZZ_SWIFT_SOURCES) $(FUZZ_SWIFT_MODULES)/HeraldJSON.o -o $@
 
 ## fuzz: each target for FUZZ_TIME seconds (default 60) on a working copy of its corpus
 ## (build/fuzz/corpus/); per-target figures, build/fuzz/summary.json; fails on any crash,

@@ -1,4 +1,4 @@
-/* Result codes and library initialisation. */
+/* Result codes, library initialisation and small shared helpers. */
 #include "internal.h"
 
 #include <pthread.h>
@@ -29,7 +29,6 @@ const char *hc_strerror(int code)
     case HC_E_PLAINTEXT_TOO_LARGE: return "plaintext does not fit the record";
     case HC_E_BODY_SIZE: return "body size must be 0 or between 104 and 4096 bytes";
     case HC_E_JSON: return "malformed JSON";
-    case HC_E_SUBJECT: return "subject must be a mailto: or https: URL";
     case HC_E_AUDIENCE: return "audience must be an https origin (scheme and host, no path)";
     case HC_E_EXPIRY: return "expiry must be in the future and at most 24 hours ahead";
     case HC_E_SIGNATURE_LENGTH: return "signature must be 64 bytes (r || s)";
@@ -40,6 +39,7 @@ const char *hc_strerror(int code)
     case HC_E_SERVICE_ACCOUNT: return "service account lacks project_id, client_email, private_key or token_uri";
     case HC_E_CLAIM: return "a JWT claim has a bad form";
     case HC_E_HKDF_LENGTH: return "HKDF output longer than 255 * 32 bytes";
+    case HC_E_RECORD_SIZE: return "record size below 18 or not larger than the record";
     default: return "unknown error";
     }
 }
@@ -92,14 +92,12 @@ int hc_init(void)
 
 const EC_GROUP *hc_p256_group(void)
 {
-    hc_init();
-    return p256;
+    return hc_init() == HC_OK ? p256 : NULL;
 }
 
 const EVP_CIPHER *hc_aes128gcm_cipher(void)
 {
-    hc_init();
-    return aes128gcm;
+    return hc_init() == HC_OK ? aes128gcm : NULL;
 }
 
 int hc_copy_out(const char *s, size_t s_len, char *out, size_t *len)
@@ -113,4 +111,10 @@ int hc_copy_out(const char *s, size_t s_len, char *out, size_t *len)
     out[s_len] = '\0';
     *len = s_len;
     return HC_OK;
+}
+
+int hc_no_password(char *buf, int size, int rwflag, void *u)
+{
+    (void)buf; (void)size; (void)rwflag; (void)u;
+    return 0; /* encrypted PEM files are not supported: refuse instead of prompting */
 }

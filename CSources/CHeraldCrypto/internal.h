@@ -2,6 +2,9 @@
 #ifndef HC_INTERNAL_H
 #define HC_INTERNAL_H
 
+/* The library keeps its run-time NULL checks: its own declarations carry no
+ * nonnull attribute, so the compiler may not assume the checks away. */
+#define HC_NO_NONNULL
 #include "herald_crypto.h"
 
 #include <openssl/bn.h>
@@ -39,10 +42,25 @@ void hc_json_free(void *p);
  * buffer-too-small contract of the public API. */
 int hc_copy_out(const char *s, size_t s_len, char *out, size_t *len);
 
-/* Signs header.claims and returns the compact JWS ("a.b.c"). kind 0 = ES256 with
- * es_key, kind 1 = RS256 with rsa_key. */
+/* Signs header.claims and returns the compact JWS ("a.b.c"): ES256 with
+ * es_key or RS256 with rsa_key (exactly one of them is given). */
 int hc_jws_compact(const char *header_json, const char *claims_json,
                    const hc_p256_key *es_key, const hc_rsa_key *rsa_key, char *out,
                    size_t *len);
+
+/* Serialises both jansson objects compactly (insertion order kept), signs them
+ * with hc_jws_compact and releases them (either may be NULL: HC_E_JSON). */
+struct json_t;
+int hc_jws_sign_json(struct json_t *header, struct json_t *claims, const hc_p256_key *es_key,
+                     const hc_rsa_key *rsa_key, char *out, size_t *len);
+
+/* 1 when s holds a space, a control character or DEL. */
+int hc_has_space_or_control(const char *s);
+
+/* The size of an RS256 signature made with key, in bytes. */
+size_t hc_rsa_signature_size(const hc_rsa_key *key);
+
+/* The callback that refuses encrypted PEM files instead of prompting. */
+int hc_no_password(char *buf, int size, int rwflag, void *u);
 
 #endif

@@ -8,12 +8,6 @@
 #include <sodium.h>
 #include <string.h>
 
-static int no_password(char *buf, int size, int rwflag, void *u)
-{
-    (void)buf; (void)size; (void)rwflag; (void)u;
-    return 0; /* encrypted PEM files are not supported: refuse instead of prompting */
-}
-
 /* An EVP_PKEY for the scalar d (may be NULL for a public-only key) and pub. */
 static EVP_PKEY *pkey_from_parts(const BIGNUM *d, const uint8_t pub[HC_P256_PUBLIC_BYTES])
 {
@@ -174,7 +168,7 @@ int hc_p256_key_from_pem(const char *pem, size_t pem_len, hc_p256_key **out)
     size_t group_len = 0;
     BIO *bio = BIO_new_mem_buf(pem, (int)pem_len);
     if (bio == NULL) return HC_E_NO_MEMORY;
-    pkey = PEM_read_bio_PrivateKey_ex(bio, NULL, no_password, NULL, NULL, NULL);
+    pkey = PEM_read_bio_PrivateKey_ex(bio, NULL, hc_no_password, NULL, NULL, NULL);
     if (pkey == NULL) goto out;
     rc = HC_E_KEY_TYPE;
     if (!EVP_PKEY_is_a(pkey, "EC") ||

@@ -1,7 +1,6 @@
 /* Web Push record sealing: RFC 8291 key schedule over RFC 8188 aes128gcm. */
 #include "internal.h"
 
-#include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <sodium.h>
 #include <string.h>
@@ -17,6 +16,7 @@ struct hc_sealer {
     BIGNUM *d;             /* ephemeral scalar, wiped after each seal */
     EC_POINT *eph;         /* ephemeral public point */
     EVP_CIPHER_CTX *aes;
+    uint32_t rs;           /* the record size written into every header */
 };
 
 static const char key_info_label[] = "WebPush: info";          /* + NUL */
@@ -59,9 +59,10 @@ void hc_webpush_sub_public(const hc_webpush_sub *sub, uint8_t out[HC_P256_PUBLIC
     memcpy(out, sub->pub, HC_P256_PUBLIC_BYTES);
 }
 
-int hc_sealer_new(hc_sealer **out)
+int hc_sealer_new(uint32_t record_size, hc_sealer **out)
 {
     if (out == NULL) return HC_E_INVALID_ARGUMENT;
+    if (record_size < HC_AES128GCM_MIN_RECORD_SIZE) return HC_E_RECORD_SIZE;
     if (hc_init() != HC_OK) return HC_E_CRYPTO;
     hc_sealer *s = OPENSSL_zalloc(sizeof *s);
     if (s == NULL) return HC_E_NO_MEMORY;
@@ -75,6 +76,7 @@ int hc_sealer_new(hc_sealer **out)
         return HC_E_NO_MEMORY;
     }
     BN_set_flags(s->d, BN_FLG_CONSTTIME);
+    s->rs = record_size;
     *out = s;
     return HC_OK;
 }
@@ -159,10 +161,10 @@ static int seal_record(hc_sealer *s, const hc_webpush_sub *sub, const uint8_t sa
 
     /* Header: salt || rs || idlen || keyid. */
     memcpy(out, salt, HC_WEBPUSH_SALT_BYTES);
-    out[16] = (HC_AES128GCM_RECORD_SIZE >> 24) & 0xff;
-    out[17] = (HC_AES128GCM_RECORD_SIZE >> 16) & 0xff;
-    out[18] = (HC_AES128GCM_RECORD_SIZE >> 8) & 0xff;
-    out[19] = HC_AES128GCM_RECORD_SIZE & 0xff;
+    out[16] = (s->rs >> 24) & 0xff;
+    out[17] = (s->rs >> 16) & 0xff;
+    out[18] = (s->rs >> 8) & 0xff;
+    out[19] = s->rs & 0xff;
     out[20] = HC_P256_PUBLIC_BYTES;
 
     /* Padded plaintext: data || 0x02 || zeros, sealed in place. */
@@ -200,6 +202,8 @@ static int check_args(const hc_sealer *s, const hc_webpush_sub *sub, const uint8
         return HC_E_INVALID_ARGUMENT;
     int rc = body_length(pt_len, body_size, total);
     if (rc != HC_OK) return rc;
+    /* RFC 8291 section 4: rs must be larger than the one record. */
+    if (*total - HC_AES128GCM_HEADER_BYTES >= s->rs) return HC_E_RECORD_SIZE;
     if (out == NULL || *len < *total) {
         *len = *total;
         return HC_E_BUFFER_TOO_SMALL;
@@ -242,77 +246,5 @@ int hc_webpush_seal_with_keys(hc_sealer *s, const hc_webpush_sub *sub,
     }
     rc = seal_record(s, sub, salt, pt, pt_len, total, out);
     if (rc == HC_OK) *len = total;
-    return rc;
-}
-
-static int gcm_setup(EVP_CIPHER_CTX *ctx, int enc, const uint8_t key[16], const uint8_t *iv,
-                     size_t iv_len, const uint8_t *aad, size_t aad_len)
-{
-    int n = 0;
-    OSSL_PARAM params[2] = {OSSL_PARAM_END, OSSL_PARAM_END};
-    params[0] = OSSL_PARAM_construct_size_t(OSSL_CIPHER_PARAM_AEAD_IVLEN, &iv_len);
-    if (!EVP_CipherInit_ex2(ctx, hc_aes128gcm_cipher(), NULL, NULL, enc, params) ||
-        !EVP_CipherInit_ex2(ctx, NULL, key, iv, enc, NULL))
-        return 0;
-    return aad_len == 0 || EVP_CipherUpdate(ctx, NULL, &n, aad, (int)aad_len);
-}
-
-static int gcm_args(const uint8_t *key, const uint8_t *iv, size_t iv_len, const uint8_t *aad,
-                    size_t aad_len, const uint8_t *in, size_t in_len, const uint8_t *out,
-                    const uint8_t *tag, size_t tag_len)
-{
-    if (key == NULL || iv == NULL || iv_len == 0 || tag == NULL || tag_len < 4 || tag_len > 16 ||
-        (aad == NULL && aad_len > 0) || (in_len > 0 && (in == NULL || out == NULL)) ||
-        in_len > INT32_MAX || aad_len > INT32_MAX || iv_len > HC_AES128GCM_MAX_IV)
-        return HC_E_INVALID_ARGUMENT;
-    return hc_init() == HC_OK ? HC_OK : HC_E_CRYPTO;
-}
-
-int hc_aes128gcm_encrypt(const uint8_t key[16], const uint8_t *iv, size_t iv_len,
-                         const uint8_t *aad, size_t aad_len, const uint8_t *in, size_t in_len,
-                         uint8_t *out, uint8_t *tag, size_t tag_len)
-{
-    int rc = gcm_args(key, iv, iv_len, aad, aad_len, in, in_len, out, tag, tag_len);
-    if (rc != HC_OK) return rc;
-    int n = 0;
-    uint8_t full[16], tail[16];
-    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
-    if (ctx == NULL) return HC_E_NO_MEMORY;
-    rc = HC_E_CRYPTO;
-    if (gcm_setup(ctx, 1, key, iv, iv_len, aad, aad_len) &&
-        (in_len == 0 || EVP_EncryptUpdate(ctx, out, &n, in, (int)in_len)) &&
-        EVP_EncryptFinal_ex(ctx, tail, &n) &&
-        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, full)) {
-        memcpy(tag, full, tag_len);
-        rc = HC_OK;
-    }
-    EVP_CIPHER_CTX_free(ctx);
-    ERR_clear_error();
-    return rc;
-}
-
-int hc_aes128gcm_decrypt(const uint8_t key[16], const uint8_t *iv, size_t iv_len,
-                         const uint8_t *aad, size_t aad_len, const uint8_t *in, size_t in_len,
-                         const uint8_t *tag, size_t tag_len, uint8_t *out)
-{
-    int rc = gcm_args(key, iv, iv_len, aad, aad_len, in, in_len, out, tag, tag_len);
-    if (rc != HC_OK) return rc;
-    int n = 0;
-    uint8_t tail[16];
-    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
-    if (ctx == NULL) return HC_E_NO_MEMORY;
-    rc = HC_E_CRYPTO;
-    if (gcm_setup(ctx, 0, key, iv, iv_len, aad, aad_len) &&
-        (in_len == 0 || EVP_DecryptUpdate(ctx, out, &n, in, (int)in_len)) &&
-        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, (int)tag_len, (void *)tag)) {
-        if (EVP_DecryptFinal_ex(ctx, tail, &n) > 0) {
-            rc = HC_OK;
-        } else {
-            rc = HC_E_DECRYPT;
-            if (in_len > 0) sodium_memzero(out, in_len);
-        }
-    }
-    EVP_CIPHER_CTX_free(ctx);
-    ERR_clear_error();
     return rc;
 }

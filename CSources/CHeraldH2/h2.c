@@ -1,5 +1,7 @@
 /*
- * h2.c — a client HTTP/2 connection over TLS for Herald's APNs transport.
+ * h2.c — a client HTTP/2 connection over TLS for Herald's HTTP/2 client
+ * (Sources/HTTP2), through which the APNs, FCM and Web Push transports all
+ * send (FCM and Web Push fall back to libcurl for an HTTP/1.1-only origin).
  * OpenSSL 3 for TLS (ALPN h2, verification, SNI), nghttp2 for framing; the
  * caller's event loop drives both through the functions in herald_h2.h.
  */

@@ -2,7 +2,7 @@ public import HTTP2
 public import HeraldCore
 public import HeraldCrypto
 public import HeraldIO
-import JSONRPC
+import HeraldJSON
 
 /// Identifies one APNs lane: the connections that carry one app's pushes for
 /// one signing key and environment.
@@ -187,14 +187,17 @@ public final class APNsClient: Sendable {
             issuedAt in
             try APNsProviderToken.make(key: signer.key, keyID: signer.keyID, teamID: signer.teamID, issuedAt: issuedAt)
         }
-        let options = HTTP2LaneOptions(tokens: tokens) { answer in
-            guard answer.status == 403 else { return .keep }
-            switch APNsAnswer.reason(answer.body) {
-            case "ExpiredProviderToken": return .retireAndRenewToken
-            case "UnrelatedKeyIdInToken": return .retire
-            default: return .keep
-            }
-        }
+        let options = HTTP2LaneOptions(
+            tokens: tokens,
+            judge: { answer in
+                guard answer.status == 403 else { return .keep }
+                switch APNsAnswer.reason(answer.body) {
+                case "ExpiredProviderToken": return .retireAndRenewToken
+                case "UnrelatedKeyIdInToken": return .retire
+                default: return .keep
+                }
+            },
+            goAwayReason: APNsAnswer.reason)
         let lane = http2.lane(
             HTTP2LaneKey("apns:\(key)"), endpoint: HTTP2Endpoint(host: endpoint.host, port: endpoint.port),
             options: options)
@@ -231,6 +234,7 @@ public struct APNsLaneHandle: Sendable {
 
 /// Reading APNs' answers.
 enum APNsAnswer {
+    /// The `{"reason": …}` of a response body, or of a GOAWAY frame's opaque data.
     static func reason(_ body: [UInt8]) -> String? {
         body.isEmpty ? nil : (try? JSONParser.parse(body))?["reason"]?.stringValue
     }

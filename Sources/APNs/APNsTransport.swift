@@ -1,6 +1,5 @@
 public import HeraldCore
 import HeraldCrypto
-public import HeraldDelivery
 
 /// APNs as a ``PushTransport`` for one app: builds each request with
 /// ``APNsRequest`` and sends it on the lane of the device's environment.

@@ -1,7 +1,7 @@
 public import HTTPClient
 public import HeraldCore
 public import HeraldCrypto
-internal import JSONRPC
+internal import HeraldJSON
 import HeraldIO
 
 /// Why an OAuth2 access token could not be obtained.
@@ -39,6 +39,9 @@ public enum FCMAccessTokenError: Error, Sendable, Equatable, CustomStringConvert
 /// ``HTTPClient`` network thread: they must not block.
 public final class FCMAccessTokenCache: Sendable {
     public typealias Completion = @Sendable (Result<String, FCMAccessTokenError>) -> Void
+
+    /// The OAuth scope the assertion asks for: sending through FCM HTTP v1.
+    public static let scope = "https://www.googleapis.com/auth/firebase.messaging"
 
     public let account: FCMServiceAccount
     private let client: HTTPClient
@@ -137,7 +140,8 @@ public final class FCMAccessTokenCache: Sendable {
     private func exchange(now: Int64) {
         let assertion: String
         do {
-            assertion = try account.assertion(issuedAt: now / 1000, lifetime: assertionLifetime)
+            assertion = try account.assertion(
+                scope: Self.scope, issuedAt: now / 1000, lifetime: assertionLifetime)
         } catch {
             finish(.failure(.assertion(error)), expiresAt: 0)
             return

@@ -1,5 +1,5 @@
 public import HeraldCore
-internal import JSONRPC
+internal import HeraldJSON
 
 /// What an app section says about FCM.
 public struct FCMAppSettings: Sendable, Hashable {

@@ -2,8 +2,7 @@ public import HTTPClient
 public import HTTP2
 public import HeraldCore
 public import HeraldCrypto
-public import HeraldDelivery
-internal import JSONRPC
+internal import HeraldJSON
 import HeraldIO
 
 /// What the provider said, for logs and `push.status`: present whenever an

@@ -1,5 +1,4 @@
 public import HeraldCore
-public import HeraldDelivery
 
 /// FCM HTTP v1 as a ``PushTransport`` for one app: builds each message with
 /// ``FCMMessage`` (its TTL cut to what is left) and sends it with the app's

@@ -1,7 +1,6 @@
 import CHeraldH2
 import HeraldIO
 import HeraldNet
-import JSONRPC
 
 #if canImport(Glibc)
     import Glibc
@@ -345,7 +344,7 @@ final class Connection: @unchecked Sendable {
     private func goAway(lastStream: Int32, code: UInt32, debug: [UInt8]) {
         draining = true
         goAwayLastStream = lastStream
-        let reason = (try? JSONParser.parse(debug))?["reason"]?.stringValue
+        let reason = lane.options.goAwayReason?(debug)
         goAwayReason = reason
         client.count {
             $0.goaways += 1

@@ -78,14 +78,21 @@ public struct HTTP2LaneOptions: Sendable {
     /// keeps it open (with PINGs) for as long as the server allows. Lanes to
     /// many servers (Web Push origins) set it so idle ones cost nothing.
     public var idleTimeout: Duration?
+    /// Reads the server's reason from a GOAWAY frame's opaque data, for the
+    /// log, ``HTTP2ClientError/goAway(reason:)`` and
+    /// ``HTTP2ClientStats/lastGoAwayReason``; nil records none. The data's
+    /// shape is the provider's (APNs puts `{"reason": …}` there).
+    public var goAwayReason: (@Sendable ([UInt8]) -> String?)?
 
     public init(
         tokens: HTTP2BearerTokens? = nil, idleTimeout: Duration? = nil,
-        judge: (@Sendable (HTTP2Response) -> HTTP2Verdict)? = nil
+        judge: (@Sendable (HTTP2Response) -> HTTP2Verdict)? = nil,
+        goAwayReason: (@Sendable ([UInt8]) -> String?)? = nil
     ) {
         self.tokens = tokens
         self.idleTimeout = idleTimeout
         self.judge = judge
+        self.goAwayReason = goAwayReason
     }
 }
 

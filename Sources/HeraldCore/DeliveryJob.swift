@@ -62,3 +62,15 @@ extension DeliveryJob {
         expiresAt > Int64.max - ttlGraceMilliseconds ? Int64.max : expiresAt + ttlGraceMilliseconds
     }
 }
+
+extension DeliveryJob {
+    /// The message as it goes out at `now` (ms): its TTL cut to what is left
+    /// of it, so a retry never asks a provider to keep it past the deadline.
+    /// A TTL-0 message stays 0 (now or never).
+    public func message(sentAt now: Int64) -> PushMessage {
+        var m = message
+        let left = expiresAt - now
+        m.ttlSeconds = left <= 0 ? 0 : min(m.ttlSeconds, Int((left + 999) / 1000))
+        return m
+    }
+}

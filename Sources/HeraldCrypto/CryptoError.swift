@@ -19,7 +19,6 @@ public enum CryptoError: Error, Equatable, Sendable, CustomStringConvertible {
     case plaintextTooLarge
     case bodySize
     case json
-    case subject
     case audience
     case expiry
     case signatureLength
@@ -30,6 +29,7 @@ public enum CryptoError: Error, Equatable, Sendable, CustomStringConvertible {
     case serviceAccount
     case claim
     case hkdfLength
+    case recordSize
     case unknown(Int32)
 
     init(code: Int32) {
@@ -51,7 +51,6 @@ public enum CryptoError: Error, Equatable, Sendable, CustomStringConvertible {
         case HC_E_PLAINTEXT_TOO_LARGE: self = .plaintextTooLarge
         case HC_E_BODY_SIZE: self = .bodySize
         case HC_E_JSON: self = .json
-        case HC_E_SUBJECT: self = .subject
         case HC_E_AUDIENCE: self = .audience
         case HC_E_EXPIRY: self = .expiry
         case HC_E_SIGNATURE_LENGTH: self = .signatureLength
@@ -62,6 +61,7 @@ public enum CryptoError: Error, Equatable, Sendable, CustomStringConvertible {
         case HC_E_SERVICE_ACCOUNT: self = .serviceAccount
         case HC_E_CLAIM: self = .claim
         case HC_E_HKDF_LENGTH: self = .hkdfLength
+        case HC_E_RECORD_SIZE: self = .recordSize
         default: self = .unknown(code)
         }
     }
@@ -86,7 +86,6 @@ public enum CryptoError: Error, Equatable, Sendable, CustomStringConvertible {
         case .plaintextTooLarge: Int32(HC_E_PLAINTEXT_TOO_LARGE)
         case .bodySize: Int32(HC_E_BODY_SIZE)
         case .json: Int32(HC_E_JSON)
-        case .subject: Int32(HC_E_SUBJECT)
         case .audience: Int32(HC_E_AUDIENCE)
         case .expiry: Int32(HC_E_EXPIRY)
         case .signatureLength: Int32(HC_E_SIGNATURE_LENGTH)
@@ -97,6 +96,7 @@ public enum CryptoError: Error, Equatable, Sendable, CustomStringConvertible {
         case .serviceAccount: Int32(HC_E_SERVICE_ACCOUNT)
         case .claim: Int32(HC_E_CLAIM)
         case .hkdfLength: Int32(HC_E_HKDF_LENGTH)
+        case .recordSize: Int32(HC_E_RECORD_SIZE)
         case .unknown(let code): code
         }
     }

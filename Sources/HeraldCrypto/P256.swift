@@ -17,23 +17,18 @@ public final class P256PrivateKey: @unchecked Sendable {
         return P256PrivateKey(handle: handle!)
     }
 
-    /// A PEM private key (PKCS#8 or SEC1), or a base64url raw 32-byte scalar.
-    public convenience init(text: String) throws(CryptoError) {
+    /// The text of a key file: a PEM private key (PKCS#8 or SEC1), or a
+    /// base64url raw 32-byte scalar; surrounding whitespace is ignored.
+    public convenience init(text: SecretBytes) throws(CryptoError) {
         var handle: OpaquePointer?
-        let utf8 = Array(text.utf8)
-        let rc = utf8.withUnsafeBufferPointer { buf in
-            buf.withMemoryRebound(to: CChar.self) {
-                hc_p256_key_from_text($0.baseAddress, $0.count, &handle)
-            }
-        }
-        try check(rc)
+        try check(text.withUnsafeCChars { hc_p256_key_from_text($0, $1, &handle) })
         self.init(handle: handle!)
     }
 
     /// A raw 32-byte scalar.
-    public convenience init(raw: [UInt8]) throws(CryptoError) {
+    public convenience init(raw: SecretBytes) throws(CryptoError) {
         var handle: OpaquePointer?
-        try check(hc_p256_key_from_raw(raw, raw.count, &handle))
+        try check(raw.withUnsafeUInt8s { hc_p256_key_from_raw($0, $1, &handle) })
         self.init(handle: handle!)
     }
 
@@ -59,8 +54,9 @@ public final class P256PrivateKey: @unchecked Sendable {
         return sig
     }
 
-    /// The ECDH shared secret (X coordinate) with a peer's public point.
-    public func sharedSecret(with peer: [UInt8]) throws(CryptoError) -> [UInt8] {
+    /// The ECDH shared secret (X coordinate) with a peer's public point; for
+    /// the tests that check the core against published vectors only.
+    @_spi(Testing) public func sharedSecret(with peer: [UInt8]) throws(CryptoError) -> [UInt8] {
         try P256.checkPublicKey(peer)
         var out = [UInt8](repeating: 0, count: 32)
         try check(hc_p256_ecdh(handle, peer, &out))

@@ -7,7 +7,9 @@ public enum VAPID {
     /// Herald's default lifetime: half the maximum, to absorb clock skew.
     public static let defaultLifetime: Int64 = 12 * 3600
 
-    /// A compact JWT with `aud` (an https origin), `exp` and `sub`.
+    /// A compact JWT with `aud` (an https origin), `exp` and `sub`. The
+    /// subject is written as given: the caller checks that it is a `mailto:`
+    /// or `https:` URL (Herald's configuration does when it loads).
     public static func token(
         key: P256PrivateKey, audience: String, subject: String, expiresAt: Int64, now: Int64
     ) throws(CryptoError) -> String {
@@ -44,24 +46,24 @@ public final class FCMServiceAccount: @unchecked Sendable {
     public let clientEmail: String
     public let tokenURI: String
 
-    public init(json: [UInt8]) throws(CryptoError) {
+    /// The service-account file's text; the private key goes from it to the
+    /// core and stays there.
+    public init(json: SecretBytes) throws(CryptoError) {
         var handle: OpaquePointer?
-        let rc = json.withUnsafeBufferPointer { buf in
-            buf.withMemoryRebound(to: CChar.self) {
-                hc_fcm_account_from_json($0.baseAddress, $0.count, &handle)
-            }
-        }
-        try check(rc)
+        try check(json.withUnsafeCChars { hc_fcm_account_from_json($0, $1, &handle) })
         self.handle = handle!
-        projectID = String(cString: hc_fcm_account_project_id(handle))
-        clientEmail = String(cString: hc_fcm_account_client_email(handle))
-        tokenURI = String(cString: hc_fcm_account_token_uri(handle))
+        projectID = String(cString: hc_fcm_account_project_id(self.handle))
+        clientEmail = String(cString: hc_fcm_account_client_email(self.handle))
+        tokenURI = String(cString: hc_fcm_account_token_uri(self.handle))
     }
 
     deinit { hc_fcm_account_free(handle) }
 
-    /// The RS256 assertion for the token exchange, valid for `lifetime` seconds (≤ 3600).
-    public func assertion(issuedAt: Int64, lifetime: Int64 = 3600) throws(CryptoError) -> String {
-        try cString(capacity: 2048) { hc_fcm_assertion(handle, issuedAt, lifetime, $0, $1) }
+    /// The RS256 assertion for the token exchange asking for `scope` (one or
+    /// more space-separated scope URIs), valid for `lifetime` seconds (≤ 3600).
+    public func assertion(
+        scope: String, issuedAt: Int64, lifetime: Int64 = 3600
+    ) throws(CryptoError) -> String {
+        try cString(capacity: 2048) { hc_fcm_assertion(handle, scope, issuedAt, lifetime, $0, $1) }
     }
 }

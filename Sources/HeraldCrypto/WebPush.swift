@@ -32,15 +32,20 @@ public final class WebPushSubscriber: @unchecked Sendable {
 public final class WebPushSealer {
     /// Herald's fixed body size: every record is padded to it so that its
     /// length says nothing about its content.
-    public static let defaultBodySize = Int(HC_WEBPUSH_DEFAULT_BODY)
+    public static let defaultBodySize = 2816
+    /// Herald's record size, the `rs` in every header: RFC 8291 wants it
+    /// larger than the one record, and 4096 exceeds any record of the largest body.
+    public static let defaultRecordSize = 4096
     /// The largest body every push service must accept (RFC 8030 §7.2).
     public static let maximumBodySize = Int(HC_WEBPUSH_MAX_BODY)
 
     private let handle: OpaquePointer
 
-    public init() throws(CryptoError) {
+    /// A sealer writing `recordSize` (at least 18) into every header.
+    public init(recordSize: Int = WebPushSealer.defaultRecordSize) throws(CryptoError) {
+        guard let rs = UInt32(exactly: recordSize) else { throw .recordSize }
         var handle: OpaquePointer?
-        try check(hc_sealer_new(&handle))
+        try check(hc_sealer_new(rs, &handle))
         self.handle = handle!
     }
 

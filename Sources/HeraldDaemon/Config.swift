@@ -737,10 +737,7 @@ enum ConfigValue {
 
     static func vapidSubject(_ text: String) throws(ConfigValueProblem) -> String? {
         if text.isEmpty { return nil }
-        let clean = !text.contains(where: \.isWhitespace) && !hasControl(text)
-        let mailto = text.hasPrefix("mailto:") && text.utf8.count > 7 && text.contains("@")
-        let https = text.hasPrefix("https://") && text.utf8.count > 8
-        guard clean, mailto || https else {
+        guard VAPIDSubject.isValid(text) else {
             throw ConfigValueProblem(
                 "must be a mailto: or https: URL, such as mailto:ops@example.com \(got(text))")
         }

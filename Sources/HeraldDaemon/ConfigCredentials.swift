@@ -88,10 +88,9 @@ public struct LoadedCredentials: Sendable, CustomStringConvertible, CustomReflec
         }
 
         if let file = app.fcmCredentials {
-            var bytes = try Self.readSecret(file)
-            defer { ConfigIO.wipe(&bytes) }
+            let json = try Self.readSecret(file)
             do {
-                fcm = .ready(try FCMServiceAccount(json: bytes))
+                fcm = .ready(try FCMServiceAccount(json: json))
             } catch {
                 throw ConfigError(
                     file.location, "\(file.path) is not a usable service-account JSON file: \(error)")
@@ -134,9 +133,11 @@ public struct LoadedCredentials: Sendable, CustomStringConvertible, CustomReflec
             ])
     }
 
-    private static func readSecret(_ file: ConfigFileReference) throws(ConfigError) -> [UInt8] {
+    /// A credential file, read into ``SecretBytes``: the key in it reaches
+    /// the C core without passing through a `String` or an `Array`.
+    private static func readSecret(_ file: ConfigFileReference) throws(ConfigError) -> SecretBytes {
         do {
-            return try ConfigIO.read(file.path, limit: 64 * 1024)
+            return try ConfigIO.readSecret(file.path, limit: 64 * 1024)
         } catch {
             throw ConfigError(file.location, "cannot read \(file.path): \(error.reason)")
         }
@@ -145,12 +146,9 @@ public struct LoadedCredentials: Sendable, CustomStringConvertible, CustomReflec
     private static func privateKey(
         _ file: ConfigFileReference, what: String
     ) throws(ConfigError) -> P256PrivateKey {
-        var bytes = try readSecret(file)
-        defer { ConfigIO.wipe(&bytes) }
-        // A raw base64url key is usually saved with a trailing newline.
-        var end = bytes.count
-        while end > 0 && [0x20, 0x09, 0x0A, 0x0D].contains(bytes[end - 1]) { end -= 1 }
-        let text = String(decoding: bytes[..<end], as: UTF8.self)
+        // The core ignores the whitespace around a key (a raw base64url key
+        // is usually saved with a trailing newline).
+        let text = try readSecret(file)
         do {
             return try P256PrivateKey(text: text)
         } catch {
@@ -253,18 +251,17 @@ private func readStoreKey(
     guard st.st_size == StoreKey.byteCount else {
         throw failure("must be exactly \(StoreKey.byteCount) bytes (found \(st.st_size))")
     }
-    var bytes: [UInt8]
+    let bytes: SecretBytes
     do {
-        bytes = try ConfigIO.readAll(fd, expected: StoreKey.byteCount)
+        bytes = try ConfigIO.readAllSecret(fd, expected: StoreKey.byteCount)
     } catch {
         throw failure("cannot read: \(error.reason)")
     }
-    defer { ConfigIO.wipe(&bytes) }
     guard bytes.count == StoreKey.byteCount else {
         throw failure("must be exactly \(StoreKey.byteCount) bytes (found \(bytes.count))")
     }
     do {
-        return try StoreKey(bytes: bytes)
+        return try StoreKey(bytes)
     } catch {
         throw failure("unusable: \(error)")
     }
@@ -275,13 +272,12 @@ private func readStoreKey(
 private func createStoreKeyFile(
     _ path: String, _ failure: (String) -> ConfigError
 ) throws(ConfigError) -> StoreKey? {
-    var bytes: [UInt8]
+    let bytes: SecretBytes
     do {
-        bytes = try SecureRandom.bytes(StoreKey.byteCount)
+        bytes = try SecretBytes.random(count: StoreKey.byteCount)
     } catch {
         throw failure("cannot generate a key: \(error)")
     }
-    defer { ConfigIO.wipe(&bytes) }
 
     let temporary = "\(path).\(getpid()).new"
     _ = unlink(temporary)
@@ -297,7 +293,7 @@ private func createStoreKeyFile(
     do {
         defer { _ = close(fd) }
         try HeraldIO.syscall("fchmod") { fchmod(fd, 0o600) }
-        try ConfigIO.writeAll(fd, bytes)
+        try bytes.withUnsafeBytes { (raw) throws(SystemError) in try ConfigIO.writeAll(fd, raw) }
         try HeraldIO.syscall("fsync") { fsync(fd) }
     } catch {
         throw failure("cannot write \(temporary): \(String(cString: strerror(error.errno)))")
@@ -309,7 +305,7 @@ private func createStoreKeyFile(
     }
     linked = true
     do {
-        return try StoreKey(bytes: bytes)
+        return try StoreKey(bytes)
     } catch {
         throw failure("unusable: \(error)")
     }

@@ -1,3 +1,4 @@
+import HeraldCrypto
 import HeraldIO
 
 #if canImport(Glibc)
@@ -101,50 +102,91 @@ struct ConfigIOError: Error {
 enum ConfigIO {
     /// The whole of a regular file of at most `limit` bytes.
     static func read(_ path: String, limit: Int) throws(ConfigIOError) -> [UInt8] {
-        let fd: Int32
-        do {
-            fd = try HeraldIO.syscall("open") { open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
-        } catch { throw ConfigIOError(error) }
+        let (fd, size) = try openRegular(path, limit: limit)
         defer { _ = close(fd) }
-        var st = stat()
-        do { try HeraldIO.syscall("fstat") { fstat(fd, &st) } } catch { throw ConfigIOError(error) }
-        guard st.st_mode & S_IFMT == S_IFREG else { throw ConfigIOError("not a regular file") }
-        guard st.st_size <= limit else { throw ConfigIOError("larger than \(limit) bytes") }
-        return try readAll(fd, expected: Int(st.st_size))
+        return try readAll(fd, expected: size)
+    }
+
+    /// As ``read(_:limit:)``, straight into memory that is locked where
+    /// possible and wiped on release: for key files.
+    static func readSecret(_ path: String, limit: Int) throws(ConfigIOError) -> SecretBytes {
+        let (fd, size) = try openRegular(path, limit: limit)
+        defer { _ = close(fd) }
+        return try readAllSecret(fd, expected: size)
     }
 
     /// Reads `expected` bytes and checks the file ends there.
     static func readAll(_ fd: Int32, expected: Int) throws(ConfigIOError) -> [UInt8] {
         var buffer = [UInt8](repeating: 0, count: expected + 1)
+        let result = buffer.withUnsafeMutableBytes { raw in
+            Result { () throws(ConfigIOError) in try fill(raw, from: fd, expected: expected) }
+        }
+        switch result {
+        case .success(let total):
+            buffer.removeLast(buffer.count - total)
+            return buffer
+        case .failure(let error):
+            wipe(&buffer)
+            throw error
+        }
+    }
+
+    /// As ``readAll(_:expected:)``, into ``SecretBytes``.
+    static func readAllSecret(_ fd: Int32, expected: Int) throws(ConfigIOError) -> SecretBytes {
+        try SecretBytes(capacity: expected + 1) { raw throws(ConfigIOError) in
+            try fill(raw, from: fd, expected: expected)
+        }
+    }
+
+    /// Opens a regular file of at most `limit` bytes; the caller closes it.
+    private static func openRegular(_ path: String, limit: Int) throws(ConfigIOError) -> (Int32, Int) {
+        let fd: Int32
+        do {
+            fd = try HeraldIO.syscall("open") { open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
+        } catch { throw ConfigIOError(error) }
+        var st = stat()
+        do {
+            try HeraldIO.syscall("fstat") { fstat(fd, &st) }
+        } catch {
+            _ = close(fd)
+            throw ConfigIOError(error)
+        }
+        guard st.st_mode & S_IFMT == S_IFREG else {
+            _ = close(fd)
+            throw ConfigIOError("not a regular file")
+        }
+        guard st.st_size <= limit else {
+            _ = close(fd)
+            throw ConfigIOError("larger than \(limit) bytes")
+        }
+        return (fd, Int(st.st_size))
+    }
+
+    /// Reads into `buffer` (one byte larger than `expected`) until end of
+    /// file; the number of bytes read, at most `expected`.
+    private static func fill(
+        _ buffer: UnsafeMutableRawBufferPointer, from fd: Int32, expected: Int
+    ) throws(ConfigIOError) -> Int {
         var total = 0
         while total < buffer.count {
-            let n = buffer.withUnsafeMutableBytes { raw in
-                Glibc.read(fd, raw.baseAddress! + total, raw.count - total)
-            }
+            let n = Glibc.read(fd, buffer.baseAddress! + total, buffer.count - total)
             if n < 0 {
                 let err = errno
                 if err == EINTR { continue }
-                wipe(&buffer)
                 throw ConfigIOError(SystemError(call: "read", errno: err))
             }
             if n == 0 { break }
             total += n
         }
-        if total > expected {
-            wipe(&buffer)
-            throw ConfigIOError("file changed while it was read")
-        }
-        buffer.removeLast(buffer.count - total)
-        return buffer
+        if total > expected { throw ConfigIOError("file changed while it was read") }
+        return total
     }
 
     /// Writes all of `bytes`.
-    static func writeAll(_ fd: Int32, _ bytes: [UInt8]) throws(SystemError) {
+    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) throws(SystemError) {
         var written = 0
         while written < bytes.count {
-            let n = bytes.withUnsafeBytes { raw in
-                write(fd, raw.baseAddress! + written, raw.count - written)
-            }
+            let n = write(fd, bytes.baseAddress! + written, bytes.count - written)
             if n < 0 {
                 let err = errno
                 if err == EINTR { continue }

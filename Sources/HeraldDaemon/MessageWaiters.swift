@@ -3,6 +3,7 @@ import HeraldCore
 import HeraldIO
 import HeraldScheduler
 import HeraldStore
+import HeraldJSON
 import JSONRPC
 
 /// `push.send` with `wait: true`: each call is answered once every delivery

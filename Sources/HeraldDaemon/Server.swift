@@ -1,6 +1,7 @@
 import HeraldIO
 import CHeraldSys
 import Foundation
+import HeraldJSON
 import JSONRPC
 
 #if canImport(Glibc)

@@ -113,11 +113,6 @@ public struct StaleGuard: Sendable {
 
     public let settings: Settings
 
-    private struct BatchKey: Hashable, Sendable {
-        let messageID: String
-        let platform: Platform
-    }
-
     private enum Phase: Sendable {
         /// Below `batchMin`: stale devices go straight to the window cap.
         case unguarded

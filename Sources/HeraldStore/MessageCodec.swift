@@ -1,5 +1,5 @@
 import HeraldCore
-import JSONRPC
+import HeraldJSON
 
 /// The stored form of a `PushMessage`: compact JSON in `messages.payload`.
 /// Only the store reads and writes it; version 1 is

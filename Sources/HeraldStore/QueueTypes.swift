@@ -78,28 +78,6 @@ public struct MessageStatus: Sendable {
     }
 }
 
-/// A scheduler lane as the queue sees it: one app's deliveries on one platform.
-public struct QueueLane: Hashable, Sendable {
-    public let app: String
-    public let platform: Platform
-
-    public init(app: String, platform: Platform) {
-        self.app = app
-        self.platform = platform
-    }
-}
-
-/// One message's deliveries on one platform: the batch the stale guards judge.
-public struct BatchKey: Hashable, Sendable {
-    public let messageID: String
-    public let platform: Platform
-
-    public init(messageID: String, platform: Platform) {
-        self.messageID = messageID
-        self.platform = platform
-    }
-}
-
 /// What one claim took from the queue.
 public struct Claim: Sendable {
     /// Deliveries now in flight, with what they need to be sent.

@@ -1,3 +1,5 @@
+public import HeraldJSON
+
 /// Reads and checks named params for a method, turning every problem into an
 /// ``RPCError/invalidParams(field:reason:)`` that names the field.
 ///

@@ -1,3 +1,5 @@
+public import HeraldJSON
+
 /// A JSON-RPC 2.0 error object: what a method throws and what the client receives.
 ///
 /// Standard errors carry `data.reason` (a short lowercase phrase) and, for

@@ -1,3 +1,5 @@
+public import HeraldJSON
+
 /// A request id: a string, a number (echoed with its exact source text) or null.
 public enum RPCID: Sendable, Hashable, CustomStringConvertible {
     case number(JSONNumber)

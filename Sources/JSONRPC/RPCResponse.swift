@@ -1,3 +1,5 @@
+public import HeraldJSON
+
 /// Builds response objects and frames them for the wire.
 public enum RPCResponse {
     /// `{"jsonrpc":"2.0","id":…,"result":…}`

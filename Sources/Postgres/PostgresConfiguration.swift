@@ -70,9 +70,12 @@ public struct PostgresConfiguration: Sendable {
             throw PostgresError(.configuration, "password file \(passwordFile): \(String(cString: strerror(errno)))")
         }
         defer { close(fd) }
-        var bytes: [CChar] = []
         var chunk = [CChar](repeating: 0, count: 256)
         defer { wipe(&chunk) }
+        // Room for the longest read and the NUL up front: an array that grew
+        // would leave unwiped copies of the password in the memory it let go.
+        var bytes: [CChar] = []
+        bytes.reserveCapacity(4096 + chunk.count + 1)
         while bytes.count <= 4096 {
             let n = read(fd, &chunk, chunk.count)
             if n < 0 {

@@ -1,6 +1,6 @@
 public import HeraldCore
 internal import HeraldCrypto
-internal import JSONRPC
+internal import HeraldJSON
 
 /// The plaintext Herald seals into a Web Push record for one device, and the
 /// smaller one it falls back to when a push service answers 413.

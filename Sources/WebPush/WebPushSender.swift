@@ -1,6 +1,5 @@
 public import HeraldCore
 public import HeraldCrypto
-public import HeraldDelivery
 public import HTTPClient
 public import HTTP2
 internal import Dispatch

@@ -1,5 +1,4 @@
 public import HeraldCore
-public import HeraldDelivery
 import HeraldCrypto
 
 /// Web Push as a ``PushTransport`` for one app: the plaintext and headers of

@@ -1,6 +1,7 @@
 import HeraldIO
 import Foundation
 import HeraldDaemon
+import HeraldJSON
 import JSONRPC
 
 #if canImport(Glibc)

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldDaemon
+import HeraldJSON
 import JSONRPC
 
 /// `herald call`, `register`, `devices`, `health`, `stats`: clients of the daemon.

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCrypto
 
 /// A failure that ends a command: one line on stderr and an exit status.
 struct CommandFailure: Error {
@@ -109,25 +110,36 @@ enum Terminal {
     }
 }
 
-/// Reads a whole file, naming it in the error.
-func readFile(_ path: String) throws(CommandFailure) -> [UInt8] {
-    do {
-        return [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
-    } catch {
-        throw CommandFailure("cannot read \(path): \(describe(error))")
+/// A key file, read straight into ``SecretBytes`` (locked where possible,
+/// wiped on release) so the key reaches the crypto core without passing
+/// through a `String` or an `Array`.
+func readSecretFile(_ path: String, limit: Int = 64 * 1024) throws(CommandFailure) -> SecretBytes {
+    func failure(_ err: Int32) -> CommandFailure {
+        CommandFailure("cannot read \(path): \(err == ENOENT ? "no such file" : String(cString: strerror(err)))")
     }
-}
-
-private func describe(_ error: any Error) -> String {
-    let ns = error as NSError
-    if let posix = ns.userInfo[NSUnderlyingErrorKey] as? NSError, posix.domain == NSPOSIXErrorDomain
-    {
-        return String(cString: strerror(Int32(posix.code)))
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { throw failure(errno) }
+    defer { _ = close(fd) }
+    var st = stat()
+    guard fstat(fd, &st) == 0 else { throw failure(errno) }
+    guard st.st_mode & S_IFMT == S_IFREG, st.st_size <= limit else {
+        throw CommandFailure("cannot read \(path): not a regular file of at most \(limit) bytes")
     }
-    if ns.domain == NSCocoaErrorDomain, ns.code == NSFileReadNoSuchFileError {
-        return "no such file"
+    let size = Int(st.st_size)
+    return try SecretBytes(capacity: size + 1) { (buffer) throws(CommandFailure) -> Int in
+        var total = 0
+        while total < buffer.count {
+            let n = read(fd, buffer.baseAddress! + total, buffer.count - total)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw failure(errno)
+            }
+            if n == 0 { break }
+            total += n
+        }
+        guard total <= size else { throw CommandFailure("cannot read \(path): file changed while it was read") }
+        return total
     }
-    return ns.localizedDescription
 }
 
 /// Creates a new file readable only by its owner and writes bytes to it;

@@ -1,5 +1,5 @@
 import Foundation
-import JSONRPC
+import HeraldJSON
 
 #if canImport(Glibc)
     import Glibc

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldCrypto
+import HeraldDaemon
 
 /// `herald vapid …`: generate, inspect and use VAPID keys.
 enum VapidCommand {
@@ -77,6 +78,9 @@ enum VapidCommand {
         let key = try loadKey(try options.required("key"))
         let audience = try origin(of: try options.required("aud"))
         let subject = try options.required("sub")
+        guard VAPIDSubject.isValid(subject) else {
+            throw CommandFailure("--sub: subject must be a mailto: or https: URL, got '\(subject)'")
+        }
         let lifetime = try options.integer(
             "exp", default: VAPID.defaultLifetime, in: 1...VAPID.maximumLifetime)
         let now = Int64(Date().timeIntervalSince1970)
@@ -103,10 +107,8 @@ enum VapidCommand {
     }
 
     static func loadKey(_ path: String) throws(CommandFailure) -> P256PrivateKey {
-        let bytes = try readFile(path)
-        return try crypto(path) { () throws(CryptoError) in
-            try P256PrivateKey(text: String(decoding: bytes, as: UTF8.self))
-        }
+        let text = try readSecretFile(path)
+        return try crypto(path) { () throws(CryptoError) in try P256PrivateKey(text: text) }
     }
 }
 

@@ -16,6 +16,12 @@
 
 #include "herald_crypto.h"
 
+/* Herald's policy, passed in by the Swift side and fixed here for the tests:
+ * the padded Web Push body, the rs it writes and the FCM OAuth scope. */
+#define T_BODY_SIZE 2816
+#define T_RECORD_SIZE 4096
+#define T_FCM_SCOPE "https://www.googleapis.com/auth/firebase.messaging"
+
 /* ---- harness (test_main.c) ---- */
 
 extern const char *t_fixtures; /* argv[1], e.g. "Tests/Fixtures" */

@@ -402,11 +402,15 @@ void test_api_fcm(void) {
           s ? s : "(null)");
 
     static const int64_t lifetimes[] = {3600, 1, 1800};
+    /* The scope is the caller's: it is written as given. */
+    static const char *const scopes[] = {
+        T_FCM_SCOPE, "https://www.googleapis.com/auth/cloud-platform",
+        T_FCM_SCOPE " https://www.googleapis.com/auth/cloud-platform"};
     for (size_t i = 0; i < sizeof lifetimes / sizeof lifetimes[0]; i++) {
         const int64_t iat = 1700000000 + (int64_t)i;
         char out[4096];
         size_t len = sizeof out;
-        int rc = hc_fcm_assertion(acct, iat, lifetimes[i], out, &len);
+        int rc = hc_fcm_assertion(acct, scopes[i], iat, lifetimes[i], out, &len);
         CHECK(rc == HC_OK, "hc_fcm_assertion(lifetime %lld): %d (%s)", (long long)lifetimes[i], rc,
               hc_strerror(rc));
         if (rc != HC_OK || !text_ok(out, len, sizeof out, "hc_fcm_assertion")) {
@@ -427,7 +431,7 @@ void test_api_fcm(void) {
             json_t *ji = json_object_get(c, "iat"), *je = json_object_get(c, "exp");
             CHECK(iss != NULL && strcmp(iss, "herald-push@herald-test.iam.gserviceaccount.com") == 0,
                   "FCM iss: %s", j.claims);
-            CHECK(scope != NULL && strcmp(scope, HC_FCM_SCOPE) == 0, "FCM scope: %s", j.claims);
+            CHECK(scope != NULL && strcmp(scope, scopes[i]) == 0, "FCM scope: %s", j.claims);
             CHECK(aud != NULL && strcmp(aud, "https://oauth2.googleapis.com/token") == 0,
                   "FCM aud: %s", j.claims);
             CHECK(json_is_integer(ji) && json_integer_value(ji) == iat, "FCM iat: %s", j.claims);

@@ -49,7 +49,7 @@ static size_t pick_body_size(unsigned i) {
     case 2:
         return i % 3 == 0 ? 104 : HC_WEBPUSH_MAX_BODY;
     case 3:
-        return HC_WEBPUSH_DEFAULT_BODY;
+        return T_BODY_SIZE;
     default:
         return t_prng_range(104, HC_WEBPUSH_MAX_BODY);
     }
@@ -77,7 +77,7 @@ void test_roundtrip_webpush(void) {
     prop maxpt = {"hc_webpush_max_plaintext(body) = body - 103", 0, ""};
 
     hc_sealer *sealer = NULL;
-    CHECK_RC(hc_sealer_new(&sealer), HC_OK);
+    CHECK_RC(hc_sealer_new(T_RECORD_SIZE, &sealer), HC_OK);
     uint8_t *plaintext = malloc(HC_WEBPUSH_MAX_BODY);
     uint8_t *body = malloc(HC_WEBPUSH_MAX_BODY + 64), *body2 = malloc(HC_WEBPUSH_MAX_BODY + 64);
     uint8_t *opened = malloc(HC_WEBPUSH_MAX_BODY + 64);
@@ -263,7 +263,7 @@ typedef struct {
 static int thread_main(void *arg) {
     thread_job *job = arg;
     hc_sealer *sealer = NULL;
-    if (hc_sealer_new(&sealer) != HC_OK) {
+    if (hc_sealer_new(T_RECORD_SIZE, &sealer) != HC_OK) {
         job->bad++;
         snprintf(job->first, sizeof job->first, "hc_sealer_new failed");
         return 0;

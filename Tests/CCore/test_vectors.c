@@ -312,7 +312,7 @@ void test_vectors_rfc8291(void) {
     hc_webpush_sub *sub = NULL;
     hc_sealer *sealer = NULL;
     CHECK_RC(hc_webpush_sub_new(ua_public, 65, auth, 16, &sub), HC_OK);
-    CHECK_RC(hc_sealer_new(&sealer), HC_OK);
+    CHECK_RC(hc_sealer_new(T_RECORD_SIZE, &sealer), HC_OK);
     if (sub != NULL && sealer != NULL) {
         hc_webpush_sub_public(sub, pub);
         CHECK_MEM(pub, ua_public, 65, "hc_webpush_sub_public");
@@ -344,13 +344,13 @@ void test_vectors_rfc8291(void) {
          * then zeros; the independent receiver must open it. */
         len = sizeof body;
         CHECK_RC(hc_webpush_seal_with_keys(sealer, sub, as_private, salt, plaintext, 41,
-                                           HC_WEBPUSH_DEFAULT_BODY, body, &len),
+                                           T_BODY_SIZE, body, &len),
                  HC_OK);
-        CHECK(len == HC_WEBPUSH_DEFAULT_BODY, "padded length %zu, want %d", len,
-              HC_WEBPUSH_DEFAULT_BODY);
+        CHECK(len == T_BODY_SIZE, "padded length %zu, want %d", len,
+              T_BODY_SIZE);
         CHECK_MEM(body, want_header, 86, "RFC 8291 header of the padded body");
-        uint8_t padded[HC_WEBPUSH_DEFAULT_BODY];
-        size_t pad_len = HC_WEBPUSH_DEFAULT_BODY - 86 - 16;
+        uint8_t padded[T_BODY_SIZE];
+        size_t pad_len = T_BODY_SIZE - 86 - 16;
         if (CHECK(t_ossl_gcm_open(want_cek, want_nonce, body + 86, pad_len, body + 86 + pad_len,
                                   padded),
                   "padded RFC 8291 record opens with the RFC CEK/NONCE")) {

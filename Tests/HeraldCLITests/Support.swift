@@ -182,7 +182,7 @@ func sec1DER(scalar: [UInt8], publicKey: [UInt8]) -> [UInt8] {
 func randomRawKey() throws -> (scalar: [UInt8], key: P256PrivateKey) {
     while true {
         let scalar = try SecureRandom.bytes(32)
-        if let key = try? P256PrivateKey(raw: scalar) { return (scalar, key) }
+        if let key = try? P256PrivateKey(raw: SecretBytes(copying: scalar)) { return (scalar, key) }
     }
 }
 

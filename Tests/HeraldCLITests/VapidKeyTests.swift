@@ -39,7 +39,7 @@ struct VapidGenerateTests {
         #expect(pem.hasSuffix("-----END PRIVATE KEY-----\n"))
 
         // The library reads the same key back and agrees on its public half.
-        let key = try P256PrivateKey(text: pem)
+        let key = try P256PrivateKey(text: SecretBytes(copying: pem.utf8))
         #expect(key.publicKeyBase64URL == publicKey)
     }
 

@@ -38,7 +38,7 @@ struct AtRestSealingTests {
 
     @Test("the published vector, laid out as 0x01 || nonce || ciphertext || tag, opens to its message")
     func opensTheVector() throws {
-        let key = try StoreKey(bytes: V.key)
+        let key = try StoreKey(SecretBytes(copying: V.key))
         let stored = [0x01] + V.nonce + V.sealed
         #expect(try key.open(stored, context: V.ad) == V.message)
         // Each part is read from where the format puts it.
@@ -54,7 +54,7 @@ struct AtRestSealingTests {
     func sealsTheExactBytes() throws {
         // The reference (libsodium called directly) reproduces the published bytes.
         #expect(try Libsodium.xchacha20poly1305Encrypt(message: V.message, ad: V.ad, nonce: V.nonce, key: V.key) == V.sealed)
-        let key = try StoreKey(bytes: V.key)
+        let key = try StoreKey(SecretBytes(copying: V.key))
         var nonces: Set<[UInt8]> = []
         for plaintext in [V.message, [], Array("f00dfeedcafe0123456789abcdef".utf8)] {
             let sealed = try key.seal(plaintext, context: V.ad)

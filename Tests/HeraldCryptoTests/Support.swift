@@ -9,6 +9,10 @@ func b64(_ text: String) -> [UInt8] {
     return bytes
 }
 
+/// Key material for a test, as the readers hand it to the core.
+func secret(_ text: String) -> SecretBytes { SecretBytes(copying: text.utf8) }
+func secret(_ bytes: [UInt8]) -> SecretBytes { SecretBytes(copying: bytes) }
+
 /// Runs a command and returns its standard output (used to make RSA keys
 /// with the openssl tool, which the C core cannot generate).
 func run(_ executable: String, _ arguments: [String]) throws -> Data {

@@ -59,20 +59,27 @@ struct TokenTests {
         let key = try P256PrivateKey.generate()
         let pem = try key.pem()
         #expect(pem.hasPrefix("-----BEGIN PRIVATE KEY-----"))
-        #expect(try P256PrivateKey(text: pem).publicKey == key.publicKey)
-        #expect(try P256PrivateKey(text: "\n  " + pem + "\n").publicKey == key.publicKey)
+        #expect(try P256PrivateKey(text: secret(pem)).publicKey == key.publicKey)
+        #expect(try P256PrivateKey(text: secret("\n  " + pem + "\n")).publicKey == key.publicKey)
         #expect(throws: CryptoError.malformedPEM) {
-            try P256PrivateKey(text: "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+            try P256PrivateKey(text: secret("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"))
         }
-        #expect(throws: CryptoError.privateKeyLength) { try P256PrivateKey(raw: [1, 2, 3]) }
+        #expect(throws: CryptoError.privateKeyLength) { try P256PrivateKey(raw: secret([1, 2, 3])) }
+        #expect(throws: CryptoError.privateKeyLength) { try P256PrivateKey(raw: secret([UInt8](repeating: 1, count: 33))) }
         #expect(throws: CryptoError.privateKeyRange) {
-            try P256PrivateKey(raw: [UInt8](repeating: 0, count: 32))
+            try P256PrivateKey(raw: secret([UInt8](repeating: 0, count: 32)))
         }
         #expect(throws: CryptoError.privateKeyRange) {
-            try P256PrivateKey(raw: [UInt8](repeating: 0xff, count: 32))
+            try P256PrivateKey(raw: secret([UInt8](repeating: 0xff, count: 32)))
         }
         let raw = RFC8291.asPrivate
-        #expect(try P256PrivateKey(text: Base64URL.encode(raw)).publicKey == RFC8291.asPublic)
+        #expect(try P256PrivateKey(raw: secret(raw)).publicKey == RFC8291.asPublic)
+        #expect(try P256PrivateKey(text: secret(Base64URL.encode(raw))).publicKey == RFC8291.asPublic)
+        #expect(try P256PrivateKey(text: secret(Base64URL.encode(raw) + "\r\n")).publicKey == RFC8291.asPublic)
+        #expect(throws: CryptoError.privateKeyLength) {
+            try P256PrivateKey(text: secret(Base64URL.encode(raw + [0])))
+        }
+        #expect(throws: CryptoError.self) { try P256PrivateKey(text: secret("")) }
     }
 
     @Test("a VAPID token has the RFC 8292 header and claims and verifies")
@@ -97,7 +104,7 @@ struct TokenTests {
         #expect(try OpenSSLVerifier.verifyES256(message: parts.signingInput, signature: parts.signature, keyPEM: key.pem()))
     }
 
-    @Test("VAPID refuses a bad audience, subject or expiry")
+    @Test("VAPID refuses a bad audience or expiry and writes the subject it is given")
     func vapidErrors() throws {
         let key = try P256PrivateKey.generate()
         let now: Int64 = 1_800_000_000
@@ -106,8 +113,12 @@ struct TokenTests {
         }
         #expect(throws: CryptoError.audience) { try token("http://push.example.net", "mailto:a@b.c", now + 60) }
         #expect(throws: CryptoError.audience) { try token("https://push.example.net/p/1", "mailto:a@b.c", now + 60) }
-        #expect(throws: CryptoError.subject) { try token("https://push.example.net", "ops@example.com", now + 60) }
-        #expect(throws: CryptoError.subject) { try token("https://push.example.net", "http://example.com", now + 60) }
+        // The subject is checked where it is configured (VAPIDSubject in HeraldDaemon).
+        for sub in ["ops@example.com", "http://example.com", #"a "quoted" \ subject"#] {
+            let parts = try #require(jwsParts(try token("https://push.example.net", sub, now + 60)))
+            let claims = try JSONSerialization.jsonObject(with: Data(parts.claims.utf8)) as? [String: Any]
+            #expect(claims?["sub"] as? String == sub)
+        }
         #expect(throws: CryptoError.expiry) { try token("https://push.example.net", "mailto:a@b.c", now) }
         #expect(throws: CryptoError.expiry) { try token("https://push.example.net", "mailto:a@b.c", now + 86_401) }
         #expect(try token("https://push.example.net:8443", "https://example.com/contact", now + 86_400).count > 0)
@@ -142,9 +153,10 @@ struct TokenTests {
             "token_uri": "https://oauth2.googleapis.com/token", "private_key": pem,
         ]
         let json = try JSONSerialization.data(withJSONObject: object)
-        let account = try FCMServiceAccount(json: [UInt8](json))
+        let account = try FCMServiceAccount(json: SecretBytes(copying: json))
         #expect(account.projectID == "herald-test")
-        let parts = try #require(jwsParts(try account.assertion(issuedAt: 1_800_000_000)))
+        let scope = "https://www.googleapis.com/auth/firebase.messaging"
+        let parts = try #require(jwsParts(try account.assertion(scope: scope, issuedAt: 1_800_000_000)))
         #expect(parts.header == #"{"alg":"RS256","typ":"JWT"}"#)
         #expect(
             parts.claims
@@ -155,18 +167,27 @@ struct TokenTests {
         var tampered = parts.signingInput
         tampered[tampered.count - 1] ^= 1
         #expect(try !OpenSSLVerifier.verifyRS256(message: tampered, signature: parts.signature, keyPEM: pem))
-        #expect(throws: CryptoError.expiry) { try account.assertion(issuedAt: 1_800_000_000, lifetime: 3601) }
+        #expect(throws: CryptoError.expiry) {
+            try account.assertion(scope: scope, issuedAt: 1_800_000_000, lifetime: 3601)
+        }
+        // The scope is the caller's; one outside RFC 6749's grammar is refused.
+        let other = try #require(
+            jwsParts(try account.assertion(scope: "https://www.googleapis.com/auth/cloud-platform", issuedAt: 1_800_000_000)))
+        #expect(other.claims.contains(#""scope":"https://www.googleapis.com/auth/cloud-platform""#))
+        for bad in ["", " \(scope)", "\(scope)  x", "a\"b", "a\nb"] {
+            #expect(throws: CryptoError.claim) { try account.assertion(scope: bad, issuedAt: 1_800_000_000) }
+        }
 
         var missing = object
         missing["client_email"] = nil
         #expect(throws: CryptoError.serviceAccount) {
-            try FCMServiceAccount(json: [UInt8](try JSONSerialization.data(withJSONObject: missing)))
+            try FCMServiceAccount(json: SecretBytes(copying: try JSONSerialization.data(withJSONObject: missing)))
         }
-        #expect(throws: CryptoError.json) { try FCMServiceAccount(json: Array("{nope".utf8)) }
+        #expect(throws: CryptoError.json) { try FCMServiceAccount(json: secret("{nope")) }
         var ecKey = object
         ecKey["private_key"] = try P256PrivateKey.generate().pem()
         #expect(throws: CryptoError.rsaKey) {
-            try FCMServiceAccount(json: [UInt8](try JSONSerialization.data(withJSONObject: ecKey)))
+            try FCMServiceAccount(json: SecretBytes(copying: try JSONSerialization.data(withJSONObject: ecKey)))
         }
     }
 }

@@ -31,8 +31,8 @@ struct WebPushSealTests {
 
     @Test("the ECDH secret of Appendix A matches from both sides")
     func ecdhBothSides() throws {
-        let server = try P256PrivateKey(raw: RFC8291.asPrivate)
-        let agent = try P256PrivateKey(raw: RFC8291.uaPrivate)
+        let server = try P256PrivateKey(raw: SecretBytes(copying: RFC8291.asPrivate))
+        let agent = try P256PrivateKey(raw: SecretBytes(copying: RFC8291.uaPrivate))
         #expect(server.publicKey == RFC8291.asPublic)
         let expected = b64("kyrL1jIIOHEzg3sM2ZWRHDRB62YACZhhSlknJ672kSs")
         #expect(try server.sharedSecret(with: RFC8291.uaPublic) == expected)
@@ -71,6 +71,21 @@ struct WebPushSealTests {
         }
         #expect(throws: CryptoError.bodySize) { try sealer.seal([1], for: sub, bodySize: 5000) }
         #expect(throws: CryptoError.bodySize) { try sealer.seal([1], for: sub, bodySize: 100) }
+    }
+
+    @Test("the record size is the caller's: written into the header, below 18 refused, larger than the record")
+    func recordSize() throws {
+        #expect(WebPushSealer.defaultRecordSize == 4096)
+        let ua = try P256PrivateKey.generate()
+        let sub = try WebPushSubscriber(p256dh: ua.publicKey, auth: SecureRandom.bytes(16))
+        let body = try WebPushSealer(recordSize: 3000).seal([1, 2, 3], for: sub)
+        #expect(Array(body[16..<20]) == [0, 0, 0x0b, 0xb8])
+        #expect(throws: CryptoError.recordSize) { try WebPushSealer(recordSize: 17) }
+        #expect(throws: CryptoError.recordSize) { try WebPushSealer(recordSize: -1) }
+        #expect(throws: CryptoError.recordSize) { try WebPushSealer(recordSize: 1 << 32) }
+        // 2816 - 86 = 2730 bytes of record: rs must exceed it.
+        #expect(throws: CryptoError.recordSize) { try WebPushSealer(recordSize: 2730).seal([1], for: sub) }
+        #expect(try WebPushSealer(recordSize: 2731).seal([1], for: sub).count == 2816)
     }
 
     @Test("subscriber keys are checked once, each cause with its own error")

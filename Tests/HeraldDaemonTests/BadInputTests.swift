@@ -1,6 +1,6 @@
 import Foundation
 import HeraldTestSupport
-import JSONRPC
+import HeraldJSON
 import Testing
 
 /// One bad call and the error it must get.

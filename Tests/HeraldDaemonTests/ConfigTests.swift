@@ -615,14 +615,14 @@ struct ConfigTests {
         let loaded = try #require(all["default"])
         let apns = try #require(loaded.apns.value)
         #expect(apns.keyID == "ABC123DEFG" && apns.teamID == "TEAM123456" && apns.topic == "com.example.app")
-        #expect(apns.key.publicKey == (try P256PrivateKey(text: apnsPEM)).publicKey)
+        #expect(apns.key.publicKey == (try P256PrivateKey(text: SecretBytes(copying: apnsPEM.utf8))).publicKey)
         #expect(loaded.fcm.value?.projectID == "herald-test")
         #expect(loaded.webPush.value?.key.publicKey == vapidKey.publicKey)
         #expect(loaded.webPush.value?.subject == "mailto:ops@example.com")
         #expect(loaded.description == "app default: apns ready, fcm ready, webpush ready")
 
         let rawApp = try #require(all["raw"])
-        #expect(rawApp.webPush.value?.key.publicKey == (try P256PrivateKey(raw: raw)).publicKey)
+        #expect(rawApp.webPush.value?.key.publicKey == (try P256PrivateKey(raw: SecretBytes(copying: raw))).publicKey)
         #expect(rawApp.apns.disabledReason == "no apns_key configured")
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldTestSupport
+import HeraldJSON
 import JSONRPC
 import Testing
 

@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 import HeraldTestSupport
-import JSONRPC
+import HeraldJSON
 import Testing
 
 #if canImport(Glibc)

@@ -1,6 +1,6 @@
 import Foundation
 import HeraldTestSupport
-import JSONRPC
+import HeraldJSON
 import Testing
 
 #if canImport(Glibc)

@@ -4,6 +4,7 @@ import HeraldCrypto
 import HeraldIO
 import HeraldStore
 import HeraldStoreTestSupport
+import HeraldJSON
 import JSONRPC
 import Testing
 import WebPush

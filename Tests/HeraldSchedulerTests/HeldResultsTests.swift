@@ -1,7 +1,6 @@
 import Foundation
 import HeraldCore
 import HeraldCrypto
-import HeraldDelivery
 import HeraldScheduler
 import HeraldStore
 import HeraldStoreTestSupport
@@ -236,7 +235,7 @@ struct HeldResultsTests {
         // One device of ten is gone: below the batch breaker, so its deletion goes ahead.
         let fcm = ScriptedTransport(limit: 10, delayMs: 1) { job in
             job.token == "fcm-3-0"
-                ? AttemptReport(outcome: .stale(reason: .fcmUnregistered), httpStatus: 404)
+                ? AttemptReport(outcome: .stale(reason: ProviderReason("UNREGISTERED")), httpStatus: 404)
                 : AttemptReport(outcome: .delivered, httpStatus: 200)
         }
         let scheduler = Scheduler(store: store, transports: [Self.lane: fcm], settings: Self.settings())

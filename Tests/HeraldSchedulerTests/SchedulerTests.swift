@@ -228,7 +228,7 @@ struct SchedulerTests {
         let f = try Fixture(backend)
         defer { f.close() }
         try f.register(10, perUser: 10, platform: .fcm)
-        let stale = ScriptedTransport(limit: 100) { _ in AttemptReport(outcome: .stale(reason: .fcmUnregistered), httpStatus: 404) }
+        let stale = ScriptedTransport(limit: 100) { _ in AttemptReport(outcome: .stale(reason: ProviderReason("UNREGISTERED")), httpStatus: 404) }
         let scheduler = Scheduler(
             store: f.store, transports: [QueueLane(app: "default", platform: .fcm): stale],
             settings: SchedulerSettings(maxInflight: 1000))
@@ -278,7 +278,7 @@ struct SchedulerTests {
         let f = try Fixture(backend)
         defer { f.close() }
         try f.register(10, perUser: 10, platform: .fcm)
-        let stale = ScriptedTransport(limit: 100) { _ in AttemptReport(outcome: .stale(reason: .fcmUnregistered), httpStatus: 404) }
+        let stale = ScriptedTransport(limit: 100) { _ in AttemptReport(outcome: .stale(reason: ProviderReason("UNREGISTERED")), httpStatus: 404) }
         let scheduler = Scheduler(
             store: f.store, transports: [QueueLane(app: "default", platform: .fcm): stale],
             settings: SchedulerSettings(maxInflight: 10))
@@ -414,7 +414,7 @@ struct SchedulerSemanticsTests {
         let apns = ScriptedTransport(limit: 10) { _ in
             accept.withLock { $0 }
                 ? AttemptReport(outcome: .delivered, httpStatus: 200)
-                : AttemptReport(outcome: .authRejected(reason: .invalidProviderToken), httpStatus: 403)
+                : AttemptReport(outcome: .authRejected(reason: ProviderReason("InvalidProviderToken")), httpStatus: 403)
         }
         var settings = SchedulerSettings(maxInflight: 10)
         settings.backoff = BackoffPolicy(maxRetries: 0, base: .milliseconds(10), max: .milliseconds(10))
@@ -459,7 +459,7 @@ struct SchedulerSemanticsTests {
                 return n > 0
             }
             return refuse
-                ? AttemptReport(outcome: .authRejected(reason: .fcmThirdPartyAuthError), httpStatus: 401)
+                ? AttemptReport(outcome: .authRejected(reason: ProviderReason("THIRD_PARTY_AUTH_ERROR")), httpStatus: 401)
                 : AttemptReport(outcome: .delivered, httpStatus: 200)
         }
         var settings = SchedulerSettings(maxInflight: 10)
@@ -492,7 +492,7 @@ struct SchedulerSemanticsTests {
         defer { f.close() }
         try f.register(1, perUser: 1, platform: .fcm)
         let fcm = ScriptedTransport(limit: 10) { _ in
-            AttemptReport(outcome: .authRejected(reason: .fcmThirdPartyAuthError), httpStatus: 401)
+            AttemptReport(outcome: .authRejected(reason: ProviderReason("THIRD_PARTY_AUTH_ERROR")), httpStatus: 401)
         }
         var settings = SchedulerSettings(maxInflight: 10)
         settings.backoff = BackoffPolicy(maxRetries: 1, base: .milliseconds(10), max: .milliseconds(10))

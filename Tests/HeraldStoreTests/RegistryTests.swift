@@ -29,7 +29,7 @@ struct TestStore {
     /// `keyBytes`: the store key's 32 bytes (a fresh random key when nil).
     init(_ backend: StoreBackend, synchronous: Synchronous = .normal, keyBytes: [UInt8]? = nil) throws {
         scratch = try StoreScratch(backend)
-        key = try keyBytes.map { try StoreKey(bytes: $0) } ?? StoreKey.generate()
+        key = try keyBytes.map { try StoreKey(SecretBytes(copying: $0)) } ?? StoreKey.generate()
         store = try scratch.open(key: key, clock: clock, synchronous: synchronous)
     }
 

@@ -138,14 +138,14 @@ struct StoreKeyTests {
         let d = try KeyedDatabase()
         defer { d.remove() }
         let raw = try SecureRandom.bytes(StoreKey.byteCount)
-        try d.open(try StoreKey(bytes: raw)).close()
+        try d.open(try StoreKey(SecretBytes(copying: raw))).close()
         let value = try #require(try d.checkValue())
         #expect(value.count > StoreKeyCheck.plaintext.count, "sealed: nonce and tag around the constant")
         let bytes = Data(value)
         #expect(bytes.range(of: Data(raw)) == nil)
         #expect(bytes.range(of: Data(SHA256.hash(raw))) == nil)
         #expect(bytes.range(of: Data(StoreKeyCheck.plaintext)) == nil, "the constant is sealed, not stored")
-        #expect(StoreKeyCheck.opens(value, with: try StoreKey(bytes: raw)))
+        #expect(StoreKeyCheck.opens(value, with: try StoreKey(SecretBytes(copying: raw))))
         #expect(!StoreKeyCheck.opens(value, with: try StoreKey.generate()))
     }
 

@@ -1,5 +1,10 @@
+import HeraldJSON
 import JSONRPC
 import Testing
+
+func text(_ json: JSON) -> String {
+    String(decoding: json.serialized(), as: UTF8.self)
+}
 
 func string(_ bytes: [UInt8]?) -> String? {
     bytes.map { String(decoding: $0, as: UTF8.self) }

@@ -1,3 +1,4 @@
+import HeraldJSON
 import JSONRPC
 import Testing
 

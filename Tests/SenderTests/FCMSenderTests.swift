@@ -5,7 +5,6 @@ import HeraldTestSupport
 import HTTPClient
 import HeraldCore
 import HeraldCrypto
-import HeraldDelivery
 import HeraldIO
 import Testing
 

@@ -88,7 +88,7 @@ final class FCMGateways: @unchecked Sendable {
             "token_uri": "\(fcmBase)/token",
         ]
         let data = try JSONSerialization.data(withJSONObject: json)
-        return try FCMServiceAccount(json: Array(data))
+        return try FCMServiceAccount(json: SecretBytes(copying: data))
     }
 
     @discardableResult

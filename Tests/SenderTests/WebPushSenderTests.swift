@@ -4,7 +4,6 @@ import HeraldTestSupport
 import HTTPClient
 import HeraldCore
 import HeraldCrypto
-import HeraldDelivery
 import HeraldNet
 import Testing
 import WebPush
@@ -135,17 +134,6 @@ private func expectDelivered(_ record: [String: Any], _ payload: WebPushPayload,
     #expect(header(record, "encryption") == nil)
 }
 
-/// Polls `condition` every 50 ms until it holds; throws after `timeout`.
-private func waitUntil(
-    _ what: String, timeout: Duration = .seconds(10), _ condition: () async throws -> Bool
-) async throws {
-    let clock = ContinuousClock()
-    let deadline = clock.now + timeout
-    while try await !condition() {
-        guard clock.now < deadline else { throw TestSupportError("timed out waiting until \(what)") }
-        try await Task.sleep(for: .milliseconds(50))
-    }
-}
 
 /// A loopback port nothing listens on (bound, then closed).
 private func closedPort() throws -> Int {

@@ -1,6 +1,6 @@
 import FCM
 import HeraldCore
-import JSONRPC
+import HeraldJSON
 import Testing
 
 @Suite("FCM v1 messages")

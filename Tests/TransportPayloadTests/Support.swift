@@ -1,5 +1,5 @@
 import HeraldCore
-import JSONRPC
+import HeraldJSON
 import Testing
 
 /// The bytes as text (payloads are UTF-8 JSON).

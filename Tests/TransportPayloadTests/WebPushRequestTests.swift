@@ -1,5 +1,5 @@
 import HeraldCore
-import JSONRPC
+import HeraldJSON
 import Testing
 import WebPush
 

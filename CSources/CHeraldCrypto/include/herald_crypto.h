@@ -19,6 +19,14 @@
  * - No OpenSSL, libsodium or jansson type appears in this header.
  * - hc_init() must be called once before anything else (it is idempotent and
  *   thread-safe).
+ * - HC_NODISCARD marks every function whose result must be looked at;
+ *   HC_NONNULL(i, ...) the pointer parameters that may never be NULL, so the
+ *   compiler checks the call. The library itself still refuses a NULL it is
+ *   given with HC_E_INVALID_ARGUMENT (it is built without the attribute, as is
+ *   any file that defines HC_NO_NONNULL before including this header).
+ * - Policy stays with the caller: the OAuth scope, the Web Push body and
+ *   record sizes are parameters, and a VAPID subject is taken as given (the
+ *   caller checks it; Herald does so when it loads its configuration).
  */
 #ifndef HERALD_CRYPTO_H
 #define HERALD_CRYPTO_H
@@ -30,6 +38,18 @@
 extern "C" {
 #endif
 
+#if defined(__GNUC__) || defined(__clang__)
+#define HC_NODISCARD __attribute__((warn_unused_result))
+#if !defined(HC_NO_NONNULL)
+#define HC_NONNULL(...) __attribute__((nonnull(__VA_ARGS__)))
+#endif
+#else
+#define HC_NODISCARD
+#endif
+#ifndef HC_NONNULL
+#define HC_NONNULL(...)
+#endif
+
 /* Sizes. */
 #define HC_P256_PUBLIC_BYTES 65    /* uncompressed point 0x04 || X || Y */
 #define HC_P256_PRIVATE_BYTES 32   /* raw scalar */
@@ -39,9 +59,8 @@ extern "C" {
 #define HC_WEBPUSH_SALT_BYTES 16
 #define HC_AES128GCM_HEADER_BYTES 86 /* salt 16 || rs 4 || idlen 1 || keyid 65 */
 #define HC_AES128GCM_TAG_BYTES 16
-#define HC_AES128GCM_RECORD_SIZE 4096 /* the rs written into every header */
+#define HC_AES128GCM_MIN_RECORD_SIZE 18 /* RFC 8188 2.1: smaller rs values are invalid */
 #define HC_WEBPUSH_MAX_BODY 4096      /* RFC 8030 7.2: every service accepts this */
-#define HC_WEBPUSH_DEFAULT_BODY 2816  /* Herald's fixed body size */
 /* Overhead of one sealed record: header, padding delimiter and tag. */
 #define HC_WEBPUSH_OVERHEAD 103 /* 86 + 1 + 16 */
 #define HC_SECRETBOX_KEY_BYTES 32
@@ -49,7 +68,6 @@ extern "C" {
 #define HC_SECRETBOX_OVERHEAD 41 /* 1 + 24 + 16 */
 #define HC_HKDF_MAX_OUTPUT 8160 /* 255 * 32 */
 #define HC_VAPID_MAX_TTL 86400 /* seconds a VAPID token may live */
-#define HC_FCM_SCOPE "https://www.googleapis.com/auth/firebase.messaging"
 
 /* Result codes: one per cause. */
 enum {
@@ -71,7 +89,7 @@ enum {
     HC_E_PLAINTEXT_TOO_LARGE = -15,  /* the plaintext does not fit the record */
     HC_E_BODY_SIZE = -16,            /* a requested body size outside 104..4096 */
     HC_E_JSON = -17,                 /* JSON could not be built or parsed */
-    HC_E_SUBJECT = -18,              /* a VAPID subject that is not mailto: or https: */
+    /* -18 is retired: it was a VAPID subject refused here; the caller checks it now. */
     HC_E_AUDIENCE = -19,             /* an audience that is not an https origin */
     HC_E_EXPIRY = -20,               /* an expiry in the past or too far ahead */
     HC_E_SIGNATURE_LENGTH = -21,     /* a signature that is not 64 bytes */
@@ -81,170 +99,206 @@ enum {
     HC_E_RSA_KEY = -25,              /* not an RSA private key of at least 2048 bits */
     HC_E_SERVICE_ACCOUNT = -26,      /* a service-account file missing a required field */
     HC_E_CLAIM = -27,                /* a JWT claim (kid, iss, email, URL) of a bad form */
-    HC_E_HKDF_LENGTH = -28           /* an HKDF output longer than 255 * 32 bytes */
+    HC_E_HKDF_LENGTH = -28,          /* an HKDF output longer than 255 * 32 bytes */
+    HC_E_RECORD_SIZE = -29           /* an rs below 18, or not larger than the record */
 };
 
 /* Returns a constant sentence for a result code (never NULL). */
-const char *hc_strerror(int code);
+HC_NODISCARD const char *hc_strerror(int code);
 
 /* Initialises libsodium and the shared curve tables. Idempotent. It also
  * installs a jansson allocator that wipes memory on free, for the whole
  * process: text from json_dumps() must then be released through jansson's
  * own free function (json_get_alloc_funcs), never plain free(). */
-int hc_init(void);
+HC_NODISCARD int hc_init(void);
 
-/* ---- Encoding, hashing, randomness ---- */
+/* ---- Encoding, hashing, randomness (encode.c) ---- */
 
 /* Length of the unpadded base64url text for n bytes (without the NUL). */
-size_t hc_base64url_encoded_length(size_t n);
+HC_NODISCARD size_t hc_base64url_encoded_length(size_t n);
 /* Encodes without padding; *len in/out, excluding the terminating NUL that
  * is always written (the capacity must leave room for it). */
-int hc_base64url_encode(const uint8_t *in, size_t in_len, char *out, size_t *len);
+HC_NODISCARD HC_NONNULL(4) int hc_base64url_encode(const uint8_t *in, size_t in_len, char *out,
+                                                   size_t *len);
 /* Decodes base64url. Trailing '=' padding is accepted only when it is
  * correct; whitespace and characters outside the URL-safe alphabet are
  * refused with HC_E_BASE64. */
-int hc_base64url_decode(const char *in, size_t in_len, uint8_t *out, size_t *len);
+HC_NODISCARD HC_NONNULL(4) int hc_base64url_decode(const char *in, size_t in_len, uint8_t *out,
+                                                   size_t *len);
 
-void hc_sha256(const uint8_t *in, size_t in_len, uint8_t out[HC_SHA256_BYTES]);
-int hc_random(uint8_t *out, size_t len);
+HC_NONNULL(3) void hc_sha256(const uint8_t *in, size_t in_len, uint8_t out[HC_SHA256_BYTES]);
+HC_NODISCARD int hc_random(uint8_t *out, size_t len);
 /* Constant-time comparison: 1 when equal, 0 when not. */
-int hc_equal(const uint8_t *a, const uint8_t *b, size_t len);
+HC_NODISCARD int hc_equal(const uint8_t *a, const uint8_t *b, size_t len);
 void hc_wipe(void *p, size_t len);
 
-/* ---- HKDF-SHA256 (RFC 5869) ---- */
+/* ---- HKDF-SHA256, RFC 5869 (hkdf.c) ---- */
 
-void hc_hkdf_extract(const uint8_t *salt, size_t salt_len, const uint8_t *ikm,
-                     size_t ikm_len, uint8_t prk[HC_SHA256_BYTES]);
-int hc_hkdf_expand(const uint8_t prk[HC_SHA256_BYTES], const uint8_t *info,
-                   size_t info_len, uint8_t *out, size_t out_len);
-int hc_hkdf(const uint8_t *salt, size_t salt_len, const uint8_t *ikm, size_t ikm_len,
-            const uint8_t *info, size_t info_len, uint8_t *out, size_t out_len);
+HC_NONNULL(5) void hc_hkdf_extract(const uint8_t *salt, size_t salt_len, const uint8_t *ikm,
+                                   size_t ikm_len, uint8_t prk[HC_SHA256_BYTES]);
+HC_NODISCARD HC_NONNULL(1) int hc_hkdf_expand(const uint8_t prk[HC_SHA256_BYTES],
+                                              const uint8_t *info, size_t info_len, uint8_t *out,
+                                              size_t out_len);
+HC_NODISCARD int hc_hkdf(const uint8_t *salt, size_t salt_len, const uint8_t *ikm, size_t ikm_len,
+                         const uint8_t *info, size_t info_len, uint8_t *out, size_t out_len);
 
-/* ---- P-256 keys ---- */
+/* ---- P-256 keys (p256.c) ---- */
 
 typedef struct hc_p256_key hc_p256_key;
 
-int hc_p256_key_generate(hc_p256_key **out);
+HC_NODISCARD HC_NONNULL(1) int hc_p256_key_generate(hc_p256_key **out);
 /* Reads a PEM private key: PKCS#8 ("PRIVATE KEY") or SEC1 ("EC PRIVATE KEY"). */
-int hc_p256_key_from_pem(const char *pem, size_t pem_len, hc_p256_key **out);
-int hc_p256_key_from_raw(const uint8_t *raw, size_t raw_len, hc_p256_key **out);
+HC_NODISCARD HC_NONNULL(1, 3) int hc_p256_key_from_pem(const char *pem, size_t pem_len,
+                                                        hc_p256_key **out);
+HC_NODISCARD HC_NONNULL(1, 3) int hc_p256_key_from_raw(const uint8_t *raw, size_t raw_len,
+                                                        hc_p256_key **out);
 /* Accepts a PEM text or a base64url raw 32-byte key (surrounding whitespace ignored). */
-int hc_p256_key_from_text(const char *text, size_t text_len, hc_p256_key **out);
+HC_NODISCARD HC_NONNULL(1, 3) int hc_p256_key_from_text(const char *text, size_t text_len,
+                                                         hc_p256_key **out);
 void hc_p256_key_free(hc_p256_key *key);
-void hc_p256_key_public(const hc_p256_key *key, uint8_t out[HC_P256_PUBLIC_BYTES]);
+HC_NONNULL(1, 2) void hc_p256_key_public(const hc_p256_key *key,
+                                         uint8_t out[HC_P256_PUBLIC_BYTES]);
 /* PKCS#8 PEM of the private key; *len in/out including room for the NUL. */
-int hc_p256_key_to_pem(const hc_p256_key *key, char *out, size_t *len);
+HC_NODISCARD HC_NONNULL(1, 3) int hc_p256_key_to_pem(const hc_p256_key *key, char *out,
+                                                      size_t *len);
 /* Checks that bytes are an uncompressed point on P-256. */
-int hc_p256_public_check(const uint8_t *pub, size_t pub_len);
+HC_NODISCARD HC_NONNULL(1) int hc_p256_public_check(const uint8_t *pub, size_t pub_len);
 /* Plain ECDH: the X coordinate of priv * peer. */
-int hc_p256_ecdh(const hc_p256_key *key, const uint8_t peer[HC_P256_PUBLIC_BYTES],
-                 uint8_t secret[32]);
+HC_NODISCARD HC_NONNULL(1, 2, 3) int hc_p256_ecdh(const hc_p256_key *key,
+                                                   const uint8_t peer[HC_P256_PUBLIC_BYTES],
+                                                   uint8_t secret[32]);
 
-/* ---- ES256 (ECDSA P-256, SHA-256, raw r || s) ---- */
+/* ---- ES256: ECDSA P-256, SHA-256, raw r || s (p256.c) ---- */
 
-int hc_es256_sign(const hc_p256_key *key, const uint8_t *msg, size_t msg_len,
-                  uint8_t sig[HC_ES256_SIGNATURE_BYTES]);
+HC_NODISCARD HC_NONNULL(1, 4) int hc_es256_sign(const hc_p256_key *key, const uint8_t *msg,
+                                                 size_t msg_len,
+                                                 uint8_t sig[HC_ES256_SIGNATURE_BYTES]);
 /* HC_OK when the signature verifies, HC_E_SIGNATURE_INVALID when it does not. */
-int hc_es256_verify(const uint8_t *pub, size_t pub_len, const uint8_t *msg,
-                    size_t msg_len, const uint8_t *sig, size_t sig_len);
+HC_NODISCARD HC_NONNULL(1, 5) int hc_es256_verify(const uint8_t *pub, size_t pub_len,
+                                                   const uint8_t *msg, size_t msg_len,
+                                                   const uint8_t *sig, size_t sig_len);
 
-/* ---- JWTs ---- */
+/* ---- JWTs (jws.c) ---- */
 
 /* VAPID token (RFC 8292): header {"typ":"JWT","alg":"ES256"}, claims
- * {"aud","exp","sub"}. aud must be an https origin without path, sub a
- * mailto: or https: URL, and exp must lie in (now, now + 24 h]. */
-int hc_vapid_jwt(const hc_p256_key *key, const char *aud, const char *sub,
-                 int64_t exp, int64_t now, char *out, size_t *len);
+ * {"aud","exp","sub"}. aud must be an https origin without path and exp must
+ * lie in (now, now + 24 h]. sub is written as given (JSON-escaped): checking
+ * that it is a mailto: or https: URL is the caller's job. */
+HC_NODISCARD HC_NONNULL(1, 2, 3, 7) int hc_vapid_jwt(const hc_p256_key *key, const char *aud,
+                                                      const char *sub, int64_t exp, int64_t now,
+                                                      char *out, size_t *len);
 /* "vapid t=<jwt>, k=<public key>" for an Authorization header. */
-int hc_vapid_authorization(const hc_p256_key *key, const char *aud, const char *sub,
-                           int64_t exp, int64_t now, char *out, size_t *len);
+HC_NODISCARD HC_NONNULL(1, 2, 3, 7) int hc_vapid_authorization(const hc_p256_key *key,
+                                                                const char *aud, const char *sub,
+                                                                int64_t exp, int64_t now,
+                                                                char *out, size_t *len);
 /* APNs provider token: header {"alg":"ES256","kid"}, claims {"iss","iat"}.
  * key_id and team_id are 10 characters of A-Z and 0-9. */
-int hc_apns_jwt(const hc_p256_key *key, const char *key_id, const char *team_id,
-                int64_t iat, char *out, size_t *len);
+HC_NODISCARD HC_NONNULL(1, 2, 3, 6) int hc_apns_jwt(const hc_p256_key *key, const char *key_id,
+                                                     const char *team_id, int64_t iat, char *out,
+                                                     size_t *len);
 
-/* ---- RS256 and the FCM service account ---- */
+/* ---- RS256: RSASSA-PKCS1-v1_5 with SHA-256 (rs256.c) ---- */
 
 typedef struct hc_rsa_key hc_rsa_key;
 
-int hc_rsa_key_from_pem(const char *pem, size_t pem_len, hc_rsa_key **out);
+HC_NODISCARD HC_NONNULL(1, 3) int hc_rsa_key_from_pem(const char *pem, size_t pem_len,
+                                                       hc_rsa_key **out);
 void hc_rsa_key_free(hc_rsa_key *key);
-/* RSASSA-PKCS1-v1_5 with SHA-256; *len in/out. */
-int hc_rs256_sign(const hc_rsa_key *key, const uint8_t *msg, size_t msg_len,
-                  uint8_t *sig, size_t *len);
-int hc_rs256_verify_pem(const char *public_pem, size_t pem_len, const uint8_t *msg,
-                        size_t msg_len, const uint8_t *sig, size_t sig_len);
+/* *len in/out. */
+HC_NODISCARD HC_NONNULL(1, 5) int hc_rs256_sign(const hc_rsa_key *key, const uint8_t *msg,
+                                                 size_t msg_len, uint8_t *sig, size_t *len);
+HC_NODISCARD HC_NONNULL(1, 5) int hc_rs256_verify_pem(const char *public_pem, size_t pem_len,
+                                                       const uint8_t *msg, size_t msg_len,
+                                                       const uint8_t *sig, size_t sig_len);
+
+/* ---- The FCM service account (fcm_account.c) ---- */
 
 typedef struct hc_fcm_account hc_fcm_account;
 
 /* Parses a Google service-account JSON file: project_id, client_email,
  * private_key (RSA PEM) and token_uri are required. */
-int hc_fcm_account_from_json(const char *json, size_t json_len, hc_fcm_account **out);
+HC_NODISCARD HC_NONNULL(1, 3) int hc_fcm_account_from_json(const char *json, size_t json_len,
+                                                            hc_fcm_account **out);
 void hc_fcm_account_free(hc_fcm_account *account);
-const char *hc_fcm_account_project_id(const hc_fcm_account *account);
-const char *hc_fcm_account_client_email(const hc_fcm_account *account);
-const char *hc_fcm_account_token_uri(const hc_fcm_account *account);
-/* The OAuth2 JWT-bearer assertion: RS256, scope HC_FCM_SCOPE, aud token_uri,
+HC_NODISCARD HC_NONNULL(1) const char *hc_fcm_account_project_id(const hc_fcm_account *account);
+HC_NODISCARD HC_NONNULL(1) const char *hc_fcm_account_client_email(const hc_fcm_account *account);
+HC_NODISCARD HC_NONNULL(1) const char *hc_fcm_account_token_uri(const hc_fcm_account *account);
+/* The OAuth2 JWT-bearer assertion: RS256, the scope the caller asks for (one
+ * or more space-separated scope URIs, no control characters), aud token_uri,
  * exp = iat + lifetime (1..3600 seconds). */
-int hc_fcm_assertion(const hc_fcm_account *account, int64_t iat, int64_t lifetime,
-                     char *out, size_t *len);
+HC_NODISCARD HC_NONNULL(1, 2, 6) int hc_fcm_assertion(const hc_fcm_account *account,
+                                                       const char *scope, int64_t iat,
+                                                       int64_t lifetime, char *out, size_t *len);
 
-/* ---- Web Push record sealing (RFC 8291 over RFC 8188 aes128gcm) ---- */
+/* ---- Web Push record sealing: RFC 8291 over RFC 8188 aes128gcm (webpush.c) ---- */
 
 typedef struct hc_webpush_sub hc_webpush_sub;
 typedef struct hc_sealer hc_sealer;
 
 /* Prepares a subscriber: p256dh is parsed and checked on the curve once. */
-int hc_webpush_sub_new(const uint8_t *p256dh, size_t p256dh_len, const uint8_t *auth,
-                       size_t auth_len, hc_webpush_sub **out);
+HC_NODISCARD HC_NONNULL(1, 3, 5) int hc_webpush_sub_new(const uint8_t *p256dh, size_t p256dh_len,
+                                                         const uint8_t *auth, size_t auth_len,
+                                                         hc_webpush_sub **out);
 void hc_webpush_sub_free(hc_webpush_sub *sub);
-void hc_webpush_sub_public(const hc_webpush_sub *sub, uint8_t out[HC_P256_PUBLIC_BYTES]);
+HC_NONNULL(1, 2) void hc_webpush_sub_public(const hc_webpush_sub *sub,
+                                            uint8_t out[HC_P256_PUBLIC_BYTES]);
 
-/* Scratch contexts reused across seals (key generation, cipher, bignums). */
-int hc_sealer_new(hc_sealer **out);
+/* Scratch contexts reused across seals (key generation, cipher, bignums).
+ * record_size is the rs written into every header: at least
+ * HC_AES128GCM_MIN_RECORD_SIZE, and every record sealed must be shorter than
+ * it (RFC 8291 section 4), else the seal fails with HC_E_RECORD_SIZE. */
+HC_NODISCARD HC_NONNULL(2) int hc_sealer_new(uint32_t record_size, hc_sealer **out);
 void hc_sealer_free(hc_sealer *sealer);
 
 /* Size of the sealed body for plaintext_len bytes padded to body_size
  * (0 = no padding beyond the delimiter), or 0 when it does not fit. */
-size_t hc_webpush_sealed_length(size_t plaintext_len, size_t body_size);
+HC_NODISCARD size_t hc_webpush_sealed_length(size_t plaintext_len, size_t body_size);
 /* The largest plaintext that fits a body of body_size bytes. */
-size_t hc_webpush_max_plaintext(size_t body_size);
+HC_NODISCARD size_t hc_webpush_max_plaintext(size_t body_size);
 
 /* Seals one record with a fresh ephemeral key and random salt. With
  * body_size > 0 the output is exactly body_size bytes (zero padding after the
  * 0x02 delimiter); with 0 it is as short as possible. */
-int hc_webpush_seal(hc_sealer *sealer, const hc_webpush_sub *sub, const uint8_t *plaintext,
-                    size_t plaintext_len, size_t body_size, uint8_t *out, size_t *len);
+HC_NODISCARD HC_NONNULL(1, 2, 7) int hc_webpush_seal(hc_sealer *sealer, const hc_webpush_sub *sub,
+                                                      const uint8_t *plaintext,
+                                                      size_t plaintext_len, size_t body_size,
+                                                      uint8_t *out, size_t *len);
 /* Deterministic variant for tests only: the caller supplies the ephemeral
  * private key and the salt. */
-int hc_webpush_seal_with_keys(hc_sealer *sealer, const hc_webpush_sub *sub,
-                              const uint8_t as_private[HC_P256_PRIVATE_BYTES],
-                              const uint8_t salt[HC_WEBPUSH_SALT_BYTES],
-                              const uint8_t *plaintext, size_t plaintext_len,
-                              size_t body_size, uint8_t *out, size_t *len);
+HC_NODISCARD HC_NONNULL(1, 2, 3, 4, 9) int hc_webpush_seal_with_keys(
+    hc_sealer *sealer, const hc_webpush_sub *sub, const uint8_t as_private[HC_P256_PRIVATE_BYTES],
+    const uint8_t salt[HC_WEBPUSH_SALT_BYTES], const uint8_t *plaintext, size_t plaintext_len,
+    size_t body_size, uint8_t *out, size_t *len);
 
-/* ---- AES-128-GCM (single shot; used by the record code and tests) ---- */
+/* ---- AES-128-GCM, single shot; used by the tests (aes128gcm.c) ---- */
 
 /* Nonces of 1..HC_AES128GCM_MAX_IV bytes (OpenSSL 3.0's GCM limit); tags of
  * 4..16 bytes. Other lengths are HC_E_INVALID_ARGUMENT. */
 #define HC_AES128GCM_MAX_IV 128
 
-int hc_aes128gcm_encrypt(const uint8_t key[16], const uint8_t *iv, size_t iv_len,
-                         const uint8_t *aad, size_t aad_len, const uint8_t *in,
-                         size_t in_len, uint8_t *out, uint8_t *tag, size_t tag_len);
-int hc_aes128gcm_decrypt(const uint8_t key[16], const uint8_t *iv, size_t iv_len,
-                         const uint8_t *aad, size_t aad_len, const uint8_t *in,
-                         size_t in_len, const uint8_t *tag, size_t tag_len, uint8_t *out);
+HC_NODISCARD HC_NONNULL(1, 2, 9) int hc_aes128gcm_encrypt(const uint8_t key[16], const uint8_t *iv,
+                                                           size_t iv_len, const uint8_t *aad,
+                                                           size_t aad_len, const uint8_t *in,
+                                                           size_t in_len, uint8_t *out,
+                                                           uint8_t *tag, size_t tag_len);
+HC_NODISCARD HC_NONNULL(1, 2, 8) int hc_aes128gcm_decrypt(const uint8_t key[16], const uint8_t *iv,
+                                                           size_t iv_len, const uint8_t *aad,
+                                                           size_t aad_len, const uint8_t *in,
+                                                           size_t in_len, const uint8_t *tag,
+                                                           size_t tag_len, uint8_t *out);
 
-/* ---- At-rest sealing of small secrets (XChaCha20-Poly1305) ---- */
+/* ---- At-rest sealing of small secrets, XChaCha20-Poly1305 (secretbox.c) ---- */
 
 /* out = 0x01 || nonce || ciphertext || tag; ad binds the secret to its row. */
-int hc_secretbox_seal(const uint8_t key[HC_SECRETBOX_KEY_BYTES], const uint8_t *ad,
-                      size_t ad_len, const uint8_t *in, size_t in_len, uint8_t *out,
-                      size_t *len);
-int hc_secretbox_open(const uint8_t key[HC_SECRETBOX_KEY_BYTES], const uint8_t *ad,
-                      size_t ad_len, const uint8_t *in, size_t in_len, uint8_t *out,
-                      size_t *len);
+HC_NODISCARD HC_NONNULL(1, 7) int hc_secretbox_seal(const uint8_t key[HC_SECRETBOX_KEY_BYTES],
+                                                     const uint8_t *ad, size_t ad_len,
+                                                     const uint8_t *in, size_t in_len,
+                                                     uint8_t *out, size_t *len);
+HC_NODISCARD HC_NONNULL(1, 4, 7) int hc_secretbox_open(const uint8_t key[HC_SECRETBOX_KEY_BYTES],
+                                                        const uint8_t *ad, size_t ad_len,
+                                                        const uint8_t *in, size_t in_len,
+                                                        uint8_t *out, size_t *len);
 
 #ifdef __cplusplus
 }

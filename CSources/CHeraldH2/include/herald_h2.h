@@ -1,6 +1,7 @@
 /*
  * herald_h2.h — one client HTTP/2 connection over TLS (OpenSSL 3 + nghttp2),
- * driven by the caller's event loop. Herald's APNs transport is its only user.
+ * driven by the caller's event loop. Its one caller is Herald's HTTP/2 client
+ * (Sources/HTTP2), which the APNs, FCM and Web Push transports all send through.
  *
  * Conventions
  * - Everything public is prefixed hh2_ / HH2_. No OpenSSL or nghttp2 type

@@ -3,6 +3,7 @@ import FCM
 import HeraldCore
 import HeraldIO
 import HeraldStore
+import HeraldJSON
 import JSONRPC
 import WebPush
 

@@ -6,6 +6,7 @@ import HeraldCrypto
 import APNs
 import HeraldScheduler
 import HeraldStore
+import HeraldJSON
 import JSONRPC
 import Synchronization
 import WebPush

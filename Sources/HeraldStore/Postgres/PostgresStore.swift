@@ -175,7 +175,13 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     private func commit(_ batch: [Job], _ c: PostgresConnection) {
         let now = clock.nowMilliseconds()
         do {
-            try c.begin()
+            do {
+                try c.begin()
+            } catch let error as PostgresError where error.isConnectionFailure {
+                // A connection the server dropped (a restart) is found dead only
+                // when used: nothing of the batch ran, so open a new one and begin again.
+                try c.begin()
+            }
             if !batch.contains(where: \.durable) {
                 // Claims, results and reads: a crash may lose them, costing a
                 // repeat; the next durable commit makes them durable with it.

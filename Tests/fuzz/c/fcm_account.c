@@ -87,16 +87,16 @@ static void check_assertion(const hc_fcm_account *account, json_t *root)
 {
     const int64_t iat = 1700000000, lifetime = 1800;
     size_t need = 0;
-    FUZZ_CHECK(hc_fcm_assertion(account, iat, 0, NULL, &need) == HC_E_EXPIRY &&
-                   hc_fcm_assertion(account, iat, 3601, NULL, &need) == HC_E_EXPIRY,
+    FUZZ_CHECK(hc_fcm_assertion(account, T_FCM_SCOPE, iat, 0, NULL, &need) == HC_E_EXPIRY &&
+                   hc_fcm_assertion(account, T_FCM_SCOPE, iat, 3601, NULL, &need) == HC_E_EXPIRY,
                "a lifetime outside 1..3600 was accepted");
-    int rc = hc_fcm_assertion(account, iat, lifetime, NULL, &need);
+    int rc = hc_fcm_assertion(account, T_FCM_SCOPE, iat, lifetime, NULL, &need);
     FUZZ_CHECK(rc == HC_E_BUFFER_TOO_SMALL && need > 1, "assertion size query gave %d (%s)", rc,
                hc_strerror(rc));
     char *jwt = malloc(need);
     size_t len = need;
     FUZZ_CHECK(jwt != NULL, "out of memory");
-    rc = hc_fcm_assertion(account, iat, lifetime, jwt, &len);
+    rc = hc_fcm_assertion(account, T_FCM_SCOPE, iat, lifetime, jwt, &len);
     /* A key that OpenSSL reads but cannot sign with is the only other outcome. */
     FUZZ_CHECK(rc == HC_OK || rc == HC_E_CRYPTO, "assertion gave %d (%s)", rc, hc_strerror(rc));
     if (rc != HC_OK) {
@@ -114,7 +114,7 @@ static void check_assertion(const hc_fcm_account *account, json_t *root)
     FUZZ_CHECK(claims != NULL && json_object_size(claims) == 5, "assertion claims are not 5 members");
     check_claim(claims, "iss", hc_fcm_account_client_email(account));
     check_claim(claims, "aud", hc_fcm_account_token_uri(account));
-    check_claim(claims, "scope", HC_FCM_SCOPE);
+    check_claim(claims, "scope", T_FCM_SCOPE);
     FUZZ_CHECK(json_integer_value(json_object_get(claims, "iat")) == iat &&
                    json_integer_value(json_object_get(claims, "exp")) == iat + lifetime,
                "assertion iat/exp are wrong");

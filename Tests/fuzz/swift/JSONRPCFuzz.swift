@@ -2,7 +2,8 @@
 //
 // Built by mk/fuzz.mk together with Sources/JSONRPC/*.swift into one module
 // (`swiftc -sanitize=fuzzer,address -parse-as-library -module-name JSONRPC`), so
-// it also sees the framer's internal `storedByteCount`.
+// it also sees JSONRPC's internals, linked against Sources/HeraldJSON built the
+// same way as a module of its own.
 //
 // Input: a limit byte L, a split byte S, then the stream. The framer's limit is
 // 1 + 3 * (L & 0x7f) bytes when L < 0x80, else the default 4 MiB; S chooses how
@@ -26,6 +27,8 @@
 //   parser's reason and offset when it does not parse; a batch decodes member by
 //   member; a decoded request re-encoded decodes to itself; every response due
 //   (and a batch of them) is well-formed JSON carrying the request's id.
+
+import HeraldJSON
 
 @_cdecl("LLVMFuzzerInitialize")
 public func fuzzInitialize(

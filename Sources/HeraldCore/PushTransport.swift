@@ -1,5 +1,3 @@
-public import HeraldCore
-
 /// What one attempt came to, as a transport reports it.
 public struct AttemptReport: Sendable, Hashable {
     public var outcome: Outcome
@@ -22,21 +20,4 @@ public protocol PushTransport: AnyObject, Sendable {
     /// Sends once; `completion` runs exactly once, on any thread, and must
     /// not block.
     func send(_ job: DeliveryJob, completion: @escaping @Sendable (AttemptReport) -> Void)
-}
-
-extension DeliveryJob {
-    /// The message as it goes out at `now` (ms): its TTL cut to what is left
-    /// of it, so a retry never asks a provider to keep it past the deadline.
-    /// A TTL-0 message stays 0 (now or never).
-    public func message(sentAt now: Int64) -> PushMessage {
-        var m = message
-        let left = expiresAt - now
-        m.ttlSeconds = left <= 0 ? 0 : min(m.ttlSeconds, Int((left + 999) / 1000))
-        return m
-    }
-}
-
-extension ProviderReason {
-    /// A request Herald could not build for this device (a routing or data bug).
-    public static let requestInvalid = ProviderReason("request_invalid")
 }

@@ -1,4 +1,4 @@
-public import HTTP2
+public import HeraldCore
 
 extension ProviderReason {
     /// Herald's reason for a request the HTTP/2 client could not get

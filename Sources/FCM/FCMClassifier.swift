@@ -1,3 +1,5 @@
+public import HeraldCore
+
 /// Maps an FCM HTTP v1 response (apns-fcm.md §2.3) to an ``Outcome``.
 public enum FCMClassifier {
     /// - Parameters:

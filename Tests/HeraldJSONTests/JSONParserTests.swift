@@ -1,4 +1,4 @@
-import JSONRPC
+import HeraldJSON
 import Testing
 
 /// Parses raw bytes, for cases that are not valid UTF-8 text.

@@ -134,14 +134,14 @@ enum HTTPDate {
     }
 }
 
-enum ASCII {
+private enum ASCII {
     static let zero = UInt8(ascii: "0")
     static func isDigit(_ byte: UInt8) -> Bool { (0x30...0x39).contains(byte) }
 }
 
 extension String {
     /// Without leading and trailing spaces and tabs (HTTP's OWS).
-    func trimmingASCIISpace() -> String {
+    fileprivate func trimmingASCIISpace() -> String {
         let bytes = Array(utf8)
         let isSpace: (UInt8) -> Bool = { $0 == 0x20 || $0 == 0x09 }
         guard let first = bytes.firstIndex(where: { !isSpace($0) }),
@@ -153,7 +153,7 @@ extension String {
 
 extension Int64 {
     /// Division rounding toward negative infinity.
-    func floorDiv(_ divisor: Int64) -> Int64 {
+    fileprivate func floorDiv(_ divisor: Int64) -> Int64 {
         let q = self / divisor
         return (self % divisor != 0 && (self < 0) != (divisor < 0)) ? q - 1 : q
     }

@@ -1,3 +1,5 @@
+public import HeraldCore
+
 /// Maps an APNs response (apns-fcm.md §1.4–1.5) to an ``Outcome``.
 public enum APNsClassifier {
     /// - Parameters:

@@ -1,4 +1,4 @@
-@testable import HeraldDelivery
+@testable import HeraldCore
 import Testing
 
 /// 1994-11-06T08:49:37Z, the RFC 9110 example date, in ms since the epoch.

@@ -1,3 +1,5 @@
+public import HeraldCore
+
 /// Maps a Web Push service's response (webpush.md §3.4) to an ``Outcome``.
 public enum WebPushClassifier {
     /// - Parameters:

@@ -44,12 +44,12 @@ public enum Outcome: Sendable, Hashable {
     }
 }
 
-/// Statuses every classifier treats alike.
-enum HTTPStatus {
-    static func isSuccess(_ status: Int) -> Bool { (200..<300).contains(status) }
+/// Statuses every provider's classifier treats alike.
+public enum HTTPStatus {
+    public static func isSuccess(_ status: Int) -> Bool { (200..<300).contains(status) }
 
     /// 408, 429 and 5xx: the request may succeed if sent again later.
-    static func isTransient(_ status: Int) -> Bool {
+    public static func isTransient(_ status: Int) -> Bool {
         status == 408 || status == 429 || (500..<600).contains(status)
     }
 }
