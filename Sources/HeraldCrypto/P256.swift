@@ -2,6 +2,7 @@ internal import CHeraldCrypto
 
 /// A P-256 private key (VAPID or APNs signing key). The scalar lives in the C
 /// core and is wiped when the key is released.
+// @unchecked: the C key is immutable after creation; the core only reads it (it is safe from any thread).
 public final class P256PrivateKey: @unchecked Sendable {
     // Immutable after init; the core allows concurrent use.
     let handle: OpaquePointer

@@ -8,6 +8,7 @@ internal import CHeraldCrypto
 /// own that is locked against swapping where the system allows it and wiped
 /// when the value is released. Its bytes are lent for a call, never copied
 /// into a `String` or an `Array`; its description never shows them.
+// @unchecked: the bytes are written once, at init, and only read (or wiped at deinit) after.
 public final class SecretBytes: @unchecked Sendable, CustomStringConvertible,
     CustomDebugStringConvertible, CustomReflectable
 {

@@ -39,6 +39,7 @@ public enum APNsProviderToken {
 
 /// A Google service account, as read from its JSON file, that signs the
 /// OAuth2 JWT-bearer assertion for FCM HTTP v1.
+// @unchecked: the C account is immutable after parsing; signing only reads it.
 public final class FCMServiceAccount: @unchecked Sendable {
     // Immutable after init; the core allows concurrent use.
     private let handle: OpaquePointer

@@ -2,6 +2,7 @@ internal import CHeraldCrypto
 
 /// A Web Push subscription's keys, parsed and checked once and reused for
 /// every record sealed for it.
+// @unchecked: the C subscriber keys are immutable after parsing; sealing only reads them.
 public final class WebPushSubscriber: @unchecked Sendable {
     // Immutable after init; the core allows concurrent use.
     let handle: OpaquePointer
