@@ -43,7 +43,7 @@ SANITIZE_SUITES := APNsTests|HTTP2Tests|HeraldSchedulerTests|HeraldStoreTests|HT
 
 .PHONY: deps debian-deps python-deps bench-deps build run demo openrpc test test-c test-swift test-sanitize \
 	test-interop bench bench-crypto bench-rpc bench-delivery bench-fanout bench-quick clean \
-	install install-files test-units
+	install install-files test-units lint
 
 ## deps: install missing Debian packages and the Python test peers (local venv)
 deps: debian-deps python-deps
@@ -95,8 +95,14 @@ openrpc:
 ## (test-postgres-reliability), then the fan-out benchmark harness as a smoke check
 ## (bench-quick: no timing is asserted). test-tsan and a long `make fuzz` are separate.
 test: deps
-	$(MAKE) --no-print-directory test-units test-c fuzz-smoke test-swift test-sanitize test-interop \
+	$(MAKE) --no-print-directory lint test-units test-c fuzz-smoke test-swift test-sanitize test-interop \
 		test-reliability-checks test-crash test-load test-postgres-reliability bench-quick
+
+## lint: swift format lint --strict over every Swift file (the style is .swift-format; `swift format
+## format -i -r Sources Tests benchmarks Package.swift` fixes what it can)
+LINT_PATHS := Package.swift Sources Tests benchmarks
+lint:
+	$(SWIFT) format lint --strict --recursive $(LINT_PATHS)
 
 test-c: debian-deps
 	@mkdir -p $(BUILD_DIR)/ctest

@@ -130,7 +130,7 @@ let package = Package(
         .testTarget(name: "HeraldJSONTests", dependencies: ["HeraldJSON"], swiftSettings: strictSwift),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "HeraldJSON"], swiftSettings: strictSwift),
         .testTarget(name: "WebPushTests", dependencies: ["WebPush", "HeraldCore", "HeraldNet"], swiftSettings: strictSwift),
-        .testTarget(name: "HeraldNetTests", dependencies: ["HeraldNet"], swiftSettings: strictSwift),
+        .testTarget(name: "HeraldNetTests", dependencies: ["HeraldNet", "HeraldTestSupport"], swiftSettings: strictSwift),
         .testTarget(
             name: "HTTP2Tests", dependencies: ["HTTP2", "HeraldIO", "HeraldTestSupport"], swiftSettings: strictSwift),
         .testTarget(
@@ -147,11 +147,13 @@ let package = Package(
             name: "HeraldSchedulerTests",
             dependencies: [
                 "HeraldScheduler", "HeraldStore", "HeraldDelivery", "HeraldCore", "HeraldCrypto", "HeraldIO",
-                "HeraldStoreTestSupport",
+                "HeraldStoreTestSupport", "HeraldTestSupport",
             ],
             swiftSettings: strictSwift),
         .testTarget(name: "HeraldCoreTests", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
-        .testTarget(name: "HeraldDeliveryTests", dependencies: ["HeraldDelivery", "HeraldCore"], swiftSettings: strictSwift),
+        .testTarget(
+            name: "HeraldDeliveryTests", dependencies: ["HeraldDelivery", "HeraldCore", "HeraldTestSupport"],
+            swiftSettings: strictSwift),
         .testTarget(name: "TransportPayloadTests", dependencies: ["APNs", "FCM", "WebPush", "HeraldCore", "HeraldJSON"], swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldStoreTests",

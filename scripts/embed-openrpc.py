@@ -10,7 +10,8 @@ doc = json.loads((root / "docs/openrpc.json").read_text())
 compact = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 assert '"""#' not in compact
 (root / "Sources/HeraldDaemon/OpenRPC.swift").write_text(
-    "// Generated from docs/openrpc.json by `make openrpc`; do not edit by hand.\n\n"
+    "// Generated from docs/openrpc.json by `make openrpc`; do not edit by hand.\n"
+    "// swift-format-ignore-file\n\n"
     "/// The OpenRPC document that `rpc.discover` returns.\n"
     "enum OpenRPC {\n"
     '    static let document = #"""\n'

@@ -1,4 +1,5 @@
 // Generated from docs/openrpc.json by `make openrpc`; do not edit by hand.
+// swift-format-ignore-file
 
 /// The OpenRPC document that `rpc.discover` returns.
 enum OpenRPC {

@@ -3,7 +3,7 @@
 /// never at or past the message's TTL deadline.
 ///
 /// Pure and deterministic given the random source, so it can be tested and
-/// replayed with a ``SplitMix64``.
+/// replayed with a seeded generator.
 public struct BackoffPolicy: Sendable, Hashable {
     /// Retries allowed after the first attempt (`[delivery] max_retries`).
     public var maxRetries: Int

@@ -1,5 +1,6 @@
 import HeraldCore
 @testable import HeraldDelivery
+import HeraldTestSupport
 import Testing
 
 private func device(_ n: Int) -> StaleCandidate { StaleCandidate(deviceID: "d\(n)", tokenHash: "h\(n)") }

@@ -1,4 +1,5 @@
 import Glibc
+import HeraldTestSupport
 import Testing
 import HeraldNet
 
@@ -122,7 +123,7 @@ struct IPAddressTests {
     /// same one, and we accept nothing it refuses except one trailing dot.
     @Test("IPv4 parsing agrees with glibc inet_aton")
     func agreesWithInetAton() {
-        var random = SplitMix64(state: 0x5eed)
+        var random = SplitMix64(seed: 0x5eed)
         let alphabet = Array("0123456789.xX.abcdefABCDEF0.1".utf8)
         var agreed = 0
         for _ in 0..<200_000 {
@@ -148,7 +149,7 @@ struct IPAddressTests {
     /// `inet_pton` accepts, with the same bytes, and prints what `inet_ntop` prints.
     @Test("IPv6 parsing and printing agree with glibc inet_pton / inet_ntop")
     func agreesWithInetPton() {
-        var random = SplitMix64(state: 0x1f6)
+        var random = SplitMix64(seed: 0x1f6)
         let tokens = [
             "0", "1", "ffff", "FFFF", "db8", "2001", "00000", "12345", "g", ":", ":", "::", "::", "1.2.3.4",
             "127.0.0.1", "01.2.3.4", "0", "0", "a",
@@ -171,7 +172,7 @@ struct IPAddressTests {
 
     @Test("IPv6 text matches inet_ntop for random addresses with zero runs")
     func printsLikeInetNtop() {
-        var random = SplitMix64(state: 42)
+        var random = SplitMix64(seed: 42)
         for _ in 0..<50_000 {
             let words: [UInt16] = (0..<8).map { _ in
                 switch Int.random(in: 0..<4, using: &random) {

@@ -1,5 +1,6 @@
 import Glibc
 import HeraldNet
+import HeraldTestSupport
 import Testing
 
 @Suite("IPAddress literals and loopback")
@@ -28,7 +29,7 @@ struct LiteralTests {
     /// `inet_pton` accepts it (for one family or the other), with its bytes.
     @Test("literal parsing agrees with glibc inet_pton")
     func agreesWithInetPton() {
-        var random = SplitMix64(state: 0x11ee)
+        var random = SplitMix64(seed: 0x11ee)
         let tokens = [
             "0", "1", "9", "10", "255", "256", "00", "01", "ffff", "FfFf", "db8", "12345", "g", ".", ".", ":", ":",
             "::", "1.2.3.4", "127.0.0.1", "x",

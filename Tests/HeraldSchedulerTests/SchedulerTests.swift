@@ -6,6 +6,7 @@ import HeraldScheduler
 import HeraldStore
 import HeraldStoreTestSupport
 import HeraldIO
+import HeraldTestSupport
 import Testing
 
 /// An in-process transport: answers each send with `answer(job)` after

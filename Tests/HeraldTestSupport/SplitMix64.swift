@@ -1,5 +1,6 @@
-/// A seeded, deterministic random number generator (SplitMix64), for tests and
-/// replays of ``BackoffPolicy``. Not for anything secret.
+/// A seeded, deterministic random number generator (SplitMix64), so that
+/// property tests and replays of the backoff policy are reproducible. Not for
+/// anything secret.
 public struct SplitMix64: RandomNumberGenerator, Sendable {
     private var state: UInt64
 
