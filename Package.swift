@@ -35,7 +35,9 @@ let package = Package(
             linkerSettings: [.linkedLibrary("curl")]
         ),
         .target(name: "HeraldNet", swiftSettings: strictSwift),
-        .target(name: "HTTPClient", dependencies: ["CHeraldCurl", "CHeraldSys", "HeraldIO", "HeraldNet"], swiftSettings: strictSwift),
+        .target(
+            name: "HTTPClient", dependencies: ["CHeraldCurl", "CHeraldSys", "HeraldIO", "HeraldNet"],
+            swiftSettings: strictSwift),
         .target(
             name: "CHeraldH2",
             path: "CSources/CHeraldH2",
@@ -75,7 +77,8 @@ let package = Package(
             name: "HeraldScheduler", dependencies: ["HeraldCore", "HeraldDelivery", "HeraldStore", "HeraldIO"],
             swiftSettings: strictSwift),
         .target(
-            name: "HTTP2", dependencies: ["HeraldCore", "HeraldIO", "CHeraldH2", "CHeraldSys", "HeraldNet"], swiftSettings: strictSwift),
+            name: "HTTP2", dependencies: ["HeraldCore", "HeraldIO", "CHeraldH2", "CHeraldSys", "HeraldNet"],
+            swiftSettings: strictSwift),
         .target(
             name: "APNs",
             dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldIO", "HTTP2"],
@@ -120,7 +123,8 @@ let package = Package(
             swiftSettings: strictSwift
         ),
         .target(
-            name: "HeraldTestSupport", dependencies: ["HTTPClient", "HeraldCore", "HeraldIO"], path: "Tests/HeraldTestSupport",
+            name: "HeraldTestSupport", dependencies: ["HTTPClient", "HeraldCore", "HeraldIO"],
+            path: "Tests/HeraldTestSupport",
             swiftSettings: strictSwift),
         .testTarget(
             name: "HTTPClientTests", dependencies: ["HTTPClient", "HeraldTestSupport"], swiftSettings: strictSwift),
@@ -129,8 +133,10 @@ let package = Package(
             swiftSettings: strictSwift),
         .testTarget(name: "HeraldJSONTests", dependencies: ["HeraldJSON"], swiftSettings: strictSwift),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "HeraldJSON"], swiftSettings: strictSwift),
-        .testTarget(name: "WebPushTests", dependencies: ["WebPush", "HeraldCore", "HeraldNet"], swiftSettings: strictSwift),
-        .testTarget(name: "HeraldNetTests", dependencies: ["HeraldNet", "HeraldTestSupport"], swiftSettings: strictSwift),
+        .testTarget(
+            name: "WebPushTests", dependencies: ["WebPush", "HeraldCore", "HeraldNet"], swiftSettings: strictSwift),
+        .testTarget(
+            name: "HeraldNetTests", dependencies: ["HeraldNet", "HeraldTestSupport"], swiftSettings: strictSwift),
         .testTarget(
             name: "HTTP2Tests", dependencies: ["HTTP2", "HeraldIO", "HeraldTestSupport"], swiftSettings: strictSwift),
         .testTarget(
@@ -141,7 +147,8 @@ let package = Package(
             ],
             swiftSettings: strictSwift),
         .target(
-            name: "HeraldStoreTestSupport", dependencies: ["HeraldStore", "HeraldCore", "HeraldCrypto", "Postgres", "HeraldTestSupport"],
+            name: "HeraldStoreTestSupport",
+            dependencies: ["HeraldStore", "HeraldCore", "HeraldCrypto", "Postgres", "HeraldTestSupport"],
             path: "Tests/HeraldStoreTestSupport", swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldSchedulerTests",
@@ -154,7 +161,9 @@ let package = Package(
         .testTarget(
             name: "HeraldDeliveryTests", dependencies: ["HeraldDelivery", "HeraldCore", "HeraldTestSupport"],
             swiftSettings: strictSwift),
-        .testTarget(name: "TransportPayloadTests", dependencies: ["APNs", "FCM", "WebPush", "HeraldCore", "HeraldJSON"], swiftSettings: strictSwift),
+        .testTarget(
+            name: "TransportPayloadTests", dependencies: ["APNs", "FCM", "WebPush", "HeraldCore", "HeraldJSON"],
+            swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldStoreTests",
             dependencies: [
@@ -164,11 +173,13 @@ let package = Package(
             swiftSettings: strictSwift
         ),
         .testTarget(
-            name: "PostgresTests", dependencies: ["Postgres", "HeraldTestSupport", "HeraldIO"], swiftSettings: strictSwift),
+            name: "PostgresTests", dependencies: ["Postgres", "HeraldTestSupport", "HeraldIO"],
+            swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldDaemonTests",
             dependencies: [
-                "HeraldDaemon", "HeraldCore", "HeraldJSON", "JSONRPC", "herald", "HeraldTestSupport", "HeraldStore", "HeraldCrypto",
+                "HeraldDaemon", "HeraldCore", "HeraldJSON", "JSONRPC", "herald", "HeraldTestSupport", "HeraldStore",
+                "HeraldCrypto",
                 "HeraldStoreTestSupport", "HeraldIO", "WebPush",
             ],
             swiftSettings: strictSwift

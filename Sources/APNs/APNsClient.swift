@@ -173,7 +173,9 @@ public final class APNsClient: Sendable {
     public let settings: APNsClientSettings
     let http2: HTTP2Client
 
-    public init(settings: APNsClientSettings, clock: any WallClock = SystemClock(), log: Logger? = nil)
+    public init(
+        settings: APNsClientSettings, clock: any WallClock = SystemClock(), log: Logger? = nil
+    )
         throws(APNsClientError)
     {
         self.settings = settings
@@ -219,7 +221,8 @@ public struct APNsLaneHandle: Sendable {
 
     /// Sends one push (`POST /3/device/<token>`). The completion runs once, on
     /// the client's thread.
-    public func send(_ push: APNsPush, completion: @escaping @Sendable (Result<APNsResponse, APNsClientError>) -> Void) {
+    public func send(_ push: APNsPush, completion: @escaping @Sendable (Result<APNsResponse, APNsClientError>) -> Void)
+    {
         let request = HTTP2Request(
             path: pathPrefix + "/3/device/" + push.deviceToken, headers: push.headers, body: push.payload,
             notAfter: push.notAfter)

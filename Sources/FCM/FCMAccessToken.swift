@@ -92,7 +92,10 @@ public final class FCMAccessTokenCache: Sendable {
     /// A usable access token: the cached one, or the result of the (single) exchange.
     public func token(completion: @escaping Completion) {
         let now = clock.nowMilliseconds()
-        enum Action { case hit(String), wait, start }
+        enum Action {
+            case hit(String)
+            case wait, start
+        }
         let action: Action = state.withLock { s in
             if let t = s.token, s.expiresAt - refreshMarginMs > now { return .hit(t) }
             s.waiters.append(completion)
@@ -110,7 +113,8 @@ public final class FCMAccessTokenCache: Sendable {
 
     /// The async form of ``token(completion:)``.
     public func token() async throws(FCMAccessTokenError) -> String {
-        let result = await withCheckedContinuation { (c: CheckedContinuation<Result<String, FCMAccessTokenError>, Never>) in
+        let result = await withCheckedContinuation {
+            (c: CheckedContinuation<Result<String, FCMAccessTokenError>, Never>) in
             token { c.resume(returning: $0) }
         }
         return try result.get()
@@ -146,7 +150,8 @@ public final class FCMAccessTokenCache: Sendable {
             finish(.failure(.assertion(error)), expiresAt: 0)
             return
         }
-        let body = "grant_type=" + Self.formEncode("urn:ietf:params:oauth:grant-type:jwt-bearer")
+        let body =
+            "grant_type=" + Self.formEncode("urn:ietf:params:oauth:grant-type:jwt-bearer")
             + "&assertion=" + Self.formEncode(assertion)
         let request = HTTPRequest(
             method: "POST", url: account.tokenURI,
@@ -185,8 +190,10 @@ public final class FCMAccessTokenCache: Sendable {
     static func parse(_ response: HTTPResponse) -> Result<(String, Int64), FCMAccessTokenError> {
         let json = try? JSONParser.parse(response.body)
         guard response.status == 200 else {
-            return .failure(.status(response.status, error: json?["error"]?.stringValue,
-                                    retryAfter: response.header("retry-after")))
+            return .failure(
+                .status(
+                    response.status, error: json?["error"]?.stringValue,
+                    retryAfter: response.header("retry-after")))
         }
         guard let json else { return .failure(.badResponse("body is not JSON")) }
         guard let token = json["access_token"]?.stringValue, !token.isEmpty else {

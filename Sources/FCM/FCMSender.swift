@@ -23,8 +23,10 @@ public struct HTTPStatusInfo: Sendable, Hashable {
     /// `name` of a successful send (`projects/{p}/messages/{id}`).
     public var messageName: String?
 
-    public init(status: Int, httpVersion: String, errorCode: String? = nil, message: String? = nil,
-                retryAfter: String? = nil, messageName: String? = nil) {
+    public init(
+        status: Int, httpVersion: String, errorCode: String? = nil, message: String? = nil,
+        retryAfter: String? = nil, messageName: String? = nil
+    ) {
         self.status = status
         self.httpVersion = httpVersion
         self.errorCode = errorCode
@@ -97,13 +99,16 @@ public final class FCMSender: Sendable {
         while base.hasSuffix("/") { base.removeLast() }
         let path = "/v1/projects/" + account.projectID + "/messages:send"
         self.sendURL = base + path
-        self.route = http2 == nil ? nil : Self.origin(of: base).map { origin in
-            let authority = origin.host.contains(":") ? "[\(origin.host)]" : origin.host
-            return Route(
-                key: HTTP2LaneKey("fcm:\(authority):\(origin.port)"),
-                endpoint: HTTP2Endpoint(host: origin.host, port: origin.port),
-                path: origin.pathPrefix + path)
-        }
+        self.route =
+            http2 == nil
+            ? nil
+            : Self.origin(of: base).map { origin in
+                let authority = origin.host.contains(":") ? "[\(origin.host)]" : origin.host
+                return Route(
+                    key: HTTP2LaneKey("fcm:\(authority):\(origin.port)"),
+                    endpoint: HTTP2Endpoint(host: origin.host, port: origin.port),
+                    path: origin.pathPrefix + path)
+            }
         self.tokens = FCMAccessTokenCache(
             account: account, client: client, clock: clock, refreshMargin: refreshMargin,
             requestTimeout: requestTimeout)
@@ -184,7 +189,8 @@ public final class FCMSender: Sendable {
         _ http2: HTTP2Client, _ route: Route, body: [UInt8], token: String, notAfter: Int64?,
         answered: @escaping @Sendable (Answer) -> Void
     ) {
-        let lane = http2.lane(route.key, endpoint: route.endpoint, options: HTTP2LaneOptions(idleTimeout: Self.idleTimeout))
+        let lane = http2.lane(
+            route.key, endpoint: route.endpoint, options: HTTP2LaneOptions(idleTimeout: Self.idleTimeout))
         let request = HTTP2Request(
             path: route.path,
             headers: [

@@ -9,7 +9,9 @@ public final class FCMTransport: PushTransport {
     private let settings: FCMAppSettings
     private let clock: any WallClock
 
-    public init(sender: FCMSender, settings: FCMAppSettings, clock: any WallClock = SystemClock(), concurrencyLimit: Int = 400) {
+    public init(
+        sender: FCMSender, settings: FCMAppSettings, clock: any WallClock = SystemClock(), concurrencyLimit: Int = 400
+    ) {
         self.sender = sender
         self.settings = settings
         self.clock = clock

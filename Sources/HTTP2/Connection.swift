@@ -28,7 +28,9 @@ private let onPingAck: @convention(c) (UnsafeMutableRawPointer?) -> Void = { ctx
 
 private let onResponse: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<hh2_response>?) -> Void = { ctx, r in
     guard let r = r?.pointee else { return }
-    let headers = r.headers.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: r.headers_len), as: UTF8.self) }
+    let headers = r.headers.map {
+        String(decoding: UnsafeRawBufferPointer(start: $0, count: r.headers_len), as: UTF8.self)
+    }
     let body = r.body.map { Array(UnsafeBufferPointer(start: $0, count: r.body_len)) } ?? []
     connection(ctx).events.append(
         .response(stream: r.stream_id, status: Int(r.status), code: r.error_code, headers: headers ?? "", body: body))
@@ -174,7 +176,9 @@ final class Connection: @unchecked Sendable {
             if inProgress == 0 { startTLS() }
             return
         }
-        failed(.connectFailed("\(lane.endpoint.host):\(lane.endpoint.port): \(lastError ?? "no address accepted the connection")"))
+        failed(
+            .connectFailed(
+                "\(lane.endpoint.host):\(lane.endpoint.port): \(lastError ?? "no address accepted the connection")"))
     }
 
     private func connectFinished() {
@@ -190,7 +194,8 @@ final class Connection: @unchecked Sendable {
     }
 
     private func startTLS() {
-        var callbacks = hh2_callbacks(on_settings: onSettings, on_goaway: onGoAway, on_ping_ack: onPingAck, on_response: onResponse)
+        var callbacks = hh2_callbacks(
+            on_settings: onSettings, on_goaway: onGoAway, on_ping_ack: onPingAck, on_response: onResponse)
         var err = [CChar](repeating: 0, count: 256)
         let ctx = Unmanaged.passUnretained(self).toOpaque()
         let host = lane.endpoint.host
@@ -449,7 +454,8 @@ final class Connection: @unchecked Sendable {
             draining = true
             lane.requeue(pending, reason: .goAway(reason: goAwayReason))
         } else {
-            pending.finish(.failure(.connectionReset("cannot open a stream: \(String(cString: hh2_conn_error(handle)))")))
+            pending.finish(
+                .failure(.connectionReset("cannot open a stream: \(String(cString: hh2_conn_error(handle)))")))
         }
     }
 

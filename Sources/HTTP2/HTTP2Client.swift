@@ -311,8 +311,7 @@ public final class HTTP2Client: Sendable {
     public init(
         settings: HTTP2ClientSettings, clock: any WallClock = SystemClock(), log: Logger? = nil,
         threadName: String = "herald-http2"
-    ) throws(HTTP2ClientError)
-    {
+    ) throws(HTTP2ClientError) {
         self.settings = settings
         self.clock = clock
         self.log = log
@@ -339,7 +338,9 @@ public final class HTTP2Client: Sendable {
 
     /// The lane for `key`, created on first use. The endpoint and options of
     /// an existing lane are kept (give a new key for a new endpoint or credential).
-    public func lane(_ key: HTTP2LaneKey, endpoint: HTTP2Endpoint, options: HTTP2LaneOptions = .init())
+    public func lane(
+        _ key: HTTP2LaneKey, endpoint: HTTP2Endpoint, options: HTTP2LaneOptions = .init()
+    )
         -> HTTP2LaneHandle
     {
         HTTP2LaneHandle(
@@ -430,7 +431,9 @@ public final class HTTP2Client: Sendable {
             return
         }
         let deadline = monotonicMilliseconds() + settings.requestTimeout.wholeMilliseconds
-        let items = batch.map { ($0.lane.lane, Pending(request: $0.request, deadline: deadline, completion: $0.completion)) }
+        let items = batch.map {
+            ($0.lane.lane, Pending(request: $0.request, deadline: deadline, completion: $0.completion))
+        }
         let first = inbox.withLock { box -> Bool in
             let wasEmpty = box.isEmpty
             box.append(contentsOf: items)

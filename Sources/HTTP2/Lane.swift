@@ -172,7 +172,8 @@ final class Lane: @unchecked Sendable {
             "http2_connect_failed", ["lane": key.description, "conn": String(conn.id), "error": error.description])
         reconnectDelay =
             reconnectDelay == 0
-            ? settings.reconnectBase.wholeMilliseconds : min(settings.reconnectMax.wholeMilliseconds, reconnectDelay * 2)
+            ? settings.reconnectBase.wholeMilliseconds
+            : min(settings.reconnectMax.wholeMilliseconds, reconnectDelay * 2)
         reconnectAt = monotonicMilliseconds() + reconnectDelay
         remove(conn)
         // Nothing can carry the queue now: tell its pushes why, so they are

@@ -5,7 +5,7 @@ import Foundation
 import HeraldIO
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A small HTTP client over libcurl: one multi handle, driven by one dedicated thread.
@@ -70,9 +70,12 @@ public final class HTTPClient: @unchecked Sendable {
             throw .other(code: -1, message: "curl_multi_init failed")
         }
         _ = herald_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, herald_curl_pipe_multiplex())
-        _ = herald_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, max(1, configuration.maxConnectionsPerHost))
-        _ = herald_curl_multi_setopt_long(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, max(0, configuration.maxTotalConnections))
-        _ = herald_curl_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, max(1, configuration.maxConcurrentStreams))
+        _ = herald_curl_multi_setopt_long(
+            multi, CURLMOPT_MAX_HOST_CONNECTIONS, max(1, configuration.maxConnectionsPerHost))
+        _ = herald_curl_multi_setopt_long(
+            multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, max(0, configuration.maxTotalConnections))
+        _ = herald_curl_multi_setopt_long(
+            multi, CURLMOPT_MAX_CONCURRENT_STREAMS, max(1, configuration.maxConcurrentStreams))
         engine = Engine(multi: multi)
         let engine = self.engine
         let thread = Thread {
@@ -96,7 +99,8 @@ public final class HTTPClient: @unchecked Sendable {
 
     /// Sends `request`; `completion` is called exactly once, on the client's network thread
     /// (or on the caller's thread for requests rejected before any network activity).
-    public func send(_ request: HTTPRequest, completion: @escaping @Sendable (Result<HTTPResponse, HTTPError>) -> Void) {
+    public func send(_ request: HTTPRequest, completion: @escaping @Sendable (Result<HTTPResponse, HTTPError>) -> Void)
+    {
         let transfer: Transfer
         do {
             transfer = try Transfer.make(request, configuration: configuration, completion: completion)

@@ -2,7 +2,7 @@ import CHeraldCurl
 import HeraldNet
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// C callbacks. They reach the transfer through an unretained `Unmanaged` pointer; the engine
@@ -52,7 +52,10 @@ final class Transfer: @unchecked Sendable {
     var headers: [(name: String, value: String)] = []
     var bodyTooLarge = false
 
-    private init(easy: UnsafeMutableRawPointer, maxBody: Int, completion: @escaping @Sendable (Result<HTTPResponse, HTTPError>) -> Void) {
+    private init(
+        easy: UnsafeMutableRawPointer, maxBody: Int,
+        completion: @escaping @Sendable (Result<HTTPResponse, HTTPError>) -> Void
+    ) {
         self.easy = easy
         self.maxBody = maxBody
         self.completion = completion
@@ -101,9 +104,10 @@ final class Transfer: @unchecked Sendable {
             var ipPtr: UnsafePointer<CChar>?
             _ = herald_curl_easy_getinfo_string(easy, CURLINFO_PRIMARY_IP, &ipPtr)
             let ip = ipPtr.map { String(cString: $0) } ?? ""
-            return .success(HTTPResponse(
-                status: status, headers: headers, body: body,
-                httpVersion: Transfer.versionString(version), primaryIP: ip))
+            return .success(
+                HTTPResponse(
+                    status: status, headers: headers, body: body,
+                    httpVersion: Transfer.versionString(version), primaryIP: ip))
         }
         if bodyTooLarge && code == CURLE_WRITE_ERROR {
             return .failure(.bodyTooLarge(limit: maxBody))
@@ -117,9 +121,9 @@ final class Transfer: @unchecked Sendable {
         case CURLE_COULDNT_CONNECT:
             return .failure(.connectFailed(message))
         case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_ENGINE_NOTFOUND,
-             CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_SSL_ENGINE_INITFAILED,
-             CURLE_SSL_CACERT_BADFILE, CURLE_SSL_SHUTDOWN_FAILED, CURLE_SSL_CRL_BADFILE, CURLE_SSL_ISSUER_ERROR,
-             CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS, CURLE_SSL_CLIENTCERT:
+            CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_SSL_ENGINE_INITFAILED,
+            CURLE_SSL_CACERT_BADFILE, CURLE_SSL_SHUTDOWN_FAILED, CURLE_SSL_CRL_BADFILE, CURLE_SSL_ISSUER_ERROR,
+            CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS, CURLE_SSL_CLIENTCERT:
             return .failure(.tls(message))
         case CURLE_HTTP2, CURLE_HTTP2_STREAM:
             return .failure(.http2Stream(message))
@@ -138,10 +142,10 @@ final class Transfer: @unchecked Sendable {
 
     static func versionString(_ v: Int) -> String {
         switch v {
-        case 1: return "1.0"   // CURL_HTTP_VERSION_1_0
-        case 2: return "1.1"   // CURL_HTTP_VERSION_1_1
-        case 3: return "2"     // CURL_HTTP_VERSION_2_0
-        case 30: return "3"    // CURL_HTTP_VERSION_3
+        case 1: return "1.0"  // CURL_HTTP_VERSION_1_0
+        case 2: return "1.1"  // CURL_HTTP_VERSION_1_1
+        case 3: return "2"  // CURL_HTTP_VERSION_2_0
+        case 30: return "3"  // CURL_HTTP_VERSION_3
         default: return "unknown"
         }
     }
@@ -284,7 +288,8 @@ final class Transfer: @unchecked Sendable {
             // COPYPOSTFIELDS copies `POSTFIELDSIZE` bytes, so the Swift array need not outlive this call.
             rc = body.withUnsafeBytes { raw -> CURLcode in
                 if let base = raw.baseAddress, raw.count > 0 {
-                    return herald_curl_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: base))
+                    return herald_curl_easy_setopt_pointer(
+                        easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: base))
                 }
                 return "".withCString {
                     herald_curl_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: $0))
@@ -332,7 +337,9 @@ final class Transfer: @unchecked Sendable {
     }
 }
 
-private func appendList(_ list: UnsafeMutablePointer<curl_slist>?, _ line: String) throws(HTTPError) -> UnsafeMutablePointer<curl_slist>? {
+private func appendList(
+    _ list: UnsafeMutablePointer<curl_slist>?, _ line: String
+) throws(HTTPError) -> UnsafeMutablePointer<curl_slist>? {
     guard let new = line.withCString({ curl_slist_append(list, $0) }) else {
         throw .other(code: -1, message: "curl_slist_append failed")
     }
@@ -350,7 +357,7 @@ private func isToken(_ s: String) -> Bool {
     return s.utf8.allSatisfy { c in
         switch c {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-             UInt8(ascii: "0")...UInt8(ascii: "9"):
+            UInt8(ascii: "0")...UInt8(ascii: "9"):
             return true
         default:
             return "!#$%&'*+-.^_`|~".utf8.contains(c)
@@ -376,7 +383,7 @@ extension Substring {
 /// (the URLs the transports pass were read by HeraldNet's URL parser first).
 struct Target {
     var scheme: String
-    var host: String        // as in the URL; IPv6 literals keep their brackets
+    var host: String  // as in the URL; IPv6 literals keep their brackets
     var port: Int
     var bareHost: String { host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host }
 
@@ -392,9 +399,9 @@ struct Target {
             return String(cString: out)
         }
         guard let scheme = part(CURLUPART_SCHEME)?.lowercased(),
-              let host = part(CURLUPART_HOST)?.lowercased(),
-              let portString = part(CURLUPART_PORT, UInt32(CURLU_DEFAULT_PORT)),
-              let port = Int(portString)
+            let host = part(CURLUPART_HOST)?.lowercased(),
+            let portString = part(CURLUPART_PORT, UInt32(CURLU_DEFAULT_PORT)),
+            let port = Int(portString)
         else { throw .invalidRequest("URL needs a scheme, host and port: \(url)") }
         return Target(scheme: scheme, host: host, port: port)
     }

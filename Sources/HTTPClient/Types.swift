@@ -51,7 +51,9 @@ public struct HTTPResponse: Sendable {
     /// The IP address the connection actually went to (`CURLINFO_PRIMARY_IP`).
     public var primaryIP: String
 
-    public init(status: Int, headers: [(name: String, value: String)], body: [UInt8], httpVersion: String, primaryIP: String) {
+    public init(
+        status: Int, headers: [(name: String, value: String)], body: [UInt8], httpVersion: String, primaryIP: String
+    ) {
         self.status = status
         self.headers = headers
         self.body = body

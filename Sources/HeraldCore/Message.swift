@@ -45,7 +45,8 @@ public struct PushAlert: Sendable, Equatable {
     public var titleLocKey: String?
     public var bodyLocKey: String?
 
-    public init(locKey: String? = nil, locArgs: [String]? = nil, titleLocKey: String? = nil, bodyLocKey: String? = nil) {
+    public init(locKey: String? = nil, locArgs: [String]? = nil, titleLocKey: String? = nil, bodyLocKey: String? = nil)
+    {
         self.locKey = locKey
         self.locArgs = locArgs
         self.titleLocKey = titleLocKey

@@ -58,4 +58,3 @@ extension ProviderReason {
     /// what a Web Push 413 on the minimal payload and ``Outcome/tooLarge`` record.
     public static let payloadTooLarge = ProviderReason("PayloadTooLarge")
 }
-

@@ -567,7 +567,8 @@ extension ConfigInterpreter {
         for (backend, location) in backendKeys where backend != config.store.backend {
             problems.append(
                 ConfigError(
-                    location, "only with backend = \(backend.rawValue) (this store is \(config.store.backend.rawValue))"))
+                    location, "only with backend = \(backend.rawValue) (this store is \(config.store.backend.rawValue))"
+                ))
         }
         if config.store.backend == .postgres {
             // A dsn that was given but refused has its own error.

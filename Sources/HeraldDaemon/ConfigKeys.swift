@@ -45,7 +45,9 @@ struct ConfigKey {
         var documentedBounds: String? {
             switch self {
             case .integer(let r): return "\(r.lowerBound)–\(r.upperBound)"
-            case .seconds(let r): return "\(ConfigValue.seconds(.milliseconds(r.lowerBound)))–\(ConfigValue.seconds(.milliseconds(r.upperBound)))"
+            case .seconds(let r):
+                return
+                    "\(ConfigValue.seconds(.milliseconds(r.lowerBound)))–\(ConfigValue.seconds(.milliseconds(r.upperBound)))"
             case .choice(let names): return names.map { "`\($0)`" }.joined(separator: ", ")
             default: return nil
             }
@@ -107,7 +109,9 @@ enum ConfigKeys {
         Key(
             section: section, name: name, kind: .integer(range), defaultValue: String(value), reload: reload,
             backend: backend, doc: doc,
-            apply: { i, text, _ throws(ConfigValueProblem) in i.config[keyPath: path] = try ConfigValue.integer(text, range) },
+            apply: { i, text, _ throws(ConfigValueProblem) in
+                i.config[keyPath: path] = try ConfigValue.integer(text, range)
+            },
             show: .global { backend == nil || $0.store.backend == backend ? String($0[keyPath: path]) : "" })
     }
 
@@ -131,8 +135,12 @@ enum ConfigKeys {
         Key(
             section: section, name: name, kind: .seconds(range), defaultValue: value, reload: .restart,
             backend: backend, doc: doc,
-            apply: { i, text, _ throws(ConfigValueProblem) in i.config[keyPath: path] = try ConfigValue.seconds(text, range) },
-            show: .global { backend == nil || $0.store.backend == backend ? ConfigValue.seconds($0[keyPath: path]) : "" })
+            apply: { i, text, _ throws(ConfigValueProblem) in
+                i.config[keyPath: path] = try ConfigValue.seconds(text, range)
+            },
+            show: .global {
+                backend == nil || $0.store.backend == backend ? ConfigValue.seconds($0[keyPath: path]) : ""
+            })
     }
 
     private static func endpoint(
@@ -146,7 +154,8 @@ enum ConfigKeys {
 
     private static func app(
         _ name: String, _ kind: Key.Kind, default value: String = "", doc: String,
-        _ apply: @escaping (inout AppConfig, String, ConfigLocation, ConfigInterpreter) throws(ConfigValueProblem) -> Void,
+        _ apply:
+            @escaping (inout AppConfig, String, ConfigLocation, ConfigInterpreter) throws(ConfigValueProblem) -> Void,
         show: @escaping (AppConfig) -> String
     ) -> Key {
         Key(
@@ -179,7 +188,9 @@ enum ConfigKeys {
             Key(
                 section: .server, name: "socket_mode", kind: .octalMode, defaultValue: "0660", reload: .restart,
                 backend: nil, doc: "octal permissions of the socket Herald creates",
-                apply: { i, text, _ throws(ConfigValueProblem) in i.config.server.socketMode = try ConfigValue.octalMode(text) },
+                apply: { i, text, _ throws(ConfigValueProblem) in
+                    i.config.server.socketMode = try ConfigValue.octalMode(text)
+                },
                 show: .global { ConfigValue.octal($0.server.socketMode) }),
             Key(
                 section: .server, name: "state_dir", kind: .absolutePath, defaultValue: "/var/lib/herald",
@@ -279,7 +290,8 @@ enum ConfigKeys {
                         _ = try PostgresConfiguration(dsn: text)
                     } catch {
                         // The reason only: the string may hold what libpq could not parse.
-                        throw ConfigValueProblem("must be a libpq connection string without a password: \(error.message)")
+                        throw ConfigValueProblem(
+                            "must be a libpq connection string without a password: \(error.message)")
                     }
                     i.config.store.dsn = text
                 },
@@ -287,7 +299,8 @@ enum ConfigKeys {
             Key(
                 section: .store, name: "password_file", kind: .file, defaultValue: "", reload: .restart,
                 backend: .postgres,
-                doc: "postgres only: file holding the database password (0600; a bare name may be a systemd credential)",
+                doc:
+                    "postgres only: file holding the database password (0600; a bare name may be a systemd credential)",
                 apply: { i, text, location throws(ConfigValueProblem) in
                     i.config.store.passwordFile = try i.fileReference(text, location)
                 },
@@ -297,7 +310,9 @@ enum ConfigKeys {
                 doc: "postgres only: database connections of this instance (1-64; empty: 8)"),
             seconds(
                 .store, "lease", \.store.lease, 2000...600_000, default: "30", backend: .postgres,
-                doc: "postgres only: seconds a claimed delivery stays this instance's without a renewal (2-600; empty: 30)"),
+                doc:
+                    "postgres only: seconds a claimed delivery stays this instance's without a renewal (2-600; empty: 30)"
+            ),
         ]
     }
 
@@ -320,7 +335,9 @@ enum ConfigKeys {
             Key(
                 section: .delivery, name: "stale_batch_ratio", kind: .ratio, defaultValue: "0.5", reload: .restart,
                 backend: nil, doc: "refuse deletions when >= this share of a batch... (0 < r <= 1)",
-                apply: { i, text, _ throws(ConfigValueProblem) in i.config.delivery.staleBatchRatio = try ConfigValue.ratio(text) },
+                apply: { i, text, _ throws(ConfigValueProblem) in
+                    i.config.delivery.staleBatchRatio = try ConfigValue.ratio(text)
+                },
                 show: .global { "\($0.delivery.staleBatchRatio)" }),
             integer(
                 .delivery, "stale_batch_min", \.delivery.staleBatchMin, 1...1_000_000, default: 4,
@@ -343,7 +360,8 @@ enum ConfigKeys {
             endpoint(
                 "apns_production", \.endpoints.apnsProduction, default: "https://api.push.apple.com",
                 doc: "https://, or http:// to a loopback host"),
-            endpoint("apns_development", \.endpoints.apnsDevelopment, default: "https://api.sandbox.push.apple.com", doc: ""),
+            endpoint(
+                "apns_development", \.endpoints.apnsDevelopment, default: "https://api.sandbox.push.apple.com", doc: ""),
             endpoint("fcm", \.endpoints.fcm, default: "https://fcm.googleapis.com", doc: ""),
             Key(
                 section: .endpoints, name: "ca_file", kind: .file, defaultValue: "", reload: .restart, backend: nil,
@@ -425,7 +443,8 @@ enum ConfigKeys {
                 { a, text, location, i throws(ConfigValueProblem) in a.vapidKey = try i.fileReference(text, location) },
                 show: { $0.vapidKey?.path ?? "" }),
             app(
-                "vapid_subject", .text, doc: "mailto: or https: contact, e.g. mailto:ops@example.com (required with vapid_key)",
+                "vapid_subject", .text,
+                doc: "mailto: or https: contact, e.g. mailto:ops@example.com (required with vapid_key)",
                 { a, text, _, _ throws(ConfigValueProblem) in a.vapidSubject = try ConfigValue.vapidSubject(text) },
                 show: { $0.vapidSubject ?? "" }),
             app(

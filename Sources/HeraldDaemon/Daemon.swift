@@ -87,7 +87,8 @@ public enum Daemon {
         }
         let listener: Listener
         do {
-            listener = try Listener.fromSystemd(environment: environment)
+            listener =
+                try Listener.fromSystemd(environment: environment)
                 ?? Listener.create(path: config.server.socketPath, mode: config.server.socketMode)
         } catch {
             log.error("startup_failed", ["error": String(describing: error)])
@@ -133,9 +134,11 @@ public enum Daemon {
         let waiters = MessageWaiters(store: store, log: log)
         Task { await waiters.startTicking() }
         service.delivery = DeliveryWiring(
-            scheduler: delivery.scheduler, maxQueued: config.delivery.maxQueued, waiters: waiters, providers: delivery.providers)
+            scheduler: delivery.scheduler, maxQueued: config.delivery.maxQueued, waiters: waiters,
+            providers: delivery.providers)
         delivery.scheduler.onProgress = { finals in waiters.recorded(finals) }
-        let server = RPCServer(loop: loop, listener: listener, handler: service, log: log, limits: ServerLimits(config.server))
+        let server = RPCServer(
+            loop: loop, listener: listener, handler: service, log: log, limits: ServerLimits(config.server))
         // The server owns the listener from here: its connections close first, then the socket.
         services.handedOver("listener")
         services.started("server") {
@@ -246,7 +249,8 @@ public enum Daemon {
                 "app_loaded",
                 [
                     "app": name, "apns": TransportState(c.apns.disabledReason).wire,
-                    "fcm": TransportState(c.fcm.disabledReason).wire, "web": TransportState(c.webPush.disabledReason).wire,
+                    "fcm": TransportState(c.fcm.disabledReason).wire,
+                    "web": TransportState(c.webPush.disabledReason).wire,
                 ])
         }
     }

@@ -37,7 +37,10 @@ struct Listener {
             }
             unlink(path)
         }
-        let fd = try HeraldIO.syscall("socket") { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0) }
+        let fd = try HeraldIO.syscall("socket") {
+            socket(
+                AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        }
         do {
             var addr = try unixAddress(path)
             // Create with no access, then open up to the configured mode: no
@@ -93,7 +96,9 @@ func socketIsLive(_ path: String) -> Bool {
 /// owns (and closes) the descriptor.
 public func connectUnixSocket(_ path: String) throws -> Int32 {
     var addr = try unixAddress(path)
-    let fd = try HeraldIO.syscall("socket") { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
+    let fd = try HeraldIO.syscall("socket") {
+        socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    }
     let rc = withUnsafePointer(to: &addr) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
             connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))

@@ -90,7 +90,8 @@ extension HeraldService {
             "herald_client_connections_refused_total", .counter,
             "Client connections refused (connection limit reached).", server.counters.refused)
         m.single("herald_rpc_requests_total", .counter, "JSON-RPC requests answered.", server.counters.requests)
-        m.single("herald_rpc_errors_total", .counter, "JSON-RPC requests answered with an error.", server.counters.errors)
+        m.single(
+            "herald_rpc_errors_total", .counter, "JSON-RPC requests answered with an error.", server.counters.errors)
         m.single("herald_rpc_rate_limited_total", .counter, "Calls refused with rate_limited.", rateLimited)
         m.single(
             "herald_rpc_overloaded_total", .counter,
@@ -164,7 +165,8 @@ extension HeraldService {
         counter("herald_sends_total", "Attempts handed to the transport.") { $0.sent }
         m.family(
             "herald_outcomes_total", .counter,
-            "Attempts by outcome: delivered, failed (final), expired (TTL passed), auth_rejected (credentials refused; retried).")
+            "Attempts by outcome: delivered, failed (final), expired (TTL passed), auth_rejected (credentials refused; retried)."
+        )
         for p in platforms {
             let c = s.platforms[p] ?? PlatformCounters()
             for (outcome, value) in [

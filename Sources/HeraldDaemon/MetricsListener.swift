@@ -50,7 +50,9 @@ final class MetricsListener: @unchecked Sendable {
         guard let server = hh_start(address.host, UInt16(address.port), handler, box.toOpaque(), &error, error.count)
         else {
             box.release()
-            throw DaemonError("[metrics] listen \(address): \(String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
+            throw DaemonError(
+                "[metrics] listen \(address): \(String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))"
+            )
         }
         self.server = server
         self.box = box

@@ -20,7 +20,8 @@ public struct CallContext: Sendable {
 
 /// Answers one request. `reply` may be called from any thread, exactly once.
 protocol RequestHandler: Sendable {
-    func handle(_ request: RPCRequest, context: CallContext, reply: @escaping @Sendable (Result<JSON, RPCError>) -> Void)
+    func handle(
+        _ request: RPCRequest, context: CallContext, reply: @escaping @Sendable (Result<JSON, RPCError>) -> Void)
 }
 
 /// Limits of the socket server (SPEC Revision 2, "Limits on what one client can cost").
@@ -117,7 +118,10 @@ final class RPCServer: @unchecked Sendable {
     /// Connections not read because `bufferedTotal` is past `maxBufferedBytes`.
     private var starved: [UInt64] = []
 
-    init(loop: EventLoop, listener: Listener, handler: any RequestHandler, log: Logger, limits: ServerLimits = ServerLimits()) {
+    init(
+        loop: EventLoop, listener: Listener, handler: any RequestHandler, log: Logger,
+        limits: ServerLimits = ServerLimits()
+    ) {
         self.loop = loop
         self.listener = listener
         self.handler = handler
@@ -481,7 +485,9 @@ final class RPCServer: @unchecked Sendable {
         switch call {
         case .failure(let failure):
             counters.errors += 1
-            if let id = failure.id { emit(conn, Self.serialize(RPCResponse.failure(id: id, error: failure.error)), batch: batch) }
+            if let id = failure.id {
+                emit(conn, Self.serialize(RPCResponse.failure(id: id, error: failure.error)), batch: batch)
+            }
         case .success(let request):
             if let id = request.id, conn.owed >= limits.maxReplyBytes {
                 // Nothing more fits: refused without running it.
@@ -897,7 +903,6 @@ final class Connection {
         pending < pendingWindow(limits) / 2 && owed < limits.maxReplyBytes / 4
     }
 }
-
 
 /// One thread, below the loop's priority, that parses large messages in the
 /// order they are submitted: a client's 4 MiB message takes CPU from the

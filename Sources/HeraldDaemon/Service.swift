@@ -112,7 +112,8 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     }
 
     typealias Reply = @Sendable (Result<JSON, RPCError>) -> Void
-    typealias Method = @Sendable (HeraldService, inout ParamReader, CallContext, @escaping Reply) throws(RPCError) -> Void
+    typealias Method =
+        @Sendable (HeraldService, inout ParamReader, CallContext, @escaping Reply) throws(RPCError) -> Void
 
     /// Every method the daemon serves; `rpc.discover` must document exactly these.
     private static let table: [String: Method] = [
@@ -166,7 +167,9 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     /// The named app, checked to exist and to admit the peer.
     func runtime(named name: String, _ context: CallContext) throws(RPCError) -> AppRuntime {
         guard let runtime = apps[name] else { throw RPCError(.unknownApp(name)) }
-        guard runtime.config.allows(uid: context.uid, gid: context.gid, groups: context.groups) else { throw RPCError(.forbidden(app: name)) }
+        guard runtime.config.allows(uid: context.uid, gid: context.gid, groups: context.groups) else {
+            throw RPCError(.forbidden(app: name))
+        }
         return runtime
     }
 
@@ -215,13 +218,16 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     }
 
     /// Completes a store job on its thread, mapping errors to JSON-RPC.
-    func finish<T>(_ reply: @escaping Reply, _ body: @escaping @Sendable (T) -> JSON)
+    func finish<T>(
+        _ reply: @escaping Reply, _ body: @escaping @Sendable (T) -> JSON
+    )
         -> @Sendable (Result<T, any Error>) -> Void
     {
         { [log] result in
             switch result {
             case .success(let value): reply(.success(body(value)))
-            case .failure(let error as RegistrationConflict): reply(.failure(RPCError(.conflict(reason: error.reason, storedVersion: error.storedVersion))))
+            case .failure(let error as RegistrationConflict):
+                reply(.failure(RPCError(.conflict(reason: error.reason, storedVersion: error.storedVersion))))
             case .failure(let error):
                 log.error("store_failed", ["error": String(describing: error)])
                 reply(.failure(.storeUnavailable))

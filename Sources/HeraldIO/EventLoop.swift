@@ -52,7 +52,8 @@ public final class EventLoop: @unchecked Sendable {
     /// the thread setting the loop up is its only user).
     @inline(__always)
     public func preconditionInLoop(file: StaticString = #fileID, line: UInt = #line) {
-        assert(owner.load(ordering: .acquiring) == 0 || inLoop, "called off the event loop thread", file: file, line: line)
+        assert(
+            owner.load(ordering: .acquiring) == 0 || inLoop, "called off the event loop thread", file: file, line: line)
     }
 
     public func add(_ fd: Int32, events: UInt32, handler: @escaping Handler) throws(SystemError) {

@@ -154,7 +154,9 @@ enum JSONWriter {
     }
 
     /// Writes the escaped contents of a string (without quotes); returns the length.
-    static func writeEscaped(_ utf8: UnsafeBufferPointer<UInt8>, to p: UnsafeMutablePointer<UInt8>)
+    static func writeEscaped(
+        _ utf8: UnsafeBufferPointer<UInt8>, to p: UnsafeMutablePointer<UInt8>
+    )
         -> Int
     {
         guard let base = utf8.baseAddress else { return 0 }

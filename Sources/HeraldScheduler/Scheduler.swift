@@ -44,7 +44,8 @@ public struct SchedulerSettings: Sendable {
     /// `heldResultLimit`, or its default.
     public var effectiveHeldResultLimit: Int { max(1, heldResultLimit ?? max(4096, 4 * maxInflight)) }
 
-    public init(maxInflight: Int = 2000, backoff: BackoffPolicy = BackoffPolicy(), stale: StaleGuard.Settings = .init()) {
+    public init(maxInflight: Int = 2000, backoff: BackoffPolicy = BackoffPolicy(), stale: StaleGuard.Settings = .init())
+    {
         self.maxInflight = maxInflight
         self.backoff = backoff
         self.stale = stale
@@ -214,7 +215,11 @@ public final class Scheduler: @unchecked Sendable {
     /// is touched from elsewhere.
     @inline(__always)
     private func assertOnQueue() {
-        assert({ dispatchPrecondition(condition: .onQueue(queue)); return true }())
+        assert(
+            {
+                dispatchPrecondition(condition: .onQueue(queue))
+                return true
+            }())
     }
 
     /// Called (on the scheduler's queue) with the messages whose deliveries
@@ -1035,7 +1040,8 @@ public final class Scheduler: @unchecked Sendable {
             return was
         }
         if was != nil {
-            log?.info("webpush_origin_recovered", ["app": lane.app, "platform": lane.platform.rawValue, "origin": origin])
+            log?.info(
+                "webpush_origin_recovered", ["app": lane.app, "platform": lane.platform.rawValue, "origin": origin])
         }
     }
 

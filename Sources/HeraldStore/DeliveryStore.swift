@@ -79,7 +79,8 @@ public protocol DeliveryStore: AnyObject, Sendable {
 
     /// Takes due deliveries, up to `lanes[lane]` of each named lane and up to
     /// `others` of any other lane, and marks them in flight.
-    func claimDue(lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void)
+    func claimDue(
+        lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void)
 
     /// Records an attempt's result: a final state, or `retrying` at `nextAttemptAt`.
     func record(

@@ -64,7 +64,8 @@ final class Queue {
                         Claim(jobs: [], finished: [], batchSizes: [:], nextDueAt: nil)
                     )
                 }
-                try db.statement("UPDATE messages SET idempotency_hash = NULL WHERE message_id = ?").bind(.text(id)).run()
+                try db.statement("UPDATE messages SET idempotency_hash = NULL WHERE message_id = ?").bind(.text(id))
+                    .run()
             }
         }
         let targets = try resolve(e.recipients, app: e.app)
@@ -172,8 +173,9 @@ final class Queue {
     /// caller's with its idempotency key) replaces the first on the device.
     static func collapseID(app: String, idempotencyKey: String?, messageID: String) -> String {
         let source =
-            if let k = idempotencyKey { "herald-collapse:idem:\(app.utf8.count):\(app):\(k)" }
-            else { "herald-collapse:msg:\(messageID)" }
+            if let k = idempotencyKey { "herald-collapse:idem:\(app.utf8.count):\(app):\(k)" } else {
+                "herald-collapse:msg:\(messageID)"
+            }
         return Base64URL.encode(SHA256.hash(Array(source.utf8)).prefix(24))
     }
 
@@ -231,7 +233,8 @@ final class Queue {
         case .devices(let ids):
             for id in ids {
                 let stmt = try db.statement(
-                    "SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at FROM devices WHERE app = ? AND device_id = ?")
+                    "SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at FROM devices WHERE app = ? AND device_id = ?"
+                )
                 try stmt.bind(.text(app), .text(id))
                 try collect(stmt)
             }
@@ -338,16 +341,18 @@ final class Queue {
         var queries: [(sql: String, binds: [StoreValue])] = []
         let named = lanes.keys.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
         for lane in named where lanes[lane]! > 0 {
-            queries.append((
-                select + " AND d.platform = ? AND m.app = ? ORDER BY d.next_attempt_at LIMIT ?",
-                [.int(now), .text(lane.platform.rawValue), .text(lane.app), .int(Int64(lanes[lane]!))]
-            ))
+            queries.append(
+                (
+                    select + " AND d.platform = ? AND m.app = ? ORDER BY d.next_attempt_at LIMIT ?",
+                    [.int(now), .text(lane.platform.rawValue), .text(lane.app), .int(Int64(lanes[lane]!))]
+                ))
         }
         if others > 0 {
             var sql = select
             var binds: [StoreValue] = [.int(now)]
             if !named.isEmpty {
-                sql += " AND (m.app || char(31) || d.platform) NOT IN (\(named.map { _ in "?" }.joined(separator: ", ")))"
+                sql +=
+                    " AND (m.app || char(31) || d.platform) NOT IN (\(named.map { _ in "?" }.joined(separator: ", ")))"
                 binds += named.map { .text($0.app + "\u{1F}" + $0.platform.rawValue) }
             }
             queries.append((sql + " ORDER BY d.next_attempt_at LIMIT ?", binds + [.int(Int64(others))]))
@@ -409,7 +414,8 @@ final class Queue {
                         user: stmt.text(4), platform: platform,
                         environment: stmt.optionalText(9).flatMap(APNsEnvironment.init(rawValue:)),
                         token: secrets.token, keys: secrets.keys, tokenHash: stmt.text(12),
-                        registeredAt: stmt.int64(13), message: message, acceptedAt: stmt.int64(14), expiresAt: expiresAt,
+                        registeredAt: stmt.int64(13), message: message, acceptedAt: stmt.int64(14),
+                        expiresAt: expiresAt,
                         previousAttempts: Int(stmt.int64(6))))
             }
         }
@@ -506,9 +512,12 @@ final class Queue {
         }
         var groups: [Result: [DeliveryRecord]] = [:]
         for r in records {
-            groups[Result(state: r.state, httpStatus: r.httpStatus, reason: r.reason, nextAttemptAt: r.nextAttemptAt,
-                counted: r.countsAsAttempt),
-                default: []].append(r)
+            groups[
+                Result(
+                    state: r.state, httpStatus: r.httpStatus, reason: r.reason, nextAttemptAt: r.nextAttemptAt,
+                    counted: r.countsAsAttempt),
+                default: []
+            ].append(r)
         }
         for (result, members) in groups {
             let update = try db.statement(

@@ -80,7 +80,8 @@ final class Registry {
             if let version = r.version,
                 let tomb = try tombstoneVersion(app: r.app, user: r.user, id: rid, now: now), tomb >= version
             {
-                throw RegistrationConflict(storedVersion: tomb, reason: "registration was unregistered at version \(tomb)")
+                throw RegistrationConflict(
+                    storedVersion: tomb, reason: "registration was unregistered at version \(tomb)")
             }
             if let existing = try findByRegistration(app: r.app, user: r.user, id: rid) {
                 if let version = r.version, let stored = existing.version {
@@ -99,14 +100,16 @@ final class Registry {
                 }
                 try update(existing.deviceID, with: r, binding: binding, tokenHash: tokenHash, now: now)
                 return RegistrationOutcome(
-                    deviceID: existing.deviceID, tokenHash: tokenHash, created: false, reclaimed: reclaimed, evicted: [])
+                    deviceID: existing.deviceID, tokenHash: tokenHash, created: false, reclaimed: reclaimed, evicted: []
+                )
             }
         }
 
         if let existing = try findByBinding(binding) {
             if existing.user == r.user {
                 // A registration_id given now names the installation: the id follows it.
-                let id = r.registrationID.map { Identity.deviceID(user: r.user, app: r.app, registrationID: $0) }
+                let id =
+                    r.registrationID.map { Identity.deviceID(user: r.user, app: r.app, registrationID: $0) }
                     ?? existing.deviceID
                 try update(existing.deviceID, with: r, binding: binding, tokenHash: tokenHash, now: now, newID: id)
                 return RegistrationOutcome(
@@ -118,7 +121,8 @@ final class Registry {
 
         let deviceID =
             r.registrationID.map { Identity.deviceID(user: r.user, app: r.app, registrationID: $0) }
-            ?? Identity.deviceID(user: r.user, app: r.app, platform: r.platform, environment: r.environment, token: r.token)
+            ?? Identity.deviceID(
+                user: r.user, app: r.app, platform: r.platform, environment: r.environment, token: r.token)
         let sealed = try seal(r, deviceID: deviceID)
         try db.statement(
             """

@@ -86,7 +86,8 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
         try Schema.migrate(db)
         let (key, keyOutcome) = try StoreKeyCheck.settle(db, supply: keySupply, keyFile: keyFile, database: path)
         self.keyOutcome = keyOutcome
-        let tables = Tables(registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key, instance: instance))
+        let tables = Tables(
+            registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key, instance: instance))
         try tables.registry.expireTombstones(now: clock.nowMilliseconds())
         recoveredDeliveries = try tables.queue.recoverInFlight(now: clock.nowMilliseconds())
         db.resetActive()
@@ -151,7 +152,8 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
             let behind = fences[fence] != nil
             if behind, !stopping {
                 queue.append(
-                    StoreCall(work: { tables, _ in try work(tables) }, completion: completion, durable: false, fence: nil))
+                    StoreCall(
+                        work: { tables, _ in try work(tables) }, completion: completion, durable: false, fence: nil))
                 condition.signal()
                 condition.unlock()
                 return
@@ -194,7 +196,9 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     private func commit(_ batch: [any QueuedCall<Tables>], db: Database, tables: Tables) {
         let now = clock.nowMilliseconds()
         let wanted: Synchronous = batch.contains(where: \.durable) ? synchronous : .normal
-        if wanted != currentSynchronous, (try? db.execute("PRAGMA synchronous = \(wanted.rawValue.uppercased())")) != nil {
+        if wanted != currentSynchronous,
+            (try? db.execute("PRAGMA synchronous = \(wanted.rawValue.uppercased())")) != nil
+        {
             currentSynchronous = wanted
         }
         var outcomes: [CallOutcome] = []
@@ -274,7 +278,8 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     public func list(
         app: String, user: String, completion: @escaping @Sendable (Result<[DeviceSummary], any Error>) -> Void
     ) {
-        read(fence: Self.userFence(app: app, user: user), { t in try t.registry.list(app: app, user: user) }, completion)
+        read(
+            fence: Self.userFence(app: app, user: user), { t in try t.registry.list(app: app, user: user) }, completion)
     }
 
     public func endSession(
@@ -286,7 +291,9 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     }
 
     public func forget(app: String, user: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
-        submit(fence: Self.userFence(app: app, user: user), { t, _ in try t.registry.forget(app: app, user: user) }, completion)
+        submit(
+            fence: Self.userFence(app: app, user: user), { t, _ in try t.registry.forget(app: app, user: user) },
+            completion)
     }
 
     public func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void) {
@@ -294,7 +301,9 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     }
 
     /// Devices per app and platform.
-    public func deviceCountsByApp(completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void) {
+    public func deviceCountsByApp(
+        completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void
+    ) {
         submit(durable: false, { t, _ in try t.registry.deviceCountsByApp() }, completion)
     }
 
@@ -329,7 +338,9 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
             { t in try t.queue.status(app: app, messageID: messageID, detail: detail) }, completion)
     }
 
-    public func cancel(app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void) {
+    public func cancel(
+        app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void
+    ) {
         submit(
             fence: Self.messageFence(messageID),
             { t, now in try t.queue.cancel(app: app, messageID: messageID, now: now) }, completion)
@@ -389,7 +400,9 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
 
     /// Deletes messages (and their deliveries) older than `retention` whose
     /// deliveries are all final; returns how many.
-    public func purgeMessages(olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
+    public func purgeMessages(
+        olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    ) {
         let ms = retention.components.seconds * 1000
         submit(durable: false, { t, now in try t.queue.purge(before: now - ms) }, completion)
     }

@@ -33,7 +33,8 @@ public enum StoreLocation: Sendable, CustomStringConvertible {
                 path: path, keySupply: keySupply, keyFile: keyFile, synchronous: synchronous, instance: instance,
                 clock: clock)
         case .postgres(let options):
-            try PostgresStore(options: options, keySupply: keySupply, keyFile: keyFile, instance: instance, clock: clock)
+            try PostgresStore(
+                options: options, keySupply: keySupply, keyFile: keyFile, instance: instance, clock: clock)
         }
     }
 }

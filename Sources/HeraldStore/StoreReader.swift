@@ -33,7 +33,8 @@ final class StoreReader: @unchecked Sendable {
         try db.execute("PRAGMA query_only = ON")
         try db.execute("PRAGMA temp_store = MEMORY")
         try db.execute("PRAGMA cache_size = -\(Self.cacheKiB)")
-        let tables = Tables(registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key, instance: instance))
+        let tables = Tables(
+            registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key, instance: instance))
         db.resetActive()
         let owned = ReaderOwned(db: db, tables: tables)
         let thread = Thread { [self] in

@@ -103,7 +103,9 @@ public struct ParamReader: Sendable {
 
     /// A reader for the nested object `name`, whose fields are reported as
     /// `name.field`. Call ``finish()`` on it as well.
-    public mutating func object(_ name: String, required: Bool = false) throws(RPCError)
+    public mutating func object(
+        _ name: String, required: Bool = false
+    ) throws(RPCError)
         -> ParamReader?
     {
         guard let value = try present(name, required: required) else { return nil }
@@ -199,7 +201,9 @@ public struct ParamReader: Sendable {
         let text: String
     }
 
-    private static func checkString(_ value: JSON, maxBytes: Int, allowEmpty: Bool) -> Result<
+    private static func checkString(
+        _ value: JSON, maxBytes: Int, allowEmpty: Bool
+    ) -> Result<
         String, Refusal
     > {
         guard case .string(let string) = value else {

@@ -161,7 +161,7 @@ public enum RPCMessage: Sendable, Equatable {
         let json: JSON
         do {
             json = try JSONParser.parse(bytes, maxValues: maxValues)
-        } catch where error.reason == JSONParser.tooManyValues {
+        } catch  where error.reason == JSONParser.tooManyValues {
             return .single(.failure(RPCFailure(id: .null, error: .tooManyValues(limit: maxValues))))
         } catch {
             return .single(

@@ -81,7 +81,8 @@ public struct PostgresConfiguration: Sendable {
             if n < 0 {
                 if errno == EINTR { continue }
                 wipe(&bytes)
-                throw PostgresError(.configuration, "password file \(passwordFile): \(String(cString: strerror(errno)))")
+                throw PostgresError(
+                    .configuration, "password file \(passwordFile): \(String(cString: strerror(errno)))")
             }
             if n == 0 { break }
             bytes.append(contentsOf: chunk[0..<n])

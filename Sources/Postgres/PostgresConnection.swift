@@ -77,7 +77,9 @@ public final class PostgresConnection {
 
     /// Runs a named statement, preparing it on this connection the first time.
     @discardableResult
-    public func execute(_ statement: PostgresStatement, _ parameters: [PostgresValue] = []) throws(PostgresError)
+    public func execute(
+        _ statement: PostgresStatement, _ parameters: [PostgresValue] = []
+    ) throws(PostgresError)
         -> PostgresResult
     {
         let conn = try ready()
@@ -114,10 +116,12 @@ public final class PostgresConnection {
             throw PostgresError(.connectionLost, "the connection was lost inside the transaction: it did not commit")
         }
         guard let result = PQexec(conn, "COMMIT") else { throw failure(conn, nil, lost: false) }
-        let rolledBack = PQresultStatus(result) == PGRES_COMMAND_OK && String(cString: PQcmdStatus(result)) == "ROLLBACK"
+        let rolledBack =
+            PQresultStatus(result) == PGRES_COMMAND_OK && String(cString: PQcmdStatus(result)) == "ROLLBACK"
         _ = try consume(result, conn)
         if rolledBack {
-            throw PostgresError(.server, "the transaction had failed: COMMIT rolled it back", sqlState: SQLState("25P02"))
+            throw PostgresError(
+                .server, "the transaction had failed: COMMIT rolled it back", sqlState: SQLState("25P02"))
         }
     }
 
@@ -179,7 +183,8 @@ public final class PostgresConnection {
             while let notice = PQnotifies(conn) {
                 received.append(
                     PostgresNotification(
-                        channel: String(cString: notice.pointee.relname), payload: String(cString: notice.pointee.extra),
+                        channel: String(cString: notice.pointee.relname),
+                        payload: String(cString: notice.pointee.extra),
                         senderPID: notice.pointee.be_pid))
                 PQfreemem(notice)
             }
@@ -235,7 +240,9 @@ public final class PostgresConnection {
         // connect_timeout before the connection string, which may override
         // it; client_encoding after it: rows are decoded as UTF-8.
         var keywords = ["connect_timeout", "fallback_application_name", "dbname", "client_encoding"]
-        let values = ["\(configuration.connectTimeoutSeconds)", configuration.applicationName, configuration.dsn, "UTF8"]
+        let values = [
+            "\(configuration.connectTimeoutSeconds)", configuration.applicationName, configuration.dsn, "UTF8",
+        ]
         if password != nil { keywords.append("password") }
         let cKeywords = keywords.map { strdup($0) }
         let cValues = values.map { strdup($0) }
@@ -331,12 +338,14 @@ public final class PostgresConnection {
                     continue
                 }
                 let text = UnsafeBufferPointer(
-                    start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self), count: Int(PQgetlength(result, r, c)))
+                    start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self),
+                    count: Int(PQgetlength(result, r, c)))
                 cells.append(bytea[Int(c)] ? (decodeByteaHex(text) ?? Array(text)) : Array(text))
             }
             rows.append(PostgresRow(cells: cells))
         }
-        return PostgresResult(columns: columns, rows: rows, affectedRows: Int(String(cString: PQcmdTuples(result))) ?? 0)
+        return PostgresResult(
+            columns: columns, rows: rows, affectedRows: Int(String(cString: PQcmdTuples(result))) ?? 0)
     }
 }
 

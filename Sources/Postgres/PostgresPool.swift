@@ -36,7 +36,9 @@ public final class PostgresPool: @unchecked Sendable {
     /// Starts `size` threads; each opens its connection at once (a failure
     /// there is left to the first job: it reconnects or reports why not).
     /// Call `close()` before letting the pool go: the threads hold it.
-    public init(configuration: PostgresConfiguration, size: Int = 8, queueLimit: Int = 4096, threadName: String = "herald-pg") {
+    public init(
+        configuration: PostgresConfiguration, size: Int = 8, queueLimit: Int = 4096, threadName: String = "herald-pg"
+    ) {
         precondition(size >= 1 && queueLimit >= 1, "a pool needs a connection and room for a job")
         self.size = size
         self.queueLimit = queueLimit

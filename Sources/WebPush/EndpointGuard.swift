@@ -99,7 +99,9 @@ public struct EndpointGuard: Sendable {
     }
 
     /// The vetted endpoint for `url` given what its host resolved to (ignored for an IP literal).
-    private func vet(_ url: EndpointSyntax, _ resolved: Result<[IPAddress], ResolverError>)
+    private func vet(
+        _ url: EndpointSyntax, _ resolved: Result<[IPAddress], ResolverError>
+    )
         -> Result<CheckedEndpoint, EndpointError>
     {
         let addresses: [IPAddress]

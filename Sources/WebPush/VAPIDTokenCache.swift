@@ -24,8 +24,14 @@ public final class VAPIDTokenCache: Sendable {
     public static let defaultLifetimeSeconds: Int64 = 12 * 3600
     public static let defaultRenewBeforeSeconds: Int64 = 3600
 
-    private struct Key: Hashable { let app: String; let origin: String }
-    private struct Entry { let value: String; let expiresAt: Int64 }
+    private struct Key: Hashable {
+        let app: String
+        let origin: String
+    }
+    private struct Entry {
+        let value: String
+        let expiresAt: Int64
+    }
 
     public let clock: any WallClock
     public let lifetimeSeconds: Int64

@@ -117,7 +117,9 @@ public final class WebPushSender: Sendable {
         /// a `timeout`, unsent.
         public let notAfter: Int64?
 
-        public init(subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders, notAfter: Int64? = nil) {
+        public init(
+            subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders, notAfter: Int64? = nil
+        ) {
             self.subscriber = subscriber
             self.payload = payload
             self.headers = headers
@@ -287,7 +289,8 @@ public final class WebPushSender: Sendable {
                 completion(.transient(reason: reason), nil)
             case .answered(let status, let retryAfterField):
                 let retryAfter = retryAfterField.flatMap { RetryAfter.parse($0, now: clock.nowMilliseconds()) }
-                let outcome = WebPushClassifier.classify(status: status, retryAfter: retryAfter, steppedDown: steppedDown)
+                let outcome = WebPushClassifier.classify(
+                    status: status, retryAfter: retryAfter, steppedDown: steppedDown)
                 if case .authRejected = outcome {
                     // The service refused the VAPID token: sign a fresh one for the next send.
                     tokens.remove(app: app, origin: checked.origin)
@@ -331,7 +334,10 @@ public final class WebPushSender: Sendable {
         var fields: [(name: String, value: String)] = headers.fields.map { ($0.name.lowercased(), $0.value) }
         fields.append(("content-length", String(body.count)))
         fields.append(("authorization", authorization))
-        return HTTP2Send(lane: lane, request: HTTP2Request(path: checked.pathAndQuery, headers: fields, body: body, notAfter: notAfter)) {
+        return HTTP2Send(
+            lane: lane,
+            request: HTTP2Request(path: checked.pathAndQuery, headers: fields, body: body, notAfter: notAfter)
+        ) {
             [self] result in
             switch result {
             case .success(let response):
@@ -364,7 +370,8 @@ public final class WebPushSender: Sendable {
         client.send(request) { result in
             switch result {
             case .failure(let error): answered(.unanswered(Self.reason(for: error)))
-            case .success(let response): answered(.answered(status: response.status, retryAfter: response.header("retry-after")))
+            case .success(let response):
+                answered(.answered(status: response.status, retryAfter: response.header("retry-after")))
             }
         }
     }

@@ -18,7 +18,8 @@ final class RPCClient {
         do {
             fd = try connectUnixSocket(socketPath)
         } catch let error as SystemError {
-            throw CommandFailure("cannot connect to \(socketPath): \(String(cString: strerror(error.errno)))", status: 1)
+            throw CommandFailure(
+                "cannot connect to \(socketPath): \(String(cString: strerror(error.errno)))", status: 1)
         } catch {
             throw CommandFailure("cannot connect to \(socketPath): \(error)", status: 1)
         }

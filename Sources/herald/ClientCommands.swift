@@ -50,8 +50,10 @@ enum ClientCommands {
         params.append("user", .string(try options.required("user")))
         params.append("platform", .string(try options.required("platform")))
         params.append("token", .string(try options.required("token")))
-        for (option, key) in [("environment", "environment"), ("name", "name"), ("app-version", "app_version"),
-                              ("session", "session"), ("registration-id", "registration_id")] {
+        for (option, key) in [
+            ("environment", "environment"), ("name", "name"), ("app-version", "app_version"),
+            ("session", "session"), ("registration-id", "registration_id"),
+        ] {
             if let v = options.value(option) { params.append(key, .string(v)) }
         }
         if let v = options.value("version") {
@@ -59,7 +61,9 @@ enum ClientCommands {
             params.append("version", .int(n))
         }
         if options.value("p256dh") != nil || options.value("auth") != nil {
-            params.append("keys", ["p256dh": .string(try options.required("p256dh")), "auth": .string(try options.required("auth"))])
+            params.append(
+                "keys",
+                ["p256dh": .string(try options.required("p256dh")), "auth": .string(try options.required("auth"))])
         }
         let client = try RPCClient(socketPath: socketPath(options))
         return output(try client.call("device.register", params))

@@ -76,7 +76,9 @@ struct Options {
     func flag(_ name: String) -> Bool { flags.contains(name) }
 
     /// A whole number option within a range.
-    func integer(_ name: String, default fallback: Int64, in range: ClosedRange<Int64>)
+    func integer(
+        _ name: String, default fallback: Int64, in range: ClosedRange<Int64>
+    )
         throws(CommandFailure) -> Int64
     {
         guard let text = values[name] else { return fallback }

@@ -29,7 +29,8 @@ enum PushCommands {
         var params = JSONObject()
         if let app = options.value("app") { params.append("app", .string(app)) }
         params.append(
-            "to", users.isEmpty ? ["devices": .array(devices.map(JSON.string))] : ["users": .array(users.map(JSON.string))])
+            "to",
+            users.isEmpty ? ["devices": .array(devices.map(JSON.string))] : ["users": .array(users.map(JSON.string))])
         if let kind = options.value("kind") { params.append("kind", .string(kind)) }
         if !options.all("data").isEmpty {
             var data = JSONObject()
@@ -45,7 +46,9 @@ enum PushCommands {
             params.append("badge", .int(try options.integer("badge", default: 0, in: 0...999_999)))
         }
         if let key = options.value("loc-key") { params.append("alert", ["loc_key": .string(key)]) }
-        for (option, key) in [("collapse-key", "collapse_key"), ("priority", "priority"), ("idempotency-key", "idempotency_key")] {
+        for (option, key) in [
+            ("collapse-key", "collapse_key"), ("priority", "priority"), ("idempotency-key", "idempotency_key"),
+        ] {
             if let v = options.value(option) { params.append(key, .string(v)) }
         }
         if options.value("ttl") != nil {

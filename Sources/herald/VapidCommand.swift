@@ -114,7 +114,9 @@ enum VapidCommand {
 
 /// Runs a crypto call, turning its error into a one-line failure that names
 /// what was being read.
-func crypto<T>(_ subject: String? = nil, _ body: () throws(CryptoError) -> T)
+func crypto<T>(
+    _ subject: String? = nil, _ body: () throws(CryptoError) -> T
+)
     throws(CommandFailure) -> T
 {
     do {

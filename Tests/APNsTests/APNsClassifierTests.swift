@@ -25,7 +25,9 @@ struct APNsClassifierTests {
         Row(status: 410, reason: "Unregistered", timestamp: t0 - 1, expected: .failed(reason: .unregistered)),
         Row(status: 410, reason: "ExpiredToken", timestamp: t0 - 86_400_000, expected: .failed(reason: .expiredToken)),
         Row(status: 410, reason: "Unregistered", timestamp: nil, expected: .stale(reason: .unregistered)),
-        Row(status: 410, reason: "SomethingElse", timestamp: t0 + 1, expected: .failed(reason: .unknown("SomethingElse"))),
+        Row(
+            status: 410, reason: "SomethingElse", timestamp: t0 + 1,
+            expected: .failed(reason: .unknown("SomethingElse"))),
         Row(status: 410, reason: nil, timestamp: t0 + 1, expected: .failed(reason: .httpStatus(410))),
         // 400: never stale.
         Row(status: 400, reason: "BadDeviceToken", expected: .failed(reason: .badDeviceToken)),
@@ -42,10 +44,15 @@ struct APNsClassifierTests {
         Row(status: 403, reason: "ExpiredProviderToken", expected: .authRejected(reason: .expiredProviderToken)),
         Row(status: 403, reason: "InvalidProviderToken", expected: .authRejected(reason: .invalidProviderToken)),
         Row(status: 403, reason: "MissingProviderToken", expected: .authRejected(reason: .missingProviderToken)),
-        Row(status: 403, reason: "BadEnvironmentKeyIdInToken", expected: .authRejected(reason: .badEnvironmentKeyIDInToken)),
-        Row(status: 403, reason: "BadEnvironmentKeyInToken", expected: .authRejected(reason: .badEnvironmentKeyInToken)),
+        Row(
+            status: 403, reason: "BadEnvironmentKeyIdInToken",
+            expected: .authRejected(reason: .badEnvironmentKeyIDInToken)),
+        Row(
+            status: 403, reason: "BadEnvironmentKeyInToken", expected: .authRejected(reason: .badEnvironmentKeyInToken)),
         Row(status: 403, reason: "UnrelatedKeyIdInToken", expected: .authRejected(reason: .unrelatedKeyIDInToken)),
-        Row(status: 403, reason: "BadCertificateEnvironment", expected: .authRejected(reason: .badCertificateEnvironment)),
+        Row(
+            status: 403, reason: "BadCertificateEnvironment",
+            expected: .authRejected(reason: .badCertificateEnvironment)),
         Row(status: 403, reason: nil, expected: .authRejected(reason: .httpStatus(403))),
         Row(status: 403, reason: "Forbidden", expected: .failed(reason: .forbidden)),
         // Other 4xx.
@@ -55,12 +62,15 @@ struct APNsClassifierTests {
         Row(status: 413, reason: nil, expected: .failed(reason: .payloadTooLarge)),
         Row(status: 418, reason: "NewReason", expected: .failed(reason: .unknown("NewReason"))),
         // Transient, honouring Retry-After.
-        Row(status: 429, reason: "TooManyRequests", retryAfter: .seconds(30),
+        Row(
+            status: 429, reason: "TooManyRequests", retryAfter: .seconds(30),
             expected: .retry(after: .seconds(30), reason: .tooManyRequests)),
-        Row(status: 429, reason: "TooManyProviderTokenUpdates",
+        Row(
+            status: 429, reason: "TooManyProviderTokenUpdates",
             expected: .retry(after: nil, reason: .tooManyProviderTokenUpdates)),
         Row(status: 500, reason: "InternalServerError", expected: .retry(after: nil, reason: .internalServerError)),
-        Row(status: 503, reason: "ServiceUnavailable", retryAfter: .seconds(120),
+        Row(
+            status: 503, reason: "ServiceUnavailable", retryAfter: .seconds(120),
             expected: .retry(after: .seconds(120), reason: .serviceUnavailable)),
         Row(status: 503, reason: "Shutdown", expected: .retry(after: nil, reason: .shutdown)),
         Row(status: 502, reason: nil, expected: .retry(after: nil, reason: .httpStatus(502))),

@@ -169,7 +169,8 @@ struct APNsClientTests {
     func errorAnswers() async throws {
         let h = try await APNsHarness.make()
         defer { h.client.shutdown() }
-        try await h.gateways.program("apns", token: hexToken(1), [["status": 410, "reason": "Unregistered", "timestamp": 1_700_000_000_123]])
+        try await h.gateways.program(
+            "apns", token: hexToken(1), [["status": 410, "reason": "Unregistered", "timestamp": 1_700_000_000_123]])
         try await h.gateways.program("apns", token: hexToken(2), [["status": 400, "reason": "BadDeviceToken"]])
         try await h.gateways.program("apns", token: hexToken(3), [["status": 429, "retry_after": 7]])
         let r = await h.sendAll([hexToken(1), hexToken(2), hexToken(3)])
@@ -184,9 +185,11 @@ struct APNsClientTests {
     func goAway() async throws {
         let h = try await APNsHarness.make()
         defer { h.client.shutdown() }
-        try await h.gateways.knobs("apns", ["goaway_after": 20, "goaway_answer_last": false, "goaway_times": 1, "goaway_reason": "Shutdown"])
+        try await h.gateways.knobs(
+            "apns", ["goaway_after": 20, "goaway_answer_last": false, "goaway_times": 1, "goaway_reason": "Shutdown"])
         let results = await h.sendAll((0..<200).map(hexToken))
-        #expect(results.allSatisfy { $0.value?.status == 200 }, "\(results.filter { $0.value?.status != 200 }.prefix(3))")
+        #expect(
+            results.allSatisfy { $0.value?.status == 200 }, "\(results.filter { $0.value?.status != 200 }.prefix(3))")
         let stats = h.client.stats
         #expect(stats.goaways == 1)
         #expect(stats.lastGoAwayReason == "Shutdown")
@@ -261,9 +264,12 @@ struct APNsClientTests {
         #expect(final.allSatisfy { $0.value?.status == 200 }, "\(final.compactMap(\.failure).prefix(3))")
         // Each push arrived at the gateway, and on a connection other than the silent one.
         let records = try await h.gateways.received("apns")
-        let silentConn = try #require(records.first { ($0["path"] as? String)?.hasSuffix(hexToken(0)) == true }?["conn"] as? Int)
+        let silentConn = try #require(
+            records.first { ($0["path"] as? String)?.hasSuffix(hexToken(0)) == true }?["conn"] as? Int)
         for t in tokens {
-            let conns = records.filter { ($0["path"] as? String)?.hasSuffix(t) == true }.compactMap { $0["conn"] as? Int }
+            let conns = records.filter { ($0["path"] as? String)?.hasSuffix(t) == true }.compactMap {
+                $0["conn"] as? Int
+            }
             #expect(!conns.isEmpty && !conns.contains(silentConn), "\(t) on \(conns)")
         }
         // The silent connection is closed by the client after its PING went unanswered.
@@ -437,7 +443,8 @@ struct APNsClientTests {
         defer { h.client.shutdown() }
         #expect(await h.lane.send(h.push(hexToken(1))).value?.status == 200)
         h.clock.advance(ms: 25 * 60_000)  // the token is 25 minutes old now
-        try await h.gateways.program("apns", token: hexToken(2), [["status": 403, "reason": "ExpiredProviderToken"], ["status": 200]])
+        try await h.gateways.program(
+            "apns", token: hexToken(2), [["status": 403, "reason": "ExpiredProviderToken"], ["status": 200]])
         let r = await h.lane.send(h.push(hexToken(2)))
         #expect(r.value?.reason == "ExpiredProviderToken")
         #expect(h.client.stats.tokensMinted == 2, "a 25-minute-old token is signed again")
@@ -446,7 +453,8 @@ struct APNsClientTests {
         #expect(conns.count == 2, "the rejected connection was replaced")
 
         // The token just signed is fresh.
-        try await h.gateways.program("apns", token: hexToken(3), [["status": 403, "reason": "ExpiredProviderToken"], ["status": 200]])
+        try await h.gateways.program(
+            "apns", token: hexToken(3), [["status": 403, "reason": "ExpiredProviderToken"], ["status": 200]])
         _ = await h.lane.send(h.push(hexToken(3)))
         #expect(h.client.stats.tokensMinted == 2, "a token younger than 20 minutes is not replaced")
     }

@@ -93,4 +93,3 @@ struct HTTP2GoAwayReasonTests {
         }
     }
 }
-

@@ -30,7 +30,8 @@ struct HTTPClientTests {
             #expect(isLoopback(r.primaryIP))
 
             // A bad request (no TTL) on the same client: 400, also over h2.
-            let bad = try await client.send(HTTPRequest(url: "https://127.0.0.1:\(g.webpush)/push/x", body: [1, 2, 3])).get()
+            let bad = try await client.send(HTTPRequest(url: "https://127.0.0.1:\(g.webpush)/push/x", body: [1, 2, 3]))
+                .get()
             #expect(bad.status == 400 || bad.status == 404)
             #expect(bad.httpVersion == "2")
             #expect(bad.primaryIP == "127.0.0.1")
@@ -61,7 +62,9 @@ struct HTTPClientTests {
             #expect(r.body.isEmpty)
             #expect(r.httpVersion == "1.1")
 
-            let ok = try await client.send(HTTPRequest(url: "http://localhost:\(s.port)/target", body: Array("hi".utf8))).get()
+            let ok = try await client.send(
+                HTTPRequest(url: "http://localhost:\(s.port)/target", body: Array("hi".utf8))
+            ).get()
             #expect(ok.status == 200)
             #expect(ok.header("x-test") == "Yes")
             #expect(String(decoding: ok.body, as: UTF8.self) == "target")
@@ -74,19 +77,24 @@ struct HTTPClientTests {
         try await withGateways { g in
             let client = try HTTPClient(configuration: .init(caFile: g.ca))
             defer { client.shutdown() }
-            let r = try await client.send(webPushRequest("https://localhost:\(g.webpush)/push/x", pinned: ["127.0.0.1"])).get()
+            let r = try await client.send(
+                webPushRequest("https://localhost:\(g.webpush)/push/x", pinned: ["127.0.0.1"])
+            ).get()
             #expect(r.status == 404)
             #expect(r.primaryIP == "127.0.0.1")
             #expect(r.httpVersion == "2")
 
             // The gateway listens on 127.0.0.1 only: a pin to 127.0.0.2 must be honoured (→ refused),
             // proving neither the resolver's answer nor the open connection to 127.0.0.1 is used.
-            let wrong = await client.send(webPushRequest("https://localhost:\(g.webpush)/push/x", pinned: ["127.0.0.2"], timeout: .seconds(5)))
+            let wrong = await client.send(
+                webPushRequest("https://localhost:\(g.webpush)/push/x", pinned: ["127.0.0.2"], timeout: .seconds(5)))
             guard case .connectFailed = wrong.failure else {
                 Issue.record("expected a connect failure, got \(wrong)")
                 return
             }
-            let again = try await client.send(webPushRequest("https://localhost:\(g.webpush)/push/x", pinned: ["127.0.0.1"])).get()
+            let again = try await client.send(
+                webPushRequest("https://localhost:\(g.webpush)/push/x", pinned: ["127.0.0.1"])
+            ).get()
             #expect(again.primaryIP == "127.0.0.1")
         }
     }
@@ -157,7 +165,8 @@ struct HTTPClientTests {
     @Test("200 concurrent requests are multiplexed over few HTTP/2 connections")
     func concurrentMultiplexed() async throws {
         try await withGateways { g in
-            let client = try HTTPClient(configuration: .init(caFile: g.ca, maxConnectionsPerHost: 2, allowPlainHTTPToLoopback: true))
+            let client = try HTTPClient(
+                configuration: .init(caFile: g.ca, maxConnectionsPerHost: 2, allowPlainHTTPToLoopback: true))
             defer { client.shutdown() }
             let results = await withTaskGroup(of: Result<HTTPResponse, HTTPError>.self) { group in
                 for i in 0..<200 {
@@ -175,7 +184,9 @@ struct HTTPClientTests {
             #expect(responses.allSatisfy { $0.status == 404 && $0.httpVersion == "2" && isLoopback($0.primaryIP) })
 
             // Ask the gateway how many connections carried them.
-            let ctl = try await client.send(HTTPRequest(method: "GET", url: "http://127.0.0.1:\(g.control)/control/connections?gateway=webpush")).get()
+            let ctl = try await client.send(
+                HTTPRequest(method: "GET", url: "http://127.0.0.1:\(g.control)/control/connections?gateway=webpush")
+            ).get()
             #expect(ctl.status == 200)
             let obj = try JSONSerialization.jsonObject(with: Data(ctl.body)) as? [String: Any]
             let conns = obj?["connections"] as? [[String: Any]] ?? []
@@ -189,7 +200,8 @@ struct HTTPClientTests {
     @Test("Response bodies over the cap fail with bodyTooLarge")
     func bodyCap() async throws {
         try await withPlainServer { s in
-            let client = try HTTPClient(configuration: .init(maxResponseBodyBytes: 64 * 1024, allowPlainHTTPToLoopback: true))
+            let client = try HTTPClient(
+                configuration: .init(maxResponseBodyBytes: 64 * 1024, allowPlainHTTPToLoopback: true))
             defer { client.shutdown() }
             let r = await client.send(HTTPRequest(method: "GET", url: "http://127.0.0.1:\(s.port)/big"))
             #expect(r.failure == .bodyTooLarge(limit: 64 * 1024))
@@ -201,22 +213,45 @@ struct HTTPClientTests {
         let strict = try HTTPClient()
         defer { strict.shutdown() }
         let noFlag = await strict.send(HTTPRequest(url: "http://127.0.0.1:9/"))
-        guard case .invalidRequest = noFlag.failure else { Issue.record("got \(noFlag)"); return }
+        guard case .invalidRequest = noFlag.failure else {
+            Issue.record("got \(noFlag)")
+            return
+        }
 
         let client = try HTTPClient(configuration: .init(allowPlainHTTPToLoopback: true))
         defer { client.shutdown() }
-        for url in ["http://example.com/", "http://10.0.0.1/", "http://[2001:db8::1]/", "ftp://127.0.0.1/", "file:///etc/passwd"] {
+        for url in [
+            "http://example.com/", "http://10.0.0.1/", "http://[2001:db8::1]/", "ftp://127.0.0.1/",
+            "file:///etc/passwd",
+        ] {
             let r = await client.send(HTTPRequest(url: url))
-            guard case .invalidRequest = r.failure else { Issue.record("\(url): got \(r)"); continue }
+            guard case .invalidRequest = r.failure else {
+                Issue.record("\(url): got \(r)")
+                continue
+            }
         }
         let pinnedAway = await client.send(HTTPRequest(url: "http://localhost:9/", pinnedAddresses: ["192.0.2.1"]))
-        guard case .invalidRequest = pinnedAway.failure else { Issue.record("got \(pinnedAway)"); return }
+        guard case .invalidRequest = pinnedAway.failure else {
+            Issue.record("got \(pinnedAway)")
+            return
+        }
         let notLiteral = await client.send(HTTPRequest(url: "https://localhost:9/", pinnedAddresses: ["example.com"]))
-        guard case .invalidRequest = notLiteral.failure else { Issue.record("got \(notLiteral)"); return }
-        let literalMismatch = await client.send(HTTPRequest(url: "https://127.0.0.1:9/", pinnedAddresses: ["192.0.2.1"]))
-        guard case .invalidRequest = literalMismatch.failure else { Issue.record("got \(literalMismatch)"); return }
-        let headerInjection = await client.send(HTTPRequest(url: "https://localhost:9/", headers: [("X", "a\r\nEvil: 1")]))
-        guard case .invalidRequest = headerInjection.failure else { Issue.record("got \(headerInjection)"); return }
+        guard case .invalidRequest = notLiteral.failure else {
+            Issue.record("got \(notLiteral)")
+            return
+        }
+        let literalMismatch = await client.send(
+            HTTPRequest(url: "https://127.0.0.1:9/", pinnedAddresses: ["192.0.2.1"]))
+        guard case .invalidRequest = literalMismatch.failure else {
+            Issue.record("got \(literalMismatch)")
+            return
+        }
+        let headerInjection = await client.send(
+            HTTPRequest(url: "https://localhost:9/", headers: [("X", "a\r\nEvil: 1")]))
+        guard case .invalidRequest = headerInjection.failure else {
+            Issue.record("got \(headerInjection)")
+            return
+        }
     }
 
     @Test("Shutdown fails in-flight and later requests")

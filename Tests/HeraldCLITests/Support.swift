@@ -64,7 +64,9 @@ final class TempDir: @unchecked Sendable {
 /// Runs `herald` with the arguments, feeding `stdin` (through a file, so a
 /// command that exits without reading cannot break a pipe) and capturing
 /// stdout and stderr (also through files, so nothing can block).
-func herald(_ arguments: [String], stdin: [UInt8] = [], in directory: URL? = nil) throws
+func herald(
+    _ arguments: [String], stdin: [UInt8] = [], in directory: URL? = nil
+) throws
     -> RunResult
 {
     let binary = try Herald.binary()
@@ -104,7 +106,9 @@ func herald(_ arguments: [String], stdin: [UInt8] = [], in directory: URL? = nil
         stderr: String(decoding: try Data(contentsOf: errURL), as: UTF8.self))
 }
 
-func herald(_ arguments: String..., stdin: [UInt8] = [], in directory: URL? = nil) throws
+func herald(
+    _ arguments: String..., stdin: [UInt8] = [], in directory: URL? = nil
+) throws
     -> RunResult
 {
     try herald(arguments, stdin: stdin, in: directory)
@@ -187,7 +191,9 @@ func randomRawKey() throws -> (scalar: [UInt8], key: P256PrivateKey) {
 }
 
 /// A key written by `herald vapid generate --out`, and the public key it printed.
-func generatedKey(in dir: TempDir, name: String = "vapid.pem") throws -> (
+func generatedKey(
+    in dir: TempDir, name: String = "vapid.pem"
+) throws -> (
     path: String, publicKey: String
 ) {
     let path = dir.path(name)

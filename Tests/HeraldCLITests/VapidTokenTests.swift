@@ -51,8 +51,10 @@ struct VapidTokenTests {
         key = try generatedKey(in: dir)
     }
 
-    private func token(_ extra: [String], aud: String = "https://push.example.net",
-                       sub: String = "mailto:ops@example.com") throws -> RunResult {
+    private func token(
+        _ extra: [String], aud: String = "https://push.example.net",
+        sub: String = "mailto:ops@example.com"
+    ) throws -> RunResult {
         try herald(["vapid", "token", "--key", key.path, "--aud", aud, "--sub", sub] + extra)
     }
 
@@ -70,8 +72,9 @@ struct VapidTokenTests {
         let claims = try auth.claims
         #expect(claims.aud == "https://push.example.net")
         #expect(claims.sub == "mailto:ops@example.com")
-        #expect(claims.exp >= before + 43_200 && claims.exp <= after + 43_200,
-                "exp \(claims.exp) not within now+12h [\(before + 43_200), \(after + 43_200)]")
+        #expect(
+            claims.exp >= before + 43_200 && claims.exp <= after + 43_200,
+            "exp \(claims.exp) not within now+12h [\(before + 43_200), \(after + 43_200)]")
 
         #expect(auth.k == key.publicKey)
         let publicKey = try unb64url(auth.k)
@@ -122,8 +125,9 @@ struct VapidTokenTests {
         let after = now()
         #expect(result.status == 0, "\(result)")
         let claims = try VapidAuthorization(result.stdoutLine).claims
-        #expect(claims.exp >= before + seconds && claims.exp <= after + seconds,
-                "exp \(claims.exp) not within now+\(seconds)")
+        #expect(
+            claims.exp >= before + seconds && claims.exp <= after + seconds,
+            "exp \(claims.exp) not within now+\(seconds)")
     }
 
     @Test("--exp=60 inline form works")
@@ -135,47 +139,56 @@ struct VapidTokenTests {
         #expect(claims.exp >= before + 60 && claims.exp <= now() + 60)
     }
 
-    @Test("--exp over 24 h, zero, negative or not a number is bad input",
-          arguments: ["86401", "172800", "0", "-1", "1e3", "60s", "", "99999999999999999999"])
+    @Test(
+        "--exp over 24 h, zero, negative or not a number is bad input",
+        arguments: ["86401", "172800", "0", "-1", "1e3", "60s", "", "99999999999999999999"])
     func badLifetime(value: String) throws {
         expectBadInput(try token(["--exp", value]), mentioning: ["--exp"])
     }
 
-    @Test("a full endpoint URL given as --aud is reduced to its origin",
-          arguments: [
-              ("https://fcm.googleapis.com/fcm/send/abc", "https://fcm.googleapis.com"),
-              ("https://h.example:8443/x", "https://h.example:8443"),
-              ("https://h.example:443/x", "https://h.example"),
-              ("https://h.example", "https://h.example"),
-              ("https://h.example/", "https://h.example"),
-              ("https://updates.push.services.mozilla.com/wpush/v2/gAAAAAB?x=1#frag",
-               "https://updates.push.services.mozilla.com"),
-              ("https://web.push.apple.com/QGuQyavXutnMH6ZHlHz", "https://web.push.apple.com"),
-              ("https://Push.Example.COM/Path", "https://push.example.com"),
-          ])
+    @Test(
+        "a full endpoint URL given as --aud is reduced to its origin",
+        arguments: [
+            ("https://fcm.googleapis.com/fcm/send/abc", "https://fcm.googleapis.com"),
+            ("https://h.example:8443/x", "https://h.example:8443"),
+            ("https://h.example:443/x", "https://h.example"),
+            ("https://h.example", "https://h.example"),
+            ("https://h.example/", "https://h.example"),
+            (
+                "https://updates.push.services.mozilla.com/wpush/v2/gAAAAAB?x=1#frag",
+                "https://updates.push.services.mozilla.com"
+            ),
+            ("https://web.push.apple.com/QGuQyavXutnMH6ZHlHz", "https://web.push.apple.com"),
+            ("https://Push.Example.COM/Path", "https://push.example.com"),
+        ])
     func audienceOrigin(input: String, expected: String) throws {
         let result = try token([], aud: input)
         #expect(result.status == 0, "\(result)")
         #expect(try VapidAuthorization(result.stdoutLine).claims.aud == expected)
     }
 
-    @Test("--aud must be an https URL",
-          arguments: ["http://fcm.googleapis.com/fcm/send/abc", "ftp://h.example", "h.example",
-                      "https://", "not a url", "https://user:pw@h.example/"])
+    @Test(
+        "--aud must be an https URL",
+        arguments: [
+            "http://fcm.googleapis.com/fcm/send/abc", "ftp://h.example", "h.example",
+            "https://", "not a url", "https://user:pw@h.example/",
+        ])
     func badAudience(aud: String) throws {
         expectBadInput(try token([], aud: aud), mentioning: ["aud"])
     }
 
-    @Test("the subject may be mailto: or https:",
-          arguments: ["mailto:ops@example.com", "https://example.com/contact"])
+    @Test(
+        "the subject may be mailto: or https:",
+        arguments: ["mailto:ops@example.com", "https://example.com/contact"])
     func goodSubject(sub: String) throws {
         let result = try token([], sub: sub)
         #expect(result.status == 0, "\(result)")
         #expect(try VapidAuthorization(result.stdoutLine).claims.sub == sub)
     }
 
-    @Test("any other subject is bad input",
-          arguments: ["ops@example.com", "http://example.com", "mailto:", "tel:+123", "example.com"])
+    @Test(
+        "any other subject is bad input",
+        arguments: ["ops@example.com", "http://example.com", "mailto:", "tel:+123", "example.com"])
     func badSubject(sub: String) throws {
         expectBadInput(try token([], sub: sub), mentioning: ["sub"])
     }
@@ -196,12 +209,14 @@ struct VapidTokenTests {
 
     @Test("a broken or missing key file is bad input")
     func badKey() throws {
-        let broken = try dir.write("broken.pem", "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEI\n-----END EC PRIVATE KEY-----\n")
+        let broken = try dir.write(
+            "broken.pem", "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEI\n-----END EC PRIVATE KEY-----\n")
         expectBadInput(
             try herald("vapid", "token", "--key", broken, "--aud", "https://a.example", "--sub", "mailto:a@b.c"))
         expectBadInput(
-            try herald("vapid", "token", "--key", dir.path("gone.pem"), "--aud", "https://a.example",
-                       "--sub", "mailto:a@b.c"),
+            try herald(
+                "vapid", "token", "--key", dir.path("gone.pem"), "--aud", "https://a.example",
+                "--sub", "mailto:a@b.c"),
             mentioning: ["gone.pem"])
     }
 }

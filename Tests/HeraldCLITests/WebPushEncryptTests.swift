@@ -40,17 +40,21 @@ struct WebPushEncryptTests {
         #expect(result.stdout.count == 2816)
     }
 
-    @Test("--pad gives the exact total body size",
-          arguments: [(104, 0), (104, 1), (200, 0), (200, 97), (1000, 500), (2816, 2713),
-                      (3000, 10), (4096, 0), (4096, 3993)])
+    @Test(
+        "--pad gives the exact total body size",
+        arguments: [
+            (104, 0), (104, 1), (200, 0), (200, 97), (1000, 500), (2816, 2713),
+            (3000, 10), (4096, 0), (4096, 3993),
+        ])
     func exactPad(pad: Int, length: Int) throws {
         let result = try encrypt(bytes(length), ["--pad", String(pad)])
         #expect(result.status == 0, "\(result)")
         #expect(result.stdout.count == pad)
     }
 
-    @Test("--pad 0 adds only the 103 bytes of header, delimiter and tag",
-          arguments: [0, 1, 100, 2713, 3993])
+    @Test(
+        "--pad 0 adds only the 103 bytes of header, delimiter and tag",
+        arguments: [0, 1, 100, 2713, 3993])
     func noPadding(length: Int) throws {
         let result = try encrypt(bytes(length), ["--pad", "0"])
         #expect(result.status == 0, "\(result)")
@@ -98,17 +102,19 @@ struct WebPushEncryptTests {
         #expect(!found)
     }
 
-    @Test("a plaintext that does not fit the record is bad input",
-          arguments: [
-              (2714, nil), (4000, nil), (3994, "0"), (98, "200"), (2, "104"), (3994, "4096"),
-          ] as [(Int, String?)])
+    @Test(
+        "a plaintext that does not fit the record is bad input",
+        arguments: [
+            (2714, nil), (4000, nil), (3994, "0"), (98, "200"), (2, "104"), (3994, "4096"),
+        ] as [(Int, String?)])
     func tooLarge(length: Int, pad: String?) throws {
         let result = try encrypt(bytes(length), pad.map { ["--pad", $0] } ?? [])
         expectBadInput(result, mentioning: ["plaintext", "fit"])
     }
 
-    @Test("--pad outside 0...4096 or below the record overhead is bad input",
-          arguments: ["5000", "4097", "-1", "abc", "", "50", "103", "1"])
+    @Test(
+        "--pad outside 0...4096 or below the record overhead is bad input",
+        arguments: ["5000", "4097", "-1", "abc", "", "50", "103", "1"])
     func badPad(pad: String) throws {
         // An empty plaintext, so that only the pad itself can be at fault.
         let result = try encrypt([], ["--pad", pad])
@@ -150,11 +156,12 @@ struct WebPushEncryptTests {
         expectBadInput(result, mentioning: ["curve", "point"])
     }
 
-    @Test("auth must be 16 bytes of base64url",
-          arguments: [
-              b64url([UInt8](repeating: 7, count: 15)), b64url([UInt8](repeating: 7, count: 17)),
-              b64url([]), "AAAAAAAAAAAAAAAAAAAAA!", "AAAAAAAAAAAAAAAAAAAAAA===",
-          ])
+    @Test(
+        "auth must be 16 bytes of base64url",
+        arguments: [
+            b64url([UInt8](repeating: 7, count: 15)), b64url([UInt8](repeating: 7, count: 17)),
+            b64url([]), "AAAAAAAAAAAAAAAAAAAAA!", "AAAAAAAAAAAAAAAAAAAAAA===",
+        ])
     func badAuth(value: String) throws {
         let result = try herald(
             ["webpush", "encrypt", "--p256dh", p256dh, "--auth", value], stdin: Array("hi".utf8))
@@ -165,8 +172,9 @@ struct WebPushEncryptTests {
     func required() throws {
         expectBadInput(try herald(["webpush", "encrypt", "--auth", auth], stdin: [1]), mentioning: ["--p256dh"])
         expectBadInput(try herald(["webpush", "encrypt", "--p256dh", p256dh], stdin: [1]), mentioning: ["--auth"])
-        expectBadInput(try herald(["webpush", "encrypt", "--p256dh", p256dh, "--auth"], stdin: [1]),
-                       mentioning: ["--auth"])
+        expectBadInput(
+            try herald(["webpush", "encrypt", "--p256dh", p256dh, "--auth"], stdin: [1]),
+            mentioning: ["--auth"])
     }
 
     @Test("unknown options and stray arguments are bad input")

@@ -5,10 +5,11 @@ import Testing
 struct DeliveryStateTests {
     @Test("raw values are push.status's strings")
     func rawValues() {
-        #expect(DeliveryState.allCases.map(\.rawValue) == [
-            "queued", "in_flight", "delivered", "retrying", "failed", "expired", "superseded", "skipped",
-            "removed_stale",
-        ])
+        #expect(
+            DeliveryState.allCases.map(\.rawValue) == [
+                "queued", "in_flight", "delivered", "retrying", "failed", "expired", "superseded", "skipped",
+                "removed_stale",
+            ])
         #expect(DeliveryState(rawValue: "removed_stale") == .removedStale)
         #expect(DeliveryState(rawValue: "in-flight") == nil)
     }

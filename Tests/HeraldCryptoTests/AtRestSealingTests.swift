@@ -43,7 +43,9 @@ struct AtRestSealingTests {
         #expect(try key.open(stored, context: V.ad) == V.message)
         // Each part is read from where the format puts it.
         #expect(throws: CryptoError.sealedFormat) { try key.open([0x02] + V.nonce + V.sealed, context: V.ad) }
-        #expect(throws: CryptoError.decrypt) { try key.open([0x01] + Array(V.sealed.prefix(24)) + V.sealed, context: V.ad) }
+        #expect(throws: CryptoError.decrypt) {
+            try key.open([0x01] + Array(V.sealed.prefix(24)) + V.sealed, context: V.ad)
+        }
         #expect(throws: CryptoError.decrypt) { try key.open(stored, context: V.ad + [0]) }
         var flipped = stored
         flipped[flipped.count - 1] ^= 1
@@ -53,7 +55,9 @@ struct AtRestSealingTests {
     @Test("a seal is exactly 0x01, its nonce, and libsodium's ciphertext and tag for that nonce")
     func sealsTheExactBytes() throws {
         // The reference (libsodium called directly) reproduces the published bytes.
-        #expect(try Libsodium.xchacha20poly1305Encrypt(message: V.message, ad: V.ad, nonce: V.nonce, key: V.key) == V.sealed)
+        #expect(
+            try Libsodium.xchacha20poly1305Encrypt(message: V.message, ad: V.ad, nonce: V.nonce, key: V.key) == V.sealed
+        )
         let key = try StoreKey(SecretBytes(copying: V.key))
         var nonces: Set<[UInt8]> = []
         for plaintext in [V.message, [], Array("f00dfeedcafe0123456789abcdef".utf8)] {
@@ -62,7 +66,8 @@ struct AtRestSealingTests {
             #expect(sealed[0] == 0x01, "version byte")
             let nonce = Array(sealed[1..<25])
             nonces.insert(nonce)
-            let reference = try Libsodium.xchacha20poly1305Encrypt(message: plaintext, ad: V.ad, nonce: nonce, key: V.key)
+            let reference = try Libsodium.xchacha20poly1305Encrypt(
+                message: plaintext, ad: V.ad, nonce: nonce, key: V.key)
             #expect(Array(sealed[25...]) == reference, "ciphertext || tag under the nonce at bytes 1..<25")
         }
         #expect(nonces.count == 3, "every seal draws a fresh nonce")

@@ -65,7 +65,9 @@ struct TokenTests {
             try P256PrivateKey(text: secret("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"))
         }
         #expect(throws: CryptoError.privateKeyLength) { try P256PrivateKey(raw: secret([1, 2, 3])) }
-        #expect(throws: CryptoError.privateKeyLength) { try P256PrivateKey(raw: secret([UInt8](repeating: 1, count: 33))) }
+        #expect(throws: CryptoError.privateKeyLength) {
+            try P256PrivateKey(raw: secret([UInt8](repeating: 1, count: 33)))
+        }
         #expect(throws: CryptoError.privateKeyRange) {
             try P256PrivateKey(raw: secret([UInt8](repeating: 0, count: 32)))
         }
@@ -101,7 +103,8 @@ struct TokenTests {
         #expect(
             try OpenSSLVerifier.verifyES256(
                 message: parts.signingInput, signature: parts.signature, publicKey: key.publicKey))
-        #expect(try OpenSSLVerifier.verifyES256(message: parts.signingInput, signature: parts.signature, keyPEM: key.pem()))
+        #expect(
+            try OpenSSLVerifier.verifyES256(message: parts.signingInput, signature: parts.signature, keyPEM: key.pem()))
     }
 
     @Test("VAPID refuses a bad audience or expiry and writes the subject it is given")
@@ -135,7 +138,8 @@ struct TokenTests {
         #expect(
             try OpenSSLVerifier.verifyES256(
                 message: parts.signingInput, signature: parts.signature, publicKey: key.publicKey))
-        #expect(try OpenSSLVerifier.verifyES256(message: parts.signingInput, signature: parts.signature, keyPEM: key.pem()))
+        #expect(
+            try OpenSSLVerifier.verifyES256(message: parts.signingInput, signature: parts.signature, keyPEM: key.pem()))
         #expect(throws: CryptoError.claim) {
             try APNsProviderToken.make(key: key, keyID: "ABC123", teamID: "TEAM123456", issuedAt: 1)
         }
@@ -143,9 +147,12 @@ struct TokenTests {
 
     @Test("an FCM service account signs the OAuth assertion with RS256")
     func fcm() throws {
-        let pem = String(decoding: try run("/usr/bin/openssl", [
-            "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
-        ]), as: UTF8.self)
+        let pem = String(
+            decoding: try run(
+                "/usr/bin/openssl",
+                [
+                    "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
+                ]), as: UTF8.self)
         try #require(pem.contains("BEGIN PRIVATE KEY"))
         let object: [String: String] = [
             "type": "service_account", "project_id": "herald-test",
@@ -172,7 +179,9 @@ struct TokenTests {
         }
         // The scope is the caller's; one outside RFC 6749's grammar is refused.
         let other = try #require(
-            jwsParts(try account.assertion(scope: "https://www.googleapis.com/auth/cloud-platform", issuedAt: 1_800_000_000)))
+            jwsParts(
+                try account.assertion(scope: "https://www.googleapis.com/auth/cloud-platform", issuedAt: 1_800_000_000))
+        )
         #expect(other.claims.contains(#""scope":"https://www.googleapis.com/auth/cloud-platform""#))
         for bad in ["", " \(scope)", "\(scope)  x", "a\"b", "a\nb"] {
             #expect(throws: CryptoError.claim) { try account.assertion(scope: bad, issuedAt: 1_800_000_000) }

@@ -39,8 +39,9 @@ struct WebPushSealTests {
         #expect(try agent.sharedSecret(with: RFC8291.asPublic) == expected)
     }
 
-    @Test("a sealed body has the fixed size, rs 4096, a 65-byte keyid, and fresh keys",
-          arguments: [0, 200, 2816, 4096])
+    @Test(
+        "a sealed body has the fixed size, rs 4096, a 65-byte keyid, and fresh keys",
+        arguments: [0, 200, 2816, 4096])
     func sealedShape(bodySize: Int) throws {
         let ua = try P256PrivateKey.generate()
         let sub = try WebPushSubscriber(p256dh: ua.publicKey, auth: SecureRandom.bytes(16))

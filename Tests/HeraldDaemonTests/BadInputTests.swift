@@ -42,7 +42,9 @@ private enum Corpus {
     }
 
     static func app(_ method: String, _ label: String, _ params: String, _ code: Int, _ reason: String) -> BadInput {
-        BadInput(method: method, label: label, params: params, code: code, field: code == 1001 ? "token" : nil, reason: reason)
+        BadInput(
+            method: method, label: label, params: params, code: code, field: code == 1001 ? "token" : nil,
+            reason: reason)
     }
 
     /// `device.register` params: a valid fcm registration with `extra` members spliced in.
@@ -58,7 +60,9 @@ private enum Corpus {
         #"{"user":"\#(user)","platform":"web","token":"\#(token)","keys":\#(keys)\#(extra.isEmpty ? "" : ",")\#(extra)}"#
     }
 
-    static func webKeys(p256dh: String = #""\#(p256dh)""#, auth: String = #""\#(auth)""#, _ extra: String = "") -> String {
+    static func webKeys(
+        p256dh: String = #""\#(p256dh)""#, auth: String = #""\#(auth)""#, _ extra: String = ""
+    ) -> String {
         web(keys: #"{"p256dh":\#(p256dh),"auth":\#(auth)\#(extra.isEmpty ? "" : ",")\#(extra)}"#)
     }
 
@@ -132,14 +136,20 @@ private enum Corpus {
             bad(m, "keys.auth empty", webKeys(auth: #""""#), "keys.auth"),
             // Oversize strings.
             bad(m, "user of 257 bytes", #"{"user":"\#(x(257))","platform":"fcm","token":"bi-token"}"#, "user"),
-            bad(m, "user of 129 characters, 258 bytes", #"{"user":"\#(x(129, "é"))","platform":"fcm","token":"bi-token"}"#, "user"),
+            bad(
+                m, "user of 129 characters, 258 bytes",
+                #"{"user":"\#(x(129, "é"))","platform":"fcm","token":"bi-token"}"#, "user"),
             bad(m, "name of 257 bytes", fcm(#""name":"\#(x(257))""#), "name"),
             bad(m, "app_version of 65 bytes", fcm(#""app_version":"\#(x(65, "1"))""#), "app_version"),
-            bad(m, "fcm token of 4097 bytes", #"{"user":"\#(user)","platform":"fcm","token":"\#(x(4097, "t"))"}"#, "token"),
+            bad(
+                m, "fcm token of 4097 bytes", #"{"user":"\#(user)","platform":"fcm","token":"\#(x(4097, "t"))"}"#,
+                "token"),
             bad(m, "apns token of 514 hex digits", apns(token: x(514, "a")), "token"),
             bad(m, "web endpoint of 2049 bytes", web(token: "https://93.184.216.34/" + x(2049 - 22, "p")), "token"),
             bad(m, "session of 513 bytes", fcm(#""session":"\#(x(513))""#), "session"),
-            bad(m, "registration_id of 129 bytes", fcm(#""registration_id":"\#(x(129))","version":1"#), "registration_id"),
+            bad(
+                m, "registration_id of 129 bytes", fcm(#""registration_id":"\#(x(129))","version":1"#),
+                "registration_id"),
             bad(m, "keys.p256dh of 129 bytes", webKeys(p256dh: #""\#(x(129, "A"))""#), "keys.p256dh"),
             bad(m, "keys.auth of 65 bytes", webKeys(auth: #""\#(x(65, "A"))""#), "keys.auth"),
             // Forms that do not fit the platform.
@@ -156,20 +166,36 @@ private enum Corpus {
             bad(m, "environment for fcm", fcm(#""environment":"production""#), "environment"),
             bad(m, "environment for web", web(#""environment":"production""#), "environment"),
             bad(m, "fcm token with a space", #"{"user":"\#(user)","platform":"fcm","token":"bi token"}"#, "token"),
-            bad(m, "fcm token with a control character", #"{"user":"\#(user)","platform":"fcm","token":"bi\u0001token"}"#, "token"),
-            bad(m, "p256dh in standard base64 with padding",
-                webKeys(p256dh: #""BCVxsr7N/eNgVRqvHtD0zTZsEc6+VV+JvLexhqUzORcxaOzi6+AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4=""#),
+            bad(
+                m, "fcm token with a control character",
+                #"{"user":"\#(user)","platform":"fcm","token":"bi\u0001token"}"#, "token"),
+            bad(
+                m, "p256dh in standard base64 with padding",
+                webKeys(
+                    p256dh:
+                        #""BCVxsr7N/eNgVRqvHtD0zTZsEc6+VV+JvLexhqUzORcxaOzi6+AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4=""#),
                 "keys.p256dh"),
             bad(m, "p256dh not base64 at all", webKeys(p256dh: #""!!not base64!!""#), "keys.p256dh"),
-            bad(m, "p256dh of 64 bytes (no 0x04 prefix)",
-                webKeys(p256dh: #""JXGyvs3942BVGq8e0PTNNmwRzr5VX4m8t7GGpTM5FzFo7OLr4BhZe9MEebhuPI-OztV3ylkYfpJGmQ22ggCLDg""#),
+            bad(
+                m, "p256dh of 64 bytes (no 0x04 prefix)",
+                webKeys(
+                    p256dh: #""JXGyvs3942BVGq8e0PTNNmwRzr5VX4m8t7GGpTM5FzFo7OLr4BhZe9MEebhuPI-OztV3ylkYfpJGmQ22ggCLDg""#
+                ),
                 "keys.p256dh"),
-            bad(m, "p256dh off the curve",
-                webKeys(p256dh: #""BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw8""#),
+            bad(
+                m, "p256dh off the curve",
+                webKeys(
+                    p256dh:
+                        #""BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw8""#),
                 "keys.p256dh"),
-            bad(m, "p256dh a compressed point", webKeys(p256dh: #""AiVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcx""#), "keys.p256dh"),
-            bad(m, "p256dh of 65 bytes with prefix 0x05",
-                webKeys(p256dh: #""BSVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4""#),
+            bad(
+                m, "p256dh a compressed point", webKeys(p256dh: #""AiVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcx""#),
+                "keys.p256dh"),
+            bad(
+                m, "p256dh of 65 bytes with prefix 0x05",
+                webKeys(
+                    p256dh:
+                        #""BSVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4""#),
                 "keys.p256dh"),
             bad(m, "p256dh the point (0, 0)", webKeys(p256dh: #""BA\#(x(85, "A"))""#), "keys.p256dh"),
             bad(m, "auth of 15 bytes", webKeys(auth: #""BTBZMqHH6r4Tts7J_aSI""#), "keys.auth"),
@@ -191,24 +217,32 @@ private enum Corpus {
             bad(m, "web endpoint not a URL", web(token: "not a url"), "token"),
             bad(m, "web endpoint with a non-ASCII host", web(token: "https://püsh.example/x"), "token"),
             bad(m, "web endpoint with a backslash", web(token: #"https://93.184.216.34\\push"#), "token"),
-            app(m, "web endpoint on a private address", web(token: "https://10.0.0.1/push"), 1001, "not_publicly_routable"),
+            app(
+                m, "web endpoint on a private address", web(token: "https://10.0.0.1/push"), 1001,
+                "not_publicly_routable"),
             app(m, "web endpoint on loopback IPv6", web(token: "https://[::1]/x"), 1001, "not_publicly_routable"),
             // Unknown and duplicate params.
             bad(m, "unknown param among valid ones", fcm(#""device_name":"x""#), "device_name"),
             bad(m, "id as a param", fcm(#""id":1"#), "id"),
             bad(m, "unknown member inside keys", webKeys(#""extra":1"#), "keys.extra"),
             bad(m, "keys member in the wrong case", webKeys(#""P256DH":"x""#), "keys.P256DH"),
-            bad(m, "user given twice", #"{"user":"\#(user)","user":"bi-other","platform":"fcm","token":"bi-token"}"#, "user"),
+            bad(
+                m, "user given twice", #"{"user":"\#(user)","user":"bi-other","platform":"fcm","token":"bi-token"}"#,
+                "user"),
             bad(m, "token given twice", fcm(#""token":"bi-token-2""#), "token"),
             bad(m, "keys given twice", web(#""keys":\#(keys)"#), "keys"),
             bad(m, "keys.p256dh given twice", webKeys(#""p256dh":"\#(p256dh)""#), "keys.p256dh"),
             bad(m, "keys.auth given twice", webKeys(#""auth":"\#(auth)""#), "keys.auth"),
             // Aimed at the witness: must not touch its devices.
-            bad(m, "witness binding with a new name and an unknown param",
-                #"{"user":"\#(witness)","platform":"fcm","token":"\#(witnessToken)","name":"changed","bogus":1}"#, "bogus"),
-            bad(m, "witness binding with a name of 257 bytes",
+            bad(
+                m, "witness binding with a new name and an unknown param",
+                #"{"user":"\#(witness)","platform":"fcm","token":"\#(witnessToken)","name":"changed","bogus":1}"#,
+                "bogus"),
+            bad(
+                m, "witness binding with a name of 257 bytes",
                 #"{"user":"\#(witness)","platform":"fcm","token":"\#(witnessToken)","name":"\#(x(257))"}"#, "name"),
-            bad(m, "witness apns binding given keys",
+            bad(
+                m, "witness apns binding given keys",
                 #"{"user":"\#(witness)","platform":"apns","token":"\#(witnessAPNs)","keys":\#(keys)}"#, "keys"),
         ]
     }()
@@ -232,9 +266,13 @@ private enum Corpus {
             bad(m, "device_id not hex", u(#""device_id":"\#(x(32, "z"))""#), "device_id"),
             bad(m, "device_id and token", u(#"\#(id),"platform":"fcm","token":"bi-token""#), "device_id"),
             bad(m, "device_id and registration_id", u(#"\#(id),"registration_id":"r","version":1"#), "device_id"),
-            bad(m, "binding and registration", u(#""platform":"fcm","token":"bi-token","registration_id":"r","version":1"#),
+            bad(
+                m, "binding and registration",
+                u(#""platform":"fcm","token":"bi-token","registration_id":"r","version":1"#),
                 "device_id"),
-            bad(m, "all three forms", u(#"\#(id),"platform":"fcm","token":"t","registration_id":"r","version":1"#), "device_id"),
+            bad(
+                m, "all three forms", u(#"\#(id),"platform":"fcm","token":"t","registration_id":"r","version":1"#),
+                "device_id"),
             bad(m, "device_id with environment", u(#"\#(id),"environment":"production""#), "environment"),
             bad(m, "platform without token", u(#""platform":"fcm""#), "token"),
             bad(m, "token without platform", u(#""token":"bi-token""#), "platform"),
@@ -245,32 +283,48 @@ private enum Corpus {
             bad(m, "token of 4097 bytes", u(#""platform":"fcm","token":"\#(x(4097))""#), "token"),
             bad(m, "apns token not hex", u(#""platform":"apns","token":"\#(x(32, "g"))""#), "token"),
             bad(m, "apns token of odd length", u(#""platform":"apns","token":"\#(x(17, "a"))""#), "token"),
-            bad(m, "environment for fcm", u(#""platform":"fcm","token":"bi-token","environment":"production""#), "environment"),
-            bad(m, "environment for web", u(#""platform":"web","token":"\#(webEndpoint)","environment":"development""#),
+            bad(
+                m, "environment for fcm", u(#""platform":"fcm","token":"bi-token","environment":"production""#),
                 "environment"),
-            bad(m, "environment unknown", u(#""platform":"apns","token":"\#(apnsToken)","environment":"staging""#), "environment"),
+            bad(
+                m, "environment for web", u(#""platform":"web","token":"\#(webEndpoint)","environment":"development""#),
+                "environment"),
+            bad(
+                m, "environment unknown", u(#""platform":"apns","token":"\#(apnsToken)","environment":"staging""#),
+                "environment"),
             bad(m, "registration_id without version", u(#""registration_id":"r""#), "version"),
             bad(m, "version without registration_id", u(#""version":1"#), "version"),
             bad(m, "registration_id empty", u(#""registration_id":"","version":1"#), "registration_id"),
-            bad(m, "registration_id of 129 bytes", u(#""registration_id":"\#(x(129))","version":1"#), "registration_id"),
+            bad(
+                m, "registration_id of 129 bytes", u(#""registration_id":"\#(x(129))","version":1"#), "registration_id"),
             bad(m, "registration_id a number", u(#""registration_id":5,"version":1"#), "registration_id"),
             bad(m, "version negative", u(#""registration_id":"r","version":-1"#), "version"),
             bad(m, "version fractional", u(#""registration_id":"r","version":1.5"#), "version"),
             bad(m, "version a string", u(#""registration_id":"r","version":"1""#), "version"),
-            bad(m, "registration with environment", u(#""registration_id":"r","version":1,"environment":"production""#),
+            bad(
+                m, "registration with environment", u(#""registration_id":"r","version":1,"environment":"production""#),
                 "environment"),
             bad(m, "device_id given twice", u(#"\#(id),\#(id)"#), "device_id"),
             bad(m, "user given twice", #"{"user":"\#(user)","user":"\#(user)",\#(id)}"#, "user"),
             // Aimed at the witness.
-            bad(m, "witness device_id and its binding",
-                #"{"user":"\#(witness)","device_id":"$WITNESS_FCM","platform":"fcm","token":"\#(witnessToken)"}"#, "device_id"),
-            bad(m, "witness device_id with an unknown param", #"{"user":"\#(witness)","device_id":"$WITNESS_FCM","bogus":1}"#,
+            bad(
+                m, "witness device_id and its binding",
+                #"{"user":"\#(witness)","device_id":"$WITNESS_FCM","platform":"fcm","token":"\#(witnessToken)"}"#,
+                "device_id"),
+            bad(
+                m, "witness device_id with an unknown param",
+                #"{"user":"\#(witness)","device_id":"$WITNESS_FCM","bogus":1}"#,
                 "bogus"),
-            bad(m, "witness binding with environment",
-                #"{"user":"\#(witness)","platform":"fcm","token":"\#(witnessToken)","environment":"production"}"#, "environment"),
-            bad(m, "witness apns binding in the wrong environment form",
-                #"{"user":"\#(witness)","platform":"apns","token":"\#(witnessAPNs)","environment":"Production"}"#, "environment"),
-            bad(m, "witness registration with an unknown param",
+            bad(
+                m, "witness binding with environment",
+                #"{"user":"\#(witness)","platform":"fcm","token":"\#(witnessToken)","environment":"production"}"#,
+                "environment"),
+            bad(
+                m, "witness apns binding in the wrong environment form",
+                #"{"user":"\#(witness)","platform":"apns","token":"\#(witnessAPNs)","environment":"Production"}"#,
+                "environment"),
+            bad(
+                m, "witness registration with an unknown param",
                 #"{"user":"\#(witness)","registration_id":"bi-reg","version":9,"bogus":true}"#, "bogus"),
         ]
     }()
@@ -304,9 +358,11 @@ private enum Corpus {
             bad(m, "session an array", #"{"user":"\#(user)","session":["s"]}"#, "session"),
             bad(m, "session of 513 bytes", #"{"user":"\#(user)","session":"\#(x(513))"}"#, "session"),
             bad(m, "session given twice", #"{"user":"\#(user)","session":"s","session":"t"}"#, "session"),
-            bad(m, "witness session with an unknown param",
+            bad(
+                m, "witness session with an unknown param",
                 #"{"user":"\#(witness)","session":"\#(witnessSession)","everywhere":true}"#, "everywhere"),
-            bad(m, "witness session given twice",
+            bad(
+                m, "witness session given twice",
                 #"{"user":"\#(witness)","session":"\#(witnessSession)","session":"\#(witnessSession)"}"#, "session"),
         ]
     }()
@@ -322,7 +378,9 @@ private enum Corpus {
             bad(m, "no to", "{}", "to"),
             bad(m, "to not an object", #"{"to":["\#(witness)"]}"#, "to"),
             bad(m, "to empty", #"{"to":{}}"#, "to.users"),
-            bad(m, "to with users and devices", #"{"to":{"users":["\#(witness)"],"devices":["$WITNESS_FCM"]}}"#, "to.users"),
+            bad(
+                m, "to with users and devices", #"{"to":{"users":["\#(witness)"],"devices":["$WITNESS_FCM"]}}"#,
+                "to.users"),
             bad(m, "to.users empty", #"{"to":{"users":[]}}"#, "to.users"),
             bad(m, "to.users not an array", #"{"to":{"users":"\#(witness)"}}"#, "to.users"),
             bad(m, "to.users with a number", #"{"to":{"users":[1]}}"#, "to.users[0]"),
@@ -387,7 +445,11 @@ private enum Corpus {
     static let all: [BadInput] =
         register + unregister + userOnly("device.list") + sessionEnd + userOnly("user.forget")
         + appOnly("system.health") + appOnly("system.stats") + appOnly("rpc.discover")
-        + push + messageMethod("push.status", extra: [bad("push.status", "detail a string", #"{"message_id":"\#(x(32, "0"))","detail":"yes"}"#, "detail")])
+        + push
+        + messageMethod(
+            "push.status",
+            extra: [bad("push.status", "detail a string", #"{"message_id":"\#(x(32, "0"))","detail":"yes"}"#, "detail")]
+        )
         + messageMethod("push.cancel")
         + appOnly("vapid.public_key") + [
             // This daemon has no VAPID key.
@@ -453,7 +515,8 @@ struct BadInputTests {
         let witnessID = try #require(registered["device_id"]?.stringValue)
         _ = try client.result(
             "device.register",
-            #"{"user":"\#(Corpus.witness)","platform":"apns","token":"\#(Corpus.witnessAPNs)","session":"\#(Corpus.witnessSession)"}"#)
+            #"{"user":"\#(Corpus.witness)","platform":"apns","token":"\#(Corpus.witnessAPNs)","session":"\#(Corpus.witnessSession)"}"#
+        )
         let list = { (user: String) throws -> JSON in
             try client.result("device.list", #"{"user":\#(JSON.string(user))}"#)
         }
@@ -476,7 +539,8 @@ struct BadInputTests {
                 #expect(data?["field"]?.stringValue == field, "\(bad): expected data.field \(field), got \(response)")
             }
             if let reason = bad.reason {
-                #expect(data?["reason"]?.stringValue == reason, "\(bad): expected data.reason \(reason), got \(response)")
+                #expect(
+                    data?["reason"]?.stringValue == reason, "\(bad): expected data.reason \(reason), got \(response)")
             } else {
                 #expect(data?["reason"]?.stringValue?.isEmpty == false, "\(bad): no data.reason in \(response)")
             }

@@ -19,7 +19,10 @@ struct ClientCommandTests {
         #expect(hout.contains("\"status\":\"ok\""))
 
         let (rs, rout, rerr) = try runHerald(
-            ["register", "--user", "alice", "--platform", "apns", "--token", "AABBCCDDEEFF00112233445566778899", "--name", "phone"]
+            [
+                "register", "--user", "alice", "--platform", "apns", "--token", "AABBCCDDEEFF00112233445566778899",
+                "--name", "phone",
+            ]
                 + socket)
         #expect(rs == 0, "\(rerr)")
         let registered = try JSONSerialization.jsonObject(with: Data(rout.utf8)) as? [String: Any]

@@ -37,7 +37,8 @@ struct ConfigKeysTests {
 
     /// configuration.md's table rows: section, key, default column, allowed column.
     static func documentedRows() throws -> [(section: String, key: String, defaults: String, allowed: String)] {
-        let text = try String(contentsOf: DocsTests.root.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
+        let text = try String(
+            contentsOf: DocsTests.root.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
         var section: String?
         var out: [(String, String, String, String)] = []
         for raw in text.split(separator: "\n") {
@@ -72,7 +73,8 @@ struct ConfigKeysTests {
             }
             let shownEmpty = line.value.isEmpty && line.comment.contains("empty: \(key.defaultValue)")
             #expect(line.value == key.defaultValue || shownEmpty, "[\(line.section)] \(line.key) = \(line.value)")
-            #expect(line.comment == key.doc, "[\(line.section)] \(line.key): the example's comment is not the table's doc")
+            #expect(
+                line.comment == key.doc, "[\(line.section)] \(line.key): the example's comment is not the table's doc")
         }
         for key in ConfigKeys.all {
             let count = lines.filter { $0.section == key.section.rawValue && $0.key == key.name }.count
@@ -93,14 +95,19 @@ struct ConfigKeysTests {
                 #expect(row.defaults.hasPrefix("empty"), "[\(key.section)] \(key.name): default column \(row.defaults)")
             } else {
                 #expect(
-                    row.defaults.hasPrefix("`\(key.defaultValue)`"), "[\(key.section)] \(key.name): default column \(row.defaults)")
+                    row.defaults.hasPrefix("`\(key.defaultValue)`"),
+                    "[\(key.section)] \(key.name): default column \(row.defaults)")
             }
             switch key.kind {
             case .choice(let names):
-                for name in names { #expect(row.allowed.contains("`\(name)`"), "[\(key.section)] \(key.name) allows \(name)") }
+                for name in names {
+                    #expect(row.allowed.contains("`\(name)`"), "[\(key.section)] \(key.name) allows \(name)")
+                }
             default:
                 if let bounds = key.kind.documentedBounds {
-                    #expect(row.allowed.contains(bounds), "[\(key.section)] \(key.name): \(row.allowed) should say \(bounds)")
+                    #expect(
+                        row.allowed.contains(bounds),
+                        "[\(key.section)] \(key.name): \(row.allowed) should say \(bounds)")
                 }
             }
         }
@@ -119,9 +126,13 @@ struct ConfigKeysTests {
             let body = preamble + "\(key.name) = \(key.defaultValue)\n"
             let with = try HeraldConfig.parse(body, file: "/etc/herald/herald.conf")
             let without = try HeraldConfig.parse(preamble, file: "/etc/herald/herald.conf")
-            #expect(with.description == without.description, "[\(section)] \(key.name) = \(key.defaultValue) is not the default")
-            #expect(key.value(in: without, app: without.apps["default"]) == key.defaultValue || key.kind.isFile,
-                    "[\(section)] \(key.name): the effective config prints \(key.value(in: without, app: without.apps["default"]))")
+            #expect(
+                with.description == without.description,
+                "[\(section)] \(key.name) = \(key.defaultValue) is not the default")
+            #expect(
+                key.value(in: without, app: without.apps["default"]) == key.defaultValue || key.kind.isFile,
+                "[\(section)] \(key.name): the effective config prints \(key.value(in: without, app: without.apps["default"]))"
+            )
         }
     }
 
@@ -170,7 +181,8 @@ struct ConfigKeysTests {
             }
         }
         // Every key is exercised above, except the app's credentials (their checks need files).
-        let untested = Set(ConfigKeys.all.map(\.qualifiedName)).subtracting(changed.keys).subtracting(postgresChanged.keys)
+        let untested = Set(ConfigKeys.all.map(\.qualifiedName)).subtracting(changed.keys).subtracting(
+            postgresChanged.keys)
         #expect(
             untested == [
                 "app.apns_key", "app.apns_key_id", "app.apns_team_id", "app.apns_topic", "app.fcm_credentials",

@@ -214,70 +214,72 @@ struct ConfigTests {
 
     // MARK: Errors name file, line and key
 
-    @Test("a bad value names the file, line and key", arguments: [
-        ("server", "socket", "run/herald.sock", "must be an absolute path"),
-        ("server", "socket", "/" + String(repeating: "s", count: 120), "at most 107 bytes"),
-        ("server", "socket_mode", "abc", #"must be an octal mode such as 0660 (got "abc")"#),
-        ("server", "socket_mode", "0999", "octal mode"),
-        ("server", "socket_mode", "01777", "octal mode"),
-        ("server", "socket_mode", "66", "octal mode"),
-        ("server", "state_dir", "var/lib/herald", "absolute path"),
-        ("server", "max_inflight", "0", "integer from 1 to 1000000 (got \"0\")"),
-        ("server", "max_batch", "0", "integer from 1 to 100000"),
-        ("server", "max_batch", "100001", "integer from 1 to 100000"),
-        ("server", "max_reply_bytes", "65535", "integer from 65536 to 1073741824"),
-        ("server", "max_reply_bytes", "16MiB", "integer from 65536 to 1073741824"),
-        ("server", "max_connections_per_uid", "0", "integer from 1 to 512"),
-        ("server", "max_connections_per_uid", "513", "integer from 1 to 512"),
-        ("server", "request_timeout_ms", "99", "integer from 100 to 3600000"),
-        ("server", "instance_id", "host a", "1-64 characters of A-Z a-z 0-9 . _ -"),
-        ("server", "instance_id", "h\u{e9}te", "1-64 characters of A-Z a-z 0-9 . _ -"),
-        ("server", "instance_id", String(repeating: "x", count: 65), "1-64 characters of A-Z a-z 0-9 . _ -"),
-        ("server", "request_timeout_ms", "-1", "integer from 100 to 3600000"),
-        ("server", "max_inflight", "1e3", "integer from 1 to 1000000"),
-        ("server", "max_inflight", "-5", "integer from 1 to 1000000"),
-        ("server", "max_inflight", "99999999999999999999999", "integer from 1 to 1000000"),
-        ("server", "log_level", "verbose", "must be one of error, warning, info, debug"),
-        ("store", "key", "", "must name the store key file"),
-        ("store", "synchronous", "off", "must be full or normal"),
-        ("delivery", "max_retries", "101", "integer from 0 to 100"),
-        ("delivery", "backoff_base_ms", "0", "integer from 1 to 3600000"),
-        ("delivery", "backoff_max_ms", "86400001", "integer from 1 to 86400000"),
-        ("delivery", "stale_window_cap", "-1", "integer from 0 to 1000000"),
-        ("delivery", "stale_batch_ratio", "0", "greater than 0 and at most 1"),
-        ("delivery", "stale_batch_ratio", "1.5", "greater than 0 and at most 1"),
-        ("delivery", "stale_batch_ratio", "nan", "greater than 0 and at most 1"),
-        ("delivery", "stale_batch_ratio", "0.5x", "greater than 0 and at most 1"),
-        ("delivery", "stale_batch_min", "0", "integer from 1 to 1000000"),
-        ("endpoints", "apns_production", "http://api.push.apple.com", "http:// only to a loopback host"),
-        ("endpoints", "apns_development", "ftp://example.com", "must be an https:// URL"),
-        ("endpoints", "fcm", "https://", "must be an https:// URL"),
-        ("endpoints", "fcm", "https://user@host", "must be an https:// URL"),
-        ("endpoints", "fcm", "https://host:99999", "must be an https:// URL"),
-        ("endpoints", "fcm", "https://host/a?b=c", "must be an https:// URL"),
-        ("endpoints", "fcm", "http://10.0.0.1", "loopback"),
-        ("endpoints", "webpush_allow_private", "maybe", "must be true or false"),
-        ("metrics", "listen", "localhost:9464", "must be IP:port with a numeric address"),
-        ("metrics", "listen", "127.0.0.1", "must be IP:port"),
-        ("metrics", "listen", "127.0.0.1:65536", "must be IP:port"),
-        ("metrics", "listen", "127.0.0.1:+80", "must be IP:port"),
-        ("metrics", "listen", "::1:9464", "must be IP:port"),
-        ("metrics", "listen", "[::1]9464", "must be IP:port"),
-        ("metrics", "listen", "[127.0.0.1]:9464", "must be IP:port"),
-        ("app.default", "device_cap", "0", "integer from 1 to 1000"),
-        ("app.default", "device_cap", "1001", "integer from 1 to 1000"),
-        ("app.default", "allow_uids", "root", "comma-separated list of numeric uids"),
-        ("app.default", "allow_uids", "1000,,1001", "comma-separated list of numeric uids"),
-        ("app.default", "allow_uids", "-1", "comma-separated list of numeric uids"),
-        ("app.default", "allow_gids", "4294967295", "comma-separated list of numeric gids"),
-        ("app.default", "apns_key_id", "abc123defg", "10-character key ID"),
-        ("app.default", "apns_team_id", "TEAM12345", "10-character team ID"),
-        ("app.default", "apns_topic", "com example app", "bundle ID"),
-        ("app.default", "vapid_subject", "ops@example.com", "mailto: or https:"),
-        ("app.default", "vapid_subject", "mailto:", "mailto: or https:"),
-        ("app.default", "alert_loc_key", "", "non-empty name"),
-        ("app.default", "android_channel_id", "", "non-empty name"),
-    ])
+    @Test(
+        "a bad value names the file, line and key",
+        arguments: [
+            ("server", "socket", "run/herald.sock", "must be an absolute path"),
+            ("server", "socket", "/" + String(repeating: "s", count: 120), "at most 107 bytes"),
+            ("server", "socket_mode", "abc", #"must be an octal mode such as 0660 (got "abc")"#),
+            ("server", "socket_mode", "0999", "octal mode"),
+            ("server", "socket_mode", "01777", "octal mode"),
+            ("server", "socket_mode", "66", "octal mode"),
+            ("server", "state_dir", "var/lib/herald", "absolute path"),
+            ("server", "max_inflight", "0", "integer from 1 to 1000000 (got \"0\")"),
+            ("server", "max_batch", "0", "integer from 1 to 100000"),
+            ("server", "max_batch", "100001", "integer from 1 to 100000"),
+            ("server", "max_reply_bytes", "65535", "integer from 65536 to 1073741824"),
+            ("server", "max_reply_bytes", "16MiB", "integer from 65536 to 1073741824"),
+            ("server", "max_connections_per_uid", "0", "integer from 1 to 512"),
+            ("server", "max_connections_per_uid", "513", "integer from 1 to 512"),
+            ("server", "request_timeout_ms", "99", "integer from 100 to 3600000"),
+            ("server", "instance_id", "host a", "1-64 characters of A-Z a-z 0-9 . _ -"),
+            ("server", "instance_id", "h\u{e9}te", "1-64 characters of A-Z a-z 0-9 . _ -"),
+            ("server", "instance_id", String(repeating: "x", count: 65), "1-64 characters of A-Z a-z 0-9 . _ -"),
+            ("server", "request_timeout_ms", "-1", "integer from 100 to 3600000"),
+            ("server", "max_inflight", "1e3", "integer from 1 to 1000000"),
+            ("server", "max_inflight", "-5", "integer from 1 to 1000000"),
+            ("server", "max_inflight", "99999999999999999999999", "integer from 1 to 1000000"),
+            ("server", "log_level", "verbose", "must be one of error, warning, info, debug"),
+            ("store", "key", "", "must name the store key file"),
+            ("store", "synchronous", "off", "must be full or normal"),
+            ("delivery", "max_retries", "101", "integer from 0 to 100"),
+            ("delivery", "backoff_base_ms", "0", "integer from 1 to 3600000"),
+            ("delivery", "backoff_max_ms", "86400001", "integer from 1 to 86400000"),
+            ("delivery", "stale_window_cap", "-1", "integer from 0 to 1000000"),
+            ("delivery", "stale_batch_ratio", "0", "greater than 0 and at most 1"),
+            ("delivery", "stale_batch_ratio", "1.5", "greater than 0 and at most 1"),
+            ("delivery", "stale_batch_ratio", "nan", "greater than 0 and at most 1"),
+            ("delivery", "stale_batch_ratio", "0.5x", "greater than 0 and at most 1"),
+            ("delivery", "stale_batch_min", "0", "integer from 1 to 1000000"),
+            ("endpoints", "apns_production", "http://api.push.apple.com", "http:// only to a loopback host"),
+            ("endpoints", "apns_development", "ftp://example.com", "must be an https:// URL"),
+            ("endpoints", "fcm", "https://", "must be an https:// URL"),
+            ("endpoints", "fcm", "https://user@host", "must be an https:// URL"),
+            ("endpoints", "fcm", "https://host:99999", "must be an https:// URL"),
+            ("endpoints", "fcm", "https://host/a?b=c", "must be an https:// URL"),
+            ("endpoints", "fcm", "http://10.0.0.1", "loopback"),
+            ("endpoints", "webpush_allow_private", "maybe", "must be true or false"),
+            ("metrics", "listen", "localhost:9464", "must be IP:port with a numeric address"),
+            ("metrics", "listen", "127.0.0.1", "must be IP:port"),
+            ("metrics", "listen", "127.0.0.1:65536", "must be IP:port"),
+            ("metrics", "listen", "127.0.0.1:+80", "must be IP:port"),
+            ("metrics", "listen", "::1:9464", "must be IP:port"),
+            ("metrics", "listen", "[::1]9464", "must be IP:port"),
+            ("metrics", "listen", "[127.0.0.1]:9464", "must be IP:port"),
+            ("app.default", "device_cap", "0", "integer from 1 to 1000"),
+            ("app.default", "device_cap", "1001", "integer from 1 to 1000"),
+            ("app.default", "allow_uids", "root", "comma-separated list of numeric uids"),
+            ("app.default", "allow_uids", "1000,,1001", "comma-separated list of numeric uids"),
+            ("app.default", "allow_uids", "-1", "comma-separated list of numeric uids"),
+            ("app.default", "allow_gids", "4294967295", "comma-separated list of numeric gids"),
+            ("app.default", "apns_key_id", "abc123defg", "10-character key ID"),
+            ("app.default", "apns_team_id", "TEAM12345", "10-character team ID"),
+            ("app.default", "apns_topic", "com example app", "bundle ID"),
+            ("app.default", "vapid_subject", "ops@example.com", "mailto: or https:"),
+            ("app.default", "vapid_subject", "mailto:", "mailto: or https:"),
+            ("app.default", "alert_loc_key", "", "non-empty name"),
+            ("app.default", "android_channel_id", "", "non-empty name"),
+        ])
     func badValue(section: String, key: String, value: String, message: String) throws {
         let text = "# herald\n\n[\(section)]\n\(key) = \(value)\n"
         let error = try #require(throws: ConfigError.self) {
@@ -297,9 +299,12 @@ struct ConfigTests {
             let config = try HeraldConfig.parse("[delivery]\nping_timeout = \(text)\n", file: Self.file)
             #expect(config.delivery.pingTimeout == .milliseconds(ms), "\(text)")
             // The effective config prints it back as seconds.
-            #expect(try HeraldConfig.parse(config.description, file: Self.file).delivery.pingTimeout == .milliseconds(ms))
+            #expect(
+                try HeraldConfig.parse(config.description, file: Self.file).delivery.pingTimeout == .milliseconds(ms))
         }
-        #expect(try HeraldConfig.parse("[delivery]\nping_timeout = 0.5\n", file: Self.file).description.contains("ping_timeout = 0.5\n"))
+        #expect(
+            try HeraldConfig.parse("[delivery]\nping_timeout = 0.5\n", file: Self.file).description.contains(
+                "ping_timeout = 0.5\n"))
         for bad in ["0", "0.05", "300.001", "301", "-1", "5s", ".5", "5.", "1.2345", "1e3", "nan", ""] {
             let error = try #require(throws: ConfigError.self, "\(bad)") {
                 try HeraldConfig.parse("[delivery]\nping_timeout = \(bad)\n", file: Self.file)
@@ -311,7 +316,8 @@ struct ConfigTests {
 
     @Test("the error format is file:line: [section] key: message")
     func errorFormat() throws {
-        let text = "[server]\nsocket = /run/herald/herald.sock\n" + String(repeating: "\n", count: 9)
+        let text =
+            "[server]\nsocket = /run/herald/herald.sock\n" + String(repeating: "\n", count: 9)
             + "socket_mode = abc\n"
         let error = try #require(throws: ConfigError.self) {
             try HeraldConfig.parse(text, file: Self.file)
@@ -386,7 +392,8 @@ struct ConfigTests {
         let ok = "[app.default]\nalert_loc_key = " + String(repeating: "K", count: 128) + "\n"
         #expect(throws: Never.self) { try HeraldConfig.parse(ok, file: Self.file) }
 
-        let long = "[server]\nlog_level = info\n; " + String(repeating: "x", count: 250)
+        let long =
+            "[server]\nlog_level = info\n; " + String(repeating: "x", count: 250)
             + "\nsocket_mode = 0600\n"
         let error = try #require(throws: ConfigError.self) {
             try HeraldConfig.parse(long, file: Self.file)
@@ -478,7 +485,8 @@ struct ConfigTests {
 
     @Test("CRLF line endings and a UTF-8 byte-order mark are accepted")
     func crlf() throws {
-        let text = "\u{FEFF}[server]\r\nsocket_mode = 0640\r\nlog_level = error ; c\r\n\r\n[app.x]\r\nallow_uids = 1, 2\r\n"
+        let text =
+            "\u{FEFF}[server]\r\nsocket_mode = 0640\r\nlog_level = error ; c\r\n\r\n[app.x]\r\nallow_uids = 1, 2\r\n"
         let config = try HeraldConfig.parse(text, file: Self.file)
         #expect(config.server.socketMode == 0o640)
         #expect(config.server.logLevel == .error)
@@ -646,7 +654,11 @@ struct ConfigTests {
         let secret = "SECRET-CONTENT-DO-NOT-PRINT"
         try dir.write("garbage.p8", "-----BEGIN PRIVATE KEY-----\n\(secret)\n-----END PRIVATE KEY-----\n")
         try dir.write("garbage.json", "{\"private_key\": \"\(secret)\"}")
-        try dir.write("rsa.pem", String(decoding: try Self.openssl(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"]), as: UTF8.self))
+        try dir.write(
+            "rsa.pem",
+            String(
+                decoding: try Self.openssl(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"]),
+                as: UTF8.self))
         let configFile = dir.path + "/herald.conf"
 
         func loadError(_ section: String) throws -> ConfigError {
@@ -657,7 +669,10 @@ struct ConfigTests {
 
         var error = try loadError("[app.default]\n\(apnsIDs)apns_key = missing.p8\n")
         #expect(error.line == 5 && error.section == "app.default" && error.key == "apns_key")
-        #expect(error.description == "\(configFile):5: [app.default] apns_key: cannot read \(dir.path)/missing.p8: No such file or directory")
+        #expect(
+            error.description
+                == "\(configFile):5: [app.default] apns_key: cannot read \(dir.path)/missing.p8: No such file or directory"
+        )
 
         error = try loadError("[app.default]\n\(apnsIDs)apns_key = garbage.p8\n")
         #expect(error.line == 5 && error.message.hasPrefix("\(dir.path)/garbage.p8 is not an APNs signing key"))
@@ -701,13 +716,15 @@ struct ConfigTests {
         #expect(try viaConfig.open(sealed, context: Array("ctx".utf8)) == Array("token".utf8))
     }
 
-    @Test("a store key readable by group or others, or of the wrong size, is refused", arguments: [
-        (0o644, 32, "mode 0644 is too open"),
-        (0o640, 32, "mode 0640 is too open"),
-        (0o604, 32, "mode 0604 is too open"),
-        (0o600, 31, "must be exactly 32 bytes (found 31)"),
-        (0o400, 33, "must be exactly 32 bytes (found 33)"),
-    ])
+    @Test(
+        "a store key readable by group or others, or of the wrong size, is refused",
+        arguments: [
+            (0o644, 32, "mode 0644 is too open"),
+            (0o640, 32, "mode 0640 is too open"),
+            (0o604, 32, "mode 0604 is too open"),
+            (0o600, 31, "must be exactly 32 bytes (found 31)"),
+            (0o400, 33, "must be exactly 32 bytes (found 33)"),
+        ])
     func storeKeyRefused(mode: Int, size: Int, message: String) throws {
         let dir = try TemporaryDirectory()
         let path = dir.path + "/store.key"
@@ -795,7 +812,8 @@ struct ConfigTests {
         ]
         // Every base64 line of every PEM (the key itself), and the store key bytes.
         let material =
-            (apnsPEM + "\n" + vapidPEM + "\n" + fcm.replacingOccurrences(of: "\\n", with: "\n").replacingOccurrences(of: "\\/", with: "/"))
+            (apnsPEM + "\n" + vapidPEM + "\n"
+            + fcm.replacingOccurrences(of: "\\n", with: "\n").replacingOccurrences(of: "\\/", with: "/"))
             .split(whereSeparator: \.isNewline)
             .map(String.init)
             .filter { !$0.contains("-----") && $0.count >= 16 && !$0.contains("\"") }

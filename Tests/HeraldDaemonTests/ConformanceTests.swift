@@ -31,7 +31,8 @@ struct SuiteDaemon: SuiteTrait, TestScoping {
         let scratch = "/tmp/hds-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: scratch) }
-        let daemon = try DaemonProcess(appSections: try appSections(scratch), allowPrivate: allowPrivate, server: server)
+        let daemon = try DaemonProcess(
+            appSections: try appSections(scratch), allowPrivate: allowPrivate, server: server)
         defer { daemon.cleanup() }
         try await Self.$current.withValue(daemon) { try await function() }
         #expect(daemon.isRunning, "the daemon exited during the suite:\n\(daemon.log(tail: 40))")

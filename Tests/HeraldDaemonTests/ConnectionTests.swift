@@ -167,7 +167,9 @@ struct ConnectionTests {
         let over = try daemon.connect()
         defer { over.close() }
         let tooLarge = message(bytes: maxMessageBytes + 1)
-        let overSender = Background { try? over.send(tooLarge + [10] + Array(request("3", "system.health").utf8) + [10]) }
+        let overSender = Background {
+            try? over.send(tooLarge + [10] + Array(request("3", "system.health").utf8) + [10])
+        }
         let refusal = try parse(over.readLine(timeout: 30), "a message of 4 MiB + 1")
         #expect(refusal["id"] == .null, "\(refusal)")
         #expect(refusal["error"]?["code"] == .number(-32600), "\(refusal)")
@@ -199,7 +201,8 @@ struct ConnectionTests {
         defer { c.close() }
         let first =
             request("1", "system.health") + "\n" + request("2", "device.list", #"{"user":"conn-before-big"}"#) + "\n"
-        let big = Array(#"{"jsonrpc":"2.0","id":3,"method":"system.health","params":{"pad":""#.utf8)
+        let big =
+            Array(#"{"jsonrpc":"2.0","id":3,"method":"system.health","params":{"pad":""#.utf8)
             + [UInt8](repeating: UInt8(ascii: "p"), count: maxMessageBytes) + Array(#""}}"#.utf8) + [10]
         let sender = Background { try? c.send(Array(first.utf8) + big) }
         var ids: [JSON] = []
@@ -282,7 +285,8 @@ struct ConnectionTests {
         let c = try daemon.connect()
         defer { c.close() }
         // Non-ASCII is split mid-character; a batch and a CRLF separator are split too.
-        let text = request("\"ü€😀\"", "device.list", #"{"user":"conn-byte-ü€😀"}"#) + "\r\n"
+        let text =
+            request("\"ü€😀\"", "device.list", #"{"user":"conn-byte-ü€😀"}"#) + "\r\n"
             + "[" + request("1", "system.health") + "," + request("2", "nope") + "]\n"
         for byte in Array(text.utf8) {
             try c.send([byte])
@@ -378,7 +382,9 @@ struct ConnectionTests {
         for _ in 0..<100 { connections.append(try daemon.connect()) }
         // Every connection has a request in flight before any answer is read.
         for (i, c) in connections.enumerated() {
-            let method = i % 2 == 0 ? request(String(i), "system.health")
+            let method =
+                i % 2 == 0
+                ? request(String(i), "system.health")
                 : request(String(i), "device.list", #"{"user":"conn-many-\#(i)"}"#)
             try c.send(method + "\n")
         }
@@ -413,14 +419,17 @@ struct ConnectionTests {
 
         // A megabyte of an unfinished message, then gone.
         let big = try daemon.connect()
-        try big.send(Array(#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"s":""#.utf8) + [UInt8](repeating: 120, count: 1 << 20))
+        try big.send(
+            Array(#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"s":""#.utf8)
+                + [UInt8](repeating: 120, count: 1 << 20))
         big.close()
 
         // Requests the store is still working on when the client leaves.
         let store = try daemon.connect()
         var text = ""
         for i in 0..<50 {
-            text += request(String(i), "device.register", #"{"user":"conn-gone-\#(i)","platform":"fcm","token":"conn-gone-\#(i)"}"#)
+            text += request(
+                String(i), "device.register", #"{"user":"conn-gone-\#(i)","platform":"fcm","token":"conn-gone-\#(i)"}"#)
             text += "\n" + request(String(i + 100), "device.list", #"{"user":"conn-gone-\#(i)"}"#) + "\n"
         }
         try store.send(text)

@@ -127,7 +127,9 @@ struct DocsTests {
         for (command, subs) in commands {
             #expect(named.contains(command), "`herald \(command)` is named nowhere in README.md or docs/")
             for sub in subs {
-                #expect(named.contains("\(command) \(sub)"), "`herald \(command) \(sub)` is named nowhere in README.md or docs/")
+                #expect(
+                    named.contains("\(command) \(sub)"),
+                    "`herald \(command) \(sub)` is named nowhere in README.md or docs/")
             }
         }
     }
@@ -164,7 +166,8 @@ struct DocsTests {
     func makeTargetsNamed() throws {
         let (defined, phony) = try Self.makeTargets()
         #expect(phony.isSuperset(of: ["run", "test", "bench", "install", "test-crash", "fuzz"]), "\(phony.sorted())")
-        #expect(defined.isSuperset(of: phony), "\(phony.subtracting(defined).sorted()) declared .PHONY but never defined")
+        #expect(
+            defined.isSuperset(of: phony), "\(phony.subtracting(defined).sorted()) declared .PHONY but never defined")
         var named: Set<String> = []
         for doc in try Self.documents() {
             for snippet in Self.code(of: doc.text) {
@@ -188,7 +191,8 @@ struct DocsTests {
             sections[section.hasPrefix("app.") ? "app" : section]
         }
         // configuration.md: a table per `### \`[section]\`` heading.
-        let reference = try String(contentsOf: Self.root.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
+        let reference = try String(
+            contentsOf: Self.root.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
         var documented: [String: Set<String>] = [:]
         var current: String?
         for line in reference.split(separator: "\n") {
@@ -197,18 +201,23 @@ struct DocsTests {
                 if line.hasPrefix("### `["), let close = line.firstIndex(of: "]") {
                     let name = String(line[line.index(line.startIndex, offsetBy: 6)..<close])
                     current = name.hasPrefix("app.") ? "app" : name
-                    #expect(sections[current!] != nil, "configuration.md has a section [\(name)] the parser does not know")
+                    #expect(
+                        sections[current!] != nil, "configuration.md has a section [\(name)] the parser does not know")
                 }
                 continue
             }
             guard let section = current, line.hasPrefix("| `") else { continue }
             let key = String(line.dropFirst(3).prefix { $0 != "`" })
-            #expect(sections[section]?.contains(key) == true, "configuration.md documents [\(section)] \(key), which the parser does not know")
+            #expect(
+                sections[section]?.contains(key) == true,
+                "configuration.md documents [\(section)] \(key), which the parser does not know")
             documented[section, default: []].insert(key)
         }
         for (section, known) in sections {
             for key in known {
-                #expect(documented[section]?.contains(key) == true, "[\(section)] \(key) is missing from docs/configuration.md")
+                #expect(
+                    documented[section]?.contains(key) == true,
+                    "[\(section)] \(key) is missing from docs/configuration.md")
             }
         }
 
@@ -241,8 +250,11 @@ struct DocsTests {
 
     @Test("the startup errors configuration.md shows for an unknown key or section are what the parser prints")
     func startupErrorExamples() throws {
-        let reference = try String(contentsOf: Self.root.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
-        let cases = [("[server]\nsocket_mod = 0660\n", "[server] socket_mod: "), ("[srever]\nsocket = /x\n", "[srever]: ")]
+        let reference = try String(
+            contentsOf: Self.root.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
+        let cases = [
+            ("[server]\nsocket_mod = 0660\n", "[server] socket_mod: "), ("[srever]\nsocket = /x\n", "[srever]: "),
+        ]
         for (text, prefix) in cases {
             do {
                 _ = try HeraldConfig.parse(text, file: "/etc/herald/herald.conf")

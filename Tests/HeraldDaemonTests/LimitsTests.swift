@@ -89,7 +89,8 @@ struct LimitsTests {
         // 4 MiB of [0,0,…]: about two million calls, refused as a whole.
         var zeros = [UInt8](repeating: UInt8(ascii: ","), count: 4 * 1024 * 1024 - 2)
         for i in stride(from: 0, to: zeros.count, by: 2) { zeros[i] = UInt8(ascii: "0") }
-        let big = [UInt8(ascii: "[")] + zeros.dropLast(zeros.last == UInt8(ascii: ",") ? 1 : 0) + [UInt8(ascii: "]"), 10]
+        let big =
+            [UInt8(ascii: "[")] + zeros.dropLast(zeros.last == UInt8(ascii: ",") ? 1 : 0) + [UInt8(ascii: "]"), 10]
         let sender = Worker { try? c.send(big) }
         let bigRefusal = try parse(c.readLine(timeout: 60), "4 MiB of [0,0,…]")
         #expect(sender.wait(timeout: 60))
@@ -220,7 +221,8 @@ struct LimitsTests {
         defer { drip.close() }
         let stop = DispatchSemaphore(value: 0)
         let dripper = Worker {
-            let text = Array(#"{"jsonrpc":"2.0","id":2,"method":"system.health","params":{"pad":""#.utf8)
+            let text =
+                Array(#"{"jsonrpc":"2.0","id":2,"method":"system.health","params":{"pad":""#.utf8)
                 + [UInt8](repeating: UInt8(ascii: "x"), count: 1000)
             for byte in text {
                 if (try? drip.send([byte])) == nil { return }
@@ -262,7 +264,8 @@ struct LimitsTests {
         defer { d.cleanup() }
 
         // Root with 4343 as a supplementary group may call "grouped"; root without it may not.
-        let (okStatus, okOut, okErr) = try callWithGroups([4343], socket: d.socketPath, "system.health", #"{"app":"grouped"}"#)
+        let (okStatus, okOut, okErr) = try callWithGroups(
+            [4343], socket: d.socketPath, "system.health", #"{"app":"grouped"}"#)
         #expect(okStatus == 0, "\(okOut) \(okErr)")
         let (noStatus, _, noErr) = try callWithGroups([], socket: d.socketPath, "system.health", #"{"app":"grouped"}"#)
         #expect(noStatus != 0 && noErr.contains("1006"), "\(noErr)")

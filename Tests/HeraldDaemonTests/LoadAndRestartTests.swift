@@ -110,7 +110,10 @@ private func decode(_ line: String) -> [String: Any]? {
 }
 
 private func makeWebKeys() throws -> [String: String] {
-    ["p256dh": Base64URL.encode(try P256PrivateKey.generate().publicKey), "auth": Base64URL.encode(try SecureRandom.bytes(16))]
+    [
+        "p256dh": Base64URL.encode(try P256PrivateKey.generate().publicKey),
+        "auth": Base64URL.encode(try SecureRandom.bytes(16)),
+    ]
 }
 
 /// device.list of every user in `expected` must be exactly its set of ids.
@@ -133,7 +136,8 @@ private func verifyRegistry(
         try conn.send(bytes)
         var byID: [Int: [String: Any]] = [:]
         while byID.count < chunk.count {
-            guard let line = conn.readLine(timeout: 30), let object = decode(line), let rid = object["id"] as? Int else {
+            guard let line = conn.readLine(timeout: 30), let object = decode(line), let rid = object["id"] as? Int
+            else {
                 throw HarnessError("device.list responses missing")
             }
             byID[rid] = object
@@ -150,10 +154,13 @@ private func verifyRegistry(
             let must = expected[user] ?? []
             let may = must.union(allowedExtra[user] ?? [])
             if !must.isSubset(of: listed) { mismatches.append("\(user): lost \(must.subtracting(listed).sorted())") }
-            if !listed.isSubset(of: may) { mismatches.append("\(user): unexpected \(listed.subtracting(may).sorted())") }
+            if !listed.isSubset(of: may) {
+                mismatches.append("\(user): unexpected \(listed.subtracting(may).sorted())")
+            }
         }
     }
-    #expect(mismatches.isEmpty, "\(mismatches.count) users differ: \(mismatches.prefix(5))", sourceLocation: sourceLocation)
+    #expect(
+        mismatches.isEmpty, "\(mismatches.count) users differ: \(mismatches.prefix(5))", sourceLocation: sourceLocation)
 }
 
 private func totalDevices(_ daemon: DaemonProcess) throws -> Int {
@@ -225,8 +232,10 @@ struct LoadAndRestartTests {
                         log.lists += 1
                         let listed = devices.compactMap { $0["device_id"] as? String }
                         let mine = log.answered[p.user]!
-                        if !mine.isSubset(of: Set(listed)) || listed.count != Set(listed).count || listed.count > 2 * 10 {
-                            log.fail("device.list \(p.user): \(listed.count) devices, \(mine.count) of them mine: \(listed)")
+                        if !mine.isSubset(of: Set(listed)) || listed.count != Set(listed).count || listed.count > 2 * 10
+                        {
+                            log.fail(
+                                "device.list \(p.user): \(listed.count) devices, \(mine.count) of them mine: \(listed)")
                         }
                     }
                 } catch {
@@ -247,7 +256,9 @@ struct LoadAndRestartTests {
         #expect(answered == registrations)
         try verifyRegistry(daemon, expected: expected)
         #expect(try totalDevices(daemon) == answered, "no rows beyond the answered registrations")
-        print("load: \(registrations) registrations and \(lists) lists by \(clients) clients over \(expected.count) users in 10 s")
+        print(
+            "load: \(registrations) registrations and \(lists) lists by \(clients) clients over \(expected.count) users in 10 s"
+        )
         #expect(daemon.stop() == 0)
     }
 
@@ -273,14 +284,21 @@ struct LoadAndRestartTests {
         }
         let rid = "rid-restart"
         let ridUser = "restart-rid-user"  // planned users are at their 20 registrations a minute
-        #expect(try conn.call("device.register", ["user": ridUser, "platform": "fcm", "token": "rid-token-1", "registration_id": rid, "version": 4]).result != nil)
-        #expect(try conn.call("device.unregister", ["user": ridUser, "registration_id": rid, "version": 4]).result?["removed"] as? Int == 1)
+        #expect(
+            try conn.call(
+                "device.register",
+                ["user": ridUser, "platform": "fcm", "token": "rid-token-1", "registration_id": rid, "version": 4]
+            ).result != nil)
+        #expect(
+            try conn.call("device.unregister", ["user": ridUser, "registration_id": rid, "version": 4]).result?[
+                "removed"] as? Int == 1)
         conn.close()
 
         func snapshot() throws -> [String: [[String: String]]] {
             var out: [String: [[String: String]]] = [:]
             for user in expected.keys {
-                let devices = try #require(try daemon.call("device.list", ["user": user]).result?["devices"] as? [[String: Any]])
+                let devices = try #require(
+                    try daemon.call("device.list", ["user": user]).result?["devices"] as? [[String: Any]])
                 out[user] = devices.map { d in d.compactMapValues { $0 as? String } }
                     .sorted { $0["device_id"]! < $1["device_id"]! }
             }
@@ -302,12 +320,18 @@ struct LoadAndRestartTests {
         let again = try daemon.call("device.register", first.json)
         #expect(again.result?["created"] as? Bool == false)
         #expect(again.result?["device_id"] as? String == first.deviceID)
-        #expect(try daemon.call("session.end", ["user": planned[0].user, "session": "session-1"]).result?["removed"] as? Int == 10)
+        #expect(
+            try daemon.call("session.end", ["user": planned[0].user, "session": "session-1"]).result?["removed"] as? Int
+                == 10)
         // planned[6] is an fcm device of session-0: still there, found by its binding.
         #expect(try daemon.call("device.unregister", planned[6].params).result?["removed"] as? Int == 1)
-        #expect(try daemon.call("device.unregister", planned[8].params).result?["removed"] as? Int == 1, "apns, development")
+        #expect(
+            try daemon.call("device.unregister", planned[8].params).result?["removed"] as? Int == 1, "apns, development"
+        )
         // So does the tombstone.
-        let late = try daemon.call("device.register", ["user": ridUser, "platform": "fcm", "token": "rid-token-2", "registration_id": rid, "version": 3])
+        let late = try daemon.call(
+            "device.register",
+            ["user": ridUser, "platform": "fcm", "token": "rid-token-2", "registration_id": rid, "version": 3])
         #expect(late.errorCode == 1008, "\(late)")
         #expect(daemon.stop() == 0)
     }
@@ -465,4 +489,3 @@ struct LoadAndRestartTests {
         #expect(daemon.stop() == 0)
     }
 }
-

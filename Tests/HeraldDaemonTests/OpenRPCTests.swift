@@ -22,7 +22,8 @@ struct OpenRPCTests {
         defer { d.cleanup() }
         let served = try #require(try d.call("rpc.discover").result)
         let kept = try Self.repositoryDocument()
-        #expect(NSDictionary(dictionary: served).isEqual(to: kept), "run `make openrpc` after editing docs/openrpc.json")
+        #expect(
+            NSDictionary(dictionary: served).isEqual(to: kept), "run `make openrpc` after editing docs/openrpc.json")
 
         let methods = try #require(served["methods"] as? [[String: Any]])
         let names = Set(methods.compactMap { $0["name"] as? String })

@@ -19,7 +19,9 @@ final class NotifyCapture: @unchecked Sendable {
         addr.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &addr.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
         let rc = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
         }
         guard rc == 0 else { throw HarnessError("bind \(path): \(String(cString: strerror(errno)))") }
     }
@@ -62,7 +64,9 @@ func monotonicMicros() -> Int64 {
 
 @Suite("Operations: systemd notify, watchdog, reload, metrics", .serialized)
 struct OperationsTests {
-    @Test("notify: READY=1 once serving, STATUS with the queue, WATCHDOG=1 at half WATCHDOG_USEC, RELOADING=1 with MONOTONIC_USEC, STOPPING=1")
+    @Test(
+        "notify: READY=1 once serving, STATUS with the queue, WATCHDOG=1 at half WATCHDOG_USEC, RELOADING=1 with MONOTONIC_USEC, STOPPING=1"
+    )
     func notifyProtocol() throws {
         let notify = try NotifyCapture()
         defer { notify.close() }
@@ -78,7 +82,9 @@ struct OperationsTests {
         var pings = 0
         let pingDeadline = Date().addingTimeInterval(20)
         while pings < 3, pingDeadline.timeIntervalSinceNow > 0 {
-            if notify.wait(timeout: pingDeadline.timeIntervalSinceNow, until: { $0 == "WATCHDOG=1" }) != nil { pings += 1 }
+            if notify.wait(timeout: pingDeadline.timeIntervalSinceNow, until: { $0 == "WATCHDOG=1" }) != nil {
+                pings += 1
+            }
         }
         #expect(pings >= 3, "WATCHDOG=1 pings: \(pings)")
 
@@ -201,10 +207,13 @@ struct OperationsTests {
         #expect(d.waitForLog("config_reloaded"))
         #expect(d.log().contains("reload_needs_restart settings=server.socket_mode"))
         var st = stat()
-        #expect(stat(d.socketPath, &st) == 0 && st.st_mode & 0o777 == 0o600, "the socket keeps its mode until a restart")
+        #expect(
+            stat(d.socketPath, &st) == 0 && st.st_mode & 0o777 == 0o600, "the socket keeps its mode until a restart")
         // device_cap = 1 is in effect: a second device evicts the first.
-        let first = try d.call(
-            "device.register", ["user": "u", "platform": "fcm", "token": "t1"]).result?["device_id"] as? String
+        let first =
+            try d.call(
+                "device.register", ["user": "u", "platform": "fcm", "token": "t1"]
+            ).result?["device_id"] as? String
         let second = try d.call("device.register", ["user": "u", "platform": "fcm", "token": "t2"]).result
         #expect(second?["evicted"] as? [String] == [first].compactMap { $0 })
         // log_level = info is in effect: debug lines stop.

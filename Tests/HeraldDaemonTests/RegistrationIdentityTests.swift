@@ -7,7 +7,10 @@ import Testing
 @Suite("registration identity", .serialized)
 struct RegistrationIdentityTests {
     static func webKeys() throws -> [String: String] {
-        ["p256dh": Base64URL.encode(try P256PrivateKey.generate().publicKey), "auth": Base64URL.encode(try SecureRandom.bytes(16))]
+        [
+            "p256dh": Base64URL.encode(try P256PrivateKey.generate().publicKey),
+            "auth": Base64URL.encode(try SecureRandom.bytes(16)),
+        ]
     }
 
     @Test("a device first registered by token takes the registration_id's id once one is given")
@@ -16,7 +19,8 @@ struct RegistrationIdentityTests {
         defer { d.cleanup() }
         let c = try d.connect()
         defer { c.close() }
-        let first = try #require(try c.call("device.register", ["user": "ann", "platform": "fcm", "token": "tok-a", "name": "pixel"]).result)
+        let first = try #require(
+            try c.call("device.register", ["user": "ann", "platform": "fcm", "token": "tok-a", "name": "pixel"]).result)
         let named = try #require(
             try c.call(
                 "device.register",
@@ -32,7 +36,8 @@ struct RegistrationIdentityTests {
         #expect(devices.first?["name"] as? String == "pixel", "fields survive the re-key")
         // The ordering rules now apply to it.
         let older = try c.call(
-            "device.register", ["user": "ann", "platform": "fcm", "token": "tok-b", "registration_id": "inst-9", "version": 0])
+            "device.register",
+            ["user": "ann", "platform": "fcm", "token": "tok-b", "registration_id": "inst-9", "version": 0])
         #expect(older.errorCode == 1008)
     }
 
@@ -55,10 +60,14 @@ struct RegistrationIdentityTests {
         defer { c.close() }
         let keys = try Self.webKeys()
         let a = try #require(
-            try c.call("device.register", ["user": "wes", "platform": "web", "token": "https://93.184.215.14/push/abc", "keys": keys]).result)
+            try c.call(
+                "device.register",
+                ["user": "wes", "platform": "web", "token": "https://93.184.215.14/push/abc", "keys": keys]
+            ).result)
         let b = try #require(
             try c.call(
-                "device.register", ["user": "wes", "platform": "web", "token": "HTTPS://93.184.215.14:443/push/abc", "keys": keys]
+                "device.register",
+                ["user": "wes", "platform": "web", "token": "HTTPS://93.184.215.14:443/push/abc", "keys": keys]
             ).result)
         #expect(b["device_id"] as? String == a["device_id"] as? String)
         #expect(b["created"] as? Bool == false)

@@ -88,7 +88,9 @@ private final class Client {
 
     /// A call that must succeed; its `result`.
     @discardableResult
-    func ok(_ method: String, _ params: [String: Any], sourceLocation: SourceLocation = #_sourceLocation) throws
+    func ok(
+        _ method: String, _ params: [String: Any], sourceLocation: SourceLocation = #_sourceLocation
+    ) throws
         -> [String: Any]
     {
         let response = try call(method, params)
@@ -102,7 +104,8 @@ private final class Client {
         sourceLocation: SourceLocation = #_sourceLocation
     ) throws -> [String: Any] {
         let response = try call(method, params)
-        let error = try #require(response.error, "\(method) should fail with \(code): \(response)", sourceLocation: sourceLocation)
+        let error = try #require(
+            response.error, "\(method) should fail with \(code): \(response)", sourceLocation: sourceLocation)
         #expect(error["code"] as? Int == code, "\(method) \(params): \(error)", sourceLocation: sourceLocation)
         if let field {
             #expect(response.errorData?["field"] as? String == field, "\(error)", sourceLocation: sourceLocation)
@@ -115,7 +118,9 @@ private final class Client {
         try ok("device.register", params, sourceLocation: sourceLocation)
     }
 
-    func devices(_ user: String, app: String? = nil, sourceLocation: SourceLocation = #_sourceLocation) throws
+    func devices(
+        _ user: String, app: String? = nil, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws
         -> [[String: Any]]
     {
         var params: [String: Any] = ["user": user]
@@ -128,7 +133,9 @@ private final class Client {
         Set(try devices(user, app: app).compactMap { $0["device_id"] as? String })
     }
 
-    func removed(_ method: String, _ params: [String: Any], sourceLocation: SourceLocation = #_sourceLocation) throws
+    func removed(
+        _ method: String, _ params: [String: Any], sourceLocation: SourceLocation = #_sourceLocation
+    ) throws
         -> Int?
     {
         try ok(method, params, sourceLocation: sourceLocation)["removed"] as? Int
@@ -167,7 +174,8 @@ struct RegistrySemanticsTests {
                 #expect(r["reclaimed"] as? Bool == false)
                 #expect((r["evicted"] as? [Any])?.isEmpty == true)
                 #expect(isDeviceID(r["device_id"]))
-                let listed = try #require(try c.devices(user).first { $0["device_id"] as? String == r["device_id"] as? String })
+                let listed = try #require(
+                    try c.devices(user).first { $0["device_id"] as? String == r["device_id"] as? String })
                 #expect(listed["platform"] as? String == platform)
                 #expect(listed["environment"] as? String == "production")
 
@@ -177,11 +185,18 @@ struct RegistrySemanticsTests {
                 #expect(upper["device_id"] as? String == r["device_id"] as? String)
                 #expect(upper["token_hash"] as? String == SHA256.hex("push:" + token))
 
-                try c.fails("device.register", ["user": user, "platform": platform, "token": "not-hex-" + token], code: -32602, field: "token")
-                try c.fails("device.register", ["user": user, "platform": platform, "token": token + "a"], code: -32602, field: "token")
-                try c.fails("device.register", ["user": user, "platform": platform, "token": "abcd"], code: -32602, field: "token")
                 try c.fails(
-                    "device.register", ["user": user, "platform": platform, "token": token, "keys": try Make.webKeys()],
+                    "device.register", ["user": user, "platform": platform, "token": "not-hex-" + token], code: -32602,
+                    field: "token")
+                try c.fails(
+                    "device.register", ["user": user, "platform": platform, "token": token + "a"], code: -32602,
+                    field: "token")
+                try c.fails(
+                    "device.register", ["user": user, "platform": platform, "token": "abcd"], code: -32602,
+                    field: "token")
+                try c.fails(
+                    "device.register",
+                    ["user": user, "platform": platform, "token": token, "keys": try Make.webKeys()],
                     code: -32602, field: "keys")
                 try c.fails(
                     "device.register", ["user": user, "platform": platform, "token": token, "environment": "staging"],
@@ -204,16 +219,21 @@ struct RegistrySemanticsTests {
 
             let long = String(repeating: "x", count: 4096)
             #expect(try c.register(["user": user, "platform": "fcm", "token": long])["created"] as? Bool == true)
-            try c.fails("device.register", ["user": user, "platform": "fcm", "token": long + "x"], code: -32602, field: "token")
-            try c.fails("device.register", ["user": user, "platform": "fcm", "token": ""], code: -32602, field: "token")
-            try c.fails("device.register", ["user": user, "platform": "fcm", "token": "has space"], code: -32602, field: "token")
+            try c.fails(
+                "device.register", ["user": user, "platform": "fcm", "token": long + "x"], code: -32602, field: "token")
+            try c.fails(
+                "device.register", ["user": user, "platform": "fcm", "token": ""], code: -32602, field: "token")
+            try c.fails(
+                "device.register", ["user": user, "platform": "fcm", "token": "has space"], code: -32602, field: "token"
+            )
             try c.fails(
                 "device.register", ["user": user, "platform": "fcm", "token": token, "environment": "production"],
                 code: -32602, field: "environment")
             try c.fails(
                 "device.register", ["user": user, "platform": "fcm", "token": token, "keys": try Make.webKeys()],
                 code: -32602, field: "keys")
-            try c.fails("device.register", ["user": user, "platform": "gcm", "token": token], code: -32602, field: "platform")
+            try c.fails(
+                "device.register", ["user": user, "platform": "gcm", "token": token], code: -32602, field: "platform")
             #expect(try c.devices(user).count == 2)
         }
     }
@@ -231,7 +251,10 @@ struct RegistrySemanticsTests {
             #expect(listed["platform"] as? String == "web")
             #expect(listed["environment"] is NSNull)
 
-            func refused(_ token: String, _ keys: [String: String]?, code: Int, field: String?, _ loc: SourceLocation = #_sourceLocation) throws {
+            func refused(
+                _ token: String, _ keys: [String: String]?, code: Int, field: String?,
+                _ loc: SourceLocation = #_sourceLocation
+            ) throws {
                 var params: [String: Any] = ["user": user, "platform": "web", "token": token]
                 if let keys { params["keys"] = keys }
                 try c.fails("device.register", params, code: code, field: field, sourceLocation: loc)
@@ -239,19 +262,27 @@ struct RegistrySemanticsTests {
             try refused(Make.endpoint(), nil, code: -32602, field: "keys")
             // 65 bytes with the 0x04 prefix, but not a point on the curve.
             let offCurve = Base64URL.encode([4] + [UInt8](repeating: 1, count: 64))
-            try refused(Make.endpoint(), ["p256dh": offCurve, "auth": keys["auth"]!], code: -32602, field: "keys.p256dh")
-            let compressed = Base64URL.encode([2] + [UInt8](repeating: 1, count: 32))
-            try refused(Make.endpoint(), ["p256dh": compressed, "auth": keys["auth"]!], code: -32602, field: "keys.p256dh")
-            try refused(Make.endpoint(), ["p256dh": "not base64!", "auth": keys["auth"]!], code: -32602, field: "keys.p256dh")
             try refused(
-                Make.endpoint(), ["p256dh": keys["p256dh"]!, "auth": Base64URL.encode([UInt8](repeating: 7, count: 15))],
+                Make.endpoint(), ["p256dh": offCurve, "auth": keys["auth"]!], code: -32602, field: "keys.p256dh")
+            let compressed = Base64URL.encode([2] + [UInt8](repeating: 1, count: 32))
+            try refused(
+                Make.endpoint(), ["p256dh": compressed, "auth": keys["auth"]!], code: -32602, field: "keys.p256dh")
+            try refused(
+                Make.endpoint(), ["p256dh": "not base64!", "auth": keys["auth"]!], code: -32602, field: "keys.p256dh")
+            try refused(
+                Make.endpoint(),
+                ["p256dh": keys["p256dh"]!, "auth": Base64URL.encode([UInt8](repeating: 7, count: 15))],
                 code: -32602, field: "keys.auth")
             try refused(Make.endpoint(), ["p256dh": keys["p256dh"]!], code: -32602, field: "keys.auth")
-            try refused(Make.endpoint(), ["p256dh": keys["p256dh"]!, "auth": keys["auth"]!, "extra": "x"], code: -32602, field: "keys.extra")
+            try refused(
+                Make.endpoint(), ["p256dh": keys["p256dh"]!, "auth": keys["auth"]!, "extra": "x"], code: -32602,
+                field: "keys.extra")
             try refused("http://93.184.215.14/push/abc", keys, code: -32602, field: "token")
             try refused("https://93.184.215.14:8443/push/abc", keys, code: -32602, field: "token")
             try refused("https://user@93.184.215.14/push/abc", keys, code: -32602, field: "token")
-            for privateHost in ["127.0.0.1", "10.1.2.3", "192.168.0.1", "169.254.1.1", "100.64.0.1", "[::1]", "192.0.2.7"] {
+            for privateHost in [
+                "127.0.0.1", "10.1.2.3", "192.168.0.1", "169.254.1.1", "100.64.0.1", "[::1]", "192.0.2.7",
+            ] {
                 let error = try c.fails(
                     "device.register",
                     ["user": user, "platform": "web", "token": "https://\(privateHost)/push/abc", "keys": keys],
@@ -283,7 +314,9 @@ struct RegistrySemanticsTests {
             let environments = try c.devices(user).compactMap { $0["environment"] as? String }.sorted()
             #expect(environments == ["development", "production"])
             // Explicit production is the default binding, not a third one.
-            let explicit = try c.register(["user": user, "platform": "apns", "token": token, "environment": "production"])
+            let explicit = try c.register([
+                "user": user, "platform": "apns", "token": token, "environment": "production",
+            ])
             #expect(explicit["created"] as? Bool == false)
             #expect(explicit["device_id"] as? String == prod["device_id"] as? String)
             // apns and apns_voip are different platforms: another binding.
@@ -361,7 +394,8 @@ struct RegistrySemanticsTests {
                 #expect(b["device_id"] as? String != a["device_id"] as? String, "\(platform)")
                 #expect(b["token_hash"] as? String == a["token_hash"] as? String)
                 #expect(try c.devices(alice).isEmpty, "\(platform)")
-                let row = try #require(try c.devices(bob).first { $0["device_id"] as? String == b["device_id"] as? String })
+                let row = try #require(
+                    try c.devices(bob).first { $0["device_id"] as? String == b["device_id"] as? String })
                 #expect(row["name"] is NSNull, "\(platform): \(row)")
                 #expect(row["app_version"] is NSNull, "\(platform): \(row)")
                 // Alice's session no longer reaches the device.
@@ -398,11 +432,14 @@ struct RegistrySemanticsTests {
             ]
             var seen = Set<String>()
             for k in cases {
-                var params: [String: Any] = ["user": user, "platform": k.platform.rawValue, "token": k.token, "app": k.app]
+                var params: [String: Any] = [
+                    "user": user, "platform": k.platform.rawValue, "token": k.token, "app": k.app,
+                ]
                 if let env = k.env { params["environment"] = env.rawValue }
                 if k.platform == .web { params["keys"] = keys }
                 let r = try c.register(params)
-                let expected = Identity.deviceID(user: user, app: k.app, platform: k.platform, environment: k.env, token: k.stored)
+                let expected = Identity.deviceID(
+                    user: user, app: k.app, platform: k.platform, environment: k.env, token: k.stored)
                 #expect(r["device_id"] as? String == expected, "\(k)")
                 #expect(r["token_hash"] as? String == SHA256.hex("push:" + k.stored), "\(k)")
                 #expect(r["token_hash"] as? String == Identity.tokenHash(k.stored))
@@ -421,13 +458,20 @@ struct RegistrySemanticsTests {
             // With a registration_id the id follows (user, app, registration_id), whatever the token.
             let rid = "install-" + UUID().uuidString
             let expected = Identity.deviceID(user: user, app: "default", registrationID: rid)
-            let r1 = try c.register(["user": user, "platform": "fcm", "token": Make.fcmToken(), "registration_id": rid, "version": 1])
+            let r1 = try c.register([
+                "user": user, "platform": "fcm", "token": Make.fcmToken(), "registration_id": rid, "version": 1,
+            ])
             #expect(r1["device_id"] as? String == expected)
             #expect(try c.removed("device.unregister", ["user": user, "device_id": expected]) == 1)
-            let r2 = try c.register(["user": user, "platform": "apns", "token": Make.hexToken(), "registration_id": rid, "version": 1])
+            let r2 = try c.register([
+                "user": user, "platform": "apns", "token": Make.hexToken(), "registration_id": rid, "version": 1,
+            ])
             #expect(r2["device_id"] as? String == expected)
             #expect(r2["created"] as? Bool == true)
-            let other = try c.register(["user": user, "platform": "fcm", "token": Make.fcmToken(), "registration_id": rid, "version": 1, "app": "other"])
+            let other = try c.register([
+                "user": user, "platform": "fcm", "token": Make.fcmToken(), "registration_id": rid, "version": 1,
+                "app": "other",
+            ])
             #expect(other["device_id"] as? String == Identity.deviceID(user: user, app: "other", registrationID: rid))
             #expect(other["device_id"] as? String != expected)
         }
@@ -523,7 +567,9 @@ struct RegistrySemanticsTests {
             let left = try c.deviceIDs(user)
             #expect(left == Set([d2, d3].compactMap { $0["device_id"] as? String }))
             #expect(!left.contains(d1["device_id"] as! String) && !left.contains(d1b["device_id"] as! String))
-            #expect(try c.deviceIDs(other) == [o1["device_id"] as! String], "the same session string of another user is untouched")
+            #expect(
+                try c.deviceIDs(other) == [o1["device_id"] as! String],
+                "the same session string of another user is untouched")
             #expect(try c.removed("session.end", ["user": user, "session": s1]) == 0)
             #expect(try c.removed("session.end", ["user": user, "session": s2]) == 1)
             #expect(try c.deviceIDs(user) == [d3["device_id"] as! String])
@@ -537,7 +583,9 @@ struct RegistrySemanticsTests {
             let user = Make.user()
             let other = Make.user("other")
             _ = try c.register(["user": user, "platform": "fcm", "token": Make.fcmToken()])
-            _ = try c.register(["user": user, "platform": "apns", "token": Make.hexToken(), "environment": "development"])
+            _ = try c.register([
+                "user": user, "platform": "apns", "token": Make.hexToken(), "environment": "development",
+            ])
             _ = try c.register(["user": user, "platform": "web", "token": Make.endpoint(), "keys": try Make.webKeys()])
             _ = try c.register(["user": user, "platform": "fcm", "token": Make.fcmToken(), "app": "other"])
             _ = try c.register(["user": other, "platform": "fcm", "token": Make.fcmToken()])
@@ -580,7 +628,9 @@ struct RegistrySemanticsTests {
 
             // At rest: neither the database nor its WAL contains a raw token or key.
             c.daemon.stop()
-            let files = try FileManager.default.contentsOfDirectory(atPath: c.daemon.dir.path).filter { $0.hasPrefix("herald.db") }
+            let files = try FileManager.default.contentsOfDirectory(atPath: c.daemon.dir.path).filter {
+                $0.hasPrefix("herald.db")
+            }
             #expect(files.contains("herald.db"))
             let p256dhRaw = try Base64URL.decode(keys["p256dh"]!)
             let authRaw = try Base64URL.decode(keys["auth"]!)
@@ -606,9 +656,11 @@ struct RegistrySemanticsTests {
             let id = try #require(r["device_id"] as? String)
             #expect(try c.removed("device.unregister", ["user": user, "device_id": id]) == 1)
             #expect(try c.removed("device.unregister", ["user": user, "device_id": id]) == 0)
-            #expect(try c.removed("device.unregister", ["user": user, "device_id": String(repeating: "0", count: 32)]) == 0)
+            #expect(
+                try c.removed("device.unregister", ["user": user, "device_id": String(repeating: "0", count: 32)]) == 0)
             #expect(try c.deviceIDs(user) == [keep["device_id"] as! String])
-            try c.fails("device.unregister", ["user": user, "device_id": id.uppercased()], code: -32602, field: "device_id")
+            try c.fails(
+                "device.unregister", ["user": user, "device_id": id.uppercased()], code: -32602, field: "device_id")
             try c.fails("device.unregister", ["user": user, "device_id": "abc"], code: -32602, field: "device_id")
             try c.fails("device.unregister", ["user": user], code: -32602)
             try c.fails(
@@ -627,15 +679,22 @@ struct RegistrySemanticsTests {
             _ = try c.register(["user": user, "platform": "fcm", "token": fcm])
             _ = try c.register(["user": user, "platform": "web", "token": endpoint, "keys": try Make.webKeys()])
             #expect(try c.removed("device.unregister", ["user": user, "platform": "apns", "token": apns]) == 0)
-            #expect(try c.removed("device.unregister", ["user": user, "platform": "apns_voip", "token": apns, "environment": "development"]) == 0)
             #expect(
-                try c.removed("device.unregister", ["user": user, "platform": "apns", "token": apns.uppercased(), "environment": "development"])
+                try c.removed(
+                    "device.unregister",
+                    ["user": user, "platform": "apns_voip", "token": apns, "environment": "development"]) == 0)
+            #expect(
+                try c.removed(
+                    "device.unregister",
+                    ["user": user, "platform": "apns", "token": apns.uppercased(), "environment": "development"])
                     == 1, "hex case does not matter")
             #expect(try c.removed("device.unregister", ["user": user, "platform": "web", "token": fcm]) == 0)
             #expect(try c.removed("device.unregister", ["user": user, "platform": "fcm", "token": fcm]) == 1)
             #expect(try c.removed("device.unregister", ["user": user, "platform": "web", "token": endpoint]) == 1)
             #expect(try c.devices(user).isEmpty)
-            try c.fails("device.unregister", ["user": user, "platform": "fcm", "token": fcm, "environment": "production"], code: -32602, field: "environment")
+            try c.fails(
+                "device.unregister", ["user": user, "platform": "fcm", "token": fcm, "environment": "production"],
+                code: -32602, field: "environment")
             try c.fails("device.unregister", ["user": user, "token": fcm], code: -32602)
             try c.fails("device.unregister", ["user": user, "platform": "fcm"], code: -32602)
         }
@@ -649,7 +708,9 @@ struct RegistrySemanticsTests {
             let token = Make.hexToken()
             let rid = "rid-" + UUID().uuidString
             let a1 = try c.register(["user": alice, "platform": "apns", "token": token])
-            let a2 = try c.register(["user": alice, "platform": "fcm", "token": Make.fcmToken(), "registration_id": rid, "version": 1])
+            let a2 = try c.register([
+                "user": alice, "platform": "fcm", "token": Make.fcmToken(), "registration_id": rid, "version": 1,
+            ])
             let aliceIDs = try c.deviceIDs(alice)
             #expect(aliceIDs.count == 2)
             #expect(try c.removed("device.unregister", ["user": bob, "device_id": a1["device_id"] as! String]) == 0)
@@ -660,7 +721,9 @@ struct RegistrySemanticsTests {
             #expect(try c.removed("user.forget", ["user": bob]) == 0)
             #expect(try c.deviceIDs(alice) == aliceIDs)
             // Bob's tombstone for the same registration_id is his own: alice may still move on.
-            let moved = try c.register(["user": alice, "platform": "fcm", "token": Make.fcmToken(), "registration_id": rid, "version": 2])
+            let moved = try c.register([
+                "user": alice, "platform": "fcm", "token": Make.fcmToken(), "registration_id": rid, "version": 2,
+            ])
             #expect(moved["device_id"] as? String == a2["device_id"] as? String)
         }
     }
@@ -673,7 +736,9 @@ struct RegistrySemanticsTests {
             let user = Make.user()
             let rid = "install-" + UUID().uuidString
             let t1 = Make.hexToken(), t2 = Make.hexToken(), t3 = Make.hexToken()
-            func reg(_ token: String, _ version: Int, env: String = "production", name: String? = nil) throws -> [String: Any] {
+            func reg(
+                _ token: String, _ version: Int, env: String = "production", name: String? = nil
+            ) throws -> [String: Any] {
                 var p: [String: Any] = [
                     "user": user, "platform": "apns", "token": token, "environment": env, "registration_id": rid,
                     "version": version,
@@ -731,8 +796,12 @@ struct RegistrySemanticsTests {
             let shared = Make.fcmToken()
             _ = try c.register(["user": alice, "platform": "fcm", "token": shared])
             let rid = "rid-" + UUID().uuidString
-            let b1 = try c.register(["user": bob, "platform": "fcm", "token": Make.fcmToken(), "registration_id": rid, "version": 1])
-            let b2 = try c.register(["user": bob, "platform": "fcm", "token": shared, "registration_id": rid, "version": 2])
+            let b1 = try c.register([
+                "user": bob, "platform": "fcm", "token": Make.fcmToken(), "registration_id": rid, "version": 1,
+            ])
+            let b2 = try c.register([
+                "user": bob, "platform": "fcm", "token": shared, "registration_id": rid, "version": 2,
+            ])
             #expect(b2["device_id"] as? String == b1["device_id"] as? String)
             #expect(b2["reclaimed"] as? Bool == true)
             #expect(try c.devices(alice).isEmpty)
@@ -748,7 +817,10 @@ struct RegistrySemanticsTests {
             func reg(_ version: Int) throws -> [String: Any] {
                 try c.call(
                     "device.register",
-                    ["user": user, "platform": "fcm", "token": Make.fcmToken(), "registration_id": rid, "version": version])
+                    [
+                        "user": user, "platform": "fcm", "token": Make.fcmToken(), "registration_id": rid,
+                        "version": version,
+                    ])
             }
             #expect(try reg(3).result != nil)
             #expect(try c.removed("device.unregister", ["user": user, "registration_id": rid, "version": 3]) == 1)
@@ -773,12 +845,14 @@ struct RegistrySemanticsTests {
             let fresh = "never-" + UUID().uuidString
             #expect(try c.removed("device.unregister", ["user": user, "registration_id": fresh, "version": 7]) == 0)
             let late = try c.call(
-                "device.register", ["user": user, "platform": "fcm", "token": Make.fcmToken(), "registration_id": fresh, "version": 6])
+                "device.register",
+                ["user": user, "platform": "fcm", "token": Make.fcmToken(), "registration_id": fresh, "version": 6])
             #expect(late.errorCode == 1008)
             #expect(late.errorData?["version"] as? Int == 7)
             try c.fails("device.unregister", ["user": user, "registration_id": rid], code: -32602, field: "version")
             try c.fails(
-                "device.register", ["user": user, "platform": "fcm", "token": Make.fcmToken(), "version": 1], code: -32602,
+                "device.register", ["user": user, "platform": "fcm", "token": Make.fcmToken(), "version": 1],
+                code: -32602,
                 field: "version")
         }
     }
@@ -789,9 +863,13 @@ struct RegistrySemanticsTests {
     func registerRateLimit() throws {
         try withDaemon { c in
             let user = Make.user()
-            let calls = (0..<21).map { _ in ("device.register", ["user": user, "platform": "fcm", "token": Make.fcmToken()] as [String: Any]) }
+            let calls = (0..<21).map { _ in
+                ("device.register", ["user": user, "platform": "fcm", "token": Make.fcmToken()] as [String: Any])
+            }
             let responses = try c.pipeline(calls)
-            #expect(responses.prefix(20).allSatisfy { $0.result != nil }, "\(responses.prefix(20).filter { $0.result == nil })")
+            #expect(
+                responses.prefix(20).allSatisfy { $0.result != nil },
+                "\(responses.prefix(20).filter { $0.result == nil })")
             let last = responses[20]
             #expect(last.errorCode == 1002, "\(last)")
             #expect(last.errorData?["reason"] as? String == "rate_limited")
@@ -800,9 +878,12 @@ struct RegistrySemanticsTests {
             // Refusals do not register anything, and a refresh counts too.
             #expect(try c.devices(user).count == 20)
             try c.fails("device.register", ["user": user, "platform": "fcm", "token": Make.fcmToken()], code: 1002)
-            #expect(try c.register(["user": Make.user("other"), "platform": "fcm", "token": Make.fcmToken()])["created"] as? Bool == true)
+            #expect(
+                try c.register(["user": Make.user("other"), "platform": "fcm", "token": Make.fcmToken()])["created"]
+                    as? Bool == true)
             // Unregistration has its own bucket.
-            #expect(try c.removed("device.unregister", ["user": user, "device_id": String(repeating: "a", count: 32)]) == 0)
+            #expect(
+                try c.removed("device.unregister", ["user": user, "device_id": String(repeating: "a", count: 32)]) == 0)
         }
     }
 
@@ -818,9 +899,12 @@ struct RegistrySemanticsTests {
             let last = responses[40]
             #expect(last.errorCode == 1002, "\(last)")
             #expect((last.errorData?["retry_after_ms"] as? Int ?? 0) > 0)
-            #expect(try c.removed("device.unregister", ["user": Make.user("other"), "device_id": String(repeating: "b", count: 32)]) == 0)
-            #expect(try c.register(["user": user, "platform": "fcm", "token": Make.fcmToken()])["created"] as? Bool == true)
+            #expect(
+                try c.removed(
+                    "device.unregister", ["user": Make.user("other"), "device_id": String(repeating: "b", count: 32)])
+                    == 0)
+            #expect(
+                try c.register(["user": user, "platform": "fcm", "token": Make.fcmToken()])["created"] as? Bool == true)
         }
     }
 }
-

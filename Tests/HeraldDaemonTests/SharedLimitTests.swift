@@ -23,7 +23,10 @@ final class SharedBucketStore: DeliveryStore, @unchecked Sendable {
     private let answer: @Sendable (String, Int) -> Result<Int64?, any Error>
     private let asked = Locked<[(bucket: String, perMinute: Int)]>([])
 
-    init(_ inner: any DeliveryStore, shared: Bool = true, answer: @escaping @Sendable (String, Int) -> Result<Int64?, any Error>) {
+    init(
+        _ inner: any DeliveryStore, shared: Bool = true,
+        answer: @escaping @Sendable (String, Int) -> Result<Int64?, any Error>
+    ) {
         self.inner = inner
         self.shared = shared
         self.answer = answer
@@ -46,10 +49,12 @@ final class SharedBucketStore: DeliveryStore, @unchecked Sendable {
     func close() { inner.close() }
     func setWorkObserver(_ observer: @escaping @Sendable () -> Void) {}
     func register(
-        _ r: Registration, deviceCap: Int, completion: @escaping @Sendable (Result<RegistrationOutcome, any Error>) -> Void
+        _ r: Registration, deviceCap: Int,
+        completion: @escaping @Sendable (Result<RegistrationOutcome, any Error>) -> Void
     ) { inner.register(r, deviceCap: deviceCap, completion: completion) }
     func unregister(
-        app: String, user: String, _ s: UnregisterSelector, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+        app: String, user: String, _ s: UnregisterSelector,
+        completion: @escaping @Sendable (Result<Int, any Error>) -> Void
     ) { inner.unregister(app: app, user: user, s, completion: completion) }
     func list(app: String, user: String, completion: @escaping @Sendable (Result<[DeviceSummary], any Error>) -> Void) {
         inner.list(app: app, user: user, completion: completion)
@@ -74,12 +79,15 @@ final class SharedBucketStore: DeliveryStore, @unchecked Sendable {
         completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
     ) { inner.enqueue(e, handoff: handoff, limit: limit, completion: completion) }
     func status(
-        app: String, messageID: String, detail: Bool, completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void
+        app: String, messageID: String, detail: Bool,
+        completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void
     ) { inner.status(app: app, messageID: messageID, detail: detail, completion: completion) }
     func cancel(app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void) {
         inner.cancel(app: app, messageID: messageID, completion: completion)
     }
-    func claimDue(lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void) {
+    func claimDue(
+        lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
+    ) {
         inner.claimDue(lanes: lanes, others: others, completion: completion)
     }
     func record(
@@ -104,7 +112,8 @@ final class SharedBucketStore: DeliveryStore, @unchecked Sendable {
             deliveryID: deliveryID, deviceID: deviceID, tokenHash: tokenHash, httpStatus: httpStatus, reason: reason,
             windowCap: windowCap, completion: completion)
     }
-    func purgeMessages(olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
+    func purgeMessages(olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
+    {
         inner.purgeMessages(olderThan: retention, completion: completion)
     }
     func queueDepth(completion: @escaping @Sendable (Result<QueueDepth, any Error>) -> Void) {
@@ -134,7 +143,9 @@ struct SharedLimitTests {
             store = SharedBucketStore(inner, shared: shared, answer: answer)
             let app = AppConfig(name: "default")
             service = HeraldService(
-                apps: ["default": AppRuntime(config: app, credentials: try LoadedCredentials(loading: app), disabled: [:])],
+                apps: [
+                    "default": AppRuntime(config: app, credentials: try LoadedCredentials(loading: app), disabled: [:])
+                ],
                 store: store, endpointGuard: EndpointGuard(resolver: StaticResolver([:])), clock: SystemClock(),
                 instance: "test", log: Logger(level: .error))
         }
@@ -160,7 +171,9 @@ struct SharedLimitTests {
 
     static let register: JSONObject = ["user": .string("alice"), "platform": .string("fcm"), "token": .string("tok-1")]
 
-    @Test("a shared store's bucket that answers a wait refuses device.register as rate_limited, and nothing is registered")
+    @Test(
+        "a shared store's bucket that answers a wait refuses device.register as rate_limited, and nothing is registered"
+    )
     func registerRefused() async throws {
         let h = try Harness { _, _ in .success(1234) }
         let result = await h.call("device.register", Self.register)
@@ -185,13 +198,16 @@ struct SharedLimitTests {
         }
         #expect(try h.devices("alice") == 1)
         let id = try #require(registered["device_id"]?.stringValue)
-        guard case .success(let removed) = await h.call("device.unregister", ["user": .string("alice"), "device_id": .string(id)])
+        guard
+            case .success(let removed) = await h.call(
+                "device.unregister", ["user": .string("alice"), "device_id": .string(id)])
         else {
             Issue.record("unregister refused")
             return
         }
         #expect(removed["removed"]?.numberValue?.int64 == 1)
-        #expect(h.store.buckets.map(\.bucket) == ["register\u{1F}default\u{1F}alice", "unregister\u{1F}default\u{1F}alice"])
+        #expect(
+            h.store.buckets.map(\.bucket) == ["register\u{1F}default\u{1F}alice", "unregister\u{1F}default\u{1F}alice"])
         #expect(h.store.buckets.map(\.perMinute) == [20, 40])
         #expect(h.service.rateLimited == 0)
     }
@@ -240,7 +256,9 @@ struct SharedLimitTests {
     func localFirst() async throws {
         let h = try Harness { _, _ in .success(nil) }
         for i in 0..<25 {
-            let params: JSONObject = ["user": .string("alice"), "platform": .string("fcm"), "token": .string("tok-\(i)")]
+            let params: JSONObject = [
+                "user": .string("alice"), "platform": .string("fcm"), "token": .string("tok-\(i)"),
+            ]
             _ = await h.call("device.register", params)
         }
         #expect(h.store.buckets.count == 20)

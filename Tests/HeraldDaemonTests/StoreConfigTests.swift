@@ -102,34 +102,44 @@ struct StoreConfigTests {
         #expect(absolute.store.passwordFile?.path == "/run/secrets/pg")
     }
 
-    @Test("a bad [store] value names the file, line and key, and never repeats a dsn", arguments: [
-        ("backend = mysql", "backend", "must be sqlite or postgres (got \"mysql\")"),
-        ("backend = ", "backend", "must be sqlite or postgres"),
-        ("backend = postgres\ndsn = host=/tmp password=hunter2", "dsn", "the dsn carries a password"),
-        ("backend = postgres\ndsn = postgresql://herald:hunter2@localhost/herald", "dsn", "the dsn carries a password"),
-        ("backend = postgres\ndsn = host='hunter2", "dsn", "the dsn is not a libpq connection string"),
-        ("backend = postgres\ndsn = hunter2", "dsn", "the dsn is not a libpq connection string"),
-        ("backend = postgres\ndsn = dbname=h\npool_size = 0", "pool_size", "integer from 1 to 64 (got \"0\")"),
-        ("backend = postgres\ndsn = dbname=h\npool_size = 65", "pool_size", "integer from 1 to 64"),
-        ("backend = postgres\ndsn = dbname=h\npool_size = eight", "pool_size", "integer from 1 to 64"),
-        ("backend = postgres\ndsn = dbname=h\nlease = 1.999", "lease", "seconds from 2 to 600"),
-        ("backend = postgres\ndsn = dbname=h\nlease = 601", "lease", "seconds from 2 to 600"),
-        ("backend = postgres\ndsn = dbname=h\nlease = 30s", "lease", "seconds from 2 to 600"),
-        ("backend = postgres\ndsn = dbname=h\npassword_file = -----BEGIN", "password_file", "looks like key material"),
-        ("backend = postgres\ndsn = dbname=h\nsynchronous = full", "synchronous", "only with backend = sqlite"),
-        ("dsn = dbname=h", "dsn", "only with backend = postgres (this store is sqlite)"),
-        ("backend = sqlite\npassword_file = pg.pass", "password_file", "only with backend = postgres"),
-        ("pool_size = 8", "pool_size", "only with backend = postgres"),
-        ("lease = 30", "lease", "only with backend = postgres"),
-        ("backend = postgres", "backend", "backend = postgres needs dsn"),
-        ("backend = postgres\ndsn = ", "backend", "backend = postgres needs dsn"),
-    ])
+    @Test(
+        "a bad [store] value names the file, line and key, and never repeats a dsn",
+        arguments: [
+            ("backend = mysql", "backend", "must be sqlite or postgres (got \"mysql\")"),
+            ("backend = ", "backend", "must be sqlite or postgres"),
+            ("backend = postgres\ndsn = host=/tmp password=hunter2", "dsn", "the dsn carries a password"),
+            (
+                "backend = postgres\ndsn = postgresql://herald:hunter2@localhost/herald", "dsn",
+                "the dsn carries a password"
+            ),
+            ("backend = postgres\ndsn = host='hunter2", "dsn", "the dsn is not a libpq connection string"),
+            ("backend = postgres\ndsn = hunter2", "dsn", "the dsn is not a libpq connection string"),
+            ("backend = postgres\ndsn = dbname=h\npool_size = 0", "pool_size", "integer from 1 to 64 (got \"0\")"),
+            ("backend = postgres\ndsn = dbname=h\npool_size = 65", "pool_size", "integer from 1 to 64"),
+            ("backend = postgres\ndsn = dbname=h\npool_size = eight", "pool_size", "integer from 1 to 64"),
+            ("backend = postgres\ndsn = dbname=h\nlease = 1.999", "lease", "seconds from 2 to 600"),
+            ("backend = postgres\ndsn = dbname=h\nlease = 601", "lease", "seconds from 2 to 600"),
+            ("backend = postgres\ndsn = dbname=h\nlease = 30s", "lease", "seconds from 2 to 600"),
+            (
+                "backend = postgres\ndsn = dbname=h\npassword_file = -----BEGIN", "password_file",
+                "looks like key material"
+            ),
+            ("backend = postgres\ndsn = dbname=h\nsynchronous = full", "synchronous", "only with backend = sqlite"),
+            ("dsn = dbname=h", "dsn", "only with backend = postgres (this store is sqlite)"),
+            ("backend = sqlite\npassword_file = pg.pass", "password_file", "only with backend = postgres"),
+            ("pool_size = 8", "pool_size", "only with backend = postgres"),
+            ("lease = 30", "lease", "only with backend = postgres"),
+            ("backend = postgres", "backend", "backend = postgres needs dsn"),
+            ("backend = postgres\ndsn = ", "backend", "backend = postgres needs dsn"),
+        ])
     func badValue(lines: String, key: String, message: String) throws {
         let text = "# herald\n[store]\n" + lines + "\n"
         let error = try #require(throws: ConfigError.self) { try HeraldConfig.parse(text, file: Self.file) }
-        let line = 3 + (lines.split(separator: "\n", omittingEmptySubsequences: false).firstIndex {
-            $0.hasPrefix(key + " =")
-        } ?? 0)
+        let line =
+            3
+            + (lines.split(separator: "\n", omittingEmptySubsequences: false).firstIndex {
+                $0.hasPrefix(key + " =")
+            } ?? 0)
         #expect(error.line == line, "\(error)")
         #expect(error.section == "store" && error.key == key, "\(error)")
         #expect(error.description.hasPrefix("\(Self.file):\(line): [store] \(key): "), "\(error)")
@@ -145,13 +155,15 @@ struct StoreConfigTests {
         #expect(config.store.dsn == nil && config.store.poolSize == 8 && config.store.lease == .seconds(30))
     }
 
-    @Test("the password file must be a regular, non-empty file that grants nothing to group or others", arguments: [
-        ("0640", "mode 0640 is too open: the password file must not be accessible to group or others (chmod 0600)"),
-        ("0604", "mode 0604 is too open"),
-        ("empty", "is empty"),
-        ("missing", "cannot open: No such file or directory"),
-        ("directory", "not a regular file"),
-    ])
+    @Test(
+        "the password file must be a regular, non-empty file that grants nothing to group or others",
+        arguments: [
+            ("0640", "mode 0640 is too open: the password file must not be accessible to group or others (chmod 0600)"),
+            ("0604", "mode 0604 is too open"),
+            ("empty", "is empty"),
+            ("missing", "cannot open: No such file or directory"),
+            ("directory", "not a regular file"),
+        ])
     func passwordFileRefused(kind: String, message: String) throws {
         let dir = try TemporaryDirectory()
         let path = dir.path + "/pg.pass"
@@ -223,10 +235,13 @@ struct StoreConfigTests {
         #expect(errors.first?.contains("mode 0644 is too open") == true, "\(errors)")
         #expect(!(out + err).contains("hunter2"))
 
-        try dir.write("herald.conf", body.replacingOccurrences(of: "dbname=herald", with: "dbname=herald password=hunter2"))
+        try dir.write(
+            "herald.conf", body.replacingOccurrences(of: "dbname=herald", with: "dbname=herald password=hunter2"))
         let (status2, out2, err2) = try runHerald(["serve", "--config", dir.path + "/herald.conf"])
         #expect(status2 == 1)
-        #expect((out2 + err2).contains("[store] dsn: must be a libpq connection string without a password"), "\(out2)\(err2)")
+        #expect(
+            (out2 + err2).contains("[store] dsn: must be a libpq connection string without a password"),
+            "\(out2)\(err2)")
         #expect(!(out2 + err2).contains("hunter2"))
     }
 }

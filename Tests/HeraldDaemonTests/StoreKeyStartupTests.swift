@@ -84,7 +84,9 @@ struct StoreKeyStartupTests {
         #expect(!start.output.contains("herald_started"))
     }
 
-    @Test("another 32-byte key in place of store.key: the start fails (non-zero, one <3> line naming both files, no READY=1)")
+    @Test(
+        "another 32-byte key in place of store.key: the start fails (non-zero, one <3> line naming both files, no READY=1)"
+    )
     func replacedKey() throws {
         let d = try stoppedWithDevices()
         defer { d.cleanup() }
@@ -113,7 +115,9 @@ struct StoreKeyStartupTests {
         let start = try FailedStart(config: d.configPath)
         expectRefusal(start, d, key: Array(original), says: "is missing but the database")
         #expect(!FileManager.default.fileExists(atPath: keyPath(d)), "no key was created")
-        let leftovers = try FileManager.default.contentsOfDirectory(atPath: d.dir.path).filter { $0.hasPrefix("store.key") }
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: d.dir.path).filter {
+            $0.hasPrefix("store.key")
+        }
         #expect(leftovers.isEmpty, "no temporary key file either: \(leftovers)")
 
         try original.write(to: URL(fileURLWithPath: keyPath(d)))

@@ -14,25 +14,27 @@ import Testing
 struct VAPIDSubjectTests {
     static let file = "/etc/herald/herald.conf"
 
-    @Test("a mailto: address or an https: URL is a subject",
-          arguments: [
-              "mailto:push@example.com", "mailto:a@b.c", "https://example.com/contact", "https://example.com",
-              "https://example.com:8443/x", "mailto:ops@example.com;x",
-          ])
+    @Test(
+        "a mailto: address or an https: URL is a subject",
+        arguments: [
+            "mailto:push@example.com", "mailto:a@b.c", "https://example.com/contact", "https://example.com",
+            "https://example.com:8443/x", "mailto:ops@example.com;x",
+        ])
     func good(subject: String) throws {
         #expect(VAPIDSubject.isValid(subject))
         let config = try HeraldConfig.parse("[app.default]\nvapid_subject = \(subject)\n", file: Self.file)
         #expect(config.apps["default"]?.vapidSubject == subject)
     }
 
-    @Test("anything else is refused when the configuration loads",
-          arguments: [
-              "ops@example.com", "http://x", "http://example.com", "ftp://example.com", "tel:+123",
-              "example.com", "mailto:", "mailto:ops", "mailto:@example.com", "mailto:ops@",
-              "mailto:mailto:a@b.c", "https://", "https:///contact", "https://:443", "https://@example.com",
-              "mailto:ops @example.com", "mailto:ops@exam\u{7f}ple.com", "https://exam\u{85}ple.com",
-              "mailto:ops@example.com\u{a0}", "MAILTO:ops@example.com",
-          ])
+    @Test(
+        "anything else is refused when the configuration loads",
+        arguments: [
+            "ops@example.com", "http://x", "http://example.com", "ftp://example.com", "tel:+123",
+            "example.com", "mailto:", "mailto:ops", "mailto:@example.com", "mailto:ops@",
+            "mailto:mailto:a@b.c", "https://", "https:///contact", "https://:443", "https://@example.com",
+            "mailto:ops @example.com", "mailto:ops@exam\u{7f}ple.com", "https://exam\u{85}ple.com",
+            "mailto:ops@example.com\u{a0}", "MAILTO:ops@example.com",
+        ])
     func bad(subject: String) throws {
         #expect(!VAPIDSubject.isValid(subject))
         let error = try #require(throws: ConfigError.self) {

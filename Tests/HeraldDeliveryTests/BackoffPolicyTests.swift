@@ -16,8 +16,9 @@ struct BackoffPolicyTests {
 
     @Test("the jitter cap doubles from base up to max, without overflow")
     func caps() {
-        #expect((0..<10).map { policy.cap(attempt: $0) }
-            == [1000, 2000, 4000, 8000, 16_000, 32_000, 64_000, 128_000, 256_000, 300_000])
+        #expect(
+            (0..<10).map { policy.cap(attempt: $0) }
+                == [1000, 2000, 4000, 8000, 16_000, 32_000, 64_000, 128_000, 256_000, 300_000])
         #expect(policy.cap(attempt: 62) == 300_000)
         #expect(policy.cap(attempt: 63) == 300_000)
         #expect(policy.cap(attempt: .max) == 300_000)
@@ -32,7 +33,8 @@ struct BackoffPolicyTests {
             let cap = wide.cap(attempt: attempt)
             var delays: [Int64] = []
             for _ in 0..<2000 {
-                let d = delay(wide.next(attempt: attempt, retryAfter: nil, now: now, deadline: farFuture, random: &random))
+                let d = delay(
+                    wide.next(attempt: attempt, retryAfter: nil, now: now, deadline: farFuture, random: &random))
                 #expect(d != nil)
                 delays.append(d ?? -1)
             }
@@ -48,7 +50,8 @@ struct BackoffPolicyTests {
         let wide = BackoffPolicy(maxRetries: 20, base: .milliseconds(1000), max: .milliseconds(300_000))
         let means = (0..<9).map { attempt in
             (0..<4000).reduce(Int64(0)) { sum, _ in
-                sum + delay(wide.next(attempt: attempt, retryAfter: nil, now: now, deadline: farFuture, random: &random))!
+                sum + delay(
+                    wide.next(attempt: attempt, retryAfter: nil, now: now, deadline: farFuture, random: &random))!
             } / 4000
         }
         for (a, b) in zip(means, means.dropFirst()) { #expect(b > a + a / 2, "\(means)") }
@@ -63,7 +66,9 @@ struct BackoffPolicyTests {
     func deterministic() {
         func schedule(seed: UInt64) -> [BackoffPolicy.Decision] {
             var random = SplitMix64(seed: seed)
-            return (0..<6).map { policy.next(attempt: $0, retryAfter: nil, now: now, deadline: farFuture, random: &random) }
+            return (0..<6).map {
+                policy.next(attempt: $0, retryAfter: nil, now: now, deadline: farFuture, random: &random)
+            }
         }
         #expect(schedule(seed: 1) == schedule(seed: 1))
         #expect(schedule(seed: 1) != schedule(seed: 2))
@@ -73,17 +78,22 @@ struct BackoffPolicyTests {
     @Test("Retry-After is a floor, even above max")
     func retryAfterFloor() {
         var random = SplitMix64(seed: 3)
-        #expect(policy.next(attempt: 0, retryAfter: .seconds(60), now: now, deadline: farFuture, random: &random)
-            == .retry(at: now + 60_000))
-        #expect(policy.next(attempt: 4, retryAfter: .seconds(600), now: now, deadline: farFuture, random: &random)
-            == .retry(at: now + 600_000))
+        #expect(
+            policy.next(attempt: 0, retryAfter: .seconds(60), now: now, deadline: farFuture, random: &random)
+                == .retry(at: now + 60_000))
+        #expect(
+            policy.next(attempt: 4, retryAfter: .seconds(600), now: now, deadline: farFuture, random: &random)
+                == .retry(at: now + 600_000))
         for _ in 0..<500 {
-            let d = delay(policy.next(attempt: 0, retryAfter: .milliseconds(500), now: now, deadline: farFuture, random: &random))!
+            let d = delay(
+                policy.next(attempt: 0, retryAfter: .milliseconds(500), now: now, deadline: farFuture, random: &random))!
             #expect((500...1000).contains(d))
         }
         // A sub-millisecond remainder rounds up: never earlier than asked.
-        #expect(policy.next(attempt: 0, retryAfter: .microseconds(1_999_500), now: now, deadline: farFuture, random: &random)
-            == .retry(at: now + 2000))
+        #expect(
+            policy.next(
+                attempt: 0, retryAfter: .microseconds(1_999_500), now: now, deadline: farFuture, random: &random)
+                == .retry(at: now + 2000))
         // A zero Retry-After is no floor at all.
         let d = delay(policy.next(attempt: 0, retryAfter: .zero, now: now, deadline: farFuture, random: &random))!
         #expect((0...1000).contains(d))
@@ -93,24 +103,30 @@ struct BackoffPolicyTests {
     func deadline() {
         var random = SplitMix64(seed: 11)
         // Retry-After beyond the deadline, or exactly at it.
-        #expect(policy.next(attempt: 0, retryAfter: .seconds(2), now: now, deadline: now + 1000, random: &random)
-            == .giveUp(.expired))
-        #expect(policy.next(attempt: 0, retryAfter: .seconds(1), now: now, deadline: now + 1000, random: &random)
-            == .giveUp(.expired))
+        #expect(
+            policy.next(attempt: 0, retryAfter: .seconds(2), now: now, deadline: now + 1000, random: &random)
+                == .giveUp(.expired))
+        #expect(
+            policy.next(attempt: 0, retryAfter: .seconds(1), now: now, deadline: now + 1000, random: &random)
+                == .giveUp(.expired))
         // Already at or past the deadline (a TTL 0 call ring).
         #expect(policy.next(attempt: 0, retryAfter: nil, now: now, deadline: now, random: &random) == .giveUp(.expired))
-        #expect(policy.next(attempt: 0, retryAfter: nil, now: now, deadline: now - 5, random: &random) == .giveUp(.expired))
+        #expect(
+            policy.next(attempt: 0, retryAfter: nil, now: now, deadline: now - 5, random: &random) == .giveUp(.expired))
         // A huge Retry-After cannot overflow into the past.
-        #expect(policy.next(attempt: 0, retryAfter: .seconds(Int64.max / 2), now: now, deadline: .max, random: &random)
-            == .giveUp(.expired))
+        #expect(
+            policy.next(attempt: 0, retryAfter: .seconds(Int64.max / 2), now: now, deadline: .max, random: &random)
+                == .giveUp(.expired))
         // Close to the deadline the draw is confined to the time left.
         for _ in 0..<1000 {
             let d = delay(policy.next(attempt: 4, retryAfter: nil, now: now, deadline: now + 100, random: &random))!
             #expect((0..<100).contains(d))
-            let f = delay(policy.next(attempt: 4, retryAfter: .milliseconds(60), now: now, deadline: now + 100, random: &random))!
+            let f = delay(
+                policy.next(attempt: 4, retryAfter: .milliseconds(60), now: now, deadline: now + 100, random: &random))!
             #expect((60..<100).contains(f))
         }
-        #expect(policy.next(attempt: 0, retryAfter: nil, now: now, deadline: now + 1, random: &random) == .retry(at: now))
+        #expect(
+            policy.next(attempt: 0, retryAfter: nil, now: now, deadline: now + 1, random: &random) == .retry(at: now))
     }
 
     @Test("at most maxRetries retries, then exhausted (checked before expiry)")
@@ -126,8 +142,11 @@ struct BackoffPolicyTests {
             retries += 1
         }
         #expect(retries == 5)
-        #expect(policy.next(attempt: 5, retryAfter: nil, now: now, deadline: now, random: &random) == .giveUp(.exhausted))
+        #expect(
+            policy.next(attempt: 5, retryAfter: nil, now: now, deadline: now, random: &random) == .giveUp(.exhausted))
         let none = BackoffPolicy(maxRetries: 0, base: .seconds(1), max: .seconds(1))
-        #expect(none.next(attempt: 0, retryAfter: nil, now: now, deadline: farFuture, random: &random) == .giveUp(.exhausted))
+        #expect(
+            none.next(attempt: 0, retryAfter: nil, now: now, deadline: farFuture, random: &random)
+                == .giveUp(.exhausted))
     }
 }

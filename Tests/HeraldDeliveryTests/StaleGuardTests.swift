@@ -89,7 +89,10 @@ struct StaleGuardTests {
         var guard_ = StaleGuard(settings: .init(windowCap: 500, batchRatio: 0.5, batchMin: 4))
         guard_.register(messageID: "small", platform: .apns, size: 3)
         for n in 0..<3 {
-            #expect(guard_.reportStale(device(n), messageID: "small", platform: .apns, now: 0).map(\.disposition) == [.delete])
+            #expect(
+                guard_.reportStale(device(n), messageID: "small", platform: .apns, now: 0).map(\.disposition) == [
+                    .delete
+                ])
         }
         #expect(guard_.counters(for: .apns) == StaleCounters(staleRemoved: 3, staleRefused: 0, breakerTrips: 0))
         // At exactly stale_batch_min the breaker applies.
@@ -272,7 +275,8 @@ struct StaleGuardTests {
             #expect(final.count == staleCount)
             #expect(Set(final.map(\.candidate)).count == staleCount)
             let trips = size >= 4 && staleCount * 2 >= size
-            #expect(final.allSatisfy { $0.disposition == (trips ? .refused(.breakerTripped) : .delete) },
+            #expect(
+                final.allSatisfy { $0.disposition == (trips ? .refused(.breakerTripped) : .delete) },
                 "size \(size), stale \(staleCount)")
         }
         #expect(guard_.openBatches == 0)

@@ -62,8 +62,10 @@ struct LiteralTests {
     @Test(
         "loopback is 127.0.0.0/8 and ::1 only",
         arguments: [
-            ("127.0.0.1", true), ("127.255.255.254", true), ("127.0.0.0", true), ("::1", true), ("0:0:0:0:0:0:0:1", true),
-            ("126.255.255.255", false), ("128.0.0.1", false), ("::", false), ("::2", false), ("::ffff:127.0.0.1", false),
+            ("127.0.0.1", true), ("127.255.255.254", true), ("127.0.0.0", true), ("::1", true),
+            ("0:0:0:0:0:0:0:1", true),
+            ("126.255.255.255", false), ("128.0.0.1", false), ("::", false), ("::2", false),
+            ("::ffff:127.0.0.1", false),
             ("::127.0.0.1", false), ("0.0.0.0", false), ("10.0.0.1", false),
         ])
     func loopback(_ text: String, _ expected: Bool) throws {

@@ -72,10 +72,12 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
 
     // Everything else goes straight through.
     func register(
-        _ r: Registration, deviceCap: Int, completion: @escaping @Sendable (Result<RegistrationOutcome, any Error>) -> Void
+        _ r: Registration, deviceCap: Int,
+        completion: @escaping @Sendable (Result<RegistrationOutcome, any Error>) -> Void
     ) { inner.register(r, deviceCap: deviceCap, completion: completion) }
     func unregister(
-        app: String, user: String, _ s: UnregisterSelector, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+        app: String, user: String, _ s: UnregisterSelector,
+        completion: @escaping @Sendable (Result<Int, any Error>) -> Void
     ) { inner.unregister(app: app, user: user, s, completion: completion) }
     func list(app: String, user: String, completion: @escaping @Sendable (Result<[DeviceSummary], any Error>) -> Void) {
         inner.list(app: app, user: user, completion: completion)
@@ -100,18 +102,22 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
         completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
     ) { inner.enqueue(e, handoff: handoff, limit: limit, completion: completion) }
     func status(
-        app: String, messageID: String, detail: Bool, completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void
+        app: String, messageID: String, detail: Bool,
+        completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void
     ) { inner.status(app: app, messageID: messageID, detail: detail, completion: completion) }
     func cancel(app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void) {
         inner.cancel(app: app, messageID: messageID, completion: completion)
     }
-    func claimDue(lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void) {
+    func claimDue(
+        lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
+    ) {
         inner.claimDue(lanes: lanes, others: others, completion: completion)
     }
     func releaseCredentialWaits(lanes: [QueueLane], completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
         inner.releaseCredentialWaits(lanes: lanes, completion: completion)
     }
-    func purgeMessages(olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
+    func purgeMessages(olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
+    {
         inner.purgeMessages(olderThan: retention, completion: completion)
     }
     func queueDepth(completion: @escaping @Sendable (Result<QueueDepth, any Error>) -> Void) {
@@ -139,8 +145,9 @@ struct HeldResultsTests {
         return s
     }
 
-    @Test("during an outage results are held in memory, then written when the store returns: none lost, none sent twice",
-          arguments: StoreBackend.allCases)
+    @Test(
+        "during an outage results are held in memory, then written when the store returns: none lost, none sent twice",
+        arguments: StoreBackend.allCases)
     func heldThenWritten(_ backend: StoreBackend) async throws {
         let f = try Fixture(backend)
         defer { f.close() }
@@ -171,8 +178,9 @@ struct HeldResultsTests {
         #expect(fcm.sent == 200, "nothing was sent twice")
     }
 
-    @Test("past the bound the oldest held results are dropped; their deliveries stay in flight and are sent again after a restart",
-          arguments: StoreBackend.allCases)
+    @Test(
+        "past the bound the oldest held results are dropped; their deliveries stay in flight and are sent again after a restart",
+        arguments: StoreBackend.allCases)
     func boundHolds(_ backend: StoreBackend) async throws {
         let scratch = try StoreScratch(backend, prefix: "herald-held")
         defer { scratch.remove() }
@@ -225,8 +233,9 @@ struct HeldResultsTests {
         #expect(again.sent == 35)
     }
 
-    @Test("a stale device's removal the store fails is held and carried out when it returns",
-          arguments: StoreBackend.allCases)
+    @Test(
+        "a stale device's removal the store fails is held and carried out when it returns",
+        arguments: StoreBackend.allCases)
     func staleRemovalHeld(_ backend: StoreBackend) async throws {
         let f = try Fixture(backend)
         defer { f.close() }
@@ -255,8 +264,9 @@ struct HeldResultsTests {
         #expect(scheduler.stats.platforms[.fcm]?.removedStale == 1)
     }
 
-    @Test("the work observer wakes an idle scheduler when work arrives that it did not queue",
-          arguments: StoreBackend.allCases)
+    @Test(
+        "the work observer wakes an idle scheduler when work arrives that it did not queue",
+        arguments: StoreBackend.allCases)
     func workObserverWakes(_ backend: StoreBackend) async throws {
         let f = try Fixture(backend)
         defer { f.close() }

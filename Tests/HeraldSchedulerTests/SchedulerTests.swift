@@ -18,7 +18,12 @@ final class ScriptedTransport: PushTransport, @unchecked Sendable {
     private let state = Locked((current: 0, peak: 0, sent: 0))
     private let queue = DispatchQueue(label: "scripted", attributes: .concurrent)
 
-    init(limit: Int, delayMs: Int = 5, answer: @escaping @Sendable (DeliveryJob) -> AttemptReport = { _ in AttemptReport(outcome: .delivered, httpStatus: 200) }) {
+    init(
+        limit: Int, delayMs: Int = 5,
+        answer: @escaping @Sendable (DeliveryJob) -> AttemptReport = { _ in
+            AttemptReport(outcome: .delivered, httpStatus: 200)
+        }
+    ) {
         self.concurrencyLimit = limit
         self.delayMs = delayMs
         self.answer = answer
@@ -131,7 +136,9 @@ struct SchedulerTests {
         let apns = ScriptedTransport(limit: 50)
         let scheduler = Scheduler(
             store: f.store,
-            transports: [QueueLane(app: "default", platform: .fcm): fcm, QueueLane(app: "default", platform: .apns): apns],
+            transports: [
+                QueueLane(app: "default", platform: .fcm): fcm, QueueLane(app: "default", platform: .apns): apns,
+            ],
             settings: SchedulerSettings(maxInflight: 30))
         scheduler.start()
         defer { scheduler.stopClaiming() }
@@ -157,7 +164,9 @@ struct SchedulerTests {
         let apns = ScriptedTransport(limit: 50)
         let scheduler = Scheduler(
             store: f.store,
-            transports: [QueueLane(app: "default", platform: .fcm): fcm, QueueLane(app: "default", platform: .apns): apns],
+            transports: [
+                QueueLane(app: "default", platform: .fcm): fcm, QueueLane(app: "default", platform: .apns): apns,
+            ],
             settings: SchedulerSettings(maxInflight: 30))
         scheduler.start()
         defer { scheduler.stopClaiming() }
@@ -204,9 +213,10 @@ struct SchedulerTests {
         let deadline = Date().addingTimeInterval(10)
         while fcm.sent < 5 && Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
         #expect(fcm.sent == 5 && scheduler.stats.handedOver == 5)
-        let status = try #require(try store.sync { s, done in
-            s.status(app: "default", messageID: accepted.messageID, detail: false, completion: done)
-        })
+        let status = try #require(
+            try store.sync { s, done in
+                s.status(app: "default", messageID: accepted.messageID, detail: false, completion: done)
+            })
         #expect(status.counts[.inFlight] == 5)
         scheduler.stopClaiming()
         store.close()  // the answers never come: as good as a crash for the store
@@ -229,7 +239,9 @@ struct SchedulerTests {
         let f = try Fixture(backend)
         defer { f.close() }
         try f.register(10, perUser: 10, platform: .fcm)
-        let stale = ScriptedTransport(limit: 100) { _ in AttemptReport(outcome: .stale(reason: ProviderReason("UNREGISTERED")), httpStatus: 404) }
+        let stale = ScriptedTransport(limit: 100) { _ in
+            AttemptReport(outcome: .stale(reason: ProviderReason("UNREGISTERED")), httpStatus: 404)
+        }
         let scheduler = Scheduler(
             store: f.store, transports: [QueueLane(app: "default", platform: .fcm): stale],
             settings: SchedulerSettings(maxInflight: 1000))
@@ -254,7 +266,9 @@ struct SchedulerTests {
         let fast = ScriptedTransport(limit: 100)
         let scheduler = Scheduler(
             store: f.store,
-            transports: [QueueLane(app: "default", platform: .fcm): slow, QueueLane(app: "default", platform: .apns): fast],
+            transports: [
+                QueueLane(app: "default", platform: .fcm): slow, QueueLane(app: "default", platform: .apns): fast,
+            ],
             settings: SchedulerSettings(maxInflight: 10))
         scheduler.start()
         defer { scheduler.stopClaiming() }
@@ -266,7 +280,8 @@ struct SchedulerTests {
         scheduler.wake()
         let s = try await f.waitComplete(fastID, timeout: 60)
         #expect(s.counts[.delivered] == 10)
-        #expect(try f.status(slowID).counts[.delivered] ?? 0 == 0, "the fast lane finished while the slow one was stuck")
+        #expect(
+            try f.status(slowID).counts[.delivered] ?? 0 == 0, "the fast lane finished while the slow one was stuck")
         #expect(slow.peak <= 2)
         slow.open()
         #expect(try await f.waitComplete(slowID, timeout: 60).counts[.delivered] == 10)
@@ -279,7 +294,9 @@ struct SchedulerTests {
         let f = try Fixture(backend)
         defer { f.close() }
         try f.register(10, perUser: 10, platform: .fcm)
-        let stale = ScriptedTransport(limit: 100) { _ in AttemptReport(outcome: .stale(reason: ProviderReason("UNREGISTERED")), httpStatus: 404) }
+        let stale = ScriptedTransport(limit: 100) { _ in
+            AttemptReport(outcome: .stale(reason: ProviderReason("UNREGISTERED")), httpStatus: 404)
+        }
         let scheduler = Scheduler(
             store: f.store, transports: [QueueLane(app: "default", platform: .fcm): stale],
             settings: SchedulerSettings(maxInflight: 10))
@@ -426,7 +443,9 @@ struct SchedulerSemanticsTests {
         defer { scheduler.stopClaiming() }
         let id = try f.send((0..<3).map { "apns-\($0)" })
         scheduler.wake()
-        let detail = { try f.store.sync { s, done in s.status(app: "default", messageID: id, detail: true, completion: done) }! }
+        let detail = {
+            try f.store.sync { s, done in s.status(app: "default", messageID: id, detail: true, completion: done) }!
+        }
         #expect(try await eventually { try detail().counts[.retrying] == 3 })
         let waiting = try #require(try detail().devices)
         #expect(waiting.allSatisfy { $0.reason == "credential_rejected" && $0.attempts == 0 && $0.httpStatus == 403 })
@@ -460,7 +479,8 @@ struct SchedulerSemanticsTests {
                 return n > 0
             }
             return refuse
-                ? AttemptReport(outcome: .authRejected(reason: ProviderReason("THIRD_PARTY_AUTH_ERROR")), httpStatus: 401)
+                ? AttemptReport(
+                    outcome: .authRejected(reason: ProviderReason("THIRD_PARTY_AUTH_ERROR")), httpStatus: 401)
                 : AttemptReport(outcome: .delivered, httpStatus: 200)
         }
         var settings = SchedulerSettings(maxInflight: 10)
@@ -523,7 +543,8 @@ struct SchedulerSemanticsTests {
     func webPushOriginsDegradeAlone(_ backend: StoreBackend) async throws {
         let f = try Fixture(backend)
         defer { f.close() }
-        let keys = WebPushKeys(p256dh: [0x04] + [UInt8](repeating: 7, count: 64), auth: [UInt8](repeating: 9, count: 16))
+        let keys = WebPushKeys(
+            p256dh: [0x04] + [UInt8](repeating: 7, count: 64), auth: [UInt8](repeating: 9, count: 16))
         for i in 0..<5 {
             let r = Registration(
                 app: "default", user: "w\(i)", platform: .web, environment: nil,
@@ -553,13 +574,18 @@ struct SchedulerSemanticsTests {
         #expect(scheduler.degradedLanes.isEmpty, "the app's Web Push is never degraded by a push service")
         #expect(
             scheduler.degradedOrigins[lane]
-                == ["https://push2.example:8443": "http_403", "https://push3.example:8443": "http_403",
-                    "https://push4.example:8443": "http_403"],
+                == [
+                    "https://push2.example:8443": "http_403", "https://push3.example:8443": "http_403",
+                    "https://push4.example:8443": "http_403",
+                ],
             "the oldest origins are forgotten past the limit")
         accept.withLock { $0 = true }
         let ok = try f.send(["w3"])
         scheduler.wake()
         #expect(try await f.waitComplete(ok).counts[.delivered] == 1)
-        #expect(scheduler.degradedOrigins[lane]?.keys.sorted() == ["https://push2.example:8443", "https://push4.example:8443"])
+        #expect(
+            scheduler.degradedOrigins[lane]?.keys.sorted() == [
+                "https://push2.example:8443", "https://push4.example:8443",
+            ])
     }
 }

@@ -67,7 +67,8 @@ public struct StoreScratch: Sendable {
         key: StoreKey, clock: any WallClock = SystemClock(), synchronous: Synchronous = .normal,
         instance: String = "test-instance"
     ) throws -> any DeliveryStore {
-        try open(keySupply: .key(key), keyFile: "(given key)", clock: clock, synchronous: synchronous, instance: instance)
+        try open(
+            keySupply: .key(key), keyFile: "(given key)", clock: clock, synchronous: synchronous, instance: instance)
     }
 
     /// Opens (creating at first) the store as the daemon does.

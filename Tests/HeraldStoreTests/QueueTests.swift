@@ -17,9 +17,13 @@ extension TestStore {
         try store.sync { s, done in s.claimDue(lanes: lanes, others: others, completion: done) }
     }
     func claim(_ limit: Int = 100) throws -> [DeliveryJob] { try claimAll(limit).jobs }
-    func record(_ d: DeliveryJob, _ state: DeliveryState, status: Int? = nil, reason: String? = nil, retryAt: Int64? = nil) throws {
+    func record(
+        _ d: DeliveryJob, _ state: DeliveryState, status: Int? = nil, reason: String? = nil, retryAt: Int64? = nil
+    ) throws {
         try store.sync { s, done in
-            s.record(deliveryID: d.deliveryID, state: state, httpStatus: status, reason: reason, nextAttemptAt: retryAt, completion: done)
+            s.record(
+                deliveryID: d.deliveryID, state: state, httpStatus: status, reason: reason, nextAttemptAt: retryAt,
+                completion: done)
         }
     }
 }
@@ -36,9 +40,11 @@ struct QueueTests {
         var ids: [Platform: String] = [:]
         ids[.apns] = try t.register(apns(user, "aa\(user.count)01")).deviceID
         ids[.apnsVoIP] = try t.register(
-            Registration(app: "default", user: user, platform: .apnsVoIP, environment: .production, token: "bb01")).deviceID
+            Registration(app: "default", user: user, platform: .apnsVoIP, environment: .production, token: "bb01")
+        ).deviceID
         ids[.fcm] = try t.register(
-            Registration(app: "default", user: user, platform: .fcm, environment: nil, token: "fcm-\(user)")).deviceID
+            Registration(app: "default", user: user, platform: .fcm, environment: nil, token: "fcm-\(user)")
+        ).deviceID
         return ids
     }
 
@@ -67,7 +73,8 @@ struct QueueTests {
         defer { t.close() }
         let names = ["quote\"d", "back\\slash", "tab\tand\nnewline", "ünïcødé 🚀", "[\"json\"]", "plain"]
         for (i, name) in names.enumerated() {
-            _ = try t.register(Registration(app: "default", user: name, platform: .fcm, environment: nil, token: "fcm-odd-\(i)"))
+            _ = try t.register(
+                Registration(app: "default", user: name, platform: .fcm, environment: nil, token: "fcm-odd-\(i)"))
         }
         let m = try t.enqueue(send(PushMessage(kind: .notification), to: .users(names + ["plain", "nobody"])))
         #expect(m.devices == names.count)
@@ -81,9 +88,11 @@ struct QueueTests {
     func nulInUserID(_ backend: StoreBackend) throws {
         let t = try TestStore(backend)
         defer { t.close() }
-        _ = try t.register(Registration(app: "default", user: "alice", platform: .fcm, environment: nil, token: "fcm-a"))
         _ = try t.register(
-            Registration(app: "default", user: "alice\u{0}evil", platform: .fcm, environment: nil, token: "fcm-b",
+            Registration(app: "default", user: "alice", platform: .fcm, environment: nil, token: "fcm-a"))
+        _ = try t.register(
+            Registration(
+                app: "default", user: "alice\u{0}evil", platform: .fcm, environment: nil, token: "fcm-b",
                 name: "a\u{0}b"))
         #expect(try t.list("alice").count == 1)
         let evil = try t.list("alice\u{0}evil")
@@ -97,12 +106,15 @@ struct QueueTests {
     func walCheckpointed() throws {
         let t = try TestStore(.sqlite)
         let wal = t.dir.appendingPathComponent("herald.db-wal").path
-        func size(_ path: String) -> Int { (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0 }
+        func size(_ path: String) -> Int {
+            (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
+        }
         // ~20 MB of WAL frames if nothing were ever checkpointed.
         for round in 0..<40 {
             for i in 0..<100 {
                 _ = try t.register(
-                    Registration(app: "default", user: "w\(round)-\(i)", platform: .fcm, environment: nil,
+                    Registration(
+                        app: "default", user: "w\(round)-\(i)", platform: .fcm, environment: nil,
                         token: "fcm-wal-\(round)-\(i)"))
             }
             _ = try t.enqueue(send(PushMessage(kind: .notification), to: .users((0..<100).map { "w\(round)-\($0)" })))
@@ -120,7 +132,10 @@ struct QueueTests {
         let t = try TestStore(backend)
         defer { t.close() }
         _ = try registerMix(t, user: "bob")
-        let r = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["bob"]), disabled: [.fcm: "no fcm_credentials configured"]))
+        let r = try t.enqueue(
+            send(
+                PushMessage(kind: .notification), to: .users(["bob"]), disabled: [.fcm: "no fcm_credentials configured"]
+            ))
         #expect(r.devices == 1 && r.skipped == 2)
         let reasons = try #require(try t.status(r.messageID)?.devices).compactMap(\.reason)
         #expect(reasons.contains("transport_disabled: no fcm_credentials configured"))
@@ -163,7 +178,8 @@ struct QueueTests {
     func claimRecordRecover(_ backend: StoreBackend) throws {
         let t = try TestStore(backend)
         defer { t.scratch.remove() }
-        let dev = try t.register(Registration(app: "default", user: "erin", platform: .fcm, environment: nil, token: "fcm-token-erin"))
+        let dev = try t.register(
+            Registration(app: "default", user: "erin", platform: .fcm, environment: nil, token: "fcm-token-erin"))
         let m = try t.enqueue(send(PushMessage(kind: .notification), to: .devices([dev.deviceID, "0000"])))
         #expect(m.devices == 1, "unknown device ids are left out")
         let due = try t.claim()
@@ -180,9 +196,14 @@ struct QueueTests {
         let again = try reopened.sync { s, done in s.claimDue(limit: 10, completion: done) }.jobs
         #expect(again.count == 1 && again.first?.previousAttempts == 1)
         try reopened.sync { s, done in
-            s.record(deliveryID: again[0].deliveryID, state: .delivered, httpStatus: 200, reason: nil, nextAttemptAt: nil, completion: done)
+            s.record(
+                deliveryID: again[0].deliveryID, state: .delivered, httpStatus: 200, reason: nil, nextAttemptAt: nil,
+                completion: done)
         }
-        let status = try #require(try reopened.sync { s, done in s.status(app: "default", messageID: m.messageID, detail: true, completion: done) })
+        let status = try #require(
+            try reopened.sync { s, done in
+                s.status(app: "default", messageID: m.messageID, detail: true, completion: done)
+            })
         #expect(status.isComplete && status.counts[.delivered] == 1)
         #expect(status.devices?.first?.attempts == 2 && status.devices?.first?.httpStatus == 200)
         let devices = try reopened.sync { s, done in s.list(app: "default", user: "erin", completion: done) }
@@ -195,7 +216,8 @@ struct QueueTests {
     func successResolution(_ backend: StoreBackend) throws {
         let t = try TestStore(backend)
         defer { t.close() }
-        _ = try t.register(Registration(app: "default", user: "gus", platform: .fcm, environment: nil, token: "fcm-gus"))
+        _ = try t.register(
+            Registration(app: "default", user: "gus", platform: .fcm, environment: nil, token: "fcm-gus"))
         func deliver(_ state: DeliveryState, reason: String? = nil) throws {
             _ = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["gus"])))
             let job = try #require(try t.claim().first)
@@ -228,13 +250,15 @@ struct QueueTests {
         _ = try t.register(Registration(app: "default", user: "fay", platform: .fcm, environment: nil, token: "f9"))
         let m = try t.enqueue(send(PushMessage(kind: .notification, ttlSeconds: 60), to: .users(["fay"])))
         let first = try t.claim()
-        try t.record(first[0], .retrying, status: 503, reason: "UNAVAILABLE", retryAt: t.clock.nowMilliseconds() + 120_000)
+        try t.record(
+            first[0], .retrying, status: 503, reason: "UNAVAILABLE", retryAt: t.clock.nowMilliseconds() + 120_000)
         t.clock.advance(120_001)
         #expect(try t.claim().isEmpty)
         #expect(try t.status(m.messageID)?.counts[.expired] == 1)
 
         let n = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["fay"])))
-        let cancelled = try t.store.sync { s, done in s.cancel(app: "default", messageID: n.messageID, completion: done) }
+        let cancelled = try t.store.sync { s, done in s.cancel(app: "default", messageID: n.messageID, completion: done)
+        }
         #expect(cancelled == 1)
         #expect(try t.claim().isEmpty)
         #expect(try t.status(n.messageID)?.isComplete == true)
@@ -260,9 +284,10 @@ struct QueueTests {
         defer { other.close() }
         let jobs = try other.sync { s, done in s.claimDue(limit: 10, completion: done) }.jobs
         #expect(jobs.count == 2)
-        let status = try #require(try other.sync { s, done in
-            s.status(app: "default", messageID: m.messageID, detail: true, completion: done)
-        })
+        let status = try #require(
+            try other.sync { s, done in
+                s.status(app: "default", messageID: m.messageID, detail: true, completion: done)
+            })
         #expect(status.devices?.map(\.sentBy) == ["host-b", "host-b"])
         // Deliveries handed over at the commit are this instance's from the start.
         let handed = try other.sync { s, done in
@@ -271,9 +296,10 @@ struct QueueTests {
                 handoff: [QueueLane(app: "default", platform: .fcm): 1], limit: 1, completion: done)
         }
         #expect(handed.claim.jobs.count == 1)
-        let afterHandOver = try #require(try other.sync { s, done in
-            s.status(app: "default", messageID: handed.accepted.messageID, detail: true, completion: done)
-        })
+        let afterHandOver = try #require(
+            try other.sync { s, done in
+                s.status(app: "default", messageID: handed.accepted.messageID, detail: true, completion: done)
+            })
         #expect(afterHandOver.devices?.map(\.sentBy).sorted { ($0 ?? "") < ($1 ?? "") } == [nil, "host-b"])
     }
 
@@ -301,11 +327,18 @@ struct QueueTests {
         let t = try TestStore(backend)
         defer { t.close() }
         _ = try registerMix(t, user: "hal")
-        _ = try t.register(Registration(app: "default", user: "hal", platform: .fcm, environment: nil, token: "fcm-hal-2"))
+        _ = try t.register(
+            Registration(app: "default", user: "hal", platform: .fcm, environment: nil, token: "fcm-hal-2"))
         let m = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["hal"])))
-        let first = try t.claimLanes([QueueLane(app: "default", platform: .apns): 5, QueueLane(app: "default", platform: .fcm): 0])
+        let first = try t.claimLanes([
+            QueueLane(app: "default", platform: .apns): 5, QueueLane(app: "default", platform: .fcm): 0,
+        ])
         #expect(first.jobs.map(\.platform) == [.apns])
-        #expect(first.batchSizes == [BatchKey(messageID: m.messageID, platform: .apns): 1, BatchKey(messageID: m.messageID, platform: .fcm): 2])
+        #expect(
+            first.batchSizes == [
+                BatchKey(messageID: m.messageID, platform: .apns): 1,
+                BatchKey(messageID: m.messageID, platform: .fcm): 2,
+            ])
         #expect(first.nextDueAt != nil, "the fcm deliveries still wait")
         let one = try t.claimLanes([QueueLane(app: "default", platform: .fcm): 1])
         #expect(one.jobs.map(\.platform) == [.fcm], "a lane takes no more than it asks for")
@@ -318,13 +351,21 @@ struct QueueTests {
     func removeStale(_ backend: StoreBackend) throws {
         let t = try TestStore(backend)
         defer { t.close() }
-        let dev = try t.register(Registration(app: "default", user: "ida", platform: .fcm, environment: nil, token: "old", registrationID: "r", version: 1))
+        let dev = try t.register(
+            Registration(
+                app: "default", user: "ida", platform: .fcm, environment: nil, token: "old", registrationID: "r",
+                version: 1))
         _ = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["ida"])))
         let job = try #require(try t.claim().first)
         // The device moved to a new token while the push was out.
-        _ = try t.register(Registration(app: "default", user: "ida", platform: .fcm, environment: nil, token: "new", registrationID: "r", version: 2))
+        _ = try t.register(
+            Registration(
+                app: "default", user: "ida", platform: .fcm, environment: nil, token: "new", registrationID: "r",
+                version: 2))
         let kept = try t.store.sync { s, done in
-            s.removeStale(deliveryID: job.deliveryID, deviceID: job.deviceID, tokenHash: job.tokenHash, httpStatus: 404, reason: "UNREGISTERED", windowCap: 500, completion: done)
+            s.removeStale(
+                deliveryID: job.deliveryID, deviceID: job.deviceID, tokenHash: job.tokenHash, httpStatus: 404,
+                reason: "UNREGISTERED", windowCap: 500, completion: done)
         }
         #expect(kept == .kept)
         _ = dev
@@ -337,7 +378,9 @@ struct QueueTests {
         let m2 = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["ida"])))
         let job2 = try #require(try t.claim().first)
         let removed = try t.store.sync { s, done in
-            s.removeStale(deliveryID: job2.deliveryID, deviceID: job2.deviceID, tokenHash: job2.tokenHash, httpStatus: 404, reason: "UNREGISTERED", windowCap: 500, completion: done)
+            s.removeStale(
+                deliveryID: job2.deliveryID, deviceID: job2.deviceID, tokenHash: job2.tokenHash, httpStatus: 404,
+                reason: "UNREGISTERED", windowCap: 500, completion: done)
         }
         #expect(removed == .removed)
         #expect(try t.status(m2.messageID)?.counts[.removedStale] == 1)
@@ -349,7 +392,8 @@ struct QueueTests {
         let t = try TestStore(backend)
         defer { t.close() }
         for i in 0..<3 {
-            _ = try t.register(Registration(app: "default", user: "u\(i)", platform: .fcm, environment: nil, token: "t\(i)"))
+            _ = try t.register(
+                Registration(app: "default", user: "u\(i)", platform: .fcm, environment: nil, token: "t\(i)"))
         }
         var e = send(PushMessage(kind: .notification), to: .users(["u0", "u1"]))
         e.pendingLimit = 3
@@ -374,7 +418,8 @@ struct QueueTests {
         #expect(try t.status(m.messageID)?.counts[.delivered] == 1)
         let pending = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["jo"])))
         t.clock.advance(8 * 24 * 3600 * 1000)
-        let purged = try t.store.sync { s, done in s.purgeMessages(olderThan: .seconds(7 * 24 * 3600), completion: done) }
+        let purged = try t.store.sync { s, done in s.purgeMessages(olderThan: .seconds(7 * 24 * 3600), completion: done)
+        }
         #expect(purged == 1)
         #expect(try t.status(m.messageID) == nil)
         #expect(try t.status(pending.messageID) != nil, "a message with work left is kept")
@@ -474,9 +519,11 @@ struct QueueSemanticsTests {
         for job in try t.claim() {
             try t.store.sync { s, done in
                 s.record(
-                    [DeliveryRecord(
-                        deliveryID: job.deliveryID, deviceID: job.deviceID, state: .retrying, httpStatus: 403,
-                        reason: DeliveryReason.credentialRejected, nextAttemptAt: later, countsAsAttempt: false)],
+                    [
+                        DeliveryRecord(
+                            deliveryID: job.deliveryID, deviceID: job.deviceID, state: .retrying, httpStatus: 403,
+                            reason: DeliveryReason.credentialRejected, nextAttemptAt: later, countsAsAttempt: false)
+                    ],
                     completion: done)
             }
         }

@@ -52,7 +52,9 @@ struct TestStore {
     }
 }
 
-func apns(_ user: String, _ token: String, rid: String? = nil, version: Int64? = nil, name: String? = nil) -> Registration {
+func apns(
+    _ user: String, _ token: String, rid: String? = nil, version: Int64? = nil, name: String? = nil
+) -> Registration {
     Registration(
         app: "default", user: user, platform: .apns, environment: .production, token: token, name: name,
         registrationID: rid, version: version)
@@ -77,7 +79,8 @@ struct RegistryTests {
         #expect(devices[0].registeredAt == devices[0].createdAt + 1000)
     }
 
-    @Test("another user's binding is reclaimed: old row deleted, new id for the caller", arguments: StoreBackend.allCases)
+    @Test(
+        "another user's binding is reclaimed: old row deleted, new id for the caller", arguments: StoreBackend.allCases)
     func reclaim(_ backend: StoreBackend) throws {
         let t = try TestStore(backend)
         defer { t.close() }
@@ -164,7 +167,9 @@ private func sealedColumns(_ t: TestStore) throws -> [(deviceID: String, token: 
 }
 
 /// The sealed columns of the store's device rows, read with libpq directly.
-private func postgresSealedColumns(_ configuration: PostgresConfiguration) throws
+private func postgresSealedColumns(
+    _ configuration: PostgresConfiguration
+) throws
     -> [(deviceID: String, token: [UInt8], keys: [UInt8]?)]
 {
     let c = PostgresConnection(configuration: configuration)
@@ -180,11 +185,14 @@ private func sqliteSealedColumns(_ path: String) throws -> [(deviceID: String, t
     guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, nil) == SQLITE_OK else { throw HarnessError("open \(path)") }
     defer { sqlite3_close(db) }
     var stmt: OpaquePointer?
-    guard sqlite3_prepare_v2(db, "SELECT device_id, token_sealed, keys_sealed FROM devices", -1, &stmt, nil) == SQLITE_OK
+    guard
+        sqlite3_prepare_v2(db, "SELECT device_id, token_sealed, keys_sealed FROM devices", -1, &stmt, nil) == SQLITE_OK
     else { throw HarnessError(String(cString: sqlite3_errmsg(db))) }
     defer { sqlite3_finalize(stmt) }
     func blob(_ column: Int32) -> [UInt8]? {
-        guard sqlite3_column_type(stmt, column) == SQLITE_BLOB, let p = sqlite3_column_blob(stmt, column) else { return nil }
+        guard sqlite3_column_type(stmt, column) == SQLITE_BLOB, let p = sqlite3_column_blob(stmt, column) else {
+            return nil
+        }
         return Array(UnsafeRawBufferPointer(start: p, count: Int(sqlite3_column_bytes(stmt, column))))
     }
     var rows: [(String, [UInt8], [UInt8]?)] = []

@@ -48,12 +48,15 @@ private struct TwoInstances {
     /// `n` FCM devices of one user, registered through `s`.
     func devices(_ s: any DeliveryStore, user: String, _ n: Int) throws {
         for i in 0..<n {
-            _ = try register(s, Registration(app: "default", user: user, platform: .fcm, environment: nil, token: "t-\(user)-\(i)"))
+            _ = try register(
+                s, Registration(app: "default", user: user, platform: .fcm, environment: nil, token: "t-\(user)-\(i)"))
         }
     }
 
     /// Runs both bodies at once on two threads and returns both results.
-    func concurrently<T: Sendable>(_ first: @escaping @Sendable () throws -> T, _ second: @escaping @Sendable () throws -> T)
+    func concurrently<T: Sendable>(
+        _ first: @escaping @Sendable () throws -> T, _ second: @escaping @Sendable () throws -> T
+    )
         throws -> (T, T)
     {
         let results = ResultPair<T>()
@@ -117,11 +120,21 @@ struct SharedStoreTests {
         // A result recorded by the instance that does not hold the lease changes nothing.
         let foreign = try #require(cb.jobs.first)
         try t.a.sync { s, done in
-            s.record([DeliveryRecord(deliveryID: foreign.deliveryID, deviceID: foreign.deviceID, state: .delivered, httpStatus: 200, reason: nil, nextAttemptAt: nil)], completion: done)
+            s.record(
+                [
+                    DeliveryRecord(
+                        deliveryID: foreign.deliveryID, deviceID: foreign.deviceID, state: .delivered, httpStatus: 200,
+                        reason: nil, nextAttemptAt: nil)
+                ], completion: done)
         }
         #expect(try t.status(t.a, accepted.messageID).counts[.delivered] == nil)
         try t.b.sync { s, done in
-            s.record([DeliveryRecord(deliveryID: foreign.deliveryID, deviceID: foreign.deviceID, state: .delivered, httpStatus: 200, reason: nil, nextAttemptAt: nil)], completion: done)
+            s.record(
+                [
+                    DeliveryRecord(
+                        deliveryID: foreign.deliveryID, deviceID: foreign.deviceID, state: .delivered, httpStatus: 200,
+                        reason: nil, nextAttemptAt: nil)
+                ], completion: done)
         }
         #expect(try t.status(t.a, accepted.messageID).counts[.delivered] == 1)
     }
@@ -162,7 +175,8 @@ struct SharedStoreTests {
         try t.devices(t.a, user: "cy", 50)
         for round in 0..<5 {
             let (x, y) = try t.concurrently(
-                { try t.enqueue(t.a, fcmSend("cy", key: "k-\(round)")) }, { try t.enqueue(t.b, fcmSend("cy", key: "k-\(round)")) })
+                { try t.enqueue(t.a, fcmSend("cy", key: "k-\(round)")) },
+                { try t.enqueue(t.b, fcmSend("cy", key: "k-\(round)")) })
             #expect(x.messageID == y.messageID)
             #expect(x.duplicate != y.duplicate)
         }
@@ -176,7 +190,8 @@ struct SharedStoreTests {
         try t.devices(t.a, user: "dee", 40)
         for _ in 0..<5 {
             _ = try t.concurrently(
-                { try t.enqueue(t.a, fcmSend("dee", collapse: "score")) }, { try t.enqueue(t.b, fcmSend("dee", collapse: "score")) })
+                { try t.enqueue(t.a, fcmSend("dee", collapse: "score")) },
+                { try t.enqueue(t.b, fcmSend("dee", collapse: "score")) })
         }
         let claimed = try t.claim(t.a, 1000).jobs
         #expect(claimed.count == 40)
@@ -188,7 +203,9 @@ struct SharedStoreTests {
         let t = try TwoInstances()
         defer { t.close() }
         func take(_ s: any DeliveryStore) throws -> Int64? {
-            try s.sync { s, done in s.takeSharedToken("register\u{1F}default\u{1F}eve\u{0}x", perMinute: 20, completion: done) }
+            try s.sync { s, done in
+                s.takeSharedToken("register\u{1F}default\u{1F}eve\u{0}x", perMinute: 20, completion: done)
+            }
         }
         for i in 0..<20 { #expect(try take(i % 2 == 0 ? t.a : t.b) == nil) }
         let wait = try #require(try take(t.b))
@@ -255,7 +272,10 @@ struct SharedStoreTests {
         let made = Flag()
         #expect(throws: StoreKeyError.self) {
             _ = try t.scratch.open(
-                keySupply: .missing(create: { made.raise(); return try StoreKey.generate() }), keyFile: "/etc/herald/store.key",
+                keySupply: .missing(create: {
+                    made.raise()
+                    return try StoreKey.generate()
+                }), keyFile: "/etc/herald/store.key",
                 instance: "host-c")
         }
         #expect(!made.wait(seconds: 0))
@@ -276,11 +296,13 @@ struct SharedStoreTests {
         let group = DispatchGroup()
         for i in 0..<3 {
             DispatchQueue.global().async(group: group) {
-                results.set(i, Result {
-                    let store = try scratch.open(key: key, instance: "host-\(i)")
-                    store.close()
-                    return "host-\(i)"
-                })
+                results.set(
+                    i,
+                    Result {
+                        let store = try scratch.open(key: key, instance: "host-\(i)")
+                        store.close()
+                        return "host-\(i)"
+                    })
             }
         }
         group.wait()
@@ -311,13 +333,17 @@ struct SharedStoreTests {
         let store = try StoreLocation.postgres(options).open(keySupply: .key(try StoreKey.generate()), keyFile: "k")
         defer { store.close() }
         _ = try store.sync { s, done in
-            s.register(Registration(app: "default", user: "hal", platform: .fcm, environment: nil, token: "t1"), deviceCap: 20, completion: done)
+            s.register(
+                Registration(app: "default", user: "hal", platform: .fcm, environment: nil, token: "t1"), deviceCap: 20,
+                completion: done)
         }
         try server.stop()
         #expect(throws: (any Error).self) { try store.sync { s, done in s.ping(completion: done) } }
         #expect(throws: (any Error).self) {
             _ = try store.sync { s, done in
-                s.register(Registration(app: "default", user: "hal", platform: .fcm, environment: nil, token: "t2"), deviceCap: 20, completion: done)
+                s.register(
+                    Registration(app: "default", user: "hal", platform: .fcm, environment: nil, token: "t2"),
+                    deviceCap: 20, completion: done)
             }
         }
         try server.start()

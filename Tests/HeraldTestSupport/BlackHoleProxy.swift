@@ -45,7 +45,9 @@ public final class BlackHoleProxy: @unchecked Sendable {
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
         var addr = Self.loopback(port: 0)
         let bound = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard bound == 0, listen(fd, 64) == 0 else {
             close(fd)
@@ -128,7 +130,10 @@ public final class BlackHoleProxy: @unchecked Sendable {
             close(upstream)
         }
         var buffer = [UInt8](repeating: 0, count: 65536)
-        var fds = [pollfd(fd: client, events: Int16(POLLIN), revents: 0), pollfd(fd: upstream, events: Int16(POLLIN), revents: 0)]
+        var fds = [
+            pollfd(fd: client, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: upstream, events: Int16(POLLIN), revents: 0),
+        ]
         // What a held link kept, per direction (0: to the server, 1: to the client).
         var kept: [[UInt8]] = [[], []]
         func sendAll(_ bytes: UnsafeRawBufferPointer, to fd: Int32) -> Bool {
@@ -170,7 +175,9 @@ public final class BlackHoleProxy: @unchecked Sendable {
                     kept[i].append(contentsOf: buffer[0..<n])
                     continue
                 }
-                guard buffer.withUnsafeBytes({ sendAll(UnsafeRawBufferPointer(rebasing: $0[0..<n]), to: to) }) else { return }
+                guard buffer.withUnsafeBytes({ sendAll(UnsafeRawBufferPointer(rebasing: $0[0..<n]), to: to) }) else {
+                    return
+                }
             }
         }
     }

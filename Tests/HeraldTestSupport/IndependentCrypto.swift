@@ -59,7 +59,9 @@ public enum OpenSSLVerifier {
         try Data(publicKeyPEM.utf8).write(to: pub)
         try Data(signature).write(to: sig)
         try Data(message).write(to: msg)
-        let (status, out, err) = try runOpenSSL(["dgst", "-sha256", "-verify", pub.path, "-signature", sig.path, msg.path])
+        let (status, out, err) = try runOpenSSL([
+            "dgst", "-sha256", "-verify", pub.path, "-signature", sig.path, msg.path,
+        ])
         // Exit 1 with "Verification failure" is a bad signature; anything else
         // (a key OpenSSL cannot read, a missing file) is a broken test, not a verdict.
         if status == 0 && out.contains("Verified OK") { return true }
@@ -91,10 +93,11 @@ public enum OpenSSLVerifier {
 /// Herald's C core: the reference the at-rest sealing format is checked against.
 public enum Libsodium {
     /// crypto_aead_xchacha20poly1305_ietf_encrypt(c, clen_p, m, mlen, ad, adlen, nsec, npub, k)
-    private typealias Encrypt = @convention(c) (
-        UnsafeMutablePointer<UInt8>?, UnsafeMutablePointer<UInt64>?, UnsafePointer<UInt8>?, UInt64,
-        UnsafePointer<UInt8>?, UInt64, UnsafePointer<UInt8>?, UnsafePointer<UInt8>?, UnsafePointer<UInt8>?
-    ) -> Int32
+    private typealias Encrypt =
+        @convention(c) (
+            UnsafeMutablePointer<UInt8>?, UnsafeMutablePointer<UInt64>?, UnsafePointer<UInt8>?, UInt64,
+            UnsafePointer<UInt8>?, UInt64, UnsafePointer<UInt8>?, UnsafePointer<UInt8>?, UnsafePointer<UInt8>?
+        ) -> Int32
 
     private static func symbol<T>(_ name: String, as type: T.Type) throws -> T {
         guard let handle = dlopen("libsodium.so.23", RTLD_NOW) else {
@@ -130,10 +133,12 @@ public enum Libsodium {
         guard nonce.count == 24, key.count == 32 else { throw HarnessError("nonce 24 bytes, key 32") }
         guard ciphertext.count >= 16 else { return nil }
         try initialise()
-        typealias Decrypt = @convention(c) (
-            UnsafeMutablePointer<UInt8>?, UnsafeMutablePointer<UInt64>?, UnsafeMutablePointer<UInt8>?,
-            UnsafePointer<UInt8>?, UInt64, UnsafePointer<UInt8>?, UInt64, UnsafePointer<UInt8>?, UnsafePointer<UInt8>?
-        ) -> Int32
+        typealias Decrypt =
+            @convention(c) (
+                UnsafeMutablePointer<UInt8>?, UnsafeMutablePointer<UInt64>?, UnsafeMutablePointer<UInt8>?,
+                UnsafePointer<UInt8>?, UInt64, UnsafePointer<UInt8>?, UInt64, UnsafePointer<UInt8>?,
+                UnsafePointer<UInt8>?
+            ) -> Int32
         let decrypt = try symbol("crypto_aead_xchacha20poly1305_ietf_decrypt", as: Decrypt.self)
         var out = [UInt8](repeating: 0, count: max(ciphertext.count - 16, 1))
         var len: UInt64 = 0

@@ -33,7 +33,8 @@ public struct PrometheusExposition: Sendable {
                 guard helped.insert(String(parts[0])).inserted else { throw HarnessError("HELP twice, \(where_)") }
             } else if line.hasPrefix("# TYPE ") {
                 let parts = line.dropFirst(7).split(separator: " ")
-                guard parts.count == 2, ["counter", "gauge", "histogram", "summary", "untyped"].contains(String(parts[1]))
+                guard parts.count == 2,
+                    ["counter", "gauge", "histogram", "summary", "untyped"].contains(String(parts[1]))
                 else { throw HarnessError("bad TYPE, \(where_)") }
                 guard types[String(parts[0])] == nil else { throw HarnessError("TYPE twice, \(where_)") }
                 types[String(parts[0])] = String(parts[1])
@@ -91,7 +92,9 @@ public struct PrometheusExposition: Sendable {
         guard let first = s.unicodeScalars.first, first.properties.isAlphabetic || first == "_" || first == ":" else {
             return false
         }
-        return s.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "_" || $0 == ":") }
+        return s.unicodeScalars.allSatisfy {
+            $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "_" || $0 == ":")
+        }
     }
 
     private static func sample(_ line: String, _ where_: String) throws -> PrometheusSample {
@@ -128,7 +131,9 @@ public struct PrometheusExposition: Sendable {
                 }
                 guard rest.first == "\"" else { throw HarnessError("unterminated label, \(where_)") }
                 rest = rest.dropFirst()
-                guard labels.updateValue(value, forKey: key) == nil else { throw HarnessError("label twice, \(where_)") }
+                guard labels.updateValue(value, forKey: key) == nil else {
+                    throw HarnessError("label twice, \(where_)")
+                }
                 if rest.first == "," { rest = rest.dropFirst() }
             }
             rest = rest.dropFirst()
@@ -151,7 +156,9 @@ public func httpRequest(
     addr.sin_port = in_port_t(UInt16(port).bigEndian)
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
     let rc = withUnsafePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        }
     }
     guard rc == 0 else { throw HarnessError("connect 127.0.0.1:\(port): \(String(cString: strerror(errno)))") }
     let request = Array("\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n\r\n".utf8)
@@ -170,11 +177,14 @@ public func httpRequest(
     guard let split = text.range(of: "\r\n\r\n") else { throw HarnessError("no HTTP answer: \(text)") }
     let head = text[..<split.lowerBound].components(separatedBy: "\r\n")
     let statusParts = head[0].split(separator: " ")
-    guard statusParts.count >= 2, let status = Int(statusParts[1]) else { throw HarnessError("bad status line \(head[0])") }
+    guard statusParts.count >= 2, let status = Int(statusParts[1]) else {
+        throw HarnessError("bad status line \(head[0])")
+    }
     var headers: [String: String] = [:]
     for line in head.dropFirst() {
         if let colon = line.firstIndex(of: ":") {
-            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(
+                in: .whitespaces)
         }
     }
     var body = String(text[split.upperBound...])

@@ -37,7 +37,9 @@ func frames(
     return frames + framer.drainAtEnd()
 }
 
-func frames(of stream: String, maxMessageBytes: Int = JSONFramer.defaultMaxMessageBytes)
+func frames(
+    of stream: String, maxMessageBytes: Int = JSONFramer.defaultMaxMessageBytes
+)
     -> [JSONFramer.Frame]
 {
     frames(of: [Array(stream.utf8)[...]], maxMessageBytes: maxMessageBytes)

@@ -50,7 +50,9 @@ struct PostgresConnectionTests {
         try (wrong + "\n").write(toFile: wrongFile, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: wrongFile) }
 
-        let refused = postgresError { try PostgresConnection(configuration: configuration(server, passwordFile: wrongFile)).connect() }
+        let refused = postgresError {
+            try PostgresConnection(configuration: configuration(server, passwordFile: wrongFile)).connect()
+        }
         #expect(refused?.kind == .connect)
         #expect(refused?.message.contains("password authentication failed") == true, "\(String(describing: refused))")
         #expect(refused.map { !"\($0)".contains(wrong) && !"\($0)".contains(real) } == true)
@@ -87,14 +89,16 @@ struct PostgresConnectionTests {
         let db = try connection(try PostgresServer.shared())
         let table = tableName("types")
         try db.executeScript(
-            "CREATE TABLE \(table) (id bigserial PRIMARY KEY, name text, n bigint, flag boolean, token bytea, note text)")
+            "CREATE TABLE \(table) (id bigserial PRIMARY KEY, name text, n bigint, flag boolean, token bytea, note text)"
+        )
         let sealed = (0...255).map { UInt8($0) } + [0, 0, 92, 120]
         let name = "héllo \"quoted\" 'single' \\x00 ✓"
         let insert = "INSERT INTO \(table) (name, n, flag, token, note) VALUES ($1, $2, $3, $4, $5) RETURNING id"
         let first = try db.execute(insert, [.text(name), .int(.min), .bool(true), .bytes(sealed), .null])
         #expect(first.affectedRows == 1)
         let id = try #require(try first.first?.int64(0))
-        let second = try db.execute(insert, [.text(""), .int(.max), .bool(false), .bytes([]), .optional(nil as String?)])
+        let second = try db.execute(
+            insert, [.text(""), .int(.max), .bool(false), .bytes([]), .optional(nil as String?)])
         let id2 = try #require(try second.first?.int64(0))
 
         let select = "SELECT name, n, flag, token, note FROM \(table) WHERE id = $1"
@@ -117,7 +121,9 @@ struct PostgresConnectionTests {
         #expect(postgresError { _ = try row.int64(0) }?.kind == .value)
         #expect(postgresError { _ = try row.text(9) }?.kind == .value)
         // PostgreSQL text cannot hold NUL; libpq would cut the value there.
-        let nul = postgresError { try db.execute(insert, [.text("a\u{0}b"), .int(1), .bool(true), .bytes([1]), .null]) }
+        let nul = postgresError {
+            try db.execute(insert, [.text("a\u{0}b"), .int(1), .bool(true), .bytes([1]), .null])
+        }
         #expect(nul?.kind == .value)
         #expect(try db.execute("SELECT count(*) FROM \(table)").first?.int64(0) == 2)
     }
@@ -214,7 +220,8 @@ struct PostgresConnectionTests {
         #expect(takenA.isDisjoint(with: takenB))
         try a.commit()
         try b.commit()
-        let owners = try a.execute("SELECT owner, count(*) FROM \(table) WHERE owner IS NOT NULL GROUP BY owner ORDER BY owner")
+        let owners = try a.execute(
+            "SELECT owner, count(*) FROM \(table) WHERE owner IS NOT NULL GROUP BY owner ORDER BY owner")
         #expect(try owners.rows.map { try "\($0.text(0))=\($0.int64(1))" } == ["a=4", "b=4"])
     }
 

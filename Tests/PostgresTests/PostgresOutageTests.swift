@@ -8,14 +8,18 @@ import Testing
 final class ManualClock: Sendable {
     private let now = Locked<UInt64>(1_000_000_000)
     func advance(_ d: Duration) {
-        now.withLock { $0 += UInt64(d.components.seconds) * 1_000_000_000 + UInt64(d.components.attoseconds / 1_000_000_000) }
+        now.withLock {
+            $0 += UInt64(d.components.seconds) * 1_000_000_000 + UInt64(d.components.attoseconds / 1_000_000_000)
+        }
     }
     var read: @Sendable () -> UInt64 { { [now] in now.withLock { $0 } } }
 }
 
 @Suite("PostgreSQL outages: reconnect and bounded backoff", .serialized)
 struct PostgresOutageTests {
-    @Test("a restart under open connections: the first call fails as connection lost, later calls reconnect with their statements and channels")
+    @Test(
+        "a restart under open connections: the first call fails as connection lost, later calls reconnect with their statements and channels"
+    )
     func restartUnderOpenConnection() throws {
         let server = try PostgresServer()
         defer { server.destroy() }
@@ -58,7 +62,8 @@ struct PostgresOutageTests {
         #expect(try db.execute("SELECT array_agg(v ORDER BY v)::text FROM items").first?.text(0) == "{1,3,7}")
     }
 
-    @Test("a failed connect waits before the next attempt, the wait doubles up to its maximum and resets after a success")
+    @Test(
+        "a failed connect waits before the next attempt, the wait doubles up to its maximum and resets after a success")
     func boundedBackoff() throws {
         let server = try PostgresServer()
         defer { server.destroy() }
@@ -113,7 +118,9 @@ struct PostgresPoolTests {
         let results = Locked<[String: Result<Int64, any Error>]>([:])
         pool.submit({ db in
             // Only a second connection on another thread can let this one go.
-            guard firstWaits.wait(timeout: .now() + 30) == .success else { throw PostgresError(.closed, "no second thread") }
+            guard firstWaits.wait(timeout: .now() + 30) == .success else {
+                throw PostgresError(.closed, "no second thread")
+            }
             return try db.execute("SELECT pg_backend_pid()").first!.int64(0)
         }) { result in
             results.withLock { $0["first"] = result }

@@ -162,7 +162,8 @@ extension PushDelivery {
                 #expect((stats["queue"] as? [String: Int])?["depth"] == 0)
                 // A good send afterwards: once it is complete, anything the bad
                 // calls had queued would have gone out before or with it.
-                let good = try #require(try c.call("push.send", ["to": ["users": ["b"]], "data": ["probe": "good"]]).result)
+                let good = try #require(
+                    try c.call("push.send", ["to": ["users": ["b"]], "data": ["probe": "good"]]).result)
                 #expect(good["devices"] as? Int == 3)
                 let id = try #require(good["message_id"] as? String)
                 let done = try await h.waitComplete(id)
@@ -388,7 +389,8 @@ extension PushDelivery {
                 let seen = try h.status(id)
                 #expect(waited, "\(seen)")
                 let states = try byPlatform()
-                #expect(states["apns"]?["attempts"] as? Int == 0 && states["fcm"]?["attempts"] as? Int == 0,
+                #expect(
+                    states["apns"]?["attempts"] as? Int == 0 && states["fcm"]?["attempts"] as? Int == 0,
                     "a credential rejection is not counted toward max_retries: \(states)")
                 let health = try h.ok("system.health")
                 let transports = (health["transports"] as? [String: Any])?["default"] as? [String: String]
@@ -435,7 +437,9 @@ extension PushDelivery {
             }
         }
 
-        @Test("a Web Push service answering 403 for good: its delivery fails after max_retries, the app's Web Push stays ready")
+        @Test(
+            "a Web Push service answering 403 for good: its delivery fails after max_retries, the app's Web Push stays ready"
+        )
         func webPushOriginRejection() async throws {
             try await withHarness(transports: ["web"]) { h in
                 let refused = try await h.subscription()
@@ -472,7 +476,9 @@ extension PushDelivery {
             }
         }
 
-        @Test("a message without a collapse key gets its own collapse id: apns-collapse-id and Topic, the same on a resend")
+        @Test(
+            "a message without a collapse key gets its own collapse id: apns-collapse-id and Topic, the same on a resend"
+        )
         func ownCollapseID() async throws {
             try await withHarness(transports: ["apns", "web"]) { h in
                 let s = try await h.subscription()

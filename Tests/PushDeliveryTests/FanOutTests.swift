@@ -33,7 +33,8 @@ extension PushDelivery {
                 _ = try h.registerMany(params)
                 // The gateways know which environment issued each token: one sent to the other
                 // environment's host is refused (BadDeviceToken), as at Apple.
-                try await h.gateways.post("/control/apns-devices", ["gateway": "apns", "tokens": (0..<100).map { hex($0) }])
+                try await h.gateways.post(
+                    "/control/apns-devices", ["gateway": "apns", "tokens": (0..<100).map { hex($0) }])
                 try await h.gateways.post(
                     "/control/apns-devices", ["gateway": "apns_dev", "tokens": (0..<100).map { hex($0, prefix: 1) }])
                 let users = (0..<100).map { "user-\($0)" }
@@ -154,14 +155,17 @@ extension PushDelivery {
                 try await h.gateways.knobs("apns", ["delay_ms": 300])
                 let (s2, out2, _) = try runHerald(["send", "--user", "cli"] + socket)
                 #expect(s2 == 0)
-                let id = try #require((try JSONSerialization.jsonObject(with: Data(out2.utf8)) as? [String: Any])?["message_id"] as? String)
+                let id = try #require(
+                    (try JSONSerialization.jsonObject(with: Data(out2.utf8)) as? [String: Any])?["message_id"]
+                        as? String)
                 let (s3, out3, err3) = try runHerald(["status", id, "--watch", "--interval-ms", "50"] + socket)
                 #expect(s3 == 0)
                 #expect(err3.contains("pending") && err3.contains("complete 5/5: delivered 5"), "\(err3)")
                 let final = try JSONSerialization.jsonObject(with: Data(out3.utf8)) as? [String: Any] ?? [:]
                 #expect(final["state"] as? String == "complete")
 
-                let (s4, _, err4) = try runHerald(["send", "--user", "cli", "--device", String(repeating: "a", count: 32)] + socket)
+                let (s4, _, err4) = try runHerald(
+                    ["send", "--user", "cli", "--device", String(repeating: "a", count: 32)] + socket)
                 #expect(s4 == 2 && err4.contains("not both"))
                 let (s5, _, err5) = try runHerald(["status", String(repeating: "0", count: 32)] + socket)
                 #expect(s5 == 1 && err5.contains("1003"))

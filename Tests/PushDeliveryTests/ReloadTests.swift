@@ -20,7 +20,8 @@ extension PushDelivery {
             }
         }
 
-        @Test("a new VAPID key takes effect at SIGHUP: vapid.public_key and new JWTs use it; the client connection stays")
+        @Test(
+            "a new VAPID key takes effect at SIGHUP: vapid.public_key and new JWTs use it; the client connection stays")
         func vapidRotation() async throws {
             try await withHarness(transports: ["web"]) { h in
                 let old = ProviderKeys.shared.vapid
@@ -64,10 +65,15 @@ extension PushDelivery {
                 let second = try P256PrivateKey.generate()
                 _ = try await h.gateways.post(
                     "/control/apns-key",
-                    ["key_id": newID, "team_id": teamID, "public_key_pem": spkiPEM(second.publicKey), "topics": [topic]])
+                    [
+                        "key_id": newID, "team_id": teamID, "public_key_pem": spkiPEM(second.publicKey),
+                        "topics": [topic],
+                    ])
                 try second.pem().write(
                     to: h.keysDir.appendingPathComponent("apns.p8"), atomically: true, encoding: .utf8)
-                try Self.reload(h, count: 1) { $0.replacingOccurrences(of: "apns_key_id = \(keyID)", with: "apns_key_id = \(newID)") }
+                try Self.reload(h, count: 1) {
+                    $0.replacingOccurrences(of: "apns_key_id = \(keyID)", with: "apns_key_id = \(newID)")
+                }
                 let r2 = try h.sendAndWait(["to": ["users": ["a"]]])
                 #expect(counts(r2)["delivered"] == 1, "\(r2)")
                 #expect(try await lastJWT()["kid"] as? String == newID)
@@ -93,7 +99,8 @@ extension PushDelivery {
                 try h.registerAPNs("d", hex(9))
                 try h.registerFCM("d", "fcm-d")
                 try Self.reload(h, count: 1) { text in
-                    text.split(separator: "\n").filter { !$0.hasPrefix("fcm_credentials") }.joined(separator: "\n") + "\n"
+                    text.split(separator: "\n").filter { !$0.hasPrefix("fcm_credentials") }.joined(separator: "\n")
+                        + "\n"
                 }
                 let health = try h.ok("system.health")
                 let transports = (health["transports"] as? [String: Any])?["default"] as? [String: Any]

@@ -21,7 +21,8 @@ struct ProviderKeys: Sendable {
     let rsaPublicPEM: String
 
     static let shared: ProviderKeys = {
-        let priv = try! runCommand("/usr/bin/openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
+        let priv = try! runCommand(
+            "/usr/bin/openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
         let pub = try! runCommand("/usr/bin/openssl", ["pkey", "-pubout"], stdin: priv)
         return ProviderKeys(
             apns: try! P256PrivateKey.generate(), vapid: try! P256PrivateKey.generate(),
@@ -42,8 +43,15 @@ actor SharedGateways {
         }
         let g = try await TestGateways()
         let keys = ProviderKeys.shared
-        try await g.post("/control/apns-key", ["key_id": keyID, "team_id": teamID, "public_key_pem": spkiPEM(keys.apns.publicKey), "topics": [topic, topic + ".voip"]])
-        try await g.post("/control/fcm-key", ["client_email": clientEmail, "public_key_pem": keys.rsaPublicPEM, "project_id": projectID])
+        try await g.post(
+            "/control/apns-key",
+            [
+                "key_id": keyID, "team_id": teamID, "public_key_pem": spkiPEM(keys.apns.publicKey),
+                "topics": [topic, topic + ".voip"],
+            ])
+        try await g.post(
+            "/control/fcm-key",
+            ["client_email": clientEmail, "public_key_pem": keys.rsaPublicPEM, "project_id": projectID])
         try await g.post("/control/webpush-vapid-key", ["public_key": keys.vapid.publicKeyBase64URL])
         gateways = g
         return g
@@ -141,10 +149,13 @@ final class PushHarness: @unchecked Sendable {
     }
 
     @discardableResult
-    func registerAPNs(_ user: String, _ token: String, voip: Bool = false, environment: String = "production") throws -> String {
+    func registerAPNs(
+        _ user: String, _ token: String, voip: Bool = false, environment: String = "production"
+    ) throws -> String {
         try ok(
             "device.register",
-            ["user": user, "platform": voip ? "apns_voip" : "apns", "token": token, "environment": environment])["device_id"]
+            ["user": user, "platform": voip ? "apns_voip" : "apns", "token": token, "environment": environment])[
+                "device_id"]
             as! String
     }
 
@@ -170,7 +181,9 @@ final class PushHarness: @unchecked Sendable {
             let part = params[chunk..<min(params.count, chunk + 200)]
             var bytes: [UInt8] = []
             for (i, p) in part.enumerated() {
-                let request: [String: Any] = ["jsonrpc": "2.0", "id": chunk + i, "method": "device.register", "params": p]
+                let request: [String: Any] = [
+                    "jsonrpc": "2.0", "id": chunk + i, "method": "device.register", "params": p,
+                ]
                 bytes += Array(try JSONSerialization.data(withJSONObject: request)) + [10]
             }
             try c.send(bytes)

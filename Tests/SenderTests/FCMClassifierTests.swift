@@ -30,10 +30,12 @@ struct FCMClassifierTests {
         Row(status: 401, code: "UNAUTHENTICATED", expected: .authRejected(reason: .unknown("UNAUTHENTICATED"))),
         Row(status: 401, code: nil, expected: .authRejected(reason: .httpStatus(401))),
         Row(status: 403, code: "PERMISSION_DENIED", expected: .authRejected(reason: .unknown("PERMISSION_DENIED"))),
-        Row(status: 429, code: "QUOTA_EXCEEDED", retryAfter: .seconds(60),
+        Row(
+            status: 429, code: "QUOTA_EXCEEDED", retryAfter: .seconds(60),
             expected: .retry(after: .seconds(60), reason: .fcmQuotaExceeded)),
         Row(status: 429, code: nil, expected: .retry(after: nil, reason: .httpStatus(429))),
-        Row(status: 503, code: "UNAVAILABLE", retryAfter: .seconds(10),
+        Row(
+            status: 503, code: "UNAVAILABLE", retryAfter: .seconds(10),
             expected: .retry(after: .seconds(10), reason: .fcmUnavailable)),
         Row(status: 500, code: "INTERNAL", expected: .retry(after: nil, reason: .fcmInternal)),
         Row(status: 500, code: "UNSPECIFIED_ERROR", expected: .retry(after: nil, reason: .fcmUnspecifiedError)),

@@ -115,9 +115,13 @@ struct FCMSenderTests {
     func errorStatusIsTheFallbackCode(_ carrier: Carrier) async throws {
         try await withFCMGateways(carrier) { g in
             // No details: the top-level error.status is the code.
-            try await g.program(token: "x", [[
-                "status": 404, "body": ["error": ["code": 404, "message": "gone", "status": "NOT_FOUND"]],
-            ]])
+            try await g.program(
+                token: "x",
+                [
+                    [
+                        "status": 404, "body": ["error": ["code": 404, "message": "gone", "status": "NOT_FOUND"]],
+                    ]
+                ])
             let sender = try g.sender()
             let (outcome, info) = await sender.send(body: fcmBody(token: "x"))
             #expect(info?.errorCode == "NOT_FOUND")
@@ -130,16 +134,31 @@ struct FCMSenderTests {
     func unregisteredOnlyFromTheFcmErrorDetail(_ carrier: Carrier) async throws {
         try await withFCMGateways(carrier) { g in
             // UNREGISTERED as the top-level status, with no FcmError detail: not stale.
-            try await g.program(token: "x", [[
-                "status": 404, "body": ["error": ["code": 404, "message": "gone", "status": "UNREGISTERED"]],
-            ]])
-            try await g.program(token: "y", [[
-                "status": 404,
-                "body": ["error": [
-                    "code": 404, "message": "gone", "status": "NOT_FOUND",
-                    "details": [["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "UNREGISTERED"]],
-                ]],
-            ]])
+            try await g.program(
+                token: "x",
+                [
+                    [
+                        "status": 404, "body": ["error": ["code": 404, "message": "gone", "status": "UNREGISTERED"]],
+                    ]
+                ])
+            try await g.program(
+                token: "y",
+                [
+                    [
+                        "status": 404,
+                        "body": [
+                            "error": [
+                                "code": 404, "message": "gone", "status": "NOT_FOUND",
+                                "details": [
+                                    [
+                                        "@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError",
+                                        "errorCode": "UNREGISTERED",
+                                    ]
+                                ],
+                            ]
+                        ],
+                    ]
+                ])
             let sender = try g.sender()
             #expect(await sender.send(body: fcmBody(token: "x")).0 == .failed(reason: .fcmUnregistered))
             #expect(await sender.send(body: fcmBody(token: "y")).0 == .stale(reason: .fcmUnregistered))
@@ -240,7 +259,9 @@ struct FCMSenderTests {
             #expect(cache.exchangeCount <= 10)
             // A sender turns it into authRejected; a 5xx would be a retry.
             let sender = try g.sender()
-            #expect(await sender.send(body: fcmBody(token: "a")).0 == .authRejected(reason: ProviderReason("invalid_grant")))
+            #expect(
+                await sender.send(body: fcmBody(token: "a")).0 == .authRejected(reason: ProviderReason("invalid_grant"))
+            )
             try await g.programTokenEndpoint([["status": 503]])
             #expect(await sender.send(body: fcmBody(token: "a")).0.fcmIsRetry)
         }
@@ -329,7 +350,9 @@ struct FCMSenderHTTP2Tests {
         }
     }
 
-    @Test("An FCM origin without ALPN h2 is sent through libcurl over HTTP/1.1, the first request included, and remembered")
+    @Test(
+        "An FCM origin without ALPN h2 is sent through libcurl over HTTP/1.1, the first request included, and remembered"
+    )
     func http1OnlyOrigin() async throws {
         try await withFCMGateways(.http2) { g in
             let http2 = try #require(g.http2)

@@ -14,7 +14,8 @@ struct FCMTestError: Error, CustomStringConvertible {
 
 /// One RSA-2048 key pair for every test (PEM strings).
 let fcmTestKey: (privatePEM: String, publicPEM: String) = {
-    let priv = try! runCommand("/usr/bin/openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
+    let priv = try! runCommand(
+        "/usr/bin/openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
     let pub = try! runCommand("/usr/bin/openssl", ["pkey", "-pubout"], stdin: priv)
     return (String(decoding: priv, as: UTF8.self), String(decoding: pub, as: UTF8.self))
 }()
@@ -50,9 +51,11 @@ final class FCMGateways: @unchecked Sendable {
             throw error
         }
         do {
-            _ = try await controlPost("/control/fcm-key", [
-                "client_email": clientEmail, "public_key_pem": fcmTestKey.publicPEM, "project_id": projectID,
-            ])
+            _ = try await controlPost(
+                "/control/fcm-key",
+                [
+                    "client_email": clientEmail, "public_key_pem": fcmTestKey.publicPEM, "project_id": projectID,
+                ])
         } catch {
             gateways.stop()
             throw error
@@ -132,5 +135,7 @@ func withFCMGateways<T>(_ carrier: Carrier, _ body: (FCMGateways) async throws -
 
 /// A minimal valid v1 body for one device token.
 func fcmBody(token: String) -> [UInt8] {
-    Array(#"{"message":{"token":"\#(token)","data":{"kind":"notification"},"android":{"priority":"HIGH","ttl":"60s"}}}"#.utf8)
+    Array(
+        #"{"message":{"token":"\#(token)","data":{"kind":"notification"},"android":{"priority":"HIGH","ttl":"60s"}}}"#
+            .utf8)
 }

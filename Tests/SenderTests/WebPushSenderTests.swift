@@ -134,7 +134,6 @@ private func expectDelivered(_ record: [String: Any], _ payload: WebPushPayload,
     #expect(header(record, "encryption") == nil)
 }
 
-
 /// A loopback port nothing listens on (bound, then closed).
 private func closedPort() throws -> Int {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -192,8 +191,9 @@ struct WebPushSenderTests {
         }
     }
 
-    @Test("through the transport: a job's push is sealed and delivered; unusable keys fail before any request",
-          arguments: Carrier.allCases)
+    @Test(
+        "through the transport: a job's push is sealed and delivered; unusable keys fail before any request",
+        arguments: Carrier.allCases)
     func transportJobs(_ carrier: Carrier) async throws {
         try await withHarness(carrier) { h in
             let transport = WebPushTransport(sender: h.sender)
@@ -299,7 +299,8 @@ struct WebPushSenderTests {
         try await withHarness(carrier) { h in
             let msg = message()
             try await h.gateways.program(h.subscription.id, [["status": 413]])
-            let (outcome, status) = await h.send(try WebPushPayload(message: msg, user: "u1"), WebPushHeaders(message: msg))
+            let (outcome, status) = await h.send(
+                try WebPushPayload(message: msg, user: "u1"), WebPushHeaders(message: msg))
             #expect(outcome == .failed(reason: .payloadTooLarge))
             #expect(status == 413)
             #expect(try await h.gateways.received().count == 2)
@@ -620,14 +621,18 @@ struct WebPushVAPIDTokenCacheTests {
         let firstExpiry: Int64 = 1_700_000_000 + 12 * 3600
         #expect(cache.expiry(app: "x", origin: "https://push.example") == firstExpiry)
         clock.advance(seconds: 11 * 3600)
-        #expect(try cache.authorization(app: "x", origin: "https://push.example", key: key, subject: "mailto:a@b.c") == a)
-        let other = try cache.authorization(app: "x", origin: "https://other.example", key: key, subject: "mailto:a@b.c")
+        #expect(
+            try cache.authorization(app: "x", origin: "https://push.example", key: key, subject: "mailto:a@b.c") == a)
+        let other = try cache.authorization(
+            app: "x", origin: "https://other.example", key: key, subject: "mailto:a@b.c")
         #expect(other != a)
-        let otherApp = try cache.authorization(app: "y", origin: "https://push.example", key: key, subject: "mailto:a@b.c")
+        let otherApp = try cache.authorization(
+            app: "y", origin: "https://push.example", key: key, subject: "mailto:a@b.c")
         #expect(otherApp != a)
         #expect(cache.count == 3)
         clock.advance(seconds: 1)  // 59:59 left
-        let renewed = try cache.authorization(app: "x", origin: "https://push.example", key: key, subject: "mailto:a@b.c")
+        let renewed = try cache.authorization(
+            app: "x", origin: "https://push.example", key: key, subject: "mailto:a@b.c")
         #expect(renewed != a)
         let expected: Int64 = 1_700_000_000 + 11 * 3600 + 1 + 12 * 3600
         #expect(cache.expiry(app: "x", origin: "https://push.example") == expected)

@@ -268,7 +268,6 @@ struct APNsRequestTests {
         #expect(APNsRequest.collapseID(for: multibyte)?.utf8.count == 32)
     }
 
-
     // MARK: Size limits
 
     /// A message whose body is exactly `size` bytes, padded through one data value.

@@ -170,9 +170,11 @@ struct FCMMessageTests {
     @Test("payloadSize counts data and notification keys and values")
     func measured() throws {
         let message = try build(Fixture.notification())
-        let data = "kind".count + "notification".count + "badge".count + 1 + "thread_id".count + 2
+        let data =
+            "kind".count + "notification".count + "badge".count + 1 + "thread_id".count + 2
             + "message_id".count + 2
-        let notification = "channel_id".count + "new_messages".count + "title_loc_key".count + "NEW_TITLE".count
+        let notification =
+            "channel_id".count + "new_messages".count + "title_loc_key".count + "NEW_TITLE".count
             + "body_loc_key".count + "NEW_MESSAGE".count + "body_loc_args".count + "Alice".count
         #expect(message.payloadSize == data + notification)
 

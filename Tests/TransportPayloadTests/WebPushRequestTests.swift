@@ -14,8 +14,11 @@ struct WebPushRequestTests {
     @Test("notification: exact plaintext and minimal form")
     func notificationCanonical() throws {
         let payload = try build(Fixture.notification())
-        #expect(text(payload.plaintext) == #"{"kind":"notification","data":{"thread_id":"t1","message_id":"m9"},"badge":3}"#)
-        #expect(text(payload.minimalPlaintext) == #"{"kind":"notification","data":{"thread_id":"t1","message_id":"m9"}}"#)
+        #expect(
+            text(payload.plaintext) == #"{"kind":"notification","data":{"thread_id":"t1","message_id":"m9"},"badge":3}"#
+        )
+        #expect(
+            text(payload.minimalPlaintext) == #"{"kind":"notification","data":{"thread_id":"t1","message_id":"m9"}}"#)
         #expect(payload.minimalKeepsData)
         #expect(payload.kind == .notification)
         #expect(payload.bodySize == 2816)
@@ -52,7 +55,8 @@ struct WebPushRequestTests {
         let payload = try build(
             Fixture.notification(data: [("kind", "inner"), ("ü", Fixture.awkward)], badge: nil))
         #expect(
-            text(payload.plaintext) == #"{"kind":"notification","data":{"kind":"inner","ü":""# + Fixture.awkwardEscaped + #""}}"#)
+            text(payload.plaintext) == #"{"kind":"notification","data":{"kind":"inner","ü":""# + Fixture.awkwardEscaped
+                + #""}}"#)
         #expect(
             try sameJSON(
                 payload.plaintext, ["data": ["ü": .string(Fixture.awkward), "kind": "inner"], "kind": "notification"]))

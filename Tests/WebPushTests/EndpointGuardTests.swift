@@ -140,7 +140,8 @@ struct EndpointGuardTests {
         #expect(
             EndpointError.notPubliclyRoutable(address: "10.0.0.1").description
                 == "endpoint address 10.0.0.1 is not publicly routable")
-        #expect(EndpointError.unresolvable(host: "nx.example").description == "endpoint host nx.example does not resolve")
+        #expect(
+            EndpointError.unresolvable(host: "nx.example").description == "endpoint host nx.example does not resolve")
         #expect(EndpointError.unresolvable(host: "nx.example").reason == "host does not resolve")
         #expect(EndpointError.malformed(reason: "must be an https URL").reason == "must be an https URL")
         #expect(

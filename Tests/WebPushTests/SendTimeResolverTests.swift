@@ -40,9 +40,21 @@ final class ScriptedResolver: HostResolver, @unchecked Sendable {
         return answer
     }
 
-    func calls(_ host: String) -> Int { lock.lock(); defer { lock.unlock() }; return calls[host, default: 0] }
-    var totalCalls: Int { lock.lock(); defer { lock.unlock() }; return calls.values.reduce(0, +) }
-    var inProgress: Int { lock.lock(); defer { lock.unlock() }; return running }
+    func calls(_ host: String) -> Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return calls[host, default: 0]
+    }
+    var totalCalls: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return calls.values.reduce(0, +)
+    }
+    var inProgress: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return running
+    }
 
     /// Lets every hung lookup return, and waits until they have.
     func release() {
@@ -87,7 +99,11 @@ final class Answers: @unchecked Sendable {
         return results[name]
     }
 
-    var arrivalOrder: [String] { lock.lock(); defer { lock.unlock() }; return order }
+    var arrivalOrder: [String] {
+        lock.lock()
+        defer { lock.unlock() }
+        return order
+    }
 }
 
 private func isSuccess(_ r: Result<[IPAddress], ResolverError>?) -> Bool {

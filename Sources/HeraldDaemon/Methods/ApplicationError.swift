@@ -55,7 +55,8 @@ enum ApplicationError: Error, Equatable {
                 code: code, reason: reason, message: "endpoint resolves to an address that is not publicly routable",
                 extra: [("field", "token"), ("address", .string(address))])
         case .rateLimited(let ms):
-            .application(code: code, reason: reason, message: "rate limit reached", extra: [("retry_after_ms", .int(ms))])
+            .application(
+                code: code, reason: reason, message: "rate limit reached", extra: [("retry_after_ms", .int(ms))])
         case .notFound(let messageID):
             .application(
                 code: code, reason: reason, message: "no such message: \(messageID)",

@@ -18,7 +18,8 @@ extension HeraldService {
     func register(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
         let runtime = try app(&p, context)
         let user = try user(&p)
-        let platform = Platform(rawValue: try p.enumeration("platform", required: true, allowed: Platform.allCases.map(\.rawValue))!)!
+        let platform = Platform(
+            rawValue: try p.enumeration("platform", required: true, allowed: Platform.allCases.map(\.rawValue))!)!
         var token = try p.string("token", required: true, maxBytes: 4096)!
         var environment: APNsEnvironment?
         if let env = try p.enumeration("environment", allowed: APNsEnvironment.allCases.map(\.rawValue)) {
@@ -164,11 +165,13 @@ extension HeraldService {
         let selector: UnregisterSelector
         let forms = [deviceID != nil, platformName != nil || token != nil, registrationID != nil || version != nil]
         guard forms.filter({ $0 }).count == 1 else {
-            throw p.invalid("device_id", "give exactly one of: device_id; platform and token; registration_id and version")
+            throw p.invalid(
+                "device_id", "give exactly one of: device_id; platform and token; registration_id and version")
         }
         if version != nil && registrationID == nil { throw p.invalid("version", "requires registration_id") }
         if let deviceID {
-            guard deviceID.utf8.count == 32, deviceID.utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) })
+            guard deviceID.utf8.count == 32,
+                deviceID.utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) })
             else { throw p.invalid("device_id", "must be 32 lowercase hex characters") }
             if envName != nil { throw p.invalid("environment", "goes with platform and token") }
             selector = .deviceID(deviceID)
@@ -204,9 +207,11 @@ extension HeraldService {
         let runtime = try app(&p, context)
         let user = try user(&p)
         try p.finish()
-        store.list(app: runtime.config.name, user: user, completion: finish(reply) { devices in
-            ["devices": .array(devices.map(Self.deviceJSON))]
-        })
+        store.list(
+            app: runtime.config.name, user: user,
+            completion: finish(reply) { devices in
+                ["devices": .array(devices.map(Self.deviceJSON))]
+            })
     }
 
     static func deviceJSON(_ d: DeviceSummary) -> JSON {
@@ -227,9 +232,11 @@ extension HeraldService {
         let user = try user(&p)
         let session = try p.string("session", required: true, maxBytes: 512)!
         try p.finish()
-        store.endSession(app: runtime.config.name, user: user, session: session, completion: finish(reply) {
-            ["removed": .int($0)]
-        })
+        store.endSession(
+            app: runtime.config.name, user: user, session: session,
+            completion: finish(reply) {
+                ["removed": .int($0)]
+            })
     }
 
     func forget(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {

@@ -95,8 +95,12 @@ extension HeraldService {
                     reply(.success(Self.acceptedJSON(e)))
                 }
             case .failure(EnqueueError.queueFull(let pending, let limit)):
-                log.warning("push_refused", ["app": runtime.config.name, "pending": String(pending), "limit": String(limit)])
-                reply(.failure(RPCError(.overloaded("the delivery queue is full (\(pending) of \(limit))", retryAfterMs: 1000))))
+                log.warning(
+                    "push_refused", ["app": runtime.config.name, "pending": String(pending), "limit": String(limit)])
+                reply(
+                    .failure(
+                        RPCError(.overloaded("the delivery queue is full (\(pending) of \(limit))", retryAfterMs: 1000))
+                    ))
             case .failure(EnqueueError.tooManyDevices(let count, let limit)):
                 reply(.failure(.invalidParams(field: "to", reason: "addresses \(count) devices, more than \(limit)")))
             case .failure(let error):
@@ -117,7 +121,8 @@ extension HeraldService {
             return (nil, [:])
         case .number(let n)?:
             guard n.isIntegerLiteral, let v = n.int64, (0...Int64(PushLimits.maxBadge)).contains(v) else {
-                throw p.invalid("badge", "must be an integer between 0 and \(PushLimits.maxBadge), or an object of them")
+                throw p.invalid(
+                    "badge", "must be an integer between 0 and \(PushLimits.maxBadge), or an object of them")
             }
             return (Int(v), [:])
         case .object(let object)?:
@@ -155,13 +160,16 @@ extension HeraldService {
                     do {
                         _ = try APNsRequest(
                             message: message, platform: platform, user: user,
-                            settings: APNsAppSettings(topic: apns.topic, defaultAlertLocKey: runtime.config.alertLocKey),
+                            settings: APNsAppSettings(
+                                topic: apns.topic, defaultAlertLocKey: runtime.config.alertLocKey),
                             now: 0)
                     } catch {
                         switch error {
                         case .payloadTooLarge(let e): throw RPCError(.payloadTooLarge(e))
-                        case .reservedDataKey(let key): throw .invalidParams(field: "data.\(key)", reason: "is reserved by APNs")
-                        case .duplicateDataKey(let key): throw .invalidParams(field: "data.\(key)", reason: "duplicate key")
+                        case .reservedDataKey(let key):
+                            throw .invalidParams(field: "data.\(key)", reason: "is reserved by APNs")
+                        case .duplicateDataKey(let key):
+                            throw .invalidParams(field: "data.\(key)", reason: "duplicate key")
                         case .notAPNs, .kindNotRouted: continue
                         }
                     }
@@ -170,12 +178,15 @@ extension HeraldService {
                         _ = try FCMMessage(
                             message: message, token: "", user: user,
                             settings: FCMAppSettings(
-                                channelID: runtime.config.androidChannelID, defaultAlertLocKey: runtime.config.alertLocKey))
+                                channelID: runtime.config.androidChannelID,
+                                defaultAlertLocKey: runtime.config.alertLocKey))
                     } catch {
                         switch error {
                         case .payloadTooLarge(let e): throw RPCError(.payloadTooLarge(e))
-                        case .reservedDataKey(let key): throw .invalidParams(field: "data.\(key)", reason: "is reserved by FCM")
-                        case .duplicateDataKey(let key): throw .invalidParams(field: "data.\(key)", reason: "duplicate key")
+                        case .reservedDataKey(let key):
+                            throw .invalidParams(field: "data.\(key)", reason: "is reserved by FCM")
+                        case .duplicateDataKey(let key):
+                            throw .invalidParams(field: "data.\(key)", reason: "duplicate key")
                         }
                     }
                 case .web:
@@ -184,7 +195,8 @@ extension HeraldService {
                     } catch {
                         switch error {
                         case .payloadTooLarge(let e): throw RPCError(.payloadTooLarge(e))
-                        case .duplicateDataKey(let key): throw .invalidParams(field: "data.\(key)", reason: "duplicate key")
+                        case .duplicateDataKey(let key):
+                            throw .invalidParams(field: "data.\(key)", reason: "duplicate key")
                         case .invalidBodySize: throw .internalError("web push record size")
                         }
                     }

@@ -16,7 +16,8 @@ extension HeraldService {
     // MARK: system.*, vapid.public_key
 
     /// The state of one transport of an app.
-    func transportState(_ runtime: AppRuntime, _ platforms: [Platform], degraded: [QueueLane: String]) -> TransportState {
+    func transportState(_ runtime: AppRuntime, _ platforms: [Platform], degraded: [QueueLane: String]) -> TransportState
+    {
         if let why = platforms.compactMap({ runtime.disabled[$0] }).first { return .disabled(why) }
         if let why = platforms.compactMap({ degraded[QueueLane(app: runtime.config.name, platform: $0)] }).first {
             return .degraded(why)
@@ -34,7 +35,9 @@ extension HeraldService {
         var transports = JSONObject()
         var anyDegraded = false
         for name in apps.keys.sorted()
-        where (only == nil || only == name) && apps[name]!.config.allows(uid: context.uid, gid: context.gid, groups: context.groups) {
+        where (only == nil || only == name)
+            && apps[name]!.config.allows(uid: context.uid, gid: context.gid, groups: context.groups)
+        {
             let runtime = apps[name]!
             var states = JSONObject()
             for (transport, platforms) in [("apns", [Platform.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web])] {

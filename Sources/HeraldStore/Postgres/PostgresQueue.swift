@@ -60,7 +60,8 @@ final class PostgresQueue: @unchecked Sendable {
 
     /// A PostgreSQL array literal of `bytea` values (hex input form).
     static func byteaArray(_ values: [[UInt8]?]) -> String {
-        "{" + values.map { value in value.map { "\"\\\\x" + $0.hexString + "\"" } ?? "NULL" }.joined(separator: ",") + "}"
+        "{" + values.map { value in value.map { "\"\\\\x" + $0.hexString + "\"" } ?? "NULL" }.joined(separator: ",")
+            + "}"
     }
 
     static func bigintArray(_ values: [Int64]) -> String {
@@ -156,7 +157,10 @@ final class PostgresQueue: @unchecked Sendable {
             if !ids.isEmpty {
                 try c.execute(
                     Statements.supersede,
-                    [.text("superseded by \(messageID)"), .int(now), .text(Self.textArray(ids)), .bytes(Array(collapse.utf8))])
+                    [
+                        .text("superseded by \(messageID)"), .int(now), .text(Self.textArray(ids)),
+                        .bytes(Array(collapse.utf8)),
+                    ])
             }
         }
         let inserted = try c.execute(
@@ -460,7 +464,8 @@ final class PostgresQueue: @unchecked Sendable {
             let updated = try c.execute(
                 Statements.record,
                 [
-                    .text(result.state.rawValue), .optional(result.httpStatus.map(Int64.init)), Self.clean(result.reason),
+                    .text(result.state.rawValue), .optional(result.httpStatus.map(Int64.init)),
+                    Self.clean(result.reason),
                     .optional(result.nextAttemptAt), .int(now), .int(result.counted ? 0 : 1),
                     .text(Self.bigintArray(members.map(\.deliveryID))), .text(instance),
                 ])
@@ -488,7 +493,8 @@ final class PostgresQueue: @unchecked Sendable {
         reason: String, windowCap: Int, now: Int64
     ) throws -> StaleRemoval {
         let holds = try c.execute(
-            "SELECT platform FROM devices WHERE device_id = $1 AND token_hash = $2", [.text(deviceID), .text(tokenHash)]
+            "SELECT platform FROM devices WHERE device_id = $1 AND token_hash = $2",
+            [.text(deviceID), .text(tokenHash)]
         ).first
         func finish(_ state: DeliveryState, _ why: String) throws {
             try record(
@@ -508,14 +514,16 @@ final class PostgresQueue: @unchecked Sendable {
         try c.execute(
             "DELETE FROM stale_deletions WHERE platform = $1 AND deleted_at <= $2",
             [.text(platform), .int(now - staleWindowMs)])
-        let recent = try c.execute(
-            "SELECT count(*) FROM stale_deletions WHERE platform = $1", [.text(platform)]
-        ).first?.int64(0) ?? 0
+        let recent =
+            try c.execute(
+                "SELECT count(*) FROM stale_deletions WHERE platform = $1", [.text(platform)]
+            ).first?.int64(0) ?? 0
         guard recent < windowCap else {
             try finish(.failed, "\(reason) (stale; not deleted: window_cap_reached)")
             return .refusedWindowCap
         }
-        try c.execute("DELETE FROM devices WHERE device_id = $1 AND token_hash = $2", [.text(deviceID), .text(tokenHash)])
+        try c.execute(
+            "DELETE FROM devices WHERE device_id = $1 AND token_hash = $2", [.text(deviceID), .text(tokenHash)])
         try c.execute(
             "INSERT INTO stale_deletions (platform, deleted_at) VALUES ($1, $2)", [.text(platform), .int(now)])
         try finish(.removedStale, reason)

@@ -66,7 +66,9 @@ struct PostgresRegistry {
         try c.execute(Statements.findByRegistration, [.text(app), Self.bytes(user), Self.bytes(id)]).first.map(row)
     }
 
-    private func tombstoneVersion(_ c: PostgresConnection, app: String, user: String, id: String, now: Int64) throws
+    private func tombstoneVersion(
+        _ c: PostgresConnection, app: String, user: String, id: String, now: Int64
+    ) throws
         -> Int64?
     {
         try c.execute(
@@ -86,7 +88,8 @@ struct PostgresRegistry {
     }
 
     /// Every rule of `device.register` (see ``Registry/register(_:deviceCap:now:)``).
-    func register(_ c: PostgresConnection, _ r: Registration, deviceCap: Int, now: Int64) throws -> RegistrationOutcome {
+    func register(_ c: PostgresConnection, _ r: Registration, deviceCap: Int, now: Int64) throws -> RegistrationOutcome
+    {
         try Self.lock(c, Self.userLock(app: r.app, user: r.user))
         let binding = Identity.bindingHash(app: r.app, platform: r.platform, environment: r.environment, token: r.token)
         let tokenHash = Identity.tokenHash(r.token)
@@ -96,7 +99,8 @@ struct PostgresRegistry {
             if let version = r.version,
                 let tomb = try tombstoneVersion(c, app: r.app, user: r.user, id: rid, now: now), tomb >= version
             {
-                throw RegistrationConflict(storedVersion: tomb, reason: "registration was unregistered at version \(tomb)")
+                throw RegistrationConflict(
+                    storedVersion: tomb, reason: "registration was unregistered at version \(tomb)")
             }
             if let existing = try findByRegistration(c, app: r.app, user: r.user, id: rid) {
                 if let version = r.version, let stored = existing.version {
@@ -114,16 +118,19 @@ struct PostgresRegistry {
                 }
                 try update(c, existing.deviceID, with: r, binding: binding, tokenHash: tokenHash, now: now)
                 return RegistrationOutcome(
-                    deviceID: existing.deviceID, tokenHash: tokenHash, created: false, reclaimed: reclaimed, evicted: [])
+                    deviceID: existing.deviceID, tokenHash: tokenHash, created: false, reclaimed: reclaimed, evicted: []
+                )
             }
         }
 
         if let existing = try findByBinding(c, binding) {
             if existing.user == r.user {
-                let id = r.registrationID.map { Identity.deviceID(user: r.user, app: r.app, registrationID: $0) }
+                let id =
+                    r.registrationID.map { Identity.deviceID(user: r.user, app: r.app, registrationID: $0) }
                     ?? existing.deviceID
                 try update(c, existing.deviceID, with: r, binding: binding, tokenHash: tokenHash, now: now, newID: id)
-                return RegistrationOutcome(deviceID: id, tokenHash: tokenHash, created: false, reclaimed: false, evicted: [])
+                return RegistrationOutcome(
+                    deviceID: id, tokenHash: tokenHash, created: false, reclaimed: false, evicted: [])
             }
             try delete(c, deviceID: existing.deviceID)
             reclaimed = true
@@ -131,7 +138,8 @@ struct PostgresRegistry {
 
         let deviceID =
             r.registrationID.map { Identity.deviceID(user: r.user, app: r.app, registrationID: $0) }
-            ?? Identity.deviceID(user: r.user, app: r.app, platform: r.platform, environment: r.environment, token: r.token)
+            ?? Identity.deviceID(
+                user: r.user, app: r.app, platform: r.platform, environment: r.environment, token: r.token)
         let sealed = try seal(r, deviceID: deviceID)
         try c.execute(
             Statements.insertDevice,
@@ -167,7 +175,9 @@ struct PostgresRegistry {
         try c.execute(Statements.evict, [.text(app), Self.bytes(user), .int(Int64(keep))]).rows.map { try $0.text(0) }
     }
 
-    func unregister(_ c: PostgresConnection, app: String, user: String, _ selector: UnregisterSelector, now: Int64)
+    func unregister(
+        _ c: PostgresConnection, app: String, user: String, _ selector: UnregisterSelector, now: Int64
+    )
         throws -> Int
     {
         try Self.lock(c, Self.userLock(app: app, user: user))
@@ -227,7 +237,8 @@ struct PostgresRegistry {
             DeviceSummary(
                 deviceID: try r.text(0), platform: Platform(rawValue: try r.text(1)) ?? .apns,
                 environment: try r.optionalText(2).flatMap(APNsEnvironment.init(rawValue:)),
-                name: try Self.optionalString(r, 3), appVersion: try Self.optionalString(r, 4), tokenHash: try r.text(5),
+                name: try Self.optionalString(r, 3), appVersion: try Self.optionalString(r, 4),
+                tokenHash: try r.text(5),
                 createdAt: try r.int64(6), registeredAt: try r.int64(7), lastSuccessAt: try r.optionalInt64(8),
                 lastFailureAt: try r.optionalInt64(9), lastFailureReason: try r.optionalText(10))
         }

@@ -316,7 +316,9 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         submit(durable: false, { [registry] c, _ in try registry.deviceCounts(c) }, completion)
     }
 
-    public func deviceCountsByApp(completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void) {
+    public func deviceCountsByApp(
+        completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void
+    ) {
         submit(durable: false, { [registry] c, _ in try registry.deviceCountsByApp(c) }, completion)
     }
 
@@ -345,7 +347,9 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             completion)
     }
 
-    public func cancel(app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void) {
+    public func cancel(
+        app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void
+    ) {
         submit(
             fence: SQLiteStore.messageFence(messageID),
             { [queueTables] c, now in try queueTables.cancel(c, app: app, messageID: messageID, now: now) }, completion)
@@ -355,7 +359,8 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
     ) {
         submit(
-            durable: false, { [queueTables] c, now in try queueTables.claimDue(c, lanes: lanes, others: others, now: now) },
+            durable: false,
+            { [queueTables] c, now in try queueTables.claimDue(c, lanes: lanes, others: others, now: now) },
             completion)
     }
 
@@ -386,7 +391,8 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     public func releaseCredentialWaits(
         lanes: [QueueLane], completion: @escaping @Sendable (Result<Int, any Error>) -> Void
     ) {
-        submit({ [queueTables] c, now in try queueTables.releaseCredentialWaits(c, lanes: lanes, now: now) }, completion)
+        submit(
+            { [queueTables] c, now in try queueTables.releaseCredentialWaits(c, lanes: lanes, now: now) }, completion)
     }
 
     public func removeStale(
@@ -402,9 +408,13 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             }, completion)
     }
 
-    public func purgeMessages(olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
+    public func purgeMessages(
+        olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    ) {
         let ms = retention.components.seconds * 1000
-        submit(durable: false, { [queueTables] c, now in try queueTables.purge(c, before: now - ms, now: now) }, completion)
+        submit(
+            durable: false, { [queueTables] c, now in try queueTables.purge(c, before: now - ms, now: now) }, completion
+        )
     }
 
     public func queueDepth(completion: @escaping @Sendable (Result<QueueDepth, any Error>) -> Void) {

@@ -32,7 +32,8 @@ import HeraldJSON
 
 @_cdecl("LLVMFuzzerInitialize")
 public func fuzzInitialize(
-    _ argc: UnsafeMutablePointer<CInt>, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>
+    _ argc: UnsafeMutablePointer<CInt>,
+    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>
 ) -> CInt {
     FuzzJSONRPC.checkDefaultLimit()
     return 0
@@ -348,7 +349,8 @@ enum FuzzJSONRPC {
             check(
                 code == RPCError.Code.invalidRequest || code == RPCError.Code.invalidParams,
                 "a call failed with \(code)")
-            check(failure.id != nil || code == RPCError.Code.invalidParams,
+            check(
+                failure.id != nil || code == RPCError.Code.invalidParams,
                 "only a notification with positional params goes unanswered")
         }
     }

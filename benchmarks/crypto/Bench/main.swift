@@ -127,8 +127,11 @@ if CommandLine.arguments.count > 2, CommandLine.arguments[1] == "--json" {
     }
 }
 func f(_ v: Double, _ digits: Int = 1) -> String { String(format: "%.\(digits)f", v) }
-print("seal, 1 core:            \(f(sealUS)) µs per seal (median of \(rounds) passes over \(subscriptions) subscriptions)")
+print(
+    "seal, 1 core:            \(f(sealUS)) µs per seal (median of \(rounds) passes over \(subscriptions) subscriptions)"
+)
 print("floor (keygen + ECDH):   \(f(floorUS)) µs  [EVP \(f(evpFloorUS)) µs, EC_POINT \(f(pointFloorUS)) µs]")
 print("seal / floor:            \(f(sealUS / floorUS, 3))")
-print("seal, \(cores) cores:           \(f(parallelUS)) µs per seal of wall time (scaling \(f(sealUS / parallelUS, 2))x)")
+print(
+    "seal, \(cores) cores:           \(f(parallelUS)) µs per seal of wall time (scaling \(f(sealUS / parallelUS, 2))x)")
 print("ES256 signs per second:  \(f(signsPerSecond, 0))")
