@@ -158,6 +158,7 @@ final class RPCServer: @unchecked Sendable {
 
     /// Stops accepting new connections; open ones are served on.
     func stopAccepting() {
+        loop.preconditionInLoop()
         guard accepting else { return }
         accepting = false
         loop.remove(listener.fd)
@@ -166,6 +167,7 @@ final class RPCServer: @unchecked Sendable {
     /// Closes every connection (after their pending responses, if they
     /// complete within the loop's remaining life).
     func closeAll() {
+        loop.preconditionInLoop()
         flushDirty()
         for conn in Array(connections.values) { close(conn) }
     }
@@ -173,6 +175,7 @@ final class RPCServer: @unchecked Sendable {
     // MARK: Accepting
 
     private func acceptAll() {
+        loop.preconditionInLoop()
         while accepting {
             let fd = hs_accept(listener.fd)
             if fd < 0 {
@@ -239,6 +242,7 @@ final class RPCServer: @unchecked Sendable {
     // MARK: Connection events
 
     private func handleEvents(_ conn: Connection, _ events: UInt32) {
+        loop.preconditionInLoop()
         guard connections[conn.id] != nil else { return }
         if events & UInt32(EPOLLERR.rawValue) != 0 {
             close(conn)
@@ -293,6 +297,7 @@ final class RPCServer: @unchecked Sendable {
     }
 
     private func readAvailable(_ conn: Connection) {
+        loop.preconditionInLoop()
         // Many clients in the middle of big messages could fill a turn with
         // reading and framing: past a few milliseconds a turn, those wait for
         // the next one (their sockets stay readable), while a client with no
@@ -332,6 +337,7 @@ final class RPCServer: @unchecked Sendable {
     /// Runs the connection's decoded calls and takes its buffered messages,
     /// within one slice; what is left waits in the backlog for the next turn.
     private func processFrames(_ conn: Connection) {
+        loop.preconditionInLoop()
         defer { if connections[conn.id] != nil { account(conn) } }
         let deadline = monotonicMicroseconds() + limits.sliceMicroseconds
         var taken = 0
@@ -481,6 +487,7 @@ final class RPCServer: @unchecked Sendable {
     }
 
     private func run(_ call: RPCCall, _ conn: Connection, batch: Int?) {
+        loop.preconditionInLoop()
         counters.requests += 1
         switch call {
         case .failure(let failure):
@@ -552,6 +559,7 @@ final class RPCServer: @unchecked Sendable {
 
     /// A call's answer, already counted in the connection's budget.
     private func complete(_ connID: UInt64, batch: Int?, outcome: Outcome, _ bytes: [UInt8]?) {
+        loop.preconditionInLoop()
         guard let conn = connections[connID] else { return }
         conn.pending -= 1
         switch outcome {
@@ -627,6 +635,7 @@ final class RPCServer: @unchecked Sendable {
     }
 
     private func flush(_ conn: Connection) {
+        loop.preconditionInLoop()
         while let head = conn.output.first {
             let offset = conn.outputOffset
             let n = head.withUnsafeBytes {
@@ -699,6 +708,7 @@ final class RPCServer: @unchecked Sendable {
     }
 
     private func close(_ conn: Connection) {
+        loop.preconditionInLoop()
         guard connections.removeValue(forKey: conn.id) != nil else { return }
         bufferedTotal -= conn.accountedBytes
         conn.accountedBytes = 0
@@ -712,6 +722,7 @@ final class RPCServer: @unchecked Sendable {
     }
 
     private func sweep() {
+        loop.preconditionInLoop()
         let now = monotonicMilliseconds()
         for conn in Array(connections.values) {
             if conn.outputBytes > 0 && now - conn.lastWriteProgress > limits.stalledWriteTimeoutMs {
