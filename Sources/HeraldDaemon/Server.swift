@@ -111,6 +111,11 @@ final class RPCServer: @unchecked Sendable {
     private var trimWanted = false
     /// Answer bytes written since the last trim (they were freed as they went).
     private var writtenSinceTrim = 0
+    /// Calls answered since the last trim: their work (store results, parse
+    /// trees) was freed on other threads, whose malloc arenas keep the pages.
+    private var answeredSinceTrim = 0
+    /// A burst of this many calls is trimmed after once the daemon is idle.
+    static let trimAfterCalls = 512
     /// Time spent reading and framing in this loop turn, in microseconds.
     private var readTimeThisTurn: Int64 = 0
     /// Bytes the connections' framers hold (see `maxBufferedBytes`).
@@ -562,6 +567,7 @@ final class RPCServer: @unchecked Sendable {
         loop.preconditionInLoop()
         guard let conn = connections[connID] else { return }
         conn.pending -= 1
+        answeredSinceTrim += 1
         switch outcome {
         case .answered: break
         case .failed: counters.errors += 1
@@ -750,10 +756,15 @@ final class RPCServer: @unchecked Sendable {
                 close(conn)
             }
         }
-        if trimWanted || writtenSinceTrim >= 8 << 20 {
-            // Large buffers freed: hand the free pages back to the system, off the loop.
+        let idleAfterBurst =
+            answeredSinceTrim >= Self.trimAfterCalls && connections.values.allSatisfy { $0.pending == 0 }
+        if trimWanted || writtenSinceTrim >= 8 << 20 || idleAfterBurst {
+            // Large buffers freed, or a burst of calls is over (the store's and
+            // resolvers' threads freed their results): hand the free pages
+            // back to the system, off the loop.
             trimWanted = false
             writtenSinceTrim = 0
+            answeredSinceTrim = 0
             DispatchQueue.global(qos: .utility).async { _ = hs_malloc_trim() }
         }
     }
