@@ -29,6 +29,13 @@ public enum Daemon {
         let stopper = Shutdown(notifier: SystemdNotifier(environment: environment))
         let hangups = Hangups()
         let signals = installSignals(stopper: stopper, hangups: hangups)
+        // Last of all, whichever way `run` returns: the sources' handlers hold
+        // the stopper and the reloader, and through them everything else.
+        defer {
+            for source in signals { source.cancel() }
+            stopper.detach()
+            hangups.detach()
+        }
         let config: HeraldConfig
         let credentials: [String: LoadedCredentials]
         let storeKey: StoreKey?
@@ -103,6 +110,8 @@ public enum Daemon {
             log.error("startup_failed", ["error": String(describing: error)])
             return 1
         }
+        // Stopped after everything started later: its ticks and handlers hold them.
+        services.started("loop") { loop.shutdown() }
         let delivery: DeliveryStack
         do {
             delivery = try DeliveryStack(config: config, credentials: credentials, store: store, log: log)
@@ -228,8 +237,7 @@ public enum Daemon {
         loop.execute { service.serving = true }
         notifier.notify("READY=1\nSTATUS=serving")
 
-        // The signal sources must live as long as the loop runs.
-        withExtendedLifetime(signals) { loop.run() }
+        loop.run()
         services.stopAll()
         log.info("herald_stopped")
         return 0
@@ -354,6 +362,12 @@ final class Shutdown: Sendable {
         if let early { start(signal: early, parts) }
     }
 
+    /// Forgets the loop and the server (once they have stopped); a later signal
+    /// finds nothing to stop.
+    func detach() {
+        state.withLock { $0.attached = nil }
+    }
+
     /// A stop has been asked for.
     var isStopping: Bool { state.withLock { $0.requested != nil } }
 
@@ -398,6 +412,11 @@ final class Hangups: Sendable {
             return state.pending
         }
         if early { handler() }
+    }
+
+    /// Forgets the handler (when the daemon stops).
+    func detach() {
+        state.withLock { $0.handler = nil }
     }
 
     func received() {

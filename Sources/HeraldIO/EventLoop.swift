@@ -128,6 +128,23 @@ public final class EventLoop: @unchecked Sendable {
         afterIteration?()
     }
 
+    /// Drops every handler, tick, hook and queued piece of work, after `run`
+    /// has returned, on the thread that ran it. Their closures hold the loop's
+    /// users, which hold the loop: without this those cycles outlive the
+    /// daemon's shutdown. The loop is not run again.
+    public func shutdown() {
+        preconditionInLoop()
+        handlers.removeAll()
+        ticks.removeAll()
+        afterIteration = nil
+        hasDeferredWork = nil
+        lock.lock()
+        let dropped = pending
+        pending.removeAll()
+        lock.unlock()
+        _ = dropped  // released here, outside the lock
+    }
+
     private func runPending() {
         while true {
             lock.lock()

@@ -177,7 +177,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         do {
             do {
                 try c.begin()
-            } catch let error as PostgresError where error.isConnectionFailure {
+            } catch where error.isConnectionFailure {
                 // A connection the server dropped (a restart) is found dead only
                 // when used: nothing of the batch ran, so open a new one and begin again.
                 try c.begin()
