@@ -45,7 +45,10 @@ struct EventLoopShutdownTests {
             try loop.add(fds[0], events: PollEvents.readable) { _ in _ = user }
             loop.every(milliseconds: 10) { _ = user }
             loop.afterIteration = { _ = user }
-            loop.hasDeferredWork = { _ = user.loop; return false }
+            loop.hasDeferredWork = {
+                _ = user.loop
+                return false
+            }
             loop.execute { loop.stop() }
             loop.run()
             loop.execute { _ = user }  // queued after the loop ended: never runs
@@ -65,7 +68,10 @@ struct EventLoopShutdownTests {
         let hangups = Hangups()
         do {
             let user = try #require(try? User(loop: EventLoop(), released: released))
-            hangups.attach { _ = user; calls.set() }
+            hangups.attach {
+                _ = user
+                calls.set()
+            }
         }
         hangups.received()
         #expect(calls.count == 1)
