@@ -177,7 +177,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         do {
             do {
                 try c.begin()
-            } catch where error.isConnectionFailure {
+            } catch let error where error.isConnectionFailure {
                 // A connection the server dropped (a restart) is found dead only
                 // when used: nothing of the batch ran, so open a new one and begin again.
                 try c.begin()
