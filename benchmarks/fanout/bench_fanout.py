@@ -49,6 +49,7 @@ import bisect
 import collections
 import datetime
 import json
+import math
 import os
 import pathlib
 import platform
@@ -90,6 +91,19 @@ SUSTAINED = {
     "apns_sustained": ("apns500", "apns", ["aioapns"]),
     "fcm_sustained": ("fcm500", "fcm", []),
 }
+# Sustained with CONNECTIONS_4C client connections to one Herald (SQLite), sending at once: each
+# connection its own 100 users with 5 devices of the platform each; h2load as for the one-connection rows.
+SUSTAINED_4C = {
+    "web_sustained_4c": ("web", (5, 0, 0)),
+    "apns_sustained_4c": ("apns", (0, 5, 0)),
+}
+CONNECTIONS_4C = 4
+# The size curve: one APNs message to this many devices (sender herald, SQLite), users with
+# SIZE_PER_USER devices each (the app's device_cap, fixture.herald_config; a message is capped at
+# 10,000 devices), the smaller sizes the first users of the larger ones.
+SIZES = {"size_100": 100, "size_500": 500, "size_2000": 2000, "size_10000": 10000}
+SIZE_PER_USER = 20
+SIZES_QUICK = ["size_100", "size_2000"]  # what --quick runs unless --only names others
 SENDERS = ["herald", "herald_pg", "herald_pg_x2", "pywebpush_seq", "pywebpush_threads", "aioapns", "h2load"]
 # Herald on PostgreSQL, by instances on the one database.
 PG_SENDERS = {1: "herald_pg", 2: "herald_pg_x2"}
@@ -142,31 +156,28 @@ def write_key(path, key):
         f.write(key)
 
 
-class Instance:
-    """One `herald serve` on `directory` (SQLite by default; `store`: other [store] keys)."""
+class Connection:
+    """One client connection to a `herald serve`: push.send with wait, and what it accepted."""
 
-    def __init__(self, binary, directory, sink, keys, store=None, instance_id=None, key=None):
-        os.makedirs(directory, exist_ok=True)
-        if key is not None:
-            write_key(os.path.join(directory, "store.key"), key)
-        self.proc = HeraldProcess(binary, directory, fixture.herald_config(
-            directory, sink, keys, store=store, instance_id=instance_id), start_timeout=60)
-        self.pid = self.proc.proc.pid
-        self.name = instance_id or "herald"
-        self.client = fixture.Client(self.proc.socket_path, timeout=180)
+    def __init__(self, socket_path, name):
+        self.name = name
+        self.client = fixture.Client(socket_path, timeout=180)
         self.accepted = 0  # push.send calls answered with a result
         self.accepted_users = collections.Counter()  # user -> pushes accepted for each of their devices
+        self.written = None  # time.time() right before the last push.send's sendall
 
     def request(self, users, tag, timeout_ms=60_000):
         """Writes one push.send with wait; `answer()` reads it."""
         c = self.client
         self.rid = c.next_id
         c.next_id += 1
-        c.sock.sendall(request(self.rid, "push.send", {"to": {"users": users}, "data": {"msg": tag},
-                                                      "wait": True, "timeout_ms": timeout_ms}))
+        data = request(self.rid, "push.send", {"to": {"users": users}, "data": {"msg": tag},
+                                               "wait": True, "timeout_ms": timeout_ms})
+        self.written = time.time()
+        c.sock.sendall(data)
 
-    def answer(self, users):
-        """(delivered, problem) of the push.send `request()` wrote."""
+    def answer(self, users, per_user=PER_USER_DEVICES):
+        """(delivered, problem) of the push.send `request()` wrote; each user has `per_user` devices."""
         answer = json.loads(self.client.reader.line())
         if answer.get("id") != self.rid:
             raise RuntimeError(f"{self.name}: answer to id {answer.get('id')}, expected {self.rid}")
@@ -178,24 +189,68 @@ class Instance:
         self.accepted_users.update(users)
         counts = result.get("counts") or {}
         delivered = counts.get("delivered", 0)
-        want = len(users) * PER_USER_DEVICES
+        want = len(users) * per_user
         problem = None
         if result.get("state") != "complete" or delivered != want or result.get("devices") != want:
             problem = {"instance": self.name, "state": result.get("state"), "devices": result.get("devices"),
                        "skipped": result.get("skipped"), "counts": {k: v for k, v in counts.items() if v}}
         return delivered, problem
 
-    def send(self, users, tag):
+    def send(self, users, tag, per_user=PER_USER_DEVICES):
         t0 = time.perf_counter()
         self.request(users, tag)
-        delivered, problem = self.answer(users)
+        delivered, problem = self.answer(users, per_user)
         return time.perf_counter() - t0, delivered, problem
 
-    def stop(self):
+    def close(self):
         try:
             self.client.close()
         except OSError:
             pass
+
+
+class Instance:
+    """One `herald serve` on `directory` (SQLite by default; `store`: other [store] keys), with one
+    client connection (`conn`); `connect()` opens more."""
+
+    def __init__(self, binary, directory, sink, keys, store=None, instance_id=None, key=None):
+        os.makedirs(directory, exist_ok=True)
+        if key is not None:
+            write_key(os.path.join(directory, "store.key"), key)
+        self.proc = HeraldProcess(binary, directory, fixture.herald_config(
+            directory, sink, keys, store=store, instance_id=instance_id), start_timeout=60)
+        self.pid = self.proc.proc.pid
+        self.name = instance_id or "herald"
+        self.conn = Connection(self.proc.socket_path, self.name)
+        self.conns = [self.conn]
+        self.client = self.conn.client
+
+    def connect(self):
+        """One more client connection to this instance (kept until stop)."""
+        c = Connection(self.proc.socket_path, f"{self.name}-c{len(self.conns)}")
+        self.conns.append(c)
+        return c
+
+    @property
+    def accepted(self):
+        return sum(c.accepted for c in self.conns)
+
+    @property
+    def accepted_users(self):
+        return sum((c.accepted_users for c in self.conns), collections.Counter())
+
+    def request(self, users, tag, timeout_ms=60_000):
+        self.conn.request(users, tag, timeout_ms)
+
+    def answer(self, users, per_user=PER_USER_DEVICES):
+        return self.conn.answer(users, per_user)
+
+    def send(self, users, tag, per_user=PER_USER_DEVICES):
+        return self.conn.send(users, tag, per_user)
+
+    def stop(self):
+        for c in self.conns:
+            c.close()
         return self.proc.stop()
 
 
@@ -203,12 +258,17 @@ class Herald:
     """Herald as one sender: one instance, or several on one database. With several, a
     500-device message is split across them (each gets its share of the users, all written at
     once; the message's time runs from the first write to the last answer), and a sustained
-    phase runs one client per instance, each sending 500-device messages back to back."""
+    phase runs one client per instance, each sending 500-device messages back to back.
+
+    Every message sent one at a time leaves a mark in `marks` (write wall time, answer wall
+    time, pushes, warm-up or not): Receipts.first_pushes() finds each message's first request in
+    the sink's access log with them."""
 
     def __init__(self, instances):
         self.instances = list(instances)
         self.pid = self.instances[0].pid
         self.client = self.instances[0].client
+        self.marks = []
 
     @property
     def pids(self):
@@ -222,21 +282,24 @@ class Herald:
     def accepted_users(self):
         return sum((i.accepted_users for i in self.instances), collections.Counter())
 
-    def send(self, users, tag):
-        if len(self.instances) == 1:
-            return self.instances[0].send(users, tag)
+    def send(self, users, tag, per_user=PER_USER_DEVICES, warmup=False):
         n = len(self.instances)
         shares = [users[k * len(users) // n:(k + 1) * len(users) // n] for k in range(n)]
         t0 = time.perf_counter()
         for inst, share in zip(self.instances, shares):
             inst.request(share, tag)
+        written = min(inst.conn.written for inst in self.instances)
         delivered, problems = 0, []
         for inst, share in zip(self.instances, shares):
-            d, p = inst.answer(share)
+            d, p = inst.answer(share, per_user)
             delivered += d
             if p:
                 problems.append(p)
         seconds = time.perf_counter() - t0
+        self.marks.append({"written": written, "answered": time.time(), "pushes": len(users) * per_user,
+                           "warmup": warmup})
+        if n == 1:
+            return seconds, delivered, (problems[0] if problems else None)
         return seconds, delivered, ({"instances": problems} if problems else None)
 
     def cpu_seconds(self):
@@ -247,27 +310,40 @@ class Herald:
         peaks = [proc_peak_rss_kb(p) for p in self.pids]
         return sum(peaks) if all(x is not None for x in peaks) else None
 
-    def messages(self, scenario, users, warmup, messages=None, seconds=None, db_cpu=None):
+    def messages(self, scenario, users, warmup, messages=None, seconds=None, db_cpu=None,
+                 per_user=PER_USER_DEVICES, jobs=None):
         """Warm-up, then `messages` messages (or back to back for `seconds`): (samples,
         delivered, Herald's CPU s, peak RSS KiB, wall s, problems); `db_cpu`, a function giving
         the database server's CPU seconds, adds its difference over the same span as
-        `self.db_cpu_s`."""
+        `self.db_cpu_s`. `jobs` ([(Connection, users)], sustained only): those connections send
+        at once, each to its own users, each warmed up with `warmup` messages; without it several
+        instances send at once (one client each, every user), one instance one message at a time."""
         problems = []
+        self.marks = []
+        own_warmup = jobs is not None
+        if jobs is None and seconds is not None and len(self.instances) > 1:
+            jobs = [(inst.conn, users) for inst in self.instances]
         for i in range(warmup):
-            _, _, p = self.send(users, f"{scenario}-w{i}")
+            if own_warmup:
+                for conn, us in jobs:
+                    _, _, p = conn.send(us, f"{scenario}-{conn.name}-w{i}", per_user)
+                    if p:
+                        problems.append({"message": f"warm-up {i}", **p})
+                continue
+            _, _, p = self.send(users, f"{scenario}-w{i}", per_user, warmup=True)
             if p:
                 problems.append({"message": f"warm-up {i}", **p})
         for p in self.pids:
             reset_peak_rss(p)
         d0 = db_cpu() if db_cpu else None
         c0, t0 = self.cpu_seconds(), time.perf_counter()
-        if seconds is not None and len(self.instances) > 1:
-            samples, delivered, probs = self._concurrent(scenario, users, t0, seconds)
+        if jobs is not None:
+            samples, delivered, probs = self._concurrent(scenario, jobs, t0, seconds, per_user)
             problems += probs
         else:
             samples, delivered, i = [], 0, 0
             while (i < messages) if seconds is None else (time.perf_counter() - t0 < seconds):
-                s, d, p = self.send(users, f"{scenario}-m{i}")
+                s, d, p = self.send(users, f"{scenario}-m{i}", per_user)
                 samples.append(s)
                 delivered += d
                 if p:
@@ -278,25 +354,25 @@ class Herald:
         self.db_cpu_s = (db_cpu() - d0) if db_cpu else None
         return samples, delivered, cpu, self.peak_rss_kb(), wall, problems
 
-    def _concurrent(self, scenario, users, t0, seconds):
-        """One thread per instance, each sending every user's devices back to back."""
-        out = [([], 0, []) for _ in self.instances]
+    def _concurrent(self, scenario, jobs, t0, seconds, per_user):
+        """One thread per (connection, users), each sending to its users back to back."""
+        out = [([], 0, []) for _ in jobs]
 
-        def run(k, inst):
+        def run(k, conn, users):
             samples, delivered, problems, i = [], 0, [], 0
             try:
                 while time.perf_counter() - t0 < seconds:
-                    s, d, p = inst.send(users, f"{scenario}-{inst.name}-m{i}")
+                    s, d, p = conn.send(users, f"{scenario}-{conn.name}-m{i}", per_user)
                     samples.append(s)
                     delivered += d
                     if p:
                         problems.append({"message": i, **p})
                     i += 1
             except Exception as e:  # noqa: BLE001 (reported, and the run fails with --check)
-                problems.append({"instance": inst.name, "error": repr(e)})
+                problems.append({"instance": conn.name, "error": repr(e)})
             out[k] = (samples, delivered, problems)
 
-        threads = [threading.Thread(target=run, args=(k, inst)) for k, inst in enumerate(self.instances)]
+        threads = [threading.Thread(target=run, args=(k, conn, users)) for k, (conn, users) in enumerate(jobs)]
         for t in threads:
             t.start()
         for t in threads:
@@ -359,18 +435,55 @@ class Store:
         self.db_cpu = (lambda: server_cpu_seconds(postmaster)) if postmaster else None
 
 
-def herald_latency(store, name, users, receipts, sink, warmup, messages, log):
-    """One 500-device scenario for one Herald sender: its row and problems."""
+def herald_latency(store, name, users, receipts, sink, warmup, messages, log, per_user=PER_USER_DEVICES,
+                   **extra):
+    """One scenario of messages sent one at a time (500 devices, or a size of the size curve)
+    for one Herald sender: its row and problems. The row's first_push_* figures are filled in
+    at the end of the run from the sink's access log (Receipts.first_pushes)."""
     herald, label = store.herald, store.label
+    devices = len(users[name]) * per_user
     done = receipts.herald_phase(name, herald, label=label)
     with SinkMeter(sink) as sm:
         samples, delivered, cpu, rss, wall, probs = herald.messages(name, users[name], warmup, messages,
-                                                                    db_cpu=store.db_cpu)
-    done()
-    r = row(name, label, samples, delivered, DEVICES * messages, cpu, rss, backend=store.backend,
-            instances=len(herald.instances), **db_fields(herald.db_cpu_s, delivered), **sm.info())
-    log(f"{name} {label}: p50 {r['p50_ms']} ms, delivered {delivered}/{DEVICES * messages}"
+                                                                    db_cpu=store.db_cpu, per_user=per_user)
+    entry = done(marks=herald.marks)
+    r = row(name, label, samples, delivered, devices * messages, cpu, rss, backend=store.backend,
+            instances=len(herald.instances), **db_fields(herald.db_cpu_s, delivered), **extra, **sm.info())
+    r.update(first_push_p50_ms=None, first_push_p90_ms=None)
+    entry["row"] = r
+    log(f"{name} {label}: p50 {r['p50_ms']} ms, delivered {delivered}/{devices * messages}"
         + (f", database CPU {r['db_cpu_s_per_1000']} s/1k" if store.db_cpu else ""))
+    if not herald.alive():
+        raise RuntimeError(f"{label} exited during {name}")
+    return r, [{"scenario": name, "sender": label, **p} for p in probs]
+
+
+def herald_size(store, name, users, receipts, sink, warmup, messages, log):
+    """One point of the size curve: one APNs message to SIZES[name] devices, `messages` times."""
+    devices = SIZES[name]
+    r, probs = herald_latency(store, name, users, receipts, sink, warmup, messages, log, per_user=SIZE_PER_USER,
+                              devices=devices)
+    r["us_per_device"] = round(r["p50_ms"] * 1000 / devices, 2) if r.get("p50_ms") is not None else None
+    return r, probs
+
+
+def herald_sustained_4c(store, name, groups, receipts, sink, sustained_s, log):
+    """One sustained scenario with CONNECTIONS_4C client connections to one Herald, each
+    sending to its own users' devices (500 a message) back to back, all at once."""
+    herald, label = store.herald, store.label
+    inst = herald.instances[0]
+    while len(inst.conns) < len(groups):
+        inst.connect()
+    jobs = list(zip(inst.conns, groups))
+    done = receipts.herald_phase(name, herald, label=label)
+    with SinkMeter(sink) as sm:
+        samples, delivered, cpu, rss, wall, probs = herald.messages(name, None, 1, seconds=sustained_s,
+                                                                    db_cpu=store.db_cpu, jobs=jobs)
+    done()
+    r = row(name, label, samples, delivered, DEVICES * len(samples), cpu, rss, wall_s=wall,
+            seconds=round(wall, 2), backend=store.backend, instances=len(herald.instances),
+            connections=len(jobs), **db_fields(herald.db_cpu_s, delivered), **sm.info())
+    log(f"{name} {label}: {r['pushes_per_s']} pushes/s over {wall:.1f} s from {len(jobs)} connections")
     if not herald.alive():
         raise RuntimeError(f"{label} exited during {name}")
     return r, [{"scenario": name, "sender": label, **p} for p in probs]
@@ -466,13 +579,16 @@ class Receipts:
         entry["expect"] = collections.Counter()
         start, start_users = herald.accepted, herald.accepted_users
 
-        def done():
+        def done(marks=None):
             entry["accepted"] = herald.accepted - start
             expect = collections.Counter()
             for user, n in (herald.accepted_users - start_users).items():
                 for key in self.user_devices[user]:
                     expect[key] += n
             entry["expect"] = expect
+            if marks is not None:
+                entry["marks"] = list(marks)
+            return entry
         return done
 
     def expected(self):
@@ -493,6 +609,65 @@ class Receipts:
         want = self.expected()
         _, ok = self.sink.wait_records(lambda recs: self.herald_records(recs) >= want, timeout=timeout)
         return ok
+
+    def first_pushes(self, recs):
+        """Time to first push of every message sent one at a time: fills first_push_p50_ms,
+        first_push_p90_ms and first_push_samples_ms of the rows of the phases that have marks
+        (Herald.marks: the wall time right before push.send's sendall, the answer's, the pushes).
+
+        Each record's start is the sink's wall clock ($msec - $request_time: nginx's time,
+        cached at the event-loop wake-up that read the request's HEADERS, in whole ms). The
+        messages of such a phase go one at a time, each after the last one's answer, so sorted
+        by start the phase's records are the messages' records in turn: message k's first
+        record is the one after the pushes of the messages before it (ties at a millisecond
+        shared by two messages do not change that value). It holds only when the phase logged
+        exactly the pushes its messages carried (the exactly-once check), and each message's
+        records must lie between its write and its answer; else the row gets None and a
+        first_push_problem. A sample is start + 0.5 ms (the middle of nginx's millisecond) minus
+        the write: +-0.5 ms each. last_push_p50_ms (fanout-details.json and REPORT.md only) is
+        the same to the end ($msec) of the message's last request: what comes after it, up to the
+        answer, is Herald recording the outcomes and answering."""
+        starts_of = {i: [] for i, p in enumerate(self.phases) if p.get("marks")}
+        if not starts_of:
+            return
+        starts = [p["t"] for p in self.phases]
+        for r in recs:
+            i = bisect.bisect_right(starts, r["t"]) - 1
+            if i in starts_of:
+                starts_of[i].append((r["t"] - (r.get("rt") or 0.0), r["t"]))
+        for i, got in starts_of.items():
+            ph = self.phases[i]
+            marks, row = ph["marks"], ph.get("row")
+            if row is None:
+                continue
+            got.sort()
+            want = sum(m["pushes"] for m in marks)
+            firsts, lasts, problem, k = [], [], None, 0
+            if len(got) != want:
+                problem = f"the phase logged {len(got)} requests, its messages carried {want} pushes"
+            else:
+                for j, m in enumerate(marks):
+                    mine = got[k:k + m["pushes"]]
+                    k += m["pushes"]
+                    first, last = mine[0][0], mine[-1][0]
+                    # whole milliseconds, never later than the event: a start is >= the write's ms
+                    if first < math.floor(m["written"] * 1000) / 1000 - 1e-6 or last > m["answered"] + 1e-6:
+                        problem = (f"message {j}: its records started {first - m['written']:+.4f} s to "
+                                   f"{last - m['written']:+.4f} s from its write, answered after "
+                                   f"{m['answered'] - m['written']:.4f} s")
+                        break
+                    if not m["warmup"]:
+                        firsts.append((first + 0.0005 - m["written"]) * 1000)
+                        lasts.append((max(end for _, end in mine) + 0.0005 - m["written"]) * 1000)
+            if problem:
+                row.update(first_push_p50_ms=None, first_push_p90_ms=None, first_push_problem=problem)
+                continue
+            # last_push: to the end of the message's last request at the sink (its $msec), the same way
+            row.update(first_push_p50_ms=round(percentile(firsts, 0.5), 2) if firsts else None,
+                       first_push_p90_ms=round(percentile(firsts, 0.9), 2) if firsts else None,
+                       first_push_samples_ms=[round(x, 2) for x in firsts],
+                       last_push_p50_ms=round(percentile(lasts, 0.5), 2) if lasts else None,
+                       last_push_samples_ms=[round(x, 2) for x in lasts])
 
     def check(self, recs):
         """(problems, summary) over every record of the log."""
@@ -620,6 +795,23 @@ def h2load_targets(sink, per_user):
     return out
 
 
+def h2load_sustained(h2, receipts, sink, name, plat, sustained_s):
+    """The h2load row of a sustained scenario: h2load -c 2 -m 100 -t 1 -D seconds against one
+    origin of the platform, the ceiling."""
+    receipts.phase("h2load", name)
+    origin = sink.web_origin(0) if plat == "web" else sink.apns_url if plat == "apns" else sink.fcm_url
+    with SinkMeter(sink) as sm:
+        res = h2.sustained(plat, origin, max(1, int(round(sustained_s))))
+    return {"scenario": name, "sender": "h2load", "p50_ms": None, "p90_ms": None, "p99_ms": None,
+            "pushes_per_s": round(res["req_per_s"], 1),
+            "cpu_s_per_1000": round(res["cpu_s"] * 1000 / res["succeeded"], 3) if res["succeeded"] else None,
+            "peak_rss_mb": round(res["peak_rss_kb"] / 1024, 1), "messages": None,
+            "delivered": res["succeeded"], "expected": res["requests"],
+            "delivered_all": res["succeeded"] == res["requests"] and res["exit"] == 0,
+            "seconds": round(res["seconds"], 2), "samples_ms": [],
+            "h2load": "-c 2 -m 100 -t 1 -D %d" % max(1, int(round(sustained_s))), **sm.info()}
+
+
 class Perf:
     """perf record -g -p PID while a block runs; the flat top afterwards."""
 
@@ -694,10 +886,17 @@ def machine_info(herald_version, peers):
 
 
 def summary_rows(rows):
-    """fanout.json: one object per scenario and sender (db_cpu_s_per_1000: PostgreSQL rows only)."""
-    return [{k: r.get(k) for k in ("scenario", "sender", "p50_ms", "p90_ms", "p99_ms", "pushes_per_s",
+    """fanout.json: one object per scenario and sender (db_cpu_s_per_1000: PostgreSQL rows only),
+    plus, where the row has them, first_push_p50_ms and first_push_p90_ms (Herald's rows of the
+    scenarios whose messages go one at a time), devices and us_per_device (the size curve)."""
+    out = []
+    for r in rows:
+        o = {k: r.get(k) for k in ("scenario", "sender", "p50_ms", "p90_ms", "p99_ms", "pushes_per_s",
                                    "cpu_s_per_1000", "db_cpu_s_per_1000", "peak_rss_mb", "delivered_all")}
-            for r in rows]
+        o.update({k: r[k] for k in ("first_push_p50_ms", "first_push_p90_ms", "devices", "us_per_device")
+                  if k in r})
+        out.append(o)
+    return out
 
 
 def main():
@@ -713,9 +912,12 @@ def main():
     ap.add_argument("--warmup", type=int)
     ap.add_argument("--peer-messages", type=int)
     ap.add_argument("--sustained-seconds", type=float)
+    ap.add_argument("--size-messages", type=int,
+                    help="messages per size of the size curve, after 2 warm-up (default 10; --quick: 2 after 1)")
     ap.add_argument("--crypto-json", default=str(REPO / "benchmarks/results/crypto.json"))
     ap.add_argument("--out-dir", default=str(REPO / "benchmarks/results"))
-    ap.add_argument("--only", default="", help="comma-separated scenarios (e.g. web500,apns_sustained)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated scenarios (e.g. web500,apns_sustained,apns_sustained_4c,size_2000)")
     ap.add_argument("--postgres", default="1,2",
                     help="Herald on PostgreSQL too, after the SQLite run: with 1 instance, 2 instances on one "
                          "database, or both ('1,2', the default); 'none' for SQLite only")
@@ -734,9 +936,14 @@ def main():
         raise SystemExit(f"--postgres: '1', '2', '1,2' or 'none', not {args.postgres!r}")
     pg_variants = [int(v) for v in pg_variants]
     pg_durable = (args.pg_durable or ("off" if args.quick else "on")) == "on"
-    unknown = only - set(SCENARIOS) - set(SUSTAINED)
+    unknown = only - set(SCENARIOS) - set(SUSTAINED) - set(SUSTAINED_4C) - set(SIZES)
     if unknown:
-        raise SystemExit(f"--only: unknown {sorted(unknown)}")
+        raise SystemExit(f"--only: unknown {sorted(unknown)} (known: "
+                         f"{', '.join(list(SCENARIOS) + list(SUSTAINED) + list(SUSTAINED_4C) + list(SIZES))})")
+    size_messages = args.size_messages or (2 if args.quick else 10)
+    size_warmup = 1 if args.quick else 2
+    sizes = [n for n in SIZES if (n in only if only else (n in SIZES_QUICK if args.quick else True))]
+    runs_4c = [n for n in SUSTAINED_4C if not only or n in only]
     if not os.access(args.herald, os.X_OK):
         raise SystemExit(f"{args.herald} is not an executable (swift build -c release --product herald)")
     out_dir = os.path.abspath(args.out_dir)
@@ -770,7 +977,7 @@ def main():
             f"{', '.join(sink.web_origin(i) for i in range(WEB_ORIGINS))}); herald pid {herald.pid} on {tmp}")
 
         t0 = time.perf_counter()
-        users, devices = {}, {}
+        users, devices, groups = {}, {}, {}
         for si, (name, per_user) in enumerate(SCENARIOS.items()):
             users[name], devices[name] = fixture.register(herald.client, sink, name, si, USERS, per_user)
         receipts.set_devices(devices, user_devices(users, devices))
@@ -892,18 +1099,53 @@ def main():
                     problems.append({"scenario": name, "sender": peer, "failed": out["failed"],
                                      "errors": out["errors"][:5]})
                 log(f"{name} {peer}: {rows[-1]['pushes_per_s']} pushes/s")
-            receipts.phase("h2load", name)
-            origin = sink.web_origin(0) if plat == "web" else sink.apns_url if plat == "apns" else sink.fcm_url
-            with SinkMeter(sink) as sm:
-                res = h2.sustained(plat, origin, max(1, int(round(sustained_s))))
-            rows.append({"scenario": name, "sender": "h2load", "p50_ms": None, "p90_ms": None, "p99_ms": None,
-                         "pushes_per_s": round(res["req_per_s"], 1),
-                         "cpu_s_per_1000": round(res["cpu_s"] * 1000 / res["succeeded"], 3) if res["succeeded"] else None,
-                         "peak_rss_mb": round(res["peak_rss_kb"] / 1024, 1), "messages": None,
-                         "delivered": res["succeeded"], "expected": res["requests"],
-                         "delivered_all": res["succeeded"] == res["requests"] and res["exit"] == 0,
-                         "seconds": round(res["seconds"], 2), "samples_ms": [],
-                         "h2load": "-c 2 -m 100 -t 1 -D %d" % max(1, int(round(sustained_s))), **sm.info()})
+            rows.append(h2load_sustained(h2, receipts, sink, name, plat, sustained_s))
+            log(f"{name} h2load: {rows[-1]['pushes_per_s']} req/s")
+            if not all(st.herald.alive() for st in stores):
+                raise RuntimeError(f"a herald exited during {name}")
+
+        # ---- the size curve: one APNs message to 100 ... 10,000 devices (SQLite). Its devices are
+        # registered only now, so that every scenario above ran on the store as before.
+        if sizes:
+            receipts.phase("register")
+            t0 = time.perf_counter()
+            n_users = max(SIZES[n] for n in sizes) // SIZE_PER_USER
+            size_users, size_devices = fixture.register(herald.client, sink, "size", len(SCENARIOS), n_users,
+                                                        (0, SIZE_PER_USER, 0))
+            for n in sizes:
+                users[n] = size_users[:SIZES[n] // SIZE_PER_USER]
+                devices[n] = size_devices[:SIZES[n]]
+            receipts.set_devices(devices, user_devices(users, devices))
+            log(f"size curve: registered {len(size_devices)} APNs devices ({n_users} users with {SIZE_PER_USER} "
+                f"each) in {time.perf_counter() - t0:.1f} s")
+        for name in sizes:
+            r, probs = herald_size(stores[0], name, users, receipts, sink, size_warmup, size_messages, log)
+            rows.append(r)
+            problems += probs
+
+        # ---- sustained with CONNECTIONS_4C client connections to one Herald (SQLite), each its own
+        # users (registered only now, as the size curve's)
+        if runs_4c:
+            receipts.phase("register")
+            t0 = time.perf_counter()
+            for si, name in enumerate(runs_4c):
+                plat, per_user = SUSTAINED_4C[name]
+                groups[name], devices[name] = [], []
+                for k in range(CONNECTIONS_4C):
+                    us, devs = fixture.register(herald.client, sink, f"{plat}4c{k}",
+                                                len(SCENARIOS) + 1 + si * CONNECTIONS_4C + k, USERS, per_user)
+                    groups[name].append(us)
+                    devices[name] += devs
+                users[name] = [u for us in groups[name] for u in us]
+            receipts.set_devices(devices, user_devices(users, devices))
+            log(f"4-connection scenarios: registered {sum(len(devices[n]) for n in runs_4c)} devices in "
+                f"{time.perf_counter() - t0:.1f} s")
+        for name in runs_4c:
+            plat, _ = SUSTAINED_4C[name]
+            r, probs = herald_sustained_4c(stores[0], name, groups[name], receipts, sink, sustained_s, log)
+            rows.append(r)
+            problems += probs
+            rows.append(h2load_sustained(h2, receipts, sink, name, plat, sustained_s))
             log(f"{name} h2load: {rows[-1]['pushes_per_s']} req/s")
             if not all(st.herald.alive() for st in stores):
                 raise RuntimeError(f"a herald exited during {name}")
@@ -951,7 +1193,10 @@ def main():
         if sink is not None:
             sink.stop()
             if completed:
-                receiver_problems, receiver_summary = receipts.check(sink.records())
+                recs = sink.records()
+                receiver_problems, receiver_summary = receipts.check(recs)
+                receipts.first_pushes(recs)
+                del recs
         shutil.rmtree(tmp, ignore_errors=True)
     problems += receiver_problems
 
@@ -972,6 +1217,12 @@ def main():
                                  f"lease {PG_LEASE_S}, [delivery] defaults") if pg_variants else None,
                    "postgres_variants": [PG_SENDERS[n] for n in pg_variants],
                    "mixed500": "200 web, 200 apns, 100 fcm per message",
+                   "sustained_4c": {"connections": CONNECTIONS_4C, "users_per_connection": USERS,
+                                    "devices_per_message": DEVICES, "scenarios": runs_4c},
+                   "sizes": {"scenarios": {n: SIZES[n] for n in sizes}, "devices_per_user": SIZE_PER_USER,
+                             "messages": size_messages, "warmup": size_warmup, "platform": "apns"},
+                   "first_push": "sink: nginx $msec - $request_time (whole ms, cached at its event-loop "
+                                 "wake-up) + 0.5 ms, minus the driver's time.time() right before sendall",
                    "nginx_workers": 2},
         "rows": rows,
         "crypto": crypto_rows,

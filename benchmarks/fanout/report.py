@@ -17,6 +17,9 @@ HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 LATENCY = ["web500", "apns500", "fcm500", "mixed500"]
 SUSTAINED = ["web_sustained", "apns_sustained", "fcm_sustained"]
+SUSTAINED_4C = ["web_sustained_4c", "apns_sustained_4c"]  # 4 client connections to one Herald (SQLite)
+SIZES = ["size_100", "size_500", "size_2000", "size_10000"]  # one APNs message to that many devices
+FIRST_PUSH_TARGET_MS = 2.0
 ORDER = ["herald", "herald_pg", "herald_pg_x2", "pywebpush_seq", "pywebpush_threads", "aioapns", "h2load"]
 HERALDS = ["herald", "herald_pg", "herald_pg_x2"]  # SQLite, PostgreSQL with 1 and with 2 instances
 BACKEND_LABEL = {"herald": "SQLite", "herald_pg": "PostgreSQL, 1 instance",
@@ -28,6 +31,12 @@ FINDINGS = HERE / "findings.md"
 
 def rows_by(results):
     return {(r["scenario"], r["sender"]): r for r in results["rows"]}
+
+
+def size_rows(results):
+    """The size curve's rows (sender herald), smallest first."""
+    by = rows_by(results)
+    return sorted((by[(s, "herald")] for s in SIZES if by.get((s, "herald"))), key=lambda r: r.get("devices") or 0)
 
 
 def herald_ratio(results, r):
@@ -94,6 +103,25 @@ def summarise(results):
             f"{share:.3f} ({h['pushes_per_s']:,.0f} vs {allcore:,.0f} /s; "
             f"{f(onecore, ',.0f')} /s from cores / one-core seal)", share >= 0.7,
             "met" if share >= 0.7 else f"{0.7 / share:.1f}x short: needs {0.7 * allcore:,.0f} pushes/s")
+    h, c = by.get(("apns_sustained_4c", "herald")), by.get(("apns_sustained_4c", "h2load"))
+    if h and c and h.get("pushes_per_s") and c.get("pushes_per_s"):
+        share = h["pushes_per_s"] / c["pushes_per_s"]
+        add("apns_sustained_4c vs h2load", ">= 0.6 of h2load's rate",
+            f"{share:.3f} ({h['pushes_per_s']:,.0f} vs {c['pushes_per_s']:,.0f} /s)", share >= 0.6,
+            "met" if share >= 0.6 else f"{0.6 / share:.1f}x short: needs {0.6 * c['pushes_per_s']:,.0f} pushes/s")
+    h = by.get(("web_sustained_4c", "herald"))
+    if h and h.get("pushes_per_s") and allcore:
+        share = h["pushes_per_s"] / allcore
+        add("web_sustained_4c vs seal cost", ">= 0.7 of what the seal cost allows on all cores",
+            f"{share:.3f} ({h['pushes_per_s']:,.0f} vs {allcore:,.0f} /s)", share >= 0.7,
+            "met" if share >= 0.7 else f"{0.7 / share:.1f}x short: needs {0.7 * allcore:,.0f} pushes/s")
+    for scen in LATENCY:
+        h = by.get((scen, "herald"))
+        if h and h.get("first_push_p50_ms") is not None:
+            v = h["first_push_p50_ms"]
+            add(f"{scen} time to first push", f"<= {FIRST_PUSH_TARGET_MS:g} ms p50 (at the sink, 1 ms resolution)",
+                f"{v:.1f} ms", v <= FIRST_PUSH_TARGET_MS,
+                "met" if v <= FIRST_PUSH_TARGET_MS else f"{v - FIRST_PUSH_TARGET_MS:.1f} ms over")
     return {"targets": targets}
 
 
@@ -111,12 +139,12 @@ def table(results):
     out.append(f"500-device scenarios: {cfg['messages']} messages after {cfg['warmup']} warm-up (peers: "
                f"{cfg['peer_messages']}); sustained: back to back for {cfg['sustained_seconds']:g} s")
     out.append("")
-    head = (f"{'scenario':15} {'sender':18} {'p50 ms':>9} {'p90 ms':>9} {'p99 ms':>9} {'pushes/s':>10} "
-            f"{'CPU s/1k':>9} {'DB s/1k':>8} {'RSS MB':>7} {'Herald/x':>9} {'x/h2load':>9}")
+    head = (f"{'scenario':17} {'sender':18} {'p50 ms':>9} {'p90 ms':>9} {'p99 ms':>9} {'1st ms':>7} "
+            f"{'pushes/s':>10} {'CPU s/1k':>9} {'DB s/1k':>8} {'RSS MB':>7} {'Herald/x':>9} {'x/h2load':>9}")
     out.append(head)
     out.append("-" * len(head))
     by = rows_by(results)
-    for scen in LATENCY + SUSTAINED:
+    for scen in LATENCY + SUSTAINED + SUSTAINED_4C:
         first = True
         for sender in ORDER:
             r = by.get((scen, sender))
@@ -127,14 +155,25 @@ def table(results):
             share = (r["pushes_per_s"] / ceiling["pushes_per_s"]
                      if sender != "h2load" and ceiling and ceiling.get("pushes_per_s") and r.get("pushes_per_s")
                      else None)
-            out.append(f"{scen if first else '':15} {sender:18} {_fmt(r.get('p50_ms'), '.1f', 9)} "
+            out.append(f"{scen if first else '':17} {sender:18} {_fmt(r.get('p50_ms'), '.1f', 9)} "
                        f"{_fmt(r.get('p90_ms'), '.1f', 9)} {_fmt(r.get('p99_ms'), '.1f', 9)} "
+                       f"{_fmt(r.get('first_push_p50_ms'), '.1f', 7)} "
                        f"{_fmt(r.get('pushes_per_s'), ',.0f', 10)} {_fmt(r.get('cpu_s_per_1000'), '.3f', 9)} "
                        f"{_fmt(r.get('db_cpu_s_per_1000'), '.3f', 8)} {_fmt(r.get('peak_rss_mb'), '.1f', 7)} "
                        f"{(format(ratio, '.2f') + 'x') if ratio else '-':>9} "
                        f"{(format(share, '.3f')) if share else '-':>9}"
                        + ("" if r.get("delivered_all") else f"  NOT ALL DELIVERED ({r['delivered']}/{r['expected']})"))
             first = False
+    sizes = size_rows(results)
+    if sizes:
+        out.append("")
+        out.append(f"{'size curve':17} {'devices':>8} {'p50 ms':>9} {'us/device':>10} {'1st ms':>7} {'pushes/s':>10} "
+                   f"{'CPU s/1k':>9} {'RSS MB':>7}   (one APNs message, herald on SQLite)")
+        for r in sizes:
+            out.append(f"{r['scenario']:17} {r.get('devices'):>8,} {_fmt(r.get('p50_ms'), '.1f', 9)} "
+                       f"{_fmt(r.get('us_per_device'), '.1f', 10)} {_fmt(r.get('first_push_p50_ms'), '.1f', 7)} "
+                       f"{_fmt(r.get('pushes_per_s'), ',.0f', 10)} {_fmt(r.get('cpu_s_per_1000'), '.3f', 9)} "
+                       f"{_fmt(r.get('peak_rss_mb'), '.1f', 7)}")
     if results.get("crypto"):
         out.append("")
         out.append(f"{'crypto':15} {'sender':18} {'us/seal':>9} {'seals/s':>10}  source")
@@ -145,6 +184,9 @@ def table(results):
     out.append("")
     out.append("Herald/x: in a 500-device scenario p50 of x / p50 of Herald (how many times faster Herald is);")
     out.append("          sustained: Herald pushes/s / pushes/s of x. x/h2load: pushes/s of x / h2load's.")
+    out.append("1st ms: time to first push, p50: from the push.send write to the message's first request at the")
+    out.append("          sink (nginx's clock, whole ms, +0.5 ms; see REPORT.md). *_4c: 4 client connections to one")
+    out.append("          Herald (SQLite) sending at once, each to its own 500 devices.")
     out.append("          Herald is Herald on SQLite; herald_pg: on PostgreSQL, herald_pg_x2: two instances on")
     out.append("          one database, each message split across both (sustained: one client per instance).")
     out.append("pushes/s of a 500-device row: delivered / the sum of its message times. CPU s/1k: utime+stime")
@@ -247,6 +289,108 @@ def side_by_side_markdown(results):
     return L
 
 
+# ---------------------------------------------------------------- first push, 4 connections, size curve
+
+
+def _f(v, spec):
+    return format(v, spec) if isinstance(v, (int, float)) else ""
+
+
+def first_push_markdown(results):
+    by = rows_by(results)
+    got = [by[(scen, s)] for scen in LATENCY for s in HERALDS if by.get((scen, s))
+           and "first_push_p50_ms" in by[(scen, s)]]
+    if not got:
+        return []
+    L = ["## Time to first push", "",
+         "From the `push.send` write to the first request of that message at the sink, per message of the "
+         "500-device scenarios (the measured ones, not the warm-up). The driver takes the wall clock "
+         "(`time.time()`) right before `sendall`; the sink's time is nginx's: `$msec - $request_time` of the "
+         "request, i.e. the time nginx cached at the event-loop wake-up that read the request's HEADERS, in "
+         "whole milliseconds (nginx offers nothing finer; it truncates, so each figure adds 0.5 ms, the middle "
+         "of the millisecond: every sample is good to ±0.5 ms). Both are the same machine's CLOCK_REALTIME. "
+         "The messages go one at a time, so sorted by that time the phase's access-log records are the "
+         "messages' own in turn; this holds only when the phase logged exactly the pushes its messages "
+         "carried (the exactly-once check), and each message's records must lie between its write and its "
+         f"answer, or the row shows none. Target: ≤ {FIRST_PUSH_TARGET_MS:g} ms p50 on every platform.",
+         "",
+         "The last push column is the same measure to the end of the message's last request at the sink "
+         "(its `$msec`): the rest of the message's time, up to the answer, is Herald recording the outcomes "
+         "and answering `wait: true`.",
+         "",
+         "| scenario | sender | first push p50 ms | first push p90 ms | last push p50 ms | message p50 ms "
+         "| first push / message p50 |",
+         "|---|---|---:|---:|---:|---:|---:|"]
+    for r in got:
+        fp, p50 = r.get("first_push_p50_ms"), r.get("p50_ms")
+        L.append(f"| `{r['scenario']}` | {r['sender']} | {_f(fp, '.1f')} | {_f(r.get('first_push_p90_ms'), '.1f')} | "
+                 f"{_f(r.get('last_push_p50_ms'), '.1f')} | "
+                 f"{_f(p50, '.1f')} | {_f(fp / p50 if fp is not None and p50 else None, '.2f')} |"
+                 + (f" {r['first_push_problem']}" if r.get("first_push_problem") else ""))
+    L.append("")
+    return L
+
+
+def sustained_4c_markdown(results):
+    by = rows_by(results)
+    present = [s for s in SUSTAINED_4C if by.get((s, "herald"))]
+    if not present:
+        return []
+    allcore, _ = seal_allowance(results)
+    cfg = (results.get("config") or {}).get("sustained_4c") or {}
+    n = cfg.get("connections", 4)
+    L = ["## Sustained with four client connections", "",
+         f"{n} client connections to one Herald (SQLite), one thread each, each sending 500-device messages "
+         "(`wait: true`) to its own 100 users back to back, all at once, for the sustained duration (as an "
+         "application server's pool would; the one-connection rows above are unchanged). pushes/s is every "
+         "connection's delivered pushes over the wall time; p50 is per message over all connections. "
+         "h2load is the same ceiling as for the one-connection rows, measured right after. Targets: APNs ≥ 0.6 "
+         "of h2load's rate, Web Push ≥ 0.7 of what the seal cost allows on all cores.", "",
+         "| scenario | Herald pushes/s | p50 ms per message | h2load req/s | Herald / h2load | Herald / seal allowance "
+         "| one connection (same run) | 4 / 1 connections |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for scen in present:
+        h = by[(scen, "herald")]
+        c = by.get((scen, "h2load")) or {}
+        one = by.get((scen[:-3], "herald")) or {}
+        hp, cp, op = h.get("pushes_per_s"), c.get("pushes_per_s"), one.get("pushes_per_s")
+        seal = hp / allcore if scen.startswith("web") and hp and allcore else None
+        L.append(f"| `{scen}` | {_f(hp, ',.0f')} | {_f(h.get('p50_ms'), '.1f')} | {_f(cp, ',.0f')} | "
+                 f"{_f(hp / cp if hp and cp else None, '.3f')} | {_f(seal, '.3f')} | {_f(op, ',.0f')} | "
+                 f"{_f(hp / op if hp and op else None, '.2f')} |")
+    L.append("")
+    return L
+
+
+def size_markdown(results):
+    sizes = size_rows(results)
+    if not sizes:
+        return []
+    cfg = (results.get("config") or {}).get("sizes") or {}
+    ref = next((r for r in sizes if r.get("devices") == 500), None)
+    L = ["## Cost as the work grows", "",
+         "One APNs message to 100, 500, 2,000 and 10,000 devices (sender `herald`, SQLite), "
+         f"{cfg.get('messages', '?')} messages per size after {cfg.get('warmup', '?')} warm-up; users with "
+         f"{cfg.get('devices_per_user', 20)} devices each (the app's `device_cap`), the smaller messages to the "
+         "first users of the larger. Their devices (and the four-connection scenarios') are registered after "
+         "the one-connection sustained scenarios, so every scenario of the table above ran on the store as before. µs per device is p50 / devices; peak RSS is Herald's VmHWM over "
+         "the size's messages (reset before each size). Time per device should not grow with the message's "
+         "size.", "",
+         "| scenario | devices | p50 ms | p90 ms | µs per device | µs per device / size_500's | pushes/s "
+         "| CPU s / 1,000 pushes | peak RSS MB | first push p50 ms |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sizes:
+        rel = (r["us_per_device"] / ref["us_per_device"]
+               if ref and r.get("us_per_device") and ref.get("us_per_device") else None)
+        L.append(f"| `{r['scenario']}` | {r['devices']:,} | {_f(r.get('p50_ms'), ',.1f')} | "
+                 f"{_f(r.get('p90_ms'), ',.1f')} | {_f(r.get('us_per_device'), ',.1f')} | {_f(rel, '.2f')} | "
+                 f"{_f(r.get('pushes_per_s'), ',.0f')} | {_f(r.get('cpu_s_per_1000'), '.3f')} | "
+                 f"{_f(r.get('peak_rss_mb'), '.1f')} | {_f(r.get('first_push_p50_ms'), ',.1f')} |"
+                 + ("" if r.get("delivered_all") else f" **not all delivered: {r['delivered']}/{r['expected']}**"))
+    L.append("")
+    return L
+
+
 # ---------------------------------------------------------------- plots
 
 
@@ -283,7 +427,7 @@ def plots(results, out_dir):
         plt.close(fig)
         paths.append(p)
 
-    scen_present = [s for s in SUSTAINED if any(by.get((s, x)) for x in ORDER)]
+    scen_present = [s for s in SUSTAINED + SUSTAINED_4C if any(by.get((s, x)) for x in ORDER)]
     if scen_present:
         fig, ax = plt.subplots(figsize=(8, 5.2), dpi=110)
         width = 0.2
@@ -302,17 +446,58 @@ def plots(results, out_dir):
                           label="h2load ceiling" if gi == 0 else None)
                 ax.annotate(f"h2load {c['pushes_per_s']:,.0f}", (gi, c["pushes_per_s"]), ha="center",
                             va="bottom", fontsize=7, color="#444")
-            if scen == "web_sustained" and allcore:
+            if scen in ("web_sustained", "web_sustained_4c") and allcore:
                 ax.hlines(allcore, gi - 0.42, gi + 0.42, colors="#9467bd", linestyles=":",
-                          label="seal cost allows (all cores)")
-        ax.set_xticks(range(len(scen_present)), scen_present)
+                          label="seal cost allows (all cores)" if scen == [x for x in scen_present
+                                                                            if x.startswith("web_")][0] else None)
+        ax.set_xticks(range(len(scen_present)), scen_present, fontsize=8 if len(scen_present) > 3 else None)
         ax.set_yscale("log")
         ax.set_ylabel("pushes/s (log)")
-        ax.set_title("Sustained throughput: 500-device messages back to back")
+        ax.set_title("Sustained throughput: 500-device messages back to back"
+                     + (" (*_4c: 4 client connections)" if any(x in SUSTAINED_4C for x in scen_present) else ""))
         ax.grid(axis="y", which="both", alpha=0.3)
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
         fig.tight_layout()
         p = os.path.join(out_dir, "fanout-sustained.png")
+        fig.savefig(p)
+        plt.close(fig)
+        paths.append(p)
+
+    # The size curve: p50 and time per device against the message's devices.
+    sizes = size_rows(results)
+    if sizes:
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=110)
+        xs = [r["devices"] for r in sizes]
+        p50 = [r.get("p50_ms") for r in sizes]
+        a1.plot(xs, p50, "o-", color=COLORS["herald"], label="p50 per message")
+        first = [r.get("first_push_p50_ms") for r in sizes]
+        if any(v is not None for v in first):
+            a1.plot([x for x, v in zip(xs, first) if v is not None], [v for v in first if v is not None],
+                    "s--", color="#ff7f0e", label="time to first push, p50")
+        for x, v in zip(xs, p50):
+            if v is not None:
+                a1.annotate(f"{v:,.1f}", (x, v), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+        a1.set_xscale("log")
+        a1.set_yscale("log")
+        a1.set_xlabel("devices in the message (log)")
+        a1.set_ylabel("ms (log)")
+        a1.set_title("One APNs message: time", fontsize=10)
+        a1.grid(which="both", alpha=0.3)
+        a1.legend(fontsize=8)
+        us = [r.get("us_per_device") for r in sizes]
+        a2.plot(xs, us, "o-", color=COLORS["herald"])
+        for x, v in zip(xs, us):
+            if v is not None:
+                a2.annotate(f"{v:,.1f}", (x, v), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+        a2.set_xscale("log")
+        a2.set_ylim(bottom=0)
+        a2.set_xlabel("devices in the message (log)")
+        a2.set_ylabel("µs per device (p50 / devices)")
+        a2.set_title("Time per device", fontsize=10)
+        a2.grid(which="both", alpha=0.3)
+        fig.suptitle("Cost as the work grows (herald on SQLite)", fontsize=11)
+        fig.tight_layout()
+        p = os.path.join(out_dir, "fanout-size-curve.png")
         fig.savefig(p)
         plt.close(fig)
         paths.append(p)
@@ -352,10 +537,10 @@ def plots(results, out_dir):
 
 def markdown_table(results):
     by = rows_by(results)
-    lines = ["| scenario | sender | p50 ms | p90 ms | p99 ms | pushes/s | CPU s / 1,000 pushes "
+    lines = ["| scenario | sender | p50 ms | p90 ms | p99 ms | first push p50 ms | pushes/s | CPU s / 1,000 pushes "
              "| database CPU s / 1,000 pushes | peak RSS MB | Herald/sender | sender/h2load |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for scen in LATENCY + SUSTAINED:
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for scen in LATENCY + SUSTAINED + SUSTAINED_4C:
         for sender in ORDER:
             r = by.get((scen, sender))
             if not r:
@@ -368,7 +553,8 @@ def markdown_table(results):
             def f(v, spec):
                 return format(v, spec) if isinstance(v, (int, float)) else ""
             lines.append(f"| `{scen}` | {sender} | {f(r.get('p50_ms'), ',.1f')} | {f(r.get('p90_ms'), ',.1f')} | "
-                         f"{f(r.get('p99_ms'), ',.1f')} | {f(r.get('pushes_per_s'), ',.0f')} | "
+                         f"{f(r.get('p99_ms'), ',.1f')} | {f(r.get('first_push_p50_ms'), ',.1f')} | "
+                         f"{f(r.get('pushes_per_s'), ',.0f')} | "
                          f"{f(r.get('cpu_s_per_1000'), '.3f')} | {f(r.get('db_cpu_s_per_1000'), '.3f')} | "
                          f"{f(r.get('peak_rss_mb'), '.1f')} | "
                          f"{(f(ratio, '.2f') + '×') if ratio else ''} | {f(share, '.3f')} |"
@@ -428,7 +614,12 @@ def write(results, out_dir, table_text=None):
              "messages: the postmaster, every live child (connection backends, WAL writer, checkpointer, "
              "autovacuum) and the children it reaped meanwhile (its cutime + cstime), from `/proc`. On the "
              "SQLite rows the database runs inside Herald's process, so its CPU is in Herald's column.")
+    L.append("- **first push p50 ms** (Herald's rows of the 500-device scenarios): time to first push, see "
+             "below.")
     L.append("")
+    L += first_push_markdown(results)
+    L += sustained_4c_markdown(results)
+    L += size_markdown(results)
     pg = results.get("postgres") or {}
     side = side_by_side_markdown(results)
     if side:

@@ -20,9 +20,9 @@ pid, logs and temp files under DIR) on ports the OS picked a moment before;
 it never touches the system nginx.
 
 With `access_log=True` nginx also keeps the receiver's own record of every
-push request (DIR/access.log, one JSON object a line: time, status, listen
-address and port, path, and for FCM the `message.token` of the body, the only
-place FCM names the device), buffered (`buffer=256k flush=1s`) so that it
+push request (DIR/access.log, one JSON object a line: time at the end of the
+request and time since its start, status, listen address and port, path, and
+for FCM the `message.token` of the body, the only place FCM names the device), buffered (`buffer=256k flush=1s`) so that it
 costs the measured senders little. h2load's requests (user agent `h2load`)
 and the OAuth token requests are not logged. `records()` reads it back;
 `wait_records()` waits, with a deadline, until nginx has written what is
@@ -133,11 +133,13 @@ events {{
 http {{
     access_log off;
     # The receiver's record of the pushes (only with access_log=True): one JSON
-    # object a line. $msec is nginx's time at the end of the request; the FCM
-    # device is the body's message.token (read by the mirror, in memory).
+    # object a line. $msec is nginx's time at the end of the request, $request_time
+    # the time since its first bytes were read (both in whole ms, from the time nginx
+    # caches at each event-loop wake-up): t - rt is when the request reached nginx. The
+    # FCM device is the body's message.token (read by the mirror, in memory).
     log_format sink_push escape=json
-        '{{"t":$msec,"s":$status,"a":"$server_addr","p":$server_port,"u":"$request_uri",'
-        '"fcm":"$sink_fcm_token","ua":"$http_user_agent"}}';
+        '{{"t":$msec,"rt":$request_time,"s":$status,"a":"$server_addr","p":$server_port,'
+        '"u":"$request_uri","fcm":"$sink_fcm_token","ua":"$http_user_agent"}}';
     map $http_user_agent $sink_loggable {{
         "~^h2load" 0;
         default 1;
@@ -381,7 +383,8 @@ class Sink:
 
     def records(self):
         """The access log as a list of dicts (t: seconds since the epoch at the end
-        of the request, s: status, a: listen address, p: port, u: path, fcm: the
+        of the request, rt: seconds since its first bytes were read, both in whole
+        milliseconds, s: status, a: listen address, p: port, u: path, fcm: the
         FCM body's message.token, ua: user agent). A last line nginx has not
         finished writing is left out."""
         if not self.access_log:
