@@ -33,16 +33,41 @@ Peers run each in a process of their own (benchmarks/fanout/peers.py); CPU
 (utime + stime) and peak RSS (VmHWM) of every sender come from /proc, of
 h2load from wait4().
 
+Then, on SQLite only (their devices registered at that point, so that every
+scenario above runs on the store as before):
+
+  size_100, size_500, size_2000, size_10000
+                     the size curve: one APNs message to that many devices
+                     (users with 20 devices each, the app's device_cap),
+                     `--size-messages` (10) after 2 warm-up; each row also has
+                     devices and us_per_device (p50 / devices)
+  web_sustained_4c, apns_sustained_4c
+                     4 client connections to one Herald, one thread each,
+                     each sending 500-device messages to its own 100 users back
+                     to back for `--sustained-seconds`, all at once; h2load
+                     next to them as for the one-connection rows
+
+--quick runs size_100 and size_2000 (2 messages after 1) and both 4c scenarios
+in 2 s phases; --only names any scenario.
+
+Time to first push: every Herald row of a scenario whose messages go one at
+a time (the 500-device ones on every store, and the size curve) has
+first_push_p50_ms and first_push_p90_ms: from the wall clock taken right
+before push.send's sendall to the first request of that message at the sink,
+by nginx's clock ($msec - $request_time of the access log: whole ms, cached
+at its event-loop wake-up, + 0.5 ms), read from the log once nginx has written
+it all (Receipts.first_pushes).
+
 Prints the table, writes OUT_DIR/fanout.json (one object per scenario and
 sender), OUT_DIR/fanout-details.json (everything), OUT_DIR/REPORT.md and its
-PNG plots. Figures only: no timing fails anything. With --check the exit
+PNG plots (fanout-size-curve.png for the size curve). Figures only: no timing fails anything. With --check the exit
 status is 1 when any push of any sender was not delivered, or when the sink's
 access log (the receiver's own record, see Receipts) does not show every push
 Herald accepted reaching each of its devices exactly once.
 
     .venv/bin/python benchmarks/fanout/bench_fanout.py [--quick] [--check] [--perf] \
         [--herald .build/release/herald] [--out-dir benchmarks/results] \
-        [--postgres 1,2|1|2|none] [--pg-durable on|off]
+        [--postgres 1,2|1|2|none] [--pg-durable on|off] [--only SCENARIO,...]
 """
 import argparse
 import bisect
