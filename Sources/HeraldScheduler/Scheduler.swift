@@ -170,6 +170,14 @@ public final class Scheduler: @unchecked Sendable {
     /// Room promised to hand-overs whose commit has not come back yet.
     private var reserved: [QueueLane: Int] = [:]
     private var reservedTotal = 0
+    /// Hand-overs numbered, so that an early one (sent before its commit)
+    /// is matched with its commit.
+    private var nextHandoff = 0
+    /// Hand-overs sent early whose commit has not come back: their message
+    /// and how many deliveries went.
+    private var sentEarly: [Int: (messageID: String, jobs: Int)] = [:]
+    /// Messages sent before their commit: their results wait here until the commit is known.
+    private var uncommitted: [String: Uncommitted] = [:]
     private var turn = 0
     private var othersClaimedAt: Int64 = .min / 2
     private var armedAt: DispatchTime?
@@ -198,6 +206,18 @@ public final class Scheduler: @unchecked Sendable {
         /// the reason; oldest first in `originOrder`, bounded.
         var degradedOrigins: [QueueLane: [String: String]] = [:]
         var originOrder: [(lane: QueueLane, origin: String)] = []
+    }
+
+    /// The results of a message sent ahead of its commit: written once it
+    /// commits, dropped if it does not (its delivery ids then name nothing,
+    /// or later another message's rows).
+    private struct Uncommitted {
+        /// Deliveries sent whose result (or stale removal) has not come back.
+        var outstanding: Int
+        /// The commit failed: results still to come are dropped.
+        var failed = false
+        var records: [DeliveryRecord] = []
+        var stale: [Held] = []
     }
 
     private struct HeldKey: Hashable {
@@ -357,15 +377,54 @@ public final class Scheduler: @unchecked Sendable {
                 }
                 return
             }
-            // Until the commit comes back, the room stays promised: a claim
-            // meanwhile cannot take it.
+            // Until the deliveries come (early, or at the commit), the room
+            // stays promised: a claim meanwhile cannot take it.
             for (lane, n) in asks { reserved[lane, default: 0] += n }
             reservedTotal += limit
-            store.enqueue(e, handoff: asks, limit: limit) { [self] result in
+            let handoff = nextHandoff
+            nextHandoff += 1
+            store.enqueue(
+                e, handoff: asks, limit: limit,
+                early: { [self] claim in
+                    queue.async { [self] in sendEarly(claim, handoff: handoff, asked: asks, limit: limit) }
+                }
+            ) { [self] result in
                 completion(result.map(\.accepted))
-                queue.async { [self] in handedOver(result, asked: asks, limit: limit) }
+                queue.async { [self] in handedOver(result, handoff: handoff, asked: asks, limit: limit) }
             }
         }
+    }
+
+    private func release(asked: [QueueLane: Int], limit: Int) {
+        assertOnQueue()
+        for (lane, n) in asked {
+            let left = (reserved[lane] ?? 0) - n
+            reserved[lane] = left > 0 ? left : nil
+        }
+        reservedTotal -= limit
+    }
+
+    /// A message's deliveries handed over before its commit: sent now, their
+    /// results held until the commit is known (``handedOver``).
+    private func sendEarly(_ claim: Claim, handoff: Int, asked: [QueueLane: Int], limit: Int) {
+        assertOnQueue()
+        release(asked: asked, limit: limit)
+        guard let messageID = claim.jobs.first?.messageID else { return }
+        sentEarly[handoff] = (messageID, claim.jobs.count)
+        uncommitted[messageID] = Uncommitted(outstanding: claim.jobs.count)
+        dispatchHanded(claim)
+    }
+
+    private func dispatchHanded(_ claim: Claim) {
+        assertOnQueue()
+        let mono = monotonicMilliseconds()
+        for (key, size) in claim.batchSizes
+        where guardState.register(messageID: key.messageID, platform: key.platform, size: size) {
+            batchActivity[key] = mono
+        }
+        handedOverTotal += claim.jobs.count
+        for job in claim.jobs { dispatch(job) }
+        publish()
     }
 
     /// Room to take a new message's deliveries at its commit: each lane of
@@ -385,24 +444,21 @@ public final class Scheduler: @unchecked Sendable {
     }
 
     private func handedOver(
-        _ result: Result<(accepted: Enqueued, claim: Claim), any Error>, asked: [QueueLane: Int], limit: Int
+        _ result: Result<(accepted: Enqueued, claim: Claim), any Error>, handoff: Int, asked: [QueueLane: Int],
+        limit: Int
     ) {
         assertOnQueue()
-        for (lane, n) in asked {
-            let left = (reserved[lane] ?? 0) - n
-            reserved[lane] = left > 0 ? left : nil
+        var handed = 0
+        if let early = sentEarly.removeValue(forKey: handoff) {
+            handed = early.jobs
+            committed(early.messageID, sent: early.jobs, result.map { _ in () })
+        } else {
+            release(asked: asked, limit: limit)
         }
-        reservedTotal -= limit
         guard case .success(let (accepted, claim)) = result else { return }
-        let mono = monotonicMilliseconds()
-        for (key, size) in claim.batchSizes
-        where guardState.register(messageID: key.messageID, platform: key.platform, size: size) {
-            batchActivity[key] = mono
-        }
-        handedOverTotal += claim.jobs.count
-        for job in claim.jobs { dispatch(job) }
-        publish()
-        if !accepted.duplicate && claim.jobs.count < accepted.devices {
+        dispatchHanded(claim)
+        handed += claim.jobs.count
+        if !accepted.duplicate && handed < accepted.devices {
             // Some did not fit (or went to a lane without a transport): claim them.
             idle = false
             pump()
@@ -702,10 +758,14 @@ public final class Scheduler: @unchecked Sendable {
                     "state": state.rawValue, "http": httpStatus.map(String.init) ?? "", "reason": reason ?? "",
                 ])
         }
-        pendingRecords.append(
-            DeliveryRecord(
-                deliveryID: job.deliveryID, deviceID: job.deviceID, state: state, httpStatus: httpStatus,
-                reason: reason, nextAttemptAt: nextAttemptAt, countsAsAttempt: countsAsAttempt))
+        let record = DeliveryRecord(
+            deliveryID: job.deliveryID, deviceID: job.deviceID, state: state, httpStatus: httpStatus,
+            reason: reason, nextAttemptAt: nextAttemptAt, countsAsAttempt: countsAsAttempt)
+        if uncommitted[job.messageID] != nil {
+            awaitCommit(job.messageID) { $0.records.append(record) }
+            return
+        }
+        pendingRecords.append(record)
         messageOf[job.deliveryID] = job.messageID
         if pendingRecords.count >= Self.recordBatch || inFlight == 0 {
             // A full batch, or the last answer out: nothing more is coming to
@@ -766,6 +826,52 @@ public final class Scheduler: @unchecked Sendable {
 
     /// Results handed to the store in one job at the most.
     static let recordBatch = 512
+
+    // MARK: Results of messages sent before their commit
+
+    /// Keeps one result of a message sent early until its commit is known
+    /// (dropped if it failed).
+    private func awaitCommit(_ messageID: String, _ add: (inout Uncommitted) -> Void) {
+        assertOnQueue()
+        guard var entry = uncommitted[messageID] else { return }
+        entry.outstanding -= 1
+        if !entry.failed { add(&entry) }
+        uncommitted[messageID] = entry.failed && entry.outstanding <= 0 ? nil : entry
+    }
+
+    /// The commit of a message sent early came back: its results so far go
+    /// to the store (behind any held ones), and later ones as they come; or,
+    /// the commit failed, they are dropped: the deliveries were sent but
+    /// nothing of the message exists (the caller was told it failed).
+    private func committed(_ messageID: String, sent: Int, _ outcome: Result<Void, any Error>) {
+        assertOnQueue()
+        guard var entry = uncommitted.removeValue(forKey: messageID) else { return }
+        switch outcome {
+        case .success:
+            for record in entry.records {
+                pendingRecords.append(record)
+                messageOf[record.deliveryID] = messageID
+            }
+            if !entry.records.isEmpty { flushRecords() }
+            for h in entry.stale {
+                if heldWrites.isEmpty && heldInTransit.isEmpty {
+                    removeStale(h, retried: false)
+                } else {
+                    hold([.stale(h)])
+                }
+            }
+        case .failure(let error):
+            log?.warning(
+                "early_sends_uncommitted",
+                [
+                    "message": messageID, "sent": String(sent), "error": String(describing: error),
+                ])
+            entry.failed = true
+            entry.records = []
+            entry.stale = []
+            if entry.outstanding > 0 { uncommitted[messageID] = entry }
+        }
+    }
 
     // MARK: Results the store failed to take
 
@@ -902,7 +1008,9 @@ public final class Scheduler: @unchecked Sendable {
                 continue
             case .delete:
                 guard let h = held.removeValue(forKey: key) else { continue }
-                if heldWrites.isEmpty && heldInTransit.isEmpty {
+                if uncommitted[h.job.messageID] != nil {
+                    awaitCommit(h.job.messageID) { $0.stale.append(h) }
+                } else if heldWrites.isEmpty && heldInTransit.isEmpty {
                     removeStale(h, retried: false)
                 } else {
                     // Behind results the store has not taken yet: in order, by the retry.

@@ -64,8 +64,16 @@ public protocol DeliveryStore: AnyObject, Sendable {
     /// Commits a message and hands up to `handoff[lane]` of its deliveries
     /// per lane, `limit` in all, to the caller already in flight (one attempt
     /// counted, as a claim would leave them).
+    ///
+    /// A store may instead pass the handed deliveries to `early`, once,
+    /// before the commit (the claim in `completion` then holds none), so that
+    /// they are sent while the commit is under way. Their results must not
+    /// be recorded until `completion` reports the commit; if it reports a
+    /// failure, nothing of the message exists and the results are dropped.
+    /// ``SQLiteStore`` does this; ``PostgresStore`` does not (it runs a
+    /// transaction again after a lost race, which would send the message twice).
     func enqueue(
-        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int,
+        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?,
         completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void)
 
     /// `push.status` of one of the app's messages; nil when there is none.
@@ -156,6 +164,14 @@ public enum StaleRemoval: Sendable, Equatable {
 public let staleWindowMs: Int64 = 60_000
 
 extension DeliveryStore {
+    /// Commits a message and hands deliveries over at the commit (no early sends).
+    public func enqueue(
+        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int,
+        completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
+    ) {
+        enqueue(e, handoff: handoff, limit: limit, early: nil, completion: completion)
+    }
+
     /// Takes up to `limit` due deliveries of any lane and marks them in flight.
     public func claimDue(limit: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void) {
         claimDue(lanes: [:], others: limit, completion: completion)

@@ -42,8 +42,16 @@ final class Queue {
     /// message reaching an idle scheduler skips the claim (a second pass over
     /// its rows and every due index). A crash before their results are
     /// recorded queues them again at the next open, like any claimed delivery.
+    ///
+    /// With `early`, the handed deliveries go to `early` as soon as the
+    /// message's devices are resolved and their tokens opened, before any row
+    /// is written (their ids are taken ahead: the writer holds the database),
+    /// and the returned claim holds none of them. The caller may send them at
+    /// once, but must not record their results before the transaction
+    /// commits: if it does not, the ids name nothing (or, later, other rows).
     func enqueue(
-        _ e: Enqueue, now: Int64, handoff: [QueueLane: Int], handoffLimit: Int = .max
+        _ e: Enqueue, now: Int64, handoff: [QueueLane: Int], handoffLimit: Int = .max,
+        early: ((Claim) -> Void)? = nil
     ) throws -> (accepted: Enqueued, claim: Claim) {
         var idempotency: StoreValue = .null
         if let k = e.idempotencyKey {
@@ -84,20 +92,21 @@ final class Queue {
         if message.collapseKey?.isEmpty ?? true {
             message.collapseID = Self.collapseID(app: e.app, idempotencyKey: e.idempotencyKey, messageID: messageID)
         }
-        try db.statement(
-            "INSERT INTO messages (message_id, app, idempotency_hash, payload, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)"
-        ).bind(
-            .text(messageID), .text(e.app), idempotency, .text(MessageCodec.encode(message)), .int(now),
-            .int(expires)
-        ).run()
 
-        var devices = 0
-        var skipped = 0
+        // First what becomes of each device, and the handed deliveries ready
+        // to send; then the rows. The ids follow the largest one: this
+        // transaction is the only writer.
+        let firstID = try nextDeliveryID()
+        var planned: [PlannedDelivery] = []
+        planned.reserveCapacity(targets.count)
         var room = handoff
         var roomLeft = handoffLimit
         var jobs: [DeliveryJob] = []
         var sizes: [BatchKey: Int] = [:]
-        for target in targets {
+        var devices = 0
+        var skipped = 0
+        for (i, target) in targets.enumerated() {
+            let deliveryID = firstID + Int64(i)
             var state = DeliveryState.queued
             var reason: String?
             if !e.message.kind.reaches(target.platform) {
@@ -107,15 +116,6 @@ final class Queue {
                 state = .skipped
                 reason = "transport_disabled: \(why)"
             }
-            if state == .queued, let collapse = e.message.collapseKey {
-                // A newer message with the same collapse key replaces one not yet sent.
-                try db.statement(
-                    """
-                    UPDATE deliveries SET state = 'superseded', reason = ?, updated_at = ?
-                    WHERE device_id = ? AND collapse_key = ? AND state IN ('queued', 'retrying')
-                    """
-                ).bind(.text("superseded by \(messageID)"), .int(now), .text(target.deviceID), .text(collapse)).run()
-            }
             let lane = QueueLane(app: e.app, platform: target.platform)
             // A handed delivery's row is opened before it is written in
             // flight: one that does not open stays queued, and the claim
@@ -123,33 +123,10 @@ final class Queue {
             let secrets =
                 state == .queued && roomLeft > 0 && (room[lane] ?? 0) > 0
                 ? unseal(token: target.tokenSealed, keys: target.keysSealed, deviceID: target.deviceID) : nil
-            let handed = secrets != nil
-            if handed {
+            if let secrets {
                 state = .inFlight
                 room[lane]! -= 1
                 roomLeft -= 1
-            }
-            let insert = try db.statement(
-                """
-                INSERT INTO deliveries (message_id, device_id, user, platform, token_hash, collapse_key, state,
-                    attempts, next_attempt_at, reason, updated_at, sent_by)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """
-            ).bind(
-                .text(messageID), .text(target.deviceID), .text(target.user), .text(target.platform.rawValue),
-                .text(target.tokenHash), .optional(e.message.collapseKey), .text(state.rawValue),
-                .int(handed ? 1 : 0), .int(now), .optional(reason), .int(now), handed ? .text(instance) : .null)
-            // Not RETURNING: that makes SQLite keep a statement journal for
-            // every insert.
-            try insert.run()
-            let deliveryID = db.lastInsertRowID
-            if state == .skipped {
-                skipped += 1
-                continue
-            }
-            devices += 1
-            sizes[BatchKey(messageID: messageID, platform: target.platform), default: 0] += 1
-            if let secrets {
                 jobs.append(
                     DeliveryJob(
                         deliveryID: deliveryID, messageID: messageID, app: e.app, deviceID: target.deviceID,
@@ -158,12 +135,71 @@ final class Queue {
                         registeredAt: target.registeredAt, message: message, acceptedAt: now, expiresAt: expires,
                         previousAttempts: 0))
             }
+            if state == .skipped {
+                skipped += 1
+            } else {
+                devices += 1
+                sizes[BatchKey(messageID: messageID, platform: target.platform), default: 0] += 1
+            }
+            planned.append(PlannedDelivery(id: deliveryID, target: target, state: state, reason: reason))
         }
-        pendingBound += devices
         // Batch sizes only when something was handed: otherwise the claim
         // that takes these deliveries counts them, as for any message.
-        let claim = Claim(jobs: jobs, finished: [], batchSizes: jobs.isEmpty ? [:] : sizes, nextDueAt: nil)
+        var claim = Claim(jobs: jobs, finished: [], batchSizes: jobs.isEmpty ? [:] : sizes, nextDueAt: nil)
+        if let early, !jobs.isEmpty {
+            early(claim)
+            claim = Claim(jobs: [], finished: [], batchSizes: [:], nextDueAt: nil)
+        }
+
+        try db.statement(
+            "INSERT INTO messages (message_id, app, idempotency_hash, payload, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)"
+        ).bind(
+            .text(messageID), .text(e.app), idempotency, .text(MessageCodec.encode(message)), .int(now),
+            .int(expires)
+        ).run()
+        for p in planned {
+            if p.state != .skipped, let collapse = e.message.collapseKey {
+                // A newer message with the same collapse key replaces one not yet sent.
+                try db.statement(
+                    """
+                    UPDATE deliveries SET state = 'superseded', reason = ?, updated_at = ?
+                    WHERE device_id = ? AND collapse_key = ? AND state IN ('queued', 'retrying')
+                    """
+                ).bind(.text("superseded by \(messageID)"), .int(now), .text(p.target.deviceID), .text(collapse)).run()
+            }
+            let handed = p.state == .inFlight
+            // Not RETURNING: that makes SQLite keep a statement journal for
+            // every insert.
+            try db.statement(
+                """
+                INSERT INTO deliveries (delivery_id, message_id, device_id, user, platform, token_hash, collapse_key,
+                    state, attempts, next_attempt_at, reason, updated_at, sent_by)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """
+            ).bind(
+                .int(p.id), .text(messageID), .text(p.target.deviceID), .text(p.target.user),
+                .text(p.target.platform.rawValue), .text(p.target.tokenHash), .optional(e.message.collapseKey),
+                .text(p.state.rawValue), .int(handed ? 1 : 0), .int(now), .optional(p.reason), .int(now),
+                handed ? .text(instance) : .null
+            ).run()
+        }
+        pendingBound += devices
         return (Enqueued(messageID: messageID, devices: devices, skipped: skipped, duplicate: false), claim)
+    }
+
+    /// One delivery of a message being enqueued, decided before its row is written.
+    private struct PlannedDelivery {
+        let id: Int64
+        let target: Target
+        let state: DeliveryState
+        let reason: String?
+    }
+
+    /// The id the next delivery row takes (one above the largest).
+    private func nextDeliveryID() throws(StoreError) -> Int64 {
+        let stmt = try db.statement("SELECT coalesce(max(delivery_id), 0) + 1 FROM deliveries")
+        guard try stmt.step() else { return 1 }
+        return stmt.int64(0)
     }
 
     /// A message's own collapse id (for one without a collapse key): 32

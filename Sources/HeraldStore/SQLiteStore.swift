@@ -320,13 +320,17 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     }
 
     /// Commits a message and hands up to `handoff[lane]` of its deliveries
-    /// per lane, `limit` in all, to the caller already in flight (see
-    /// `Queue.enqueue(_:now:handoff:handoffLimit:)`).
+    /// per lane, `limit` in all, to the caller already in flight; with
+    /// `early`, before the commit (see
+    /// `Queue.enqueue(_:now:handoff:handoffLimit:early:)`). A batch's jobs
+    /// run once each, so `early` is called at most once.
     public func enqueue(
-        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int,
+        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?,
         completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
     ) {
-        submit({ t, now in try t.queue.enqueue(e, now: now, handoff: handoff, handoffLimit: limit) }, completion)
+        submit(
+            { t, now in try t.queue.enqueue(e, now: now, handoff: handoff, handoffLimit: limit, early: early) },
+            completion)
     }
 
     public func status(

@@ -75,9 +75,9 @@ final class SharedBucketStore: DeliveryStore, @unchecked Sendable {
         inner.enqueue(e, completion: completion)
     }
     func enqueue(
-        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int,
+        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?,
         completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
-    ) { inner.enqueue(e, handoff: handoff, limit: limit, completion: completion) }
+    ) { inner.enqueue(e, handoff: handoff, limit: limit, early: early, completion: completion) }
     func status(
         app: String, messageID: String, detail: Bool,
         completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void

@@ -10,14 +10,46 @@ import Testing
 /// A real store behind a switch: while `failing`, result writes (`record`,
 /// `removeStale`) fail as they would in a database outage, and nothing of
 /// them reaches the store. It can also stand in for a shared store, keeping
-/// the work observer the scheduler sets.
+/// the work observer the scheduler sets. While `holdingCommits`, the answer
+/// of a hand-over enqueue waits (a commit that takes its time) until
+/// `releaseCommits`, which can turn it into a failure (a commit that failed).
+/// Every delivery id a result write names is kept in `writtenIDs`.
 final class OutageStore: DeliveryStore, @unchecked Sendable {
     struct Outage: Error, CustomStringConvertible {
         var description: String { "database unreachable (test outage)" }
     }
 
+    typealias HandoffResult = Result<(accepted: Enqueued, claim: Claim), any Error>
+
     let inner: any DeliveryStore
     private let state = Locked((failing: false, failedWrites: 0, observer: (@Sendable () -> Void)?.none))
+    private let commits = Locked(
+        (holding: false, held: [@Sendable (_ fail: Bool) -> Void](), written: [Int64](), early: 0))
+
+    var holdingCommits: Bool {
+        get { commits.withLock { $0.holding } }
+        set { commits.withLock { $0.holding = newValue } }
+    }
+
+    /// Hand-over enqueues whose answer is held.
+    var heldCommits: Int { commits.withLock { $0.held.count } }
+
+    /// Claims the inner store passed to `early`.
+    var earlyCalls: Int { commits.withLock { $0.early } }
+
+    /// Answers the held enqueues, as they came or (`failing`) as a failed commit; stops holding.
+    func releaseCommits(failing: Bool = false) {
+        let held = commits.withLock { c -> [@Sendable (Bool) -> Void] in
+            c.holding = false
+            defer { c.held = [] }
+            return c.held
+        }
+        for answer in held { answer(failing) }
+    }
+
+    var writtenIDs: [Int64] { commits.withLock { $0.written } }
+
+    private func wrote(_ ids: [Int64]) { commits.withLock { $0.written += ids } }
 
     init(_ inner: any DeliveryStore) { self.inner = inner }
 
@@ -50,6 +82,7 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
         if refused() { return completion(.failure(Outage())) }
+        wrote([deliveryID])
         inner.record(
             deliveryID: deliveryID, state: state, httpStatus: httpStatus, reason: reason, nextAttemptAt: nextAttemptAt,
             completion: completion)
@@ -57,6 +90,7 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
 
     func record(_ records: [DeliveryRecord], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
         if refused() { return completion(.failure(Outage())) }
+        wrote(records.map(\.deliveryID))
         inner.record(records, completion: completion)
     }
 
@@ -65,6 +99,7 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
         completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void
     ) {
         if refused() { return completion(.failure(Outage())) }
+        wrote([deliveryID])
         inner.removeStale(
             deliveryID: deliveryID, deviceID: deviceID, tokenHash: tokenHash, httpStatus: httpStatus, reason: reason,
             windowCap: windowCap, completion: completion)
@@ -98,9 +133,28 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
         inner.enqueue(e, completion: completion)
     }
     func enqueue(
-        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int,
+        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?,
         completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
-    ) { inner.enqueue(e, handoff: handoff, limit: limit, completion: completion) }
+    ) {
+        var counted: (@Sendable (Claim) -> Void)?
+        if let early {
+            counted = { [commits] (claim: Claim) in
+                commits.withLock { $0.early += 1 }
+                early(claim)
+            }
+        }
+        inner.enqueue(e, handoff: handoff, limit: limit, early: counted) { [commits] (result: HandoffResult) in
+            let answer: @Sendable (Bool) -> Void = { (fail: Bool) in
+                let failed: HandoffResult = .failure(Outage())
+                completion(fail ? failed : result)
+            }
+            let held = commits.withLock { c -> Bool in
+                if c.holding { c.held.append(answer) }
+                return c.holding
+            }
+            if !held { answer(false) }
+        }
+    }
     func status(
         app: String, messageID: String, detail: Bool,
         completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void

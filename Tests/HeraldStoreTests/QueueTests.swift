@@ -303,6 +303,43 @@ struct QueueTests {
         #expect(afterHandOver.devices?.map(\.sentBy).sorted { ($0 ?? "") < ($1 ?? "") } == [nil, "host-b"])
     }
 
+    @Test("SQLite hands deliveries over before the rows are written: the ids it gave are the rows' once committed")
+    func earlyHandoverIDs() throws {
+        let t = try TestStore(.sqlite)
+        defer { t.close() }
+        for k in 0..<3 {
+            _ = try t.register(
+                Registration(app: "default", user: "kim", platform: .fcm, environment: nil, token: "k\(k)"))
+        }
+        let lane = QueueLane(app: "default", platform: .fcm)
+        // An earlier message queued (not handed): the early ids follow its rows.
+        let queued = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["kim"])))
+        final class Claims: @unchecked Sendable {  // written on the store thread, read after `sync`
+            var list: [Claim] = []
+        }
+        let early = Claims()
+        let handed = try t.store.sync { s, done in
+            s.enqueue(
+                send(PushMessage(kind: .notification), to: .users(["kim"])), handoff: [lane: 2], limit: 2,
+                early: { claim in early.list.append(claim) }, completion: done)
+        }
+        let claims = early.list
+        #expect(claims.count == 1, "called once")
+        let jobs = try #require(claims.first).jobs
+        #expect(jobs.count == 2 && handed.claim.jobs.isEmpty, "the early claim has them; the commit's none")
+        #expect(claims.first?.batchSizes[BatchKey(messageID: handed.accepted.messageID, platform: .fcm)] == 3)
+        #expect(Set(jobs.map(\.token)).count == 2 && jobs.allSatisfy { $0.token.hasPrefix("k") })
+        // Recording by the early ids changes exactly those rows of this message.
+        for job in jobs { try t.record(job, .delivered, status: 200) }
+        let status = try #require(try t.status(handed.accepted.messageID))
+        #expect(status.counts[.delivered] == 2 && status.counts[.queued] == 1)
+        #expect(try t.status(queued.messageID)?.counts[.queued] == 3, "the earlier message is untouched")
+        // The undelivered one is claimed as usual, once.
+        let rest = try t.claim()
+        #expect(rest.filter { $0.messageID == handed.accepted.messageID }.count == 1)
+        #expect(Set(rest.map(\.deliveryID)).isDisjoint(with: jobs.map(\.deliveryID)))
+    }
+
     @Test("a claimed job carries the whole message back, as accepted", arguments: StoreBackend.allCases)
     func messageRoundTrip(_ backend: StoreBackend) throws {
         let t = try TestStore(backend)

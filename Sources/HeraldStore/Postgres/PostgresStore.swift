@@ -328,8 +328,11 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         submit({ [queueTables] c, now in try queueTables.enqueue(c, e, now: now, handoff: [:]).accepted }, completion)
     }
 
+    /// Hands the deliveries over at the commit only: `early` is never called
+    /// (a batch that lost a race runs again, and its first run's early sends
+    /// would be a second message).
     public func enqueue(
-        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int,
+        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?,
         completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
     ) {
         submit(
