@@ -369,12 +369,14 @@ def size_markdown(results):
     cfg = (results.get("config") or {}).get("sizes") or {}
     ref = next((r for r in sizes if r.get("devices") == 500), None)
     L = ["## Cost as the work grows", "",
-         "One APNs message to 100, 500, 2,000 and 10,000 devices (sender `herald`, SQLite), "
+         "One APNs message to 100, 500, 2,000 and 10,000 devices (sender `herald`, SQLite; the sizes this run "
+         "measured are below), "
          f"{cfg.get('messages', '?')} messages per size after {cfg.get('warmup', '?')} warm-up; users with "
          f"{cfg.get('devices_per_user', 20)} devices each (the app's `device_cap`), the smaller messages to the "
          "first users of the larger. Their devices (and the four-connection scenarios') are registered after "
          "the one-connection sustained scenarios, so every scenario of the table above ran on the store as before. µs per device is p50 / devices; peak RSS is Herald's VmHWM over "
-         "the size's messages (reset before each size). Time per device should not grow with the message's "
+         "the size's messages (reset before each size, so it starts from what the phases before it left "
+         "resident: compare the sizes with each other). Time per device should not grow with the message's "
          "size.", "",
          "| scenario | devices | p50 ms | p90 ms | µs per device | µs per device / size_500's | pushes/s "
          "| CPU s / 1,000 pushes | peak RSS MB | first push p50 ms |",
