@@ -174,7 +174,7 @@ public final class Scheduler: @unchecked Sendable {
     /// is matched with its commit.
     private var nextHandoff = 0
     /// Hand-overs sent early whose commit has not come back: their message
-    /// and how many deliveries went.
+    /// and how many deliveries went (in one or more parts).
     private var sentEarly: [Int: (messageID: String, jobs: Int)] = [:]
     /// Messages sent before their commit: their results wait here until the commit is known.
     private var uncommitted: [String: Uncommitted] = [:]
@@ -408,10 +408,16 @@ public final class Scheduler: @unchecked Sendable {
     /// results held until the commit is known (``handedOver``).
     private func sendEarly(_ claim: Claim, handoff: Int, asked: [QueueLane: Int], limit: Int) {
         assertOnQueue()
-        release(asked: asked, limit: limit)
         guard let messageID = claim.jobs.first?.messageID else { return }
-        sentEarly[handoff] = (messageID, claim.jobs.count)
-        uncommitted[messageID] = Uncommitted(outstanding: claim.jobs.count)
+        if let earlier = sentEarly[handoff] {
+            // A later part: the room was released at the first.
+            sentEarly[handoff] = (messageID, earlier.jobs + claim.jobs.count)
+            uncommitted[messageID]?.outstanding += claim.jobs.count
+        } else {
+            release(asked: asked, limit: limit)
+            sentEarly[handoff] = (messageID, claim.jobs.count)
+            uncommitted[messageID] = Uncommitted(outstanding: claim.jobs.count)
+        }
         dispatchHanded(claim)
     }
 

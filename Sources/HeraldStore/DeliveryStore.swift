@@ -65,9 +65,10 @@ public protocol DeliveryStore: AnyObject, Sendable {
     /// per lane, `limit` in all, to the caller already in flight (one attempt
     /// counted, as a claim would leave them).
     ///
-    /// A store may instead pass the handed deliveries to `early`, once,
-    /// before the commit (the claim in `completion` then holds none), so that
-    /// they are sent while the commit is under way. Their results must not
+    /// A store may instead pass the handed deliveries to `early` before the
+    /// commit, in one or more parts (the first carries the batch sizes; the
+    /// claim in `completion` then holds none), so that they are sent while the
+    /// commit is under way. Their results must not
     /// be recorded until `completion` reports the commit; if it reports a
     /// failure, nothing of the message exists and the results are dropped.
     /// ``SQLiteStore`` does this; ``PostgresStore`` does not (it runs a

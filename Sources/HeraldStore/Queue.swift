@@ -46,7 +46,9 @@ final class Queue {
     /// With `early`, the handed deliveries go to `early` as soon as the
     /// message's devices are resolved and their tokens opened, before any row
     /// is written (their ids are taken ahead: the writer holds the database),
-    /// and the returned claim holds none of them. The caller may send them at
+    /// and the returned claim holds none of them: the first
+    /// ``firstEarlyChunk`` with the batch sizes, then the rest in one more
+    /// call. The caller may send them at
     /// once, but must not record their results before the transaction
     /// commits: if it does not, the ids name nothing (or, later, other rows).
     func enqueue(
@@ -93,20 +95,16 @@ final class Queue {
             message.collapseID = Self.collapseID(app: e.app, idempotencyKey: e.idempotencyKey, messageID: messageID)
         }
 
-        // First what becomes of each device, and the handed deliveries ready
-        // to send; then the rows. The ids follow the largest one: this
-        // transaction is the only writer.
+        // First what becomes of each device (and so the batch sizes), then
+        // the handed deliveries ready to send, then the rows. The ids follow
+        // the largest one: this transaction is the only writer.
         let firstID = try nextDeliveryID()
         var planned: [PlannedDelivery] = []
         planned.reserveCapacity(targets.count)
-        var room = handoff
-        var roomLeft = handoffLimit
-        var jobs: [DeliveryJob] = []
         var sizes: [BatchKey: Int] = [:]
         var devices = 0
         var skipped = 0
         for (i, target) in targets.enumerated() {
-            let deliveryID = firstID + Int64(i)
             var state = DeliveryState.queued
             var reason: String?
             if !e.message.kind.reaches(target.platform) {
@@ -116,40 +114,58 @@ final class Queue {
                 state = .skipped
                 reason = "transport_disabled: \(why)"
             }
-            let lane = QueueLane(app: e.app, platform: target.platform)
-            // A handed delivery's row is opened before it is written in
-            // flight: one that does not open stays queued, and the claim
-            // that takes it fails it alone (`unreadable_row`).
-            let secrets =
-                state == .queued && roomLeft > 0 && (room[lane] ?? 0) > 0
-                ? unseal(token: target.tokenSealed, keys: target.keysSealed, deviceID: target.deviceID) : nil
-            if let secrets {
-                state = .inFlight
-                room[lane]! -= 1
-                roomLeft -= 1
-                jobs.append(
-                    DeliveryJob(
-                        deliveryID: deliveryID, messageID: messageID, app: e.app, deviceID: target.deviceID,
-                        user: target.user, platform: target.platform, environment: target.environment,
-                        token: secrets.token, keys: secrets.keys, tokenHash: target.tokenHash,
-                        registeredAt: target.registeredAt, message: message, acceptedAt: now, expiresAt: expires,
-                        previousAttempts: 0))
-            }
             if state == .skipped {
                 skipped += 1
             } else {
                 devices += 1
                 sizes[BatchKey(messageID: messageID, platform: target.platform), default: 0] += 1
             }
-            planned.append(PlannedDelivery(id: deliveryID, target: target, state: state, reason: reason))
+            planned.append(PlannedDelivery(id: firstID + Int64(i), target: target, state: state, reason: reason))
+        }
+        var room = handoff
+        var roomLeft = handoffLimit
+        var jobs: [DeliveryJob] = []
+        // With `early`, the first few go as soon as they are ready (so the
+        // first push does not wait for the whole message's tokens), the
+        // rest in one more claim; the batch sizes travel with the first.
+        var earlyChunk = early == nil ? Int.max : Self.firstEarlyChunk
+        var sentEarly = false
+        for (i, p) in planned.enumerated() where p.state == .queued && roomLeft > 0 {
+            let lane = QueueLane(app: e.app, platform: p.target.platform)
+            guard (room[lane] ?? 0) > 0 else { continue }
+            // A handed delivery's row is opened before it is written in
+            // flight: one that does not open stays queued, and the claim
+            // that takes it fails it alone (`unreadable_row`).
+            guard
+                let secrets = unseal(
+                    token: p.target.tokenSealed, keys: p.target.keysSealed, deviceID: p.target.deviceID)
+            else { continue }
+            planned[i].state = .inFlight
+            room[lane]! -= 1
+            roomLeft -= 1
+            let t = p.target
+            jobs.append(
+                DeliveryJob(
+                    deliveryID: p.id, messageID: messageID, app: e.app, deviceID: t.deviceID, user: t.user,
+                    platform: t.platform, environment: t.environment, token: secrets.token, keys: secrets.keys,
+                    tokenHash: t.tokenHash, registeredAt: t.registeredAt, message: message, acceptedAt: now,
+                    expiresAt: expires, previousAttempts: 0))
+            if let early, jobs.count >= earlyChunk {
+                early(Claim(jobs: jobs, finished: [], batchSizes: sentEarly ? [:] : sizes, nextDueAt: nil))
+                sentEarly = true
+                jobs.removeAll(keepingCapacity: true)
+                earlyChunk = .max
+            }
         }
         // Batch sizes only when something was handed: otherwise the claim
         // that takes these deliveries counts them, as for any message.
-        var claim = Claim(jobs: jobs, finished: [], batchSizes: jobs.isEmpty ? [:] : sizes, nextDueAt: nil)
+        var claim = Claim(
+            jobs: jobs, finished: [], batchSizes: jobs.isEmpty || sentEarly ? [:] : sizes, nextDueAt: nil)
         if let early, !jobs.isEmpty {
             early(claim)
-            claim = Claim(jobs: [], finished: [], batchSizes: [:], nextDueAt: nil)
+            sentEarly = true
         }
+        if sentEarly { claim = Claim(jobs: [], finished: [], batchSizes: [:], nextDueAt: nil) }
 
         try db.statement(
             "INSERT INTO messages (message_id, app, idempotency_hash, payload, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)"
@@ -191,9 +207,13 @@ final class Queue {
     private struct PlannedDelivery {
         let id: Int64
         let target: Target
-        let state: DeliveryState
+        var state: DeliveryState
         let reason: String?
     }
+
+    /// How many handed deliveries go to `early` first, before the rest of
+    /// the message's tokens are opened.
+    static let firstEarlyChunk = 32
 
     /// The id the next delivery row takes (one above the largest).
     private func nextDeliveryID() throws(StoreError) -> Int64 {

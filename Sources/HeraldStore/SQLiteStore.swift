@@ -323,7 +323,7 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     /// per lane, `limit` in all, to the caller already in flight; with
     /// `early`, before the commit (see
     /// `Queue.enqueue(_:now:handoff:handoffLimit:early:)`). A batch's jobs
-    /// run once each, so `early` is called at most once.
+    /// run once each, so `early` gets each handed delivery once.
     public func enqueue(
         _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?,
         completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void

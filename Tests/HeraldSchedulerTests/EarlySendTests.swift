@@ -48,14 +48,14 @@ struct EarlySendTests {
         }
     }
 
-    @Test("SQLite: every delivery is out before the commit returns; no result is written until it does")
+    @Test("SQLite: every delivery is out before the commit returns (in two parts); no result is written until it does")
     func sentBeforeCommit() async throws {
-        let s = try await Setup(.sqlite)
+        let s = try await Setup(.sqlite, devices: 100)
         defer { s.close() }
         s.store.holdingCommits = true
-        let answer = s.send(20)
-        #expect(await eventually { s.transport.sent == 20 }, "sent while the commit is held")
-        #expect(s.store.earlyCalls == 1)
+        let answer = s.send(100)
+        #expect(await eventually { s.transport.sent == 100 }, "sent while the commit is held")
+        #expect(s.store.earlyCalls == 2, "the first 32 as soon as they are ready, then the rest")
         #expect(await eventually { s.scheduler.inFlightCount == 0 }, "every answer came back")
         try await Task.sleep(for: .milliseconds(100))
         #expect(answer.withLock { $0 } == nil, "the caller is not answered before the commit")
@@ -66,10 +66,10 @@ struct EarlySendTests {
         #expect(await eventually { answer.withLock { $0 } != nil })
         let accepted = try #require(try answer.withLock { $0 }?.get())
         let status = try await s.fixture.waitComplete(accepted.messageID)
-        #expect(status.counts[.delivered] == 20)
-        #expect(Set(s.store.writtenIDs).count == 20, "each result written once, after the commit")
-        #expect(s.transport.sent == 20, "none sent twice")
-        #expect(s.scheduler.stats.handedOver == 20)
+        #expect(status.counts[.delivered] == 100)
+        #expect(Set(s.store.writtenIDs).count == 100, "each result written once, after the commit")
+        #expect(s.transport.sent == 100, "none sent twice")
+        #expect(s.scheduler.stats.handedOver == 100)
     }
 
     @Test("SQLite: a commit that fails drops the results of what was sent, those back before it and those after")

@@ -5,6 +5,11 @@ import HeraldStore
 import HeraldStoreTestSupport
 import Testing
 
+/// Claims an `early` callback got (on the store thread; read after `sync` returns).
+final class Claims: @unchecked Sendable {
+    var list: [Claim] = []
+}
+
 extension TestStore {
     func enqueue(_ e: Enqueue) throws -> Enqueued { try store.sync { s, done in s.enqueue(e, completion: done) } }
     func status(_ id: String, detail: Bool = true) throws -> MessageStatus? {
@@ -314,9 +319,6 @@ struct QueueTests {
         let lane = QueueLane(app: "default", platform: .fcm)
         // An earlier message queued (not handed): the early ids follow its rows.
         let queued = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["kim"])))
-        final class Claims: @unchecked Sendable {  // written on the store thread, read after `sync`
-            var list: [Claim] = []
-        }
         let early = Claims()
         let handed = try t.store.sync { s, done in
             s.enqueue(
@@ -338,6 +340,25 @@ struct QueueTests {
         let rest = try t.claim()
         #expect(rest.filter { $0.messageID == handed.accepted.messageID }.count == 1)
         #expect(Set(rest.map(\.deliveryID)).isDisjoint(with: jobs.map(\.deliveryID)))
+
+        // A larger message: the first 32 as soon as they are ready (with the
+        // batch sizes), then the rest; every id once.
+        for k in 0..<40 {  // two users: at most 20 devices each
+            _ = try t.register(
+                Registration(app: "default", user: "lee\(k % 2)", platform: .fcm, environment: nil, token: "l\(k)"))
+        }
+        let parts = Claims()
+        let large = try t.store.sync { s, done in
+            s.enqueue(
+                send(PushMessage(kind: .notification), to: .users(["lee0", "lee1"])), handoff: [lane: 100], limit: 100,
+                early: { claim in parts.list.append(claim) }, completion: done)
+        }
+        #expect(parts.list.map(\.jobs.count) == [32, 8])
+        #expect(parts.list.map(\.batchSizes.count) == [1, 0])
+        let ids = parts.list.flatMap(\.jobs).map(\.deliveryID)
+        #expect(Set(ids).count == 40 && large.claim.jobs.isEmpty)
+        for job in parts.list.flatMap(\.jobs) { try t.record(job, .delivered, status: 200) }
+        #expect(try t.status(large.accepted.messageID)?.counts[.delivered] == 40)
     }
 
     @Test("a claimed job carries the whole message back, as accepted", arguments: StoreBackend.allCases)
