@@ -559,23 +559,7 @@ final class Queue {
     /// result (state, status, reason, retry time), so a fan-out's 500
     /// deliveries cost a handful of statements rather than a thousand.
     func record(_ records: [DeliveryRecord], now: Int64) throws(StoreError) {
-        struct Result: Hashable {
-            let state: DeliveryState
-            let httpStatus: Int?
-            let reason: String?
-            let nextAttemptAt: Int64?
-            let counted: Bool
-        }
-        var groups: [Result: [DeliveryRecord]] = [:]
-        for r in records {
-            groups[
-                Result(
-                    state: r.state, httpStatus: r.httpStatus, reason: r.reason, nextAttemptAt: r.nextAttemptAt,
-                    counted: r.countsAsAttempt),
-                default: []
-            ].append(r)
-        }
-        for (result, members) in groups {
+        for (result, ids) in RecordedResult.grouping(records) {
             let update = try db.statement(
                 """
                 UPDATE deliveries SET state = ?, http_status = ?, reason = ?,
@@ -586,7 +570,7 @@ final class Queue {
             try update.bind(
                 .text(result.state.rawValue), .optional(result.httpStatus.map(Int64.init)), .optional(result.reason),
                 .optional(result.nextAttemptAt), .int(now), .int(result.counted ? 0 : 1),
-                .text(Self.jsonList(members.map(\.deliveryID))))
+                .text(Self.jsonList(ids)))
             var devices: [String] = []
             while try update.step() { devices.append(update.text(0)) }
             guard !devices.isEmpty else { continue }

@@ -94,6 +94,28 @@ public struct Claim: Sendable {
     public var unreadable: [(deliveryID: Int64, deviceID: String)] = []
 }
 
+/// What several deliveries' results can share: the stores write each
+/// distinct one with one statement.
+struct RecordedResult: Hashable {
+    let state: DeliveryState
+    let httpStatus: Int?
+    let reason: String?
+    let nextAttemptAt: Int64?
+    let counted: Bool
+
+    /// `records` grouped by their result, each group's delivery ids in the records' order.
+    static func grouping(_ records: [DeliveryRecord]) -> [RecordedResult: [Int64]] {
+        var groups: [RecordedResult: [Int64]] = [:]
+        for r in records {
+            let result = RecordedResult(
+                state: r.state, httpStatus: r.httpStatus, reason: r.reason, nextAttemptAt: r.nextAttemptAt,
+                counted: r.countsAsAttempt)
+            groups[result, default: []].append(r.deliveryID)
+        }
+        return groups
+    }
+}
+
 /// One attempt's result, for `DeliveryStore.record(_:completion:)`.
 public struct DeliveryRecord: Sendable {
     public let deliveryID: Int64

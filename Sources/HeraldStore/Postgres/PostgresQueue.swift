@@ -445,29 +445,14 @@ final class PostgresQueue: @unchecked Sendable {
     /// whose lease ran out and that another instance took keeps that
     /// instance's attempt.
     func record(_ c: PostgresConnection, _ records: [DeliveryRecord], now: Int64) throws {
-        struct Result: Hashable {
-            let state: DeliveryState
-            let httpStatus: Int?
-            let reason: String?
-            let nextAttemptAt: Int64?
-            let counted: Bool
-        }
-        var groups: [Result: [DeliveryRecord]] = [:]
-        for r in records {
-            groups[
-                Result(
-                    state: r.state, httpStatus: r.httpStatus, reason: r.reason, nextAttemptAt: r.nextAttemptAt,
-                    counted: r.countsAsAttempt), default: []
-            ].append(r)
-        }
-        for (result, members) in groups {
+        for (result, ids) in RecordedResult.grouping(records) {
             let updated = try c.execute(
                 Statements.record,
                 [
                     .text(result.state.rawValue), .optional(result.httpStatus.map(Int64.init)),
                     Self.clean(result.reason),
                     .optional(result.nextAttemptAt), .int(now), .int(result.counted ? 0 : 1),
-                    .text(Self.bigintArray(members.map(\.deliveryID))), .text(instance),
+                    .text(Self.bigintArray(ids)), .text(instance),
                 ])
             let devices = try updated.rows.map { Optional(try $0.text(0)) }
             guard !devices.isEmpty else { continue }
