@@ -115,6 +115,30 @@ def summarise(results):
         add("web_sustained_4c vs seal cost", ">= 0.7 of what the seal cost allows on all cores",
             f"{share:.3f} ({h['pushes_per_s']:,.0f} vs {allcore:,.0f} /s)", share >= 0.7,
             "met" if share >= 0.7 else f"{0.7 / share:.1f}x short: needs {0.7 * allcore:,.0f} pushes/s")
+    # Latency against the floor measured in the same run: h2load's time for the same 500 requests, and for
+    # Web Push the seal work spread over the cores on top of it.
+    for scen in ("apns500", "fcm500"):
+        h, c = by.get((scen, "herald")), by.get((scen, "h2load"))
+        if h and c and h.get("p50_ms") and c.get("p50_ms"):
+            ratio = h["p50_ms"] / c["p50_ms"]
+            add(f"{scen} p50 vs h2load", "<= 1.6x h2load's time for the same 500 requests",
+                f"{ratio:.2f}x ({h['p50_ms']:.1f} vs {c['p50_ms']:.1f} ms)", ratio <= 1.6,
+                "met" if ratio <= 1.6 else f"needs <= {1.6 * c['p50_ms']:.1f} ms")
+    h, w = by.get(("web500", "herald")), by.get(("web500", "h2load"))
+    crypto = results.get("crypto_json") or {}
+    cores = crypto.get("cores") or results["machine"]["cores"]
+    if h and w and h.get("p50_ms") and w.get("p50_ms") and crypto.get("floor_us"):
+        ideal = 500 * crypto["floor_us"] / cores / 1000 + w["p50_ms"]
+        ratio = h["p50_ms"] / ideal
+        add("web500 p50 vs the ideal", "<= 1.3x (500 x seal floor / cores + h2load's 500 requests)",
+            f"{ratio:.2f}x ({h['p50_ms']:.1f} vs {ideal:.1f} ms)", ratio <= 1.3,
+            "met" if ratio <= 1.3 else f"needs <= {1.3 * ideal:.1f} ms")
+    if crypto.get("core_scaling"):
+        add("seal scaling on all cores", ">= 1.8x", f"{crypto['core_scaling']:.2f}x ({cores} cores)",
+            crypto["core_scaling"] >= 1.8, "met" if crypto["core_scaling"] >= 1.8 else "short")
+    if crypto.get("ratio"):
+        add("one-core seal vs the floor", "<= 1.1x", f"{crypto['ratio']:.3f}x ({crypto.get('seal_us', 0):.1f} vs "
+            f"{crypto['floor_us']:.1f} us)", crypto["ratio"] <= 1.1, "met" if crypto["ratio"] <= 1.1 else "short")
     for scen in LATENCY:
         h = by.get((scen, "herald"))
         if h and h.get("first_push_p50_ms") is not None:
