@@ -12,7 +12,9 @@ import HeraldIO
 /// worker per core on the sender's concurrent queue): a worker checks and
 /// seals a chunk, then hands its HTTP/2 requests to the client in one batch,
 /// so a fan-out wakes the client's thread and writes to each connection once
-/// per chunk rather than once per push.
+/// per chunk rather than once per push. A worker's first chunk is
+/// `firstChunk`, and each next one twice the last up to `chunk`: the first
+/// requests of a burst leave after one or two seals, not sixteen.
 ///
 /// Per send:
 /// 1. The endpoint is checked again with the ``EndpointGuard`` (DNS rebinding
@@ -84,6 +86,8 @@ public final class WebPushSender: Sendable {
     private let backlog = Locked(Backlog())
     /// The most sends one worker checks and seals before handing them over.
     static let chunk = 16
+    /// The most a worker takes in its first chunk; each next one may be twice the last.
+    static let firstChunk = 2
     static let maxWorkers = max(1, ProcessInfo.processInfo.activeProcessorCount)
 
     private struct Backlog {
@@ -189,8 +193,16 @@ public final class WebPushSender: Sendable {
         if start { queue.async { [self] in drain() } }
     }
 
+    /// How many sends a worker takes next: at most `limit` (which doubles
+    /// from `firstChunk` to `chunk` over a worker's run), and a share of a
+    /// small backlog, which is split between the workers, not taken whole by one.
+    static func take(left: Int, workers: Int, limit: Int) -> Int {
+        min(limit, max(1, left / max(1, workers)))
+    }
+
     /// Takes chunks of the backlog until it is empty.
     private func drain() {
+        var limit = Self.firstChunk
         while true {
             let chunk = backlog.withLock { b -> ArraySlice<Work> in
                 let left = b.items.count - b.next
@@ -200,8 +212,7 @@ public final class WebPushSender: Sendable {
                     b.workers -= 1
                     return []
                 }
-                // Small backlogs are shared between the workers, not taken whole by one.
-                let take = min(Self.chunk, max(1, left / max(1, b.workers)))
+                let take = Self.take(left: left, workers: b.workers, limit: limit)
                 defer {
                     b.next += take
                     // Under a steady stream the backlog never empties: drop what was taken.
@@ -213,6 +224,7 @@ public final class WebPushSender: Sendable {
                 return b.items[b.next..<(b.next + take)]
             }
             guard !chunk.isEmpty else { return }
+            limit = min(Self.chunk, limit * 2)
             var outgoing: [HTTP2Send] = []
             outgoing.reserveCapacity(chunk.count)
             for w in chunk { process(w, into: &outgoing) }
