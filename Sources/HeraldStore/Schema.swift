@@ -94,6 +94,15 @@ enum Schema {
         """
         ALTER TABLE deliveries ADD COLUMN sent_by TEXT;
         """,
+        // 7: device management and per-device sending facts: a device turned
+        // off by id (kept, skipped by sends), the APNs bundle id it was
+        // registered under (NULL: the app's default topic), and the VAPID public
+        // key a Web Push subscription was made with (NULL: the app's current key).
+        """
+        ALTER TABLE devices ADD COLUMN enabled INTEGER NOT NULL DEFAULT 1;
+        ALTER TABLE devices ADD COLUMN bundle_id TEXT;
+        ALTER TABLE devices ADD COLUMN server_key TEXT;
+        """,
     ]
 
     /// Brings the database to the newest version inside one transaction each.

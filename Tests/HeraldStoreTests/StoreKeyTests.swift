@@ -201,7 +201,8 @@ struct StoreKeyTests {
         // damaged too: one bad row does not decide.
         try d.edit(
             """
-            DROP TABLE store_meta; ALTER TABLE deliveries DROP COLUMN sent_by; PRAGMA user_version = 4;
+            DROP TABLE store_meta; ALTER TABLE deliveries DROP COLUMN sent_by; ALTER TABLE devices DROP COLUMN enabled;
+            ALTER TABLE devices DROP COLUMN bundle_id; ALTER TABLE devices DROP COLUMN server_key; PRAGMA user_version = 4;
             UPDATE devices SET token_sealed = zeroblob(length(token_sealed)) WHERE device_id = '\(ids[0])';
             """)
 

@@ -103,7 +103,16 @@ enum PostgresSchema {
             deleted_at bigint NOT NULL
         );
         CREATE INDEX stale_deletions_by_time ON stale_deletions (platform, deleted_at);
+        """,
+        // 2: device management and per-device sending facts (SQLite's 7): a
+        // device turned off by id, its APNs bundle id (NULL: the app's default
+        // topic), and the VAPID public key of a Web Push subscription (NULL: the
+        // app's current key).
         """
+        ALTER TABLE devices ADD COLUMN enabled boolean NOT NULL DEFAULT true;
+        ALTER TABLE devices ADD COLUMN bundle_id text;
+        ALTER TABLE devices ADD COLUMN server_key text;
+        """,
     ]
 
     /// Brings the database to the newest version; throws when it is newer
