@@ -48,6 +48,7 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static int init_result = HC_E_CRYPTO;
 static EC_GROUP *p256;
 static EVP_CIPHER *aes128gcm;
+static EVP_MD *sha256;
 
 /* jansson allocations carry their size so that every JSON text the core
  * parses (service-account files hold a private key) is wiped when freed. */
@@ -81,7 +82,8 @@ static void init_all(void)
     json_set_alloc_funcs(json_alloc, hc_json_free);
     p256 = EC_GROUP_new_by_curve_name(NID_X9_62_prime256v1);
     aes128gcm = EVP_CIPHER_fetch(NULL, "AES-128-GCM", NULL);
-    init_result = p256 != NULL && aes128gcm != NULL ? HC_OK : HC_E_CRYPTO;
+    sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+    init_result = p256 != NULL && aes128gcm != NULL && sha256 != NULL ? HC_OK : HC_E_CRYPTO;
 }
 
 int hc_init(void)
@@ -98,6 +100,11 @@ const EC_GROUP *hc_p256_group(void)
 const EVP_CIPHER *hc_aes128gcm_cipher(void)
 {
     return hc_init() == HC_OK ? aes128gcm : NULL;
+}
+
+const EVP_MD *hc_sha256_md(void)
+{
+    return hc_init() == HC_OK ? sha256 : NULL;
 }
 
 int hc_copy_out(const char *s, size_t s_len, char *out, size_t *len)

@@ -29,6 +29,10 @@ int hc_p256_key_from_scalar(BIGNUM *d, BN_CTX *bn, hc_p256_key **out);
 /* The fetched AES-128-GCM implementation (read-only after hc_init). */
 const EVP_CIPHER *hc_aes128gcm_cipher(void);
 
+/* The fetched SHA-256 implementation (read-only after hc_init): OpenSSL's,
+ * which uses the CPU's SHA extensions where there are any. */
+const EVP_MD *hc_sha256_md(void);
+
 /* Parses an uncompressed public point into an EC_POINT on the shared group. */
 int hc_p256_point_parse(const uint8_t *pub, size_t pub_len, EC_POINT **out, BN_CTX *bn);
 

@@ -8,7 +8,7 @@
 struct hc_webpush_sub {
     EC_POINT *point;                          /* p256dh, checked on the curve */
     uint8_t pub[HC_P256_PUBLIC_BYTES];
-    crypto_auth_hmacsha256_state auth_state;  /* HMAC keyed with the auth secret */
+    uint8_t auth[HC_WEBPUSH_AUTH_BYTES];      /* the auth secret (wiped when freed) */
 };
 
 struct hc_sealer {
@@ -16,6 +16,7 @@ struct hc_sealer {
     BIGNUM *d;             /* ephemeral scalar, wiped after each seal */
     EC_POINT *eph;         /* ephemeral public point */
     EVP_CIPHER_CTX *aes;
+    EVP_MD_CTX *md;        /* SHA-256 for the key schedule's HMACs */
     uint32_t rs;           /* the record size written into every header */
 };
 
@@ -42,7 +43,7 @@ int hc_webpush_sub_new(const uint8_t *p256dh, size_t p256dh_len, const uint8_t *
     }
     sub->point = point;
     memcpy(sub->pub, p256dh, HC_P256_PUBLIC_BYTES);
-    crypto_auth_hmacsha256_init(&sub->auth_state, auth, auth_len);
+    memcpy(sub->auth, auth, HC_WEBPUSH_AUTH_BYTES);
     *out = sub;
     return HC_OK;
 }
@@ -70,7 +71,8 @@ int hc_sealer_new(uint32_t record_size, hc_sealer **out)
     s->d = BN_secure_new();
     s->eph = EC_POINT_new(hc_p256_group());
     s->aes = EVP_CIPHER_CTX_new();
-    if (s->bn == NULL || s->d == NULL || s->eph == NULL || s->aes == NULL ||
+    s->md = EVP_MD_CTX_new();
+    if (s->bn == NULL || s->d == NULL || s->eph == NULL || s->aes == NULL || s->md == NULL ||
         !EVP_EncryptInit_ex2(s->aes, hc_aes128gcm_cipher(), NULL, NULL, NULL)) {
         hc_sealer_free(s);
         return HC_E_NO_MEMORY;
@@ -88,6 +90,7 @@ void hc_sealer_free(hc_sealer *s)
     BN_clear_free(s->d);
     EC_POINT_clear_free(s->eph);
     EVP_CIPHER_CTX_free(s->aes);
+    EVP_MD_CTX_free(s->md);
     OPENSSL_free(s);
 }
 
@@ -113,18 +116,31 @@ size_t hc_webpush_sealed_length(size_t plaintext_len, size_t body_size)
     return body_length(plaintext_len, body_size, &total) == HC_OK ? total : 0;
 }
 
-/* HMAC-SHA256(key, a || b || c || 0x01), i.e. HKDF-Expand's first block. */
-static void hmac_block(crypto_auth_hmacsha256_state *st, const uint8_t *key, size_t key_len,
-                       const void *a, size_t a_len, const void *b, size_t b_len,
-                       const void *c, size_t c_len, uint8_t out[HC_SHA256_BYTES])
+/* One input of an HMAC: the message is the inputs in order. */
+typedef struct {
+    const void *data;
+    size_t len;
+} hmac_part;
+
+/* HMAC-SHA256 (RFC 2104) of parts[0] || ... || parts[count-1] under a key
+ * of at most 64 bytes, on the sealer's digest context. OpenSSL's SHA-256
+ * (SHA extensions where the CPU has them) instead of libsodium's portable
+ * one: the key schedule's five HMACs were a tenth of a seal. */
+static int hmac(EVP_MD_CTX *md, const uint8_t *key, size_t key_len, const hmac_part *parts,
+                size_t count, uint8_t out[HC_SHA256_BYTES])
 {
-    static const uint8_t one = 0x01;
-    crypto_auth_hmacsha256_init(st, key, key_len);
-    crypto_auth_hmacsha256_update(st, a, a_len);
-    if (b_len) crypto_auth_hmacsha256_update(st, b, b_len);
-    if (c_len) crypto_auth_hmacsha256_update(st, c, c_len);
-    crypto_auth_hmacsha256_update(st, &one, 1);
-    crypto_auth_hmacsha256_final(st, out);
+    uint8_t pad[64];
+    unsigned int n = 0;
+    for (size_t i = 0; i < sizeof pad; i++) pad[i] = (uint8_t)((i < key_len ? key[i] : 0) ^ 0x36);
+    int ok = EVP_DigestInit_ex2(md, hc_sha256_md(), NULL) && EVP_DigestUpdate(md, pad, sizeof pad);
+    for (size_t i = 0; ok && i < count; i++)
+        ok = parts[i].len == 0 || EVP_DigestUpdate(md, parts[i].data, parts[i].len);
+    ok = ok && EVP_DigestFinal_ex(md, out, &n);
+    for (size_t i = 0; i < sizeof pad; i++) pad[i] ^= 0x36 ^ 0x5c;
+    ok = ok && EVP_DigestInit_ex2(md, hc_sha256_md(), NULL) && EVP_DigestUpdate(md, pad, sizeof pad) &&
+         EVP_DigestUpdate(md, out, HC_SHA256_BYTES) && EVP_DigestFinal_ex(md, out, &n);
+    sodium_memzero(pad, sizeof pad);
+    return ok;
 }
 
 /* Seals with the scalar already in s->d and the salt given. */
@@ -134,7 +150,7 @@ static int seal_record(hc_sealer *s, const hc_webpush_sub *sub, const uint8_t sa
     const EC_GROUP *group = hc_p256_group();
     int rc = HC_E_CRYPTO, n = 0;
     uint8_t ecdh[32], prk_key[32], ikm[32], prk[32], cek[32], nonce[32];
-    crypto_auth_hmacsha256_state st;
+    static const uint8_t one = 0x01;
     uint8_t *as_pub = out + 21;
     uint8_t *record = out + HC_AES128GCM_HEADER_BYTES;
     size_t record_len = total - HC_AES128GCM_HEADER_BYTES - HC_AES128GCM_TAG_BYTES;
@@ -148,16 +164,24 @@ static int seal_record(hc_sealer *s, const hc_webpush_sub *sub, const uint8_t sa
     if (rc != HC_OK) goto out;
     rc = HC_E_CRYPTO;
 
-    /* PRK_key = HMAC(auth, ecdh); IKM = HKDF-Expand(PRK_key, key_info, 32). */
-    st = sub->auth_state;
-    crypto_auth_hmacsha256_update(&st, ecdh, sizeof ecdh);
-    crypto_auth_hmacsha256_final(&st, prk_key);
-    hmac_block(&st, prk_key, sizeof prk_key, key_info_label, sizeof key_info_label, sub->pub,
-               HC_P256_PUBLIC_BYTES, as_pub, HC_P256_PUBLIC_BYTES, ikm);
-    /* PRK = HMAC(salt, IKM); CEK and NONCE from RFC 8188's labels. */
-    hc_hkdf_extract(salt, HC_WEBPUSH_SALT_BYTES, ikm, sizeof ikm, prk);
-    hmac_block(&st, prk, sizeof prk, cek_info, sizeof cek_info, NULL, 0, NULL, 0, cek);
-    hmac_block(&st, prk, sizeof prk, nonce_info, sizeof nonce_info, NULL, 0, NULL, 0, nonce);
+    /* PRK_key = HMAC(auth, ecdh); IKM = HKDF-Expand(PRK_key, key_info, 32),
+     * one block: HMAC(PRK_key, key_info || 0x01). */
+    const hmac_part shared[] = {{ecdh, sizeof ecdh}};
+    const hmac_part key_info[] = {{key_info_label, sizeof key_info_label},
+                                  {sub->pub, HC_P256_PUBLIC_BYTES},
+                                  {as_pub, HC_P256_PUBLIC_BYTES},
+                                  {&one, 1}};
+    /* PRK = HKDF-Extract(salt, IKM) = HMAC(salt, IKM); CEK and NONCE from
+     * RFC 8188's labels, one block each. */
+    const hmac_part extract[] = {{ikm, sizeof ikm}};
+    const hmac_part cek_label[] = {{cek_info, sizeof cek_info}, {&one, 1}};
+    const hmac_part nonce_label[] = {{nonce_info, sizeof nonce_info}, {&one, 1}};
+    if (!hmac(s->md, sub->auth, sizeof sub->auth, shared, 1, prk_key) ||
+        !hmac(s->md, prk_key, sizeof prk_key, key_info, 4, ikm) ||
+        !hmac(s->md, salt, HC_WEBPUSH_SALT_BYTES, extract, 1, prk) ||
+        !hmac(s->md, prk, sizeof prk, cek_label, 2, cek) ||
+        !hmac(s->md, prk, sizeof prk, nonce_label, 2, nonce))
+        goto out;
 
     /* Header: salt || rs || idlen || keyid. */
     memcpy(out, salt, HC_WEBPUSH_SALT_BYTES);
@@ -185,7 +209,6 @@ out:
     sodium_memzero(prk, sizeof prk);
     sodium_memzero(cek, sizeof cek);
     sodium_memzero(nonce, sizeof nonce);
-    sodium_memzero(&st, sizeof st);
     BN_clear(s->d);
     if (rc != HC_OK) {
         sodium_memzero(out, total);
