@@ -13,12 +13,15 @@ import JSONRPC
 /// the waiter is added, when the scheduler's progress reports add up to every
 /// delivery being final (each report says how many of a message's deliveries
 /// it made final), when a report says the store changed some by itself, on a
-/// cancellation, at a deadline, and every 500 ms for what changes elsewhere
-/// (a newer message superseding). Each read resets the tally to the truth,
-/// so a report counted twice costs one early read, never a wrong answer; a
-/// fan-out of 500 deliveries answered in a few dozen record batches costs
-/// two or three reads, not one per batch. At most one read per message is
-/// outstanding.
+/// cancellation, at a deadline, and when the message has had no report for a
+/// while: 50 ms after the last report or read, the gap doubling up to 500 ms
+/// while the reads find nothing new (for what changes elsewhere: another
+/// instance delivering some of the message, a newer message superseding). Each read
+/// sets the tally to what it saw plus the reports that came while it was
+/// under way (``WaitTally``), so a report counted twice costs one early read,
+/// never a wrong answer, and none is lost; a fan-out of 500 deliveries
+/// answered in a few dozen record batches costs two or three reads, not one
+/// per batch. At most one read per message is outstanding.
 ///
 /// An actor: its callers (the loop, the scheduler's queue, store threads)
 /// hand it work without waiting; nothing here is on the path of a send.
@@ -41,16 +44,12 @@ actor MessageWaiters {
     private struct Entry {
         let app: String
         var waiters: [Waiter]
-        /// Final deliveries as of the last read plus those reported since.
-        var final = 0
-        /// Every delivery of the message: when `final` reaches it, read.
-        let total: Int
+        var tally: WaitTally
     }
     private var reading = Set<String>()
     private var readAgain = Set<String>()
-    private var lastSweep: Int64 = 0
 
-    /// Deadlines and the sweep are checked this often.
+    /// Deadlines and quiet messages are checked this often.
     static let tickMs = 50
 
     /// Call `startTicking()` once to begin checking deadlines.
@@ -84,8 +83,13 @@ actor MessageWaiters {
 
     private func insert(app: String, _ waiter: Waiter) {
         let accepted = waiter.accepted
-        waiting[accepted.messageID, default: Entry(app: app, waiters: [], total: accepted.devices + accepted.skipped)]
-            .waiters.append(waiter)
+        waiting[
+            accepted.messageID,
+            default: Entry(
+                app: app, waiters: [],
+                tally: WaitTally(total: accepted.devices + accepted.skipped, now: monotonicMilliseconds()))
+        ]
+        .waiters.append(waiter)
         // Once released (stopping), a new waiter is answered with its first read.
         read(accepted.messageID, releasing: released)
     }
@@ -97,11 +101,12 @@ actor MessageWaiters {
     }
 
     private func tally(_ finals: [String: Int]) {
+        let now = monotonicMilliseconds()
         for (id, n) in finals {
             guard var entry = waiting[id] else { continue }
-            entry.final = n == Scheduler.unknownProgress ? entry.total : entry.final + n
+            let due = entry.tally.reported(n == Scheduler.unknownProgress ? nil : n, now: now)
             waiting[id] = entry
-            if entry.final >= entry.total { read(id) }
+            if due { read(id) }
         }
     }
 
@@ -130,9 +135,10 @@ actor MessageWaiters {
 
     private func tick() {
         let now = monotonicMilliseconds()
-        let sweep = now - lastSweep >= 500
-        if sweep { lastSweep = now }
-        for (id, entry) in waiting where sweep || entry.waiters.contains(where: { now >= $0.deadline }) {
+        for (id, entry) in waiting
+        where (entry.tally.pollDue(now: now) && !reading.contains(id))
+            || entry.waiters.contains(where: { now >= $0.deadline })
+        {
             read(id)
         }
     }
@@ -144,6 +150,7 @@ actor MessageWaiters {
             return
         }
         reading.insert(id)
+        waiting[id]?.tally.readStarted(now: monotonicMilliseconds())
         store.status(app: entry.app, messageID: id, detail: false) { result in
             Task { await self.done(id, result, releasing: releasing) }
         }
@@ -175,7 +182,8 @@ actor MessageWaiters {
                 }
             }
             entry.waiters = left
-            entry.final = status.counts.reduce(0) { $0 + ($1.key.isFinal ? $1.value : 0) }
+            let seen = status.counts.reduce(0) { $0 + ($1.key.isFinal ? $1.value : 0) }
+            if entry.tally.readDone(sawFinal: seen, now: now) && !left.isEmpty { readAgain.insert(id) }
             waiting[id] = left.isEmpty ? nil : entry
         }
         if readAgain.remove(id) != nil { read(id) }
@@ -187,4 +195,71 @@ actor MessageWaiters {
         o.append("counts", HeraldService.countsJSON(counts))
         return .object(o)
     }
+}
+
+/// What a waiter knows of its message's progress between status reads, and
+/// when it reads next.
+///
+/// A read's answer is the store as it stood when the read ran; reports that
+/// come while it is under way may be in it or not. So the count after a read
+/// is what it saw plus every report that came during it: a report counted
+/// twice costs an early read; one dropped would leave the waiter until the
+/// next poll.
+struct WaitTally: Equatable {
+    /// Every delivery of the message: when `final` reaches it, read.
+    let total: Int
+    /// Final deliveries as of the last read plus those reported since.
+    private(set) var final = 0
+    private(set) var reading = false
+    private var reportedDuringRead = 0
+    /// What the last read saw final.
+    private var lastSeen = 0
+    /// Monotonic ms of the next poll, and the gap before it.
+    private(set) var pollAt: Int64
+    private(set) var pollGap: Int64
+
+    /// The first poll comes this long after the last report or read.
+    static let firstPollMs: Int64 = 50
+    /// The gap doubles up to this while nothing is reported.
+    static let maxPollMs: Int64 = 500
+
+    init(total: Int, now: Int64) {
+        self.total = total
+        pollGap = Self.firstPollMs
+        pollAt = now + Self.firstPollMs
+    }
+
+    /// `n` more deliveries final (nil: an unknown number; read). True when a read is due.
+    mutating func reported(_ n: Int?, now: Int64) -> Bool {
+        let added = n ?? total
+        final = n == nil ? total : final + added
+        if reading { reportedDuringRead += added }
+        pollGap = Self.firstPollMs
+        pollAt = now + pollGap
+        return final >= total
+    }
+
+    /// A read begins.
+    mutating func readStarted(now: Int64) {
+        reading = true
+        reportedDuringRead = 0
+        pollAt = now + pollGap
+    }
+
+    /// The read saw `sawFinal` deliveries final. The next poll is
+    /// `firstPollMs` later if it saw more than the read before (the message
+    /// moves, perhaps on another instance), else twice the last gap. True
+    /// when the reports that came during it reach the total: read again.
+    mutating func readDone(sawFinal: Int, now: Int64) -> Bool {
+        reading = false
+        pollGap = sawFinal > lastSeen ? Self.firstPollMs : min(pollGap * 2, Self.maxPollMs)
+        pollAt = now + pollGap
+        lastSeen = sawFinal
+        final = sawFinal + reportedDuringRead
+        let again = reportedDuringRead > 0 && final >= total
+        reportedDuringRead = 0
+        return again
+    }
+
+    func pollDue(now: Int64) -> Bool { now >= pollAt }
 }
