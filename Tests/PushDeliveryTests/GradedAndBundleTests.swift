@@ -134,13 +134,13 @@ extension PushDelivery {
 
         @Test("a retry after a restart carries the params")
         func retryAfterRestart() async throws {
-            try await withHarness(delivery: "max_retries = 3\nbackoff_base_ms = 3000\nbackoff_max_ms = 4000") { h in
+            try await withHarness { h in
                 try h.registerAPNs("r", hex(1))
                 try h.registerFCM("r", "fcm-r")
-                try await h.gateways.program("apns", token: hex(1), [["status": 503]])
                 try await h.gateways.program(
-                    "fcm", token: "fcm-r",
-                    [["status": 503, "body": ["error": ["code": 503, "message": "x", "status": "UNAVAILABLE"]]]])
+                    "apns", token: hex(1), [["status": 503, "retry_after": 2], ["status": 200]])
+                try await h.gateways.program(
+                    "fcm", token: "fcm-r", [["error": "UNAVAILABLE", "retry_after": 2], ["status": 200]])
                 var params = Self.graded
                 params["to"] = ["users": ["r"]]
                 let id = try h.ok("push.send", params)["message_id"] as! String
@@ -150,6 +150,7 @@ extension PushDelivery {
                     if a >= 1 && f >= 1 { break }
                     try await Task.sleep(for: .milliseconds(10))
                 }
+                // Retry-After: 2 holds both retries past the stop.
                 #expect(h.daemon.stop() == 0)
                 #expect(try await h.gateways.received("apns").count == 1, "stopped before the retry")
                 try h.daemon.start()
