@@ -268,5 +268,32 @@ extension PushDelivery {
                 }
             }
         }
+
+        @Test("herald register --bundle-id and herald send with the graded options")
+        func commandLine() async throws {
+            try await withHarness(appLines: bundleLines) { h in
+                try await allowDevBundle(h.gateways)
+                let socket = ["--socket", h.daemon.socketPath]
+                let (rs, _, rerr) = try runHerald(
+                    ["register", "--user", "c", "--platform", "apns", "--token", hex(1), "--bundle-id", devTopic]
+                        + socket)
+                #expect(rs == 0, "\(rerr)")
+                let (ss, sout, serr) = try runHerald(
+                    [
+                        "send", "--user", "c", "--interruption-level", "passive", "--relevance-score", "0.25",
+                        "--thread-id", "t", "--category", "C", "--android-channel-id", "ch", "--wait",
+                    ] + socket)
+                #expect(ss == 0, "\(serr)")
+                let r = try JSONSerialization.jsonObject(with: Data(sout.utf8)) as? [String: Any] ?? [:]
+                #expect(counts(r)["delivered"] == 1, "\(sout)")
+                let rec = try #require(try await h.gateways.received("apns").first)
+                #expect((rec["headers"] as? [String: String])?["apns-topic"] == devTopic)
+                let aps = (rec["body"] as? [String: Any])?["aps"] as? [String: Any] ?? [:]
+                #expect(aps["interruption-level"] as? String == "passive" && aps["relevance-score"] as? Double == 0.25)
+                #expect(aps["thread-id"] as? String == "t" && aps["category"] as? String == "C")
+                let (bs, _, berr) = try runHerald(["send", "--user", "c", "--relevance-score", "2"] + socket)
+                #expect(bs != 0 && berr.contains("--relevance-score"), "\(berr)")
+            }
+        }
     }
 }
