@@ -295,5 +295,28 @@ extension PushDelivery {
                 #expect(bs != 0 && berr.contains("--relevance-score"), "\(berr)")
             }
         }
+
+        @Test("a reload that adds apns_topics: the new bundle id is taken for registrations and sends")
+        func reloadAddsBundle() async throws {
+            try await withHarness { h in
+                try await allowDevBundle(h.gateways)
+                let params: [String: Any] = [
+                    "user": "l", "platform": "apns", "token": hex(2), "bundle_id": devTopic,
+                ]
+                #expect(try h.call("device.register", params).errorData?["field"] as? String == "bundle_id")
+                try ReloadTests.reload(h, count: 1) {
+                    $0.replacingOccurrences(of: "device_cap = 20", with: "device_cap = 20\n\(bundleLines)")
+                }
+                #expect(try h.call("device.register", params).result != nil)
+                try h.registerAPNs("l", hex(1))
+                let r = try h.sendAndWait(["to": ["users": ["l"]]])
+                #expect(counts(r)["delivered"] == 2, "\(r)")
+                var topics: [String: String] = [:]
+                for rec in try await h.gateways.received("apns") {
+                    topics[rec["token"] as? String ?? ""] = (rec["headers"] as? [String: String])?["apns-topic"]
+                }
+                #expect(topics == [hex(1): topic, hex(2): devTopic])
+            }
+        }
     }
 }
