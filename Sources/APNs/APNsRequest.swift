@@ -33,12 +33,15 @@ public enum APNsPushType: String, Sendable, Hashable, CaseIterable {
 ///
 /// | kind | platform | push type | body |
 /// |---|---|---|---|
-/// | `notification` | `apns` | `alert` | `{"aps":{"alert":{"loc-key","loc-args","title-loc-key"},"badge","mutable-content":1,"sound":"default"},…data}` |
+/// | `notification` | `apns` | `alert` | `{"aps":{"alert":{"loc-key","loc-args","title-loc-key"},"badge","mutable-content":1,"sound":"default","interruption-level","relevance-score","thread-id","category"},…data}` |
 /// | `clear` | `apns` | `background` | `{"aps":{"content-available":1,"badge"},…data}` |
 /// | `call_ring` | `apns_voip` | `voip` | `{"aps":{},…data}` |
 ///
 /// Members that have no value are left out (no `badge` without a badge, no
-/// `alert` when neither the message nor the app names a loc key). Data members
+/// `alert` when neither the message nor the app names a loc key, none of the
+/// four presentation members the message does not set). The presentation
+/// members are for visible notifications only: `push.send` refuses them on
+/// the other kinds, and a background or VoIP push leaves them out. Data members
 /// follow `aps` at the top level in the caller's order. VoIP pushes carry data
 /// only: PushKit hands the dictionary to the app, which must report a call to
 /// CallKit, and iOS shows nothing from `aps`, so a badge or alert there would be
@@ -85,7 +88,8 @@ public struct APNsRequest: Sendable, Hashable {
     /// `apns` or `apns_voip`.
     public let platform: Platform
     public let pushType: APNsPushType
-    /// `apns-topic`: the bundle id, with `.voip` for VoIP.
+    /// `apns-topic`: the device's bundle id (else the app's default), with
+    /// `.voip` for VoIP.
     public let topic: String
     /// `apns-priority`: 10 for `high`, 5 for `normal` and `low`, and 5 for every
     /// background push whatever the message asked (APNs refuses 10 there).
@@ -109,8 +113,11 @@ public struct APNsRequest: Sendable, Hashable {
     ///   - now: Unix seconds the TTL counts from. Pass the time the message was
     ///     accepted, not the time of a retry, so that retries never stretch the
     ///     push's life past its TTL.
+    ///   - bundleID: the device's bundle id (the base id for VoIP too); nil
+    ///     for the app's default topic.
     public init(
-        message: PushMessage, platform: Platform, user: String, settings: APNsAppSettings, now: Int64
+        message: PushMessage, platform: Platform, user: String, settings: APNsAppSettings, now: Int64,
+        bundleID: String? = nil
     ) throws(APNsRequestError) {
         guard platform == .apns || platform == .apnsVoIP else { throw .notAPNs(platform) }
         guard message.kind.reaches(platform) else {
@@ -136,6 +143,10 @@ public struct APNsRequest: Sendable, Hashable {
             if let badge { aps["badge"] = .int(badge) }
             aps["mutable-content"] = 1
             aps["sound"] = "default"
+            if let level = message.interruptionLevel { aps["interruption-level"] = .string(level.rawValue) }
+            if let score = message.relevanceScore { aps["relevance-score"] = .double(score) }
+            if let threadID = message.threadID { aps["thread-id"] = .string(threadID) }
+            if let category = message.category { aps["category"] = .string(category) }
         case .clear:
             pushType = .background
             aps["content-available"] = 1
@@ -154,7 +165,8 @@ public struct APNsRequest: Sendable, Hashable {
 
         let ttl = min(max(message.ttlSeconds, 0), Self.maximumTTLSeconds)
         self.platform = platform
-        self.topic = platform == .apnsVoIP ? settings.topic + ".voip" : settings.topic
+        let base = bundleID ?? settings.topic
+        self.topic = platform == .apnsVoIP ? base + ".voip" : base
         self.priority = pushType == .background || message.priority != .high ? 5 : 10
         self.expiration = ttl == 0 ? 0 : now + Int64(ttl)
         // Without a collapse key, the message's own id: a resend of it

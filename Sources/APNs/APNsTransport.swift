@@ -34,7 +34,7 @@ public final class APNsTransport: PushTransport {
             // Expiration counts from acceptance: a retry never stretches the TTL.
             request = try APNsRequest(
                 message: job.message, platform: job.platform, user: job.user, settings: settings,
-                now: job.acceptedAt / 1000)
+                now: job.acceptedAt / 1000, bundleID: job.bundleID)
         } catch {
             completion(AttemptReport(outcome: .failed(reason: .requestInvalid)))
             return

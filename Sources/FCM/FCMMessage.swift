@@ -36,7 +36,8 @@ public enum FCMAndroidPriority: String, Sendable, Hashable, CaseIterable {
 /// - `data` always carries `kind`, then `badge` (a decimal string) when the
 ///   user has one, then the caller's data in order. FCM data values are strings.
 /// - `android.notification` only for `kind: notification`, with the members that
-///   have a value: `body_loc_key` is the alert's `body_loc_key`, else its
+///   have a value: `channel_id` is the message's `android_channel_id`, else the
+///   app's; `body_loc_key` is the alert's `body_loc_key`, else its
 ///   `loc_key`, else the app's `alert_loc_key`; `body_loc_args` are the alert's
 ///   `loc_args`. A `clear` and a `call_ring` are data-only messages, handled by
 ///   the app's own code.
@@ -117,7 +118,9 @@ public struct FCMMessage: Sendable, Hashable {
         }
         if message.kind == .notification {
             var notification = JSONObject()
-            if let channelID = settings.channelID { put("channel_id", channelID, into: &notification) }
+            if let channelID = message.androidChannelID ?? settings.channelID {
+                put("channel_id", channelID, into: &notification)
+            }
             if let titleLocKey = message.alert?.titleLocKey { put("title_loc_key", titleLocKey, into: &notification) }
             let bodyLocKey = message.alert?.bodyLocKey ?? message.alert?.locKey ?? settings.defaultAlertLocKey
             if let bodyLocKey { put("body_loc_key", bodyLocKey, into: &notification) }

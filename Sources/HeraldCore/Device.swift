@@ -40,11 +40,14 @@ public struct Registration: Sendable {
     public var session: String?
     public var registrationID: String?
     public var version: Int64?
+    /// APNs platforms only: one of the app's `apns_topics` (the base id for
+    /// `apns_voip` too); nil keeps the stored one, or the app's default.
+    public var bundleID: String?
 
     public init(
         app: String, user: String, platform: Platform, environment: APNsEnvironment?,
         token: String, keys: WebPushKeys? = nil, name: String? = nil, appVersion: String? = nil,
-        session: String? = nil, registrationID: String? = nil, version: Int64? = nil
+        session: String? = nil, registrationID: String? = nil, version: Int64? = nil, bundleID: String? = nil
     ) {
         self.app = app
         self.user = user
@@ -57,6 +60,7 @@ public struct Registration: Sendable {
         self.session = session
         self.registrationID = registrationID
         self.version = version
+        self.bundleID = bundleID
     }
 }
 
@@ -98,11 +102,13 @@ public struct DeviceSummary: Sendable, Equatable {
     public let lastSuccessAt: Int64?
     public let lastFailureAt: Int64?
     public let lastFailureReason: String?
+    /// The stored bundle id of an APNs device; nil: the app's default topic.
+    public let bundleID: String?
 
     public init(
         deviceID: String, platform: Platform, environment: APNsEnvironment?, name: String?,
         appVersion: String?, tokenHash: String, createdAt: Int64, registeredAt: Int64,
-        lastSuccessAt: Int64?, lastFailureAt: Int64?, lastFailureReason: String?
+        lastSuccessAt: Int64?, lastFailureAt: Int64?, lastFailureReason: String?, bundleID: String? = nil
     ) {
         self.deviceID = deviceID
         self.platform = platform
@@ -115,6 +121,7 @@ public struct DeviceSummary: Sendable, Equatable {
         self.lastSuccessAt = lastSuccessAt
         self.lastFailureAt = lastFailureAt
         self.lastFailureReason = lastFailureReason
+        self.bundleID = bundleID
     }
 }
 

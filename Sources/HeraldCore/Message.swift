@@ -38,6 +38,19 @@ public enum PushPriority: String, Sendable, CaseIterable, Hashable {
     case low
 }
 
+/// How strongly a notification may interrupt (APNs `interruption-level`).
+public enum InterruptionLevel: String, Sendable, CaseIterable, Hashable {
+    /// Added to the list quietly: no sound, no lit screen.
+    case passive
+    /// The system default.
+    case active
+    /// May break through Focus and scheduled summaries.
+    case timeSensitive = "time-sensitive"
+    /// Breaks through the mute switch and Do Not Disturb; Apple grants it only
+    /// with an entitlement.
+    case critical
+}
+
 /// Localisation keys only: Herald never carries message content.
 public struct PushAlert: Sendable, Equatable {
     public var locKey: String?
@@ -72,6 +85,18 @@ public struct PushMessage: Sendable, Equatable {
     /// resend after an ambiguous failure replaces the first notification
     /// (APNs `apns-collapse-id`, Web Push `Topic`). Not part of `==`.
     public var collapseID: String?
+    /// How the notification may interrupt (APNs `aps.interruption-level`).
+    public var interruptionLevel: InterruptionLevel?
+    /// 0–1: which of the app's notifications the summary puts first (APNs
+    /// `aps.relevance-score`).
+    public var relevanceScore: Double?
+    /// Groups notifications on the device (APNs `aps.thread-id`).
+    public var threadID: String?
+    /// The notification category the app registered, for its actions (APNs `aps.category`).
+    public var category: String?
+    /// The Android notification channel, in place of the app's
+    /// `android_channel_id` (FCM `android.notification.channel_id`).
+    public var androidChannelID: String?
 
     public init(
         kind: PushKind, data: [(key: String, value: String)] = [], alert: PushAlert? = nil, badge: Int? = nil,
@@ -107,5 +132,7 @@ public struct PushMessage: Sendable, Equatable {
         a.kind == b.kind && a.data.map(\.key) == b.data.map(\.key) && a.data.map(\.value) == b.data.map(\.value)
             && a.alert == b.alert && a.badge == b.badge && a.badgePerUser == b.badgePerUser
             && a.collapseKey == b.collapseKey && a.priority == b.priority && a.ttlSeconds == b.ttlSeconds
+            && a.interruptionLevel == b.interruptionLevel && a.relevanceScore == b.relevanceScore
+            && a.threadID == b.threadID && a.category == b.category && a.androidChannelID == b.androidChannelID
     }
 }

@@ -238,8 +238,21 @@ public struct AppConfig: Sendable, Equatable, CustomStringConvertible {
     public var androidChannelID = "new_messages"
     /// The `[app.NAME]` header, when the section was written.
     public var location: ConfigLocation?
+    /// `apns_topics`: the bundle ids devices may register under, the first
+    /// being the default; empty when the section sets only `apns_topic`.
+    public var apnsTopics: [String] = []
 
     public init(name: String) { self.name = name }
+
+    /// Every bundle id a device of this app may name, the default first:
+    /// `apns_topics`, else `apns_topic` alone; empty when neither is set.
+    public var apnsBundleIDs: [String] {
+        if !apnsTopics.isEmpty { return apnsTopics }
+        return apnsTopic.map { [$0] } ?? []
+    }
+
+    /// The `apns-topic` of a device that names no bundle id (a VoIP push adds `.voip`).
+    public var defaultAPNsTopic: String? { apnsBundleIDs.first }
 
     /// Whether a peer with this uid, primary gid and supplementary groups may call the app.
     public func allows(uid: uid_t, gid: gid_t, groups: [gid_t] = []) -> Bool {
@@ -537,10 +550,19 @@ struct ConfigInterpreter {
                 ))
         }
         for app in config.apps.values {
+            if let topic = app.apnsTopic, let first = app.apnsTopics.first, topic != first {
+                let section = "app.\(app.name)"
+                problems.append(
+                    ConfigError(
+                        file: file, line: lines[section]?["apns_topic"], section: section, key: "apns_topic",
+                        message:
+                            "apns_topic (\(topic)) and apns_topics (\(app.apnsTopics.joined(separator: ", "))) disagree: the default topic is the first of apns_topics; set apns_topic to it or leave apns_topic out"
+                    ))
+            }
             if let key = app.apnsKey {
                 let missing = [
                     ("apns_key_id", app.apnsKeyID), ("apns_team_id", app.apnsTeamID),
-                    ("apns_topic", app.apnsTopic),
+                    ("apns_topic", app.defaultAPNsTopic),
                 ].filter { $0.1 == nil }.map(\.0)
                 if !missing.isEmpty {
                     problems.append(
@@ -721,6 +743,27 @@ enum ConfigValue {
                 "must be \(what) from Apple (10 characters A-Z and 0-9) \(got(text))")
         }
         return text
+    }
+
+    /// `apns_topics`: comma-separated bundle IDs, each once; empty for none.
+    static func bundleIDs(_ text: String) throws(ConfigValueProblem) -> [String] {
+        if text.isEmpty { return [] }
+        var out: [String] = []
+        for item in text.split(separator: ",", omittingEmptySubsequences: false) {
+            let item = item.trimmingCharacters(in: .whitespaces)
+            guard !item.isEmpty, let id = try? bundleID(item) else {
+                throw ConfigValueProblem(
+                    "must be a comma-separated list of bundle IDs, such as com.example.app, com.example.app.dev \(got(text))"
+                )
+            }
+            if id.hasSuffix(".voip") {
+                throw ConfigValueProblem(
+                    "lists \(id): name the bundle ID itself; VoIP pushes add .voip themselves")
+            }
+            if out.contains(id) { throw ConfigValueProblem("lists \(id) twice") }
+            out.append(id)
+        }
+        return out
     }
 
     /// An app's bundle ID, which APNs takes as the topic.

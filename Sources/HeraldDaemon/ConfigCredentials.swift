@@ -39,7 +39,8 @@ public struct APNsCredentials: Sendable, CustomStringConvertible, CustomReflecta
     public let key: P256PrivateKey
     public let keyID: String
     public let teamID: String
-    /// The bundle ID (`apns-topic`); `.voip` is appended for VoIP pushes.
+    /// The default bundle ID (`apns-topic` of a device that names none; the
+    /// first of `apns_topics`); `.voip` is appended for VoIP pushes.
     public let topic: String
 
     public var description: String {
@@ -76,10 +77,10 @@ public struct LoadedCredentials: Sendable, CustomStringConvertible, CustomReflec
         self.app = app.name
 
         if let file = app.apnsKey {
-            guard let keyID = app.apnsKeyID, let teamID = app.apnsTeamID, let topic = app.apnsTopic
+            guard let keyID = app.apnsKeyID, let teamID = app.apnsTeamID, let topic = app.defaultAPNsTopic
             else {
                 throw ConfigError(
-                    file.location, "APNs also needs apns_key_id, apns_team_id and apns_topic")
+                    file.location, "APNs also needs apns_key_id, apns_team_id and apns_topic (or apns_topics)")
             }
             let key = try Self.privateKey(file, what: "an APNs signing key (.p8 PEM)")
             apns = .ready(APNsCredentials(key: key, keyID: keyID, teamID: teamID, topic: topic))

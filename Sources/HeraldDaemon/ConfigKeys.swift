@@ -457,6 +457,12 @@ enum ConfigKeys {
                 doc: "Android notification channel",
                 { a, text, _, _ throws(ConfigValueProblem) in a.androidChannelID = try ConfigValue.label(text) },
                 show: { $0.androidChannelID }),
+            app(
+                "apns_topics", .text,
+                doc:
+                    "comma-separated bundle IDs devices may register under, the first the default, e.g. com.example.app, com.example.app.dev (in place of apns_topic)",
+                { a, text, _, _ throws(ConfigValueProblem) in a.apnsTopics = try ConfigValue.bundleIDs(text) },
+                show: { $0.apnsTopics.joined(separator: ", ") }),
         ]
     }
 }

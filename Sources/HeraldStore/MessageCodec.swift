@@ -5,7 +5,10 @@ import HeraldJSON
 /// Only the store reads and writes it; version 1 is
 /// `{"v":1,"kind","data":{…},"alert"?,"badge"?,"badges"?,"collapse_key"?,"collapse_id"?,"priority","ttl"}`
 /// (`collapse_id`: the message's own collapse id, written since Revision 2;
-/// a message stored before has none and gets one from its message id).
+/// a message stored before has none and gets one from its message id),
+/// then, when the message has them, `"interruption_level"`, `"relevance_score"`,
+/// `"thread_id"`, `"category"` and `"android_channel_id"`: optional members
+/// of version 1, so a message stored before them reads as one without them.
 enum MessageCodec {
     static func encode(_ m: PushMessage) -> String {
         var o: JSONObject = ["v": 1, "kind": .string(m.kind.rawValue)]
@@ -30,6 +33,11 @@ enum MessageCodec {
         if let c = m.collapseID { o.append("collapse_id", .string(c)) }
         o.append("priority", .string(m.priority.rawValue))
         o.append("ttl", .int(m.ttlSeconds))
+        if let v = m.interruptionLevel { o.append("interruption_level", .string(v.rawValue)) }
+        if let v = m.relevanceScore { o.append("relevance_score", .double(v)) }
+        if let v = m.threadID { o.append("thread_id", .string(v)) }
+        if let v = m.category { o.append("category", .string(v)) }
+        if let v = m.androidChannelID { o.append("android_channel_id", .string(v)) }
         return String(decoding: JSON.object(o).serialized(), as: UTF8.self)
     }
 
@@ -58,6 +66,11 @@ enum MessageCodec {
             badgePerUser: badges, collapseKey: json["collapse_key"]?.stringValue, priority: priority,
             ttlSeconds: Int(ttl))
         message.collapseID = json["collapse_id"]?.stringValue
+        message.interruptionLevel = json["interruption_level"]?.stringValue.flatMap(InterruptionLevel.init(rawValue:))
+        message.relevanceScore = json["relevance_score"]?.numberValue?.double
+        message.threadID = json["thread_id"]?.stringValue
+        message.category = json["category"]?.stringValue
+        message.androidChannelID = json["android_channel_id"]?.stringValue
         return message
     }
 }

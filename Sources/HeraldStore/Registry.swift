@@ -128,14 +128,15 @@ final class Registry {
             """
             INSERT INTO devices (device_id, app, user, platform, environment, binding_hash, token_hash,
                 token_sealed, keys_sealed, name, app_version, session_hash, registration_id, version,
-                created_at, registered_at, registered_seq)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                created_at, registered_at, registered_seq, bundle_id)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """
         ).bind(
             .text(deviceID), .text(r.app), .text(r.user), .text(r.platform.rawValue),
             .optional(r.environment?.rawValue), .blob(binding), .text(tokenHash), .blob(sealed.token), sealed.keys,
             .optional(r.name), .optional(r.appVersion), r.session.map { .blob(Identity.sessionHash($0)) } ?? .null,
-            .optional(r.registrationID), .optional(r.version), .int(now), .int(now), .int(nextSequence())
+            .optional(r.registrationID), .optional(r.version), .int(now), .int(now), .int(nextSequence()),
+            .optional(r.platform.hasEnvironment ? r.bundleID : nil)
         ).run()
         let evicted = try evict(app: r.app, user: r.user, keep: deviceCap)
         return RegistrationOutcome(
@@ -144,7 +145,8 @@ final class Registry {
 
     /// Refreshes a row in place: the binding and every field the call gives;
     /// a field left out keeps its stored value. Web Push keys always follow
-    /// the platform (a move away from web drops them). With `newID` the row
+    /// the platform (a move away from web drops them), and so does the
+    /// bundle id (a move away from APNs drops it). With `newID` the row
     /// is re-keyed, and its secrets re-sealed under the new id.
     private func update(
         _ deviceID: String, with r: Registration, binding: [UInt8], tokenHash: String, now: Int64,
@@ -158,14 +160,16 @@ final class Registry {
                 token_sealed = ?, keys_sealed = ?, name = COALESCE(?, name),
                 app_version = COALESCE(?, app_version), session_hash = COALESCE(?, session_hash),
                 registration_id = COALESCE(?, registration_id), version = COALESCE(?, version),
-                registered_at = ?, registered_seq = ?
+                registered_at = ?, registered_seq = ?,
+                bundle_id = CASE WHEN ? = 1 THEN COALESCE(?, bundle_id) END
             WHERE device_id = ?
             """
         ).bind(
             .text(id), .text(r.platform.rawValue), .optional(r.environment?.rawValue), .blob(binding),
             .text(tokenHash), .blob(sealed.token), sealed.keys, .optional(r.name), .optional(r.appVersion),
             r.session.map { .blob(Identity.sessionHash($0)) } ?? .null, .optional(r.registrationID),
-            .optional(r.version), .int(now), .int(nextSequence()), .text(deviceID)
+            .optional(r.version), .int(now), .int(nextSequence()), .int(r.platform.hasEnvironment ? 1 : 0),
+            .optional(r.bundleID), .text(deviceID)
         ).run()
     }
 
@@ -237,7 +241,7 @@ final class Registry {
         let stmt = try db.statement(
             """
             SELECT device_id, platform, environment, name, app_version, token_hash, created_at, registered_at,
-                last_success_at, last_failure_at, last_failure_reason
+                last_success_at, last_failure_at, last_failure_reason, bundle_id
             FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq DESC
             """)
         try stmt.bind(.text(app), .text(user))
@@ -249,7 +253,8 @@ final class Registry {
                     environment: stmt.optionalText(2).flatMap(APNsEnvironment.init(rawValue:)),
                     name: stmt.optionalText(3), appVersion: stmt.optionalText(4), tokenHash: stmt.text(5),
                     createdAt: stmt.int64(6), registeredAt: stmt.int64(7), lastSuccessAt: stmt.optionalInt64(8),
-                    lastFailureAt: stmt.optionalInt64(9), lastFailureReason: stmt.optionalText(10)))
+                    lastFailureAt: stmt.optionalInt64(9), lastFailureReason: stmt.optionalText(10),
+                    bundleID: stmt.optionalText(11)))
         }
         return out
     }

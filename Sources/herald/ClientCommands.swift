@@ -42,7 +42,7 @@ enum ClientCommands {
             arguments,
             values: clientOptions.union([
                 "app", "user", "platform", "token", "environment", "p256dh", "auth", "name", "app-version", "session",
-                "registration-id", "version",
+                "registration-id", "version", "bundle-id",
             ]))
         try options.noPositional()
         var params = JSONObject()
@@ -52,7 +52,7 @@ enum ClientCommands {
         params.append("token", .string(try options.required("token")))
         for (option, key) in [
             ("environment", "environment"), ("name", "name"), ("app-version", "app_version"),
-            ("session", "session"), ("registration-id", "registration_id"),
+            ("session", "session"), ("registration-id", "registration_id"), ("bundle-id", "bundle_id"),
         ] {
             if let v = options.value(option) { params.append(key, .string(v)) }
         }

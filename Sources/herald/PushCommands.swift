@@ -12,6 +12,8 @@ enum PushCommands {
                    [--data KEY=VALUE ...] [--badge N] [--loc-key K] [--collapse-key K]
                    [--priority high|normal|low] [--ttl SECONDS] [--idempotency-key K]
                    [--wait [--timeout-ms N]] [--app A]
+                   [--interruption-level passive|active|time-sensitive|critical] [--relevance-score 0..1]
+                   [--thread-id T] [--category C] [--android-channel-id C]
         """
 
     static func send(_ arguments: [String]) throws(CommandFailure) -> Int32 {
@@ -19,6 +21,7 @@ enum PushCommands {
             arguments,
             values: ClientCommands.clientOptions.union([
                 "app", "kind", "badge", "loc-key", "collapse-key", "priority", "ttl", "idempotency-key", "timeout-ms",
+                "interruption-level", "relevance-score", "thread-id", "category", "android-channel-id",
             ]), flags: ["wait"], repeated: ["user", "device", "data"])
         try options.noPositional()
         let users = options.all("user")
@@ -48,8 +51,16 @@ enum PushCommands {
         if let key = options.value("loc-key") { params.append("alert", ["loc_key": .string(key)]) }
         for (option, key) in [
             ("collapse-key", "collapse_key"), ("priority", "priority"), ("idempotency-key", "idempotency_key"),
+            ("interruption-level", "interruption_level"), ("thread-id", "thread_id"), ("category", "category"),
+            ("android-channel-id", "android_channel_id"),
         ] {
             if let v = options.value(option) { params.append(key, .string(v)) }
+        }
+        if let v = options.value("relevance-score") {
+            guard let score = Double(v), score.isFinite, (0...1).contains(score) else {
+                throw CommandFailure("--relevance-score must be a number from 0 to 1")
+            }
+            params.append("relevance_score", .double(score))
         }
         if options.value("ttl") != nil {
             params.append("ttl", .int(try options.integer("ttl", default: 0, in: 0...2_419_200)))

@@ -12,11 +12,12 @@ let usage = """
       herald call METHOD [JSON-PARAMS]
       herald register --user U --platform apns|apns_voip|fcm|web --token T [--environment E]
                       [--p256dh B64 --auth B64] [--name N] [--app-version V] [--session S]
-                      [--registration-id R --version N] [--app A]
+                      [--registration-id R --version N] [--bundle-id B] [--app A]
       herald devices USER [--app A]
       herald send (--user U ... | --device ID ...) [--kind K] [--data KEY=VALUE ...] [--badge N]
                   [--loc-key K] [--collapse-key K] [--priority P] [--ttl S] [--idempotency-key K]
-                  [--wait [--timeout-ms N]] [--app A]
+                  [--wait [--timeout-ms N]] [--app A] [--interruption-level L] [--relevance-score N]
+                  [--thread-id T] [--category C] [--android-channel-id C]
       herald status MESSAGE_ID [--detail] [--watch [--interval-ms N]] [--app A]
       herald health [--app A]      (exit 0 only when healthy)
       herald stats

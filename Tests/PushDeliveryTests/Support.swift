@@ -75,7 +75,7 @@ final class PushHarness: @unchecked Sendable {
     /// `delivery` lines replace the fast-retry defaults; `apps` replaces the app section.
     init(
         delivery: String = "max_retries = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 200",
-        server: String = "", transports: Set<String> = ["apns", "fcm", "web"]
+        server: String = "", transports: Set<String> = ["apns", "fcm", "web"], appLines: String = ""
     ) async throws {
         let g = try await SharedGateways.shared.get()
         gateways = g
@@ -94,6 +94,7 @@ final class PushHarness: @unchecked Sendable {
             [app.default]
             device_cap = 20
             \(Self.credentials(keysDir, transports))
+            \(appLines)
             """
         daemon = try DaemonProcess(
             appSections: section, allowPrivate: true, server: server, delivery: delivery,
@@ -249,10 +250,10 @@ func hex(_ i: Int, prefix: Int = 0) -> String {
 
 func withHarness(
     delivery: String = "max_retries = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 200", server: String = "",
-    transports: Set<String> = ["apns", "fcm", "web"], sourceLocation: SourceLocation = #_sourceLocation,
-    _ body: (PushHarness) async throws -> Void
+    transports: Set<String> = ["apns", "fcm", "web"], appLines: String = "",
+    sourceLocation: SourceLocation = #_sourceLocation, _ body: (PushHarness) async throws -> Void
 ) async throws {
-    let h = try await PushHarness(delivery: delivery, server: server, transports: transports)
+    let h = try await PushHarness(delivery: delivery, server: server, transports: transports, appLines: appLines)
     defer { h.stop(sourceLocation: sourceLocation) }  // SIGTERM: exit 0 within the shutdown budget, or the test fails
     do {
         try await body(h)

@@ -58,13 +58,14 @@ extension HeraldService {
         if registrationID != nil && version == nil {
             throw p.invalid("version", "is required with registration_id")
         }
+        let bundleID = try Self.bundleID(&p, platform: platform, topics: runtime.config.apnsBundleIDs)
         try p.finish()
         try limit(registerLimiter, app: runtime.config.name, user: user)
 
         let registration = Registration(
             app: runtime.config.name, user: user, platform: platform, environment: environment, token: token,
             keys: keys, name: name, appVersion: appVersion, session: session, registrationID: registrationID,
-            version: version.map(Int64.init))
+            version: version.map(Int64.init), bundleID: bundleID)
         let cap = runtime.config.deviceCap
         let store = self.store
         let done = finish(reply) { (o: RegistrationOutcome) -> JSON in
@@ -99,6 +100,24 @@ extension HeraldService {
                 if let now = endpointGuard.check(registration.token, completion: checked) { checked(now) }
             }
         }
+    }
+
+    /// `bundle_id`: for APNs platforms only, one of the app's `apns_topics`.
+    /// An `apns_voip` device may name it as the base id or as its VoIP
+    /// topic (`<bundle id>.voip`); either is stored as the base id.
+    static func bundleID(
+        _ p: inout ParamReader, platform: Platform, topics: [String]
+    ) throws(RPCError) -> String? {
+        guard let given = try p.string("bundle_id", maxBytes: 256) else { return nil }
+        guard platform.hasEnvironment else { throw p.invalid("bundle_id", "is only for apns and apns_voip") }
+        if topics.contains(given) { return given }
+        if platform == .apnsVoIP, given.hasSuffix(".voip") {
+            let base = String(given.dropLast(5))
+            if topics.contains(base) { return base }
+        }
+        if topics.isEmpty { throw p.invalid("bundle_id", "this app configures no apns_topics") }
+        let forms = platform == .apnsVoIP ? " (or one of them with .voip)" : ""
+        throw p.invalid("bundle_id", "must be one of the app's apns_topics\(forms): \(topics.joined(separator: ", "))")
     }
 
     static func endpointError(_ error: EndpointError) -> RPCError {
@@ -210,12 +229,18 @@ extension HeraldService {
         store.list(
             app: runtime.config.name, user: user,
             completion: finish(reply) { devices in
-                ["devices": .array(devices.map(Self.deviceJSON))]
+                [
+                    "devices": .array(
+                        devices.map { Self.deviceJSON($0, defaultBundleID: runtime.config.defaultAPNsTopic) })
+                ]
             })
     }
 
-    static func deviceJSON(_ d: DeviceSummary) -> JSON {
-        [
+    /// One device of `device.list`; an APNs device's `bundle_id` is its
+    /// own, else the app's default topic (`defaultBundleID`).
+    static func deviceJSON(_ d: DeviceSummary, defaultBundleID: String? = nil) -> JSON {
+        let bundleID = d.platform.hasEnvironment ? d.bundleID ?? defaultBundleID : nil
+        return [
             "device_id": .string(d.deviceID), "platform": .string(d.platform.rawValue),
             "environment": d.environment.map { .string($0.rawValue) } ?? .null,
             "name": d.name.map { .string($0) } ?? .null, "app_version": d.appVersion.map { .string($0) } ?? .null,
@@ -224,6 +249,7 @@ extension HeraldService {
             "last_success_at": d.lastSuccessAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
             "last_failure_at": d.lastFailureAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
             "last_failure_reason": d.lastFailureReason.map { .string($0) } ?? .null,
+            "bundle_id": bundleID.map { .string($0) } ?? .null,
         ]
     }
 

@@ -20,6 +20,13 @@ enum PushLimits {
     static let maxBadge = 999_999
     static let defaultWaitMs = 30_000
     static let maxWaitMs = 300_000
+    /// `thread_id`: APNs sets no limit of its own; 128 bytes group any
+    /// conversation or mailbox id and keep the 4 KB payload for the rest.
+    static let maxThreadIDBytes = 128
+    /// `category`: an identifier the app registered (`UNNotificationCategory`).
+    static let maxCategoryBytes = 64
+    /// `android_channel_id`: as the app section's `android_channel_id`.
+    static let maxChannelIDBytes = 128
 }
 
 extension HeraldService {
@@ -66,11 +73,13 @@ extension HeraldService {
         let wait = try p.bool("wait") ?? false
         let timeout = try p.int("timeout_ms", range: 0...PushLimits.maxWaitMs)
         if timeout != nil && !wait { throw p.invalid("timeout_ms", "requires wait: true") }
+        let presentation = try Self.presentation(&p, kind: kind)
         try p.finish()
 
-        let message = PushMessage(
+        var message = PushMessage(
             kind: kind, data: data, alert: alert, badge: badge, badgePerUser: badges, collapseKey: collapseKey,
             priority: priority, ttlSeconds: ttl)
+        presentation.apply(to: &message)
         try checkPayloads(message, runtime)
         guard let scheduler = delivery?.scheduler else {
             throw RPCError(.overloaded("delivery is not running", retryAfterMs: 1000))
@@ -108,6 +117,64 @@ extension HeraldService {
                 reply(.failure(.storeUnavailable))
             }
         }
+    }
+
+    /// The graded-intrusiveness params of `push.send`, checked.
+    struct Presentation {
+        var interruptionLevel: InterruptionLevel?
+        var relevanceScore: Double?
+        var threadID: String?
+        var category: String?
+        var androidChannelID: String?
+
+        func apply(to m: inout PushMessage) {
+            m.interruptionLevel = interruptionLevel
+            m.relevanceScore = relevanceScore
+            m.threadID = threadID
+            m.category = category
+            m.androidChannelID = androidChannelID
+        }
+    }
+
+    /// `interruption_level`, `relevance_score`, `thread_id`, `category` and
+    /// `android_channel_id`: for `kind: notification` only (a background push,
+    /// a call ring and a data-only FCM message show nothing they could shape).
+    static func presentation(_ p: inout ParamReader, kind: PushKind) throws(RPCError) -> Presentation {
+        var out = Presentation()
+        out.interruptionLevel = try p.enumeration(
+            "interruption_level", allowed: InterruptionLevel.allCases.map(\.rawValue)
+        ).flatMap(InterruptionLevel.init(rawValue:))
+        // Written without an exponent: a score is a plain decimal, and
+        // 4.9e-324 or 1e-400 are more likely a bug than a score.
+        switch p.value("relevance_score") {
+        case nil, .null?: break
+        case .number(let n)?
+        where !n.text.utf8.contains(where: { $0 == UInt8(ascii: "e") || $0 == UInt8(ascii: "E") })
+            && (0...1).contains(n.double):
+            out.relevanceScore = n.double
+        default: throw p.invalid("relevance_score", "must be a number from 0 to 1, written without an exponent")
+        }
+        func label(_ name: String, maxBytes: Int) throws(RPCError) -> String? {
+            guard let text = try p.string(name, maxBytes: maxBytes) else { return nil }
+            if text.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }) {
+                throw p.invalid(name, "must not contain control characters")
+            }
+            return text
+        }
+        out.threadID = try label("thread_id", maxBytes: PushLimits.maxThreadIDBytes)
+        out.category = try label("category", maxBytes: PushLimits.maxCategoryBytes)
+        out.androidChannelID = try label("android_channel_id", maxBytes: PushLimits.maxChannelIDBytes)
+        if kind != .notification {
+            let given: [(String, Bool)] = [
+                ("interruption_level", out.interruptionLevel != nil), ("relevance_score", out.relevanceScore != nil),
+                ("thread_id", out.threadID != nil), ("category", out.category != nil),
+                ("android_channel_id", out.androidChannelID != nil),
+            ]
+            if let first = given.first(where: { $0.1 }) {
+                throw p.invalid(first.0, "is only for kind notification")
+            }
+        }
+        return out
     }
 
     static func isDeviceID(_ id: String) -> Bool {

@@ -148,7 +148,7 @@ struct PostgresRegistry {
                 .optional(r.environment?.rawValue), .bytes(binding), .text(tokenHash), .bytes(sealed.token),
                 sealed.keys, Self.bytes(r.name), Self.bytes(r.appVersion),
                 r.session.map { .bytes(Identity.sessionHash($0)) } ?? .null, Self.bytes(r.registrationID),
-                .optional(r.version), .int(now),
+                .optional(r.version), .int(now), .optional(r.platform.hasEnvironment ? r.bundleID : nil),
             ])
         let evicted = try evict(c, app: r.app, user: r.user, keep: deviceCap)
         return RegistrationOutcome(
@@ -167,7 +167,8 @@ struct PostgresRegistry {
                 .text(id), .text(r.platform.rawValue), .optional(r.environment?.rawValue), .bytes(binding),
                 .text(tokenHash), .bytes(sealed.token), sealed.keys, Self.bytes(r.name), Self.bytes(r.appVersion),
                 r.session.map { .bytes(Identity.sessionHash($0)) } ?? .null, Self.bytes(r.registrationID),
-                .optional(r.version), .int(now), .text(deviceID),
+                .optional(r.version), .int(now), .text(deviceID), .int(r.platform.hasEnvironment ? 1 : 0),
+                .optional(r.bundleID),
             ])
     }
 
@@ -240,7 +241,8 @@ struct PostgresRegistry {
                 name: try Self.optionalString(r, 3), appVersion: try Self.optionalString(r, 4),
                 tokenHash: try r.text(5),
                 createdAt: try r.int64(6), registeredAt: try r.int64(7), lastSuccessAt: try r.optionalInt64(8),
-                lastFailureAt: try r.optionalInt64(9), lastFailureReason: try r.optionalText(10))
+                lastFailureAt: try r.optionalInt64(9), lastFailureReason: try r.optionalText(10),
+                bundleID: try r.optionalText(11))
         }
     }
 
@@ -283,8 +285,9 @@ struct PostgresRegistry {
             sql: """
                 INSERT INTO devices (device_id, app, user_name, platform, environment, binding_hash, token_hash,
                     token_sealed, keys_sealed, name, app_version, session_hash, registration_id, version,
-                    created_at, registered_at, registered_seq)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, nextval('registration_seq'))
+                    created_at, registered_at, registered_seq, bundle_id)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, nextval('registration_seq'),
+                    $16)
                 """)
         static let updateDevice = PostgresStatement(
             name: "reg_update",
@@ -293,7 +296,8 @@ struct PostgresRegistry {
                     token_sealed = $6, keys_sealed = $7, name = COALESCE($8, name),
                     app_version = COALESCE($9, app_version), session_hash = COALESCE($10, session_hash),
                     registration_id = COALESCE($11, registration_id), version = COALESCE($12, version),
-                    registered_at = $13, registered_seq = nextval('registration_seq')
+                    registered_at = $13, registered_seq = nextval('registration_seq'),
+                    bundle_id = CASE WHEN $15::bigint = 1 THEN COALESCE($16::text, bundle_id) END
                 WHERE device_id = $14
                 """)
         static let evict = PostgresStatement(
@@ -309,7 +313,7 @@ struct PostgresRegistry {
             name: "reg_list",
             sql: """
                 SELECT device_id, platform, environment, name, app_version, token_hash, created_at, registered_at,
-                    last_success_at, last_failure_at, last_failure_reason
+                    last_success_at, last_failure_at, last_failure_reason, bundle_id
                 FROM devices WHERE app = $1 AND user_name = $2 ORDER BY registered_seq DESC
                 """)
     }
