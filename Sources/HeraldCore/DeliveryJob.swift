@@ -22,11 +22,14 @@ public struct DeliveryJob: Sendable {
     public let expiresAt: Int64
     /// Attempts made before this one (0 for the first send).
     public let previousAttempts: Int
+    /// Web Push: the VAPID public key (base64url) the subscription was made
+    /// with, as `device.register` recorded it; nil: the app's current key.
+    public let serverKey: String?
 
     public init(
         deliveryID: Int64, messageID: String, app: String, deviceID: String, user: String, platform: Platform,
         environment: APNsEnvironment?, token: String, keys: WebPushKeys?, tokenHash: String, registeredAt: Int64,
-        message: PushMessage, acceptedAt: Int64, expiresAt: Int64, previousAttempts: Int
+        message: PushMessage, acceptedAt: Int64, expiresAt: Int64, previousAttempts: Int, serverKey: String? = nil
     ) {
         self.deliveryID = deliveryID
         self.messageID = messageID
@@ -43,6 +46,7 @@ public struct DeliveryJob: Sendable {
         self.acceptedAt = acceptedAt
         self.expiresAt = expiresAt
         self.previousAttempts = previousAttempts
+        self.serverKey = serverKey
     }
 }
 

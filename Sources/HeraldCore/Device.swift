@@ -40,11 +40,15 @@ public struct Registration: Sendable {
     public var session: String?
     public var registrationID: String?
     public var version: Int64?
+    /// Web Push only: the VAPID public key (base64url, uncompressed P-256)
+    /// the subscription was made with; stored as given (nil: not recorded,
+    /// taken as the app's current key).
+    public var serverKey: String?
 
     public init(
         app: String, user: String, platform: Platform, environment: APNsEnvironment?,
         token: String, keys: WebPushKeys? = nil, name: String? = nil, appVersion: String? = nil,
-        session: String? = nil, registrationID: String? = nil, version: Int64? = nil
+        session: String? = nil, registrationID: String? = nil, version: Int64? = nil, serverKey: String? = nil
     ) {
         self.app = app
         self.user = user
@@ -57,6 +61,7 @@ public struct Registration: Sendable {
         self.session = session
         self.registrationID = registrationID
         self.version = version
+        self.serverKey = serverKey
     }
 }
 

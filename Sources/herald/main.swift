@@ -12,7 +12,7 @@ let usage = """
       herald call METHOD [JSON-PARAMS]
       herald register --user U --platform apns|apns_voip|fcm|web --token T [--environment E]
                       [--p256dh B64 --auth B64] [--name N] [--app-version V] [--session S]
-                      [--registration-id R --version N] [--app A]
+                      [--registration-id R --version N] [--application-server-key B64] [--app A]
       herald devices USER [--app A]
       herald send (--user U ... | --device ID ...) [--kind K] [--data KEY=VALUE ...] [--badge N]
                   [--loc-key K] [--collapse-key K] [--priority P] [--ttl S] [--idempotency-key K]

@@ -148,7 +148,7 @@ struct PostgresRegistry {
                 .optional(r.environment?.rawValue), .bytes(binding), .text(tokenHash), .bytes(sealed.token),
                 sealed.keys, Self.bytes(r.name), Self.bytes(r.appVersion),
                 r.session.map { .bytes(Identity.sessionHash($0)) } ?? .null, Self.bytes(r.registrationID),
-                .optional(r.version), .int(now),
+                .optional(r.version), .int(now), .optional(Registry.serverKey(r)),
             ])
         let evicted = try evict(c, app: r.app, user: r.user, keep: deviceCap)
         return RegistrationOutcome(
@@ -167,7 +167,7 @@ struct PostgresRegistry {
                 .text(id), .text(r.platform.rawValue), .optional(r.environment?.rawValue), .bytes(binding),
                 .text(tokenHash), .bytes(sealed.token), sealed.keys, Self.bytes(r.name), Self.bytes(r.appVersion),
                 r.session.map { .bytes(Identity.sessionHash($0)) } ?? .null, Self.bytes(r.registrationID),
-                .optional(r.version), .int(now), .text(deviceID),
+                .optional(r.version), .int(now), .text(deviceID), .optional(Registry.serverKey(r)),
             ])
     }
 
@@ -260,6 +260,22 @@ struct PostgresRegistry {
         return out
     }
 
+    /// See ``Registry/webSubscriptionsByKey()``.
+    func webSubscriptionsByKey(_ c: PostgresConnection) throws -> [ServerKeyCount] {
+        try c.execute("SELECT app, server_key, count(*) FROM devices WHERE platform = 'web' GROUP BY app, server_key")
+            .rows.map { r in
+                ServerKeyCount(app: try r.text(0), serverKey: try r.optionalText(1), count: Int(try r.int64(2)))
+            }
+    }
+
+    /// See ``Registry/recordServerKey(app:key:)``.
+    func recordServerKey(_ c: PostgresConnection, app: String, key: String) throws -> Int {
+        try c.execute(
+            "UPDATE devices SET server_key = $1 WHERE app = $2 AND platform = 'web' AND server_key IS NULL",
+            [.text(key), .text(app)]
+        ).affectedRows
+    }
+
     func expireTombstones(_ c: PostgresConnection, now: Int64) throws {
         try c.execute("DELETE FROM tombstones WHERE created_at < $1", [.int(now - Self.tombstoneLifetimeMs)])
     }
@@ -283,8 +299,9 @@ struct PostgresRegistry {
             sql: """
                 INSERT INTO devices (device_id, app, user_name, platform, environment, binding_hash, token_hash,
                     token_sealed, keys_sealed, name, app_version, session_hash, registration_id, version,
-                    created_at, registered_at, registered_seq)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, nextval('registration_seq'))
+                    created_at, registered_at, registered_seq, server_key)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, nextval('registration_seq'),
+                    $16)
                 """)
         static let updateDevice = PostgresStatement(
             name: "reg_update",
@@ -293,7 +310,7 @@ struct PostgresRegistry {
                     token_sealed = $6, keys_sealed = $7, name = COALESCE($8, name),
                     app_version = COALESCE($9, app_version), session_hash = COALESCE($10, session_hash),
                     registration_id = COALESCE($11, registration_id), version = COALESCE($12, version),
-                    registered_at = $13, registered_seq = nextval('registration_seq')
+                    registered_at = $13, registered_seq = nextval('registration_seq'), server_key = $15
                 WHERE device_id = $14
                 """)
         static let evict = PostgresStatement(
