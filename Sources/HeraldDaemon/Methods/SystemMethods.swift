@@ -176,8 +176,9 @@ extension HeraldService {
     }
 
     /// `reply` with `web_subscriptions_by_key` added to a successful
-    /// `system.stats` result: per app (those in `only`, or every app), the
-    /// app's Web Push subscriptions per VAPID public key they were made with.
+    /// `system.stats` result: per app (those in `only`, or every app; `{}`
+    /// for one without Web Push), the app's Web Push subscriptions per VAPID
+    /// public key they were made with.
     /// The app's current and previous keys are always listed (0 when none is
     /// left: the previous key may be dropped); subscriptions that record no
     /// key count with the current key (they are sent with it), or under
@@ -208,7 +209,8 @@ extension HeraldService {
     static func webSubscriptionsByKey(_ counts: [ServerKeyCount], _ configured: [String: [String]]) -> JSONObject {
         var byApp: [String: [String: Int]] = [:]
         for (app, keys) in configured {
-            for key in keys { byApp[app, default: [:]][key] = 0 }
+            byApp[app] = [:]
+            for key in keys { byApp[app]![key] = 0 }
         }
         for c in counts where configured[c.app] != nil {
             let key = c.serverKey ?? configured[c.app]!.first ?? "unrecorded"
