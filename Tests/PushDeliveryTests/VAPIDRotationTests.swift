@@ -171,6 +171,38 @@ extension PushDelivery {
         }
 
         @Test(
+            "subscriptions registered before keys were recorded get the current key at the next start, and keep it through a rotation"
+        )
+        func unrecordedGetTheCurrentKey() async throws {
+            try await withHarness(transports: ["fcm"]) { h in
+                let old = ProviderKeys.shared.vapid
+                let new = try P256PrivateKey.generate()
+                // No VAPID key yet: the registration records none (as one made before keys were recorded).
+                let s = try await h.subscription(vapidKey: old.publicKeyBase64URL)
+                try Self.register(h, "before", s, key: nil)
+                #expect(try Self.byKey(h) == ["unrecorded": 1])
+
+                #expect(h.daemon.stop() == 0)
+                let text = try String(contentsOfFile: h.daemon.configPath, encoding: .utf8)
+                try text.replacingOccurrences(
+                    of: "fcm_credentials = ",
+                    with: "\(PushHarness.credentials(h.keysDir, ["web"]))\nfcm_credentials = "
+                ).write(toFile: h.daemon.configPath, atomically: true, encoding: .utf8)
+                try h.daemon.start()
+                #expect(h.daemon.waitForLog("web_subscription_keys_recorded"), "\(h.daemon.log(tail: 20))")
+                #expect(try Self.byKey(h) == [old.publicKeyBase64URL: 1])
+
+                // Recorded, not merely counted as current: after a rotation it stays under the old key and is signed with it.
+                try Self.rotate(h, current: new, previous: old, reload: 1)
+                #expect(try Self.byKey(h) == [old.publicKeyBase64URL: 1, new.publicKeyBase64URL: 0])
+                let r = try h.sendAndWait(["to": ["users": ["before"]]])
+                #expect(counts(r)["delivered"] == 1, "\(r)")
+                let record = try await Self.lastRecord(h, s)
+                #expect((record["vapid"] as? [String: Any])?["k"] as? String == old.publicKeyBase64URL)
+            }
+        }
+
+        @Test(
             "device.register refuses an application_server_key that is not the current or previous key, malformed, or for another platform; nothing is stored"
         )
         func badServerKey() async throws {
