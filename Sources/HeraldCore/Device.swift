@@ -43,11 +43,16 @@ public struct Registration: Sendable {
     /// APNs platforms only: one of the app's `apns_topics` (the base id for
     /// `apns_voip` too); nil keeps the stored one, or the app's default.
     public var bundleID: String?
+    /// Web Push only: the VAPID public key (base64url, uncompressed P-256)
+    /// the subscription was made with; stored as given (nil: not recorded,
+    /// taken as the app's current key).
+    public var serverKey: String?
 
     public init(
         app: String, user: String, platform: Platform, environment: APNsEnvironment?,
         token: String, keys: WebPushKeys? = nil, name: String? = nil, appVersion: String? = nil,
-        session: String? = nil, registrationID: String? = nil, version: Int64? = nil, bundleID: String? = nil
+        session: String? = nil, registrationID: String? = nil, version: Int64? = nil, bundleID: String? = nil,
+        serverKey: String? = nil
     ) {
         self.app = app
         self.user = user
@@ -61,6 +66,7 @@ public struct Registration: Sendable {
         self.registrationID = registrationID
         self.version = version
         self.bundleID = bundleID
+        self.serverKey = serverKey
     }
 }
 

@@ -56,6 +56,13 @@ public protocol DeliveryStore: AnyObject, Sendable {
     /// Devices per app and platform.
     func deviceCountsByApp(completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void)
 
+    /// Web Push subscriptions per app and recorded VAPID public key.
+    func webSubscriptionsByKey(completion: @escaping @Sendable (Result<[ServerKeyCount], any Error>) -> Void)
+
+    /// Records `key` as the VAPID key of the app's Web Push devices that
+    /// record none (registered before Herald recorded keys); answers how many.
+    func recordServerKey(app: String, key: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
+
     // MARK: Delivery queue
 
     /// Commits a message and its deliveries (or finds it by idempotency key).

@@ -149,7 +149,7 @@ final class Queue {
                     deliveryID: p.id, messageID: messageID, app: e.app, deviceID: t.deviceID, user: t.user,
                     platform: t.platform, environment: t.environment, token: secrets.token, keys: secrets.keys,
                     tokenHash: t.tokenHash, registeredAt: t.registeredAt, message: message, acceptedAt: now,
-                    expiresAt: expires, previousAttempts: 0, bundleID: t.bundleID))
+                    expiresAt: expires, previousAttempts: 0, bundleID: t.bundleID, serverKey: t.serverKey))
             if let early, jobs.count >= earlyChunk {
                 early(Claim(jobs: jobs, finished: [], batchSizes: sentEarly ? [:] : sizes, nextDueAt: nil))
                 sentEarly = true
@@ -245,6 +245,7 @@ final class Queue {
         let keysSealed: [UInt8]?
         let registeredAt: Int64
         let bundleID: String?
+        let serverKey: String?
     }
 
     /// The app's devices of the named users, or the named devices of the app
@@ -261,7 +262,7 @@ final class Queue {
                         deviceID: id, user: stmt.text(1), platform: platform, tokenHash: stmt.text(3),
                         environment: stmt.optionalText(4).flatMap(APNsEnvironment.init(rawValue:)),
                         tokenSealed: stmt.blob(5), keysSealed: stmt.isNull(6) ? nil : stmt.blob(6),
-                        registeredAt: stmt.int64(7), bundleID: stmt.optionalText(8)))
+                        registeredAt: stmt.int64(7), bundleID: stmt.optionalText(8), serverKey: stmt.optionalText(9)))
             }
         }
         switch recipients {
@@ -274,7 +275,7 @@ final class Queue {
             let stmt = try db.statement(
                 """
                 SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at,
-                    bundle_id
+                    bundle_id, server_key
                 FROM devices WHERE app = ? AND user IN (SELECT value FROM json_each(?)) ORDER BY user, registered_seq
                 """)
             try stmt.bind(.text(app), .text(Self.jsonTextList(plain)))
@@ -283,7 +284,7 @@ final class Queue {
                 let one = try db.statement(
                     """
                     SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at,
-                        bundle_id
+                        bundle_id, server_key
                     FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq
                     """)
                 try one.bind(.text(app), .text(user))
@@ -292,8 +293,10 @@ final class Queue {
         case .devices(let ids):
             for id in ids {
                 let stmt = try db.statement(
-                    "SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at, bundle_id FROM devices WHERE app = ? AND device_id = ?"
-                )
+                    """
+                    SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at,
+                        bundle_id, server_key FROM devices WHERE app = ? AND device_id = ?
+                    """)
                 try stmt.bind(.text(app), .text(id))
                 try collect(stmt)
             }
@@ -393,7 +396,7 @@ final class Queue {
         let select = """
             SELECT d.delivery_id, d.message_id, m.app, d.device_id, d.user, d.platform, d.attempts, m.expires_at,
                 m.payload, v.environment, v.token_sealed, v.keys_sealed, v.token_hash, v.registered_at, m.created_at,
-                v.bundle_id
+                v.bundle_id, v.server_key
             FROM deliveries d JOIN messages m ON m.message_id = d.message_id
             LEFT JOIN devices v ON v.device_id = d.device_id
             WHERE d.state IN ('queued', 'retrying') AND d.next_attempt_at <= ?
@@ -476,7 +479,8 @@ final class Queue {
                         token: secrets.token, keys: secrets.keys, tokenHash: stmt.text(12),
                         registeredAt: stmt.int64(13), message: message, acceptedAt: stmt.int64(14),
                         expiresAt: expiresAt,
-                        previousAttempts: Int(stmt.int64(6)), bundleID: stmt.optionalText(15)))
+                        previousAttempts: Int(stmt.int64(6)), bundleID: stmt.optionalText(15),
+                        serverKey: stmt.optionalText(16)))
             }
         }
         // Batch sizes before anything changes state, so that every delivery

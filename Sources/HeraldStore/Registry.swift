@@ -128,25 +128,33 @@ final class Registry {
             """
             INSERT INTO devices (device_id, app, user, platform, environment, binding_hash, token_hash,
                 token_sealed, keys_sealed, name, app_version, session_hash, registration_id, version,
-                created_at, registered_at, registered_seq, bundle_id)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                created_at, registered_at, registered_seq, bundle_id, server_key)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """
         ).bind(
             .text(deviceID), .text(r.app), .text(r.user), .text(r.platform.rawValue),
             .optional(r.environment?.rawValue), .blob(binding), .text(tokenHash), .blob(sealed.token), sealed.keys,
             .optional(r.name), .optional(r.appVersion), r.session.map { .blob(Identity.sessionHash($0)) } ?? .null,
             .optional(r.registrationID), .optional(r.version), .int(now), .int(now), .int(nextSequence()),
-            .optional(r.platform.hasEnvironment ? r.bundleID : nil)
+            .optional(r.platform.hasEnvironment ? r.bundleID : nil), .optional(Self.serverKey(r))
         ).run()
         let evicted = try evict(app: r.app, user: r.user, keep: deviceCap)
         return RegistrationOutcome(
             deviceID: deviceID, tokenHash: tokenHash, created: true, reclaimed: reclaimed, evicted: evicted)
     }
 
+    /// The VAPID key a row records: a Web Push registration's, as given
+    /// (every refresh writes it again: a subscription made anew may have been
+    /// made under another key); NULL for the other platforms.
+    static func serverKey(_ r: Registration) -> String? {
+        r.platform == .web ? r.serverKey : nil
+    }
+
     /// Refreshes a row in place: the binding and every field the call gives;
     /// a field left out keeps its stored value. Web Push keys always follow
-    /// the platform (a move away from web drops them), and so does the
-    /// bundle id (a move away from APNs drops it). With `newID` the row
+    /// the platform (a move away from web drops them), and so does the VAPID
+    /// key the subscription was made with; the bundle id follows the platform
+    /// too (a move away from APNs drops it). With `newID` the row
     /// is re-keyed, and its secrets re-sealed under the new id.
     private func update(
         _ deviceID: String, with r: Registration, binding: [UInt8], tokenHash: String, now: Int64,
@@ -161,7 +169,7 @@ final class Registry {
                 app_version = COALESCE(?, app_version), session_hash = COALESCE(?, session_hash),
                 registration_id = COALESCE(?, registration_id), version = COALESCE(?, version),
                 registered_at = ?, registered_seq = ?,
-                bundle_id = CASE WHEN ? = 1 THEN COALESCE(?, bundle_id) END
+                bundle_id = CASE WHEN ? = 1 THEN COALESCE(?, bundle_id) END, server_key = ?
             WHERE device_id = ?
             """
         ).bind(
@@ -169,7 +177,7 @@ final class Registry {
             .text(tokenHash), .blob(sealed.token), sealed.keys, .optional(r.name), .optional(r.appVersion),
             r.session.map { .blob(Identity.sessionHash($0)) } ?? .null, .optional(r.registrationID),
             .optional(r.version), .int(now), .int(nextSequence()), .int(r.platform.hasEnvironment ? 1 : 0),
-            .optional(r.bundleID), .text(deviceID)
+            .optional(r.bundleID), .optional(Self.serverKey(r)), .text(deviceID)
         ).run()
     }
 
@@ -277,6 +285,26 @@ final class Registry {
             if let p = Platform(rawValue: stmt.text(1)) { out[stmt.text(0), default: [:]][p] = Int(stmt.int64(2)) }
         }
         return out
+    }
+
+    /// Web Push subscriptions per app and recorded VAPID key (nil: not
+    /// recorded), for `system.stats`.
+    func webSubscriptionsByKey() throws(StoreError) -> [ServerKeyCount] {
+        let stmt = try db.statement(
+            "SELECT app, server_key, count(*) FROM devices WHERE platform = 'web' GROUP BY app, server_key")
+        var out: [ServerKeyCount] = []
+        while try stmt.step() {
+            out.append(ServerKeyCount(app: stmt.text(0), serverKey: stmt.optionalText(1), count: Int(stmt.int64(2))))
+        }
+        return out
+    }
+
+    /// Records `key` on the app's Web Push devices that record none (those
+    /// registered before Herald recorded keys); answers how many.
+    func recordServerKey(app: String, key: String) throws(StoreError) -> Int {
+        try db.statement("UPDATE devices SET server_key = ? WHERE app = ? AND platform = 'web' AND server_key IS NULL")
+            .bind(.text(key), .text(app)).run()
+        return db.changes
     }
 
     /// Drops tombstones older than their lifetime.

@@ -307,6 +307,18 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
         submit(durable: false, { t, _ in try t.registry.deviceCountsByApp() }, completion)
     }
 
+    public func webSubscriptionsByKey(
+        completion: @escaping @Sendable (Result<[ServerKeyCount], any Error>) -> Void
+    ) {
+        read({ t in try t.registry.webSubscriptionsByKey() }, completion)
+    }
+
+    public func recordServerKey(
+        app: String, key: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    ) {
+        submit({ t, _ in try t.registry.recordServerKey(app: app, key: key) }, completion)
+    }
+
     /// Deliveries waiting and in flight, per app.
     public func queueDepthByApp(completion: @escaping @Sendable (Result<[String: QueueDepth], any Error>) -> Void) {
         submit(durable: false, { t, _ in try t.queue.depthByApp() }, completion)

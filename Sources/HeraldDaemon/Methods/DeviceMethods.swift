@@ -59,13 +59,20 @@ extension HeraldService {
             throw p.invalid("version", "is required with registration_id")
         }
         let bundleID = try Self.bundleID(&p, platform: platform, topics: runtime.config.apnsBundleIDs)
+        let serverKeyText = try p.string("application_server_key", maxBytes: 128)
+        var serverKey: String?
+        if platform == .web {
+            serverKey = try Self.applicationServerKey(serverKeyText, vapid: runtime.credentials.webPush.value, p)
+        } else if serverKeyText != nil {
+            throw p.invalid("application_server_key", "is only for web")
+        }
         try p.finish()
         try limit(registerLimiter, app: runtime.config.name, user: user)
 
         let registration = Registration(
             app: runtime.config.name, user: user, platform: platform, environment: environment, token: token,
             keys: keys, name: name, appVersion: appVersion, session: session, registrationID: registrationID,
-            version: version.map(Int64.init), bundleID: bundleID)
+            version: version.map(Int64.init), bundleID: bundleID, serverKey: serverKey)
         let cap = runtime.config.deviceCap
         let store = self.store
         let done = finish(reply) { (o: RegistrationOutcome) -> JSON in
@@ -157,6 +164,37 @@ extension HeraldService {
         }
         guard auth.count == 16 else { throw k.invalid("auth", "must be 16 bytes") }
         return WebPushKeys(p256dh: p256dh, auth: auth)
+    }
+
+    /// The VAPID public key a Web Push subscription records: the one given
+    /// (the subscription's `applicationServerKey`), which must be the app's
+    /// current or previous key, else the current one. Stored as the key itself
+    /// in canonical base64url (as `vapid.public_key` gives it), not as "the
+    /// current key": a later rotation must not move the subscription to the
+    /// new key. nil only when the app has no VAPID key and none was given.
+    static func applicationServerKey(
+        _ text: String?, vapid: VAPIDCredentials?, _ p: ParamReader
+    ) throws(RPCError) -> String? {
+        guard let text else { return vapid?.publicKey }
+        let canonical: String
+        do {
+            let raw = try Base64URL.decode(text)
+            try P256.checkPublicKey(raw)
+            canonical = Base64URL.encode(raw)
+        } catch {
+            throw p.invalid("application_server_key", Self.keyReason(error))
+        }
+        guard let vapid else {
+            throw p.invalid("application_server_key", "web push is disabled for this app (no vapid_key)")
+        }
+        guard vapid.acceptedPublicKeys.contains(canonical) else {
+            throw p.invalid(
+                "application_server_key",
+                vapid.previousPublicKey == nil
+                    ? "is not the app's VAPID public key (vapid.public_key)"
+                    : "is neither the app's current VAPID public key (vapid.public_key) nor its previous one")
+        }
+        return canonical
     }
 
     static func keyReason(_ error: CryptoError) -> String {

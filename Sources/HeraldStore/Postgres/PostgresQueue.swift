@@ -200,7 +200,7 @@ final class PostgresQueue: @unchecked Sendable {
                     deliveryID: deliveryID, messageID: messageID, app: e.app, deviceID: t.deviceID, user: t.user,
                     platform: t.platform, environment: t.environment, token: secrets.token, keys: secrets.keys,
                     tokenHash: t.tokenHash, registeredAt: t.registeredAt, message: message, acceptedAt: now,
-                    expiresAt: expires, previousAttempts: 0, bundleID: t.bundleID))
+                    expiresAt: expires, previousAttempts: 0, bundleID: t.bundleID, serverKey: t.serverKey))
         }
         if queuedLeft { try notify(c) }
         lock.withLock { pendingBound += devices }
@@ -237,6 +237,7 @@ final class PostgresQueue: @unchecked Sendable {
         let keysSealed: [UInt8]?
         let registeredAt: Int64
         let bundleID: String?
+        let serverKey: String?
     }
 
     private func resolve(_ c: PostgresConnection, _ recipients: Recipients, app: String) throws -> [PostgresTarget] {
@@ -258,7 +259,7 @@ final class PostgresQueue: @unchecked Sendable {
                     deviceID: id, user: try PostgresRegistry.string(r, 1), platform: platform, tokenHash: try r.text(3),
                     environment: try r.optionalText(4).flatMap(APNsEnvironment.init(rawValue:)),
                     tokenSealed: try r.bytes(5), keysSealed: try r.optionalBytes(6), registeredAt: try r.int64(7),
-                    bundleID: try r.optionalText(8)))
+                    bundleID: try r.optionalText(8), serverKey: try r.optionalText(9)))
         }
         return out
     }
@@ -409,7 +410,8 @@ final class PostgresQueue: @unchecked Sendable {
                     environment: try r.optionalText(9).flatMap(APNsEnvironment.init(rawValue:)),
                     token: secrets.token, keys: secrets.keys, tokenHash: try r.text(12), registeredAt: try r.int64(13),
                     message: message, acceptedAt: try r.int64(14), expiresAt: expiresAt,
-                    previousAttempts: Int(try r.int64(6)), bundleID: try r.optionalText(15)))
+                    previousAttempts: Int(try r.int64(6)), bundleID: try r.optionalText(15),
+                    serverKey: try r.optionalText(16)))
         }
         var sizes: [BatchKey: Int] = [:]
         var touched: [String] = []
@@ -633,14 +635,14 @@ final class PostgresQueue: @unchecked Sendable {
             name: "q_resolve_users",
             sql: """
                 SELECT device_id, user_name, platform, token_hash, environment, token_sealed, keys_sealed, registered_at,
-                    bundle_id
+                    bundle_id, server_key
                 FROM devices WHERE app = $1 AND user_name = ANY($2::bytea[]) ORDER BY user_name, registered_seq
                 """)
         static let resolveDevices = PostgresStatement(
             name: "q_resolve_devices",
             sql: """
                 SELECT v.device_id, v.user_name, v.platform, v.token_hash, v.environment, v.token_sealed, v.keys_sealed,
-                    v.registered_at, v.bundle_id
+                    v.registered_at, v.bundle_id, v.server_key
                 FROM unnest($2::text[]) WITH ORDINALITY AS n(id, i) JOIN devices v ON v.device_id = n.id AND v.app = $1
                 ORDER BY n.i
                 """)
@@ -661,7 +663,7 @@ final class PostgresQueue: @unchecked Sendable {
         static let claimColumns = """
             SELECT d.delivery_id, d.message_id, d.app, d.device_id, d.user_name, d.platform, d.attempts, m.expires_at,
                 m.payload, v.environment, v.token_sealed, v.keys_sealed, v.token_hash, v.registered_at, m.created_at,
-                v.bundle_id
+                v.bundle_id, v.server_key
             FROM picked p JOIN deliveries d ON d.delivery_id = p.delivery_id
             JOIN messages m ON m.message_id = d.message_id
             LEFT JOIN devices v ON v.device_id = d.device_id

@@ -149,6 +149,7 @@ struct PostgresRegistry {
                 sealed.keys, Self.bytes(r.name), Self.bytes(r.appVersion),
                 r.session.map { .bytes(Identity.sessionHash($0)) } ?? .null, Self.bytes(r.registrationID),
                 .optional(r.version), .int(now), .optional(r.platform.hasEnvironment ? r.bundleID : nil),
+                .optional(Registry.serverKey(r)),
             ])
         let evicted = try evict(c, app: r.app, user: r.user, keep: deviceCap)
         return RegistrationOutcome(
@@ -168,7 +169,7 @@ struct PostgresRegistry {
                 .text(tokenHash), .bytes(sealed.token), sealed.keys, Self.bytes(r.name), Self.bytes(r.appVersion),
                 r.session.map { .bytes(Identity.sessionHash($0)) } ?? .null, Self.bytes(r.registrationID),
                 .optional(r.version), .int(now), .text(deviceID), .int(r.platform.hasEnvironment ? 1 : 0),
-                .optional(r.bundleID),
+                .optional(r.bundleID), .optional(Registry.serverKey(r)),
             ])
     }
 
@@ -262,6 +263,22 @@ struct PostgresRegistry {
         return out
     }
 
+    /// See ``Registry/webSubscriptionsByKey()``.
+    func webSubscriptionsByKey(_ c: PostgresConnection) throws -> [ServerKeyCount] {
+        try c.execute("SELECT app, server_key, count(*) FROM devices WHERE platform = 'web' GROUP BY app, server_key")
+            .rows.map { r in
+                ServerKeyCount(app: try r.text(0), serverKey: try r.optionalText(1), count: Int(try r.int64(2)))
+            }
+    }
+
+    /// See ``Registry/recordServerKey(app:key:)``.
+    func recordServerKey(_ c: PostgresConnection, app: String, key: String) throws -> Int {
+        try c.execute(
+            "UPDATE devices SET server_key = $1 WHERE app = $2 AND platform = 'web' AND server_key IS NULL",
+            [.text(key), .text(app)]
+        ).affectedRows
+    }
+
     func expireTombstones(_ c: PostgresConnection, now: Int64) throws {
         try c.execute("DELETE FROM tombstones WHERE created_at < $1", [.int(now - Self.tombstoneLifetimeMs)])
     }
@@ -285,9 +302,9 @@ struct PostgresRegistry {
             sql: """
                 INSERT INTO devices (device_id, app, user_name, platform, environment, binding_hash, token_hash,
                     token_sealed, keys_sealed, name, app_version, session_hash, registration_id, version,
-                    created_at, registered_at, registered_seq, bundle_id)
+                    created_at, registered_at, registered_seq, bundle_id, server_key)
                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, nextval('registration_seq'),
-                    $16)
+                    $16, $17)
                 """)
         static let updateDevice = PostgresStatement(
             name: "reg_update",
@@ -297,7 +314,7 @@ struct PostgresRegistry {
                     app_version = COALESCE($9, app_version), session_hash = COALESCE($10, session_hash),
                     registration_id = COALESCE($11, registration_id), version = COALESCE($12, version),
                     registered_at = $13, registered_seq = nextval('registration_seq'),
-                    bundle_id = CASE WHEN $15::bigint = 1 THEN COALESCE($16::text, bundle_id) END
+                    bundle_id = CASE WHEN $15::bigint = 1 THEN COALESCE($16::text, bundle_id) END, server_key = $17
                 WHERE device_id = $14
                 """)
         static let evict = PostgresStatement(
