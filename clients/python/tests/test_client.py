@@ -9,10 +9,12 @@ a daemon restart costs an idle client nothing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
 import os
+import socket
 import sqlite3
 import threading
 import time
@@ -97,12 +99,83 @@ def test_the_daemon_serves_the_methods_the_client_has(daemon):
 
 # ----------------------------------------------------------------------------- calls
 
-def test_register_list_unregister_and_only_given_arguments_are_sent(daemon):
+class RecordingRelay:
+    """A Unix socket in front of the daemon's that passes bytes both ways unchanged and keeps
+    what the client wrote: the requests as they went on the wire."""
+
+    def __init__(self, target: str, path: str) -> None:
+        self.target, self.path = target, path
+        self.sent: list[bytearray] = []  # per connection, in the order they were accepted
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(path)
+        self._listener.listen(4)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def requests(self) -> list[dict]:
+        return [json.loads(line) for sent in self.sent for line in bytes(sent).splitlines() if line.strip()]
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            daemon.connect(self.target)
+            self.sent.append(bytearray())
+            threading.Thread(target=self._pipe, args=(client, daemon, self.sent[-1]), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(daemon, client, None), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, record: bytearray | None) -> None:
+        try:
+            while data := src.recv(65536):
+                if record is not None:
+                    record += data
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+
+def test_only_the_arguments_given_are_sent(daemon, tmp_path):
+    relay = RecordingRelay(daemon.socket, str(tmp_path / "relay.sock"))
+    try:
+        with Client(relay.path) as herald:
+            herald.device_register(user="c-wire", platform="fcm", token="c-wire-1", name=None, version=None)
+            herald.push_send(to={"users": ["c-wire"]}, ttl=0, data={})
+            herald.system_health()
+            herald.notify("device.list", {"user": "c-wire"})
+        with Client(relay.path, app="default") as herald:
+            herald.device_list(user="c-wire")
+            herald.device_list(user="c-wire", app="other")
+    finally:
+        relay.close()
+    sent = relay.requests()
+    assert [r.get("params") for r in sent] == [
+        {"user": "c-wire", "platform": "fcm", "token": "c-wire-1"},
+        {"to": {"users": ["c-wire"]}, "ttl": 0, "data": {}},
+        {},
+        {"user": "c-wire"},
+        {"user": "c-wire", "app": "default"},
+        {"user": "c-wire", "app": "other"},
+    ]
+    assert all(r["jsonrpc"] == "2.0" for r in sent)
+    ids = [r["id"] for r in sent if "id" in r]
+    assert len(ids) == 5 and "id" not in sent[3], sent  # the notification has no id
+
+
+def test_register_list_unregister(daemon):
     with Client(daemon.socket) as herald:
         first = herald.device_register(user="c-alice", platform="fcm", token="c-alice-1", name="Pixel")
         assert first["created"] is True and first["reclaimed"] is False and first["evicted"] == []
         assert first["token_hash"] == token_hash("c-alice-1")
-        # name left out (None): not sent, so the stored one stays (a null would be refused).
+        # name left out: the stored one stays.
         again = herald.device_register(user="c-alice", platform="fcm", token="c-alice-1", app_version="2.1")
         assert again["device_id"] == first["device_id"] and again["created"] is False
         (device,) = herald.device_list(user="c-alice")["devices"]

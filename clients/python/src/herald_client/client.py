@@ -363,6 +363,10 @@ class _Connection:
                 (only,) = self._waiting.values()
                 del self._waiting[only.id]
                 only._fail(error)
+                # The daemon closes the connection after most of these (message too large,
+                # request timeout); with nothing else waiting, the next call takes a new one
+                # rather than racing that close.
+                self.close("the daemon answered a request it could not identify")
             else:
                 self._orphan = error
             return
@@ -465,13 +469,13 @@ class Client:
         self, method: str, params: Mapping[str, Any] | None = None, *, timeout: float | None | _Unset = _Unset.TIMEOUT
     ) -> Any:
         """Any method by its name (``"device.list"``) with params as a mapping; its result.
-        ``timeout`` overrides the client's for this call."""
-        if isinstance(timeout, _Unset):
-            timeout = self.timeout
+        ``timeout`` is this call's whole wait; by default the client's (plus ``timeout_ms`` for
+        a ``push.send`` with ``wait``)."""
         with self._lock:
             sent = self._params(params)
-            pending = self._ready().queue(method, sent, self._call_timeout(method, sent, timeout))
-            return pending.result()
+            if isinstance(timeout, _Unset):
+                timeout = self._call_timeout(method, sent, self.timeout)
+            return self._ready().queue(method, sent, timeout).result()
 
     def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         """A JSON-RPC notification: the daemon carries it out and never answers, errors
