@@ -31,11 +31,12 @@ TAR_TIME = 315532800
 
 def _project() -> dict[str, Any]:
     with open(ROOT / "pyproject.toml", "rb") as f:
-        return tomllib.load(f)["project"]
+        project: dict[str, Any] = tomllib.load(f)["project"]
+    return project
 
 
 def _dist_name() -> str:
-    return _project()["name"].replace("-", "_")
+    return str(_project()["name"]).replace("-", "_")
 
 
 def _version() -> str:
