@@ -471,3 +471,18 @@ def test_web_push_keys_as_any_mapping(daemon, gw):
         assert reg["created"] is True
         sent = herald.push_send(to={"devices": (reg["device_id"],)}, wait=True)
         assert sent["counts"]["delivered"] == 1, sent
+
+
+def test_a_block_that_raises_sends_none_of_its_calls_later(daemon):
+    with Client(daemon.socket) as herald:
+        with pytest.raises(KeyError):
+            with herald.pipeline() as p:
+                queued = p.device_register(user="c-raise", platform="fcm", token="c-raise-1")
+                raise KeyError("the app changed its mind")
+        with pytest.raises(herald_client.ConnectionLost):
+            queued.result()
+        # Not written with the next call either (it was only queued: 60 bytes, under the
+        # pipeline's write threshold).
+        assert herald.device_list(user="c-raise") == {"devices": []}
+        time.sleep(0.2)
+        assert herald.device_list(user="c-raise") == {"devices": []}

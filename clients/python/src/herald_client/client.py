@@ -194,7 +194,7 @@ class _Connection:
         """For an idle connection: whether the daemon has closed it (idle timeout, restart)."""
         assert self._sock is not None
         try:
-            data = self._sock.recv(_READ_CHUNK, socket.MSG_PEEK)
+            data = self._sock.recv(1, socket.MSG_PEEK)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
@@ -642,6 +642,12 @@ class Pipeline:
         try:
             if exc_type is None:
                 self.flush()
+            elif any(not p.done() for p in self._queued):
+                # The block raised: its calls are not sent later with someone else's. Those
+                # already written may have been carried out (ConnectionLost says so).
+                for connection in {id(p._connection): p._connection for p in self._queued}.values():
+                    connection.close("the pipeline's block raised before its calls were answered")
+                self._queued = []
         finally:
             self._release()
 
