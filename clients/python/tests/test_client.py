@@ -425,9 +425,8 @@ def test_wait_returns_pending_when_its_timeout_passes(daemon, gw):
         herald.device_register(user="c-slow", platform="fcm", token="c-slow-1")
         gw.program("fcm", [{"status": 200, "delay_ms": 2000}])
         sent = herald.push_send(to={"users": ["c-slow"]})
-        t0 = time.monotonic()
         status = herald.wait(sent["message_id"], timeout=0.3)
-        assert status["state"] == "pending" and time.monotonic() - t0 < 2.0, status
+        assert status["state"] == "pending", status
         assert herald.wait(sent["message_id"], timeout=30)["counts"]["delivered"] == 1
 
 
@@ -439,7 +438,8 @@ def test_a_call_timeout_drops_the_late_answer_and_keeps_the_connection(daemon, g
         with pytest.raises(CallTimeout) as late:
             # An explicit timeout is the whole wait (push_send adds timeout_ms to the client's).
             herald.call("push.send", {"to": {"users": ["c-late"]}, "wait": True, "timeout_ms": 10000}, timeout=0.3)
-        assert 0.3 <= time.monotonic() - t0 < 1.5 and isinstance(late.value, TimeoutError)
+        # Not before its timeout; and not the answer, which takes the gateway's 1.5 s.
+        assert time.monotonic() - t0 >= 0.3 and isinstance(late.value, TimeoutError)
         time.sleep(2.0)  # the send's answer has come meanwhile: the next call reads and drops it
         assert herald.device_list(user="c-late")["devices"][0]["token_hash"] == token_hash("c-late-1")
         assert herald.system_health()["status"] == "ok"
@@ -486,3 +486,30 @@ def test_a_block_that_raises_sends_none_of_its_calls_later(daemon):
         assert herald.device_list(user="c-raise") == {"devices": []}
         time.sleep(0.2)
         assert herald.device_list(user="c-raise") == {"devices": []}
+
+
+def test_overloaded_when_this_uid_holds_every_connection_it_may():
+    d = Daemon(transports=(), server={"max_connections_per_uid": 2})
+    held = []
+    try:
+        for _ in range(2):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(d.socket)
+            held.append(s)
+        with Client(d.socket) as herald:
+            with pytest.raises(herald_client.Overloaded) as refused:
+                herald.system_health()
+            assert refused.value.code == 1007 and refused.value.retry_after is not None
+            held.pop().close()
+            deadline = time.monotonic() + 10
+            while True:  # the daemon sees the close on its next turn
+                try:
+                    assert herald.system_health()["status"] == "ok"
+                    break
+                except herald_client.Overloaded:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+    finally:
+        for s in held:
+            s.close()
+        d.cleanup()
