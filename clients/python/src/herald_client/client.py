@@ -36,6 +36,7 @@ from .types import (
     DeviceList,
     Environment,
     Health,
+    InterruptionLevel,
     Kind,
     MessageStatus,
     Metrics,
@@ -537,9 +538,17 @@ class Client:
         session: str | None = None,
         registration_id: str | None = None,
         version: int | None = None,
+        bundle_id: str | None = None,
+        application_server_key: str | None = None,
         app: str | None = None,
     ) -> Registration:
-        """Registers or refreshes a device of ``user`` (``device.register``)."""
+        """Registers or refreshes a device of ``user`` (``device.register``).
+
+        ``bundle_id`` (apns and apns_voip only): one of the app's ``apns_topics``; left out, a
+        new device gets the app's default and a registered one keeps its own.
+        ``application_server_key`` (web only): the VAPID public key the subscription was made
+        with (the browser's ``applicationServerKey``), the app's current or previous key;
+        left out, the current key."""
         return cast(Registration, self.call("device.register", _given(locals())))
 
     def device_unregister(
@@ -584,11 +593,20 @@ class Client:
         idempotency_key: str | None = None,
         wait: bool | None = None,
         timeout_ms: int | None = None,
+        interruption_level: InterruptionLevel | None = None,
+        relevance_score: float | None = None,
+        thread_id: str | None = None,
+        category: str | None = None,
+        android_channel_id: str | None = None,
         app: str | None = None,
     ) -> Accepted:
         """Sends a content-free notification to ``to={"users": [...]}`` or
         ``to={"devices": [...]}`` (``push.send``). The answer means the message is committed;
-        with ``wait=True`` it comes when every delivery is final or after ``timeout_ms``."""
+        with ``wait=True`` it comes when every delivery is final or after ``timeout_ms``.
+
+        For ``kind="notification"`` only: ``interruption_level`` (APNs), ``relevance_score``
+        (APNs, 0 to 1), ``thread_id`` (APNs notification grouping), ``category`` (APNs
+        actions) and ``android_channel_id`` (FCM; default the app's channel)."""
         return cast(Accepted, self.call("push.send", _given(locals())))
 
     def push_status(self, *, message_id: str, detail: bool | None = None, app: str | None = None) -> MessageStatus:
@@ -604,7 +622,7 @@ class Client:
         return cast(Health, self.call("system.health", _given(locals())))
 
     def system_stats(self, *, app: str | None = None) -> Stats:
-        """Daemon counters (``system.stats``)."""
+        """Daemon counters (``system.stats``), with ``web_subscriptions_by_key``."""
         return cast(Stats, self.call("system.stats", _given(locals())))
 
     def system_metrics(self, *, app: str | None = None) -> Metrics:
@@ -706,6 +724,8 @@ class Pipeline:
         session: str | None = None,
         registration_id: str | None = None,
         version: int | None = None,
+        bundle_id: str | None = None,
+        application_server_key: str | None = None,
         app: str | None = None,
     ) -> Pending[Registration]:
         return self.call("device.register", _given(locals()))
@@ -747,6 +767,11 @@ class Pipeline:
         idempotency_key: str | None = None,
         wait: bool | None = None,
         timeout_ms: int | None = None,
+        interruption_level: InterruptionLevel | None = None,
+        relevance_score: float | None = None,
+        thread_id: str | None = None,
+        category: str | None = None,
+        android_channel_id: str | None = None,
         app: str | None = None,
     ) -> Pending[Accepted]:
         return self.call("push.send", _given(locals()))

@@ -13,6 +13,7 @@ __all__ = [
     "Environment",
     "Kind",
     "Priority",
+    "InterruptionLevel",
     "MessageState",
     "DeliveryState",
     "WebPushKeys",
@@ -38,6 +39,8 @@ Platform = Literal["apns", "apns_voip", "fcm", "web"]
 Environment = Literal["production", "development"]
 Kind = Literal["notification", "clear", "call_ring"]
 Priority = Literal["high", "normal", "low"]
+#: ``push.send``'s ``interruption_level`` (APNs ``interruption-level``).
+InterruptionLevel = Literal["passive", "active", "time-sensitive", "critical"]
 MessageState = Literal["pending", "complete"]
 DeliveryState = Literal[
     "queued", "in_flight", "delivered", "retrying", "failed", "expired", "superseded", "skipped", "removed_stale"
@@ -97,6 +100,10 @@ class Device(TypedDict):
     last_success_at: str | None
     last_failure_at: str | None
     last_failure_reason: str | None
+    #: APNs devices: the bundle id they are sent with (``apns-topic``; VoIP adds ``.voip``): the
+    #: one given at registration, else the app's default topic (None when the app configures
+    #: none). None for fcm and web.
+    bundle_id: str | None
 
 
 class DeviceList(TypedDict):
@@ -182,7 +189,10 @@ class VapidPublicKey(TypedDict):
     public_key: str
 
 
-#: ``system.stats``: counters (docs/interface.md lists the members).
+#: ``system.stats``: counters (docs/interface.md lists the members), among them
+#: ``web_subscriptions_by_key``: per app, its Web Push subscriptions per VAPID public key they
+#: were made with (``{"<app>": {"<public key>": n}}``; the app's current and previous keys are
+#: always listed).
 Stats = dict[str, Any]
 
 #: ``rpc.discover``: the OpenRPC document.
