@@ -98,11 +98,13 @@ public struct DeviceSummary: Sendable, Equatable {
     public let lastSuccessAt: Int64?
     public let lastFailureAt: Int64?
     public let lastFailureReason: String?
+    /// False when turned off by `device.update`: kept and listed, skipped by sends.
+    public let enabled: Bool
 
     public init(
         deviceID: String, platform: Platform, environment: APNsEnvironment?, name: String?,
         appVersion: String?, tokenHash: String, createdAt: Int64, registeredAt: Int64,
-        lastSuccessAt: Int64?, lastFailureAt: Int64?, lastFailureReason: String?
+        lastSuccessAt: Int64?, lastFailureAt: Int64?, lastFailureReason: String?, enabled: Bool = true
     ) {
         self.deviceID = deviceID
         self.platform = platform
@@ -115,6 +117,7 @@ public struct DeviceSummary: Sendable, Equatable {
         self.lastSuccessAt = lastSuccessAt
         self.lastFailureAt = lastFailureAt
         self.lastFailureReason = lastFailureReason
+        self.enabled = enabled
     }
 }
 
