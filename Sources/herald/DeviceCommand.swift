@@ -16,7 +16,7 @@ enum DeviceCommand {
         """
 
     static func run(_ arguments: [String]) throws(CommandFailure) -> Int32 {
-        guard let sub = arguments.first else {
+        guard let sub = arguments.first, !sub.hasPrefix("--") || sub == "--help" else {
             throw CommandFailure("device needs a command: rename, disable or enable")
         }
         let rest = Array(arguments.dropFirst())
