@@ -206,3 +206,49 @@ struct DeviceUpdateTests {
         #expect(try t.claim().isEmpty, "nothing of the disabled device is left to claim")
     }
 }
+
+@Suite("Device management across instances on one PostgreSQL database")
+struct SharedDeviceUpdateTests {
+    @Test("a device turned off through one instance is skipped by sends through another, at accept and at claim")
+    func acrossInstances() throws {
+        let scratch = try StoreScratch(.postgres, prefix: "herald-update")
+        let key = try StoreKey.generate()
+        let a = try scratch.open(key: key, instance: "host-a")
+        let b = try scratch.open(key: key, instance: "host-b")
+        defer {
+            a.close()
+            b.close()
+            scratch.remove()
+        }
+        let phone = try a.sync { s, done in
+            s.register(fcm("ann", "fcm-phone"), deviceCap: 20, completion: done)
+        }.deviceID
+        let laptop = try a.sync { s, done in
+            s.register(fcm("ann", "fcm-laptop"), deviceCap: 20, completion: done)
+        }.deviceID
+        let queued = try b.sync { s, done in
+            s.enqueue(send(PushMessage(kind: .notification), to: .users(["ann"])), completion: done)
+        }
+        #expect(queued.devices == 2)
+
+        let off = try a.sync { s, done in
+            s.updateDevice(app: "default", user: "ann", deviceID: phone, name: nil, enabled: false, completion: done)
+        }
+        #expect(off?.enabled == false)
+        // Instance b sees it at once: listed off, skipped at accept and at claim.
+        let listed = try b.sync { s, done in s.list(app: "default", user: "ann", completion: done) }
+        #expect(listed.first { $0.deviceID == phone }?.enabled == false)
+        let accepted = try b.sync { s, done in
+            s.enqueue(send(PushMessage(kind: .notification), to: .users(["ann"])), completion: done)
+        }
+        #expect(accepted.devices == 1 && accepted.skipped == 1)
+        let claim = try b.sync { s, done in s.claimDue(limit: 100, completion: done) }
+        #expect(claim.jobs.map(\.deviceID) == [laptop, laptop])
+        for id in [queued.messageID, accepted.messageID] {
+            let status = try #require(
+                try a.sync { s, done in s.status(app: "default", messageID: id, detail: true, completion: done) })
+            let entry = status.devices?.first { $0.deviceID == phone }
+            #expect(entry?.state == .skipped && entry?.reason == "device_disabled")
+        }
+    }
+}
