@@ -110,11 +110,14 @@ public struct DeviceSummary: Sendable, Equatable {
     public let lastFailureReason: String?
     /// The stored bundle id of an APNs device; nil: the app's default topic.
     public let bundleID: String?
+    /// False when turned off by `device.update`: kept and listed, skipped by sends.
+    public let enabled: Bool
 
     public init(
         deviceID: String, platform: Platform, environment: APNsEnvironment?, name: String?,
         appVersion: String?, tokenHash: String, createdAt: Int64, registeredAt: Int64,
-        lastSuccessAt: Int64?, lastFailureAt: Int64?, lastFailureReason: String?, bundleID: String? = nil
+        lastSuccessAt: Int64?, lastFailureAt: Int64?, lastFailureReason: String?, bundleID: String? = nil,
+        enabled: Bool = true
     ) {
         self.deviceID = deviceID
         self.platform = platform
@@ -128,6 +131,7 @@ public struct DeviceSummary: Sendable, Equatable {
         self.lastFailureAt = lastFailureAt
         self.lastFailureReason = lastFailureReason
         self.bundleID = bundleID
+        self.enabled = enabled
     }
 }
 

@@ -249,7 +249,7 @@ final class Registry {
         let stmt = try db.statement(
             """
             SELECT device_id, platform, environment, name, app_version, token_hash, created_at, registered_at,
-                last_success_at, last_failure_at, last_failure_reason, bundle_id
+                last_success_at, last_failure_at, last_failure_reason, bundle_id, enabled
             FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq DESC
             """)
         try stmt.bind(.text(app), .text(user))
@@ -262,9 +262,30 @@ final class Registry {
                     name: stmt.optionalText(3), appVersion: stmt.optionalText(4), tokenHash: stmt.text(5),
                     createdAt: stmt.int64(6), registeredAt: stmt.int64(7), lastSuccessAt: stmt.optionalInt64(8),
                     lastFailureAt: stmt.optionalInt64(9), lastFailureReason: stmt.optionalText(10),
-                    bundleID: stmt.optionalText(11)))
+                    bundleID: stmt.optionalText(11), enabled: stmt.int64(12) != 0))
         }
         return out
+    }
+
+    /// `device.update`: the name and/or the enabled flag of this user's
+    /// device (nil keeps the stored value). The registration itself (token,
+    /// `registered_at`, the eviction order) stays as it is. nil when the user
+    /// has no such device in the app.
+    func updateDevice(
+        app: String, user: String, deviceID: String, name: String?, enabled: Bool?
+    ) throws(StoreError) -> DeviceSummary? {
+        try db.statement(
+            """
+            UPDATE devices SET name = COALESCE(?, name), enabled = COALESCE(?, enabled)
+            WHERE app = ? AND user = ? AND device_id = ?
+            """
+        ).bind(
+            .optional(name), enabled.map { StoreValue.int($0 ? 1 : 0) } ?? .null, .text(app), .text(user),
+            .text(deviceID)
+        ).run()
+        guard db.changes > 0 else { return nil }
+        // As device.list shows it (a user has at most device_cap devices).
+        return try list(app: app, user: user).first { $0.deviceID == deviceID }
     }
 
     /// Devices per platform, for `system.stats`.

@@ -77,6 +77,13 @@ final class SharedBucketStore: DeliveryStore, @unchecked Sendable {
     func recordServerKey(app: String, key: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
         inner.recordServerKey(app: app, key: key, completion: completion)
     }
+    func updateDevice(
+        app: String, user: String, deviceID: String, name: String?, enabled: Bool?,
+        completion: @escaping @Sendable (Result<DeviceSummary?, any Error>) -> Void
+    ) {
+        inner.updateDevice(
+            app: app, user: user, deviceID: deviceID, name: name, enabled: enabled, completion: completion)
+    }
     func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void) {
         inner.enqueue(e, completion: completion)
     }

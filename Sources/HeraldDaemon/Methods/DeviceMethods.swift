@@ -288,6 +288,7 @@ extension HeraldService {
             "last_failure_at": d.lastFailureAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
             "last_failure_reason": d.lastFailureReason.map { .string($0) } ?? .null,
             "bundle_id": bundleID.map { .string($0) } ?? .null,
+            "enabled": .bool(d.enabled),
         ]
     }
 
@@ -308,6 +309,44 @@ extension HeraldService {
         let user = try user(&p)
         try p.finish()
         store.forget(app: runtime.config.name, user: user, completion: finish(reply) { ["removed": .int($0)] })
+    }
+
+    // MARK: device.update
+
+    /// Renames a device or turns it off and on by its id (app servers keep
+    /// no raw token). The id is the user's, as for `device.unregister`; an
+    /// id the user does not have in the app is 1003 `not_found`.
+    func updateDevice(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let user = try user(&p)
+        let deviceID = try p.string("device_id", required: true, maxBytes: 32)!
+        guard Self.isDeviceID(deviceID) else { throw p.invalid("device_id", "must be 32 lowercase hex characters") }
+        // The limits of device.register's name.
+        let name = try p.string("name", maxBytes: 256, allowEmpty: true)
+        let enabled = try p.bool("enabled")
+        try p.finish()
+        if name == nil && enabled == nil { throw p.invalid("name", "give name, enabled or both") }
+        let app = runtime.config.name
+        // As device.list shows it: an APNs device without its own bundle id has the app's default.
+        let defaultBundleID = runtime.config.defaultAPNsTopic
+        store.updateDevice(app: app, user: user, deviceID: deviceID, name: name, enabled: enabled) { [log] result in
+            switch result {
+            case .success(let device?):
+                // Never the name: it is the user's label, not the operator's.
+                log.info(
+                    "device_updated",
+                    [
+                        "app": app, "device": deviceID, "renamed": String(name != nil),
+                        "enabled": enabled.map { String($0) } ?? "unchanged",
+                    ])
+                reply(.success(["device": Self.deviceJSON(device, defaultBundleID: defaultBundleID)]))
+            case .success(nil):
+                reply(.failure(RPCError(.deviceNotFound(deviceID: deviceID))))
+            case .failure(let error):
+                log.error("store_failed", ["error": String(describing: error)])
+                reply(.failure(.storeUnavailable))
+            }
+        }
     }
 
 }

@@ -243,8 +243,24 @@ struct PostgresRegistry {
                 tokenHash: try r.text(5),
                 createdAt: try r.int64(6), registeredAt: try r.int64(7), lastSuccessAt: try r.optionalInt64(8),
                 lastFailureAt: try r.optionalInt64(9), lastFailureReason: try r.optionalText(10),
-                bundleID: try r.optionalText(11))
+                bundleID: try r.optionalText(11), enabled: try r.bool(12))
         }
+    }
+
+    /// `device.update` (see ``Registry/updateDevice(app:user:deviceID:name:enabled:)``).
+    func updateDevice(
+        _ c: PostgresConnection, app: String, user: String, deviceID: String, name: String?, enabled: Bool?
+    ) throws -> DeviceSummary? {
+        try Self.lock(c, Self.userLock(app: app, user: user))
+        let updated = try c.execute(
+            Statements.updateByID,
+            [
+                .text(app), Self.bytes(user), .text(deviceID), Self.bytes(name),
+                enabled.map { PostgresValue.bool($0) } ?? .null,
+            ])
+        guard updated.affectedRows > 0 else { return nil }
+        // As device.list shows it (a user has at most device_cap devices).
+        return try list(c, app: app, user: user).first { $0.deviceID == deviceID }
     }
 
     func deviceCounts(_ c: PostgresConnection) throws -> [Platform: Int] {
@@ -330,8 +346,14 @@ struct PostgresRegistry {
             name: "reg_list",
             sql: """
                 SELECT device_id, platform, environment, name, app_version, token_hash, created_at, registered_at,
-                    last_success_at, last_failure_at, last_failure_reason, bundle_id
+                    last_success_at, last_failure_at, last_failure_reason, bundle_id, enabled
                 FROM devices WHERE app = $1 AND user_name = $2 ORDER BY registered_seq DESC
+                """)
+        static let updateByID = PostgresStatement(
+            name: "reg_update_by_id",
+            sql: """
+                UPDATE devices SET name = COALESCE($4, name), enabled = COALESCE($5, enabled)
+                WHERE app = $1 AND user_name = $2 AND device_id = $3
                 """)
     }
 }
