@@ -47,6 +47,7 @@ from .types import (
     Removed,
     Stats,
     Target,
+    UpdatedDevice,
     VapidPublicKey,
     WebPushKeys,
 )
@@ -571,6 +572,24 @@ class Client:
         """The user's devices, newest registration first (``device.list``)."""
         return cast(DeviceList, self.call("device.list", _given(locals())))
 
+    def device_update(
+        self,
+        *,
+        user: str,
+        device_id: str,
+        name: str | None = None,
+        enabled: bool | None = None,
+        app: str | None = None,
+    ) -> UpdatedDevice:
+        """Renames one of the user's devices and/or turns it off or on, by its ``device_id``
+        (``device.update``); give ``name``, ``enabled`` or both. ``enabled=False`` keeps the
+        device (listed with ``enabled: False``) and makes sends skip it (``skipped``, reason
+        ``device_disabled``) until ``enabled=True``; ``name=""`` is an empty name. Neither
+        changes its registration (``registered_at``, eviction order). An id the user does not
+        have in the app raises ``NotFound`` (1003, ``data.device_id``). Returns
+        ``{"device": ...}`` as ``device_list`` shows it."""
+        return cast(UpdatedDevice, self.call("device.update", _given(locals())))
+
     def session_end(self, *, user: str, session: str, app: str | None = None) -> Removed:
         """Deletes the user's devices registered with ``session`` (``session.end``)."""
         return cast(Removed, self.call("session.end", _given(locals())))
@@ -746,6 +765,17 @@ class Pipeline:
 
     def device_list(self, *, user: str, app: str | None = None) -> Pending[DeviceList]:
         return self.call("device.list", _given(locals()))
+
+    def device_update(
+        self,
+        *,
+        user: str,
+        device_id: str,
+        name: str | None = None,
+        enabled: bool | None = None,
+        app: str | None = None,
+    ) -> Pending[UpdatedDevice]:
+        return self.call("device.update", _given(locals()))
 
     def session_end(self, *, user: str, session: str, app: str | None = None) -> Pending[Removed]:
         return self.call("session.end", _given(locals()))

@@ -23,6 +23,7 @@ __all__ = [
     "Removed",
     "Device",
     "DeviceList",
+    "UpdatedDevice",
     "Counts",
     "Accepted",
     "DeliveryDetail",
@@ -104,6 +105,16 @@ class Device(TypedDict):
     #: one given at registration, else the app's default topic (None when the app configures
     #: none). None for fcm and web.
     bundle_id: str | None
+    #: False when turned off with ``device_update(enabled=False)``: the device is kept and
+    #: listed, and sends skip it (``skipped``, reason ``device_disabled``) until it is enabled
+    #: again. Registering the same token again does not change it.
+    enabled: bool
+
+
+class UpdatedDevice(TypedDict):
+    """``device.update``: the device as ``device.list`` shows it."""
+
+    device: Device
 
 
 class DeviceList(TypedDict):
