@@ -90,13 +90,14 @@ openrpc:
 	$(PYTHON) scripts/embed-openrpc.py
 
 ## test: the unit-file lint (test-units), every suite: C core under ASan+UBSan, a short run of every fuzz target
-## (fuzz-smoke), Swift suites (some again under sanitizers), interop with Python peers, the reliability checks
+## (fuzz-smoke), Swift suites (some again under sanitizers), interop with Python peers, the client library and the
+## docs' example programs (test-clients), the reliability checks
 ## (faults, hostile input, access; kill -9 rounds; load), the same on PostgreSQL with two instances
 ## (test-postgres-reliability), then the fan-out benchmark harness as a smoke check
 ## (bench-quick: no timing is asserted). test-tsan and a long `make fuzz` are separate.
 test: deps
 	$(MAKE) --no-print-directory lint test-units test-c fuzz-smoke test-swift test-sanitize test-interop \
-		test-reliability-checks test-crash test-load test-postgres-reliability bench-quick
+		test-clients test-reliability-checks test-crash test-load test-postgres-reliability bench-quick
 
 ## lint: swift format lint --strict over every Swift file (the style is .swift-format; `swift format
 ## format -i -r Sources Tests benchmarks Package.swift` fixes what it can)

@@ -25,11 +25,15 @@ public struct DeliveryJob: Sendable {
     /// The device's bundle id (APNs devices only; nil: the app's default
     /// topic). A VoIP device's is the base id, without `.voip`.
     public let bundleID: String?
+    /// Web Push: the VAPID public key (base64url) the subscription was made
+    /// with, as `device.register` recorded it; nil: the app's current key.
+    public let serverKey: String?
 
     public init(
         deliveryID: Int64, messageID: String, app: String, deviceID: String, user: String, platform: Platform,
         environment: APNsEnvironment?, token: String, keys: WebPushKeys?, tokenHash: String, registeredAt: Int64,
-        message: PushMessage, acceptedAt: Int64, expiresAt: Int64, previousAttempts: Int, bundleID: String? = nil
+        message: PushMessage, acceptedAt: Int64, expiresAt: Int64, previousAttempts: Int, bundleID: String? = nil,
+        serverKey: String? = nil
     ) {
         self.deliveryID = deliveryID
         self.messageID = messageID
@@ -47,6 +51,7 @@ public struct DeliveryJob: Sendable {
         self.expiresAt = expiresAt
         self.previousAttempts = previousAttempts
         self.bundleID = bundleID
+        self.serverKey = serverKey
     }
 }
 

@@ -25,4 +25,8 @@ public enum DeliveryReason {
     /// credential: not counted toward `max_retries`; due again at once when a
     /// reload brings new credentials, or at a slow cadence, until its TTL passes.
     public static let credentialRejected = "credential_rejected"
+    /// A delivery to a device turned off with `device.update` (`enabled:
+    /// false`): `skipped` when the message is accepted, or at its next claim
+    /// when the device was turned off after that; never sent to a provider.
+    public static let deviceDisabled = "device_disabled"
 }

@@ -43,11 +43,16 @@ public struct Registration: Sendable {
     /// APNs platforms only: one of the app's `apns_topics` (the base id for
     /// `apns_voip` too); nil keeps the stored one, or the app's default.
     public var bundleID: String?
+    /// Web Push only: the VAPID public key (base64url, uncompressed P-256)
+    /// the subscription was made with; stored as given (nil: not recorded,
+    /// taken as the app's current key).
+    public var serverKey: String?
 
     public init(
         app: String, user: String, platform: Platform, environment: APNsEnvironment?,
         token: String, keys: WebPushKeys? = nil, name: String? = nil, appVersion: String? = nil,
-        session: String? = nil, registrationID: String? = nil, version: Int64? = nil, bundleID: String? = nil
+        session: String? = nil, registrationID: String? = nil, version: Int64? = nil, bundleID: String? = nil,
+        serverKey: String? = nil
     ) {
         self.app = app
         self.user = user
@@ -61,6 +66,7 @@ public struct Registration: Sendable {
         self.registrationID = registrationID
         self.version = version
         self.bundleID = bundleID
+        self.serverKey = serverKey
     }
 }
 
@@ -104,11 +110,14 @@ public struct DeviceSummary: Sendable, Equatable {
     public let lastFailureReason: String?
     /// The stored bundle id of an APNs device; nil: the app's default topic.
     public let bundleID: String?
+    /// False when turned off by `device.update`: kept and listed, skipped by sends.
+    public let enabled: Bool
 
     public init(
         deviceID: String, platform: Platform, environment: APNsEnvironment?, name: String?,
         appVersion: String?, tokenHash: String, createdAt: Int64, registeredAt: Int64,
-        lastSuccessAt: Int64?, lastFailureAt: Int64?, lastFailureReason: String?, bundleID: String? = nil
+        lastSuccessAt: Int64?, lastFailureAt: Int64?, lastFailureReason: String?, bundleID: String? = nil,
+        enabled: Bool = true
     ) {
         self.deviceID = deviceID
         self.platform = platform
@@ -122,6 +131,7 @@ public struct DeviceSummary: Sendable, Equatable {
         self.lastFailureAt = lastFailureAt
         self.lastFailureReason = lastFailureReason
         self.bundleID = bundleID
+        self.enabled = enabled
     }
 }
 

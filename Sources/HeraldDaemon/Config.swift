@@ -236,6 +236,9 @@ public struct AppConfig: Sendable, Equatable, CustomStringConvertible {
     public var vapidSubject: String?
     public var alertLocKey = "NEW_MESSAGE"
     public var androidChannelID = "new_messages"
+    /// The VAPID key in use before `vapidKey` (rotation): subscriptions made
+    /// under it are signed with it. Same form as `vapidKey`.
+    public var vapidKeyPrevious: ConfigFileReference?
     /// The `[app.NAME]` header, when the section was written.
     public var location: ConfigLocation?
     /// `apns_topics`: the bundle ids devices may register under, the first
@@ -576,6 +579,12 @@ struct ConfigInterpreter {
                     ConfigError(
                         key.location,
                         "Web Push also needs vapid_subject (mailto: or https:) in this section"))
+            }
+            if let previous = app.vapidKeyPrevious, app.vapidKey == nil {
+                problems.append(
+                    ConfigError(
+                        previous.location,
+                        "vapid_key_previous needs vapid_key (the current key) in this section"))
             }
         }
     }

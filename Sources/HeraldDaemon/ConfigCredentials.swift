@@ -57,8 +57,29 @@ public struct VAPIDCredentials: Sendable, CustomStringConvertible, CustomReflect
     public let key: P256PrivateKey
     /// `mailto:` or `https:`, the JWT's `sub`.
     public let subject: String
+    /// The key in use before `key` (`vapid_key_previous`, key rotation):
+    /// subscriptions made under it are signed with it.
+    public let previous: P256PrivateKey?
+    /// `key`'s public key (base64url), as `vapid.public_key` gives it.
+    public let publicKey: String
+    /// `previous`'s public key (base64url).
+    public let previousPublicKey: String?
 
-    public var description: String { "VAPID subject \(subject) (key redacted)" }
+    public init(key: P256PrivateKey, subject: String, previous: P256PrivateKey? = nil) {
+        self.key = key
+        self.subject = subject
+        self.previous = previous
+        publicKey = key.publicKeyBase64URL
+        previousPublicKey = previous?.publicKeyBase64URL
+    }
+
+    /// The public keys a Web Push subscription may be registered under: the
+    /// current one, and the previous one when configured.
+    public var acceptedPublicKeys: [String] { [publicKey] + (previousPublicKey.map { [$0] } ?? []) }
+
+    public var description: String {
+        "VAPID subject \(subject)\(previous == nil ? "" : " with a previous key") (keys redacted)"
+    }
 
     public var customMirror: Mirror { Mirror(self, children: ["subject": subject]) }
 }
@@ -105,7 +126,16 @@ public struct LoadedCredentials: Sendable, CustomStringConvertible, CustomReflec
                 throw ConfigError(file.location, "Web Push also needs vapid_subject")
             }
             let key = try Self.privateKey(file, what: "a P-256 private key (PEM or base64url raw)")
-            webPush = .ready(VAPIDCredentials(key: key, subject: subject))
+            var previous: P256PrivateKey?
+            if let previousFile = app.vapidKeyPrevious {
+                let old = try Self.privateKey(previousFile, what: "a P-256 private key (PEM or base64url raw)")
+                if old.publicKey == key.publicKey {
+                    throw ConfigError(
+                        previousFile.location, "vapid_key_previous holds the same key as vapid_key: drop it")
+                }
+                previous = old
+            }
+            webPush = .ready(VAPIDCredentials(key: key, subject: subject, previous: previous))
         } else {
             webPush = .disabled(reason: "no vapid_key configured")
         }

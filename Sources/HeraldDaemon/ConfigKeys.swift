@@ -448,6 +448,13 @@ enum ConfigKeys {
                 { a, text, _, _ throws(ConfigValueProblem) in a.vapidSubject = try ConfigValue.vapidSubject(text) },
                 show: { $0.vapidSubject ?? "" }),
             app(
+                "vapid_key_previous", .file,
+                doc: "VAPID key file used before vapid_key (rotation), same form; signs its subscriptions; empty: none",
+                { a, text, location, i throws(ConfigValueProblem) in
+                    a.vapidKeyPrevious = try i.fileReference(text, location)
+                },
+                show: { $0.vapidKeyPrevious?.path ?? "" }),
+            app(
                 "alert_loc_key", .text, default: "NEW_MESSAGE",
                 doc: "APNs alert loc-key the app localises",
                 { a, text, _, _ throws(ConfigValueProblem) in a.alertLocKey = try ConfigValue.label(text) },

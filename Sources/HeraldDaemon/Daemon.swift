@@ -207,6 +207,7 @@ public enum Daemon {
         if store.recoveredDeliveries > 0 {
             log.info("deliveries_recovered", ["count": String(store.recoveredDeliveries)])
         }
+        recordServerKeys(credentials, store: store, log: log)
         delivery.scheduler.start()
 
         stopper.attach(

@@ -185,7 +185,7 @@ final class ProviderClients: Sendable {
             case .ready(let vapid):
                 let sender = WebPushSender(
                     guard: endpointGuard, client: c.web!, http2: c.webHTTP2, vapidKey: vapid.key,
-                    subject: vapid.subject, app: name)
+                    subject: vapid.subject, app: name, previousVapidKey: vapid.previous)
                 built.transports[QueueLane(app: name, platform: .web)] = WebPushTransport(sender: sender)
             }
             built.disabled[name] = off

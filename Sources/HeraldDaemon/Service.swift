@@ -120,6 +120,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         "device.register": { s, p, c, r throws(RPCError) in try s.register(&p, c, r) },
         "device.unregister": { s, p, c, r throws(RPCError) in try s.unregister(&p, c, r) },
         "device.list": { s, p, c, r throws(RPCError) in try s.list(&p, c, r) },
+        "device.update": { s, p, c, r throws(RPCError) in try s.updateDevice(&p, c, r) },
         "session.end": { s, p, c, r throws(RPCError) in try s.endSession(&p, c, r) },
         "push.send": { s, p, c, r throws(RPCError) in try s.pushSend(&p, c, r) },
         "push.status": { s, p, c, r throws(RPCError) in try s.pushStatus(&p, c, r) },

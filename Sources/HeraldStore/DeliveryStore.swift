@@ -56,6 +56,21 @@ public protocol DeliveryStore: AnyObject, Sendable {
     /// Devices per app and platform.
     func deviceCountsByApp(completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void)
 
+    /// Web Push subscriptions per app and recorded VAPID public key.
+    func webSubscriptionsByKey(completion: @escaping @Sendable (Result<[ServerKeyCount], any Error>) -> Void)
+
+    /// Records `key` as the VAPID key of the app's Web Push devices that
+    /// record none (registered before Herald recorded keys); answers how many.
+    func recordServerKey(app: String, key: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
+
+    /// `device.update`: renames this user's device and/or turns it off or on
+    /// (nil leaves that field as it is), without touching its registration
+    /// (token, recency, eviction order). Answers the device as `list` shows
+    /// it, or nil when the user has no such device in the app.
+    func updateDevice(
+        app: String, user: String, deviceID: String, name: String?, enabled: Bool?,
+        completion: @escaping @Sendable (Result<DeviceSummary?, any Error>) -> Void)
+
     // MARK: Delivery queue
 
     /// Commits a message and its deliveries (or finds it by idempotency key).

@@ -107,7 +107,10 @@ final class Queue {
         for (i, target) in targets.enumerated() {
             var state = DeliveryState.queued
             var reason: String?
-            if !e.message.kind.reaches(target.platform) {
+            if !target.enabled {
+                state = .skipped
+                reason = DeliveryReason.deviceDisabled
+            } else if !e.message.kind.reaches(target.platform) {
                 state = .skipped
                 reason = "kind_not_for_platform"
             } else if let why = e.disabled[target.platform] {
@@ -149,7 +152,7 @@ final class Queue {
                     deliveryID: p.id, messageID: messageID, app: e.app, deviceID: t.deviceID, user: t.user,
                     platform: t.platform, environment: t.environment, token: secrets.token, keys: secrets.keys,
                     tokenHash: t.tokenHash, registeredAt: t.registeredAt, message: message, acceptedAt: now,
-                    expiresAt: expires, previousAttempts: 0, bundleID: t.bundleID))
+                    expiresAt: expires, previousAttempts: 0, bundleID: t.bundleID, serverKey: t.serverKey))
             if let early, jobs.count >= earlyChunk {
                 early(Claim(jobs: jobs, finished: [], batchSizes: sentEarly ? [:] : sizes, nextDueAt: nil))
                 sentEarly = true
@@ -245,6 +248,9 @@ final class Queue {
         let keysSealed: [UInt8]?
         let registeredAt: Int64
         let bundleID: String?
+        let serverKey: String?
+        /// False for a device turned off by `device.update`: its delivery is skipped.
+        let enabled: Bool
     }
 
     /// The app's devices of the named users, or the named devices of the app
@@ -261,7 +267,8 @@ final class Queue {
                         deviceID: id, user: stmt.text(1), platform: platform, tokenHash: stmt.text(3),
                         environment: stmt.optionalText(4).flatMap(APNsEnvironment.init(rawValue:)),
                         tokenSealed: stmt.blob(5), keysSealed: stmt.isNull(6) ? nil : stmt.blob(6),
-                        registeredAt: stmt.int64(7), bundleID: stmt.optionalText(8)))
+                        registeredAt: stmt.int64(7), bundleID: stmt.optionalText(8), serverKey: stmt.optionalText(9),
+                        enabled: stmt.int64(10) != 0))
             }
         }
         switch recipients {
@@ -274,7 +281,7 @@ final class Queue {
             let stmt = try db.statement(
                 """
                 SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at,
-                    bundle_id
+                    bundle_id, server_key, enabled
                 FROM devices WHERE app = ? AND user IN (SELECT value FROM json_each(?)) ORDER BY user, registered_seq
                 """)
             try stmt.bind(.text(app), .text(Self.jsonTextList(plain)))
@@ -283,7 +290,7 @@ final class Queue {
                 let one = try db.statement(
                     """
                     SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at,
-                        bundle_id
+                        bundle_id, server_key, enabled
                     FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq
                     """)
                 try one.bind(.text(app), .text(user))
@@ -292,8 +299,10 @@ final class Queue {
         case .devices(let ids):
             for id in ids {
                 let stmt = try db.statement(
-                    "SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at, bundle_id FROM devices WHERE app = ? AND device_id = ?"
-                )
+                    """
+                    SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at,
+                        bundle_id, server_key, enabled FROM devices WHERE app = ? AND device_id = ?
+                    """)
                 try stmt.bind(.text(app), .text(id))
                 try collect(stmt)
             }
@@ -393,7 +402,7 @@ final class Queue {
         let select = """
             SELECT d.delivery_id, d.message_id, m.app, d.device_id, d.user, d.platform, d.attempts, m.expires_at,
                 m.payload, v.environment, v.token_sealed, v.keys_sealed, v.token_hash, v.registered_at, m.created_at,
-                v.bundle_id
+                v.bundle_id, v.server_key, v.enabled
             FROM deliveries d JOIN messages m ON m.message_id = d.message_id
             LEFT JOIN devices v ON v.device_id = d.device_id
             WHERE d.state IN ('queued', 'retrying') AND d.next_attempt_at <= ?
@@ -421,6 +430,7 @@ final class Queue {
         var jobs: [DeliveryJob] = []
         var expired: [(Int64, BatchKey)] = []
         var gone: [(Int64, BatchKey)] = []
+        var disabled: [(Int64, BatchKey)] = []
         var unreadable: [(Int64, BatchKey)] = []
         var unreadableDevices: [(deliveryID: Int64, deviceID: String)] = []
         var messages: [String: PushMessage?] = [:]
@@ -441,6 +451,11 @@ final class Queue {
                 }
                 if stmt.isNull(10) {
                     gone.append((id, batch))
+                    continue
+                }
+                if stmt.int64(17) == 0 {
+                    // Turned off by device.update since the message was accepted.
+                    disabled.append((id, batch))
                     continue
                 }
                 if messages[messageID] == nil {
@@ -476,14 +491,15 @@ final class Queue {
                         token: secrets.token, keys: secrets.keys, tokenHash: stmt.text(12),
                         registeredAt: stmt.int64(13), message: message, acceptedAt: stmt.int64(14),
                         expiresAt: expiresAt,
-                        previousAttempts: Int(stmt.int64(6)), bundleID: stmt.optionalText(15)))
+                        previousAttempts: Int(stmt.int64(6)), bundleID: stmt.optionalText(15),
+                        serverKey: stmt.optionalText(16)))
             }
         }
         // Batch sizes before anything changes state, so that every delivery
         // counted here is later reported once.
         var sizes: [BatchKey: Int] = [:]
         var touched = Set<String>()
-        for messageID in jobs.map(\.messageID) + (expired + gone + unreadable).map(\.1.messageID)
+        for messageID in jobs.map(\.messageID) + (expired + gone + disabled + unreadable).map(\.1.messageID)
         where touched.insert(messageID).inserted {
             let count = try db.statement(
                 """
@@ -499,6 +515,7 @@ final class Queue {
         }
         for (id, _) in expired { try mark(id, .expired, reason: "ttl elapsed", now: now) }
         for (id, _) in gone { try mark(id, .skipped, reason: "device removed", now: now) }
+        for (id, _) in disabled { try mark(id, .skipped, reason: DeliveryReason.deviceDisabled, now: now) }
         for (id, _) in unreadable { try markUnreadable(id, now: now) }
         if !jobs.isEmpty {
             try db.statement(
@@ -511,8 +528,8 @@ final class Queue {
         let next = try db.statement("SELECT min(next_attempt_at) FROM deliveries WHERE state IN ('queued', 'retrying')")
         let nextDueAt = try next.step() ? next.optionalInt64(0) : nil
         return Claim(
-            jobs: jobs, finished: (expired + gone + unreadable).map(\.1), batchSizes: sizes, nextDueAt: nextDueAt,
-            unreadable: unreadableDevices)
+            jobs: jobs, finished: (expired + gone + disabled + unreadable).map(\.1), batchSizes: sizes,
+            nextDueAt: nextDueAt, unreadable: unreadableDevices)
     }
 
     /// Records an attempt's result: a final state, or `retrying` at

@@ -128,25 +128,33 @@ final class Registry {
             """
             INSERT INTO devices (device_id, app, user, platform, environment, binding_hash, token_hash,
                 token_sealed, keys_sealed, name, app_version, session_hash, registration_id, version,
-                created_at, registered_at, registered_seq, bundle_id)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                created_at, registered_at, registered_seq, bundle_id, server_key)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """
         ).bind(
             .text(deviceID), .text(r.app), .text(r.user), .text(r.platform.rawValue),
             .optional(r.environment?.rawValue), .blob(binding), .text(tokenHash), .blob(sealed.token), sealed.keys,
             .optional(r.name), .optional(r.appVersion), r.session.map { .blob(Identity.sessionHash($0)) } ?? .null,
             .optional(r.registrationID), .optional(r.version), .int(now), .int(now), .int(nextSequence()),
-            .optional(r.platform.hasEnvironment ? r.bundleID : nil)
+            .optional(r.platform.hasEnvironment ? r.bundleID : nil), .optional(Self.serverKey(r))
         ).run()
         let evicted = try evict(app: r.app, user: r.user, keep: deviceCap)
         return RegistrationOutcome(
             deviceID: deviceID, tokenHash: tokenHash, created: true, reclaimed: reclaimed, evicted: evicted)
     }
 
+    /// The VAPID key a row records: a Web Push registration's, as given
+    /// (every refresh writes it again: a subscription made anew may have been
+    /// made under another key); NULL for the other platforms.
+    static func serverKey(_ r: Registration) -> String? {
+        r.platform == .web ? r.serverKey : nil
+    }
+
     /// Refreshes a row in place: the binding and every field the call gives;
     /// a field left out keeps its stored value. Web Push keys always follow
-    /// the platform (a move away from web drops them), and so does the
-    /// bundle id (a move away from APNs drops it). With `newID` the row
+    /// the platform (a move away from web drops them), and so does the VAPID
+    /// key the subscription was made with; the bundle id follows the platform
+    /// too (a move away from APNs drops it). With `newID` the row
     /// is re-keyed, and its secrets re-sealed under the new id.
     private func update(
         _ deviceID: String, with r: Registration, binding: [UInt8], tokenHash: String, now: Int64,
@@ -161,7 +169,7 @@ final class Registry {
                 app_version = COALESCE(?, app_version), session_hash = COALESCE(?, session_hash),
                 registration_id = COALESCE(?, registration_id), version = COALESCE(?, version),
                 registered_at = ?, registered_seq = ?,
-                bundle_id = CASE WHEN ? = 1 THEN COALESCE(?, bundle_id) END
+                bundle_id = CASE WHEN ? = 1 THEN COALESCE(?, bundle_id) END, server_key = ?
             WHERE device_id = ?
             """
         ).bind(
@@ -169,7 +177,7 @@ final class Registry {
             .text(tokenHash), .blob(sealed.token), sealed.keys, .optional(r.name), .optional(r.appVersion),
             r.session.map { .blob(Identity.sessionHash($0)) } ?? .null, .optional(r.registrationID),
             .optional(r.version), .int(now), .int(nextSequence()), .int(r.platform.hasEnvironment ? 1 : 0),
-            .optional(r.bundleID), .text(deviceID)
+            .optional(r.bundleID), .optional(Self.serverKey(r)), .text(deviceID)
         ).run()
     }
 
@@ -241,7 +249,7 @@ final class Registry {
         let stmt = try db.statement(
             """
             SELECT device_id, platform, environment, name, app_version, token_hash, created_at, registered_at,
-                last_success_at, last_failure_at, last_failure_reason, bundle_id
+                last_success_at, last_failure_at, last_failure_reason, bundle_id, enabled
             FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq DESC
             """)
         try stmt.bind(.text(app), .text(user))
@@ -254,9 +262,30 @@ final class Registry {
                     name: stmt.optionalText(3), appVersion: stmt.optionalText(4), tokenHash: stmt.text(5),
                     createdAt: stmt.int64(6), registeredAt: stmt.int64(7), lastSuccessAt: stmt.optionalInt64(8),
                     lastFailureAt: stmt.optionalInt64(9), lastFailureReason: stmt.optionalText(10),
-                    bundleID: stmt.optionalText(11)))
+                    bundleID: stmt.optionalText(11), enabled: stmt.int64(12) != 0))
         }
         return out
+    }
+
+    /// `device.update`: the name and/or the enabled flag of this user's
+    /// device (nil keeps the stored value). The registration itself (token,
+    /// `registered_at`, the eviction order) stays as it is. nil when the user
+    /// has no such device in the app.
+    func updateDevice(
+        app: String, user: String, deviceID: String, name: String?, enabled: Bool?
+    ) throws(StoreError) -> DeviceSummary? {
+        try db.statement(
+            """
+            UPDATE devices SET name = COALESCE(?, name), enabled = COALESCE(?, enabled)
+            WHERE app = ? AND user = ? AND device_id = ?
+            """
+        ).bind(
+            .optional(name), enabled.map { StoreValue.int($0 ? 1 : 0) } ?? .null, .text(app), .text(user),
+            .text(deviceID)
+        ).run()
+        guard db.changes > 0 else { return nil }
+        // As device.list shows it (a user has at most device_cap devices).
+        return try list(app: app, user: user).first { $0.deviceID == deviceID }
     }
 
     /// Devices per platform, for `system.stats`.
@@ -277,6 +306,26 @@ final class Registry {
             if let p = Platform(rawValue: stmt.text(1)) { out[stmt.text(0), default: [:]][p] = Int(stmt.int64(2)) }
         }
         return out
+    }
+
+    /// Web Push subscriptions per app and recorded VAPID key (nil: not
+    /// recorded), for `system.stats`.
+    func webSubscriptionsByKey() throws(StoreError) -> [ServerKeyCount] {
+        let stmt = try db.statement(
+            "SELECT app, server_key, count(*) FROM devices WHERE platform = 'web' GROUP BY app, server_key")
+        var out: [ServerKeyCount] = []
+        while try stmt.step() {
+            out.append(ServerKeyCount(app: stmt.text(0), serverKey: stmt.optionalText(1), count: Int(stmt.int64(2))))
+        }
+        return out
+    }
+
+    /// Records `key` on the app's Web Push devices that record none (those
+    /// registered before Herald recorded keys); answers how many.
+    func recordServerKey(app: String, key: String) throws(StoreError) -> Int {
+        try db.statement("UPDATE devices SET server_key = ? WHERE app = ? AND platform = 'web' AND server_key IS NULL")
+            .bind(.text(key), .text(app)).run()
+        return db.changes
     }
 
     /// Drops tombstones older than their lifetime.

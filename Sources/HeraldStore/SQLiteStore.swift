@@ -307,6 +307,29 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
         submit(durable: false, { t, _ in try t.registry.deviceCountsByApp() }, completion)
     }
 
+    public func webSubscriptionsByKey(
+        completion: @escaping @Sendable (Result<[ServerKeyCount], any Error>) -> Void
+    ) {
+        read({ t in try t.registry.webSubscriptionsByKey() }, completion)
+    }
+
+    public func recordServerKey(
+        app: String, key: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    ) {
+        submit({ t, _ in try t.registry.recordServerKey(app: app, key: key) }, completion)
+    }
+
+    public func updateDevice(
+        app: String, user: String, deviceID: String, name: String?, enabled: Bool?,
+        completion: @escaping @Sendable (Result<DeviceSummary?, any Error>) -> Void
+    ) {
+        submit(
+            fence: Self.userFence(app: app, user: user),
+            { t, _ in
+                try t.registry.updateDevice(app: app, user: user, deviceID: deviceID, name: name, enabled: enabled)
+            }, completion)
+    }
+
     /// Deliveries waiting and in flight, per app.
     public func queueDepthByApp(completion: @escaping @Sendable (Result<[String: QueueDepth], any Error>) -> Void) {
         submit(durable: false, { t, _ in try t.queue.depthByApp() }, completion)

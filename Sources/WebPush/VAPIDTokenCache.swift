@@ -3,15 +3,18 @@ public import HeraldCrypto
 import HeraldIO
 
 /// Caches the VAPID `Authorization` header value (`vapid t=<jwt>, k=<key>`),
-/// one per (app, origin), so a push service sees the same token for many sends
-/// (RFC 8292 §2; webpush.md §3.4 item 2).
+/// one per (app, origin, signing key), so a push service sees the same token
+/// for many sends (RFC 8292 §2; webpush.md §3.4 item 2). An app that holds a
+/// previous key besides its current one (key rotation) has a token per key
+/// for one origin: subscriptions made under the previous key are signed with
+/// it, the others with the current key.
 ///
 /// A token is minted with `exp = now + lifetime` (12 h by default, half the 24 h
 /// maximum a push service accepts) and renewed by the first request that finds
 /// less than `renewBefore` (1 h) left. Time comes from the injected clock.
-/// Each app has one VAPID key and subject: the cache assumes that the key and
-/// subject given for an app do not change while entries for it live (call
-/// `removeAll(app:)` after a key rotation).
+/// A key is named by its public key (base64url); the cache assumes that the
+/// subject given for an app does not change while entries for it live (call
+/// `removeAll(app:)` after a change).
 ///
 /// At most `capacity` tokens (4,096) are kept; past that the least recently
 /// used goes (SPEC.md Revision 2), so endpoints on ever new origins cannot
@@ -27,6 +30,8 @@ public final class VAPIDTokenCache: Sendable {
     private struct Key: Hashable {
         let app: String
         let origin: String
+        /// The signing key's public key, base64url.
+        let keyID: String
     }
     private struct Entry {
         let value: String
@@ -54,13 +59,15 @@ public final class VAPIDTokenCache: Sendable {
     }
 
     /// The `Authorization` value for `app` sending to `origin` (the endpoint's
-    /// `https://host[:port]`, which becomes the `aud` claim): the cached one
-    /// while more than `renewBeforeSeconds` remain, else a fresh one.
+    /// `https://host[:port]`, which becomes the `aud` claim) signed with
+    /// `key`: the cached one while more than `renewBeforeSeconds` remain, else
+    /// a fresh one. `keyID` is the key's public key (base64url), which the
+    /// caller usually knows already; nil derives it.
     public func authorization(
-        app: String, origin: String, key: P256PrivateKey, subject: String
+        app: String, origin: String, key: P256PrivateKey, keyID: String? = nil, subject: String
     ) throws(CryptoError) -> String {
         let nowSeconds = clock.nowMilliseconds() / 1000
-        let cacheKey = Key(app: app, origin: origin)
+        let cacheKey = Key(app: app, origin: origin, keyID: keyID ?? key.publicKeyBase64URL)
         let result: Result<String, CryptoError> = entries.withLock { entries in
             if let entry = entries.get(cacheKey), entry.expiresAt - nowSeconds >= renewBeforeSeconds {
                 return .success(entry.value)
@@ -78,14 +85,27 @@ public final class VAPIDTokenCache: Sendable {
         return try result.get()
     }
 
-    /// The `exp` (seconds since the epoch) of the cached token, if any.
-    public func expiry(app: String, origin: String) -> Int64? {
-        entries.withLock { $0.peek(Key(app: app, origin: origin))?.expiresAt }
+    /// The `exp` (seconds since the epoch) of the cached token of the key
+    /// `keyID` (base64url public key), if any; with nil, of the origin's
+    /// token used most recently, whichever key signed it.
+    public func expiry(app: String, origin: String, keyID: String? = nil) -> Int64? {
+        entries.withLock { entries in
+            if let keyID { return entries.peek(Key(app: app, origin: origin, keyID: keyID))?.expiresAt }
+            let key = entries.keysOldestFirst.last { $0.app == app && $0.origin == origin }
+            return key.flatMap { entries.peek($0)?.expiresAt }
+        }
     }
 
-    /// Forgets the token for one origin (e.g. after a 401/403 from it).
-    public func remove(app: String, origin: String) {
-        _ = entries.withLock { $0.remove(Key(app: app, origin: origin)) }
+    /// Forgets the token of one origin and key (e.g. after a 401/403 from
+    /// it); with `keyID` nil, the tokens of every key for the origin.
+    public func remove(app: String, origin: String, keyID: String? = nil) {
+        entries.withLock { entries in
+            if let keyID {
+                _ = entries.remove(Key(app: app, origin: origin, keyID: keyID))
+            } else {
+                entries.removeAll { key, _ in key.app == app && key.origin == origin }
+            }
+        }
     }
 
     /// Forgets every token of `app` (after a VAPID key rotation).

@@ -42,10 +42,20 @@ import HeraldIO
 ///    sent through the libcurl client (HTTP/1.1 or HTTP/2) for the next
 ///    `http1Memory`.
 /// 4. The answer goes through ``WebPushClassifier``; a 401/403 also drops
-///    the cached VAPID token of that origin. The first 413 makes the
+///    the cached VAPID token of that origin and key. The first 413 makes the
 ///    sender seal `payload.minimalPlaintext` to `payload.stepDownBodySize` and
 ///    send once more (`steppedDown: true`; a second 413 is `.failed`).
 ///    Transport errors are `Outcome.transient`.
+///
+/// VAPID key rotation: a subscription is bound to the key it was made with
+/// (``Prepared/serverKey``). One made under the current key, or recording
+/// none, is signed with the current key; one made under `previousVapidKey`
+/// with that key (the JWT and `k=`). One made under a key the app no longer
+/// holds (retired) is signed with the current key, so that a push service
+/// that does not bind subscriptions to a key still delivers it; its 401/403
+/// is `.failed(reason:)` with reason `vapid_key_retired` (the subscription
+/// cannot be served until the browser subscribes again), never
+/// `authRejected`: it says nothing about the push service or Herald's keys.
 ///
 /// The completion gets the outcome and the HTTP status of the last answer (nil
 /// when no request was answered). It runs on an HTTP client, sender queue or
@@ -56,6 +66,8 @@ public final class WebPushSender: Sendable {
     public static let vapidFailure = ProviderReason("vapid_failure")
     public static let sealFailure = ProviderReason("seal_failure")
     public static let invalidKeys = ProviderReason("invalid_subscription_keys")
+    /// A 401/403 to a subscription made under a VAPID key the app no longer holds.
+    public static let vapidKeyRetired = ProviderReason("vapid_key_retired")
 
     /// By default, an HTTP/2 lane with no request for this long closes its connection.
     public static let idleTimeout: Duration = .seconds(120)
@@ -78,6 +90,11 @@ public final class WebPushSender: Sendable {
     /// An HTTP/2 connection (and lane) of an origin that carried no request for this long is closed.
     public let http2IdleTimeout: Duration
     private let vapidKey: P256PrivateKey
+    /// The current key's public key (base64url), as `vapid.public_key` gives it.
+    public let currentKeyID: String
+    /// The previous key (rotation) and its public key, if the app holds one.
+    private let previousVapidKey: P256PrivateKey?
+    public let previousKeyID: String?
     private let queue = DispatchQueue(label: "herald.webpush.sender", attributes: .concurrent)
     private let sealers = Locked<[SealerBox]>([])
     /// Origins that did not offer HTTP/2, until when (wall-clock ms) they go through libcurl.
@@ -120,26 +137,35 @@ public final class WebPushSender: Sendable {
         /// ended while it waited for a lookup, a stream or a retry): it ends as
         /// a `timeout`, unsent.
         public let notAfter: Int64?
+        /// The VAPID public key (base64url) the subscription was made with;
+        /// nil: the current key.
+        public let serverKey: String?
 
         public init(
-            subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders, notAfter: Int64? = nil
+            subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders, notAfter: Int64? = nil,
+            serverKey: String? = nil
         ) {
             self.subscriber = subscriber
             self.payload = payload
             self.headers = headers
             self.notAfter = notAfter
+            self.serverKey = serverKey
         }
     }
 
     public init(
         guard endpointGuard: EndpointGuard, client: HTTPClient, http2: HTTP2Client? = nil, vapidKey: P256PrivateKey,
         subject: String, app: String, clock: any WallClock = SystemClock(), tokens: VAPIDTokenCache? = nil,
-        timeout: Duration = .seconds(15), http2IdleTimeout: Duration = WebPushSender.idleTimeout
+        timeout: Duration = .seconds(15), http2IdleTimeout: Duration = WebPushSender.idleTimeout,
+        previousVapidKey: P256PrivateKey? = nil
     ) {
         self.endpointGuard = endpointGuard
         self.client = client
         self.http2 = http2
         self.vapidKey = vapidKey
+        currentKeyID = vapidKey.publicKeyBase64URL
+        self.previousVapidKey = previousVapidKey
+        previousKeyID = previousVapidKey?.publicKeyBase64URL
         self.subject = subject
         self.app = app
         self.clock = clock
@@ -266,15 +292,36 @@ public final class WebPushSender: Sendable {
         }
         attempt(
             checked, subscriber: prepared.subscriber, payload: prepared.payload, headers: prepared.headers,
-            notAfter: prepared.notAfter, steppedDown: false,
+            notAfter: prepared.notAfter, steppedDown: false, signing: signing(for: prepared.serverKey),
             outgoing: &outgoing, completion: w.completion)
+    }
+
+    /// The key a push is signed with, and whether the subscription's own key is retired.
+    struct Signing: Sendable {
+        let key: P256PrivateKey
+        let keyID: String
+        /// The subscription was made under a key the app no longer holds
+        /// (signed with the current key all the same).
+        let retired: Bool
+    }
+
+    /// The key that signs a push to a subscription made under `serverKey`
+    /// (nil: the current key); see the type's documentation.
+    func signing(for serverKey: String?) -> Signing {
+        guard let serverKey, serverKey != currentKeyID else {
+            return Signing(key: vapidKey, keyID: currentKeyID, retired: false)
+        }
+        if let previousVapidKey, let previousKeyID, serverKey == previousKeyID {
+            return Signing(key: previousVapidKey, keyID: previousKeyID, retired: false)
+        }
+        return Signing(key: vapidKey, keyID: currentKeyID, retired: true)
     }
 
     /// Seals and sends one push; a request for the HTTP/2 client is added to
     /// `outgoing` for the caller to hand over, libcurl's go at once.
     private func attempt(
         _ checked: CheckedEndpoint, subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders,
-        notAfter: Int64?, steppedDown: Bool, outgoing: inout [HTTP2Send],
+        notAfter: Int64?, steppedDown: Bool, signing: Signing, outgoing: inout [HTTP2Send],
         completion: @escaping @Sendable (Outcome, Int?) -> Void
     ) {
         if let notAfter, clock.nowMilliseconds() > notAfter {
@@ -289,7 +336,8 @@ public final class WebPushSender: Sendable {
         }
         let authorization: String
         do {
-            authorization = try tokens.authorization(app: app, origin: checked.origin, key: vapidKey, subject: subject)
+            authorization = try tokens.authorization(
+                app: app, origin: checked.origin, key: signing.key, keyID: signing.keyID, subject: subject)
         } catch {
             completion(.failed(reason: Self.vapidFailure), nil)
             return
@@ -304,15 +352,22 @@ public final class WebPushSender: Sendable {
                 let outcome = WebPushClassifier.classify(
                     status: status, retryAfter: retryAfter, steppedDown: steppedDown)
                 if case .authRejected = outcome {
+                    if signing.retired {
+                        // The subscription is bound to a key Herald no longer
+                        // holds: this delivery cannot succeed, and neither the
+                        // service nor the current key's token is at fault.
+                        completion(.failed(reason: Self.vapidKeyRetired), status)
+                        return
+                    }
                     // The service refused the VAPID token: sign a fresh one for the next send.
-                    tokens.remove(app: app, origin: checked.origin)
+                    tokens.remove(app: app, origin: checked.origin, keyID: signing.keyID)
                 }
                 if outcome == .tooLarge && !steppedDown {
                     queue.async { [self] in
                         var again: [HTTP2Send] = []
                         attempt(
                             checked, subscriber: subscriber, payload: payload, headers: headers, notAfter: notAfter,
-                            steppedDown: true, outgoing: &again, completion: completion)
+                            steppedDown: true, signing: signing, outgoing: &again, completion: completion)
                         http2?.send(again)
                     }
                     return

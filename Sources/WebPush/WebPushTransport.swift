@@ -31,7 +31,7 @@ public final class WebPushTransport: PushTransport {
                 return .ready(
                     .init(
                         subscriber: subscriber, payload: payload, headers: WebPushHeaders(message: message),
-                        notAfter: job.sendDeadline))
+                        notAfter: job.sendDeadline, serverKey: job.serverKey))
             }
         ) { outcome, status in
             completion(AttemptReport(outcome: outcome, httpStatus: status))

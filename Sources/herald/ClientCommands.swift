@@ -42,7 +42,7 @@ enum ClientCommands {
             arguments,
             values: clientOptions.union([
                 "app", "user", "platform", "token", "environment", "p256dh", "auth", "name", "app-version", "session",
-                "registration-id", "version", "bundle-id",
+                "registration-id", "version", "bundle-id", "application-server-key",
             ]))
         try options.noPositional()
         var params = JSONObject()
@@ -53,6 +53,7 @@ enum ClientCommands {
         for (option, key) in [
             ("environment", "environment"), ("name", "name"), ("app-version", "app_version"),
             ("session", "session"), ("registration-id", "registration_id"), ("bundle-id", "bundle_id"),
+            ("application-server-key", "application_server_key"),
         ] {
             if let v = options.value(option) { params.append(key, .string(v)) }
         }

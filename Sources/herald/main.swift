@@ -12,8 +12,12 @@ let usage = """
       herald call METHOD [JSON-PARAMS]
       herald register --user U --platform apns|apns_voip|fcm|web --token T [--environment E]
                       [--p256dh B64 --auth B64] [--name N] [--app-version V] [--session S]
-                      [--registration-id R --version N] [--bundle-id B] [--app A]
+                      [--registration-id R --version N] [--bundle-id B] [--application-server-key B64]
+                      [--app A]
       herald devices USER [--app A]
+      herald device rename DEVICE_ID NAME --user U [--app A]
+      herald device disable DEVICE_ID --user U [--app A]   (kept; sends skip it)
+      herald device enable DEVICE_ID --user U [--app A]
       herald send (--user U ... | --device ID ...) [--kind K] [--data KEY=VALUE ...] [--badge N]
                   [--loc-key K] [--collapse-key K] [--priority P] [--ttl S] [--idempotency-key K]
                   [--wait [--timeout-ms N]] [--app A] [--interruption-level L] [--relevance-score N]
@@ -48,6 +52,7 @@ func dispatch(_ arguments: [String]) throws(CommandFailure) -> Int32 {
     case "call": return try ClientCommands.call(rest)
     case "register": return try ClientCommands.register(rest)
     case "devices": return try ClientCommands.devices(rest)
+    case "device": return try DeviceCommand.run(rest)
     case "send": return try PushCommands.send(rest)
     case "status": return try PushCommands.status(rest)
     case "health": return try ClientCommands.health(rest)

@@ -186,7 +186,7 @@ struct ConfigKeysTests {
         #expect(
             untested == [
                 "app.apns_key", "app.apns_key_id", "app.apns_team_id", "app.apns_topic", "app.fcm_credentials",
-                "app.vapid_key", "app.vapid_subject",
+                "app.vapid_key", "app.vapid_subject", "app.vapid_key_previous",
             ])
     }
 }

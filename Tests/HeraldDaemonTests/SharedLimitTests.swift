@@ -71,6 +71,19 @@ final class SharedBucketStore: DeliveryStore, @unchecked Sendable {
     func deviceCountsByApp(completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void) {
         inner.deviceCountsByApp(completion: completion)
     }
+    func webSubscriptionsByKey(completion: @escaping @Sendable (Result<[ServerKeyCount], any Error>) -> Void) {
+        inner.webSubscriptionsByKey(completion: completion)
+    }
+    func recordServerKey(app: String, key: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
+        inner.recordServerKey(app: app, key: key, completion: completion)
+    }
+    func updateDevice(
+        app: String, user: String, deviceID: String, name: String?, enabled: Bool?,
+        completion: @escaping @Sendable (Result<DeviceSummary?, any Error>) -> Void
+    ) {
+        inner.updateDevice(
+            app: app, user: user, deviceID: deviceID, name: name, enabled: enabled, completion: completion)
+    }
     func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void) {
         inner.enqueue(e, completion: completion)
     }

@@ -1120,7 +1120,8 @@ def _check_vapid(req, rec, sub):
     t, kk = params.get("t"), params.get("k")
     if not t or not kk:
         return "vapid needs t= and k="
-    v = {"k": kk, "jwt_hash": short_hash(t)}
+    # The JWT itself too: a test checks its signature with a verifier of its own.
+    v = {"k": kk, "jwt_hash": short_hash(t), "jwt": t}
     rec["vapid"] = v
     try:
         raw = b64u_decode(kk)

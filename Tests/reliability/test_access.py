@@ -117,6 +117,7 @@ def _method_calls(app, user):
         ("device.register", {"user": user, "platform": "fcm", "token": f"{app}-{user}-token"}),
         ("device.unregister", {"user": user, "device_id": "0" * 32}),
         ("device.list", {"user": user}),
+        ("device.update", {"user": user, "device_id": "0" * 32, "enabled": False}),
         ("session.end", {"user": user, "session": "s"}),
         ("user.forget", {"user": user + "-other"}),
         ("push.send", {"to": {"users": [user]}}),

@@ -146,6 +146,8 @@ def base_for(method, param, witness):
         if param in ("registration_id", "version"):
             return {"user": HU, "registration_id": "hostile-rid", "version": 1}
         return {"user": HU, "device_id": "f" * 32}
+    if method == "device.update":
+        return {"user": HU, "device_id": "f" * 32, "enabled": False}
     if method in ("device.list", "user.forget"):
         return {"user": HU}
     if method == "session.end":
@@ -415,8 +417,8 @@ class State:
 
 def test_every_method_is_covered():
     names = {m["name"] for m in OPENRPC["methods"]}
-    expected = {"device.register", "device.unregister", "device.list", "session.end", "user.forget", "push.send",
-                "push.status", "push.cancel", "system.health", "system.stats", "system.metrics",
+    expected = {"device.register", "device.unregister", "device.list", "device.update", "session.end", "user.forget",
+                "push.send", "push.status", "push.cancel", "system.health", "system.stats", "system.metrics",
                 "vapid.public_key", "rpc.discover"}
     assert expected <= names, expected - names
     for m, plist in method_params().items():

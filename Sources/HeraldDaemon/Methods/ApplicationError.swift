@@ -20,6 +20,8 @@ enum ApplicationError: Error, Equatable {
     case overloaded(String, retryAfterMs: Int64)
     /// 1008: a registration older than the stored one.
     case conflict(reason: String, storedVersion: Int64)
+    /// 1003: no such device of the user in the app (`device.update`).
+    case deviceNotFound(deviceID: String)
 
     var code: Int {
         switch self {
@@ -31,6 +33,7 @@ enum ApplicationError: Error, Equatable {
         case .forbidden: 1006
         case .overloaded: 1007
         case .conflict: 1008
+        case .deviceNotFound: 1003
         }
     }
 
@@ -45,6 +48,7 @@ enum ApplicationError: Error, Equatable {
         case .forbidden: "forbidden"
         case .overloaded: "overloaded"
         case .conflict: "conflict"
+        case .deviceNotFound: "not_found"
         }
     }
 
@@ -73,6 +77,10 @@ enum ApplicationError: Error, Equatable {
             .application(code: code, reason: reason, message: message, extra: [("retry_after_ms", .int(ms))])
         case .conflict(let why, let version):
             .application(code: code, reason: reason, message: why, extra: [("version", .int(version))])
+        case .deviceNotFound(let deviceID):
+            .application(
+                code: code, reason: reason, message: "no such device: \(deviceID)",
+                extra: [("device_id", .string(deviceID))])
         }
     }
 }

@@ -59,13 +59,20 @@ extension HeraldService {
             throw p.invalid("version", "is required with registration_id")
         }
         let bundleID = try Self.bundleID(&p, platform: platform, topics: runtime.config.apnsBundleIDs)
+        let serverKeyText = try p.string("application_server_key", maxBytes: 128)
+        var serverKey: String?
+        if platform == .web {
+            serverKey = try Self.applicationServerKey(serverKeyText, vapid: runtime.credentials.webPush.value, p)
+        } else if serverKeyText != nil {
+            throw p.invalid("application_server_key", "is only for web")
+        }
         try p.finish()
         try limit(registerLimiter, app: runtime.config.name, user: user)
 
         let registration = Registration(
             app: runtime.config.name, user: user, platform: platform, environment: environment, token: token,
             keys: keys, name: name, appVersion: appVersion, session: session, registrationID: registrationID,
-            version: version.map(Int64.init), bundleID: bundleID)
+            version: version.map(Int64.init), bundleID: bundleID, serverKey: serverKey)
         let cap = runtime.config.deviceCap
         let store = self.store
         let done = finish(reply) { (o: RegistrationOutcome) -> JSON in
@@ -159,6 +166,37 @@ extension HeraldService {
         return WebPushKeys(p256dh: p256dh, auth: auth)
     }
 
+    /// The VAPID public key a Web Push subscription records: the one given
+    /// (the subscription's `applicationServerKey`), which must be the app's
+    /// current or previous key, else the current one. Stored as the key itself
+    /// in canonical base64url (as `vapid.public_key` gives it), not as "the
+    /// current key": a later rotation must not move the subscription to the
+    /// new key. nil only when the app has no VAPID key and none was given.
+    static func applicationServerKey(
+        _ text: String?, vapid: VAPIDCredentials?, _ p: ParamReader
+    ) throws(RPCError) -> String? {
+        guard let text else { return vapid?.publicKey }
+        let canonical: String
+        do {
+            let raw = try Base64URL.decode(text)
+            try P256.checkPublicKey(raw)
+            canonical = Base64URL.encode(raw)
+        } catch {
+            throw p.invalid("application_server_key", Self.keyReason(error))
+        }
+        guard let vapid else {
+            throw p.invalid("application_server_key", "web push is disabled for this app (no vapid_key)")
+        }
+        guard vapid.acceptedPublicKeys.contains(canonical) else {
+            throw p.invalid(
+                "application_server_key",
+                vapid.previousPublicKey == nil
+                    ? "is not the app's VAPID public key (vapid.public_key)"
+                    : "is neither the app's current VAPID public key (vapid.public_key) nor its previous one")
+        }
+        return canonical
+    }
+
     static func keyReason(_ error: CryptoError) -> String {
         switch error {
         case .malformedBase64: "must be base64url"
@@ -250,6 +288,7 @@ extension HeraldService {
             "last_failure_at": d.lastFailureAt.map { .string(Timestamp.rfc3339($0)) } ?? .null,
             "last_failure_reason": d.lastFailureReason.map { .string($0) } ?? .null,
             "bundle_id": bundleID.map { .string($0) } ?? .null,
+            "enabled": .bool(d.enabled),
         ]
     }
 
@@ -270,6 +309,44 @@ extension HeraldService {
         let user = try user(&p)
         try p.finish()
         store.forget(app: runtime.config.name, user: user, completion: finish(reply) { ["removed": .int($0)] })
+    }
+
+    // MARK: device.update
+
+    /// Renames a device or turns it off and on by its id (app servers keep
+    /// no raw token). The id is the user's, as for `device.unregister`; an
+    /// id the user does not have in the app is 1003 `not_found`.
+    func updateDevice(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let user = try user(&p)
+        let deviceID = try p.string("device_id", required: true, maxBytes: 32)!
+        guard Self.isDeviceID(deviceID) else { throw p.invalid("device_id", "must be 32 lowercase hex characters") }
+        // The limits of device.register's name.
+        let name = try p.string("name", maxBytes: 256, allowEmpty: true)
+        let enabled = try p.bool("enabled")
+        try p.finish()
+        if name == nil && enabled == nil { throw p.invalid("name", "give name, enabled or both") }
+        let app = runtime.config.name
+        // As device.list shows it: an APNs device without its own bundle id has the app's default.
+        let defaultBundleID = runtime.config.defaultAPNsTopic
+        store.updateDevice(app: app, user: user, deviceID: deviceID, name: name, enabled: enabled) { [log] result in
+            switch result {
+            case .success(let device?):
+                // Never the name: it is the user's label, not the operator's.
+                log.info(
+                    "device_updated",
+                    [
+                        "app": app, "device": deviceID, "renamed": String(name != nil),
+                        "enabled": enabled.map { String($0) } ?? "unchanged",
+                    ])
+                reply(.success(["device": Self.deviceJSON(device, defaultBundleID: defaultBundleID)]))
+            case .success(nil):
+                reply(.failure(RPCError(.deviceNotFound(deviceID: deviceID))))
+            case .failure(let error):
+                log.error("store_failed", ["error": String(describing: error)])
+                reply(.failure(.storeUnavailable))
+            }
+        }
     }
 
 }

@@ -61,6 +61,7 @@ extension HeraldService {
         _ = try app(&p, context)
         try p.finish()
         let only = visibleApps(context)
+        let reply = withWebSubscriptionsByKey(reply, only: only)
         let server = serverStats()
         let uptime = (monotonicMilliseconds() - startedAt) / 1000
         let rateLimited = self.rateLimited
@@ -172,6 +173,56 @@ extension HeraldService {
                 body(depth, counts)
             }
         }
+    }
+
+    /// `reply` with `web_subscriptions_by_key` added to a successful
+    /// `system.stats` result: per app (those in `only`, or every app; `{}`
+    /// for one without Web Push), the app's Web Push subscriptions per VAPID
+    /// public key they were made with.
+    /// The app's current and previous keys are always listed (0 when none is
+    /// left: the previous key may be dropped); subscriptions that record no
+    /// key count with the current key (they are sent with it), or under
+    /// `unrecorded` when the app has no VAPID key.
+    func withWebSubscriptionsByKey(_ reply: @escaping Reply, only: Set<String>?) -> Reply {
+        var configured: [String: [String]] = [:]
+        for (name, runtime) in apps where only == nil || only!.contains(name) {
+            configured[name] = runtime.credentials.webPush.value?.acceptedPublicKeys ?? []
+        }
+        let store = self.store
+        let log = self.log
+        return { [configured] result in
+            guard case .success(.object(let stats)) = result else { return reply(result) }
+            store.webSubscriptionsByKey { counted in
+                guard case .success(let counts) = counted else {
+                    log.error("store_failed", ["error": "stats"])
+                    return reply(.failure(.storeUnavailable))
+                }
+                var object = stats
+                object.append("web_subscriptions_by_key", .object(Self.webSubscriptionsByKey(counts, configured)))
+                reply(.success(.object(object)))
+            }
+        }
+    }
+
+    /// See ``withWebSubscriptionsByKey(_:only:)``; `configured` names each
+    /// shown app's accepted keys, current first.
+    static func webSubscriptionsByKey(_ counts: [ServerKeyCount], _ configured: [String: [String]]) -> JSONObject {
+        var byApp: [String: [String: Int]] = [:]
+        for (app, keys) in configured {
+            byApp[app] = [:]
+            for key in keys { byApp[app]![key] = 0 }
+        }
+        for c in counts where configured[c.app] != nil {
+            let key = c.serverKey ?? configured[c.app]!.first ?? "unrecorded"
+            byApp[c.app, default: [:]][key, default: 0] += c.count
+        }
+        var out = JSONObject()
+        for app in byApp.keys.sorted() {
+            var keys = JSONObject()
+            for key in byApp[app]!.keys.sorted() { keys.append(key, .int(byApp[app]![key]!)) }
+            out.append(app, .object(keys))
+        }
+        return out
     }
 
     func vapidPublicKey(_ p: inout ParamReader, _ context: CallContext) throws(RPCError) -> JSON {

@@ -131,7 +131,10 @@ final class PostgresQueue: @unchecked Sendable {
         var roomLeft = handoffLimit
         for target in targets {
             var row = Row(target: target, state: .queued, reason: nil, secrets: nil)
-            if !e.message.kind.reaches(target.platform) {
+            if !target.enabled {
+                row.state = .skipped
+                row.reason = DeliveryReason.deviceDisabled
+            } else if !e.message.kind.reaches(target.platform) {
                 row.state = .skipped
                 row.reason = "kind_not_for_platform"
             } else if let why = e.disabled[target.platform] {
@@ -200,7 +203,7 @@ final class PostgresQueue: @unchecked Sendable {
                     deliveryID: deliveryID, messageID: messageID, app: e.app, deviceID: t.deviceID, user: t.user,
                     platform: t.platform, environment: t.environment, token: secrets.token, keys: secrets.keys,
                     tokenHash: t.tokenHash, registeredAt: t.registeredAt, message: message, acceptedAt: now,
-                    expiresAt: expires, previousAttempts: 0, bundleID: t.bundleID))
+                    expiresAt: expires, previousAttempts: 0, bundleID: t.bundleID, serverKey: t.serverKey))
         }
         if queuedLeft { try notify(c) }
         lock.withLock { pendingBound += devices }
@@ -237,6 +240,9 @@ final class PostgresQueue: @unchecked Sendable {
         let keysSealed: [UInt8]?
         let registeredAt: Int64
         let bundleID: String?
+        let serverKey: String?
+        /// False for a device turned off by `device.update`: its delivery is skipped.
+        let enabled: Bool
     }
 
     private func resolve(_ c: PostgresConnection, _ recipients: Recipients, app: String) throws -> [PostgresTarget] {
@@ -258,7 +264,7 @@ final class PostgresQueue: @unchecked Sendable {
                     deviceID: id, user: try PostgresRegistry.string(r, 1), platform: platform, tokenHash: try r.text(3),
                     environment: try r.optionalText(4).flatMap(APNsEnvironment.init(rawValue:)),
                     tokenSealed: try r.bytes(5), keysSealed: try r.optionalBytes(6), registeredAt: try r.int64(7),
-                    bundleID: try r.optionalText(8)))
+                    bundleID: try r.optionalText(8), serverKey: try r.optionalText(9), enabled: try r.bool(10)))
         }
         return out
     }
@@ -374,6 +380,7 @@ final class PostgresQueue: @unchecked Sendable {
         var jobs: [DeliveryJob] = []
         var expired: [(Int64, BatchKey)] = []
         var gone: [(Int64, BatchKey)] = []
+        var disabled: [(Int64, BatchKey)] = []
         var unreadable: [(Int64, BatchKey)] = []
         var unreadableDevices: [(deliveryID: Int64, deviceID: String)] = []
         var messages: [String: PushMessage?] = [:]
@@ -389,6 +396,11 @@ final class PostgresQueue: @unchecked Sendable {
             }
             guard let tokenSealed = try r.optionalBytes(10) else {
                 gone.append((id, batch))
+                continue
+            }
+            if try r.optionalBool(17) == false {
+                // Turned off by device.update since the message was accepted.
+                disabled.append((id, batch))
                 continue
             }
             if messages[messageID] == nil { messages[messageID] = MessageCodec.decode(try r.text(8)) }
@@ -409,12 +421,13 @@ final class PostgresQueue: @unchecked Sendable {
                     environment: try r.optionalText(9).flatMap(APNsEnvironment.init(rawValue:)),
                     token: secrets.token, keys: secrets.keys, tokenHash: try r.text(12), registeredAt: try r.int64(13),
                     message: message, acceptedAt: try r.int64(14), expiresAt: expiresAt,
-                    previousAttempts: Int(try r.int64(6)), bundleID: try r.optionalText(15)))
+                    previousAttempts: Int(try r.int64(6)), bundleID: try r.optionalText(15),
+                    serverKey: try r.optionalText(16)))
         }
         var sizes: [BatchKey: Int] = [:]
         var touched: [String] = []
         var seen = Set<String>()
-        for messageID in jobs.map(\.messageID) + (expired + gone + unreadable).map(\.1.messageID)
+        for messageID in jobs.map(\.messageID) + (expired + gone + disabled + unreadable).map(\.1.messageID)
         where seen.insert(messageID).inserted {
             touched.append(messageID)
         }
@@ -427,6 +440,7 @@ final class PostgresQueue: @unchecked Sendable {
         }
         for (id, _) in expired { try mark(c, id, .expired, reason: "ttl elapsed", now: now) }
         for (id, _) in gone { try mark(c, id, .skipped, reason: "device removed", now: now) }
+        for (id, _) in disabled { try mark(c, id, .skipped, reason: DeliveryReason.deviceDisabled, now: now) }
         for (id, _) in unreadable { try markUnreadable(c, id, now: now) }
         if !jobs.isEmpty {
             try c.execute(
@@ -436,8 +450,8 @@ final class PostgresQueue: @unchecked Sendable {
         let next = try c.execute(Statements.nextDue, [.text(instance)]).first
         let nextDueAt = [try next?.optionalInt64(0), try next?.optionalInt64(1)].compactMap { $0 }.min()
         return Claim(
-            jobs: jobs, finished: (expired + gone + unreadable).map(\.1), batchSizes: sizes, nextDueAt: nextDueAt,
-            unreadable: unreadableDevices)
+            jobs: jobs, finished: (expired + gone + disabled + unreadable).map(\.1), batchSizes: sizes,
+            nextDueAt: nextDueAt, unreadable: unreadableDevices)
     }
 
     // MARK: Results
@@ -633,14 +647,14 @@ final class PostgresQueue: @unchecked Sendable {
             name: "q_resolve_users",
             sql: """
                 SELECT device_id, user_name, platform, token_hash, environment, token_sealed, keys_sealed, registered_at,
-                    bundle_id
+                    bundle_id, server_key, enabled
                 FROM devices WHERE app = $1 AND user_name = ANY($2::bytea[]) ORDER BY user_name, registered_seq
                 """)
         static let resolveDevices = PostgresStatement(
             name: "q_resolve_devices",
             sql: """
                 SELECT v.device_id, v.user_name, v.platform, v.token_hash, v.environment, v.token_sealed, v.keys_sealed,
-                    v.registered_at, v.bundle_id
+                    v.registered_at, v.bundle_id, v.server_key, v.enabled
                 FROM unnest($2::text[]) WITH ORDINALITY AS n(id, i) JOIN devices v ON v.device_id = n.id AND v.app = $1
                 ORDER BY n.i
                 """)
@@ -661,7 +675,7 @@ final class PostgresQueue: @unchecked Sendable {
         static let claimColumns = """
             SELECT d.delivery_id, d.message_id, d.app, d.device_id, d.user_name, d.platform, d.attempts, m.expires_at,
                 m.payload, v.environment, v.token_sealed, v.keys_sealed, v.token_hash, v.registered_at, m.created_at,
-                v.bundle_id
+                v.bundle_id, v.server_key, v.enabled
             FROM picked p JOIN deliveries d ON d.delivery_id = p.delivery_id
             JOIN messages m ON m.message_id = d.message_id
             LEFT JOIN devices v ON v.device_id = d.device_id

@@ -149,6 +149,7 @@ struct PostgresRegistry {
                 sealed.keys, Self.bytes(r.name), Self.bytes(r.appVersion),
                 r.session.map { .bytes(Identity.sessionHash($0)) } ?? .null, Self.bytes(r.registrationID),
                 .optional(r.version), .int(now), .optional(r.platform.hasEnvironment ? r.bundleID : nil),
+                .optional(Registry.serverKey(r)),
             ])
         let evicted = try evict(c, app: r.app, user: r.user, keep: deviceCap)
         return RegistrationOutcome(
@@ -168,7 +169,7 @@ struct PostgresRegistry {
                 .text(tokenHash), .bytes(sealed.token), sealed.keys, Self.bytes(r.name), Self.bytes(r.appVersion),
                 r.session.map { .bytes(Identity.sessionHash($0)) } ?? .null, Self.bytes(r.registrationID),
                 .optional(r.version), .int(now), .text(deviceID), .int(r.platform.hasEnvironment ? 1 : 0),
-                .optional(r.bundleID),
+                .optional(r.bundleID), .optional(Registry.serverKey(r)),
             ])
     }
 
@@ -242,8 +243,24 @@ struct PostgresRegistry {
                 tokenHash: try r.text(5),
                 createdAt: try r.int64(6), registeredAt: try r.int64(7), lastSuccessAt: try r.optionalInt64(8),
                 lastFailureAt: try r.optionalInt64(9), lastFailureReason: try r.optionalText(10),
-                bundleID: try r.optionalText(11))
+                bundleID: try r.optionalText(11), enabled: try r.bool(12))
         }
+    }
+
+    /// `device.update` (see ``Registry/updateDevice(app:user:deviceID:name:enabled:)``).
+    func updateDevice(
+        _ c: PostgresConnection, app: String, user: String, deviceID: String, name: String?, enabled: Bool?
+    ) throws -> DeviceSummary? {
+        try Self.lock(c, Self.userLock(app: app, user: user))
+        let updated = try c.execute(
+            Statements.updateByID,
+            [
+                .text(app), Self.bytes(user), .text(deviceID), Self.bytes(name),
+                enabled.map { PostgresValue.bool($0) } ?? .null,
+            ])
+        guard updated.affectedRows > 0 else { return nil }
+        // As device.list shows it (a user has at most device_cap devices).
+        return try list(c, app: app, user: user).first { $0.deviceID == deviceID }
     }
 
     func deviceCounts(_ c: PostgresConnection) throws -> [Platform: Int] {
@@ -260,6 +277,22 @@ struct PostgresRegistry {
             if let p = Platform(rawValue: try r.text(1)) { out[try r.text(0), default: [:]][p] = Int(try r.int64(2)) }
         }
         return out
+    }
+
+    /// See ``Registry/webSubscriptionsByKey()``.
+    func webSubscriptionsByKey(_ c: PostgresConnection) throws -> [ServerKeyCount] {
+        try c.execute("SELECT app, server_key, count(*) FROM devices WHERE platform = 'web' GROUP BY app, server_key")
+            .rows.map { r in
+                ServerKeyCount(app: try r.text(0), serverKey: try r.optionalText(1), count: Int(try r.int64(2)))
+            }
+    }
+
+    /// See ``Registry/recordServerKey(app:key:)``.
+    func recordServerKey(_ c: PostgresConnection, app: String, key: String) throws -> Int {
+        try c.execute(
+            "UPDATE devices SET server_key = $1 WHERE app = $2 AND platform = 'web' AND server_key IS NULL",
+            [.text(key), .text(app)]
+        ).affectedRows
     }
 
     func expireTombstones(_ c: PostgresConnection, now: Int64) throws {
@@ -285,9 +318,9 @@ struct PostgresRegistry {
             sql: """
                 INSERT INTO devices (device_id, app, user_name, platform, environment, binding_hash, token_hash,
                     token_sealed, keys_sealed, name, app_version, session_hash, registration_id, version,
-                    created_at, registered_at, registered_seq, bundle_id)
+                    created_at, registered_at, registered_seq, bundle_id, server_key)
                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, nextval('registration_seq'),
-                    $16)
+                    $16, $17)
                 """)
         static let updateDevice = PostgresStatement(
             name: "reg_update",
@@ -297,7 +330,7 @@ struct PostgresRegistry {
                     app_version = COALESCE($9, app_version), session_hash = COALESCE($10, session_hash),
                     registration_id = COALESCE($11, registration_id), version = COALESCE($12, version),
                     registered_at = $13, registered_seq = nextval('registration_seq'),
-                    bundle_id = CASE WHEN $15::bigint = 1 THEN COALESCE($16::text, bundle_id) END
+                    bundle_id = CASE WHEN $15::bigint = 1 THEN COALESCE($16::text, bundle_id) END, server_key = $17
                 WHERE device_id = $14
                 """)
         static let evict = PostgresStatement(
@@ -313,8 +346,14 @@ struct PostgresRegistry {
             name: "reg_list",
             sql: """
                 SELECT device_id, platform, environment, name, app_version, token_hash, created_at, registered_at,
-                    last_success_at, last_failure_at, last_failure_reason, bundle_id
+                    last_success_at, last_failure_at, last_failure_reason, bundle_id, enabled
                 FROM devices WHERE app = $1 AND user_name = $2 ORDER BY registered_seq DESC
+                """)
+        static let updateByID = PostgresStatement(
+            name: "reg_update_by_id",
+            sql: """
+                UPDATE devices SET name = COALESCE($4, name), enabled = COALESCE($5, enabled)
+                WHERE app = $1 AND user_name = $2 AND device_id = $3
                 """)
     }
 }

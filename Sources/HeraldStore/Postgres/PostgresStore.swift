@@ -322,6 +322,29 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         submit(durable: false, { [registry] c, _ in try registry.deviceCountsByApp(c) }, completion)
     }
 
+    public func webSubscriptionsByKey(
+        completion: @escaping @Sendable (Result<[ServerKeyCount], any Error>) -> Void
+    ) {
+        submit(durable: false, { [registry] c, _ in try registry.webSubscriptionsByKey(c) }, completion)
+    }
+
+    public func recordServerKey(
+        app: String, key: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    ) {
+        submit({ [registry] c, _ in try registry.recordServerKey(c, app: app, key: key) }, completion)
+    }
+
+    public func updateDevice(
+        app: String, user: String, deviceID: String, name: String?, enabled: Bool?,
+        completion: @escaping @Sendable (Result<DeviceSummary?, any Error>) -> Void
+    ) {
+        submit(
+            fence: SQLiteStore.userFence(app: app, user: user),
+            { [registry] c, _ in
+                try registry.updateDevice(c, app: app, user: user, deviceID: deviceID, name: name, enabled: enabled)
+            }, completion)
+    }
+
     // MARK: Delivery queue
 
     public func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void) {

@@ -1,0 +1,210 @@
+"""Types of the parameters and results of Herald's methods (docs/openrpc.json).
+
+Results are the daemon's JSON objects as ``dict``s; these TypedDicts name their members for
+type checkers. A daemon newer than this module may add members: they are there at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+__all__ = [
+    "Platform",
+    "Environment",
+    "Kind",
+    "Priority",
+    "InterruptionLevel",
+    "MessageState",
+    "DeliveryState",
+    "WebPushKeys",
+    "Target",
+    "Alert",
+    "Registration",
+    "Removed",
+    "Device",
+    "DeviceList",
+    "UpdatedDevice",
+    "Counts",
+    "Accepted",
+    "DeliveryDetail",
+    "MessageStatus",
+    "Cancelled",
+    "Health",
+    "Stats",
+    "Metrics",
+    "VapidPublicKey",
+    "OpenRPCDocument",
+]
+
+Platform = Literal["apns", "apns_voip", "fcm", "web"]
+Environment = Literal["production", "development"]
+Kind = Literal["notification", "clear", "call_ring"]
+Priority = Literal["high", "normal", "low"]
+#: ``push.send``'s ``interruption_level`` (APNs ``interruption-level``).
+InterruptionLevel = Literal["passive", "active", "time-sensitive", "critical"]
+MessageState = Literal["pending", "complete"]
+DeliveryState = Literal[
+    "queued", "in_flight", "delivered", "retrying", "failed", "expired", "superseded", "skipped", "removed_stale"
+]
+
+
+class WebPushKeys(TypedDict):
+    """A Web Push subscription's keys (base64url): a 65-byte P-256 point and a 16-byte secret."""
+
+    p256dh: str
+    auth: str
+
+
+class Target(TypedDict, total=False):
+    """``push.send``'s ``to``: exactly one of ``users`` or ``devices`` (device ids)."""
+
+    users: list[str]
+    devices: list[str]
+
+
+class Alert(TypedDict, total=False):
+    """Localisation keys only; ``loc_key`` defaults to the app's ``alert_loc_key``."""
+
+    loc_key: str
+    loc_args: list[str]
+    title_loc_key: str
+    body_loc_key: str
+
+
+class Registration(TypedDict):
+    """``device.register``: what the call did."""
+
+    device_id: str
+    token_hash: str
+    created: bool
+    reclaimed: bool
+    evicted: list[str]
+
+
+class Removed(TypedDict):
+    """``device.unregister``, ``session.end``, ``user.forget``: devices deleted."""
+
+    removed: int
+
+
+class Device(TypedDict):
+    """One device as ``device.list`` shows it (never a token or key)."""
+
+    device_id: str
+    platform: Platform
+    environment: Environment | None
+    name: str | None
+    app_version: str | None
+    token_hash: str
+    created_at: str
+    registered_at: str
+    last_success_at: str | None
+    last_failure_at: str | None
+    last_failure_reason: str | None
+    #: APNs devices: the bundle id they are sent with (``apns-topic``; VoIP adds ``.voip``): the
+    #: one given at registration, else the app's default topic (None when the app configures
+    #: none). None for fcm and web.
+    bundle_id: str | None
+    #: False when turned off with ``device_update(enabled=False)``: the device is kept and
+    #: listed, and sends skip it (``skipped``, reason ``device_disabled``) until it is enabled
+    #: again. Registering the same token again does not change it.
+    enabled: bool
+
+
+class UpdatedDevice(TypedDict):
+    """``device.update``: the device as ``device.list`` shows it."""
+
+    device: Device
+
+
+class DeviceList(TypedDict):
+    """``device.list``: newest registration first."""
+
+    devices: list[Device]
+
+
+class Counts(TypedDict):
+    """A message's deliveries per state (every state is present)."""
+
+    queued: int
+    in_flight: int
+    delivered: int
+    retrying: int
+    failed: int
+    expired: int
+    superseded: int
+    skipped: int
+    removed_stale: int
+
+
+class Accepted(TypedDict):
+    """``push.send``: the message and its deliveries are committed. With ``wait``, also
+    ``state`` and ``counts``."""
+
+    message_id: str
+    devices: int
+    skipped: int
+    state: NotRequired[MessageState]
+    counts: NotRequired[Counts]
+
+
+class DeliveryDetail(TypedDict):
+    """One device's delivery in ``push.status`` with ``detail``."""
+
+    device_id: str
+    platform: Platform
+    state: DeliveryState
+    attempts: int
+    http_status: int | None
+    reason: str | None
+    updated_at: str
+    sent_by: str | None
+
+
+class MessageStatus(TypedDict):
+    """``push.status``: ``state`` is ``complete`` once every delivery is final."""
+
+    message_id: str
+    created_at: str
+    state: MessageState
+    counts: Counts
+    devices: NotRequired[list[DeliveryDetail]]
+
+
+class Cancelled(TypedDict):
+    """``push.cancel``: deliveries dropped."""
+
+    cancelled: int
+
+
+class Health(TypedDict):
+    """``system.health``: ``store`` is ``ok`` or ``degraded:<why>``; each transport
+    ``ready``, ``disabled:<why>`` or ``degraded:<why>``, per app."""
+
+    status: Literal["ok", "degraded"]
+    store: str
+    transports: dict[str, dict[str, str]]
+
+
+class Metrics(TypedDict):
+    """``system.metrics``: the Prometheus text exposition."""
+
+    content_type: str
+    text: str
+
+
+class VapidPublicKey(TypedDict):
+    """``vapid.public_key``: base64url of the 65-byte uncompressed point
+    (a browser's ``applicationServerKey``)."""
+
+    public_key: str
+
+
+#: ``system.stats``: counters (docs/interface.md lists the members), among them
+#: ``web_subscriptions_by_key``: per app, its Web Push subscriptions per VAPID public key they
+#: were made with (``{"<app>": {"<public key>": n}}``; the app's current and previous keys are
+#: always listed).
+Stats = dict[str, Any]
+
+#: ``rpc.discover``: the OpenRPC document.
+OpenRPCDocument = dict[str, Any]
