@@ -71,6 +71,11 @@ public protocol DeliveryStore: AnyObject, Sendable {
         app: String, user: String, deviceID: String, name: String?, enabled: Bool?,
         completion: @escaping @Sendable (Result<DeviceSummary?, any Error>) -> Void)
 
+    /// The user a device id belongs to in the app, or nil when the app has no
+    /// such device (`device.update` and the CLI without a user).
+    func deviceOwner(
+        app: String, deviceID: String, completion: @escaping @Sendable (Result<String?, any Error>) -> Void)
+
     // MARK: Delivery queue
 
     /// Commits a message and its deliveries (or finds it by idempotency key).

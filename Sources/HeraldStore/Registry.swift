@@ -288,6 +288,13 @@ final class Registry {
         return try list(app: app, user: user).first { $0.deviceID == deviceID }
     }
 
+    /// The user `deviceID` belongs to in `app`, or nil.
+    func deviceOwner(app: String, deviceID: String) throws(StoreError) -> String? {
+        let stmt = try db.statement("SELECT user FROM devices WHERE app = ? AND device_id = ?")
+            .bind(.text(app), .text(deviceID))
+        return try stmt.step() ? stmt.text(0) : nil
+    }
+
     /// Devices per platform, for `system.stats`.
     func deviceCounts() throws(StoreError) -> [Platform: Int] {
         let stmt = try db.statement("SELECT platform, count(*) FROM devices GROUP BY platform")

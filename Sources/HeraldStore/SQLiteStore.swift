@@ -330,6 +330,12 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
             }, completion)
     }
 
+    public func deviceOwner(
+        app: String, deviceID: String, completion: @escaping @Sendable (Result<String?, any Error>) -> Void
+    ) {
+        read({ t in try t.registry.deviceOwner(app: app, deviceID: deviceID) }, completion)
+    }
+
     /// Deliveries waiting and in flight, per app.
     public func queueDepthByApp(completion: @escaping @Sendable (Result<[String: QueueDepth], any Error>) -> Void) {
         submit(durable: false, { t, _ in try t.queue.depthByApp() }, completion)

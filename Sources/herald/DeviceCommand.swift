@@ -5,11 +5,12 @@ import HeraldJSON
 /// its id (as `herald devices USER` lists it), without its raw token.
 enum DeviceCommand {
     static let usage = """
-        usage: herald device rename DEVICE_ID NAME --user U [--app A]
-               herald device disable DEVICE_ID --user U [--app A]
-               herald device enable DEVICE_ID --user U [--app A]
+        usage: herald device rename DEVICE_ID NAME [--user U] [--app A]
+               herald device disable DEVICE_ID [--user U] [--app A]
+               herald device enable DEVICE_ID [--user U] [--app A]
 
-        A disabled device is kept and listed ("enabled": false); sends skip it
+        DEVICE_ID is the device's id in the app, as `herald devices USER` lists
+        it; with --user it must be that user's. A disabled device is kept and listed ("enabled": false); sends skip it
         with reason device_disabled until it is enabled again. Registering its
         token again does not enable it. Each prints the device as device.list
         shows it.
@@ -38,11 +39,11 @@ enum DeviceCommand {
         let options = try Options(arguments, values: ClientCommands.clientOptions.union(["app", "user"]))
         guard options.positional.count == names.count else {
             let expected = names.joined(separator: " ")
-            throw CommandFailure("usage: herald device \(command) \(expected) --user U [--app A] [--socket PATH]")
+            throw CommandFailure("usage: herald device \(command) \(expected) [--user U] [--app A] [--socket PATH]")
         }
         var params = JSONObject()
         if let app = options.value("app") { params.append("app", .string(app)) }
-        params.append("user", .string(try options.required("user")))
+        if let user = options.value("user") { params.append("user", .string(user)) }
         params.append("device_id", .string(options.positional[0]))
         switch command {
         case "rename": params.append("name", .string(options.positional[1]))

@@ -15,9 +15,9 @@ let usage = """
                       [--registration-id R --version N] [--bundle-id B] [--application-server-key B64]
                       [--app A]
       herald devices USER [--app A]
-      herald device rename DEVICE_ID NAME --user U [--app A]
-      herald device disable DEVICE_ID --user U [--app A]   (kept; sends skip it)
-      herald device enable DEVICE_ID --user U [--app A]
+      herald device rename DEVICE_ID NAME [--user U] [--app A]
+      herald device disable DEVICE_ID [--user U] [--app A] (kept; sends skip it)
+      herald device enable DEVICE_ID [--user U] [--app A]
       herald send (--user U ... | --device ID ...) [--kind K] [--data KEY=VALUE ...] [--badge N]
                   [--loc-key K] [--collapse-key K] [--priority P] [--ttl S] [--idempotency-key K]
                   [--wait [--timeout-ms N]] [--app A] [--interruption-level L] [--relevance-score N]

@@ -52,6 +52,15 @@ struct DeviceCommandTests {
         let on = try answered(try herald(["device", "enable", id, "--user", "alice", "--app", "default"] + socket))
         #expect(on["enabled"] as? Bool == true)
         #expect(try listed(socket)["enabled"] as? Bool == true)
+
+        // The id alone is enough: an operator often has nothing else.
+        let byID = try answered(try herald(["device", "disable", id] + socket))
+        #expect(byID["enabled"] as? Bool == false && byID["device_id"] as? String == id)
+        let renamedByID = try answered(try herald(["device", "rename", id, "old phone"] + socket))
+        #expect(renamedByID["name"] as? String == "old phone")
+        // With --user the device must be that user's.
+        let notBobs = try herald(["device", "enable", id, "--user", "bob"] + socket)
+        #expect(notBobs.status == 1 && notBobs.stderr.contains("1003"), "\(notBobs)")
     }
 
     @Test("a device the user does not have: the JSON-RPC error on stderr, exit 1")
@@ -79,7 +88,7 @@ struct DeviceCommandTests {
             (["device", "rename", "0123", "name", "extra", "--user", "u"], "usage"),
             (["device", "disable"], "usage"),
             (["device", "disable", "0123", "--name", "x", "--user", "u"], "--name"),
-            (["device", "enable", "0123"], "--user"),
+            (["device", "enable"], "usage"),
         ])
     func usage(arguments: [String], mentioning: String) throws {
         // No socket exists: bad input is found before any connection is tried.

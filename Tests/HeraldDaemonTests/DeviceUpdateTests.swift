@@ -30,7 +30,8 @@ struct DeviceUpdateTests {
             (["user": "ann", "device_id": id.uppercased(), "enabled": false], "device_id", nil),
             (["user": "ann", "device_id": String(id.dropLast()), "enabled": false], "device_id", nil),
             (["user": "ann", "device_id": id + "0", "enabled": false], "device_id", nil),
-            (["device_id": id, "enabled": false], "user", "is required"),
+            (["user": "", "device_id": id, "enabled": false], "user", nil),
+            (["user": 7, "device_id": id, "enabled": false], "user", "must be a string"),
             (["user": "ann", "device_id": id, "enabled": false, "token": Self.token], "token", "unknown parameter"),
         ]
         for (params, field, reason) in cases {
@@ -74,9 +75,16 @@ struct DeviceUpdateTests {
         // An unknown app is still 1004.
         let app = try d.call("device.update", ["app": "nope", "user": "ann", "device_id": id, "enabled": false])
         #expect(app.errorCode == 1004)
-        // After device.unregister the id is unknown.
+        // Without a user: the app's device of that id, whoever's it is; not another app's.
+        let byID = try d.call("device.update", ["device_id": id, "name": "by id"])
+        #expect((byID.result?["device"] as? [String: Any])?["name"] as? String == "by id", "\(byID)")
+        let otherApp = try d.call("device.update", ["app": "other", "device_id": id, "enabled": false])
+        #expect(otherApp.errorCode == 1003 && otherApp.errorData?["device_id"] as? String == id)
+        #expect(try d.call("device.update", ["device_id": unknown, "enabled": false]).errorCode == 1003)
+        // After device.unregister the id is unknown, with or without the user.
         _ = try d.call("device.unregister", ["user": "ann", "device_id": id])
         #expect(try d.call("device.update", ["user": "ann", "device_id": id, "enabled": true]).errorCode == 1003)
+        #expect(try d.call("device.update", ["device_id": id, "enabled": true]).errorCode == 1003)
     }
 
     @Test("disable, list, re-register, send and enable: the whole round through the socket")

@@ -142,6 +142,9 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
         inner.updateDevice(
             app: app, user: user, deviceID: deviceID, name: name, enabled: enabled, completion: completion)
     }
+    func deviceOwner(
+        app: String, deviceID: String, completion: @escaping @Sendable (Result<String?, any Error>) -> Void
+    ) { inner.deviceOwner(app: app, deviceID: deviceID, completion: completion) }
     func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void) {
         inner.enqueue(e, completion: completion)
     }

@@ -53,6 +53,25 @@ struct DeviceUpdateTests {
         #expect(try t.updateByID("alice", a.deviceID, enabled: true)?.enabled == true)
     }
 
+    @Test("a device id's owner is found in its app only, and not after it is removed", arguments: StoreBackend.allCases)
+    func ownerByID(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
+        defer { t.close() }
+        let a = try t.register(apns("alice", "aa01"))
+        let b = try t.register(fcm("bob", "fcm-b"))
+        func owner(_ id: String, app: String = "default") throws -> String? {
+            try t.store.sync { s, done in s.deviceOwner(app: app, deviceID: id, completion: done) }
+        }
+        #expect(try owner(a.deviceID) == "alice")
+        #expect(try owner(b.deviceID) == "bob")
+        #expect(try owner(a.deviceID, app: "other") == nil)
+        #expect(try owner(String(repeating: "0", count: 32)) == nil)
+        _ = try t.store.sync { s, done in
+            s.unregister(app: "default", user: "alice", .deviceID(a.deviceID), completion: done)
+        }
+        #expect(try owner(a.deviceID) == nil)
+    }
+
     @Test("an update is not a registration: the order of eviction stays", arguments: StoreBackend.allCases)
     func evictionOrderKept(_ backend: StoreBackend) throws {
         let t = try TestStore(backend)

@@ -314,11 +314,13 @@ extension HeraldService {
     // MARK: device.update
 
     /// Renames a device or turns it off and on by its id (app servers keep
-    /// no raw token). The id is the user's, as for `device.unregister`; an
-    /// id the user does not have in the app is 1003 `not_found`.
+    /// no raw token). With `user` the id must be that user's, as for
+    /// `device.unregister`; without it, any device of the app (device ids are
+    /// unique: the CLI and operators often have only the id). An id not found
+    /// that way is 1003 `not_found`.
     func updateDevice(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
         let runtime = try app(&p, context)
-        let user = try user(&p)
+        let givenUser = try p.string("user", maxBytes: 256)
         let deviceID = try p.string("device_id", required: true, maxBytes: 32)!
         guard Self.isDeviceID(deviceID) else { throw p.invalid("device_id", "must be 32 lowercase hex characters") }
         // The limits of device.register's name.
@@ -329,6 +331,32 @@ extension HeraldService {
         let app = runtime.config.name
         // As device.list shows it: an APNs device without its own bundle id has the app's default.
         let defaultBundleID = runtime.config.defaultAPNsTopic
+        guard let user = givenUser else {
+            // The owner first; a device removed in between is not found by the update.
+            store.deviceOwner(app: app, deviceID: deviceID) { [log, self] result in
+                switch result {
+                case .success(let owner?):
+                    update(
+                        app: app, user: owner, deviceID: deviceID, name: name, enabled: enabled,
+                        defaultBundleID: defaultBundleID, reply)
+                case .success(nil):
+                    reply(.failure(RPCError(.deviceNotFound(deviceID: deviceID))))
+                case .failure(let error):
+                    log.error("store_failed", ["error": String(describing: error)])
+                    reply(.failure(.storeUnavailable))
+                }
+            }
+            return
+        }
+        update(
+            app: app, user: user, deviceID: deviceID, name: name, enabled: enabled, defaultBundleID: defaultBundleID,
+            reply)
+    }
+
+    private func update(
+        app: String, user: String, deviceID: String, name: String?, enabled: Bool?, defaultBundleID: String?,
+        _ reply: @escaping Reply
+    ) {
         store.updateDevice(app: app, user: user, deviceID: deviceID, name: name, enabled: enabled) { [log] result in
             switch result {
             case .success(let device?):

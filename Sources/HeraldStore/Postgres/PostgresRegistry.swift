@@ -263,6 +263,14 @@ struct PostgresRegistry {
         return try list(c, app: app, user: user).first { $0.deviceID == deviceID }
     }
 
+    /// The user `deviceID` belongs to in `app`, or nil.
+    func deviceOwner(_ c: PostgresConnection, app: String, deviceID: String) throws -> String? {
+        let rows = try c.execute(
+            "SELECT user_name FROM devices WHERE app = $1 AND device_id = $2", [.text(app), .text(deviceID)]
+        ).rows
+        return try rows.first.map { try Self.string($0, 0) }
+    }
+
     func deviceCounts(_ c: PostgresConnection) throws -> [Platform: Int] {
         var out: [Platform: Int] = [:]
         for r in try c.execute("SELECT platform, count(*) FROM devices GROUP BY platform").rows {

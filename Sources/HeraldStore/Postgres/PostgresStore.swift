@@ -345,6 +345,14 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             }, completion)
     }
 
+    public func deviceOwner(
+        app: String, deviceID: String, completion: @escaping @Sendable (Result<String?, any Error>) -> Void
+    ) {
+        submit(
+            durable: false, { [registry] c, _ in try registry.deviceOwner(c, app: app, deviceID: deviceID) }, completion
+        )
+    }
+
     // MARK: Delivery queue
 
     public func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void) {

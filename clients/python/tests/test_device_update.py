@@ -76,3 +76,14 @@ def test_device_update_in_a_pipeline(daemon):
         assert off.result()["device"]["enabled"] is False and off.result()["device"]["name"] == ""
         assert isinstance(refused.exception(), NotFound)
         assert listed.result()["devices"] == [off.result()["device"]]
+
+
+def test_update_by_id_alone(daemon):
+    with Client(daemon.socket) as herald:
+        mine = herald.device_register(user="c-upd-id", platform="fcm", token="c-upd-id-1")
+        off = herald.device_update(device_id=mine["device_id"], enabled=False)["device"]
+        assert off["device_id"] == mine["device_id"] and off["enabled"] is False
+        (listed,) = herald.device_list(user="c-upd-id")["devices"]
+        assert listed["enabled"] is False
+        with pytest.raises(NotFound):
+            herald.device_update(device_id="1" * 32, enabled=True)

@@ -575,18 +575,19 @@ class Client:
     def device_update(
         self,
         *,
-        user: str,
         device_id: str,
+        user: str | None = None,
         name: str | None = None,
         enabled: bool | None = None,
         app: str | None = None,
     ) -> UpdatedDevice:
-        """Renames one of the user's devices and/or turns it off or on, by its ``device_id``
-        (``device.update``); give ``name``, ``enabled`` or both. ``enabled=False`` keeps the
+        """Renames a device and/or turns it off or on, by its ``device_id`` (``device.update``);
+        give ``name``, ``enabled`` or both. With ``user`` the device must be that user's;
+        without it, the app's device of that id. ``enabled=False`` keeps the
         device (listed with ``enabled: False``) and makes sends skip it (``skipped``, reason
         ``device_disabled``) until ``enabled=True``; ``name=""`` is an empty name. Neither
-        changes its registration (``registered_at``, eviction order). An id the user does not
-        have in the app raises ``NotFound`` (1003, ``data.device_id``). Returns
+        changes its registration (``registered_at``, eviction order). An id not found that way
+        raises ``NotFound`` (1003, ``data.device_id``). Returns
         ``{"device": ...}`` as ``device_list`` shows it."""
         return cast(UpdatedDevice, self.call("device.update", _given(locals())))
 
@@ -769,8 +770,8 @@ class Pipeline:
     def device_update(
         self,
         *,
-        user: str,
         device_id: str,
+        user: str | None = None,
         name: str | None = None,
         enabled: bool | None = None,
         app: str | None = None,
