@@ -103,6 +103,14 @@ enum Schema {
         ALTER TABLE devices ADD COLUMN bundle_id TEXT;
         ALTER TABLE devices ADD COLUMN server_key TEXT;
         """,
+        // 8: client builds and content records: a registration's build
+        // (`app_id`, part of its identity; "stable" for every earlier row) and
+        // its user agent; which shrink step a delivery's Web Push record took.
+        """
+        ALTER TABLE devices ADD COLUMN app_id TEXT NOT NULL DEFAULT 'stable';
+        ALTER TABLE devices ADD COLUMN user_agent TEXT;
+        ALTER TABLE deliveries ADD COLUMN shrunk INTEGER;
+        """,
     ]
 
     /// Brings the database to the newest version inside one transaction each.

@@ -310,7 +310,7 @@ struct SharedStoreTests {
         let c = PostgresConnection(configuration: try #require(scratch.postgres).connection)
         defer { c.close() }
         let versions = try c.execute("SELECT version FROM schema_version").rows.map { try $0.int64(0) }
-        #expect(versions == [2], "one row naming the newest version (2: device management)")
+        #expect(versions == [3], "one row naming the newest version (3: client builds)")
         #expect(try c.execute("SELECT count(*) FROM pg_class WHERE relname = 'deliveries'").first?.int64(0) == 1)
         // A database a newer Herald migrated: this one refuses to start on it.
         try c.execute("UPDATE schema_version SET version = 99")

@@ -113,6 +113,15 @@ enum PostgresSchema {
         ALTER TABLE devices ADD COLUMN bundle_id text;
         ALTER TABLE devices ADD COLUMN server_key text;
         """,
+        // 3: client builds and content records (SQLite's 8): a registration's
+        // build (`app_id`, part of its identity; "stable" for every earlier
+        // row) and its user agent, both chosen by the client (bytea); which
+        // shrink step a delivery's Web Push record took.
+        """
+        ALTER TABLE devices ADD COLUMN app_id bytea NOT NULL DEFAULT 'stable'::bytea;
+        ALTER TABLE devices ADD COLUMN user_agent bytea;
+        ALTER TABLE deliveries ADD COLUMN shrunk integer;
+        """,
     ]
 
     /// Brings the database to the newest version; throws when it is newer
