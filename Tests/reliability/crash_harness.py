@@ -531,6 +531,10 @@ class Harness:
             was = kill["committed_tags"].get(tag, [])
             m = self.messages[tag]
             m["committed_before_kill"] = bool(was)
+            if not was:
+                # the store never held it: copies sent before the kill were early sends (SQLite
+                # sends a message while its commit is under way), which no in_flight row covers
+                m["uncommitted_at_kill"] = kill["index"]
             if len(was) > 1:
                 self.failures.add(f"{tag}: the store held {len(was)} messages for one idempotency key: {was}")
             if was and a["result"]["message_id"] not in was:
@@ -849,7 +853,9 @@ class Harness:
         # error) in life k and got again in a later life: resends that only kill k can explain
         resent = [set() for _ in self.kills]
         # The store's in_flight rows at each kill grant nothing; they only narrow the check further:
-        # a delivery the store did not hold in flight at a kill is not resent because of it.
+        # a delivery the store did not hold in flight at a kill is not resent because of it, unless
+        # the store held nothing of its message (early sends of a push.send the kill left
+        # uncommitted and unanswered, which the harness sent again with its idempotency key).
         in_flight_at = {}
         for k in self.kills:
             for mid, did in k["in_flight"]:
@@ -913,7 +919,8 @@ class Harness:
                                                                      for t in pings.get(prev["conn"], []))
                         if cur["life"] > prev["life"]:
                             resent[prev["life"]].add(pair)
-                            if prev["life"] not in in_flight_at.get(pair, ()) and not ambiguous_prev:
+                            early = self.messages[tag].get("uncommitted_at_kill") == prev["life"]
+                            if prev["life"] not in in_flight_at.get(pair, ()) and not ambiguous_prev and not early:
                                 self.failures.add(
                                     f"{tag} ({m['message_id']}) device {d['device_id']}: sent again in life "
                                     f"{cur['life']} (record {cur['seq']}) after the gateway had answered "
