@@ -1,8 +1,11 @@
+import CSQLite
 import Foundation
 import HeraldCore
 import HeraldCrypto
 import HeraldStore
 import HeraldStoreTestSupport
+import HeraldTestSupport
+import Postgres
 import Testing
 
 /// Registration forms (Web Push or legacy) on every platform, client builds
@@ -52,6 +55,63 @@ struct FormsAndBuildsTests {
         let afterRestart = try t.register(apns("alice", "aa01"))
         #expect(afterRestart.deviceID == a.deviceID && !afterRestart.created)
         #expect(try t.list("alice").map(\.appID) == ["stable", "stable"])
+    }
+
+    /// SHA-256 of the fields joined with NUL, as the binding hash was before builds existed.
+    static func joinedHash(_ fields: [String]) -> [UInt8] {
+        var bytes: [UInt8] = []
+        for (i, field) in fields.enumerated() {
+            if i > 0 { bytes.append(0) }
+            bytes += Array(field.utf8)
+        }
+        return SHA256.hash(bytes)
+    }
+
+    /// (device_id, binding_hash, app_id) of every stored row, read without Herald.
+    static func storedBindings(_ t: TestStore) throws -> [String: (binding: [UInt8], appID: String)] {
+        var out: [String: (binding: [UInt8], appID: String)] = [:]
+        switch t.backend {
+        case .sqlite:
+            var db: OpaquePointer?
+            guard sqlite3_open_v2(t.scratch.databasePath, &db, SQLITE_OPEN_READONLY, nil) == SQLITE_OK else {
+                throw HarnessError("open")
+            }
+            defer { sqlite3_close(db) }
+            var stmt: OpaquePointer?
+            guard
+                sqlite3_prepare_v2(db, "SELECT device_id, binding_hash, app_id FROM devices", -1, &stmt, nil)
+                    == SQLITE_OK
+            else { throw HarnessError(String(cString: sqlite3_errmsg(db))) }
+            defer { sqlite3_finalize(stmt) }
+            while sqlite3_step(stmt) == SQLITE_ROW {
+                let p = sqlite3_column_blob(stmt, 1)!
+                let hash = Array(UnsafeRawBufferPointer(start: p, count: Int(sqlite3_column_bytes(stmt, 1))))
+                out[String(cString: sqlite3_column_text(stmt, 0))] = (
+                    hash, String(cString: sqlite3_column_text(stmt, 2))
+                )
+            }
+        case .postgres:
+            let c = PostgresConnection(configuration: t.scratch.postgres!.connection)
+            defer { c.close() }
+            for r in try c.execute("SELECT device_id, binding_hash, app_id FROM devices").rows {
+                out[try r.text(0)] = (try r.bytes(1), String(decoding: try r.bytes(2), as: UTF8.self))
+            }
+        }
+        return out
+    }
+
+    @Test(
+        "a stable registration's binding hash is the one rows stored before builds have; another build's differs",
+        arguments: StoreBackend.allCases)
+    func stableBindingUnchanged(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
+        defer { t.close() }
+        let a = try t.register(apns("alice", "aa01"))
+        let beta = try t.register(Self.reg("alice", .apns, "aa01", appID: "beta"))
+        let rows = try Self.storedBindings(t)
+        let before = Self.joinedHash(["bind", "default", "apns", "production", "aa01"])
+        #expect(rows[a.deviceID]?.binding == before && rows[a.deviceID]?.appID == "stable")
+        #expect(rows[beta.deviceID]?.binding != before && rows[beta.deviceID]?.appID == "beta")
     }
 
     @Test(
