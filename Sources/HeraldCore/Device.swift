@@ -4,9 +4,23 @@ public enum Platform: String, Sendable, CaseIterable, Hashable {
     case apnsVoIP = "apns_voip"
     case fcm
     case web
+    /// UnifiedPush: always the Web Push form (an https endpoint and its keys).
+    case unifiedPush = "unified_push"
 
     /// APNs and VoIP tokens are bound to an APNs environment; the others are not.
     public var hasEnvironment: Bool { self == .apns || self == .apnsVoIP }
+
+    /// Whether a registration of this platform may take the Web Push form
+    /// (an https endpoint with `p256dh` and `auth`): every platform but `apns`.
+    public var acceptsWebPushForm: Bool { self != .apns }
+
+    /// Whether a registration of this platform must take the Web Push form.
+    public var requiresWebPushForm: Bool { self == .web || self == .unifiedPush }
+}
+
+/// The client build a registration belongs to when none is given.
+public enum ClientBuild {
+    public static let defaultAppID = "stable"
 }
 
 /// The APNs environment a token was issued for.
@@ -47,12 +61,17 @@ public struct Registration: Sendable {
     /// the subscription was made with; stored as given (nil: not recorded,
     /// taken as the app's current key).
     public var serverKey: String?
+    /// The client build (`stable`, `beta`, …): part of the registration's
+    /// identity, so one token under two builds is two registrations.
+    public var appID: String
+    /// The client's user agent as it gave it (nil: not given).
+    public var userAgent: String?
 
     public init(
         app: String, user: String, platform: Platform, environment: APNsEnvironment?,
         token: String, keys: WebPushKeys? = nil, name: String? = nil, appVersion: String? = nil,
         session: String? = nil, registrationID: String? = nil, version: Int64? = nil, bundleID: String? = nil,
-        serverKey: String? = nil
+        serverKey: String? = nil, appID: String = ClientBuild.defaultAppID, userAgent: String? = nil
     ) {
         self.app = app
         self.user = user
@@ -67,7 +86,12 @@ public struct Registration: Sendable {
         self.version = version
         self.bundleID = bundleID
         self.serverKey = serverKey
+        self.appID = appID
+        self.userAgent = userAgent
     }
+
+    /// Whether this is a Web Push-form registration (endpoint and keys).
+    public var isWebPushForm: Bool { keys != nil }
 }
 
 /// What `device.register` did.
@@ -90,7 +114,8 @@ public struct RegistrationOutcome: Sendable, Equatable {
 /// Which device(s) a `device.unregister` call names.
 public enum UnregisterSelector: Sendable {
     case deviceID(String)
-    case binding(platform: Platform, environment: APNsEnvironment?, token: String)
+    case binding(
+        platform: Platform, environment: APNsEnvironment?, token: String, appID: String = ClientBuild.defaultAppID)
     case registration(id: String, version: Int64)
 }
 
@@ -112,12 +137,19 @@ public struct DeviceSummary: Sendable, Equatable {
     public let bundleID: String?
     /// False when turned off by `device.update`: kept and listed, skipped by sends.
     public let enabled: Bool
+    /// The client build the registration belongs to.
+    public let appID: String
+    /// The user agent the client gave, if any.
+    public let userAgent: String?
+    /// True for the Web Push form (endpoint and keys), false for a raw token.
+    public let webPushForm: Bool
 
     public init(
         deviceID: String, platform: Platform, environment: APNsEnvironment?, name: String?,
         appVersion: String?, tokenHash: String, createdAt: Int64, registeredAt: Int64,
         lastSuccessAt: Int64?, lastFailureAt: Int64?, lastFailureReason: String?, bundleID: String? = nil,
-        enabled: Bool = true
+        enabled: Bool = true, appID: String = ClientBuild.defaultAppID, userAgent: String? = nil,
+        webPushForm: Bool = false
     ) {
         self.deviceID = deviceID
         self.platform = platform
@@ -132,6 +164,9 @@ public struct DeviceSummary: Sendable, Equatable {
         self.lastFailureReason = lastFailureReason
         self.bundleID = bundleID
         self.enabled = enabled
+        self.appID = appID
+        self.userAgent = userAgent
+        self.webPushForm = webPushForm
     }
 }
 

@@ -4,7 +4,8 @@ public enum PushKind: String, Sendable, CaseIterable, Hashable {
     case notification
     /// Clears a shown notification: TTL 3600 s, urgency low (APNs background push).
     case clear
-    /// An incoming call: TTL 0, urgency high; goes to apns_voip, fcm and web only.
+    /// An incoming call: TTL 0, urgency high; goes to apns_voip (either form)
+    /// and to Web Push-form fcm registrations only.
     case callRing = "call_ring"
 
     public var defaultTTLSeconds: Int {
@@ -22,12 +23,22 @@ public enum PushKind: String, Sendable, CaseIterable, Hashable {
         }
     }
 
-    /// Whether this kind is delivered to devices of `platform` (VoIP gets rings only).
-    public func reaches(_ platform: Platform) -> Bool {
+    /// Whether this kind is delivered to a registration of `platform` in
+    /// the given form: a ring goes to an iOS device's VoIP registration
+    /// (which gets nothing else) and to Web Push-form `fcm` registrations;
+    /// every other kind goes to every registration but the VoIP one.
+    public func reaches(_ platform: Platform, webPushForm: Bool) -> Bool {
         switch self {
-        case .callRing: platform != .apns
+        case .callRing: platform == .apnsVoIP || (platform == .fcm && webPushForm)
         case .notification, .clear: platform != .apnsVoIP
         }
+    }
+
+    /// Whether this kind is delivered to registrations of `platform` in the
+    /// form that platform's own transport (APNs, FCM) sends: the legacy form,
+    /// or the Web Push form for `web` and `unified_push`.
+    public func reaches(_ platform: Platform) -> Bool {
+        reaches(platform, webPushForm: platform.requiresWebPushForm)
     }
 }
 

@@ -182,11 +182,21 @@ final class ProviderClients: Sendable {
             switch creds.webPush {
             case .disabled(let reason):
                 off[.web] = reason
+                off[.unifiedPush] = reason
             case .ready(let vapid):
                 let sender = WebPushSender(
                     guard: endpointGuard, client: c.web!, http2: c.webHTTP2, vapidKey: vapid.key,
                     subject: vapid.subject, app: name, previousVapidKey: vapid.previous)
                 built.transports[QueueLane(app: name, platform: .web)] = WebPushTransport(sender: sender)
+            }
+            // The Web Push form on the other platforms: their lanes send a
+            // registration with keys through the app's Web Push sender.
+            let webPush = built.transports[QueueLane(app: name, platform: .web)]
+            for platform in [Platform.apnsVoIP, .fcm, .unifiedPush] {
+                let lane = QueueLane(app: name, platform: platform)
+                let legacy = platform == .unifiedPush ? nil : built.transports[lane]
+                if legacy == nil && webPush == nil { continue }
+                built.transports[lane] = FormRoutedTransport(legacy: legacy, webPush: webPush)
             }
             built.disabled[name] = off
         }

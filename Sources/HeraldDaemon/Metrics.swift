@@ -111,7 +111,9 @@ extension HeraldService {
             "1 for the state each app's transport is in (ready, disabled or degraded).")
         for name in apps.keys.sorted() where only?.contains(name) ?? true {
             let runtime = apps[name]!
-            for (transport, platforms) in [("apns", [Platform.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web])] {
+            for (transport, platforms) in [
+                ("apns", [Platform.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web, .unifiedPush]),
+            ] {
                 let state = transportState(runtime, platforms, degraded: degraded)
                 for candidate in TransportState.kinds {
                     m.sample(

@@ -326,7 +326,7 @@ public final class Scheduler: @unchecked Sendable {
             // Lanes that gained a transport (or room) may have deliveries due.
             idle = false
             pump()
-            let lanes = new.keys.filter { $0.platform != .web }
+            let lanes = new.keys.filter { !$0.platform.requiresWebPushForm }
             guard !lanes.isEmpty else { return }
             store.releaseCredentialWaits(lanes: Array(lanes)) { [self] result in
                 switch result {
@@ -664,7 +664,9 @@ public final class Scheduler: @unchecked Sendable {
         switch report.outcome {
         case .delivered:
             counters[job.platform, default: PlatformCounters()].delivered += 1
-            clearDegraded(lane)
+            // A Web Push-form delivery on an fcm or apns_voip lane went through
+            // the Web Push sender: it says nothing of FCM's or APNs' credential.
+            if job.keys == nil || job.platform.requiresWebPushForm { clearDegraded(lane) }
             if job.platform == .web || job.keys != nil { clearOriginDegraded(job, lane: lane) }
             finish(job, state: .delivered, httpStatus: status, reason: nil)
             reportNotStale(job, now: now)

@@ -11,21 +11,32 @@ public enum Identity {
         String(SHA256.hex(joined(["dev:rid", user, app, registrationID])).prefix(32))
     }
 
-    /// 32 lowercase hex chars from (user, app, platform, environment, token).
+    /// 32 lowercase hex chars from (user, app, platform, environment, token,
+    /// app_id). A `stable` registration's id is derived as before client
+    /// builds existed (without the app_id), so stored ids stay valid; any
+    /// other build's under its own prefix, so no two tuples share an id.
     public static func deviceID(
-        user: String, app: String, platform: Platform, environment: APNsEnvironment?, token: String
+        user: String, app: String, platform: Platform, environment: APNsEnvironment?, token: String,
+        appID: String = ClientBuild.defaultAppID
     ) -> String {
-        String(
-            SHA256.hex(
-                joined(["dev:bind", user, app, platform.rawValue, environment?.rawValue ?? "", token])
-            ).prefix(32))
+        let fields =
+            appID == ClientBuild.defaultAppID
+            ? ["dev:bind", user, app, platform.rawValue, environment?.rawValue ?? "", token]
+            : ["dev:bind:build", user, app, platform.rawValue, environment?.rawValue ?? "", token, appID]
+        return String(SHA256.hex(joined(fields)).prefix(32))
     }
 
-    /// The lookup key of a binding (app, platform, environment, token).
+    /// The lookup key of a binding (app, platform, environment, token,
+    /// app_id); as for ``deviceID``, a `stable` one is derived as before.
     static func bindingHash(
-        app: String, platform: Platform, environment: APNsEnvironment?, token: String
+        app: String, platform: Platform, environment: APNsEnvironment?, token: String,
+        appID: String = ClientBuild.defaultAppID
     ) -> [UInt8] {
-        SHA256.hash(joined(["bind", app, platform.rawValue, environment?.rawValue ?? "", token]))
+        let fields =
+            appID == ClientBuild.defaultAppID
+            ? ["bind", app, platform.rawValue, environment?.rawValue ?? "", token]
+            : ["bind:build", app, platform.rawValue, environment?.rawValue ?? "", token, appID]
+        return SHA256.hash(joined(fields))
     }
 
     /// Sessions are stored only as SHA-256 of "sess:" + session.

@@ -110,10 +110,10 @@ final class Queue {
             if !target.enabled {
                 state = .skipped
                 reason = DeliveryReason.deviceDisabled
-            } else if !e.message.kind.reaches(target.platform) {
+            } else if !e.message.kind.reaches(target.platform, webPushForm: target.keysSealed != nil) {
                 state = .skipped
                 reason = "kind_not_for_platform"
-            } else if let why = e.disabled[target.platform] {
+            } else if let why = e.disabled[target.keysSealed != nil ? .web : target.platform] {
                 state = .skipped
                 reason = "transport_disabled: \(why)"
             }

@@ -72,7 +72,8 @@ final class Registry {
     /// Every rule of `device.register`: ordering by registration version,
     /// in-place refresh, cross-user reclaim, eviction over the cap.
     func register(_ r: Registration, deviceCap: Int, now: Int64) throws -> RegistrationOutcome {
-        let binding = Identity.bindingHash(app: r.app, platform: r.platform, environment: r.environment, token: r.token)
+        let binding = Identity.bindingHash(
+            app: r.app, platform: r.platform, environment: r.environment, token: r.token, appID: r.appID)
         let tokenHash = Identity.tokenHash(r.token)
         var reclaimed = false
 
@@ -122,21 +123,23 @@ final class Registry {
         let deviceID =
             r.registrationID.map { Identity.deviceID(user: r.user, app: r.app, registrationID: $0) }
             ?? Identity.deviceID(
-                user: r.user, app: r.app, platform: r.platform, environment: r.environment, token: r.token)
+                user: r.user, app: r.app, platform: r.platform, environment: r.environment, token: r.token,
+                appID: r.appID)
         let sealed = try seal(r, deviceID: deviceID)
         try db.statement(
             """
             INSERT INTO devices (device_id, app, user, platform, environment, binding_hash, token_hash,
                 token_sealed, keys_sealed, name, app_version, session_hash, registration_id, version,
-                created_at, registered_at, registered_seq, bundle_id, server_key)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                created_at, registered_at, registered_seq, bundle_id, server_key, app_id, user_agent)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """
         ).bind(
             .text(deviceID), .text(r.app), .text(r.user), .text(r.platform.rawValue),
             .optional(r.environment?.rawValue), .blob(binding), .text(tokenHash), .blob(sealed.token), sealed.keys,
             .optional(r.name), .optional(r.appVersion), r.session.map { .blob(Identity.sessionHash($0)) } ?? .null,
             .optional(r.registrationID), .optional(r.version), .int(now), .int(now), .int(nextSequence()),
-            .optional(r.platform.hasEnvironment ? r.bundleID : nil), .optional(Self.serverKey(r))
+            .optional(r.platform.hasEnvironment ? r.bundleID : nil), .optional(Self.serverKey(r)), .text(r.appID),
+            .optional(r.userAgent)
         ).run()
         let evicted = try evict(app: r.app, user: r.user, keep: deviceCap)
         return RegistrationOutcome(
@@ -145,9 +148,9 @@ final class Registry {
 
     /// The VAPID key a row records: a Web Push registration's, as given
     /// (every refresh writes it again: a subscription made anew may have been
-    /// made under another key); NULL for the other platforms.
+    /// made under another key); NULL for a raw-token (legacy) registration.
     static func serverKey(_ r: Registration) -> String? {
-        r.platform == .web ? r.serverKey : nil
+        r.isWebPushForm ? r.serverKey : nil
     }
 
     /// Refreshes a row in place: the binding and every field the call gives;
@@ -169,7 +172,8 @@ final class Registry {
                 app_version = COALESCE(?, app_version), session_hash = COALESCE(?, session_hash),
                 registration_id = COALESCE(?, registration_id), version = COALESCE(?, version),
                 registered_at = ?, registered_seq = ?,
-                bundle_id = CASE WHEN ? = 1 THEN COALESCE(?, bundle_id) END, server_key = ?
+                bundle_id = CASE WHEN ? = 1 THEN COALESCE(?, bundle_id) END, server_key = ?,
+                app_id = ?, user_agent = COALESCE(?, user_agent)
             WHERE device_id = ?
             """
         ).bind(
@@ -177,7 +181,8 @@ final class Registry {
             .text(tokenHash), .blob(sealed.token), sealed.keys, .optional(r.name), .optional(r.appVersion),
             r.session.map { .blob(Identity.sessionHash($0)) } ?? .null, .optional(r.registrationID),
             .optional(r.version), .int(now), .int(nextSequence()), .int(r.platform.hasEnvironment ? 1 : 0),
-            .optional(r.bundleID), .optional(Self.serverKey(r)), .text(deviceID)
+            .optional(r.bundleID), .optional(Self.serverKey(r)), .text(r.appID), .optional(r.userAgent),
+            .text(deviceID)
         ).run()
     }
 
@@ -202,8 +207,9 @@ final class Registry {
             try db.statement("DELETE FROM devices WHERE app = ? AND user = ? AND device_id = ?")
                 .bind(.text(app), .text(user), .text(id)).run()
             return db.changes
-        case .binding(let platform, let environment, let token):
-            let hash = Identity.bindingHash(app: app, platform: platform, environment: environment, token: token)
+        case .binding(let platform, let environment, let token, let appID):
+            let hash = Identity.bindingHash(
+                app: app, platform: platform, environment: environment, token: token, appID: appID)
             try db.statement("DELETE FROM devices WHERE binding_hash = ? AND user = ?")
                 .bind(.blob(hash), .text(user)).run()
             return db.changes
@@ -249,7 +255,8 @@ final class Registry {
         let stmt = try db.statement(
             """
             SELECT device_id, platform, environment, name, app_version, token_hash, created_at, registered_at,
-                last_success_at, last_failure_at, last_failure_reason, bundle_id, enabled
+                last_success_at, last_failure_at, last_failure_reason, bundle_id, enabled, app_id, user_agent,
+                keys_sealed IS NOT NULL
             FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq DESC
             """)
         try stmt.bind(.text(app), .text(user))
@@ -262,7 +269,8 @@ final class Registry {
                     name: stmt.optionalText(3), appVersion: stmt.optionalText(4), tokenHash: stmt.text(5),
                     createdAt: stmt.int64(6), registeredAt: stmt.int64(7), lastSuccessAt: stmt.optionalInt64(8),
                     lastFailureAt: stmt.optionalInt64(9), lastFailureReason: stmt.optionalText(10),
-                    bundleID: stmt.optionalText(11), enabled: stmt.int64(12) != 0))
+                    bundleID: stmt.optionalText(11), enabled: stmt.int64(12) != 0, appID: stmt.text(13),
+                    userAgent: stmt.optionalText(14), webPushForm: stmt.int64(15) != 0))
         }
         return out
     }
@@ -315,11 +323,11 @@ final class Registry {
         return out
     }
 
-    /// Web Push subscriptions per app and recorded VAPID key (nil: not
-    /// recorded), for `system.stats`.
+    /// Web Push subscriptions (Web Push-form registrations of any platform)
+    /// per app and recorded VAPID key (nil: not recorded), for `system.stats`.
     func webSubscriptionsByKey() throws(StoreError) -> [ServerKeyCount] {
         let stmt = try db.statement(
-            "SELECT app, server_key, count(*) FROM devices WHERE platform = 'web' GROUP BY app, server_key")
+            "SELECT app, server_key, count(*) FROM devices WHERE keys_sealed IS NOT NULL GROUP BY app, server_key")
         var out: [ServerKeyCount] = []
         while try stmt.step() {
             out.append(ServerKeyCount(app: stmt.text(0), serverKey: stmt.optionalText(1), count: Int(stmt.int64(2))))
@@ -330,8 +338,10 @@ final class Registry {
     /// Records `key` on the app's Web Push devices that record none (those
     /// registered before Herald recorded keys); answers how many.
     func recordServerKey(app: String, key: String) throws(StoreError) -> Int {
-        try db.statement("UPDATE devices SET server_key = ? WHERE app = ? AND platform = 'web' AND server_key IS NULL")
-            .bind(.text(key), .text(app)).run()
+        try db.statement(
+            "UPDATE devices SET server_key = ? WHERE app = ? AND keys_sealed IS NOT NULL AND server_key IS NULL"
+        )
+        .bind(.text(key), .text(app)).run()
         return db.changes
     }
 

@@ -42,7 +42,7 @@ enum ClientCommands {
             arguments,
             values: clientOptions.union([
                 "app", "user", "platform", "token", "environment", "p256dh", "auth", "name", "app-version", "session",
-                "registration-id", "version", "bundle-id", "application-server-key",
+                "registration-id", "version", "bundle-id", "application-server-key", "app-id", "user-agent",
             ]))
         try options.noPositional()
         var params = JSONObject()
@@ -53,7 +53,8 @@ enum ClientCommands {
         for (option, key) in [
             ("environment", "environment"), ("name", "name"), ("app-version", "app_version"),
             ("session", "session"), ("registration-id", "registration_id"), ("bundle-id", "bundle_id"),
-            ("application-server-key", "application_server_key"),
+            ("application-server-key", "application_server_key"), ("app-id", "app_id"),
+            ("user-agent", "user_agent"),
         ] {
             if let v = options.value(option) { params.append(key, .string(v)) }
         }

@@ -10,11 +10,14 @@ let usage = """
 
     Clients (each takes --socket PATH; default $HERALD_SOCKET, then the config's socket):
       herald call METHOD [JSON-PARAMS]
-      herald register --user U --platform apns|apns_voip|fcm|web --token T [--environment E]
+      herald register --user U --platform apns|apns_voip|fcm|web|unified_push --token T [--environment E]
                       [--p256dh B64 --auth B64] [--name N] [--app-version V] [--session S]
                       [--registration-id R --version N] [--bundle-id B] [--application-server-key B64]
-                      [--app A]
-      herald devices USER [--app A]
+                      [--app-id BUILD] [--user-agent UA] [--app A]
+                      (--p256dh and --auth with an https endpoint as --token: the Web Push form,
+                      for web and unified_push always, for fcm and apns_voip optionally;
+                      --app-id: the client build, default stable, part of the registration's identity)
+      herald devices USER [--app A]  (each device's form, app_id and user_agent too)
       herald device rename DEVICE_ID NAME [--user U] [--app A]
       herald device disable DEVICE_ID [--user U] [--app A] (kept; sends skip it)
       herald device enable DEVICE_ID [--user U] [--app A]

@@ -160,9 +160,60 @@ private enum Corpus {
             bad(m, "apns token with spaces", apns(token: "00112233 44556677 8899aabb ccddeeff"), "token"),
             bad(m, "apns_voip token not hex", apns(token: "not-a-hex-token-at-all", platform: "apns_voip"), "token"),
             bad(m, "keys for apns", apns(#""keys":\#(keys)"#), "keys"),
-            bad(m, "keys for apns_voip", apns(#""keys":\#(keys)"#, platform: "apns_voip"), "keys"),
-            bad(m, "keys for fcm", fcm(#""keys":\#(keys)"#), "keys"),
-            bad(m, "empty keys object for fcm", fcm(#""keys":{}"#), "keys"),
+            bad(m, "keys with a raw token for apns_voip", apns(#""keys":\#(keys)"#, platform: "apns_voip"), "token"),
+            bad(m, "keys with a raw token for fcm", fcm(#""keys":\#(keys)"#), "token"),
+            bad(m, "empty keys object for fcm", fcm(#""keys":{}"#), "keys.p256dh"),
+            // The Web Push form on fcm, apns_voip and unified_push.
+            bad(m, "fcm keys without auth", fcm(#""keys":{"p256dh":"\#(p256dh)"}"#), "keys.auth"),
+            bad(m, "fcm keys without p256dh", fcm(#""keys":{"auth":"\#(auth)"}"#), "keys.p256dh"),
+            bad(
+                m, "fcm endpoint URL without keys", #"{"user":"\#(user)","platform":"fcm","token":"\#(webEndpoint)"}"#,
+                "keys"),
+            bad(
+                m, "apns_voip endpoint URL without keys",
+                #"{"user":"\#(user)","platform":"apns_voip","token":"\#(webEndpoint)"}"#, "keys"),
+            bad(
+                m, "unified_push without keys",
+                #"{"user":"\#(user)","platform":"unified_push","token":"\#(webEndpoint)"}"#, "keys"),
+            bad(
+                m, "unified_push raw token", #"{"user":"\#(user)","platform":"unified_push","token":"bi-token"}"#,
+                "keys"),
+            bad(
+                m, "unified_push raw token with keys",
+                #"{"user":"\#(user)","platform":"unified_push","token":"bi-token","keys":\#(keys)}"#, "token"),
+            bad(
+                m, "unified_push endpoint over http",
+                #"{"user":"\#(user)","platform":"unified_push","token":"http://93.184.216.34/up","keys":\#(keys)}"#,
+                "token"),
+            app(
+                m, "unified_push endpoint on a private address",
+                #"{"user":"\#(user)","platform":"unified_push","token":"https://10.0.0.1/up","keys":\#(keys)}"#, 1001,
+                "not_publicly_routable"),
+            app(
+                m, "fcm Web Push form on loopback",
+                #"{"user":"\#(user)","platform":"fcm","token":"https://127.0.0.1/wp","keys":\#(keys)}"#, 1001,
+                "not_publicly_routable"),
+            app(
+                m, "apns_voip Web Push form on a private address",
+                #"{"user":"\#(user)","platform":"apns_voip","token":"https://192.168.1.1/v","keys":\#(keys)}"#, 1001,
+                "not_publicly_routable"),
+            bad(
+                m, "application_server_key on a legacy fcm device", fcm(#""application_server_key":"x""#),
+                "application_server_key"),
+            // Client builds.
+            bad(m, "app_id empty", fcm(#""app_id":"""#), "app_id"),
+            bad(m, "app_id over 64 bytes", fcm(#""app_id":"\#(x(65, "b"))""#), "app_id"),
+            bad(m, "app_id with a space", fcm(#""app_id":"be ta""#), "app_id"),
+            bad(m, "app_id with a slash", fcm(#""app_id":"beta/1""#), "app_id"),
+            bad(m, "app_id non-ASCII", fcm(#""app_id":"bêta""#), "app_id"),
+            bad(m, "app_id a number", fcm(#""app_id":5"#), "app_id"),
+            bad(m, "user_agent empty", fcm(#""user_agent":"""#), "user_agent"),
+            bad(m, "user_agent over 1024 characters", fcm(#""user_agent":"\#(x(1025, "u"))""#), "user_agent"),
+            bad(
+                m, "user_agent over 1024 characters of two bytes", fcm(#""user_agent":"\#(x(1025, "é"))""#),
+                "user_agent"),
+            bad(m, "user_agent with a newline", fcm(#""user_agent":"a\nb""#), "user_agent"),
+            bad(m, "user_agent an object", fcm(#""user_agent":{}"#), "user_agent"),
             bad(m, "environment for fcm", fcm(#""environment":"production""#), "environment"),
             bad(m, "environment for web", web(#""environment":"production""#), "environment"),
             bad(m, "fcm token with a space", #"{"user":"\#(user)","platform":"fcm","token":"bi token"}"#, "token"),
@@ -255,6 +306,9 @@ private enum Corpus {
             bad(m, "no params at all", "{}", "user"),
             bad(m, "user missing", "{\(id)}", "user"),
             bad(m, "no form at all", #"{"user":"\#(user)"}"#, "device_id"),
+            bad(m, "app_id with device_id", u(#"\#(id),"app_id":"beta""#), "app_id"),
+            bad(m, "app_id malformed", u(#""platform":"fcm","token":"bi-token","app_id":"be ta""#), "app_id"),
+            bad(m, "app_id over 64 bytes", u(#""platform":"fcm","token":"bi-token","app_id":"\#(x(65))""#), "app_id"),
             bad(m, "user a number", #"{"user":5,\#(id)}"#, "user"),
             bad(m, "user empty", #"{"user":"",\#(id)}"#, "user"),
             bad(m, "user of 257 bytes", #"{"user":"\#(x(257))",\#(id)}"#, "user"),

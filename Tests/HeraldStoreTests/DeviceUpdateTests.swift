@@ -165,12 +165,13 @@ struct DeviceUpdateTests {
         let done = try #require(try t.status(accepted.messageID))
         #expect(done.isComplete && done.counts[.delivered] == 2 && done.counts[.skipped] == 1)
 
-        // Named by id, it is skipped the same way (a ring reaches fcm, so the
-        // reason is the device's, not the kind's).
+        // Named by id, it is skipped the same way: the device's reason comes
+        // before the kind's (a ring does not reach a legacy-form fcm device).
         let ring = try t.enqueue(send(PushMessage(kind: .callRing), to: .devices([tablet, laptop])))
-        #expect(ring.devices == 1 && ring.skipped == 1)
+        #expect(ring.devices == 0 && ring.skipped == 2)
         let ringStatus = try #require(try t.status(ring.messageID))
         #expect(ringStatus.devices?.first { $0.deviceID == tablet }?.reason == "device_disabled")
+        #expect(ringStatus.devices?.first { $0.deviceID == laptop }?.reason == "kind_not_for_platform")
 
         // Enabled again, it gets the next message.
         _ = try #require(try t.updateByID("alice", tablet, enabled: true))

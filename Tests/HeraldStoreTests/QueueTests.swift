@@ -63,7 +63,7 @@ struct QueueTests {
         let note = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["alice", "nobody"])))
         #expect(note.devices == 2 && note.skipped == 1, "VoIP gets rings only")
         let ring = try t.enqueue(send(PushMessage(kind: .callRing), to: .users(["alice"])))
-        #expect(ring.devices == 2 && ring.skipped == 1, "a ring skips plain apns")
+        #expect(ring.devices == 1 && ring.skipped == 2, "a ring skips plain apns and a legacy-form fcm device")
         let status = try #require(try t.status(note.messageID))
         #expect(status.counts[.queued] == 2 && status.counts[.skipped] == 1)
         #expect(!status.isComplete)
@@ -520,7 +520,8 @@ struct QueueSemanticsTests {
     func callRingGrace(_ backend: StoreBackend) throws {
         let t = try TestStore(backend)
         defer { t.close() }
-        _ = try t.register(Registration(app: "default", user: "jo", platform: .fcm, environment: nil, token: "j1"))
+        _ = try t.register(
+            Registration(app: "default", user: "jo", platform: .apnsVoIP, environment: .production, token: "bb01"))
         let ring = try t.enqueue(send(PushMessage(kind: .callRing), to: .users(["jo"])))
         t.clock.advance(2_000)
         #expect(try t.claim().map(\.messageID) == [ring.messageID])

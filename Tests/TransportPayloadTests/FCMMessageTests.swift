@@ -44,9 +44,12 @@ struct FCMMessageTests {
         )
     }
 
-    @Test("every kind reaches FCM; only notification has a notification block", arguments: PushKind.allCases)
+    @Test(
+        "every kind reaches FCM (a ring only a Web Push-form registration); only notification has a notification block",
+        arguments: PushKind.allCases)
     func kinds(kind: PushKind) throws {
-        #expect(kind.reaches(.fcm))
+        #expect(kind.reaches(.fcm, webPushForm: true))
+        #expect(kind.reaches(.fcm, webPushForm: false) == (kind != .callRing))
         let json = try parsed(build(Fixture.message(kind, data: [("k", "v")])).body)
         #expect(json["message"]?["data"]?["kind"] == .string(kind.rawValue))
         #expect((json["message"]?["android"]?["notification"] != nil) == (kind == .notification))

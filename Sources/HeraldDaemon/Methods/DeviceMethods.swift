@@ -28,23 +28,35 @@ extension HeraldService {
         } else if platform.hasEnvironment {
             environment = .production
         }
+        // The form: Web Push (an https endpoint with both keys; `web` and
+        // `unified_push` always, `fcm` and `apns_voip` when keys are given)
+        // or legacy (a raw vendor token, no keys).
         var keys: WebPushKeys?
-        let keysReader = try p.object("keys")
-        switch platform {
-        case .apns, .apnsVoIP:
-            token = try Self.apnsToken(token, p)
-            if keysReader != nil { throw p.invalid("keys", "is only for web") }
-        case .fcm:
-            if token.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7f }) {
-                throw p.invalid("token", "must not contain whitespace or control characters")
+        if var k = try p.object("keys") {
+            guard platform.acceptsWebPushForm else {
+                throw p.invalid(
+                    "keys", "is not for apns (the Web Push form is for web, unified_push, fcm and apns_voip)")
             }
-            if keysReader != nil { throw p.invalid("keys", "is only for web") }
-        case .web:
-            guard var k = keysReader else { throw p.invalid("keys", "is required for web") }
             keys = try Self.webKeys(&k)
             try k.finish()
+            // A raw token with keys is refused at `token` by the endpoint check.
             if token.utf8.count > EndpointGuard.maximumLength {
                 throw p.invalid("token", "must be at most \(EndpointGuard.maximumLength) bytes")
+            }
+        } else {
+            if platform.requiresWebPushForm { throw p.invalid("keys", "is required for \(platform.rawValue)") }
+            if platform != .apns && token.contains("://") {
+                throw p.invalid("keys", "is required with an endpoint URL token (the Web Push form takes both keys)")
+            }
+            switch platform {
+            case .apns, .apnsVoIP:
+                token = try Self.apnsToken(token, p)
+            case .fcm:
+                if token.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7f }) {
+                    throw p.invalid("token", "must not contain whitespace or control characters")
+                }
+            case .web, .unifiedPush:
+                break
             }
         }
         let name = try p.string("name", maxBytes: 256, allowEmpty: true)
@@ -61,18 +73,22 @@ extension HeraldService {
         let bundleID = try Self.bundleID(&p, platform: platform, topics: runtime.config.apnsBundleIDs)
         let serverKeyText = try p.string("application_server_key", maxBytes: 128)
         var serverKey: String?
-        if platform == .web {
+        if keys != nil {
             serverKey = try Self.applicationServerKey(serverKeyText, vapid: runtime.credentials.webPush.value, p)
         } else if serverKeyText != nil {
-            throw p.invalid("application_server_key", "is only for web")
+            throw p.invalid(
+                "application_server_key", "is only for web and the Web Push form (a registration with keys)")
         }
+        let appID = try Self.appID(&p)
+        let userAgent = try Self.userAgent(&p)
         try p.finish()
         try limit(registerLimiter, app: runtime.config.name, user: user)
 
         let registration = Registration(
             app: runtime.config.name, user: user, platform: platform, environment: environment, token: token,
             keys: keys, name: name, appVersion: appVersion, session: session, registrationID: registrationID,
-            version: version.map(Int64.init), bundleID: bundleID, serverKey: serverKey)
+            version: version.map(Int64.init), bundleID: bundleID, serverKey: serverKey, appID: appID,
+            userAgent: userAgent)
         let cap = runtime.config.deviceCap
         let store = self.store
         let done = finish(reply) { (o: RegistrationOutcome) -> JSON in
@@ -81,7 +97,7 @@ extension HeraldService {
                 "reclaimed": .bool(o.reclaimed), "evicted": .array(o.evicted.map { .string($0) }),
             ]
         }
-        guard platform == .web else {
+        guard keys != nil else {
             sharedLimit(.register, app: runtime.config.name, user: user, reply) {
                 store.register(registration, deviceCap: cap, completion: done)
             }
@@ -107,6 +123,40 @@ extension HeraldService {
                 if let now = endpointGuard.check(registration.token, completion: checked) { checked(now) }
             }
         }
+    }
+
+    /// The most bytes of an `app_id`.
+    static let appIDMaxBytes = 64
+    /// The most characters of a `user_agent`.
+    static let userAgentMaxCharacters = 1024
+
+    /// `app_id`: the client build, 1 to 64 of `[A-Za-z0-9._-]`; `stable` when absent.
+    static func appID(_ p: inout ParamReader) throws(RPCError) -> String {
+        try givenAppID(&p) ?? ClientBuild.defaultAppID
+    }
+
+    /// `app_id` as given (checked), nil when absent.
+    static func givenAppID(_ p: inout ParamReader) throws(RPCError) -> String? {
+        guard let given = try p.string("app_id", maxBytes: appIDMaxBytes) else { return nil }
+        guard
+            given.utf8.allSatisfy({
+                ($0 >= 48 && $0 <= 57) || ($0 >= 65 && $0 <= 90) || ($0 >= 97 && $0 <= 122) || $0 == 46 || $0 == 95
+                    || $0 == 45
+            })
+        else { throw p.invalid("app_id", "must be 1 to \(appIDMaxBytes) of A-Z a-z 0-9 . _ -") }
+        return given
+    }
+
+    /// `user_agent`: 1 to 1024 characters, no control characters; nil when absent.
+    static func userAgent(_ p: inout ParamReader) throws(RPCError) -> String? {
+        guard let given = try p.string("user_agent", maxBytes: userAgentMaxCharacters * 4) else { return nil }
+        guard given.unicodeScalars.count <= userAgentMaxCharacters else {
+            throw p.invalid("user_agent", "must be at most \(userAgentMaxCharacters) characters")
+        }
+        guard !given.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f }) else {
+            throw p.invalid("user_agent", "must not contain control characters")
+        }
+        return given
     }
 
     /// `bundle_id`: for APNs platforms only, one of the app's `apns_topics`.
@@ -218,6 +268,7 @@ extension HeraldService {
         let envName = try p.enumeration("environment", allowed: APNsEnvironment.allCases.map(\.rawValue))
         let registrationID = try p.string("registration_id", maxBytes: 128)
         let version = try p.int("version", range: 0...(1 << 53))
+        let givenAppID = try Self.givenAppID(&p)
         try p.finish()
         let selector: UnregisterSelector
         let forms = [deviceID != nil, platformName != nil || token != nil, registrationID != nil || version != nil]
@@ -231,10 +282,12 @@ extension HeraldService {
                 deviceID.utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) })
             else { throw p.invalid("device_id", "must be 32 lowercase hex characters") }
             if envName != nil { throw p.invalid("environment", "goes with platform and token") }
+            if givenAppID != nil { throw p.invalid("app_id", "goes with platform and token") }
             selector = .deviceID(deviceID)
         } else if let registrationID {
             guard let version else { throw p.invalid("version", "is required with registration_id") }
             if envName != nil { throw p.invalid("environment", "goes with platform and token") }
+            if givenAppID != nil { throw p.invalid("app_id", "goes with platform and token") }
             selector = .registration(id: registrationID, version: Int64(version))
         } else {
             guard let platformName, let platform = Platform(rawValue: platformName) else {
@@ -242,14 +295,21 @@ extension HeraldService {
             }
             guard var token else { throw p.invalid("token", "is required with platform") }
             var environment: APNsEnvironment?
+            let endpoint = token.contains("://")
             if platform.hasEnvironment {
-                token = try Self.apnsToken(token, p)
+                if !endpoint || platform == .apns { token = try Self.apnsToken(token, p) }
                 environment = envName.flatMap(APNsEnvironment.init(rawValue:)) ?? .production
             } else if envName != nil {
                 throw p.invalid("environment", "is only for apns and apns_voip")
             }
-            if platform == .web, let normalized = try? endpointGuard.normalize(token) { token = normalized }
-            selector = .binding(platform: platform, environment: environment, token: token)
+            if platform.requiresWebPushForm || (endpoint && platform.acceptsWebPushForm),
+                let normalized = try? endpointGuard.normalize(token)
+            {
+                token = normalized
+            }
+            selector = .binding(
+                platform: platform, environment: environment, token: token,
+                appID: givenAppID ?? ClientBuild.defaultAppID)
         }
         try limit(unregisterLimiter, app: runtime.config.name, user: user)
         let store = self.store
@@ -289,6 +349,8 @@ extension HeraldService {
             "last_failure_reason": d.lastFailureReason.map { .string($0) } ?? .null,
             "bundle_id": bundleID.map { .string($0) } ?? .null,
             "enabled": .bool(d.enabled),
+            "form": .string(d.webPushForm ? "webpush" : "legacy"), "app_id": .string(d.appID),
+            "user_agent": d.userAgent.map { .string($0) } ?? .null,
         ]
     }
 

@@ -219,7 +219,12 @@ extension HeraldService {
         // The user whose badge has the most digits stands for every recipient.
         let widest = message.badgePerUser.max { String($0.value).count < String($1.value).count }
         let users = [""] + (widest.map { [$0.key] } ?? [])
-        for platform in Platform.allCases where message.kind.reaches(platform) && runtime.disabled[platform] == nil {
+        // Every kind reaches some Web Push-form registration (a ring: Web Push
+        // fcm ones), so the Web Push record is built whenever VAPID is on.
+        let sent = Platform.allCases.filter {
+            $0 != .unifiedPush && ($0 == .web || message.kind.reaches($0, webPushForm: false))
+        }
+        for platform in sent where runtime.disabled[platform] == nil {
             for user in users {
                 switch platform {
                 case .apns, .apnsVoIP:
@@ -256,7 +261,7 @@ extension HeraldService {
                             throw .invalidParams(field: "data.\(key)", reason: "duplicate key")
                         }
                     }
-                case .web:
+                case .web, .unifiedPush:
                     do {
                         _ = try WebPushPayload(message: message, user: user)
                     } catch {

@@ -40,7 +40,9 @@ extension HeraldService {
         {
             let runtime = apps[name]!
             var states = JSONObject()
-            for (transport, platforms) in [("apns", [Platform.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web])] {
+            for (transport, platforms) in [
+                ("apns", [Platform.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web, .unifiedPush]),
+            ] {
                 let state = transportState(runtime, platforms, degraded: degraded)
                 if case .degraded = state { anyDegraded = true }
                 states.append(transport, .string(state.wire))

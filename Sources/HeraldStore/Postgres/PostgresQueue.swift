@@ -134,10 +134,10 @@ final class PostgresQueue: @unchecked Sendable {
             if !target.enabled {
                 row.state = .skipped
                 row.reason = DeliveryReason.deviceDisabled
-            } else if !e.message.kind.reaches(target.platform) {
+            } else if !e.message.kind.reaches(target.platform, webPushForm: target.keysSealed != nil) {
                 row.state = .skipped
                 row.reason = "kind_not_for_platform"
-            } else if let why = e.disabled[target.platform] {
+            } else if let why = e.disabled[target.keysSealed != nil ? .web : target.platform] {
                 row.state = .skipped
                 row.reason = "transport_disabled: \(why)"
             }

@@ -91,7 +91,8 @@ struct PostgresRegistry {
     func register(_ c: PostgresConnection, _ r: Registration, deviceCap: Int, now: Int64) throws -> RegistrationOutcome
     {
         try Self.lock(c, Self.userLock(app: r.app, user: r.user))
-        let binding = Identity.bindingHash(app: r.app, platform: r.platform, environment: r.environment, token: r.token)
+        let binding = Identity.bindingHash(
+            app: r.app, platform: r.platform, environment: r.environment, token: r.token, appID: r.appID)
         let tokenHash = Identity.tokenHash(r.token)
         var reclaimed = false
 
@@ -139,7 +140,8 @@ struct PostgresRegistry {
         let deviceID =
             r.registrationID.map { Identity.deviceID(user: r.user, app: r.app, registrationID: $0) }
             ?? Identity.deviceID(
-                user: r.user, app: r.app, platform: r.platform, environment: r.environment, token: r.token)
+                user: r.user, app: r.app, platform: r.platform, environment: r.environment, token: r.token,
+                appID: r.appID)
         let sealed = try seal(r, deviceID: deviceID)
         try c.execute(
             Statements.insertDevice,
@@ -149,7 +151,7 @@ struct PostgresRegistry {
                 sealed.keys, Self.bytes(r.name), Self.bytes(r.appVersion),
                 r.session.map { .bytes(Identity.sessionHash($0)) } ?? .null, Self.bytes(r.registrationID),
                 .optional(r.version), .int(now), .optional(r.platform.hasEnvironment ? r.bundleID : nil),
-                .optional(Registry.serverKey(r)),
+                .optional(Registry.serverKey(r)), Self.bytes(r.appID), Self.bytes(r.userAgent),
             ])
         let evicted = try evict(c, app: r.app, user: r.user, keep: deviceCap)
         return RegistrationOutcome(
@@ -169,7 +171,7 @@ struct PostgresRegistry {
                 .text(tokenHash), .bytes(sealed.token), sealed.keys, Self.bytes(r.name), Self.bytes(r.appVersion),
                 r.session.map { .bytes(Identity.sessionHash($0)) } ?? .null, Self.bytes(r.registrationID),
                 .optional(r.version), .int(now), .text(deviceID), .int(r.platform.hasEnvironment ? 1 : 0),
-                .optional(r.bundleID), .optional(Registry.serverKey(r)),
+                .optional(r.bundleID), .optional(Registry.serverKey(r)), Self.bytes(r.appID), Self.bytes(r.userAgent),
             ])
     }
 
@@ -189,8 +191,9 @@ struct PostgresRegistry {
                 "DELETE FROM devices WHERE app = $1 AND user_name = $2 AND device_id = $3",
                 [.text(app), Self.bytes(user), .text(id)]
             ).affectedRows
-        case .binding(let platform, let environment, let token):
-            let hash = Identity.bindingHash(app: app, platform: platform, environment: environment, token: token)
+        case .binding(let platform, let environment, let token, let appID):
+            let hash = Identity.bindingHash(
+                app: app, platform: platform, environment: environment, token: token, appID: appID)
             return try c.execute(
                 "DELETE FROM devices WHERE binding_hash = $1 AND user_name = $2", [.bytes(hash), Self.bytes(user)]
             ).affectedRows
@@ -243,7 +246,8 @@ struct PostgresRegistry {
                 tokenHash: try r.text(5),
                 createdAt: try r.int64(6), registeredAt: try r.int64(7), lastSuccessAt: try r.optionalInt64(8),
                 lastFailureAt: try r.optionalInt64(9), lastFailureReason: try r.optionalText(10),
-                bundleID: try r.optionalText(11), enabled: try r.bool(12))
+                bundleID: try r.optionalText(11), enabled: try r.bool(12), appID: try Self.string(r, 13),
+                userAgent: try Self.optionalString(r, 14), webPushForm: try r.bool(15))
         }
     }
 
@@ -289,16 +293,18 @@ struct PostgresRegistry {
 
     /// See ``Registry/webSubscriptionsByKey()``.
     func webSubscriptionsByKey(_ c: PostgresConnection) throws -> [ServerKeyCount] {
-        try c.execute("SELECT app, server_key, count(*) FROM devices WHERE platform = 'web' GROUP BY app, server_key")
-            .rows.map { r in
-                ServerKeyCount(app: try r.text(0), serverKey: try r.optionalText(1), count: Int(try r.int64(2)))
-            }
+        try c.execute(
+            "SELECT app, server_key, count(*) FROM devices WHERE keys_sealed IS NOT NULL GROUP BY app, server_key"
+        )
+        .rows.map { r in
+            ServerKeyCount(app: try r.text(0), serverKey: try r.optionalText(1), count: Int(try r.int64(2)))
+        }
     }
 
     /// See ``Registry/recordServerKey(app:key:)``.
     func recordServerKey(_ c: PostgresConnection, app: String, key: String) throws -> Int {
         try c.execute(
-            "UPDATE devices SET server_key = $1 WHERE app = $2 AND platform = 'web' AND server_key IS NULL",
+            "UPDATE devices SET server_key = $1 WHERE app = $2 AND keys_sealed IS NOT NULL AND server_key IS NULL",
             [.text(key), .text(app)]
         ).affectedRows
     }
@@ -326,9 +332,9 @@ struct PostgresRegistry {
             sql: """
                 INSERT INTO devices (device_id, app, user_name, platform, environment, binding_hash, token_hash,
                     token_sealed, keys_sealed, name, app_version, session_hash, registration_id, version,
-                    created_at, registered_at, registered_seq, bundle_id, server_key)
+                    created_at, registered_at, registered_seq, bundle_id, server_key, app_id, user_agent)
                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, nextval('registration_seq'),
-                    $16, $17)
+                    $16, $17, $18, $19)
                 """)
         static let updateDevice = PostgresStatement(
             name: "reg_update",
@@ -338,7 +344,8 @@ struct PostgresRegistry {
                     app_version = COALESCE($9, app_version), session_hash = COALESCE($10, session_hash),
                     registration_id = COALESCE($11, registration_id), version = COALESCE($12, version),
                     registered_at = $13, registered_seq = nextval('registration_seq'),
-                    bundle_id = CASE WHEN $15::bigint = 1 THEN COALESCE($16::text, bundle_id) END, server_key = $17
+                    bundle_id = CASE WHEN $15::bigint = 1 THEN COALESCE($16::text, bundle_id) END, server_key = $17,
+                    app_id = $18, user_agent = COALESCE($19, user_agent)
                 WHERE device_id = $14
                 """)
         static let evict = PostgresStatement(
@@ -354,7 +361,8 @@ struct PostgresRegistry {
             name: "reg_list",
             sql: """
                 SELECT device_id, platform, environment, name, app_version, token_hash, created_at, registered_at,
-                    last_success_at, last_failure_at, last_failure_reason, bundle_id, enabled
+                    last_success_at, last_failure_at, last_failure_reason, bundle_id, enabled, app_id, user_agent,
+                    keys_sealed IS NOT NULL
                 FROM devices WHERE app = $1 AND user_name = $2 ORDER BY registered_seq DESC
                 """)
         static let updateByID = PostgresStatement(

@@ -542,6 +542,8 @@ class Client:
         bundle_id: str | None = None,
         application_server_key: str | None = None,
         app: str | None = None,
+        app_id: str | None = None,
+        user_agent: str | None = None,
     ) -> Registration:
         """Registers or refreshes a device of ``user`` (``device.register``).
 
@@ -549,7 +551,10 @@ class Client:
         new device gets the app's default and a registered one keeps its own.
         ``application_server_key`` (web only): the VAPID public key the subscription was made
         with (the browser's ``applicationServerKey``), the app's current or previous key;
-        left out, the current key."""
+        left out, the current key. ``keys`` with an https endpoint as ``token`` is the Web Push
+        form: always for ``web`` and ``unified_push``, optional for ``fcm`` and ``apns_voip``.
+        ``app_id``: the client build (``stable`` when left out), part of the registration's
+        identity; ``user_agent``: 1 to 1024 characters, stored and listed."""
         return cast(Registration, self.call("device.register", _given(locals())))
 
     def device_unregister(
@@ -563,9 +568,11 @@ class Client:
         registration_id: str | None = None,
         version: int | None = None,
         app: str | None = None,
+        app_id: str | None = None,
     ) -> Removed:
         """Removes one of the user's devices: by ``device_id``; by ``platform``, ``token`` (and
-        ``environment``); or by ``registration_id`` and ``version`` (``device.unregister``)."""
+        ``environment``, ``app_id``: default ``stable``); or by ``registration_id`` and ``version``
+        (``device.unregister``)."""
         return cast(Removed, self.call("device.unregister", _given(locals())))
 
     def device_list(self, *, user: str, app: str | None = None) -> DeviceList:
@@ -747,6 +754,8 @@ class Pipeline:
         bundle_id: str | None = None,
         application_server_key: str | None = None,
         app: str | None = None,
+        app_id: str | None = None,
+        user_agent: str | None = None,
     ) -> Pending[Registration]:
         return self.call("device.register", _given(locals()))
 
@@ -761,6 +770,7 @@ class Pipeline:
         registration_id: str | None = None,
         version: int | None = None,
         app: str | None = None,
+        app_id: str | None = None,
     ) -> Pending[Removed]:
         return self.call("device.unregister", _given(locals()))
 

@@ -10,6 +10,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 __all__ = [
     "Platform",
+    "Form",
     "Environment",
     "Kind",
     "Priority",
@@ -36,7 +37,9 @@ __all__ = [
     "OpenRPCDocument",
 ]
 
-Platform = Literal["apns", "apns_voip", "fcm", "web"]
+Platform = Literal["apns", "apns_voip", "fcm", "web", "unified_push"]
+#: How a registration is reached: an https endpoint with keys (``webpush``) or a raw vendor token.
+Form = Literal["webpush", "legacy"]
 Environment = Literal["production", "development"]
 Kind = Literal["notification", "clear", "call_ring"]
 Priority = Literal["high", "normal", "low"]
@@ -109,6 +112,13 @@ class Device(TypedDict):
     #: listed, and sends skip it (``skipped``, reason ``device_disabled``) until it is enabled
     #: again. Registering the same token again does not change it.
     enabled: bool
+    #: ``webpush``: an https endpoint with keys, sent as an RFC 8291 record whatever the
+    #: platform; ``legacy``: a raw vendor token (apns, apns_voip, fcm).
+    form: Form
+    #: The client build (``stable`` when none was given); part of the registration's identity.
+    app_id: str
+    #: The user agent given at registration; None if none.
+    user_agent: str | None
 
 
 class UpdatedDevice(TypedDict):
