@@ -443,6 +443,7 @@ extension HeraldService {
                             "reason": d.reason.map { .string($0) } ?? .null,
                             "updated_at": .string(Timestamp.rfc3339(d.updatedAt)),
                             "sent_by": d.sentBy.map { .string($0) } ?? .null,
+                            "shrunk": d.shrunk.map { .int($0) } ?? .null,
                         ]
                     }))
         }
