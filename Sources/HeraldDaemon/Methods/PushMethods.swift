@@ -254,6 +254,9 @@ extension HeraldService {
     /// `{"keep": [pointers]}`.
     private static func shrinkStep(_ item: JSON, field: String) throws(RPCError) -> ShrinkStep {
         let shape = "must be an object with exactly one of drop, shorten, keep"
+        if case .object(let o) = item, let duplicate = o.firstDuplicateKey {
+            throw .invalidParams(field: field + "." + duplicate, reason: "duplicate key")
+        }
         guard case .object(let o) = item, o.count == 1, let member = o.first else {
             throw .invalidParams(field: field, reason: shape)
         }
