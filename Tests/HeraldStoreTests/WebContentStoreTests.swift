@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 import HeraldCore
 import HeraldCrypto
@@ -93,5 +94,45 @@ struct WebContentStoreTests {
         _ = try store.sync { s, done in s.claimDue(limit: 10, completion: done) }
         try record(.delivered, .whole)
         #expect(try shrunk() == .some(nil))
+    }
+
+    @Test(
+        "a stored web_payload that does not open fails that delivery alone; other messages go on",
+        arguments: StoreBackend.allCases)
+    func unreadable(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
+        defer { t.close() }
+        let web = try Registration(
+            app: "default", user: "x", platform: .web, environment: nil, token: "https://push.example.net/p/3",
+            keys: WebPushKeys(p256dh: P256PrivateKey.generate().publicKey, auth: SecureRandom.bytes(16)))
+        _ = try t.register(web)
+        var damaged = Self.message()
+        damaged.collapseKey = "a"
+        let bad = try t.enqueue(send(damaged, to: .users(["x"])))
+        // Another ciphertext in its place: it no longer opens with the store key.
+        let sql = """
+            UPDATE messages SET payload = replace(payload, '"web":"', '"web":"AAAA') WHERE message_id = '\(bad.messageID)'
+            """
+        switch backend {
+        case .sqlite:
+            var db: OpaquePointer?
+            #expect(sqlite3_open(t.scratch.databasePath, &db) == SQLITE_OK)
+            defer { sqlite3_close(db) }
+            #expect(sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK)
+            #expect(sqlite3_changes(db) == 1)
+        case .postgres:
+            let c = PostgresConnection(configuration: try #require(t.scratch.postgres).connection)
+            defer { c.close() }
+            #expect(try c.execute(sql).affectedRows == 1)
+        }
+        var fine = Self.message()
+        fine.collapseKey = "b"
+        let good = try t.enqueue(send(fine, to: .users(["x"])))
+        let jobs = try t.claim()
+        #expect(jobs.map(\.messageID) == [good.messageID])
+        #expect(jobs.first?.message.webContent == fine.webContent)
+        let status = try #require(try t.status(bad.messageID))
+        #expect(status.devices?.first?.state == .failed)
+        #expect(status.devices?.first?.reason == "unreadable stored message")
     }
 }
