@@ -321,7 +321,7 @@ extension PushDelivery {
                 #expect(!"\(tooBig)".contains("zzzz"))
                 // Exactly at the limits it passes, on the same connection; nothing refused was sent.
                 #expect(try await h.gateways.received("webpush").isEmpty)
-                let edge = String(repeating: "e", count: 16_384 - 10)  // {"e":"…"} is 16,384 bytes
+                let edge = String(repeating: "e", count: 16_384 - 8)  // {"e":"…"} is 16,384 bytes
                 let r = try h.sendAndWait([
                     "to": ["users": ["v"]], "web_payload": ["e": edge],
                     "shrink": Array(repeating: ["shorten": "/e"], count: 16),
@@ -329,6 +329,14 @@ extension PushDelivery {
                 #expect(counts(r)["delivered"] == 1, "\(r)")
                 let st = try h.status(try #require(r["message_id"] as? String))
                 #expect(deviceStates(st).first?["shrunk"] as? Int == 0)
+                // 32 objects deep is the deepest taken; one byte more is refused.
+                let deepest: Any = (0..<31).reduce(["x": 1] as Any) { inner, _ in ["n": inner] }
+                let atDepth = try h.sendAndWait(["to": ["users": ["v"]], "web_payload": deepest])
+                #expect(counts(atDepth)["delivered"] == 1, "\(atDepth)")
+                let over = try c.call(
+                    "push.send",
+                    ["to": ["users": ["v"]], "web_payload": ["e": edge + "e"], "shrink": [["shorten": "/e"]]])
+                #expect(over.errorData?["field"] as? String == "web_payload", "\(over)")
             }
         }
     }
