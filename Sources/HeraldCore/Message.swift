@@ -108,6 +108,9 @@ public struct PushMessage: Sendable, Equatable {
     /// The Android notification channel, in place of the app's
     /// `android_channel_id` (FCM `android.notification.channel_id`).
     public var androidChannelID: String?
+    /// `web_payload` and `shrink`: what a Web Push-form record carries
+    /// instead of `{kind, data, badge}`. Legacy-form devices never get it.
+    public var webContent: WebContent?
 
     public init(
         kind: PushKind, data: [(key: String, value: String)] = [], alert: PushAlert? = nil, badge: Int? = nil,
@@ -145,5 +148,6 @@ public struct PushMessage: Sendable, Equatable {
             && a.collapseKey == b.collapseKey && a.priority == b.priority && a.ttlSeconds == b.ttlSeconds
             && a.interruptionLevel == b.interruptionLevel && a.relevanceScore == b.relevanceScore
             && a.threadID == b.threadID && a.category == b.category && a.androidChannelID == b.androidChannelID
+            && a.webContent == b.webContent
     }
 }

@@ -3,10 +3,14 @@ public struct AttemptReport: Sendable, Hashable {
     public var outcome: Outcome
     /// The provider's HTTP status, when an answer arrived.
     public var httpStatus: Int?
+    /// Set when the attempt sealed a record of `web_payload`: whether it
+    /// fitted whole or which shrink step made it fit (`push.status` `shrunk`).
+    public var shrink: ShrinkOutcome?
 
-    public init(outcome: Outcome, httpStatus: Int? = nil) {
+    public init(outcome: Outcome, httpStatus: Int? = nil, shrink: ShrinkOutcome? = nil) {
         self.outcome = outcome
         self.httpStatus = httpStatus
+        self.shrink = shrink
     }
 }
 

@@ -661,6 +661,7 @@ public final class Scheduler: @unchecked Sendable {
         assertOnQueue()
         let now = clock.nowMilliseconds()
         let status = report.httpStatus
+        let shrink = report.shrink
         switch report.outcome {
         case .delivered:
             counters[job.platform, default: PlatformCounters()].delivered += 1
@@ -668,10 +669,10 @@ public final class Scheduler: @unchecked Sendable {
             // the Web Push sender: it says nothing of FCM's or APNs' credential.
             if job.keys == nil || job.platform.requiresWebPushForm { clearDegraded(lane) }
             if job.platform == .web || job.keys != nil { clearOriginDegraded(job, lane: lane) }
-            finish(job, state: .delivered, httpStatus: status, reason: nil)
+            finish(job, state: .delivered, httpStatus: status, reason: nil, shrink: shrink)
             reportNotStale(job, now: now)
         case .retry(let after, let reason):
-            retry(job, after: after, reason: reason, httpStatus: status, now: now)
+            retry(job, after: after, reason: reason, httpStatus: status, now: now, shrink: shrink)
         case .authRejected(let reason):
             counters[job.platform, default: PlatformCounters()].authRejected += 1
             if job.platform == .web || job.keys != nil {
@@ -680,19 +681,21 @@ public final class Scheduler: @unchecked Sendable {
                 // backoff, counted toward max_retries: it is not Herald's
                 // credential that a reload could fix.
                 markOriginDegraded(job, lane: lane, reason: reason)
-                retry(job, after: nil, reason: reason, httpStatus: status, now: now)
+                retry(job, after: nil, reason: reason, httpStatus: status, now: now, shrink: shrink)
             } else {
                 let first = shared.withLock { $0.degraded[lane] == nil }
                 markDegraded(lane, reason: reason)
-                waitForCredential(job, reason: reason, httpStatus: status, now: now, soon: first)
+                waitForCredential(job, reason: reason, httpStatus: status, now: now, soon: first, shrink: shrink)
             }
         case .failed(let reason):
             counters[job.platform, default: PlatformCounters()].failed += 1
-            finish(job, state: .failed, httpStatus: status, reason: reason.rawValue)
+            finish(job, state: .failed, httpStatus: status, reason: reason.rawValue, shrink: shrink)
             reportNotStale(job, now: now)
         case .tooLarge:
             counters[job.platform, default: PlatformCounters()].failed += 1
-            finish(job, state: .failed, httpStatus: status, reason: ProviderReason.payloadTooLarge.rawValue)
+            finish(
+                job, state: .failed, httpStatus: status, reason: ProviderReason.payloadTooLarge.rawValue, shrink: shrink
+            )
             reportNotStale(job, now: now)
         case .stale(let reason):
             let candidate = StaleCandidate(deviceID: job.deviceID, tokenHash: job.tokenHash)
@@ -706,22 +709,31 @@ public final class Scheduler: @unchecked Sendable {
         }
     }
 
-    private func retry(_ job: DeliveryJob, after: Duration?, reason: ProviderReason, httpStatus: Int?, now: Int64) {
+    private func retry(
+        _ job: DeliveryJob, after: Duration?, reason: ProviderReason, httpStatus: Int?, now: Int64,
+        shrink: ShrinkOutcome? = nil
+    ) {
         assertOnQueue()
         let decision = settings.backoff.next(
             attempt: job.previousAttempts, retryAfter: after, now: now, deadline: job.expiresAt, random: &rng)
         switch decision {
         case .retry(let at):
             counters[job.platform, default: PlatformCounters()].retried += 1
-            finish(job, state: .retrying, httpStatus: httpStatus, reason: reason.rawValue, nextAttemptAt: at)
+            finish(
+                job, state: .retrying, httpStatus: httpStatus, reason: reason.rawValue, nextAttemptAt: at,
+                shrink: shrink)
             arm(afterMs: at - now)
         case .giveUp(.exhausted):
             counters[job.platform, default: PlatformCounters()].failed += 1
-            finish(job, state: .failed, httpStatus: httpStatus, reason: "\(reason.rawValue) (retries exhausted)")
+            finish(
+                job, state: .failed, httpStatus: httpStatus, reason: "\(reason.rawValue) (retries exhausted)",
+                shrink: shrink)
             reportNotStale(job, now: now)
         case .giveUp(.expired):
             counters[job.platform, default: PlatformCounters()].expired += 1
-            finish(job, state: .expired, httpStatus: httpStatus, reason: "\(reason.rawValue) (ttl elapsed)")
+            finish(
+                job, state: .expired, httpStatus: httpStatus, reason: "\(reason.rawValue) (ttl elapsed)", shrink: shrink
+            )
             reportNotStale(job, now: now)
         }
     }
@@ -732,13 +744,16 @@ public final class Scheduler: @unchecked Sendable {
     /// a reload brings new credentials, and never past its send deadline
     /// (the claim after it finds it expired).
     private func waitForCredential(
-        _ job: DeliveryJob, reason: ProviderReason, httpStatus: Int?, now: Int64, soon: Bool = false
+        _ job: DeliveryJob, reason: ProviderReason, httpStatus: Int?, now: Int64, soon: Bool = false,
+        shrink: ShrinkOutcome? = nil
     ) {
         assertOnQueue()
         let deadline = job.sendDeadline
         guard now <= deadline else {
             counters[job.platform, default: PlatformCounters()].expired += 1
-            finish(job, state: .expired, httpStatus: httpStatus, reason: "\(reason.rawValue) (ttl elapsed)")
+            finish(
+                job, state: .expired, httpStatus: httpStatus, reason: "\(reason.rawValue) (ttl elapsed)", shrink: shrink
+            )
             reportNotStale(job, now: now)
             return
         }
@@ -747,14 +762,14 @@ public final class Scheduler: @unchecked Sendable {
         counters[job.platform, default: PlatformCounters()].retried += 1
         finish(
             job, state: .retrying, httpStatus: httpStatus, reason: DeliveryReason.credentialRejected,
-            nextAttemptAt: at, countsAsAttempt: false)
+            nextAttemptAt: at, countsAsAttempt: false, shrink: shrink)
         arm(afterMs: at - now)
     }
 
     /// Hands a delivery's result to the store; it stops counting as in flight.
     private func finish(
         _ job: DeliveryJob, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64? = nil,
-        countsAsAttempt: Bool = true, inFlight counted: Bool = true
+        countsAsAttempt: Bool = true, inFlight counted: Bool = true, shrink: ShrinkOutcome? = nil
     ) {
         assertOnQueue()
         if counted { inFlight -= 1 }
@@ -768,7 +783,7 @@ public final class Scheduler: @unchecked Sendable {
         }
         let record = DeliveryRecord(
             deliveryID: job.deliveryID, deviceID: job.deviceID, state: state, httpStatus: httpStatus,
-            reason: reason, nextAttemptAt: nextAttemptAt, countsAsAttempt: countsAsAttempt)
+            reason: reason, nextAttemptAt: nextAttemptAt, countsAsAttempt: countsAsAttempt, shrink: shrink)
         if uncommitted[job.messageID] != nil {
             awaitCommit(job.messageID) { $0.records.append(record) }
             return

@@ -48,6 +48,9 @@ public enum Identity {
     /// The associated data that binds sealed Web Push keys to their device row.
     static func keysContext(_ deviceID: String) -> [UInt8] { Array("keys:\(deviceID)".utf8) }
 
+    /// The associated data that binds a message's sealed `web_payload` to its message row.
+    static func webPayloadContext(_ messageID: String) -> [UInt8] { Array("web:\(messageID)".utf8) }
+
     /// Fields joined with NUL so that no two different tuples share an encoding.
     private static func joined(_ fields: [String]) -> [UInt8] {
         var out: [UInt8] = []

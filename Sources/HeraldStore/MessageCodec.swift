@@ -1,4 +1,5 @@
 import HeraldCore
+import HeraldCrypto
 import HeraldJSON
 
 /// The stored form of a `PushMessage`: compact JSON in `messages.payload`.
@@ -9,8 +10,49 @@ import HeraldJSON
 /// then, when the message has them, `"interruption_level"`, `"relevance_score"`,
 /// `"thread_id"`, `"category"` and `"android_channel_id"`: optional members
 /// of version 1, so a message stored before them reads as one without them.
+/// A message with `web_payload` adds `"web"`: the payload sealed with the
+/// store key (bound to the message id, like a device's token to its row),
+/// base64url, so the database never holds the content in the clear; and
+/// `"shrink"`: its steps, `[{"drop":[…]}|{"shorten":"…"}|{"keep":[…]}]`
+/// (field names only, no content).
 enum MessageCodec {
-    static func encode(_ m: PushMessage) -> String {
+    /// The stored form; `web_payload` sealed with `key` for `messageID`.
+    static func encode(_ m: PushMessage, messageID: String, key: StoreKey) throws(CryptoError) -> String {
+        var sealed: String?
+        if let web = m.webContent {
+            sealed = Base64URL.encode(
+                try key.seal(Array(web.payload.utf8), context: Identity.webPayloadContext(messageID)))
+        }
+        return encode(m, sealedWebPayload: sealed)
+    }
+
+    /// The stored form, its `web_payload` opened with `key`; nil when the
+    /// text is not a message this version wrote or the payload does not open.
+    static func decode(_ text: String, messageID: String, key: StoreKey) -> PushMessage? {
+        guard var m = decode(text) else { return nil }
+        guard let json = try? JSONParser.parse(Array(text.utf8)), let sealed = json["web"]?.stringValue else {
+            return m
+        }
+        guard let bytes = try? Base64URL.decode(sealed),
+            let payload = try? key.open(bytes, context: Identity.webPayloadContext(messageID))
+        else { return nil }
+        var steps: [ShrinkStep] = []
+        for step in json["shrink"]?.arrayValue ?? [] {
+            if let ptrs = step["drop"]?.arrayValue {
+                steps.append(.drop(ptrs.compactMap(\.stringValue)))
+            } else if let ptr = step["shorten"]?.stringValue {
+                steps.append(.shorten(ptr))
+            } else if let ptrs = step["keep"]?.arrayValue {
+                steps.append(.keep(ptrs.compactMap(\.stringValue)))
+            } else {
+                return nil
+            }
+        }
+        m.webContent = WebContent(payload: String(decoding: payload, as: UTF8.self), shrink: steps)
+        return m
+    }
+
+    private static func encode(_ m: PushMessage, sealedWebPayload: String?) -> String {
         var o: JSONObject = ["v": 1, "kind": .string(m.kind.rawValue)]
         var data = JSONObject()
         for (key, value) in m.data { data.append(key, .string(value)) }
@@ -38,11 +80,25 @@ enum MessageCodec {
         if let v = m.threadID { o.append("thread_id", .string(v)) }
         if let v = m.category { o.append("category", .string(v)) }
         if let v = m.androidChannelID { o.append("android_channel_id", .string(v)) }
+        if let sealedWebPayload, let web = m.webContent {
+            o.append("web", .string(sealedWebPayload))
+            o.append(
+                "shrink",
+                .array(
+                    web.shrink.map { step -> JSON in
+                        switch step {
+                        case .drop(let p): ["drop": .array(p.map(JSON.string))]
+                        case .shorten(let p): ["shorten": .string(p)]
+                        case .keep(let p): ["keep": .array(p.map(JSON.string))]
+                        }
+                    }))
+        }
         return String(decoding: JSON.object(o).serialized(), as: UTF8.self)
     }
 
-    /// Nil when the text is not a message this version wrote.
-    static func decode(_ text: String) -> PushMessage? {
+    /// Nil when the text is not a message this version wrote (its
+    /// `web_payload`, if any, is left out: see the keyed form).
+    private static func decode(_ text: String) -> PushMessage? {
         guard let json = try? JSONParser.parse(Array(text.utf8)), json["v"]?.numberValue?.int64 == 1,
             let kind = json["kind"]?.stringValue.flatMap(PushKind.init(rawValue:)),
             let priority = json["priority"]?.stringValue.flatMap(PushPriority.init(rawValue:)),

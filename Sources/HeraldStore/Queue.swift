@@ -173,7 +173,8 @@ final class Queue {
         try db.statement(
             "INSERT INTO messages (message_id, app, idempotency_hash, payload, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)"
         ).bind(
-            .text(messageID), .text(e.app), idempotency, .text(MessageCodec.encode(message)), .int(now),
+            .text(messageID), .text(e.app), idempotency,
+            .text(try MessageCodec.encode(message, messageID: messageID, key: key)), .int(now),
             .int(expires)
         ).run()
         for p in planned {
@@ -330,7 +331,7 @@ final class Queue {
         if detail {
             let stmt = try db.statement(
                 """
-                SELECT device_id, platform, state, attempts, http_status, reason, updated_at, sent_by
+                SELECT device_id, platform, state, attempts, http_status, reason, updated_at, sent_by, shrunk
                 FROM deliveries WHERE message_id = ? ORDER BY delivery_id
                 """)
             try stmt.bind(.text(messageID))
@@ -341,7 +342,8 @@ final class Queue {
                         deviceID: stmt.text(0), platform: Platform(rawValue: stmt.text(1)) ?? .apns,
                         state: DeliveryState(rawValue: stmt.text(2)) ?? .failed, attempts: Int(stmt.int64(3)),
                         httpStatus: stmt.optionalInt64(4).map { Int($0) }, reason: stmt.optionalText(5),
-                        updatedAt: stmt.int64(6), sentBy: stmt.optionalText(7)))
+                        updatedAt: stmt.int64(6), sentBy: stmt.optionalText(7),
+                        shrunk: stmt.optionalInt64(8).map { Int($0) }))
             }
             devices = list
         }
@@ -459,7 +461,7 @@ final class Queue {
                     continue
                 }
                 if messages[messageID] == nil {
-                    var decoded = MessageCodec.decode(stmt.text(8))
+                    var decoded = MessageCodec.decode(stmt.text(8), messageID: messageID, key: key)
                     if var m = decoded, m.collapseKey?.isEmpty ?? true, m.collapseID == nil {
                         // Stored before messages carried their own collapse id.
                         m.collapseID = Self.collapseID(app: stmt.text(2), idempotencyKey: nil, messageID: messageID)
@@ -584,13 +586,15 @@ final class Queue {
             let update = try db.statement(
                 """
                 UPDATE deliveries SET state = ?, http_status = ?, reason = ?,
-                    next_attempt_at = COALESCE(?, next_attempt_at), updated_at = ?, attempts = max(0, attempts - ?)
+                    next_attempt_at = COALESCE(?, next_attempt_at), updated_at = ?, attempts = max(0, attempts - ?),
+                    shrunk = CASE WHEN ? = 1 THEN ? ELSE shrunk END
                 WHERE delivery_id IN (SELECT value FROM json_each(?)) AND state = 'in_flight'
                 RETURNING device_id
                 """)
             try update.bind(
                 .text(result.state.rawValue), .optional(result.httpStatus.map(Int64.init)), .optional(result.reason),
                 .optional(result.nextAttemptAt), .int(now), .int(result.counted ? 0 : 1),
+                .int(result.shrink == nil ? 0 : 1), .optional(result.shrink?.index.map(Int64.init)),
                 .text(Self.jsonList(ids)))
             var devices: [String] = []
             while try update.step() { devices.append(update.text(0)) }

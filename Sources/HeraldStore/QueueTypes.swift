@@ -65,6 +65,9 @@ public struct MessageStatus: Sendable {
         public let updatedAt: Int64
         /// The instance that made the latest attempt; nil before any.
         public let sentBy: String?
+        /// The last shrink step the delivery's sealed `web_payload` needed;
+        /// nil when none was (or nothing was sealed with one).
+        public var shrunk: Int? = nil
     }
 
     public let messageID: String
@@ -102,6 +105,7 @@ struct RecordedResult: Hashable {
     let reason: String?
     let nextAttemptAt: Int64?
     let counted: Bool
+    let shrink: ShrinkOutcome?
 
     /// `records` grouped by their result, each group's delivery ids in the records' order.
     static func grouping(_ records: [DeliveryRecord]) -> [RecordedResult: [Int64]] {
@@ -109,7 +113,7 @@ struct RecordedResult: Hashable {
         for r in records {
             let result = RecordedResult(
                 state: r.state, httpStatus: r.httpStatus, reason: r.reason, nextAttemptAt: r.nextAttemptAt,
-                counted: r.countsAsAttempt)
+                counted: r.countsAsAttempt, shrink: r.shrink)
             groups[result, default: []].append(r.deliveryID)
         }
         return groups
@@ -128,11 +132,15 @@ public struct DeliveryRecord: Sendable {
     /// False for an attempt that must not count toward `max_retries` (a
     /// credential rejection): the attempt the claim counted is taken back.
     public let countsAsAttempt: Bool
+    /// Set when the attempt sealed a record of `web_payload`: written to
+    /// `deliveries.shrunk` (NULL for `.whole`). Nil leaves it as it was.
+    public let shrink: ShrinkOutcome?
 
     public init(
         deliveryID: Int64, deviceID: String, state: DeliveryState, httpStatus: Int?, reason: String?,
-        nextAttemptAt: Int64?, countsAsAttempt: Bool = true
+        nextAttemptAt: Int64?, countsAsAttempt: Bool = true, shrink: ShrinkOutcome? = nil
     ) {
+        self.shrink = shrink
         self.deliveryID = deliveryID
         self.deviceID = deviceID
         self.state = state

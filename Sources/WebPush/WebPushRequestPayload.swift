@@ -21,6 +21,11 @@ internal import HeraldJSON
 /// minimal form drops the badge and keeps `{"kind","data"}` when that fits the
 /// smaller record, else it is `{"kind"}` alone: the push stays a wake-up, the
 /// app refetches over its own session, and clients must tolerate missing fields.
+///
+/// With `web_payload` (``PushMessage/webContent``) the plaintext is that
+/// object instead, compact, brought under the record by the caller's shrink
+/// steps (``WebContentFit``); the 413 retry applies the same steps against
+/// the smaller record, and fails when none brings it under.
 public struct WebPushPayload: Sendable, Hashable {
     /// Herald's record body size: 2816 bytes.
     public static let defaultBodySize: Int = WebPushSealer.defaultBodySize
@@ -47,6 +52,14 @@ public struct WebPushPayload: Sendable, Hashable {
     public let minimalPlaintext: [UInt8]
     /// Whether `minimalPlaintext` kept the data.
     public let minimalKeepsData: Bool
+    /// With `web_payload`: whether `plaintext` is it whole or which shrink
+    /// step made it fit; nil for Herald's own form.
+    public let shrink: ShrinkOutcome?
+    /// The same for `minimalPlaintext` (the 413 retry).
+    public let minimalShrink: ShrinkOutcome?
+    /// False when no shrink step brings `web_payload` under the step-down
+    /// record: a 413 then fails the delivery (`web_payload_too_large`).
+    public let minimalFits: Bool
 
     /// Builds both plaintexts for one device.
     ///
@@ -63,6 +76,33 @@ public struct WebPushPayload: Sendable, Hashable {
         guard capacity > 0 else { throw .invalidBodySize(bodySize) }
         let stepDownCapacity = Self.plaintextCapacity(bodySize: stepDownBodySize)
         guard stepDownCapacity > 0 else { throw .invalidBodySize(stepDownBodySize) }
+
+        if let content = message.webContent {
+            // The caller's content instead of Herald's own form, shrunk to
+            // fit each record size by the caller's steps.
+            switch WebContentFit.fit(content, capacity: capacity) {
+            case .failure(let e):
+                throw .payloadTooLarge(PayloadTooLarge(platform: .web, limit: capacity, size: e.size))
+            case .success(let fitted):
+                self.kind = message.kind
+                self.bodySize = bodySize
+                self.plaintext = fitted.plaintext
+                self.stepDownBodySize = stepDownBodySize
+                self.shrink = fitted.shrink
+                switch WebContentFit.fit(content, capacity: stepDownCapacity) {
+                case .success(let smaller):
+                    self.minimalPlaintext = smaller.plaintext
+                    self.minimalShrink = smaller.shrink
+                    self.minimalFits = true
+                case .failure:
+                    self.minimalPlaintext = []
+                    self.minimalShrink = nil
+                    self.minimalFits = false
+                }
+                self.minimalKeepsData = false
+            }
+            return
+        }
 
         var seen = Set<String>()
         var data = JSONObject()
@@ -86,5 +126,8 @@ public struct WebPushPayload: Sendable, Hashable {
         self.stepDownBodySize = stepDownBodySize
         self.minimalKeepsData = keepsData
         self.minimalPlaintext = keepsData ? withData : JSON.object(["kind": kind]).serialized()
+        self.shrink = nil
+        self.minimalShrink = nil
+        self.minimalFits = true
     }
 }

@@ -68,6 +68,10 @@ public final class WebPushSender: Sendable {
     public static let invalidKeys = ProviderReason("invalid_subscription_keys")
     /// A 401/403 to a subscription made under a VAPID key the app no longer holds.
     public static let vapidKeyRetired = ProviderReason("vapid_key_retired")
+    /// A `web_payload` that no shrink step brings under the record (only the
+    /// smaller record of a 413 retry can come to this: `push.send` refuses
+    /// one that does not fit the full record).
+    public static let webPayloadTooLarge = ProviderReason("web_payload_too_large")
 
     /// By default, an HTTP/2 lane with no request for this long closes its connection.
     public static let idleTimeout: Duration = .seconds(120)
@@ -116,10 +120,14 @@ public final class WebPushSender: Sendable {
     private struct Work {
         let endpoint: String
         let prepare: @Sendable () -> Preparation
-        let completion: @Sendable (Outcome, Int?) -> Void
+        let completion: Completion
         /// Set once the endpoint passed the send-time check (after a lookup that did not answer at once).
         var checked: CheckedEndpoint?
     }
+
+    /// The outcome, the HTTP status of the last answer, and what the sealed
+    /// record's `web_payload` needed (nil: none sealed, or Herald's own form).
+    typealias Completion = @Sendable (Outcome, Int?, ShrinkOutcome?) -> Void
 
     /// What `prepare` of ``send(endpoint:prepare:completion:)`` gives: the
     /// push, or the outcome to report instead of sending it.
@@ -205,7 +213,25 @@ public final class WebPushSender: Sendable {
         endpoint: String, prepare: @escaping @Sendable () -> Preparation,
         completion: @escaping @Sendable (Outcome, Int?) -> Void
     ) {
-        enqueue(Work(endpoint: endpoint, prepare: prepare, completion: completion))
+        enqueue(
+            Work(
+                endpoint: endpoint, prepare: prepare, completion: { outcome, status, _ in completion(outcome, status) })
+        )
+    }
+
+    /// ``send(endpoint:prepare:completion:)``, answering with an
+    /// ``AttemptReport`` that also says which shrink step the sealed
+    /// record's `web_payload` needed.
+    public func send(
+        endpoint: String, prepare: @escaping @Sendable () -> Preparation,
+        report: @escaping @Sendable (AttemptReport) -> Void
+    ) {
+        enqueue(
+            Work(
+                endpoint: endpoint, prepare: prepare,
+                completion: { outcome, status, shrink in
+                    report(AttemptReport(outcome: outcome, httpStatus: status, shrink: shrink))
+                }))
     }
 
     /// Adds a send to the backlog, starting a worker if fewer than `maxWorkers` run.
@@ -271,7 +297,7 @@ public final class WebPushSender: Sendable {
                     again.checked = checked
                     enqueue(again)
                 case .failure(let error):
-                    w.completion(Self.outcome(refusedBy: error), nil)
+                    w.completion(Self.outcome(refusedBy: error), nil, nil)
                 }
             }
             // The lookup is under way: this worker goes on with the next send.
@@ -279,7 +305,7 @@ public final class WebPushSender: Sendable {
             switch now {
             case .success(let c): checked = c
             case .failure(let error):
-                w.completion(Self.outcome(refusedBy: error), nil)
+                w.completion(Self.outcome(refusedBy: error), nil, nil)
                 return
             }
         }
@@ -287,7 +313,7 @@ public final class WebPushSender: Sendable {
         switch w.prepare() {
         case .ready(let p): prepared = p
         case .refused(let outcome):
-            w.completion(outcome, nil)
+            w.completion(outcome, nil, nil)
             return
         }
         attempt(
@@ -322,18 +348,21 @@ public final class WebPushSender: Sendable {
     private func attempt(
         _ checked: CheckedEndpoint, subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders,
         notAfter: Int64?, steppedDown: Bool, signing: Signing, outgoing: inout [HTTP2Send],
-        completion: @escaping @Sendable (Outcome, Int?) -> Void
+        completion finished: @escaping Completion
     ) {
         if let notAfter, clock.nowMilliseconds() > notAfter {
-            completion(.transient(reason: .timeout), nil)
+            finished(.transient(reason: .timeout), nil, nil)
             return
         }
         let plaintext = steppedDown ? payload.minimalPlaintext : payload.plaintext
         let bodySize = steppedDown ? payload.stepDownBodySize : payload.bodySize
         guard let body = seal(plaintext, for: subscriber, bodySize: bodySize) else {
-            completion(.failed(reason: Self.sealFailure), nil)
+            finished(.failed(reason: Self.sealFailure), nil, nil)
             return
         }
+        // Sealed: from here every answer says what the record's content needed.
+        let shrink = steppedDown ? payload.minimalShrink : payload.shrink
+        let completion: @Sendable (Outcome, Int?) -> Void = { outcome, status in finished(outcome, status, shrink) }
         let authorization: String
         do {
             authorization = try tokens.authorization(
@@ -363,11 +392,16 @@ public final class WebPushSender: Sendable {
                     tokens.remove(app: app, origin: checked.origin, keyID: signing.keyID)
                 }
                 if outcome == .tooLarge && !steppedDown {
+                    guard payload.minimalFits else {
+                        // No shrink step brings web_payload under the smaller record.
+                        completion(.failed(reason: Self.webPayloadTooLarge), status)
+                        return
+                    }
                     queue.async { [self] in
                         var again: [HTTP2Send] = []
                         attempt(
                             checked, subscriber: subscriber, payload: payload, headers: headers, notAfter: notAfter,
-                            steppedDown: true, signing: signing, outgoing: &again, completion: completion)
+                            steppedDown: true, signing: signing, outgoing: &again, completion: finished)
                         http2?.send(again)
                     }
                     return

@@ -23,7 +23,13 @@ public final class WebPushTransport: PushTransport {
             endpoint: job.token,
             prepare: {
                 let message = job.message(sentAt: clock.nowMilliseconds())
-                guard let payload = try? WebPushPayload(message: message, user: job.user) else {
+                let payload: WebPushPayload
+                do {
+                    payload = try WebPushPayload(message: message, user: job.user)
+                } catch {
+                    if message.webContent != nil, case .payloadTooLarge? = error as? WebPushPayloadError {
+                        return .refused(.failed(reason: WebPushSender.webPayloadTooLarge))
+                    }
                     return .refused(.failed(reason: .requestInvalid))
                 }
                 guard let keys = job.keys, let subscriber = try? WebPushSubscriber(p256dh: keys.p256dh, auth: keys.auth)
@@ -32,9 +38,6 @@ public final class WebPushTransport: PushTransport {
                     .init(
                         subscriber: subscriber, payload: payload, headers: WebPushHeaders(message: message),
                         notAfter: job.sendDeadline, serverKey: job.serverKey))
-            }
-        ) { outcome, status in
-            completion(AttemptReport(outcome: outcome, httpStatus: status))
-        }
+            }, report: completion)
     }
 }

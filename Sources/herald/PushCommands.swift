@@ -14,6 +14,11 @@ enum PushCommands {
                    [--wait [--timeout-ms N]] [--app A]
                    [--interruption-level passive|active|time-sensitive|critical] [--relevance-score 0..1]
                    [--thread-id T] [--category C] [--android-channel-id C]
+                   [--web-payload JSON [--shrink JSON]]
+          --web-payload JSON  a JSON object: the content of Web Push-form records
+                              (never sent to APNs or FCM legacy-form devices)
+          --shrink JSON       a JSON array of steps that bring it under the record, in order:
+                              [{"drop":["/media"]},{"shorten":"/body"},{"keep":["/type"]}]
         """
 
     static func send(_ arguments: [String]) throws(CommandFailure) -> Int32 {
@@ -22,6 +27,7 @@ enum PushCommands {
             values: ClientCommands.clientOptions.union([
                 "app", "kind", "badge", "loc-key", "collapse-key", "priority", "ttl", "idempotency-key", "timeout-ms",
                 "interruption-level", "relevance-score", "thread-id", "category", "android-channel-id",
+                "web-payload", "shrink",
             ]), flags: ["wait"], repeated: ["user", "device", "data"])
         try options.noPositional()
         let users = options.all("user")
@@ -61,6 +67,13 @@ enum PushCommands {
                 throw CommandFailure("--relevance-score must be a number from 0 to 1")
             }
             params.append("relevance_score", .double(score))
+        }
+        for (option, key) in [("web-payload", "web_payload"), ("shrink", "shrink")] {
+            guard let text = options.value(option) else { continue }
+            guard let value = try? JSONParser.parse(text) else {
+                throw CommandFailure("--\(option) must be JSON, got '\(text)'")
+            }
+            params.append(key, value)
         }
         if options.value("ttl") != nil {
             params.append("ttl", .int(try options.integer("ttl", default: 0, in: 0...2_419_200)))

@@ -155,9 +155,12 @@ def base_for(method, param, witness):
     if method == "push.send":
         base = {"to": {"users": [WIT]}}
         sample = {"kind": "notification", "data": {"k": "v"}, "alert": {"loc_key": "L"}, "badge": 1,
-                  "collapse_key": "c", "priority": "high", "ttl": 60, "idempotency_key": "i", "wait": False}
+                  "collapse_key": "c", "priority": "high", "ttl": 60, "idempotency_key": "i", "wait": False,
+                  "web_payload": {"a": "b"}}
         if param == "timeout_ms":
             base.update(wait=True, timeout_ms=10)
+        elif param == "shrink":
+            base.update(web_payload={"a": "b"}, shrink=[{"drop": ["/a"]}])
         elif param in sample:
             base[param] = sample[param]
         return base
@@ -184,6 +187,12 @@ def nested_targets(witness):
         ("push.send", ("alert", "loc_args", 0), "string", lambda: send(alert={"loc_args": ["a"]}), True),
         ("push.send", ("data", "k"), "string", lambda: send(data={"k": "v"}), True),
         ("push.send", ("badge", WIT), "integer", lambda: send(badge={WIT: 1}), True),
+        ("push.send", ("shrink", 0, "shorten"), "string",
+         lambda: send(web_payload={"a": "b"}, shrink=[{"shorten": "/a"}]), True),
+        ("push.send", ("shrink", 0, "drop", 0), "string",
+         lambda: send(web_payload={"a": "b"}, shrink=[{"drop": ["/a"]}]), True),
+        ("push.send", ("shrink", 1, "keep"), "array",
+         lambda: send(web_payload={"a": "b"}, shrink=[{"drop": ["/a"]}, {"keep": ["/a"]}]), True),
     ]
 
 

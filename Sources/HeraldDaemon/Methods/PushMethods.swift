@@ -27,6 +27,14 @@ enum PushLimits {
     static let maxCategoryBytes = 64
     /// `android_channel_id`: as the app section's `android_channel_id`.
     static let maxChannelIDBytes = 128
+    /// `web_payload`: at most 16 KiB of compact JSON (six records' worth, for
+    /// the shrink steps to cut down), nested at most 32 deep.
+    static let maxWebPayloadBytes = 16_384
+    static let maxWebPayloadDepth = 32
+    /// `shrink`: at most 16 steps of at most 64 pointers of at most 256 bytes.
+    static let maxShrinkSteps = 16
+    static let maxShrinkPointers = 64
+    static let maxPointerBytes = 256
 }
 
 extension HeraldService {
@@ -74,12 +82,14 @@ extension HeraldService {
         let timeout = try p.int("timeout_ms", range: 0...PushLimits.maxWaitMs)
         if timeout != nil && !wait { throw p.invalid("timeout_ms", "requires wait: true") }
         let presentation = try Self.presentation(&p, kind: kind)
+        let webContent = try Self.webContent(&p)
         try p.finish()
 
         var message = PushMessage(
             kind: kind, data: data, alert: alert, badge: badge, badgePerUser: badges, collapseKey: collapseKey,
             priority: priority, ttlSeconds: ttl)
         presentation.apply(to: &message)
+        message.webContent = webContent
         try checkPayloads(message, runtime)
         guard let scheduler = delivery?.scheduler else {
             throw RPCError(.overloaded("delivery is not running", retryAfterMs: 1000))
@@ -177,6 +187,110 @@ extension HeraldService {
         return out
     }
 
+    /// `web_payload` (a JSON object) and `shrink` (its steps), checked.
+    static func webContent(_ p: inout ParamReader) throws(RPCError) -> WebContent? {
+        var payload: JSON?
+        switch p.value("web_payload") {
+        case nil, .null?: break
+        case .object(let o)?:
+            if let problem = Self.webPayloadProblem(.object(o), depth: 1) {
+                throw p.invalid("web_payload", problem)
+            }
+            payload = .object(o)
+        default: throw p.invalid("web_payload", "must be an object")
+        }
+        var steps: [ShrinkStep]?
+        switch p.value("shrink") {
+        case nil, .null?: break
+        case .array(let items)?:
+            if items.count > PushLimits.maxShrinkSteps {
+                throw p.invalid("shrink", "must have at most \(PushLimits.maxShrinkSteps) items")
+            }
+            var out: [ShrinkStep] = []
+            for (i, item) in items.enumerated() {
+                out.append(try Self.shrinkStep(item, field: p.path("shrink") + "[\(i)]"))
+            }
+            steps = out
+        default: throw p.invalid("shrink", "must be an array")
+        }
+        guard let payload else {
+            if steps != nil { throw p.invalid("shrink", "requires web_payload") }
+            return nil
+        }
+        let text = String(decoding: payload.serialized(), as: UTF8.self)
+        if text.utf8.count > PushLimits.maxWebPayloadBytes {
+            throw p.invalid(
+                "web_payload",
+                "must be at most \(PushLimits.maxWebPayloadBytes) bytes as compact JSON (is \(text.utf8.count))")
+        }
+        return WebContent(payload: text, shrink: steps ?? [])
+    }
+
+    /// Why a `web_payload` value is refused: too deep, or an object with a
+    /// name twice (a pointer could not say which one it means).
+    private static func webPayloadProblem(_ value: JSON, depth: Int) -> String? {
+        switch value {
+        case .object(let o):
+            if depth > PushLimits.maxWebPayloadDepth {
+                return "must be nested at most \(PushLimits.maxWebPayloadDepth) deep"
+            }
+            if o.firstDuplicateKey != nil { return "must not have a duplicate key in any object" }
+            for member in o.members {
+                if let problem = webPayloadProblem(member.value, depth: depth + 1) { return problem }
+            }
+        case .array(let a):
+            if depth > PushLimits.maxWebPayloadDepth {
+                return "must be nested at most \(PushLimits.maxWebPayloadDepth) deep"
+            }
+            for element in a {
+                if let problem = webPayloadProblem(element, depth: depth + 1) { return problem }
+            }
+        default: break
+        }
+        return nil
+    }
+
+    /// One `shrink` step: `{"drop": [pointers]}`, `{"shorten": pointer}` or
+    /// `{"keep": [pointers]}`.
+    private static func shrinkStep(_ item: JSON, field: String) throws(RPCError) -> ShrinkStep {
+        let shape = "must be an object with exactly one of drop, shorten, keep"
+        if case .object(let o) = item, let duplicate = o.firstDuplicateKey {
+            throw .invalidParams(field: field + "." + duplicate, reason: "duplicate key")
+        }
+        guard case .object(let o) = item, o.count == 1, let member = o.first else {
+            throw .invalidParams(field: field, reason: shape)
+        }
+        let name = field + "." + member.key
+        func pointer(_ value: JSON, _ at: String) throws(RPCError) -> String {
+            guard case .string(let text) = value else { throw .invalidParams(field: at, reason: "must be a string") }
+            if text.utf8.count > PushLimits.maxPointerBytes {
+                throw .invalidParams(field: at, reason: "must be at most \(PushLimits.maxPointerBytes) bytes")
+            }
+            guard !text.isEmpty, JSONPointer(text) != nil else {
+                throw .invalidParams(
+                    field: at,
+                    reason: "must be a JSON pointer (RFC 6901) below the root: /name/…, with ~0 for ~ and ~1 for /")
+            }
+            return text
+        }
+        func pointers(_ value: JSON) throws(RPCError) -> [String] {
+            guard case .array(let list) = value else { throw .invalidParams(field: name, reason: "must be an array") }
+            if list.isEmpty { throw .invalidParams(field: name, reason: "must not be empty") }
+            if list.count > PushLimits.maxShrinkPointers {
+                throw .invalidParams(field: name, reason: "must have at most \(PushLimits.maxShrinkPointers) items")
+            }
+            var out: [String] = []
+            for (i, v) in list.enumerated() { out.append(try pointer(v, name + "[\(i)]")) }
+            return out
+        }
+        switch member.key {
+        case "drop": return .drop(try pointers(member.value))
+        case "keep": return .keep(try pointers(member.value))
+        case "shorten": return .shorten(try pointer(member.value, name))
+        default: throw .invalidParams(field: field, reason: shape)
+        }
+    }
+
     static func isDeviceID(_ id: String) -> Bool {
         id.utf8.count == 32 && id.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }
     }
@@ -216,6 +330,15 @@ extension HeraldService {
     /// Builds the payload of every enabled platform the kind reaches, with the
     /// widest badge any recipient gets, and refuses what a transport would.
     private func checkPayloads(_ message: PushMessage, _ runtime: AppRuntime) throws(RPCError) {
+        // web_payload goes to every Web Push-form record, whatever its
+        // platform: refused up front when not even the last shrink step
+        // brings it under the record.
+        if let web = message.webContent {
+            let capacity = WebPushPayload.plaintextCapacity(bodySize: WebPushPayload.defaultBodySize)
+            if case .failure(let e) = WebContentFit.fit(web, capacity: capacity) {
+                throw RPCError(.payloadTooLarge(PayloadTooLarge(platform: .web, limit: e.capacity, size: e.size)))
+            }
+        }
         // The user whose badge has the most digits stands for every recipient.
         let widest = message.badgePerUser.max { String($0.value).count < String($1.value).count }
         let users = [""] + (widest.map { [$0.key] } ?? [])
@@ -328,6 +451,7 @@ extension HeraldService {
                             "reason": d.reason.map { .string($0) } ?? .null,
                             "updated_at": .string(Timestamp.rfc3339(d.updatedAt)),
                             "sent_by": d.sentBy.map { .string($0) } ?? .null,
+                            "shrunk": d.shrunk.map { .int($0) } ?? .null,
                         ]
                     }))
         }

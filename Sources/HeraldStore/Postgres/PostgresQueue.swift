@@ -115,7 +115,8 @@ final class PostgresQueue: @unchecked Sendable {
         try c.execute(
             Statements.insertMessage,
             [
-                .text(messageID), .text(e.app), idempotency, .text(MessageCodec.encode(message)), .int(now),
+                .text(messageID), .text(e.app), idempotency,
+                .text(try MessageCodec.encode(message, messageID: messageID, key: key)), .int(now),
                 .int(expires),
             ])
 
@@ -289,7 +290,7 @@ final class PostgresQueue: @unchecked Sendable {
         if detail {
             devices = try c.execute(
                 """
-                SELECT device_id, platform, state, attempts, http_status, reason, updated_at, sent_by
+                SELECT device_id, platform, state, attempts, http_status, reason, updated_at, sent_by, shrunk
                 FROM deliveries WHERE message_id = $1 ORDER BY delivery_id
                 """, [.text(messageID)]
             ).rows.map { r in
@@ -297,7 +298,8 @@ final class PostgresQueue: @unchecked Sendable {
                     deviceID: try r.text(0), platform: Platform(rawValue: try r.text(1)) ?? .apns,
                     state: DeliveryState(rawValue: try r.text(2)) ?? .failed, attempts: Int(try r.int64(3)),
                     httpStatus: try r.optionalInt64(4).map { Int($0) }, reason: try r.optionalText(5),
-                    updatedAt: try r.int64(6), sentBy: try r.optionalText(7))
+                    updatedAt: try r.int64(6), sentBy: try r.optionalText(7),
+                    shrunk: try r.optionalInt64(8).map { Int($0) })
             }
         }
         return MessageStatus(
@@ -403,7 +405,9 @@ final class PostgresQueue: @unchecked Sendable {
                 disabled.append((id, batch))
                 continue
             }
-            if messages[messageID] == nil { messages[messageID] = MessageCodec.decode(try r.text(8)) }
+            if messages[messageID] == nil {
+                messages[messageID] = MessageCodec.decode(try r.text(8), messageID: messageID, key: key)
+            }
             guard let message = messages[messageID] ?? nil else {
                 try mark(c, id, .failed, reason: "unreadable stored message", now: now)
                 continue
@@ -468,7 +472,8 @@ final class PostgresQueue: @unchecked Sendable {
                     .text(result.state.rawValue), .optional(result.httpStatus.map(Int64.init)),
                     Self.clean(result.reason),
                     .optional(result.nextAttemptAt), .int(now), .int(result.counted ? 0 : 1),
-                    .text(Self.bigintArray(ids)), .text(instance),
+                    .text(Self.bigintArray(ids)), .text(instance), .bool(result.shrink != nil),
+                    .optional(result.shrink?.index.map(Int64.init)),
                 ])
             let devices = try updated.rows.map { Optional(try $0.text(0)) }
             guard !devices.isEmpty else { continue }
@@ -725,7 +730,8 @@ final class PostgresQueue: @unchecked Sendable {
             sql: """
                 UPDATE deliveries SET state = $1, http_status = $2, reason = $3,
                     next_attempt_at = COALESCE($4, next_attempt_at), updated_at = $5,
-                    attempts = greatest(0, attempts - $6), lease_expires_at = NULL
+                    attempts = greatest(0, attempts - $6), lease_expires_at = NULL,
+                    shrunk = CASE WHEN $9::boolean THEN $10::integer ELSE shrunk END
                 WHERE delivery_id = ANY($7::bigint[]) AND state = 'in_flight' AND sent_by = $8
                 RETURNING device_id
                 """)

@@ -45,6 +45,7 @@ from .types import (
     Priority,
     Registration,
     Removed,
+    ShrinkStep,
     Stats,
     Target,
     UpdatedDevice,
@@ -625,6 +626,8 @@ class Client:
         thread_id: str | None = None,
         category: str | None = None,
         android_channel_id: str | None = None,
+        web_payload: Mapping[str, Any] | None = None,
+        shrink: Sequence[ShrinkStep | Mapping[str, Any]] | None = None,
         app: str | None = None,
     ) -> Accepted:
         """Sends a content-free notification to ``to={"users": [...]}`` or
@@ -633,7 +636,12 @@ class Client:
 
         For ``kind="notification"`` only: ``interruption_level`` (APNs), ``relevance_score``
         (APNs, 0 to 1), ``thread_id`` (APNs notification grouping), ``category`` (APNs
-        actions) and ``android_channel_id`` (FCM; default the app's channel)."""
+        actions) and ``android_channel_id`` (FCM; default the app's channel).
+
+        ``web_payload`` (a JSON object, at most 16384 bytes) is the content of Web Push-form
+        records, sealed to each device; ``shrink`` lists the steps that bring it under the
+        record's 2713 bytes, in order: ``{"drop": [pointers]}``, ``{"shorten": pointer}``,
+        ``{"keep": [pointers]}``. APNs and FCM legacy-form devices never receive it."""
         return cast(Accepted, self.call("push.send", _given(locals())))
 
     def push_status(self, *, message_id: str, detail: bool | None = None, app: str | None = None) -> MessageStatus:
@@ -813,6 +821,8 @@ class Pipeline:
         thread_id: str | None = None,
         category: str | None = None,
         android_channel_id: str | None = None,
+        web_payload: Mapping[str, Any] | None = None,
+        shrink: Sequence[ShrinkStep | Mapping[str, Any]] | None = None,
         app: str | None = None,
     ) -> Pending[Accepted]:
         return self.call("push.send", _given(locals()))

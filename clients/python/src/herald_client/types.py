@@ -20,6 +20,10 @@ __all__ = [
     "WebPushKeys",
     "Target",
     "Alert",
+    "DropStep",
+    "ShortenStep",
+    "KeepStep",
+    "ShrinkStep",
     "Registration",
     "Removed",
     "Device",
@@ -72,6 +76,29 @@ class Alert(TypedDict, total=False):
     loc_args: list[str]
     title_loc_key: str
     body_loc_key: str
+
+
+class DropStep(TypedDict):
+    """A ``shrink`` step: removes the members or elements the JSON pointers name."""
+
+    drop: list[str]
+
+
+class ShortenStep(TypedDict):
+    """A ``shrink`` step: cuts the pointed string, at a character boundary and ending in ``…``,
+    so that the whole ``web_payload`` fits."""
+
+    shorten: str
+
+
+class KeepStep(TypedDict):
+    """A ``shrink`` step: keeps only the pointed values (the minimal payload)."""
+
+    keep: list[str]
+
+
+#: One step of ``push.send``'s ``shrink``, tried in order while ``web_payload`` does not fit.
+ShrinkStep = DropStep | ShortenStep | KeepStep
 
 
 class Registration(TypedDict):
@@ -169,6 +196,8 @@ class DeliveryDetail(TypedDict):
     reason: str | None
     updated_at: str
     sent_by: str | None
+    #: The last ``shrink`` step the delivery's Web Push record needed; None when none was.
+    shrunk: NotRequired[int | None]
 
 
 class MessageStatus(TypedDict):
