@@ -8,7 +8,8 @@ import Postgres
 import Testing
 
 /// `web_payload` and `shrink` kept with the message, and `deliveries.shrunk`,
-/// on both backends.
+/// on both backends. The ring goes to a Web Push-form `fcm` registration
+/// (a `web` one takes no rings).
 @Suite("web_payload at rest and shrunk")
 struct WebContentStoreTests {
     static let marker = "caller-name-Zoë-7f3a"
@@ -27,7 +28,7 @@ struct WebContentStoreTests {
     func durable(_ backend: StoreBackend) throws {
         let t = try TestStore(backend)
         let web = try Registration(
-            app: "default", user: "u", platform: .web, environment: nil, token: "https://push.example.net/p/1",
+            app: "default", user: "u", platform: .fcm, environment: nil, token: "https://push.example.net/p/1",
             keys: WebPushKeys(p256dh: P256PrivateKey.generate().publicKey, auth: SecureRandom.bytes(16)))
         let device = try t.register(web).deviceID
         let plain = Self.message()
@@ -103,7 +104,7 @@ struct WebContentStoreTests {
         let t = try TestStore(backend)
         defer { t.close() }
         let web = try Registration(
-            app: "default", user: "x", platform: .web, environment: nil, token: "https://push.example.net/p/3",
+            app: "default", user: "x", platform: .fcm, environment: nil, token: "https://push.example.net/p/3",
             keys: WebPushKeys(p256dh: P256PrivateKey.generate().publicKey, auth: SecureRandom.bytes(16)))
         _ = try t.register(web)
         var damaged = Self.message()
