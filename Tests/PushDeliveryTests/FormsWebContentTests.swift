@@ -133,5 +133,34 @@ extension PushDelivery {
                 #expect(bothStates[legacyFCM]?["shrunk"] is NSNull, "\(bothStates)")
             }
         }
+        @Test(
+            "push.send refuses up front a web_payload no step fits when the only recipient is a Web Push-form apns_voip one"
+        )
+        func refusedUpFront() async throws {
+            try await withHarness { h in
+                let s = try await h.subscription()
+                try FormsAndRoutingTests.registerWebPush(h, "p", "apns_voip", s)
+                let c = try h.daemon.connect()
+                defer { c.close() }
+                let r = try c.call(
+                    "push.send",
+                    [
+                        "to": ["users": ["p"]], "kind": "call_ring",
+                        "web_payload": ["type": "call_ring", "caller": String(repeating: "z", count: 3000)],
+                        "shrink": [["drop": ["/avatar"]]],
+                    ])
+                #expect(r.errorCode == 1005, "\(r)")
+                #expect(r.errorData?["limit"] as? Int == 2713 && r.errorData?["platform"] as? String == "web", "\(r)")
+                #expect(try await h.gateways.received("webpush").isEmpty)
+                // The same ring with a step that fits goes out, shrunk at that step.
+                let ok = try h.sendAndWait([
+                    "to": ["users": ["p"]], "kind": "call_ring",
+                    "web_payload": ["type": "call_ring", "caller": String(repeating: "z", count: 3000)],
+                    "shrink": [["drop": ["/avatar"]], ["shorten": "/caller"]],
+                ])
+                #expect(counts(ok)["delivered"] == 1, "\(ok)")
+                #expect(deviceStates(try h.status(ok["message_id"] as! String)).first?["shrunk"] as? Int == 1)
+            }
+        }
     }
 }
