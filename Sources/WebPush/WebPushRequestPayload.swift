@@ -61,6 +61,23 @@ public struct WebPushPayload: Sendable, Hashable {
     /// record: a 413 then fails the delivery (`web_payload_too_large`).
     public let minimalFits: Bool
 
+    /// A `web_payload` fitted to the record and to the 413 step-down record.
+    /// It depends on the message alone, not on the device.
+    public struct FittedContent: Sendable {
+        public let full: Result<WebContentFit.Fitted, WebContentFit.TooLarge>
+        public let stepDown: Result<WebContentFit.Fitted, WebContentFit.TooLarge>
+    }
+
+    /// Fits `content` to both record sizes.
+    public static func fit(
+        _ content: WebContent, bodySize: Int = WebPushPayload.defaultBodySize,
+        stepDownBodySize: Int = WebPushPayload.defaultStepDownBodySize
+    ) -> FittedContent {
+        FittedContent(
+            full: WebContentFit.fit(content, capacity: plaintextCapacity(bodySize: bodySize)),
+            stepDown: WebContentFit.fit(content, capacity: plaintextCapacity(bodySize: stepDownBodySize)))
+    }
+
     /// Builds both plaintexts for one device.
     ///
     /// - Parameters:
@@ -68,9 +85,12 @@ public struct WebPushPayload: Sendable, Hashable {
     ///   - user: the device's user, for a per-user badge.
     ///   - bodySize: the record body size (default 2816).
     ///   - stepDownBodySize: the body size of the 413 retry (default 2048).
+    ///   - fitted: `message.webContent` already fitted to both sizes
+    ///     (``fit(_:bodySize:stepDownBodySize:)``; the same for every device
+    ///     of a message), or nil to fit it here.
     public init(
         message: PushMessage, user: String, bodySize: Int = WebPushPayload.defaultBodySize,
-        stepDownBodySize: Int = WebPushPayload.defaultStepDownBodySize
+        stepDownBodySize: Int = WebPushPayload.defaultStepDownBodySize, fitted: FittedContent? = nil
     ) throws(WebPushPayloadError) {
         let capacity = Self.plaintextCapacity(bodySize: bodySize)
         guard capacity > 0 else { throw .invalidBodySize(bodySize) }
@@ -80,7 +100,9 @@ public struct WebPushPayload: Sendable, Hashable {
         if let content = message.webContent {
             // The caller's content instead of Herald's own form, shrunk to
             // fit each record size by the caller's steps.
-            switch WebContentFit.fit(content, capacity: capacity) {
+            let fits =
+                fitted ?? Self.fit(content, bodySize: bodySize, stepDownBodySize: stepDownBodySize)
+            switch fits.full {
             case .failure(let e):
                 throw .payloadTooLarge(PayloadTooLarge(platform: .web, limit: capacity, size: e.size))
             case .success(let fitted):
@@ -89,7 +111,7 @@ public struct WebPushPayload: Sendable, Hashable {
                 self.plaintext = fitted.plaintext
                 self.stepDownBodySize = stepDownBodySize
                 self.shrink = fitted.shrink
-                switch WebContentFit.fit(content, capacity: stepDownCapacity) {
+                switch fits.stepDown {
                 case .success(let smaller):
                     self.minimalPlaintext = smaller.plaintext
                     self.minimalShrink = smaller.shrink
