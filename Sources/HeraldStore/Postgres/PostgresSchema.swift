@@ -122,6 +122,22 @@ enum PostgresSchema {
         ALTER TABLE devices ADD COLUMN user_agent bytea;
         ALTER TABLE deliveries ADD COLUMN shrunk integer;
         """,
+        // 4: the instances sharing the database: one row each, with the key of
+        // the session advisory lock its process holds while it lives (a dead
+        // process's lock is gone with its sessions), a heartbeat on the
+        // database's clock, and the lanes (`app` U+001F `platform`) it can send.
+        """
+        CREATE TABLE instances (
+            instance_id text PRIMARY KEY,
+            lock_key bigint NOT NULL,
+            host text NOT NULL,
+            pid integer NOT NULL,
+            version text NOT NULL,
+            started_at bigint NOT NULL,
+            heartbeat_at bigint NOT NULL,
+            lanes text[] NOT NULL DEFAULT '{}'
+        );
+        """,
     ]
 
     /// Brings the database to the newest version; throws when it is newer
