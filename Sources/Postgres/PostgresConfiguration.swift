@@ -6,9 +6,18 @@ internal import CLibPQ
 
 /// Where and how to connect: a libpq connection string without a password,
 /// the file that holds the password, and the reconnect backoff.
-public struct PostgresConfiguration: Sendable {
+///
+/// Every connection bounds its waits (see ``defaultParameters`` and
+/// ``defaultServerSettings``) unless the connection string, or libpq's
+/// environment variable for the parameter, sets its own. The description
+/// shows the connection string with every secret libpq knows (`sslpassword`)
+/// hidden.
+public struct PostgresConfiguration: Sendable, CustomStringConvertible, CustomDebugStringConvertible,
+    CustomReflectable
+{
     /// A libpq connection string (`host=/run/postgresql dbname=herald user=herald`
-    /// or a `postgresql://` URI), checked to carry no password.
+    /// or a `postgresql://` URI), checked to carry no password. It may carry
+    /// `sslpassword`: render ``redactedDSN`` or the configuration itself, never this.
     public let dsn: String
     /// Read at every connect (so a rotated password is picked up), never logged.
     public let passwordFile: String?
@@ -22,15 +31,49 @@ public struct PostgresConfiguration: Sendable {
     public let maxReconnectDelay: Duration
     /// Monotonic nanoseconds, injectable so backoff is testable without sleeping.
     public let clock: @Sendable () -> UInt64
+    /// The connection string with every secret's value replaced by `***`:
+    /// the string as given when it holds none.
+    public let redactedDSN: String
+    /// The parameters the connection string sets, by keyword.
+    let given: [String: String]
+
+    /// libpq parameters every connection uses unless the connection string
+    /// sets them: TCP keepalives and a TCP user timeout find a dead host or
+    /// network in about 10 s rather than the kernel's 2 hours (they apply to
+    /// TCP, not to a Unix socket), and only a server that takes writes is
+    /// accepted, so a standby left behind by a failover is refused at connect.
+    public static let defaultParameters: [(keyword: String, value: String)] = [
+        ("keepalives", "1"),
+        ("keepalives_idle", "10"),
+        ("keepalives_interval", "3"),
+        ("keepalives_count", "3"),
+        ("tcp_user_timeout", "10000"),
+        ("target_session_attrs", "read-write"),
+    ]
+
+    /// Server settings sent in libpq's `options` (`-c name=value`), each
+    /// unless the connection string's own `options` sets it: no statement
+    /// runs longer than 10 s, no lock is waited for longer than 2 s (a host
+    /// that died holding one stalls nobody for long), and a transaction left
+    /// idle is ended after 60 s, releasing its locks. Values in milliseconds.
+    public static let defaultServerSettings: [(name: String, value: String)] = [
+        ("statement_timeout", "10000"),
+        ("lock_timeout", "2000"),
+        ("idle_in_transaction_session_timeout", "60000"),
+    ]
+
+    /// `connect_timeout` in seconds unless `init` or the connection string says otherwise.
+    public static let defaultConnectTimeoutSeconds = 5
 
     /// Throws `.configuration` when the connection string does not parse or
     /// carries a password (the password belongs in `passwordFile`).
     public init(
-        dsn: String, passwordFile: String? = nil, applicationName: String = "herald", connectTimeoutSeconds: Int = 10,
+        dsn: String, passwordFile: String? = nil, applicationName: String = "herald",
+        connectTimeoutSeconds: Int = defaultConnectTimeoutSeconds,
         reconnectDelay: Duration = .milliseconds(100), maxReconnectDelay: Duration = .seconds(5),
         clock: @escaping @Sendable () -> UInt64 = monotonicNanoseconds
     ) throws(PostgresError) {
-        try Self.check(dsn: dsn)
+        let parsed = try Self.parse(dsn: dsn)
         guard reconnectDelay > .zero, maxReconnectDelay >= reconnectDelay else {
             throw PostgresError(.configuration, "the reconnect delays must be positive, the maximum at least the first")
         }
@@ -41,24 +84,154 @@ public struct PostgresConfiguration: Sendable {
         self.reconnectDelay = reconnectDelay
         self.maxReconnectDelay = maxReconnectDelay
         self.clock = clock
+        given = parsed.given
+        redactedDSN = parsed.secrets ? Self.render(parsed.ordered, hiding: parsed.secretKeywords) : dsn
     }
 
-    /// libpq's own parser decides what the string holds. Its message is not
+    public var description: String {
+        "PostgresConfiguration(dsn: \(redactedDSN), password_file: \(passwordFile ?? "none"))"
+    }
+
+    public var debugDescription: String { description }
+
+    /// `dump` and the debugger show the redacted string, never `dsn`.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "redactedDSN": redactedDSN, "passwordFile": passwordFile as Any, "applicationName": applicationName,
+                "connectTimeoutSeconds": connectTimeoutSeconds, "reconnectDelay": reconnectDelay,
+                "maxReconnectDelay": maxReconnectDelay,
+            ])
+    }
+
+    /// What libpq's own parser finds in the string. Its message is not
     /// repeated: it may quote part of the string.
-    static func check(dsn: String) throws(PostgresError) {
+    private static func parse(dsn: String) throws(PostgresError) -> (
+        given: [String: String], ordered: [(String, String)], secrets: Bool, secretKeywords: Set<String>
+    ) {
         var error: UnsafeMutablePointer<CChar>?
         guard let options = PQconninfoParse(dsn, &error) else {
             if let error { PQfreemem(error) }
             throw PostgresError(.configuration, "the dsn is not a libpq connection string")
         }
         defer { PQconninfoFree(options) }
+        var given: [String: String] = [:]
+        var ordered: [(String, String)] = []
+        var secretKeywords: Set<String> = []
+        var secrets = false
         var option = options
         while let keyword = option.pointee.keyword {
-            if String(cString: keyword) == "password", let value = option.pointee.val, value.pointee != 0 {
+            defer { option += 1 }
+            let name = String(cString: keyword)
+            // libpq marks the options whose value it never shows with "*".
+            let secret = option.pointee.dispchar.map { String(cString: $0).contains("*") } ?? false
+            if secret { secretKeywords.insert(name) }
+            guard let value = option.pointee.val else { continue }
+            if name == "password", value.pointee != 0 {
                 throw PostgresError(.configuration, "the dsn carries a password: put it in the password file instead")
             }
-            option += 1
+            if secret { secrets = true }
+            given[name] = String(cString: value)
+            ordered.append((name, String(cString: value)))
         }
+        return (given, ordered, secrets, secretKeywords)
+    }
+
+    /// Checks a connection string as `init` does.
+    static func check(dsn: String) throws(PostgresError) {
+        _ = try parse(dsn: dsn)
+    }
+
+    /// `keyword=value` pairs in libpq's syntax, hidden keywords' values as `***`.
+    static func render(_ pairs: [(String, String)], hiding hidden: Set<String>) -> String {
+        pairs.map { keyword, value in
+            if hidden.contains(keyword) { return "\(keyword)=***" }
+            let plain = !value.isEmpty && !value.contains { $0 == "'" || $0 == "\\" || $0.isWhitespace }
+            if plain { return "\(keyword)=\(value)" }
+            var quoted = "'"
+            for c in value {
+                if c == "'" || c == "\\" { quoted.append("\\") }
+                quoted.append(c)
+            }
+            return "\(keyword)=\(quoted)'"
+        }.joined(separator: " ")
+    }
+
+    /// The keyword/value pairs handed to `PQconnectdbParams` (with
+    /// `expand_dbname`), the password left to the caller: defaults first, so
+    /// that the connection string (in `dbname`) overrides them; a default is
+    /// also left out when libpq's environment variable for it is set, as
+    /// libpq would prefer that to its own default. `options` comes after the
+    /// string: its own (or `PGOPTIONS`), with each default server setting it
+    /// does not make appended.
+    func connectionParameters(environment: (String) -> String? = { getenv($0).map { String(cString: $0) } })
+        -> [(keyword: String, value: String)]
+    {
+        let environmentVariables = [
+            "connect_timeout": "PGCONNECT_TIMEOUT", "target_session_attrs": "PGTARGETSESSIONATTRS",
+            "options": "PGOPTIONS",
+        ]
+        func unset(_ keyword: String) -> Bool {
+            given[keyword] == nil && environmentVariables[keyword].flatMap(environment) == nil
+        }
+        var parameters: [(keyword: String, value: String)] = []
+        for (keyword, value) in [("connect_timeout", "\(connectTimeoutSeconds)")] + Self.defaultParameters
+        where unset(keyword) {
+            parameters.append((keyword, value))
+        }
+        parameters.append(("fallback_application_name", applicationName))
+        parameters.append(("dbname", dsn))
+        let options = given["options"] ?? environment("PGOPTIONS") ?? ""
+        let set = Self.settingNames(inOptions: options)
+        let added = Self.defaultServerSettings.filter { !set.contains($0.name) }.map { "-c \($0.name)=\($0.value)" }
+        parameters.append(("options", ([options] + added).filter { !$0.isEmpty }.joined(separator: " ")))
+        // Rows are decoded as UTF-8, whatever the string says.
+        parameters.append(("client_encoding", "UTF8"))
+        return parameters
+    }
+
+    /// The names of the settings an `options` string gives the server
+    /// (`-c name=value`, `-cname=value`, `--name=value`), folded as the
+    /// server folds them: lower case, `-` as `_`. Words split on unescaped
+    /// white space, as the server splits them.
+    static func settingNames(inOptions options: String) -> Set<String> {
+        var words: [String] = []
+        var word = ""
+        var escaped = false
+        for c in options {
+            if escaped {
+                word.append(c)
+                escaped = false
+            } else if c == "\\" {
+                escaped = true
+            } else if c.isWhitespace {
+                if !word.isEmpty { words.append(word) }
+                word = ""
+            } else {
+                word.append(c)
+            }
+        }
+        if !word.isEmpty { words.append(word) }
+        var names: Set<String> = []
+        var index = 0
+        while index < words.count {
+            var setting: String?
+            let w = words[index]
+            if w == "-c" {
+                index += 1
+                setting = index < words.count ? words[index] : nil
+            } else if w.hasPrefix("--") {
+                setting = String(w.dropFirst(2))
+            } else if w.hasPrefix("-c") {
+                setting = String(w.dropFirst(2))
+            }
+            if let setting, let name = setting.split(separator: "=", maxSplits: 1).first {
+                names.insert(String(name.lowercased().map { $0 == "-" ? "_" : $0 }))
+            }
+            index += 1
+        }
+        return names
     }
 
     /// The password file's first line, as NUL-terminated bytes the caller

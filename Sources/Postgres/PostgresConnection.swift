@@ -15,7 +15,10 @@ internal import CLibPQ
 /// passed; the delay doubles with every failed attempt up to the configured
 /// maximum and starts again after a success. A connection lost inside a
 /// transaction is not replaced behind the caller's back: calls fail until the
-/// caller ends the transaction with `rollback()`.
+/// caller ends the transaction with `rollback()`. A statement answered with a
+/// SQLSTATE that says the server cannot serve this connection (read-only, a
+/// connection exception, shutting down) fails with that error, and the
+/// connection is closed so that the next call opens a new one.
 public final class PostgresConnection {
     public let configuration: PostgresConfiguration
     private var handle: OpaquePointer?
@@ -48,6 +51,23 @@ public final class PostgresConnection {
     /// Whether the connection is open and was healthy at its last use.
     public var isConnected: Bool { handle.map { PQstatus($0) == CONNECTION_OK } ?? false }
 
+    /// The libpq parameters of the open connection (`PQconninfo`), secrets
+    /// and unset ones left out: what the defaults and the connection string
+    /// made of it. Empty when not connected.
+    public var parameters: [String: String] {
+        guard let handle, let options = PQconninfo(handle) else { return [:] }
+        defer { PQconninfoFree(options) }
+        var found: [String: String] = [:]
+        var option = options
+        while let keyword = option.pointee.keyword {
+            defer { option += 1 }
+            let secret = option.pointee.dispchar.map { String(cString: $0).contains("*") } ?? false
+            guard !secret, let value = option.pointee.val, value.pointee != 0 else { continue }
+            found[String(cString: keyword)] = String(cString: value)
+        }
+        return found
+    }
+
     /// The wait after the next failed connect attempt (doubling, bounded).
     public var nextReconnectDelay: Duration { delay }
 
@@ -70,7 +90,7 @@ public final class PostgresConnection {
     public func execute(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresResult {
         let conn = try ready()
         let result = try withParameters(parameters) { count, types, values, lengths, formats in
-            PQexecParams(conn, sql, count, types, values, lengths, formats, 0)
+            exec(conn) { PQsendQueryParams($0, sql, count, types, values, lengths, formats, 0) }
         }
         return try consume(result, conn)
     }
@@ -84,11 +104,11 @@ public final class PostgresConnection {
     {
         let conn = try ready()
         if !prepared.contains(statement.name) {
-            _ = try consume(PQprepare(conn, statement.name, statement.sql, 0, nil), conn)
+            _ = try consume(exec(conn) { PQsendPrepare($0, statement.name, statement.sql, 0, nil) }, conn)
             prepared.insert(statement.name)
         }
         let result = try withParameters(parameters) { count, _, values, lengths, formats in
-            PQexecPrepared(conn, statement.name, count, values, lengths, formats, 0)
+            exec(conn) { PQsendQueryPrepared($0, statement.name, count, values, lengths, formats, 0) }
         }
         return try consume(result, conn)
     }
@@ -97,14 +117,14 @@ public final class PostgresConnection {
     /// (simple protocol: schema migrations, DDL).
     public func executeScript(_ sql: String) throws(PostgresError) {
         let conn = try ready()
-        _ = try consume(PQexec(conn, sql), conn)
+        _ = try consume(exec(conn, sql), conn)
     }
 
     // MARK: Transactions
 
     public func begin() throws(PostgresError) {
         let conn = try ready()
-        _ = try consume(PQexec(conn, "BEGIN"), conn)
+        _ = try consume(exec(conn, "BEGIN"), conn)
         inTransaction = true
     }
 
@@ -115,7 +135,7 @@ public final class PostgresConnection {
         guard let conn = handle, PQstatus(conn) == CONNECTION_OK else {
             throw PostgresError(.connectionLost, "the connection was lost inside the transaction: it did not commit")
         }
-        guard let result = PQexec(conn, "COMMIT") else { throw failure(conn, nil, lost: false) }
+        guard let result = exec(conn, "COMMIT") else { throw failure(conn, nil, lost: false) }
         let rolledBack =
             PQresultStatus(result) == PGRES_COMMAND_OK && String(cString: PQcmdStatus(result)) == "ROLLBACK"
         _ = try consume(result, conn)
@@ -130,7 +150,7 @@ public final class PostgresConnection {
     public func rollback() throws(PostgresError) {
         defer { inTransaction = false }
         guard let conn = handle, PQstatus(conn) == CONNECTION_OK else { return }
-        _ = try consume(PQexec(conn, "ROLLBACK"), conn)
+        _ = try consume(exec(conn, "ROLLBACK"), conn)
     }
 
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
@@ -208,7 +228,8 @@ public final class PostgresConnection {
         if let handle, PQstatus(handle) == CONNECTION_OK { return handle }
         drop()
         if inTransaction {
-            throw PostgresError(.connectionLost, "the connection was lost inside a transaction: roll it back")
+            throw PostgresError(
+                .connectionLost, "the connection was lost or closed inside a transaction: roll it back")
         }
         let now = configuration.clock()
         if let nextAttempt, now < nextAttempt {
@@ -237,13 +258,10 @@ public final class PostgresConnection {
     private func open() throws(PostgresError) -> OpaquePointer {
         var password = try configuration.readPassword()
         defer { if password != nil { wipe(&password!) } }
-        // connect_timeout before the connection string, which may override
-        // it; client_encoding after it: rows are decoded as UTF-8.
-        var keywords = ["connect_timeout", "fallback_application_name", "dbname", "client_encoding"]
-        let values = [
-            "\(configuration.connectTimeoutSeconds)", configuration.applicationName, configuration.dsn, "UTF8",
-        ]
-        if password != nil { keywords.append("password") }
+        var parameters = configuration.connectionParameters()
+        if password != nil { parameters.append(("password", "")) }
+        let keywords = parameters.map(\.keyword)
+        let values = parameters.dropLast(password != nil ? 1 : 0).map(\.value)
         let cKeywords = keywords.map { strdup($0) }
         let cValues = values.map { strdup($0) }
         defer {
@@ -277,7 +295,7 @@ public final class PostgresConnection {
     }
 
     private func subscribe(_ conn: OpaquePointer, _ verb: String, _ channel: String) throws(PostgresError) {
-        _ = try consume(PQexec(conn, "\(verb) \(try Self.identifier(channel))"), conn)
+        _ = try consume(exec(conn, "\(verb) \(try Self.identifier(channel))"), conn)
     }
 
     /// A quoted SQL identifier.
@@ -290,6 +308,30 @@ public final class PostgresConnection {
 
     // MARK: Results
 
+    /// Sends with `send` and waits for the results, as `PQexec` does, but
+    /// keeps the first error rather than the last: a session the server
+    /// ends during a statement answers with its SQLSTATE (57P01…), then the
+    /// connection closes, and `PQexec` would return only the latter.
+    private func exec(_ conn: OpaquePointer, _ send: (OpaquePointer) -> Int32) -> OpaquePointer? {
+        guard send(conn) != 0 else { return nil }
+        var kept: OpaquePointer?
+        while let result = PQgetResult(conn) {
+            if let error = kept, PQresultStatus(error) == PGRES_FATAL_ERROR {
+                PQclear(result)
+            } else {
+                if let previous = kept { PQclear(previous) }
+                kept = result
+            }
+            if PQstatus(conn) == CONNECTION_BAD { break }
+        }
+        return kept
+    }
+
+    /// Runs statements without parameters (simple protocol), as ``exec(_:_:)``.
+    private func exec(_ conn: OpaquePointer, _ sql: String) -> OpaquePointer? {
+        exec(conn) { PQsendQuery($0, sql) }
+    }
+
     /// The rows of a finished statement, or its error. Frees `result`.
     private func consume(_ result: OpaquePointer?, _ conn: OpaquePointer) throws(PostgresError) -> PostgresResult {
         guard let result else { throw failure(conn, nil, lost: false) }
@@ -301,7 +343,9 @@ public final class PostgresConnection {
     }
 
     /// The error of a failed call; a broken connection is dropped (the next
-    /// call reconnects) and reported as `.connectionLost`.
+    /// call reconnects) and reported as `.connectionLost`. A connection whose
+    /// server answered a SQLSTATE that ``SQLState/replacesConnection`` is
+    /// dropped too, the error keeping its kind and code.
     private func failure(_ conn: OpaquePointer, _ result: OpaquePointer?, lost: Bool) -> PostgresError {
         func field(_ code: Character) -> String? {
             guard let result, let value = PQresultErrorField(result, Int32(code.asciiValue!)) else { return nil }
@@ -310,7 +354,10 @@ public final class PostgresConnection {
         let state = field("C").map(SQLState.init)
         let message = field("M") ?? Self.message(PQerrorMessage(conn))
         let broken = lost || PQstatus(conn) != CONNECTION_OK
-        if broken { drop() }
+        // A server that answers read-only (a standby after a failover) or
+        // that it is going away will answer so again: the next call gets a
+        // new connection rather than this one.
+        if broken || state?.replacesConnection == true { drop() }
         return PostgresError(broken ? .connectionLost : .server, message, sqlState: state, constraint: field("n"))
     }
 

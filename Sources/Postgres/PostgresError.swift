@@ -40,10 +40,13 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
         self.constraint = constraint
     }
 
-    /// The database cannot be reached now (connect failed, connection lost,
-    /// or waiting to reconnect): the caller reports the store unavailable.
+    /// The database cannot serve the caller now (connect failed, connection
+    /// lost, waiting to reconnect, or the server answered that it is
+    /// read-only or going away, see ``SQLState/replacesConnection``): the
+    /// caller reports the store unavailable.
     public var isConnectionFailure: Bool {
         kind == .connect || kind == .connectionLost || kind == .unavailable
+            || sqlState?.replacesConnection == true
     }
 
     public var description: String {
@@ -67,9 +70,21 @@ public struct SQLState: Hashable, Sendable, CustomStringConvertible {
     public static let serializationFailure = SQLState("40001")
     public static let deadlockDetected = SQLState("40P01")
     public static let lockNotAvailable = SQLState("55P03")
+    /// A write in a read-only transaction: on a server that has
+    /// `default_transaction_read_only` on, or a standby after a failover.
+    public static let readOnlySQLTransaction = SQLState("25006")
+    /// `statement_timeout` ended the statement.
+    public static let queryCanceled = SQLState("57014")
     public static let adminShutdown = SQLState("57P01")
+    public static let crashShutdown = SQLState("57P02")
     public static let cannotConnectNow = SQLState("57P03")
 
     /// Class 08 (connection exception) or 57P0x (the server is going away).
     public var isConnectionClass: Bool { code.hasPrefix("08") || code.hasPrefix("57P0") }
+
+    /// The connection that got this answer is closed, never used again: a
+    /// connection exception, a server going away, or a read-only server
+    /// (which stays read-only for the session; a new connection with
+    /// `target_session_attrs=read-write` finds the writable one).
+    public var replacesConnection: Bool { isConnectionClass || self == .readOnlySQLTransaction }
 }
