@@ -19,8 +19,30 @@ public import HeraldJSON
 /// "must be an array", "must have at most N items", "must have at least N items",
 /// "must have at most N members", "key must not be empty",
 /// "key must be at most N bytes", "must be one of: a, b", "duplicate key",
-/// "unknown parameter", "duplicate parameter".
+/// "unknown parameter", "duplicate parameter", "must not contain NUL (U+0000)".
+///
+/// What a string may hold besides its length is its ``StringContent``: free
+/// text (`.bytes`, the default: U+0000 is kept, and a value is compared and
+/// stored whole on every store backend) or `.text`, which refuses U+0000.
+/// Identifiers and values PostgreSQL keeps as `text` (which cannot hold a
+/// NUL) are read as `.text`, so a NUL gets the same -32602 on SQLite and on
+/// PostgreSQL instead of depending on the backend.
 public struct ParamReader: Sendable {
+    /// What a string param may contain (see the type's documentation).
+    public enum StringContent: Sendable {
+        /// Any Unicode text, U+0000 included: strings a client chooses that
+        /// the store keeps as bytes (user ids, registration ids, names, app
+        /// versions, collapse keys, session and idempotency keys, which are
+        /// hashed, and message content).
+        case bytes
+        /// Text without U+0000: identifiers, tokens, keys and other values
+        /// that are stored as PostgreSQL `text` or passed on as identifiers.
+        case text
+    }
+
+    /// The reason a `.text` string with a U+0000 is refused with.
+    public static let nulReason = "must not contain NUL (U+0000)"
+
     /// The params being read.
     public let params: JSONObject
     /// The dotted path of `params` from the root; empty at the root.
@@ -70,11 +92,14 @@ public struct ParamReader: Sendable {
         }
     }
 
+    /// A string of at most `maxBytes` UTF-8 bytes; with `content: .text`, one
+    /// without U+0000.
     public mutating func string(
-        _ name: String, required: Bool = false, maxBytes: Int, allowEmpty: Bool = false
+        _ name: String, required: Bool = false, maxBytes: Int, allowEmpty: Bool = false,
+        content: StringContent = .bytes
     ) throws(RPCError) -> String? {
         guard let value = try present(name, required: required) else { return nil }
-        switch Self.checkString(value, maxBytes: maxBytes, allowEmpty: allowEmpty) {
+        switch Self.checkString(value, maxBytes: maxBytes, allowEmpty: allowEmpty, content: content) {
         case .success(let string): return string
         case .failure(let reason): throw invalid(name, reason.text)
         }
@@ -126,7 +151,7 @@ public struct ParamReader: Sendable {
     /// An array of strings; items are reported as `name[i]`.
     public mutating func stringArray(
         _ name: String, required: Bool = false, minCount: Int = 0, maxCount: Int, maxBytes: Int,
-        allowEmpty: Bool = false
+        allowEmpty: Bool = false, content: StringContent = .bytes
     ) throws(RPCError) -> [String]? {
         guard let value = try present(name, required: required) else { return nil }
         guard case .array(let elements) = value else { throw invalid(name, "must be an array") }
@@ -138,7 +163,7 @@ public struct ParamReader: Sendable {
         var strings: [String] = []
         strings.reserveCapacity(elements.count)
         for (i, element) in elements.enumerated() {
-            switch Self.checkString(element, maxBytes: maxBytes, allowEmpty: allowEmpty) {
+            switch Self.checkString(element, maxBytes: maxBytes, allowEmpty: allowEmpty, content: content) {
             case .success(let string): strings.append(string)
             case .failure(let reason):
                 throw .invalidParams(field: "\(path(name))[\(i)]", reason: reason.text)
@@ -148,10 +173,10 @@ public struct ParamReader: Sendable {
     }
 
     /// A flat object whose values are all strings, in member order; members are
-    /// reported as `name.key`.
+    /// reported as `name.key`. `content` applies to the keys and the values.
     public mutating func stringMap(
         _ name: String, required: Bool = false, maxCount: Int, maxKeyBytes: Int, maxValueBytes: Int,
-        allowEmptyValues: Bool = true
+        allowEmptyValues: Bool = true, content: StringContent = .bytes
     ) throws(RPCError) -> [(key: String, value: String)]? {
         guard let value = try present(name, required: required) else { return nil }
         guard case .object(let object) = value else { throw invalid(name, "must be an object") }
@@ -164,7 +189,8 @@ public struct ParamReader: Sendable {
             if key.utf8.count > maxKeyBytes {
                 throw invalid(name + "." + key, "key must be at most \(maxKeyBytes) bytes")
             }
-            switch Self.checkString(value, maxBytes: maxValueBytes, allowEmpty: allowEmptyValues) {
+            if content == .text && key.utf8.contains(0) { throw invalid(name + "." + key, "key " + Self.nulReason) }
+            switch Self.checkString(value, maxBytes: maxValueBytes, allowEmpty: allowEmptyValues, content: content) {
             case .success(let string): pairs.append((key: key, value: string))
             case .failure(let reason): throw invalid(name + "." + key, reason.text)
             }
@@ -202,7 +228,7 @@ public struct ParamReader: Sendable {
     }
 
     private static func checkString(
-        _ value: JSON, maxBytes: Int, allowEmpty: Bool
+        _ value: JSON, maxBytes: Int, allowEmpty: Bool, content: StringContent
     ) -> Result<
         String, Refusal
     > {
@@ -212,6 +238,7 @@ public struct ParamReader: Sendable {
         let count = string.utf8.count
         if count == 0 && !allowEmpty { return .failure(Refusal(text: "must not be empty")) }
         if count > maxBytes { return .failure(Refusal(text: "must be at most \(maxBytes) bytes")) }
+        if content == .text && string.utf8.contains(0) { return .failure(Refusal(text: nulReason)) }
         return .success(string)
     }
 

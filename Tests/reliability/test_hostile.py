@@ -628,6 +628,204 @@ def test_nul_in_app_is_refused(daemon):
     record_counts(SUITE, hostile_inputs=9)
 
 
+# ----------------------------------------------------------------------------- NUL: one answer on both backends
+# PostgreSQL `text` cannot hold U+0000; SQLite can. So that a NUL gets the same answer whatever the
+# backend (docs/interface.md, "U+0000 in strings"): identifiers and values PostgreSQL keeps as `text`
+# (device and message ids, tokens, Web Push keys, bundle ids, application_server_key, the enumerations,
+# the APNs/FCM labels) are refused with -32602 naming the field, by ParamReader before the store is
+# asked; strings the store keeps as bytes (user ids, registration ids, names, app versions, collapse
+# keys) or hashes (session, idempotency_key), and message content (data, alert, web_payload, shrink
+# pointers) are kept whole on both. app_id and user_agent are bytes but have a syntax of their own
+# that refuses any control character; `app` must name a configured app (1004 unknown_app). The suite
+# runs on SQLite and, with HERALD_STORE_BACKEND=postgres, on PostgreSQL: the expectations are the same.
+
+NUL = "a\u0000b"
+APNS_NUL_USER = "nul-both"
+NUL_NOBODY = "nul-nobody"      # pushes that must be accepted go here: no device, so the queue stays as it is
+
+
+def _send(**kw):
+    return dict({"to": {"users": [WIT]}}, **kw)
+
+
+def _free_send(**kw):
+    return dict({"to": {"users": [NUL_NOBODY]}}, **kw)
+
+
+def nul_refused_cases(witness):
+    """(method, label, params, code, field): a NUL here is refused alike on both backends."""
+    web = dict(REG_WEB, keys=dict(KEYS))
+    return [
+        ("device.register", "token (fcm)", dict(REG_FCM, token="tok" + NUL), -32602, "token"),
+        ("device.register", "token (apns)", dict(REG_APNS, token=APNS_TOK + "\u0000"), -32602, "token"),
+        ("device.register", "token (web endpoint)",
+         dict(web, token="https://public.herald.test/push/" + NUL), -32602, "token"),
+        ("device.register", "keys.p256dh", dict(web, keys=dict(KEYS, p256dh=KEYS["p256dh"] + "\u0000")), -32602,
+         "keys.p256dh"),
+        ("device.register", "keys.auth", dict(web, keys=dict(KEYS, auth=KEYS["auth"][:-1] + "\u0000")), -32602,
+         "keys.auth"),
+        ("device.register", "bundle_id", dict(REG_APNS, bundle_id="com.example.app\u0000"), -32602, "bundle_id"),
+        ("device.register", "application_server_key", dict(web, application_server_key="B" + NUL), -32602,
+         "application_server_key"),
+        ("device.register", "app_id", dict(REG_FCM, app_id="beta\u0000"), -32602, "app_id"),
+        ("device.register", "user_agent", dict(REG_FCM, user_agent="Firefox" + NUL), -32602, "user_agent"),
+        ("device.register", "platform", dict(REG_FCM, platform="fcm\u0000"), -32602, "platform"),
+        ("device.register", "environment", dict(REG_APNS, environment="production\u0000"), -32602, "environment"),
+        ("device.unregister", "device_id", {"user": WIT, "device_id": witness["fcm"][:31] + "\u0000"}, -32602,
+         "device_id"),
+        ("device.unregister", "token (fcm)", {"user": WIT, "platform": "fcm", "token": "witness-fcm-token\u0000"},
+         -32602, "token"),
+        ("device.unregister", "token (web endpoint)",
+         {"user": WIT, "platform": "web", "token": "https://witness.herald.test/push/w\u0000"}, -32602, "token"),
+        ("device.unregister", "platform", {"user": WIT, "platform": "fcm\u0000", "token": "witness-fcm-token"},
+         -32602, "platform"),
+        ("device.unregister", "environment",
+         {"user": HU, "platform": "apns", "token": APNS_TOK, "environment": "production\u0000"}, -32602,
+         "environment"),
+        ("device.unregister", "app_id",
+         {"user": WIT, "platform": "fcm", "token": "witness-fcm-token", "app_id": "stable\u0000"}, -32602, "app_id"),
+        ("device.update", "device_id", {"device_id": witness["fcm"][:31] + "\u0000", "enabled": False}, -32602,
+         "device_id"),
+        ("device.update", "device_id (with user)", {"user": WIT, "device_id": witness["fcm"] + "\u0000",
+                                                    "name": "x"}, -32602, "device_id"),
+        ("push.send", "to.devices[0]", {"to": {"devices": [witness["fcm"][:31] + "\u0000"]}}, -32602,
+         "to.devices[0]"),
+        ("push.send", "to.devices[1]", {"to": {"devices": [witness["fcm"], witness["web"] + "\u0000"]}}, -32602,
+         "to.devices[1]"),
+        ("push.send", "thread_id", _send(thread_id="t" + NUL), -32602, "thread_id"),
+        ("push.send", "category", _send(category="c" + NUL), -32602, "category"),
+        ("push.send", "android_channel_id", _send(android_channel_id="ch" + NUL), -32602, "android_channel_id"),
+        ("push.send", "kind", _send(kind="clear\u0000"), -32602, "kind"),
+        ("push.send", "priority", _send(priority="high\u0000"), -32602, "priority"),
+        ("push.send", "interruption_level", _send(interruption_level="active\u0000"), -32602, "interruption_level"),
+        ("push.status", "message_id", {"message_id": MSG[:31] + "\u0000"}, -32602, "message_id"),
+        ("push.cancel", "message_id", {"message_id": MSG[:31] + "\u0000"}, -32602, "message_id"),
+    ] + [
+        # `app` must name a configured app: a NUL never does.
+        (m, "app", dict(base_for(m, "app", witness), app="default\u0000"), 1004, None)
+        for m in sorted(method_params())
+    ]
+
+
+# Every string param that keeps a NUL (see nul_kept cases below), by method.
+NUL_KEPT = {
+    "device.register": {"user", "name", "app_version", "session", "registration_id"},
+    "device.unregister": {"user", "registration_id"},
+    "device.list": {"user"}, "device.update": {"user", "name"}, "session.end": {"user", "session"},
+    "user.forget": {"user"}, "push.send": {"collapse_key", "idempotency_key"},
+}
+# Nested strings of push.send and what happens to a NUL in them.
+NUL_NESTED = {("to", "users", 0): "kept", ("to", "devices", 0): "refused", ("data", "k"): "kept",
+              ("data", "<key>"): "kept", ("alert", "loc_key"): "kept", ("alert", "title_loc_key"): "kept",
+              ("alert", "body_loc_key"): "kept", ("alert", "loc_args", 0): "kept", ("badge", "<user>"): "kept",
+              ("web_payload", "<value>"): "kept", ("web_payload", "<key>"): "kept", ("shrink", 0, "drop", 0): "kept",
+              ("shrink", 0, "shorten"): "kept", ("shrink", 0, "keep", 0): "kept", ("keys", "p256dh"): "refused",
+              ("keys", "auth"): "refused"}
+
+
+def test_nul_cases_cover_every_string_param(witness):
+    """Every string param of every method (docs/openrpc.json) has its NUL case here: refused alike, or
+    kept whole alike. A new string param must say which."""
+    refused = {(m, label.split(" ")[0]) for m, label, *_ in nul_refused_cases(witness)}
+    missing = []
+    for method, plist in method_params().items():
+        for name, schema, _ in plist:
+            if "string" not in _kinds(schema) and name != "token":
+                continue
+            if (method, name) not in refused and name not in NUL_KEPT.get(method, set()):
+                missing.append(f"{method}.{name}")
+    assert not missing, f"string params without a NUL case: {missing}"
+    refused_fields = {field for *_, field in nul_refused_cases(witness)}
+    for path, fate in NUL_NESTED.items():
+        if fate == "refused":
+            assert field_name(path) in refused_fields, path
+
+
+def test_nul_in_text_params_is_refused_alike_on_both_backends(daemon, witness):
+    """A NUL in an identifier or a value PostgreSQL keeps as text: -32602 naming the field (never
+    -32603 store_unavailable), nothing stored or changed, and the connection goes on."""
+    cases = nul_refused_cases(witness)
+    failures = []
+    with daemon.connect(30) as c:
+        state = State(c)
+        for method, label, params, code, field in cases:
+            r = c.request(method, params, timeout=30)
+            err = r.get("error") or {}
+            data = err.get("data") or {}
+            if "result" in r or err.get("code") != code:
+                failures.append(f"{method} {label}: expected {code}, got {str(r)[:300]}")
+            elif code == -32602 and (data.get("field") != field or not data.get("reason")):
+                failures.append(f"{method} {label}: expected data.field {field!r} with a reason, got {data}")
+            now = state.take()
+            if now != state.snapshot:
+                failures.append(f"{method} {label}: something was stored or changed: {now} != {state.snapshot}")
+                state.snapshot = now
+    record_counts(SUITE, hostile_inputs=len(cases))
+    assert not failures, f"{len(failures)} of {len(cases)} NUL cases misbehaved:\n" + "\n".join(failures)
+
+
+def test_nul_in_free_strings_is_kept_whole_alike_on_both_backends(daemon, witness):
+    """Where a NUL is kept, both backends store it and give it back whole, and a value that differs
+    after the NUL is another value."""
+    user = "nul-kept"
+    nul_user = user + "\u0000x"
+    try:
+        # user: a user of its own, listed, pushed to and forgotten as itself.
+        mine = daemon.register(user, "fcm", "nul-kept-1")["device_id"]
+        theirs = daemon.register(nul_user, "fcm", "nul-kept-2", name=NUL, app_version=NUL,
+                                 session="s" + NUL)["device_id"]
+        assert [d["device_id"] for d in daemon.devices(user)] == [mine]
+        listed = daemon.devices(nul_user)
+        assert [d["device_id"] for d in listed] == [theirs], listed
+        assert listed[0]["name"] == NUL and listed[0]["app_version"] == NUL, listed
+        # (fcm is disabled in this daemon: its devices are addressed and skipped.)
+        r = daemon.call("push.send", {"to": {"users": [nul_user]}})
+        assert r["devices"] + r["skipped"] == 1, r
+        r = daemon.call("push.send", {"to": {"users": [user + "\u0000"]}})
+        assert r["devices"] + r["skipped"] == 0, r
+        assert daemon.call("push.send", _free_send(badge={nul_user: 3}))["message_id"]
+        # device.update: a name with a NUL comes back whole; a NUL user does not own another's device.
+        r = daemon.call("device.update", {"user": nul_user, "device_id": theirs, "name": "n" + NUL})
+        assert r["device"]["name"] == "n" + NUL, r
+        r = daemon.request("device.update", {"user": user + "\u0000", "device_id": mine, "name": "x"})
+        assert r["error"]["code"] == 1003, r
+        # session: the whole value ends it, a prefix does not.
+        assert daemon.call("session.end", {"user": nul_user, "session": "sa"})["removed"] == 0
+        assert daemon.call("session.end", {"user": nul_user, "session": "s" + NUL})["removed"] == 1
+        # registration_id: two installations that differ after the NUL; unregistering one leaves the other.
+        a = daemon.register(nul_user, "fcm", "nul-kept-3", registration_id="r" + NUL, version=1)["device_id"]
+        b = daemon.register(nul_user, "fcm", "nul-kept-4", registration_id="ra\u0000c", version=1)["device_id"]
+        assert a != b
+        assert daemon.call("device.unregister", {"user": nul_user, "registration_id": "r" + NUL,
+                                                 "version": 1})["removed"] == 1
+        assert [d["device_id"] for d in daemon.devices(nul_user)] == [b]
+        assert daemon.call("device.unregister", {"user": nul_user, "device_id": b})["removed"] == 1
+        # Message content and keys: accepted on both (stored escaped in the message's JSON or hashed).
+        for params in (_free_send(collapse_key="c" + NUL), _free_send(idempotency_key="k" + NUL),
+                       _free_send(data={"k": NUL}), _free_send(data={"k" + NUL: "v"}),
+                       _free_send(alert={"loc_key": NUL, "title_loc_key": NUL, "body_loc_key": NUL,
+                                         "loc_args": [NUL, ""]}),
+                       _free_send(web_payload={"a": NUL, "b" + NUL: "x"},
+                                  shrink=[{"drop": ["/b" + NUL]}, {"shorten": "/a"}, {"keep": ["/a" + NUL]}])):
+            r = daemon.request("push.send", params)
+            assert "result" in r, f"{params}: {r}"
+        k1 = daemon.call("push.send", _free_send(idempotency_key="i" + NUL))["message_id"]
+        assert daemon.call("push.send", _free_send(idempotency_key="i" + NUL))["message_id"] == k1
+        assert daemon.call("push.send", _free_send(idempotency_key="i\u0000c"))["message_id"] != k1
+        st = daemon.call("push.status", {"message_id": k1})
+        assert st["message_id"] == k1, st
+        # user.forget of the NUL user removes its devices and no one else's.
+        daemon.register(nul_user, "fcm", "nul-kept-5")
+        assert daemon.call("user.forget", {"user": nul_user})["removed"] >= 1
+        assert [d["device_id"] for d in daemon.devices(user)] == [mine]
+        assert daemon.devices(nul_user) == []
+        assert daemon.call("system.health")["status"] == "ok"
+    finally:
+        daemon.request("user.forget", {"user": user})
+        daemon.request("user.forget", {"user": nul_user})
+        record_counts(SUITE, hostile_inputs=30)
+
+
 # ----------------------------------------------------------------------------- SSRF: registration
 
 def ssrf_corpus():

@@ -20,7 +20,7 @@ extension HeraldService {
         let user = try user(&p)
         let platform = Platform(
             rawValue: try p.enumeration("platform", required: true, allowed: Platform.allCases.map(\.rawValue))!)!
-        var token = try p.string("token", required: true, maxBytes: 4096)!
+        var token = try p.string("token", required: true, maxBytes: 4096, content: .text)!
         var environment: APNsEnvironment?
         if let env = try p.enumeration("environment", allowed: APNsEnvironment.allCases.map(\.rawValue)) {
             guard platform.hasEnvironment else { throw p.invalid("environment", "is only for apns and apns_voip") }
@@ -71,7 +71,7 @@ extension HeraldService {
             throw p.invalid("version", "is required with registration_id")
         }
         let bundleID = try Self.bundleID(&p, platform: platform, topics: runtime.config.apnsBundleIDs)
-        let serverKeyText = try p.string("application_server_key", maxBytes: 128)
+        let serverKeyText = try p.string("application_server_key", maxBytes: 128, content: .text)
         var serverKey: String?
         if keys != nil {
             serverKey = try Self.applicationServerKey(serverKeyText, vapid: runtime.credentials.webPush.value, p)
@@ -165,7 +165,7 @@ extension HeraldService {
     static func bundleID(
         _ p: inout ParamReader, platform: Platform, topics: [String]
     ) throws(RPCError) -> String? {
-        guard let given = try p.string("bundle_id", maxBytes: 256) else { return nil }
+        guard let given = try p.string("bundle_id", maxBytes: 256, content: .text) else { return nil }
         guard platform.hasEnvironment else { throw p.invalid("bundle_id", "is only for apns and apns_voip") }
         if topics.contains(given) { return given }
         if platform == .apnsVoIP, given.hasSuffix(".voip") {
@@ -197,8 +197,8 @@ extension HeraldService {
     }
 
     static func webKeys(_ k: inout ParamReader) throws(RPCError) -> WebPushKeys {
-        let p256dhText = try k.string("p256dh", required: true, maxBytes: 128)!
-        let authText = try k.string("auth", required: true, maxBytes: 64)!
+        let p256dhText = try k.string("p256dh", required: true, maxBytes: 128, content: .text)!
+        let authText = try k.string("auth", required: true, maxBytes: 64, content: .text)!
         let p256dh: [UInt8]
         do {
             p256dh = try Base64URL.decode(p256dhText)
@@ -262,9 +262,9 @@ extension HeraldService {
     func unregister(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
         let runtime = try app(&p, context)
         let user = try user(&p)
-        let deviceID = try p.string("device_id", maxBytes: 32)
+        let deviceID = try p.string("device_id", maxBytes: 32, content: .text)
         let platformName = try p.enumeration("platform", allowed: Platform.allCases.map(\.rawValue))
-        let token = try p.string("token", maxBytes: 4096)
+        let token = try p.string("token", maxBytes: 4096, content: .text)
         let envName = try p.enumeration("environment", allowed: APNsEnvironment.allCases.map(\.rawValue))
         let registrationID = try p.string("registration_id", maxBytes: 128)
         let version = try p.int("version", range: 0...(1 << 53))
@@ -383,7 +383,7 @@ extension HeraldService {
     func updateDevice(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
         let runtime = try app(&p, context)
         let givenUser = try p.string("user", maxBytes: 256)
-        let deviceID = try p.string("device_id", required: true, maxBytes: 32)!
+        let deviceID = try p.string("device_id", required: true, maxBytes: 32, content: .text)!
         guard Self.isDeviceID(deviceID) else { throw p.invalid("device_id", "must be 32 lowercase hex characters") }
         // The limits of device.register's name.
         let name = try p.string("name", maxBytes: 256, allowEmpty: true)

@@ -46,7 +46,7 @@ extension HeraldService {
             let users = try to.stringArray(
                 "users", minCount: 1, maxCount: PushLimits.maxRecipients, maxBytes: 256)
             let devices = try to.stringArray(
-                "devices", minCount: 1, maxCount: PushLimits.maxRecipients, maxBytes: 32)
+                "devices", minCount: 1, maxCount: PushLimits.maxRecipients, maxBytes: 32, content: .text)
             switch (users, devices) {
             case (let users?, nil): return .users(users)
             case (nil, let devices?):
@@ -165,7 +165,7 @@ extension HeraldService {
         default: throw p.invalid("relevance_score", "must be a number from 0 to 1, written without an exponent")
         }
         func label(_ name: String, maxBytes: Int) throws(RPCError) -> String? {
-            guard let text = try p.string(name, maxBytes: maxBytes) else { return nil }
+            guard let text = try p.string(name, maxBytes: maxBytes, content: .text) else { return nil }
             if text.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }) {
                 throw p.invalid(name, "must not contain control characters")
             }
@@ -413,7 +413,7 @@ extension HeraldService {
     // MARK: push.status, push.cancel
 
     private func messageID(_ p: inout ParamReader) throws(RPCError) -> String {
-        let id = try p.string("message_id", required: true, maxBytes: 64)!
+        let id = try p.string("message_id", required: true, maxBytes: 64, content: .text)!
         guard Self.isDeviceID(id) else { throw p.invalid("message_id", "must be 32 lowercase hex characters") }
         return id
     }
