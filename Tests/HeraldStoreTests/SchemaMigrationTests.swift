@@ -302,7 +302,7 @@ struct SchemaMigrationTests {
         readerDone.wait()
         #expect(error.problem == .lockTimeout)
         #expect(error.message.contains("migration 5 (expand)"), "\(error)")
-        #expect(error.message.contains("lock_timeout"), "\(error)")
+        #expect(error.message.contains("within lock_timeout 0.3 s in 3 tries"), "\(error)")
         // Three tries of 300 ms and pauses of 100 and 200 ms: about 1.2 s, never a hang.
         #expect(took >= .milliseconds(900), "\(took)")
         #expect(took < .seconds(5), "\(took)")
@@ -337,6 +337,7 @@ struct SchemaMigrationTests {
         let took = ContinuousClock.now - start
         #expect(error.problem == .migrating)
         #expect(error.message.contains("another instance is migrating"), "\(error)")
+        #expect(error.message.contains("still held after 0.7 s"), "\(error)")
         #expect(error.message.contains("PostgreSQL backend pid"), "names the holder: \(error)")
         #expect(took >= .milliseconds(700) && took < .seconds(5), "\(took)")
         #expect(try db.scalar("SELECT count(*) FROM pg_class WHERE relname = 'devices'") == 0)

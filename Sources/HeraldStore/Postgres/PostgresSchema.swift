@@ -339,8 +339,8 @@ enum PostgresSchema {
               AND l.classid::bigint = $1 AND l.objid::bigint = $2
             """, [.int(migrationLock >> 32), .int(migrationLock & 0xffff_ffff)])
         guard let row = rows.first else { return nil }
-        return try "PostgreSQL backend pid \(row.int64(0)) (application \(row.text(1)), client \(row.text(2)), "
-            + "connected \(row.text(3)))"
+        return try "PostgreSQL backend pid \(row.int64(0)), application \(row.text(1)), client \(row.text(2)), "
+            + "connected \(row.text(3))"
     }
 
     /// Creates the bookkeeping tables as needed and reads the level and the
@@ -410,6 +410,12 @@ enum PostgresSchema {
         d.components.seconds * 1000 + d.components.attoseconds / 1_000_000_000_000_000
     }
 
+    /// "5 s", "0.3 s".
+    static func text(_ d: Duration) -> String {
+        let ms = milliseconds(d)
+        return ms % 1000 == 0 ? "\(ms / 1000) s" : "\(Double(ms) / 1000) s"
+    }
+
     private static func seconds(_ d: Duration) -> Double {
         Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
     }
@@ -442,8 +448,8 @@ public struct PostgresSchemaError: Error, Sendable, CustomStringConvertible {
     static func migrating(waited: Duration, holder: String?) -> PostgresSchemaError {
         PostgresSchemaError(
             problem: .migrating,
-            message: "another instance is migrating the database schema: the migration lock was held for the "
-                + "\(waited) waited\(holder.map { ", by \($0)" } ?? ""); start again once it is done")
+            message: "another instance is migrating the database schema: the migration lock is still held after "
+                + "\(PostgresSchema.text(waited))\(holder.map { " (by \($0))" } ?? ""); start again once it is done")
     }
 
     static func lockTimeout(
@@ -453,8 +459,8 @@ public struct PostgresSchemaError: Error, Sendable, CustomStringConvertible {
     {
         PostgresSchemaError(
             problem: .lockTimeout,
-            message: "\(what): could not take its locks within lock_timeout \(lockTimeout) in \(attempts) "
-                + "tries (\(last)): a long transaction holds a table it changes (see pg_stat_activity and "
+            message: "\(what): could not take its locks within lock_timeout \(PostgresSchema.text(lockTimeout)) in "
+                + "\(attempts) tries (\(last)): a long transaction holds a table it changes (see pg_stat_activity and "
                 + "pg_locks); nothing of it was applied, start again once that transaction ends")
     }
 }
