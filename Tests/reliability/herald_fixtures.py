@@ -862,8 +862,11 @@ class Daemon:
                  store: dict | None = None, apps: str = "", app_default_extra: str = "", allow_private=True,
                  log_level="debug", metrics_listen: str = "", ns: Namespace | None = None, socket_mode="0600",
                  token_uri: str | None = None, start=True, umask=None, dir_mode=0o700, run_gid=None,
-                 store_key: str | None = None, binary: str | None = None, directory: str | None = None):
+                 store_key: str | None = None, binary: str | None = None, directory: str | None = None,
+                 env: dict | None = None):
         self.gateways = gateways
+        # Added to (or, with a None value, removed from) the daemon's environment at each start.
+        self.env = dict(env or {})
         self.ns = ns
         self.binary = binary or HERALD_BIN
         self._owned = directory is None
@@ -947,6 +950,11 @@ class Daemon:
         env = {k: v for k, v in os.environ.items()
                if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "WATCHDOG_USEC", "WATCHDOG_PID",
                             "CREDENTIALS_DIRECTORY", "HERALD_CONFIG", "HERALD_SOCKET")}
+        for k, v in self.env.items():
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = str(v)
         umask, gid = self.umask, self.run_gid
 
         def preexec():
