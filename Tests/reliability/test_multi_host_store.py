@@ -41,7 +41,8 @@ from pathlib import Path
 
 import pytest
 
-from herald_fixtures import RPC, Daemon, HarnessFailure, copy_store_key, hex_token, wait_until, write_store_key
+from herald_fixtures import (RPC, Daemon, HarnessFailure, copy_store_key, hex_token, token_hash,
+                             write_store_key)
 from test_multi_instance import DELIVERY, MAX_INFLIGHT, Cluster, Ledger, detail_summary, fresh_gw, gw, pg  # noqa: F401
 
 APP = "default"
@@ -251,11 +252,34 @@ def message(tag: str, users, **extra) -> dict:
     return {"to": {"users": list(users)}, "data": {"hx": tag}, "collapse_key": f"ck-{tag}", **extra}
 
 
+def refused_kept(c: StoreCluster, ledger: Ledger, refused: list[tuple[str, str, dict]]) -> list[str]:
+    """Calls answered store_unavailable (name, method, params) that took effect anyway: a
+    device.register whose token is listed afterwards, a push.send whose tag reached a gateway.
+    Judged after ``judge_messages`` (which waits for the accepted work to finish)."""
+    problems = []
+    ledger.fetch()
+    tags = {h for (_, _, h) in ledger.copies}
+    listed: dict[str, set] = {}
+    for name, method, params in refused:
+        if method == "device.register":
+            user = params["user"]
+            if user not in listed:
+                listed[user] = {x["token_hash"] for x in c.b.devices(user)} if c.b.running else set()
+            if token_hash(params["token"]) in listed[user]:
+                problems.append(f"{name} device.register {params['token']} answered store_unavailable, yet the "
+                                f"device is registered (a silent accept)")
+        elif method == "push.send" and params["data"]["hx"] in tags:
+            problems.append(f"{name} push.send {params['data']['hx']} answered store_unavailable, yet it reached "
+                            f"the gateways (a silent accept)")
+    return problems
+
+
 def judge_messages(c: StoreCluster, ledger: Ledger, accepted: dict[str, str], stale_devices=frozenset(),
                    within=COMPLETE_WITHIN_S) -> list[str]:
     """Every message of ``accepted`` (message id -> tag) completes within ``within`` s; every
-    delivery ends delivered (one to a stale device: removed_stale or failed), and the gateways
-    accepted a copy of each delivered one."""
+    delivery ends delivered (one to a stale device: any final state, e.g. removed_stale, or
+    skipped once an earlier delivery's answer removed the device), and the gateways accepted a
+    copy of each delivered one."""
     problems, pending, statuses, last = [], dict(accepted), {}, {}
     deadline = time.monotonic() + within
     while pending and time.monotonic() < deadline:
@@ -275,8 +299,7 @@ def judge_messages(c: StoreCluster, ledger: Ledger, accepted: dict[str, str], st
     for mid, s in statuses.items():
         tag = accepted[mid]
         wrong = [(x["device_id"][:8], x["platform"], x["state"], x.get("reason")) for x in s.get("devices") or []
-                 if x["state"] != "delivered" and not (x["device_id"] in stale_devices
-                                                       and x["state"] in ("removed_stale", "failed"))]
+                 if x["state"] != "delivered" and x["device_id"] not in stale_devices]
         if wrong:
             problems.append(f"message {tag}: deliveries not delivered: {wrong[:6]}")
         delivered = sum(1 for x in s.get("devices") or [] if x["state"] == "delivered")
@@ -333,7 +356,7 @@ def test_a_session_sitting_on_a_lock_stalls_no_call(pg, fresh_gw, lock):
             else:
                 session.run("BEGIN; LOCK TABLE deliveries IN ACCESS EXCLUSIVE MODE;")
             sit_user = stale_users[0] if stale_users else user
-            answers = []
+            answers, refused = [], []
             stop = threading.Event()
 
             def traffic():
@@ -371,6 +394,8 @@ def test_a_session_sitting_on_a_lock_stalls_no_call(pg, fresh_gw, lock):
                     problems.append(p)
                 if resp and "result" in resp and method == "push.send":
                     accepted[resp["result"]["message_id"]] = params["data"]["hx"]
+                if is_store_unavailable(resp):
+                    refused.append((name, method, params))
             # The test's own check that the lock is the store's: what needs it was not done.
             needs = {"user_lock": "device.register", "deliveries_table": "push.send"}.get(lock)
             if needs:
@@ -402,6 +427,7 @@ def test_a_session_sitting_on_a_lock_stalls_no_call(pg, fresh_gw, lock):
             else:
                 problems.append(f"{name} push.send after the session ended: {str(resp)[:300]}")
         problems += judge_messages(c, ledger, accepted, stale_devices)
+        problems += refused_kept(c, ledger, refused)
         after = time.monotonic() - released
         assert not problems, f"{len(problems)} problems ({after:.0f} s after the release):\n" + "\n".join(problems[:40])
         c.a.shutdown()
@@ -425,6 +451,7 @@ def test_read_only_database_degrades_health_and_refuses_writes(pg, fresh_gw):
         c.b.register(user, "apns", hex_token(0, 0x0E0))
         first = c.b.send_wait(message("ro-before", [user]))
         assert first["state"] == "complete" and first["counts"]["delivered"] == 2, first
+        refused = []
         try:
             set_read_only(pg, True)
             assert pg.psql("SHOW default_transaction_read_only") == "on"
@@ -438,6 +465,8 @@ def test_read_only_database_degrades_health_and_refuses_writes(pg, fresh_gw):
                 calls += [(d, name, "device.register", {"user": user, "platform": "fcm", "token": f"fcm-ro-{name}"}),
                           (d, name, "push.send", message(f"ro-during-{name}", [user]))]
             for name, method, params, elapsed, resp in run_parallel(calls):
+                if is_store_unavailable(resp):
+                    refused.append((name, method, params))
                 if resp is None or elapsed > BOUND_S or not is_store_unavailable(resp):
                     problems.append(f"{name} {method} on a read-only database: "
                                     f"{'no answer' if resp is None else str(resp)[:300]} after {elapsed:.1f} s "
@@ -461,6 +490,7 @@ def test_read_only_database_degrades_health_and_refuses_writes(pg, fresh_gw):
             else:
                 problems.append(f"{name} push.send once writable again: {str(resp)[:300]}")
         problems += judge_messages(c, ledger, accepted)
+        problems += refused_kept(c, ledger, refused)
         assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:40])
         c.a.shutdown()
         c.b.shutdown()
