@@ -149,6 +149,17 @@ struct SchemaMigrationTests {
         #expect(try db.levelRows() == [currentLevel])
     }
 
+    @Test("the list keeps its rules: 1–3 count as contracts of their own versions, no contract requires a later one")
+    func listRules() {
+        let list = PostgresSchema.migrations
+        for (index, migration) in list.enumerated() {
+            #expect(migration.requires <= index + 1, "migration \(index + 1)")
+            if index < 3 { #expect(migration.kind == .contract(requires: index + 1), "migration \(index + 1)") }
+        }
+        // Until a release contracts it, the level of a new database is what the previous release knows.
+        #expect(list.map(\.requires).max() == Int(currentLevel))
+    }
+
     @Test("a migrated database opens as a store and serves (an empty one, as the daemon migrates it)")
     func storeOpensOnMigratedDatabase() throws {
         let db = try SchemaDatabase()

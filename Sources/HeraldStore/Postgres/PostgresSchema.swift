@@ -102,7 +102,9 @@ enum PostgresSchema {
     /// 2. Prefer `.expand`: add a table, a column that is nullable or has a
     ///    constant default, an index, a function. Old binaries must keep
     ///    working: nothing they insert may now violate a constraint, and
-    ///    nothing they read may change meaning.
+    ///    nothing they read may change meaning. The new release must in turn
+    ///    work with rows the old one keeps writing: a new column left NULL
+    ///    (or at its default) by them must mean something sensible.
     /// 3. Removing or changing anything a released binary uses (drop or rename
     ///    a column or table, change a type, add NOT NULL or a CHECK that old
     ///    writers break, change what a value means) takes two releases:
@@ -279,6 +281,7 @@ enum PostgresSchema {
         }
         for (index, migration) in migrations.enumerated() where !applied.contains(index + 1) {
             let version = index + 1
+            precondition(migration.requires <= version, "migration \(version) requires a later schema")
             level = try attempt("migration \(version) (\(migration.kindName))", policy: policy, c) { c in
                 try c.executeScript(migration.sql)
                 try c.execute(
