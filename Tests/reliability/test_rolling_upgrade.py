@@ -80,15 +80,17 @@ def build_release(rev: str) -> Path:
             (home / "commit").write_text(commit + "\n")
             return binary
         finally:
+            removed = True
             try:
                 _git("worktree", "remove", "--force", str(src))
             except RuntimeError:
-                pass
+                removed = False
             shutil.rmtree(tmp, ignore_errors=True)
-            try:
-                _git("worktree", "prune")
-            except RuntimeError:
-                pass
+            if not removed:   # its directory is gone now: forget it
+                try:
+                    _git("worktree", "prune")
+                except RuntimeError:
+                    pass
 
 
 _built: dict[str, Path] = {}
