@@ -107,7 +107,7 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible, CustomDe
 
     /// What libpq's own parser finds in the string. Its message is not
     /// repeated: it may quote part of the string.
-    private static func parse(dsn: String) throws(PostgresError) -> (
+    private static func parse(dsn: String, allowingPassword: Bool = false) throws(PostgresError) -> (
         given: [String: String], ordered: [(String, String)], secrets: Bool, secretKeywords: Set<String>
     ) {
         var error: UnsafeMutablePointer<CChar>?
@@ -128,7 +128,7 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible, CustomDe
             let secret = option.pointee.dispchar.map { String(cString: $0).contains("*") } ?? false
             if secret { secretKeywords.insert(name) }
             guard let value = option.pointee.val else { continue }
-            if name == "password", value.pointee != 0 {
+            if name == "password", value.pointee != 0, !allowingPassword {
                 throw PostgresError(.configuration, "the dsn carries a password: put it in the password file instead")
             }
             if secret { secrets = true }
@@ -141,6 +141,17 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible, CustomDe
     /// Checks a connection string as `init` does.
     static func check(dsn: String) throws(PostgresError) {
         _ = try parse(dsn: dsn)
+    }
+
+    /// A connection string as logs, errors and the effective configuration
+    /// may show it: as given when it holds no secret, else its parameters
+    /// with every secret's value (`password`, `sslpassword`, a URI's
+    /// `user:password@`) as `***`; a string libpq cannot parse is not shown.
+    public static func redacted(_ dsn: String) -> String {
+        guard let parsed = try? parse(dsn: dsn, allowingPassword: true) else {
+            return "(not a libpq connection string)"
+        }
+        return parsed.secrets ? render(parsed.ordered, hiding: parsed.secretKeywords) : dsn
     }
 
     /// `keyword=value` pairs in libpq's syntax, hidden keywords' values as `***`.

@@ -279,6 +279,19 @@ struct PostgresSecretTests {
             try PostgresConfiguration(dsn: "dbname='my db' sslpassword=x").redactedDSN
                 == "dbname='my db' sslpassword=***")
 
+        // For renderers that hold only the string, a password is hidden too.
+        for dsn in [
+            "host=/run/postgresql password=\(secret)", "postgresql://herald:\(secret)@db.example/herald",
+            "postgresql://db.example/herald?sslpassword=\(secret)", "host='unterminated \(secret)",
+        ] {
+            let shown = PostgresConfiguration.redacted(dsn)
+            #expect(!shown.contains(secret), "\(shown)")
+        }
+        #expect(
+            PostgresConfiguration.redacted("postgresql://herald:pw@db.example/herald")
+                == "user=herald password=*** dbname=herald host=db.example")
+        #expect(PostgresConfiguration.redacted("host=a dbname=b") == "host=a dbname=b")
+
         // A connection that uses it, or fails to, never shows it either.
         let db = PostgresConnection(
             configuration: try PostgresConfiguration(
