@@ -39,8 +39,9 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible, CustomDe
 
     /// libpq parameters every connection uses unless the connection string
     /// sets them: TCP keepalives and a TCP user timeout find a dead host or
-    /// network in about 10 s rather than the kernel's 2 hours (they apply to
-    /// TCP, not to a Unix socket), and only a server that takes writes is
+    /// network within about 20 s, where the kernel's defaults take hours on an
+    /// idle connection and some 15 minutes on a busy one (they apply to TCP,
+    /// not to a Unix socket); and only a server that takes writes is
     /// accepted, so a standby left behind by a failover is refused at connect.
     public static let defaultParameters: [(keyword: String, value: String)] = [
         ("keepalives", "1"),
