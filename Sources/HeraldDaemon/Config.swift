@@ -65,7 +65,9 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         /// metrics); nil: the host name.
         public var instanceID: String?
         /// The name this instance goes by: `instance_id`, else the host name.
-        public var instanceName: String { instanceID ?? InstanceName.host }
+        /// `instance_id`, or by default the host name and a digest of the
+        /// socket path: two instances on one host differ by their sockets.
+        public var instanceName: String { instanceID ?? InstanceName.default(socket: socketPath) }
 
         public init() {}
     }
@@ -103,6 +105,10 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         /// How long a claimed delivery stays this instance's without a
         /// renewal (backend postgres only).
         public var lease = Duration.seconds(30)
+        /// PostgreSQL: the longest a delivery stays in flight after its claim, renewed or not.
+        public var leaseMaxAge = Duration.seconds(600)
+        /// PostgreSQL: how long a caller waits for one store call before `store_unavailable`.
+        public var callTimeout = Duration.seconds(5)
 
         public init(key: ConfigFileReference, synchronous: Synchronous = .full) {
             self.key = key

@@ -231,10 +231,13 @@ enum ConfigKeys {
                 show: .global { String($0.server.requestTimeoutMs) }),
             Key(
                 section: .server, name: "instance_id", kind: .text, defaultValue: "", reload: .restart, backend: nil,
-                doc: "this Herald's name in push.status (sent_by), stats and metrics; empty: the host name",
+                doc:
+                    "this Herald's name in push.status (sent_by), stats and metrics, unique among the instances of one "
+                    + "database; empty: the host name and a digest of the socket path",
                 apply: { i, text, _ throws(ConfigValueProblem) in
                     guard text.isEmpty || InstanceName.isValid(text) else {
-                        throw ConfigValueProblem("must be 1-64 characters of A-Z a-z 0-9 . _ - (empty: the host name)")
+                        throw ConfigValueProblem(
+                            "must be 1-64 characters of A-Z a-z 0-9 . _ - (empty: the host name and a socket digest)")
                     }
                     i.config.server.instanceID = text.isEmpty ? nil : text
                 },
@@ -313,6 +316,16 @@ enum ConfigKeys {
                 doc:
                     "postgres only: seconds a claimed delivery stays this instance's without a renewal (2-600; empty: 30)"
             ),
+            seconds(
+                .store, "lease_max_age", \.store.leaseMaxAge, 10_000...86_400_000, default: "600", backend: .postgres,
+                doc:
+                    "postgres only: seconds a delivery may stay in flight after its claim, renewed or not; past it any "
+                    + "instance takes it back (10-86400, at least lease; empty: 600)"),
+            seconds(
+                .store, "call_timeout", \.store.callTimeout, 1000...120_000, default: "5", backend: .postgres,
+                doc:
+                    "postgres only: seconds a call waits for the database before it answers store_unavailable "
+                    + "(1-120; empty: 5)"),
         ]
     }
 

@@ -32,7 +32,11 @@ extension HeraldConfig {
                     file: file, line: nil, section: "store", key: "dsn",
                     message: "must be a libpq connection string without a password: \(error.message)")
             }
-            return .postgres(PostgresStoreOptions(connection: connection, poolSize: store.poolSize, lease: store.lease))
+            return .postgres(
+                PostgresStoreOptions(
+                    connection: connection, poolSize: store.poolSize, lease: store.lease,
+                    leaseMaxAge: max(store.leaseMaxAge, store.lease), callTimeout: store.callTimeout,
+                    version: HeraldService.version))
         }
     }
 

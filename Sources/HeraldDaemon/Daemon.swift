@@ -188,14 +188,25 @@ public enum Daemon {
                 notifier.notify("STATUS=serving: queue=\(depth.waiting) in_flight=\(depth.inFlight) clients=\(clients)")
             }
         }
-        loop.every(milliseconds: 5000) {
+        // Every 2 s: a store whose calls are stuck is reported within seconds
+        // (the ping has its own deadline), in system.health, /readyz and STATUS=.
+        loop.every(milliseconds: 2000) {
             store.ping { result in
                 let state: StoreHealth
                 switch result {
                 case .success: state = .ok
                 case .failure(let error): state = .degraded("\(error)")
                 }
-                loop.execute { service.storeHealth = state }
+                loop.execute {
+                    let was = service.storeHealth
+                    service.storeHealth = state
+                    if case .degraded(let why) = state, was.isOK {
+                        log.warning("store_degraded", ["why": why])
+                        notifier.notify("STATUS=store degraded: \(why)")
+                    } else if state.isOK, !was.isOK {
+                        log.info("store_ready", [:])
+                    }
+                }
             }
         }
         loop.every(milliseconds: 60_000) { service.expireLimiters() }

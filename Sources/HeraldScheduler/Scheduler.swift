@@ -273,6 +273,7 @@ public final class Scheduler: @unchecked Sendable {
         store.setWorkObserver { [weak self] in self?.wake() }
         queue.async { [self] in
             running = true
+            store.publish(lanes: Set(transports.keys))
             let t = DispatchSource.makeTimerSource(queue: queue)
             t.setEventHandler { [self] in
                 armedAt = nil
@@ -317,6 +318,7 @@ public final class Scheduler: @unchecked Sendable {
     public func replaceTransports(_ new: [QueueLane: any PushTransport]) {
         queue.sync {
             transports = new
+            store.publish(lanes: Set(new.keys))
             for (lane, jobs) in waiting where new[lane] == nil {
                 waiting[lane] = nil
                 for job in jobs {
@@ -929,6 +931,7 @@ public final class Scheduler: @unchecked Sendable {
             heldWrites.removeFirst(n)
             heldDropped += n
             forgetMessages(of: dropped)
+            store.forget(deliveryIDs: dropped)
             log?.warning(
                 "held_results_dropped",
                 [

@@ -168,6 +168,16 @@ public protocol DeliveryStore: AnyObject, Sendable {
     /// own limiter is the whole truth.
     func takeSharedToken(
         _ bucket: String, perMinute: Int, completion: @escaping @Sendable (Result<Int64?, any Error>) -> Void)
+
+    /// The caller gave up writing these deliveries' results (its bound of
+    /// held results was passed): a shared store stops renewing their leases,
+    /// so that another instance sends them again once the lease runs out.
+    func forget(deliveryIDs: [Int64])
+
+    /// The lanes this instance can send now (those with a transport): a
+    /// shared store publishes them, so that the other instances leave the
+    /// deliveries of those lanes to it rather than skip them.
+    func publish(lanes: Set<QueueLane>)
 }
 
 /// What became of a stale device (see ``DeliveryStore/removeStale``).
@@ -185,6 +195,12 @@ public enum StaleRemoval: Sendable, Equatable {
 public let staleWindowMs: Int64 = 60_000
 
 extension DeliveryStore {
+    /// A store of one instance renews no leases: nothing to forget.
+    public func forget(deliveryIDs: [Int64]) {}
+
+    /// A store of one instance has no one to tell.
+    public func publish(lanes: Set<QueueLane>) {}
+
     /// Commits a message and hands deliveries over at the commit (no early sends).
     public func enqueue(
         _ e: Enqueue, handoff: [QueueLane: Int], limit: Int,

@@ -1,3 +1,5 @@
+import Foundation
+
 /// One store call waiting for a store thread: its work and its completion,
 /// typed. The stores queue calls of every result type together as
 /// `any QueuedCall<Context>` and run them in batches, one transaction per
@@ -9,6 +11,9 @@ protocol QueuedCall<Context>: Sendable {
     var durable: Bool { get }
     /// What the call writes that a later read of the same key must see.
     var fence: String? { get }
+    /// When the caller stops waiting (``CallDeadlines/now``, nanoseconds);
+    /// a call still queued then is not run.
+    var deadline: UInt64 { get }
     /// Runs the work once (again after a lost race on PostgreSQL).
     func run(_ context: Context, now: Int64) -> CallOutcome
     /// Answers the caller with `error`; the work never ran or did not commit.
@@ -28,6 +33,7 @@ struct StoreCall<Context, T>: QueuedCall {
     let completion: @Sendable (Result<T, any Error>) -> Void
     let durable: Bool
     let fence: String?
+    var deadline: UInt64 = .max
 
     func run(_ context: Context, now: Int64) -> CallOutcome {
         do {
@@ -39,4 +45,87 @@ struct StoreCall<Context, T>: QueuedCall {
     }
 
     func fail(_ error: any Error) { completion(.failure(error)) }
+}
+
+/// The deadlines of store calls: a call not answered by its deadline is
+/// answered with ``StoreTimeout`` by ``sweep()`` (its work, if it runs or
+/// commits later, answers no one), so that no caller waits on a database
+/// that does not answer.
+// @unchecked: `entries` and each entry's `done` are guarded by `lock`.
+final class CallDeadlines: @unchecked Sendable {
+    final class Entry: @unchecked Sendable {
+        let due: UInt64
+        fileprivate var done = false
+        fileprivate let expire: @Sendable () -> Void
+        fileprivate init(due: UInt64, expire: @escaping @Sendable () -> Void) {
+            self.due = due
+            self.expire = expire
+        }
+    }
+
+    private let lock = NSLock()
+    private var entries: [Entry] = []
+
+    /// The monotonic clock the deadlines are on, in nanoseconds.
+    static var now: UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+    /// Calls still waiting (bounded by the store's queue and pool).
+    var count: Int { lock.withLock { entries.count } }
+
+    func add(due: UInt64, expire: @escaping @Sendable () -> Void) -> Entry {
+        let entry = Entry(due: due, expire: expire)
+        lock.withLock { entries.append(entry) }
+        return entry
+    }
+
+    /// The call was answered: its deadline no longer matters.
+    func finish(_ entry: Entry) {
+        lock.withLock { entry.done = true }
+    }
+
+    /// Expires the calls past their deadline and forgets the answered ones;
+    /// returns how many expired.
+    @discardableResult
+    func sweep(now: UInt64 = CallDeadlines.now) -> Int {
+        var expired: [Entry] = []
+        lock.withLock {
+            entries.removeAll { entry in
+                if entry.done { return true }
+                guard entry.due <= now else { return false }
+                entry.done = true
+                expired.append(entry)
+                return true
+            }
+        }
+        for entry in expired { entry.expire() }
+        return expired.count
+    }
+}
+
+/// A completion that runs once: the first of the work's answer and the
+/// deadline's wins.
+// @unchecked: `done` is guarded by `lock`.
+final class OnceCompletion<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var done = false
+    private let completion: @Sendable (Result<T, any Error>) -> Void
+
+    init(_ completion: @escaping @Sendable (Result<T, any Error>) -> Void) {
+        self.completion = completion
+    }
+
+    func complete(_ result: Result<T, any Error>) {
+        let first = lock.withLock {
+            defer { done = true }
+            return !done
+        }
+        if first { completion(result) }
+    }
+}
+
+/// A store call that found no answer by its deadline: the database is slow,
+/// locked or away. Whether its work ran is unknown.
+public struct StoreTimeout: Error, CustomStringConvertible {
+    public let seconds: Double
+    public var description: String { "the store did not answer within \(seconds) s" }
 }

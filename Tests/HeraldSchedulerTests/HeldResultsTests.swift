@@ -291,7 +291,9 @@ struct HeldResultsTests {
         // A restart queues the dropped again and sends them: at least once, nothing lost.
         let reopened = try scratch.open(key: key)
         defer { reopened.close() }
-        #expect(reopened.recoveredDeliveries == 35)
+        // PostgreSQL's close hands work in flight back at once (peers need not
+        // wait out the lease): queued again, but not found in flight at the reopen.
+        #expect(reopened.recoveredDeliveries == (backend == .postgres ? 0 : 35))
         let again = ScriptedTransport(limit: 60, delayMs: 1)
         let next = Scheduler(store: reopened, transports: [Self.lane: again], settings: Self.settings())
         next.start()

@@ -222,7 +222,9 @@ struct SchedulerTests {
         store.close()  // the answers never come: as good as a crash for the store
         let reopened = try scratch.open(key: key, synchronous: .full)
         defer { reopened.close() }
-        #expect(reopened.recoveredDeliveries == 5)
+        // PostgreSQL's close hands work in flight back at once (peers need not
+        // wait out the lease): queued again, but not found in flight at the reopen.
+        #expect(reopened.recoveredDeliveries == (backend == .postgres ? 0 : 5))
         let again = try reopened.sync { s, done in s.claimDue(limit: 10, completion: done) }.jobs
         #expect(again.count == 5 && again.allSatisfy { $0.previousAttempts == 1 && $0.token.hasPrefix("fcm-") })
         // Let the held answers go (to the closed store, which refuses them) so

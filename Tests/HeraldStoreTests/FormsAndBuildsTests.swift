@@ -51,7 +51,7 @@ struct FormsAndBuildsTests {
         let again = try t.register(Self.reg("alice", .apns, "aa01", appID: "stable"))
         #expect(again.deviceID == a.deviceID && !again.created)
         // Across a restart too (the binding is found in the stored rows).
-        _ = try t.reopen()
+        try t.reopen(instance: "test-restarted").close()
         let afterRestart = try t.register(apns("alice", "aa01"))
         #expect(afterRestart.deviceID == a.deviceID && !afterRestart.created)
         #expect(try t.list("alice").map(\.appID) == ["stable", "stable"])

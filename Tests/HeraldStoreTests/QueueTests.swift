@@ -197,7 +197,9 @@ struct QueueTests {
         t.store.close()
         let reopened = try t.reopen(synchronous: .full)
         defer { reopened.close() }
-        #expect(reopened.recoveredDeliveries == 1)
+        // PostgreSQL's close hands work in flight back at once (peers need not
+        // wait out the lease): queued again, but not found in flight at the reopen.
+        #expect(reopened.recoveredDeliveries == (backend == .postgres ? 0 : 1))
         let again = try reopened.sync { s, done in s.claimDue(limit: 10, completion: done) }.jobs
         #expect(again.count == 1 && again.first?.previousAttempts == 1)
         try reopened.sync { s, done in

@@ -17,6 +17,10 @@ final class PostgresQueue: @unchecked Sendable {
     private let key: StoreKey
     let instance: String
     let leaseMs: Int64
+    /// The longest a delivery stays in flight after its claim, renewed or
+    /// not: past it any instance takes it back (a live but stuck instance
+    /// cannot hold work for ever).
+    let maxAgeMs: Int64
     /// Never below the waiting deliveries this instance knows of; counted
     /// again when an admission would pass the limit or the count is older
     /// than `boundAgeMs` (other instances add to the queue too).
@@ -24,13 +28,44 @@ final class PostgresQueue: @unchecked Sendable {
     private var pendingBound = 0
     private var boundCountedAt: Int64 = .min / 2
     static let boundAgeMs: Int64 = 1000
+    /// The lanes (`app` U+001F `platform`) that another live instance can
+    /// send, as the listener last read them: this instance neither skips
+    /// nor claims their deliveries when it cannot send them itself.
+    private var othersLanes: Set<String> = []
+    /// The last depth counted, and when (on the monotonic clock, ms).
+    private var cachedDepth: (depth: QueueDepth, at: Int64)?
+    static let depthCacheMs: Int64 = 1000
+
+    /// The database's clock in milliseconds since the epoch, at the moment a
+    /// statement reads it (`clock_timestamp()`, not the transaction's start):
+    /// leases are written from it, so a batch that waited on a lock never
+    /// writes a lease already partly spent. Every time several instances
+    /// compare is the database's (SPEC Revision 3, "One clock").
+    static let databaseNow = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+
+    /// The name of a lane in the instances table and the claim's exclusions.
+    static func laneName(_ lane: QueueLane) -> String { lane.app + "\u{1F}" + lane.platform.rawValue }
+
+    func setOthersLanes(_ lanes: Set<String>) { lock.withLock { othersLanes = lanes } }
+    var lanesOfOthers: Set<String> { lock.withLock { othersLanes } }
 
     static let channel = "herald_work"
 
-    init(key: StoreKey, instance: String, leaseMs: Int64) {
+    /// What a test's injected clock adds to the database's (0 in service):
+    /// leases are written at the database's time plus this.
+    let shift: @Sendable () -> Int64
+
+    /// A lease's end relative to the database's clock at the write.
+    private var leaseParameter: PostgresValue { .int(leaseMs + shift()) }
+
+    init(
+        key: StoreKey, instance: String, leaseMs: Int64, maxAgeMs: Int64, shift: @escaping @Sendable () -> Int64 = { 0 }
+    ) {
+        self.shift = shift
         self.key = key
         self.instance = instance
         self.leaseMs = leaseMs
+        self.maxAgeMs = max(maxAgeMs, leaseMs)
     }
 
     // MARK: Array parameters
@@ -130,6 +165,7 @@ final class PostgresQueue: @unchecked Sendable {
         rows.reserveCapacity(targets.count)
         var room = handoff
         var roomLeft = handoffLimit
+        let sendableElsewhere = e.disabled.isEmpty ? [] : lanesOfOthers
         for target in targets {
             var row = Row(target: target, state: .queued, reason: nil, secrets: nil)
             if !target.enabled {
@@ -138,7 +174,10 @@ final class PostgresQueue: @unchecked Sendable {
             } else if !e.message.kind.reaches(target.platform, webPushForm: target.keysSealed != nil) {
                 row.state = .skipped
                 row.reason = "kind_not_for_platform"
-            } else if let why = e.disabled[target.keysSealed != nil ? .web : target.platform] {
+            } else if let why = e.disabled[target.keysSealed != nil ? .web : target.platform],
+                !sendableElsewhere.contains(Self.laneName(QueueLane(app: e.app, platform: target.platform)))
+            {
+                // Skipped only when no live instance can send it either.
                 row.state = .skipped
                 row.reason = "transport_disabled: \(why)"
             }
@@ -171,7 +210,7 @@ final class PostgresQueue: @unchecked Sendable {
             Statements.insertDeliveries,
             [
                 .text(messageID), .text(e.app), PostgresRegistry.bytes(e.message.collapseKey), .int(now),
-                .text(instance), .int(now + leaseMs),
+                .text(instance), leaseParameter,
                 .text(Self.textArray(rows.map { $0.target.deviceID })),
                 .text(Self.byteaArray(rows.map { Array($0.target.user.utf8) })),
                 .text(Self.textArray(rows.map { $0.target.platform.rawValue })),
@@ -336,28 +375,61 @@ final class PostgresQueue: @unchecked Sendable {
 
     // MARK: Leases
 
-    /// This instance's deliveries left in flight by its previous run (a stop
-    /// or crash) go back to the queue; returns how many.
-    func recoverOwn(_ c: PostgresConnection, now: Int64) throws -> Int {
-        try c.execute(
+    /// This instance's deliveries in flight go back to the queue, due now,
+    /// with `reason`: at open, what its previous run left (a stop or
+    /// crash), and at a graceful stop, what it did not send. Other instances
+    /// are woken to take them. Returns how many.
+    func releaseOwn(_ c: PostgresConnection, now: Int64, reason: String) throws -> Int {
+        let n = try c.execute(
             """
-            UPDATE deliveries SET state = 'retrying', next_attempt_at = $1, updated_at = $1, lease_expires_at = NULL
+            UPDATE deliveries SET state = 'retrying', next_attempt_at = $1, updated_at = $1, lease_expires_at = NULL,
+                reason = $3
             WHERE state = 'in_flight' AND sent_by = $2
-            """, [.int(now), .text(instance)]
+            """, [.int(now), .text(instance), .text(reason)]
         ).affectedRows
-    }
-
-    /// Deliveries whose lease ran out (their instance stopped renewing) go
-    /// back to the queue, due now; returns how many.
-    func requeueExpired(_ c: PostgresConnection, now: Int64) throws -> Int {
-        let n = try c.execute(Statements.requeueExpired, [.int(now)]).affectedRows
         if n > 0 { try notify(c) }
         return n
     }
 
-    /// Extends the leases of this instance's deliveries in flight.
-    func renewLeases(_ c: PostgresConnection, now: Int64) throws -> Int {
-        try c.execute(Statements.renew, [.int(now + leaseMs), .text(instance)]).affectedRows
+    /// Deliveries in flight that nobody holds any more go back to the queue,
+    /// due now: a lease that ran out (its instance stopped renewing it, or
+    /// never held it: a result lost in an ambiguous commit), none at all, one
+    /// older than the maximum age, or one of an instance in `gone` (its
+    /// process is dead: its sessions closed). Returns how many; the other
+    /// instances are woken when there are any.
+    func rescue(_ c: PostgresConnection, now: Int64, gone: [String]) throws -> Int {
+        let n = try c.execute(
+            Statements.rescue, [.int(now), .int(now - maxAgeMs), .text(Self.textArray(gone))]
+        ).affectedRows
+        if n > 0 { try notify(c) }
+        return n
+    }
+
+    /// Extends the leases of `held`, the deliveries this instance's
+    /// scheduler holds (never every row recorded under its name: one whose
+    /// result was lost must run out), up to the maximum age.
+    func renewLeases(_ c: PostgresConnection, held: [Int64], now: Int64) throws -> Int {
+        guard !held.isEmpty else { return 0 }
+        return try c.execute(
+            Statements.renew,
+            [leaseParameter, .text(Self.bigintArray(held)), .text(instance), .int(now - maxAgeMs)]
+        ).affectedRows
+    }
+
+    /// Puts back deliveries of `ids` still in flight under this instance
+    /// that its scheduler does not hold (a claim or hand-over whose commit
+    /// failed may have committed after all). Returns how many.
+    func putBack(_ c: PostgresConnection, ids: [Int64], now: Int64) throws -> Int {
+        guard !ids.isEmpty else { return 0 }
+        let n = try c.execute(
+            """
+            UPDATE deliveries SET state = 'retrying', next_attempt_at = $1, updated_at = $1, lease_expires_at = NULL,
+                reason = 'claim not confirmed'
+            WHERE delivery_id = ANY($2::bigint[]) AND state = 'in_flight' AND sent_by = $3
+            """, [.int(now), .text(Self.bigintArray(ids)), .text(instance)]
+        ).affectedRows
+        if n > 0 { try notify(c) }
+        return n
     }
 
     // MARK: Claims
@@ -365,7 +437,7 @@ final class PostgresQueue: @unchecked Sendable {
     /// Takes due deliveries as ``Queue/claimDue(lanes:others:now:)`` does,
     /// skipping rows another instance is taking, and leases them.
     func claimDue(_ c: PostgresConnection, lanes: [QueueLane: Int], others: Int, now: Int64) throws -> Claim {
-        _ = try requeueExpired(c, now: now)
+        _ = try rescue(c, now: now, gone: [])
         var results: [PostgresResult] = []
         let named = lanes.keys.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
         for lane in named where lanes[lane]! > 0 {
@@ -375,7 +447,9 @@ final class PostgresQueue: @unchecked Sendable {
                     [.text(lane.app), .text(lane.platform.rawValue), .int(now), .int(Int64(lanes[lane]!))]))
         }
         if others > 0 {
-            let excluded = Self.textArray(named.map { $0.app + "\u{1F}" + $0.platform.rawValue })
+            // Lanes this instance sends are claimed above; lanes another live
+            // instance can send are left to it.
+            let excluded = Self.textArray(Array(Set(named.map(Self.laneName)).union(lanesOfOthers)))
             results.append(try c.execute(Statements.claimOthers, [.int(now), .text(excluded), .int(Int64(others))]))
         }
 
@@ -449,10 +523,9 @@ final class PostgresQueue: @unchecked Sendable {
         if !jobs.isEmpty {
             try c.execute(
                 Statements.lease,
-                [.int(now), .text(instance), .int(now + leaseMs), .text(Self.bigintArray(jobs.map(\.deliveryID)))])
+                [.int(now), .text(instance), leaseParameter, .text(Self.bigintArray(jobs.map(\.deliveryID)))])
         }
-        let next = try c.execute(Statements.nextDue, [.text(instance)]).first
-        let nextDueAt = [try next?.optionalInt64(0), try next?.optionalInt64(1)].compactMap { $0 }.min()
+        let nextDueAt = try c.execute(Statements.nextDue).first?.optionalInt64(0)
         return Claim(
             jobs: jobs, finished: (expired + gone + disabled + unreadable).map(\.1), batchSizes: sizes,
             nextDueAt: nextDueAt, unreadable: unreadableDevices)
@@ -562,17 +635,33 @@ final class PostgresQueue: @unchecked Sendable {
 
     // MARK: Housekeeping
 
-    func purge(_ c: PostgresConnection, before: Int64, now: Int64) throws -> Int {
+    /// The advisory lock of the housekeeper: one instance at a time purges.
+    static let housekeeperLock = PostgresRegistry.lockKey("housekeeper")
+    /// Messages one purge chunk deletes (with their deliveries).
+    static let purgeChunk = 500
+
+    /// One chunk of housekeeping, if no other instance is doing it: deletes
+    /// up to ``purgeChunk`` messages created before `before` whose
+    /// deliveries are all final, buckets idle for an hour, deletions past
+    /// the stale window, and instance rows silent for a day. Returns the
+    /// messages deleted, or nil when another instance holds the lock.
+    func purgeChunk(_ c: PostgresConnection, before: Int64, now: Int64) throws -> Int? {
+        guard try c.execute("SELECT pg_try_advisory_xact_lock($1)", [.int(Self.housekeeperLock)]).first?.bool(0) == true
+        else { return nil }
         let purged = try c.execute(
             """
-            DELETE FROM messages m WHERE m.created_at < $1 AND NOT EXISTS (
-                SELECT 1 FROM deliveries d WHERE d.message_id = m.message_id
-                AND d.state IN ('queued', 'retrying', 'in_flight'))
-            """, [.int(before)]
+            DELETE FROM messages WHERE message_id IN (
+                SELECT m.message_id FROM messages m WHERE m.created_at < $1 AND NOT EXISTS (
+                    SELECT 1 FROM deliveries d WHERE d.message_id = m.message_id
+                    AND d.state IN ('queued', 'retrying', 'in_flight'))
+                ORDER BY m.created_at LIMIT $2)
+            """, [.int(before), .int(Int64(Self.purgeChunk))]
         ).affectedRows
         // Buckets idle for an hour are full again; deletions past the window count no more.
         try c.execute("DELETE FROM rate_buckets WHERE updated_at < $1", [.int(now - 3_600_000)])
         try c.execute("DELETE FROM stale_deletions WHERE deleted_at <= $1", [.int(now - staleWindowMs)])
+        try c.execute(
+            "DELETE FROM instances WHERE heartbeat_at < $1 AND instance_id <> $2", [.int(now - 86_400_000), .text(instance)])
         return purged
     }
 
@@ -601,9 +690,25 @@ final class PostgresQueue: @unchecked Sendable {
         )
     }
 
+    /// Deliveries waiting and in flight, every instance's: two counts that
+    /// each read one partial index (the live work), never the history.
     func depth(_ c: PostgresConnection) throws -> QueueDepth {
         guard let r = try c.execute(Statements.depth).first else { return QueueDepth(waiting: 0, inFlight: 0) }
-        return QueueDepth(waiting: Int(try r.int64(0)), inFlight: Int(try r.int64(1)))
+        let depth = QueueDepth(waiting: Int(try r.int64(0)), inFlight: Int(try r.int64(1)))
+        lock.withLock { cachedDepth = (depth, Self.monotonicMs()) }
+        return depth
+    }
+
+    /// The depth counted less than ``depthCacheMs`` ago, if any.
+    var recentDepth: QueueDepth? {
+        lock.withLock {
+            guard let cached = cachedDepth, Self.monotonicMs() - cached.at < Self.depthCacheMs else { return nil }
+            return cached.depth
+        }
+    }
+
+    static func monotonicMs() -> Int64 {
+        Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000)
     }
 
     func depthByApp(_ c: PostgresConnection) throws -> [String: QueueDepth] {
@@ -642,7 +747,8 @@ final class PostgresQueue: @unchecked Sendable {
                     attempts, next_attempt_at, reason, updated_at, sent_by, lease_expires_at)
                 SELECT $1, $2, t.device_id, t.user_name, t.platform, t.token_hash, $3, t.state,
                     CASE WHEN t.state = 'in_flight' THEN 1 ELSE 0 END, $4, t.reason, $4,
-                    CASE WHEN t.state = 'in_flight' THEN $5 END, CASE WHEN t.state = 'in_flight' THEN $6::bigint END
+                    CASE WHEN t.state = 'in_flight' THEN $5 END,
+                    CASE WHEN t.state = 'in_flight' THEN \(databaseNow) + $6::bigint END
                 FROM unnest($7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[], $12::text[])
                     WITH ORDINALITY AS t(device_id, user_name, platform, token_hash, state, reason, n)
                 ORDER BY t.n
@@ -665,18 +771,23 @@ final class PostgresQueue: @unchecked Sendable {
                 """)
         static let stateCounts = PostgresStatement(
             name: "q_state_counts", sql: "SELECT state, count(*) FROM deliveries WHERE message_id = $1 GROUP BY state")
-        static let requeueExpired = PostgresStatement(
-            name: "q_requeue_expired",
+        static let rescue = PostgresStatement(
+            name: "q_rescue",
             sql: """
                 UPDATE deliveries SET state = 'retrying', next_attempt_at = $1, updated_at = $1, lease_expires_at = NULL,
-                    reason = 'lease expired'
+                    reason = CASE WHEN sent_by = ANY($3::text[]) THEN 'instance gone'
+                        WHEN updated_at < $2 THEN 'lease past its maximum age' ELSE 'lease expired' END
                 WHERE delivery_id IN (
-                    SELECT delivery_id FROM deliveries WHERE state = 'in_flight' AND lease_expires_at < $1
+                    SELECT delivery_id FROM deliveries WHERE state = 'in_flight' AND (lease_expires_at IS NULL
+                        OR lease_expires_at < $1 OR updated_at < $2 OR sent_by = ANY($3::text[]))
                     ORDER BY lease_expires_at LIMIT 10000 FOR UPDATE SKIP LOCKED)
                 """)
         static let renew = PostgresStatement(
             name: "q_renew",
-            sql: "UPDATE deliveries SET lease_expires_at = $1 WHERE state = 'in_flight' AND sent_by = $2")
+            sql: """
+                UPDATE deliveries SET lease_expires_at = \(databaseNow) + $1
+                WHERE delivery_id = ANY($2::bigint[]) AND state = 'in_flight' AND sent_by = $3 AND updated_at >= $4
+                """)
         static let claimColumns = """
             SELECT d.delivery_id, d.message_id, d.app, d.device_id, d.user_name, d.platform, d.attempts, m.expires_at,
                 m.payload, v.environment, v.token_sealed, v.keys_sealed, v.token_hash, v.registered_at, m.created_at,
@@ -716,14 +827,13 @@ final class PostgresQueue: @unchecked Sendable {
             name: "q_lease",
             sql: """
                 UPDATE deliveries SET state = 'in_flight', attempts = attempts + 1, updated_at = $1, sent_by = $2,
-                    lease_expires_at = $3
+                    lease_expires_at = \(databaseNow) + $3
                 WHERE delivery_id = ANY($4::bigint[])
                 """)
         static let nextDue = PostgresStatement(
             name: "q_next_due",
             sql: """
-                SELECT (SELECT min(next_attempt_at) FROM deliveries WHERE state IN ('queued', 'retrying')),
-                    (SELECT min(lease_expires_at) FROM deliveries WHERE state = 'in_flight' AND sent_by <> $1)
+                SELECT min(next_attempt_at) FROM deliveries WHERE state IN ('queued', 'retrying')
                 """)
         static let record = PostgresStatement(
             name: "q_record",
@@ -749,8 +859,8 @@ final class PostgresQueue: @unchecked Sendable {
         static let depth = PostgresStatement(
             name: "q_depth",
             sql: """
-                SELECT count(*) FILTER (WHERE state IN ('queued', 'retrying')), count(*) FILTER (WHERE state = 'in_flight')
-                FROM deliveries WHERE state IN ('queued', 'retrying', 'in_flight')
+                SELECT (SELECT count(*) FROM deliveries WHERE state IN ('queued', 'retrying')),
+                    (SELECT count(*) FROM deliveries WHERE state = 'in_flight')
                 """)
     }
 }

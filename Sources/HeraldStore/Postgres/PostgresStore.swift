@@ -16,8 +16,14 @@ import Postgres
 /// (an app's user, a message) run in the order they were queued, and a read
 /// of that key runs after them, as on SQLite's single writer.
 ///
-/// A listener thread of its own connection renews this instance's leases
-/// and hears the other instances' `NOTIFY` (work queued, leases expired).
+/// A listener thread of its own connection holds this instance's identity
+/// (a session advisory lock, gone with the process), beats its heartbeat,
+/// renews the leases of the deliveries its scheduler holds, takes back work
+/// nobody holds (a dead instance's, an expired or too old lease), and hears
+/// the other instances' `NOTIFY`. Every time several instances compare is
+/// the database's; jobs see it as `now`, and the times handed to the
+/// scheduler are moved to this host's clock (and back) by the offset
+/// measured at each batch. Every call has a deadline (``CallDeadlines``).
 /// Completions run on the store's threads; they must hand work elsewhere quickly.
 // @unchecked: the job queue, fences and counts are guarded by `condition`; connections belong to pool threads.
 public final class PostgresStore: DeliveryStore, @unchecked Sendable {
@@ -30,6 +36,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     private var busy: [String: Int] = [:]
     private var running = 0
     private var stopping = false
+    private var closed = false
     private var observer: (@Sendable () -> Void)?
 
     private let pool: PostgresPool
@@ -38,6 +45,15 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     private let clock: any WallClock
     private let options: PostgresStoreOptions
     private let listener: Listener
+    private let deadlines = CallDeadlines()
+    private let sweeper: any DispatchSourceTimer
+    /// Deliveries this instance's scheduler holds: claimed or handed over
+    /// and not yet recorded. Only these leases are renewed.
+    private let held = HeldDeliveries()
+    /// The database's clock minus this host's, in ms, as the last batch measured it.
+    private let offset = ClockOffset()
+    // Guarded by `condition`: when a call last passed its deadline (monotonic ns).
+    private var lastTimeoutAt: UInt64?
 
     /// The most jobs one transaction takes, to bound commit latency.
     static let maxBatch = 512
@@ -49,6 +65,8 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
 
     public let keyOutcome: StoreKeyOutcome
     public private(set) var recoveredDeliveries = 0
+    /// How long after a call passed its deadline the store is still reported degraded.
+    static let stuckReportNs: UInt64 = 10_000_000_000
 
     /// Connects, migrates the schema (one instance at a time), checks the
     /// store key against the database, re-queues what this instance left in
@@ -69,33 +87,100 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         let (key, outcome) = try PostgresKeyCheck.settle(setup, supply: keySupply, keyFile: keyFile, database: database)
         keyOutcome = outcome
         let leaseMs = max(1, options.lease.wholeMillisecondsValue)
-        queueTables = PostgresQueue(key: key, instance: instance, leaseMs: leaseMs)
+        let shift = Self.shift(of: clock)
+        queueTables = PostgresQueue(
+            key: key, instance: instance, leaseMs: leaseMs, maxAgeMs: options.leaseMaxAge.wholeMillisecondsValue,
+            shift: shift)
         registry = PostgresRegistry(key: key)
-        let now = clock.nowMilliseconds()
+        // The identity first: a second live instance of this name must not
+        // take back the first one's work below.
+        let identity = InstanceIdentity(name: instance, version: options.version)
+        let own = PostgresConnection(configuration: options.connection)
+        do {
+            try own.connect()
+            try identity.claim(own)
+        } catch {
+            own.close()
+            throw error
+        }
         let (tables, registry) = (queueTables, registry)
-        recoveredDeliveries = try setup.transaction { c in
-            try registry.expireTombstones(c, now: now)
-            let own = try tables.recoverOwn(c, now: now)
-            _ = try tables.requeueExpired(c, now: now)
-            return own
+        do {
+            recoveredDeliveries = try setup.transaction { c in
+                let now = clock is SystemClock ? try Self.databaseNow(c) : clock.nowMilliseconds()
+                try registry.expireTombstones(c, now: now)
+                let own = try tables.releaseOwn(c, now: now, reason: "instance restarted")
+                _ = try tables.rescue(c, now: now, gone: [])
+                return own
+            }
+        } catch {
+            own.close()
+            throw error
         }
         pool = PostgresPool(
             configuration: options.connection, size: options.poolSize, queueLimit: Self.queueLimit,
             threadName: "herald-pg")
+        sweeper = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "herald-pg-deadlines"))
         listener = Listener(
-            configuration: options.connection, queue: queueTables, clock: clock, renewEvery: max(1, leaseMs / 3))
+            connection: own, identity: identity, queue: queueTables, held: held, renewEveryMs: max(1, leaseMs / 3))
         listener.start { [weak self] in self?.workArrived() }
+        let deadlines = self.deadlines
+        sweeper.setEventHandler { deadlines.sweep() }
+        sweeper.schedule(deadline: .now() + .milliseconds(100), repeating: .milliseconds(100), leeway: .milliseconds(20))
+        sweeper.resume()
+    }
+
+    /// What an injected clock (tests) adds to the database's: its distance
+    /// from this host's real clock. Zero for the system clock: in service
+    /// every time is the database's.
+    static func shift(of clock: any WallClock) -> @Sendable () -> Int64 {
+        if clock is SystemClock { return { 0 } }
+        return { clock.nowMilliseconds() - SystemClock().nowMilliseconds() }
+    }
+
+    /// The database's clock, read by a statement now (see ``PostgresQueue/databaseNow``).
+    static func databaseNow(_ c: PostgresConnection) throws -> Int64 {
+        try c.execute(Statements.now).first?.int64(0) ?? 0
+    }
+
+    private enum Statements {
+        static let now = PostgresStatement(name: "store_now", sql: "SELECT \(PostgresQueue.databaseNow)")
+        static let writable = PostgresStatement(
+            name: "store_writable", sql: "SELECT current_setting('transaction_read_only') = 'off', pg_is_in_recovery()")
     }
 
     deinit {
+        sweeper.cancel()
         listener.stop()
     }
 
+    /// Stops taking calls, finishes the queued ones, hands back the
+    /// deliveries this instance still has in flight (its peers take them at
+    /// once rather than after the lease), and closes the connections (the
+    /// identity lock goes with them).
     public func close() {
+        let released = ResultBox<Int>()
+        submit(
+            { [queueTables] c, now in try queueTables.releaseOwn(c, now: now, reason: "released at stop") },
+            { released.set($0) })
+        _ = released.wait()
+        abandon()
+    }
+
+    /// Closes the connections without handing anything back, as a killed
+    /// process leaves the database (its sessions end, its identity lock with
+    /// them): the other instances take its work within seconds. For tests;
+    /// a stopping daemon calls ``close()``.
+    public func abandon() {
         condition.lock()
+        if closed {
+            condition.unlock()
+            return
+        }
+        closed = true
         stopping = true
         while running > 0 || !queue.isEmpty { condition.wait() }
         condition.unlock()
+        sweeper.cancel()
         listener.stop()
         pool.close()
     }
@@ -118,20 +203,33 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     // MARK: Jobs
 
     private func submit<T>(
-        durable: Bool = true, fence: String? = nil, _ work: @escaping @Sendable (PostgresConnection, Int64) throws -> T,
+        durable: Bool = true, fence: String? = nil, timeout: Duration? = nil,
+        _ work: @escaping @Sendable (PostgresConnection, Int64) throws -> T,
         _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
-        let job: Job = StoreCall(work: work, completion: completion, durable: durable, fence: fence)
+        let limit = timeout ?? options.callTimeout
+        let once = OnceCompletion(completion)
+        let entry = deadlines.add(due: CallDeadlines.now + UInt64(max(1, limit.wholeMillisecondsValue)) * 1_000_000) {
+            [weak self] in
+            self?.noteTimeout()
+            once.complete(.failure(StoreTimeout(seconds: Double(limit.wholeMillisecondsValue) / 1000)))
+        }
+        let deadlines = self.deadlines
+        let job: Job = StoreCall(
+            work: work,
+            completion: { result in
+                deadlines.finish(entry)
+                once.complete(result)
+            }, durable: durable, fence: fence, deadline: entry.due)
         condition.lock()
         if stopping {
             condition.unlock()
-            completion(.failure(PostgresError(.closed, "store is closed")))
+            job.fail(PostgresError(.closed, "store is closed"))
             return
         }
         if queue.count >= Self.queueLimit {
             condition.unlock()
-            completion(
-                .failure(PostgresError(.queueFull, "the store's job queue is full (\(Self.queueLimit) jobs waiting)")))
+            job.fail(PostgresError(.queueFull, "the store's job queue is full (\(Self.queueLimit) jobs waiting)"))
             return
         }
         queue.append(job)
@@ -147,7 +245,10 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             var batch: [Job] = []
             var rest: [Job] = []
             var blocked = Set<String>()
+            let now = CallDeadlines.now
             for job in queue {
+                // Answered by its deadline already: its work would answer no one.
+                if job.deadline <= now { continue }
                 if batch.count < Self.maxBatch,
                     job.fence.map({ busy[$0] == nil && !blocked.contains($0) }) ?? true
                 {
@@ -173,29 +274,20 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
 
     /// Runs a batch in one transaction on a pool thread, then completes its jobs.
     private func commit(_ batch: [Job], _ c: PostgresConnection) {
-        let now = clock.nowMilliseconds()
-        do {
-            do {
-                try c.begin()
-            } catch let error where error.isConnectionFailure {
-                // A connection the server dropped (a restart) is found dead only
-                // when used: nothing of the batch ran, so open a new one and begin again.
-                try c.begin()
-            }
-            if !batch.contains(where: \.durable) {
-                // Claims, results and reads: a crash may lose them, costing a
-                // repeat; the next durable commit makes them durable with it.
-                try c.executeScript("SET LOCAL synchronous_commit = off")
-            }
-        } catch {
+        let started = Result { try begin(batch, c) }
+        guard case .success(let now) = started else {
             try? c.rollback()
-            finished(batch, failure: error, outcomes: [])
+            if case .failure(let error) = started { finished(batch, failure: error, outcomes: []) }
             return
         }
         var outcomes: [CallOutcome] = []
         outcomes.reserveCapacity(batch.count)
         var lost: (any Error)?
+        // A job whose caller was answered by its deadline does not run: a
+        // batch stuck behind a lock does not run, one after another, jobs
+        // nobody waits for.
         for job in batch where lost == nil {
+            if Self.answered(job) { continue }
             var attempt = 0
             while true {
                 do {
@@ -244,9 +336,47 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         finished(batch, failure: failure, outcomes: outcomes)
     }
 
+    /// Begins the batch's transaction; returns the database's time.
+    private func begin(_ batch: [Job], _ c: PostgresConnection) throws -> Int64 {
+        do {
+            try c.begin()
+        } catch {
+            // A connection the server dropped (a restart) is found dead only
+            // when used: nothing of the batch ran, so open a new one and begin again.
+            guard error.isConnectionFailure else { throw error }
+            try c.begin()
+        }
+        if !batch.contains(where: { $0.durable }) {
+            // Claims, results and reads: a crash may lose them, costing a
+            // repeat; the next durable commit makes them durable with it.
+            try c.executeScript("SET LOCAL synchronous_commit = off")
+        }
+        // The batch's time is the database's; the offset to this host's
+        // clock moves the times handed to the scheduler (and back).
+        return try measure(c)
+    }
+
+    /// Whether the job's caller was answered by its deadline.
+    private static func answered(_ job: Job) -> Bool {
+        job.deadline <= CallDeadlines.now
+    }
+
+    /// The database's time now, and the offset of this host's clock to it.
+    private func measure(_ c: PostgresConnection) throws -> Int64 {
+        // A test's injected clock is the store's time exactly (its rules are
+        // tested to the millisecond); leases still follow the database's.
+        if !(clock is SystemClock) { return clock.nowMilliseconds() }
+        let before = clock.nowMilliseconds()
+        let now = try Self.databaseNow(c) + queueTables.shift()
+        let after = clock.nowMilliseconds()
+        offset.set(now - (before + after) / 2)
+        return now
+    }
+
     /// Whether a job failed because another transaction won a race, so that
     /// running it again sees the winner's row.
     static func isRace(_ error: any Error) -> Bool {
+        if error is RegistrationRaceLost { return true }
         guard let state = (error as? PostgresError)?.sqlState else { return false }
         return state == .uniqueViolation || state == .deadlockDetected || state == .serializationFailure
     }
@@ -359,6 +489,25 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         submit({ [queueTables] c, now in try queueTables.enqueue(c, e, now: now, handoff: [:]).accepted }, completion)
     }
 
+    /// Takes over what a claim or hand-over committed: its deliveries are
+    /// held (their leases renewed) and its times moved to this host's clock.
+    /// A claim whose commit failed may have committed all the same (the
+    /// connection was lost during COMMIT): its rows are put back at once.
+    private func take(_ result: Result<Claim, any Error>, tried: ClaimedIDs) -> Result<Claim, any Error> {
+        switch result {
+        case .success(let claim):
+            held.insert(claim.jobs.map(\.deliveryID))
+            return .success(offset.toLocal(claim))
+        case .failure(let error):
+            let ids = tried.ids
+            if !ids.isEmpty {
+                submit(
+                    durable: false, { [queueTables] c, now in try queueTables.putBack(c, ids: ids, now: now) }, { _ in })
+            }
+            return .failure(error)
+        }
+    }
+
     /// Hands the deliveries over at the commit only: `early` is never called
     /// (a batch that lost a race runs again, and its first run's early sends
     /// would be a second message).
@@ -366,9 +515,22 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?,
         completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
     ) {
+        let tried = ClaimedIDs()
         submit(
-            { [queueTables] c, now in try queueTables.enqueue(c, e, now: now, handoff: handoff, handoffLimit: limit) },
-            completion)
+            { [queueTables] c, now in
+                let result = try queueTables.enqueue(c, e, now: now, handoff: handoff, handoffLimit: limit)
+                tried.ids = result.claim.jobs.map(\.deliveryID)
+                return result
+            },
+            { [self] result in
+                switch result {
+                case .success(let (accepted, claim)):
+                    completion(take(.success(claim), tried: tried).map { (accepted, $0) })
+                case .failure(let error):
+                    _ = take(.failure(error), tried: tried)
+                    completion(.failure(error))
+                }
+            })
     }
 
     public func status(
@@ -392,16 +554,22 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     public func claimDue(
         lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
     ) {
+        let tried = ClaimedIDs()
         submit(
             durable: false,
-            { [queueTables] c, now in try queueTables.claimDue(c, lanes: lanes, others: others, now: now) },
-            completion)
+            { [queueTables] c, now in
+                let claim = try queueTables.claimDue(c, lanes: lanes, others: others, now: now)
+                tried.ids = claim.jobs.map(\.deliveryID)
+                return claim
+            },
+            { [self] result in completion(take(result, tried: tried)) })
     }
 
     public func record(
         deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
+        let next = nextAttemptAt.map(offset.toDatabase)
         submit(
             durable: false,
             { [queueTables] c, now in
@@ -413,13 +581,36 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
                     [
                         DeliveryRecord(
                             deliveryID: deliveryID, deviceID: deviceID, state: state, httpStatus: httpStatus,
-                            reason: reason, nextAttemptAt: nextAttemptAt)
+                            reason: reason, nextAttemptAt: next)
                     ], now: now)
-            }, completion)
+            },
+            { [held] result in
+                if case .success = result { held.remove([deliveryID]) }
+                completion(result)
+            })
     }
 
     public func record(_ records: [DeliveryRecord], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
-        submit(durable: false, { [queueTables] c, now in try queueTables.record(c, records, now: now) }, completion)
+        let moved = records.map(offset.toDatabase)
+        submit(
+            durable: false, { [queueTables] c, now in try queueTables.record(c, moved, now: now) },
+            { [held] result in
+                if case .success = result { held.remove(records.map(\.deliveryID)) }
+                completion(result)
+            })
+    }
+
+    /// The scheduler gave up on these deliveries' results (dropped past its
+    /// bound): their leases are no longer renewed, so that any instance
+    /// sends them again once the lease runs out.
+    public func forget(deliveryIDs: [Int64]) {
+        held.remove(deliveryIDs)
+    }
+
+    /// Publishes the lanes this instance can send (its instance row), so
+    /// that the others leave their deliveries to it rather than skip them.
+    public func publish(lanes: Set<QueueLane>) {
+        listener.publish(lanes: Set(lanes.map(PostgresQueue.laneName)))
     }
 
     public func releaseCredentialWaits(
@@ -439,19 +630,44 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
                 try queueTables.removeStale(
                     c, deliveryID: deliveryID, deviceID: deviceID, tokenHash: tokenHash, httpStatus: httpStatus,
                     reason: reason, windowCap: windowCap, now: now)
-            }, completion)
+            },
+            { [held] result in
+                if case .success = result { held.remove([deliveryID]) }
+                completion(result)
+            })
     }
 
     public func purgeMessages(
         olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
     ) {
         let ms = retention.components.seconds * 1000
-        submit(
-            durable: false, { [queueTables] c, now in try queueTables.purge(c, before: now - ms, now: now) }, completion
-        )
+        purgeChunks(before: ms, total: 0, completion: completion)
     }
 
+    /// One housekeeping chunk per job, each its own batch's worth of work
+    /// after the calls queued meanwhile, until a chunk finds less than a
+    /// full one (or another instance is the housekeeper: its lock is taken).
+    private func purgeChunks(
+        before ms: Int64, total: Int, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    ) {
+        submit(
+            durable: false, { [queueTables] c, now in try queueTables.purgeChunk(c, before: now - ms, now: now) },
+            { [self] result in
+                switch result {
+                case .success(let purged?) where purged >= PostgresQueue.purgeChunk:
+                    purgeChunks(before: ms, total: total + purged, completion: completion)
+                case .success(let purged):
+                    completion(.success(total + (purged ?? 0)))
+                case .failure(let error):
+                    completion(total > 0 ? .success(total) : .failure(error))
+                }
+            })
+    }
+
+    /// Counted from the partial indexes, and answered from a count less
+    /// than a second old when there is one.
     public func queueDepth(completion: @escaping @Sendable (Result<QueueDepth, any Error>) -> Void) {
+        if let depth = queueTables.recentDepth { return completion(.success(depth)) }
         submit(durable: false, { [queueTables] c, _ in try queueTables.depth(c) }, completion)
     }
 
@@ -459,8 +675,29 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         submit(durable: false, { [queueTables] c, _ in try queueTables.depthByApp(c) }, completion)
     }
 
+    /// Answers within its own deadline; fails when the database cannot take
+    /// writes (a standby, `default_transaction_read_only`), when a call
+    /// passed its deadline in the last seconds (calls are stuck on a lock or
+    /// a slow database), or when another live instance holds this one's identity.
     public func ping(completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
-        submit(durable: false, { c, _ in _ = try c.execute("SELECT 1") }, completion)
+        if let why = listener.identityProblem { return completion(.failure(StoreHealthProblem(why))) }
+        let stuck = condition.withLock { lastTimeoutAt.map { CallDeadlines.now - $0 < Self.stuckReportNs } ?? false }
+        let limit = options.callTimeout
+        submit(
+            durable: false, timeout: options.pingTimeout,
+            { c, _ in
+                let r = try c.execute(Statements.writable).first
+                if try r?.bool(0) != true || r?.bool(1) == true {
+                    throw StoreHealthProblem("the database is read-only: it cannot take writes")
+                }
+                if stuck {
+                    throw StoreHealthProblem("store calls passed their deadline (\(limit)) in the last seconds")
+                }
+            }, completion)
+    }
+
+    private func noteTimeout() {
+        condition.withLock { lastTimeoutAt = CallDeadlines.now }
     }
 
     public func takeSharedToken(
@@ -480,26 +717,194 @@ extension Duration {
     }
 }
 
-/// The thread that renews this instance's leases and hears the others'
-/// notifications, on a connection of its own (a pool connection is busy
-/// with batches; a listener must keep reading its socket).
+/// Why the store reports itself degraded though the database answers.
+public struct StoreHealthProblem: Error, CustomStringConvertible {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// A second live instance with this instance's identity (`[server] instance_id`).
+public struct InstanceInUse: Error, CustomStringConvertible {
+    public let description: String
+}
+
+/// The deliveries an instance's scheduler holds (see ``PostgresStore``).
+// @unchecked: `ids` is guarded by `lock`.
+final class HeldDeliveries: @unchecked Sendable {
+    private let lock = NSLock()
+    private var ids = Set<Int64>()
+
+    func insert(_ new: [Int64]) { lock.withLock { ids.formUnion(new) } }
+    func remove(_ gone: [Int64]) { lock.withLock { ids.subtract(gone) } }
+    var all: [Int64] { lock.withLock { Array(ids) } }
+}
+
+/// The ids a claim's job took, for putting them back when its commit fails.
+// @unchecked: guarded by `lock`.
+final class ClaimedIDs: @unchecked Sendable {
+    private let lock = NSLock()
+    private var taken: [Int64] = []
+    var ids: [Int64] {
+        get { lock.withLock { taken } }
+        set { lock.withLock { taken = newValue } }
+    }
+}
+
+/// The database's clock minus this host's (ms): the scheduler compares the
+/// times it is handed with its own clock, so they are moved to it, and the
+/// times it hands back (a retry's due time) are moved to the database's.
+// @unchecked: guarded by `lock`.
+final class ClockOffset: @unchecked Sendable {
+    private let lock = NSLock()
+    private var ms: Int64 = 0
+
+    func set(_ value: Int64) { lock.withLock { ms = value } }
+    var value: Int64 { lock.withLock { ms } }
+
+    func toDatabase(_ local: Int64) -> Int64 { local + value }
+
+    func toDatabase(_ r: DeliveryRecord) -> DeliveryRecord {
+        guard let next = r.nextAttemptAt else { return r }
+        return DeliveryRecord(
+            deliveryID: r.deliveryID, deviceID: r.deviceID, state: r.state, httpStatus: r.httpStatus, reason: r.reason,
+            nextAttemptAt: next + value, countsAsAttempt: r.countsAsAttempt, shrink: r.shrink)
+    }
+
+    func toLocal(_ claim: Claim) -> Claim {
+        let d = value
+        guard d != 0 else { return claim }
+        let jobs = claim.jobs.map { j in
+            DeliveryJob(
+                deliveryID: j.deliveryID, messageID: j.messageID, app: j.app, deviceID: j.deviceID, user: j.user,
+                platform: j.platform, environment: j.environment, token: j.token, keys: j.keys, tokenHash: j.tokenHash,
+                registeredAt: j.registeredAt, message: j.message, acceptedAt: j.acceptedAt - d,
+                expiresAt: j.expiresAt == .max ? .max : j.expiresAt - d, previousAttempts: j.previousAttempts,
+                bundleID: j.bundleID, serverKey: j.serverKey)
+        }
+        var moved = Claim(
+            jobs: jobs, finished: claim.finished, batchSizes: claim.batchSizes, nextDueAt: claim.nextDueAt.map { $0 - d })
+        moved.unreadable = claim.unreadable
+        return moved
+    }
+}
+
+/// This instance's row in `instances` and the session advisory lock that
+/// says it lives: held by the listener's connection, so that it goes with
+/// the process (its sessions close) and the others take its work at once.
+struct InstanceIdentity: Sendable {
+    let name: String
+    let version: String
+    let host = ProcessInfo.processInfo.hostName
+    let pid = Int64(ProcessInfo.processInfo.processIdentifier)
+    var lockKey: Int64 { PostgresRegistry.lockKey("instance", name) }
+
+    /// Instances silent longer than this, whose lock is free, are gone.
+    static let silenceMs: Int64 = 2000
+
+    /// Takes the identity lock, or throws ``InstanceInUse`` naming the live
+    /// instance that holds it; then records this instance's row.
+    func claim(_ c: PostgresConnection) throws {
+        guard try c.execute("SELECT pg_try_advisory_lock($1)", [.int(lockKey)]).first?.bool(0) == true else {
+            let other = try? c.execute(
+                "SELECT host, pid, to_timestamp(started_at / 1000.0)::text FROM instances WHERE instance_id = $1",
+                [.text(name)]
+            ).first
+            let who =
+                (try? other.map { "host \(try $0.text(0)), pid \(try $0.int64(1)), started \(try $0.text(2))" })
+                ?? nil
+            throw InstanceInUse(
+                description:
+                    "instance_id \(name) is in use by another live instance (\(who ?? "its row not yet written")); "
+                    + "give each Herald on this database its own [server] instance_id")
+        }
+        try c.execute(
+            """
+            INSERT INTO instances (instance_id, lock_key, host, pid, version, started_at, heartbeat_at)
+            VALUES ($1, $2, $3, $4, $5, \(PostgresQueue.databaseNow), \(PostgresQueue.databaseNow))
+            ON CONFLICT (instance_id) DO UPDATE SET lock_key = excluded.lock_key, host = excluded.host,
+                pid = excluded.pid, version = excluded.version, started_at = excluded.started_at,
+                heartbeat_at = excluded.heartbeat_at, lanes = '{}'
+            """, [.text(name), .int(lockKey), .text(host), .int(pid), .text(version)])
+    }
+
+    /// Beats the heartbeat and publishes `lanes`.
+    func beat(_ c: PostgresConnection, lanes: Set<String>) throws {
+        try c.execute(
+            """
+            UPDATE instances SET heartbeat_at = \(PostgresQueue.databaseNow), lanes = $2::text[]
+            WHERE instance_id = $1
+            """, [.text(name), .text(PostgresQueue.textArray(lanes.sorted()))])
+    }
+
+    /// The other instances: those gone (lock free and silent) and the lanes of the live ones.
+    func others(_ c: PostgresConnection) throws -> (gone: [String], lanes: Set<String>) {
+        var gone: [String] = []
+        var lanes = Set<String>()
+        for r in try c.execute(
+            """
+            SELECT i.instance_id, array_to_string(i.lanes, chr(30)), EXISTS (
+                SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                    AND l.classid::bigint = ((i.lock_key >> 32) & 4294967295)
+                    AND l.objid::bigint = (i.lock_key & 4294967295)),
+                i.heartbeat_at < \(PostgresQueue.databaseNow) - $2
+            FROM instances i WHERE i.instance_id <> $1
+            """, [.text(name), .int(Self.silenceMs)]
+        ).rows {
+            let alive = try r.bool(2)
+            if alive {
+                for lane in try r.text(1).split(separator: "\u{1E}") { lanes.insert(String(lane)) }
+            } else if try r.bool(3) {
+                gone.append(try r.text(0))
+            }
+        }
+        return (gone, lanes)
+    }
+}
+
+/// The thread that keeps this instance's identity and leases and hears the
+/// others' notifications, on a connection of its own (a pool connection is
+/// busy with batches; a listener must keep reading its socket). Its timers
+/// run on the monotonic clock; the times it writes are the database's.
 // @unchecked: its flags are guarded by `condition`; its connection belongs to its own thread.
 private final class Listener: @unchecked Sendable {
-    private let configuration: PostgresConfiguration
+    private let c: PostgresConnection
+    private let identity: InstanceIdentity
     private let queue: PostgresQueue
-    private let clock: any WallClock
+    private let held: HeldDeliveries
     private let renewEveryMs: Int64
     private let condition = NSCondition()
     private var stopping = false
     private var stopped = true
     private var thread: Thread?
+    // Guarded by `condition`.
+    private var lanes: Set<String> = []
+    private var lanesChanged = true
+    private var identityLost: String?
 
-    init(configuration: PostgresConfiguration, queue: PostgresQueue, clock: any WallClock, renewEvery: Int64) {
-        self.configuration = configuration
+    /// How often the heartbeat beats and the others' state is read.
+    static let beatMs: Int64 = 1000
+
+    init(
+        connection: PostgresConnection, identity: InstanceIdentity, queue: PostgresQueue, held: HeldDeliveries,
+        renewEveryMs: Int64
+    ) {
+        self.c = connection
+        self.identity = identity
         self.queue = queue
-        self.clock = clock
-        self.renewEveryMs = renewEvery
+        self.held = held
+        self.renewEveryMs = renewEveryMs
     }
+
+    func publish(lanes: Set<String>) {
+        condition.withLock {
+            self.lanes = lanes
+            lanesChanged = true
+        }
+    }
+
+    /// Why this instance's identity is not its own any more, if so.
+    var identityProblem: String? { condition.withLock { identityLost } }
 
     /// Starts the thread and returns once it listens (or its first attempt
     /// failed): work another instance queues after the store opened wakes this one.
@@ -542,10 +947,12 @@ private final class Listener: @unchecked Sendable {
         return stopping
     }
 
+    private static var monotonicMs: Int64 { Int64(CallDeadlines.now / 1_000_000) }
+
     private func run(onWork: @escaping @Sendable () -> Void) {
-        let c = PostgresConnection(configuration: configuration)
-        var reconnects = -1
+        var reconnects = c.reconnects
         var nextRenewal: Int64 = 0
+        var nextBeat: Int64 = 0
         var listening = false
         while !isStopping {
             do {
@@ -556,17 +963,39 @@ private final class Listener: @unchecked Sendable {
                     listening = true
                 }
                 if c.reconnects != reconnects {
+                    // The session ended: its identity lock went with it. Take
+                    // it again (another instance of this name may have it now).
+                    reconnects = c.reconnects
+                    do {
+                        try identity.claim(c)
+                        condition.withLock {
+                            identityLost = nil
+                            lanesChanged = true
+                        }
+                    } catch let error as InstanceInUse {
+                        condition.withLock { identityLost = error.description }
+                    }
                     // Notifications sent while the connection was down are
                     // lost: the scheduler claims again to find their work.
-                    if reconnects >= 0 { onWork() }
-                    reconnects = c.reconnects
+                    onWork()
                 }
-                let now = clock.nowMilliseconds()
-                if now >= nextRenewal {
-                    _ = try queue.renewLeases(c, now: now)
-                    nextRenewal = now + renewEveryMs
+                let mono = Self.monotonicMs
+                if mono >= nextRenewal {
+                    nextRenewal = mono + renewEveryMs
+                    _ = try queue.renewLeases(c, held: held.all, now: try PostgresStore.databaseNow(c) + queue.shift())
                 }
-                let wait = max(10, min(250, nextRenewal - clock.nowMilliseconds()))
+                if mono >= nextBeat {
+                    nextBeat = mono + Self.beatMs
+                    let (publish, changed) = condition.withLock { (lanes, lanesChanged) }
+                    try identity.beat(c, lanes: publish)
+                    if changed { condition.withLock { lanesChanged = false } }
+                    let others = try identity.others(c)
+                    queue.setOthersLanes(others.lanes)
+                    // Work nobody holds: a gone instance's, leases run out or too old.
+                    let now = try PostgresStore.databaseNow(c) + queue.shift()
+                    if try queue.rescue(c, now: now, gone: others.gone) > 0 { onWork() }
+                }
+                let wait = max(10, min(250, min(nextRenewal, nextBeat) - Self.monotonicMs))
                 let heard = try c.notifications(within: .milliseconds(wait))
                 if heard.contains(where: { $0.payload != queue.instance }) { onWork() }
             } catch {
