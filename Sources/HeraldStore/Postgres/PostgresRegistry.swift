@@ -7,6 +7,16 @@ import Postgres
 /// user first takes a transaction-scoped advisory lock on the user, so that
 /// two instances registering the same user's devices at once take turns
 /// (eviction over the cap, version ordering), as the one SQLite writer does.
+///
+/// The lock orders one user's writes only: another user's registration may
+/// reclaim (delete) this user's row at the same time, and this user's move
+/// may rewrite a row another user is about to reclaim. So every delete or
+/// update of a row read earlier in the job names that row as it was read
+/// (its `device_id` and its `binding_hash`), and when it finds no such row
+/// any more (under READ COMMITTED a statement that waited on a row lock
+/// re-checks its condition against the committed row) the job throws
+/// ``RegistrationRaceLost``: the store runs it again in a fresh savepoint,
+/// where it reads the current rows.
 struct PostgresRegistry {
     let key: StoreKey
 
@@ -76,8 +86,10 @@ struct PostgresRegistry {
         ).first?.int64(0)
     }
 
-    private func delete(_ c: PostgresConnection, deviceID: String) throws {
-        try c.execute(Statements.deleteDevice, [.text(deviceID)])
+    /// Deletes `row` as it was read: the same device holding the same binding.
+    private func delete(_ c: PostgresConnection, _ row: Row) throws {
+        let deleted = try c.execute(Statements.deleteDevice, [.text(row.deviceID), .bytes(row.bindingHash)])
+        guard deleted.affectedRows == 1 else { throw RegistrationRaceLost(deviceID: row.deviceID) }
     }
 
     private func seal(_ r: Registration, deviceID: String) throws -> (token: [UInt8], keys: PostgresValue) {
@@ -115,9 +127,9 @@ struct PostgresRegistry {
                 }
                 if existing.bindingHash != binding, let other = try findByBinding(c, binding) {
                     reclaimed = other.user != r.user
-                    try delete(c, deviceID: other.deviceID)
+                    try delete(c, other)
                 }
-                try update(c, existing.deviceID, with: r, binding: binding, tokenHash: tokenHash, now: now)
+                try update(c, existing, with: r, binding: binding, tokenHash: tokenHash, now: now)
                 return RegistrationOutcome(
                     deviceID: existing.deviceID, tokenHash: tokenHash, created: false, reclaimed: reclaimed, evicted: []
                 )
@@ -129,11 +141,11 @@ struct PostgresRegistry {
                 let id =
                     r.registrationID.map { Identity.deviceID(user: r.user, app: r.app, registrationID: $0) }
                     ?? existing.deviceID
-                try update(c, existing.deviceID, with: r, binding: binding, tokenHash: tokenHash, now: now, newID: id)
+                try update(c, existing, with: r, binding: binding, tokenHash: tokenHash, now: now, newID: id)
                 return RegistrationOutcome(
                     deviceID: id, tokenHash: tokenHash, created: false, reclaimed: false, evicted: [])
             }
-            try delete(c, deviceID: existing.deviceID)
+            try delete(c, existing)
             reclaimed = true
         }
 
@@ -158,21 +170,24 @@ struct PostgresRegistry {
             deviceID: deviceID, tokenHash: tokenHash, created: true, reclaimed: reclaimed, evicted: evicted)
     }
 
+    /// Rewrites `row` as it was read (same device, same binding) with `r`.
     private func update(
-        _ c: PostgresConnection, _ deviceID: String, with r: Registration, binding: [UInt8], tokenHash: String,
+        _ c: PostgresConnection, _ row: Row, with r: Registration, binding: [UInt8], tokenHash: String,
         now: Int64, newID: String? = nil
     ) throws {
-        let id = newID ?? deviceID
+        let id = newID ?? row.deviceID
         let sealed = try seal(r, deviceID: id)
-        try c.execute(
+        let updated = try c.execute(
             Statements.updateDevice,
             [
                 .text(id), .text(r.platform.rawValue), .optional(r.environment?.rawValue), .bytes(binding),
                 .text(tokenHash), .bytes(sealed.token), sealed.keys, Self.bytes(r.name), Self.bytes(r.appVersion),
                 r.session.map { .bytes(Identity.sessionHash($0)) } ?? .null, Self.bytes(r.registrationID),
-                .optional(r.version), .int(now), .text(deviceID), .int(r.platform.hasEnvironment ? 1 : 0),
+                .optional(r.version), .int(now), .text(row.deviceID), .int(r.platform.hasEnvironment ? 1 : 0),
                 .optional(r.bundleID), .optional(Registry.serverKey(r)), Self.bytes(r.appID), Self.bytes(r.userAgent),
+                .bytes(row.bindingHash),
             ])
+        guard updated.affectedRows == 1 else { throw RegistrationRaceLost(deviceID: row.deviceID) }
     }
 
     private func evict(_ c: PostgresConnection, app: String, user: String, keep: Int) throws -> [String] {
@@ -326,7 +341,8 @@ struct PostgresRegistry {
                 SELECT version FROM tombstones
                 WHERE app = $1 AND user_name = $2 AND registration_id = $3 AND created_at >= $4
                 """)
-        static let deleteDevice = PostgresStatement(name: "reg_delete", sql: "DELETE FROM devices WHERE device_id = $1")
+        static let deleteDevice = PostgresStatement(
+            name: "reg_delete", sql: "DELETE FROM devices WHERE device_id = $1 AND binding_hash = $2")
         static let insertDevice = PostgresStatement(
             name: "reg_insert",
             sql: """
@@ -346,14 +362,17 @@ struct PostgresRegistry {
                     registered_at = $13, registered_seq = nextval('registration_seq'),
                     bundle_id = CASE WHEN $15::bigint = 1 THEN COALESCE($16::text, bundle_id) END, server_key = $17,
                     app_id = $18, user_agent = COALESCE($19, user_agent)
-                WHERE device_id = $14
+                WHERE device_id = $14 AND binding_hash = $20
                 """)
+        /// FOR UPDATE: a row of the user that another user's reclaim deletes
+        /// meanwhile is waited for and then not counted, so the user keeps
+        /// every device that still fits under the cap.
         static let evict = PostgresStatement(
             name: "reg_evict",
             sql: """
                 WITH gone AS (
                     SELECT device_id, registered_seq FROM devices WHERE app = $1 AND user_name = $2
-                    ORDER BY registered_seq DESC OFFSET $3),
+                    ORDER BY registered_seq DESC OFFSET $3 FOR UPDATE),
                 deleted AS (DELETE FROM devices WHERE device_id IN (SELECT device_id FROM gone))
                 SELECT device_id FROM gone ORDER BY registered_seq DESC
                 """)
@@ -371,5 +390,17 @@ struct PostgresRegistry {
                 UPDATE devices SET name = COALESCE($4, name), enabled = COALESCE($5, enabled)
                 WHERE app = $1 AND user_name = $2 AND device_id = $3
                 """)
+    }
+}
+
+/// A registration found that a device row it had read was deleted or
+/// rewritten by another transaction (another user's reclaim, or the owner's
+/// move to a new token) before it could delete or update it. It lost a race:
+/// ``PostgresStore`` runs the job again in a fresh savepoint (see
+/// ``PostgresStore/isRace(_:)``), where it reads the rows as they are now.
+struct RegistrationRaceLost: Error, CustomStringConvertible {
+    let deviceID: String
+    var description: String {
+        "device \(deviceID) changed under a registration (another instance's registration won the race)"
     }
 }
