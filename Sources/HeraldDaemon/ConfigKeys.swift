@@ -298,7 +298,7 @@ enum ConfigKeys {
                     }
                     i.config.store.dsn = text
                 },
-                show: .global { $0.store.dsn ?? "" }),
+                show: .global { $0.store.dsn.map(PostgresConfiguration.redacted) ?? "" }),
             Key(
                 section: .store, name: "password_file", kind: .file, defaultValue: "", reload: .restart,
                 backend: .postgres,

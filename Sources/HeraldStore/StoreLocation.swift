@@ -13,7 +13,7 @@ public enum StoreLocation: Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .sqlite(let path, _): path
-        case .postgres(let options): "postgresql (\(options.connection.dsn))"
+        case .postgres(let options): "postgresql (\(options.connection.redactedDSN))"
         }
     }
 
