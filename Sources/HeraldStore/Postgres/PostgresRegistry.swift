@@ -364,14 +364,17 @@ struct PostgresRegistry {
                     app_id = $18, user_agent = COALESCE($19, user_agent)
                 WHERE device_id = $14 AND binding_hash = $20
                 """)
-        /// FOR UPDATE: a row of the user that another user's reclaim deletes
-        /// meanwhile is waited for and then not counted, so the user keeps
-        /// every device that still fits under the cap.
+        /// Only a user over the cap by the statement's snapshot can have to
+        /// evict (under the user's lock no row of the user is added meanwhile,
+        /// only deleted); then FOR UPDATE waits for a row another user's
+        /// reclaim is deleting and leaves it out of the count, so the user
+        /// keeps every device that still fits under the cap.
         static let evict = PostgresStatement(
             name: "reg_evict",
             sql: """
                 WITH gone AS (
                     SELECT device_id, registered_seq FROM devices WHERE app = $1 AND user_name = $2
+                        AND (SELECT count(*) FROM devices WHERE app = $1 AND user_name = $2) > $3
                     ORDER BY registered_seq DESC OFFSET $3 FOR UPDATE),
                 deleted AS (DELETE FROM devices WHERE device_id IN (SELECT device_id FROM gone))
                 SELECT device_id FROM gone ORDER BY registered_seq DESC
