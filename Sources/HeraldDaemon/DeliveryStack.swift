@@ -35,6 +35,7 @@ final class DeliveryStack: Sendable {
                 stale: StaleGuard.Settings(
                     windowCap: d.staleWindowCap, batchRatio: d.staleBatchRatio, batchMin: d.staleBatchMin)),
             log: log)
+        store.publish(lanes: built.sendable)
     }
 
     var apns: APNsClient? { providers.apns }
@@ -49,6 +50,13 @@ final class DeliveryStack: Sendable {
 struct BuiltTransports {
     var transports: [QueueLane: any PushTransport] = [:]
     var disabled: [String: [Platform: String]] = [:]
+
+    /// The lanes whose raw-token registrations this instance can send (a
+    /// lane may have a transport for its Web Push-form registrations only):
+    /// published to the other instances sharing the store.
+    var sendable: Set<QueueLane> {
+        Set(transports.keys.filter { disabled[$0.app]?[$0.platform] == nil })
+    }
 }
 
 /// The provider clients (connections and their threads), shared by every app

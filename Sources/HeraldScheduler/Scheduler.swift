@@ -273,7 +273,6 @@ public final class Scheduler: @unchecked Sendable {
         store.setWorkObserver { [weak self] in self?.wake() }
         queue.async { [self] in
             running = true
-            store.publish(lanes: Set(transports.keys))
             let t = DispatchSource.makeTimerSource(queue: queue)
             t.setEventHandler { [self] in
                 armedAt = nil
@@ -289,6 +288,12 @@ public final class Scheduler: @unchecked Sendable {
             sweeper.resume()
             self.sweeper = sweeper
         }
+    }
+
+    /// Tells a shared store the lanes whose raw-token registrations this
+    /// instance can send (see ``DeliveryStore/publish(lanes:)``).
+    public func publish(lanes: Set<QueueLane>) {
+        store.publish(lanes: lanes)
     }
 
     /// New deliveries were committed: claim now.
@@ -318,7 +323,6 @@ public final class Scheduler: @unchecked Sendable {
     public func replaceTransports(_ new: [QueueLane: any PushTransport]) {
         queue.sync {
             transports = new
-            store.publish(lanes: Set(new.keys))
             for (lane, jobs) in waiting where new[lane] == nil {
                 waiting[lane] = nil
                 for job in jobs {

@@ -14,6 +14,10 @@ protocol QueuedCall<Context>: Sendable {
     /// When the caller stops waiting (``CallDeadlines/now``, nanoseconds);
     /// a call still queued then is not run.
     var deadline: UInt64 { get }
+    /// Takes the answer from the deadline, just before its work is kept:
+    /// false when the deadline already answered the caller (the work must
+    /// then be undone, or the caller, told "unavailable", finds it done).
+    func keep() -> Bool
     /// Runs the work once (again after a lost race on PostgreSQL).
     func run(_ context: Context, now: Int64) -> CallOutcome
     /// Answers the caller with `error`; the work never ran or did not commit.
@@ -34,6 +38,9 @@ struct StoreCall<Context, T>: QueuedCall {
     let durable: Bool
     let fence: String?
     var deadline: UInt64 = .max
+    var keeper: (@Sendable () -> Bool)? = nil
+
+    func keep() -> Bool { keeper?() ?? true }
 
     func run(_ context: Context, now: Int64) -> CallOutcome {
         do {
@@ -56,6 +63,7 @@ final class CallDeadlines: @unchecked Sendable {
     final class Entry: @unchecked Sendable {
         let due: UInt64
         fileprivate var done = false
+        fileprivate var expired = false
         fileprivate let expire: @Sendable () -> Void
         fileprivate init(due: UInt64, expire: @escaping @Sendable () -> Void) {
             self.due = due
@@ -83,6 +91,16 @@ final class CallDeadlines: @unchecked Sendable {
         lock.withLock { entry.done = true }
     }
 
+    /// Its work is about to be kept: the deadline may no longer answer for
+    /// it. False when it already did.
+    func keep(_ entry: Entry) -> Bool {
+        lock.withLock {
+            if entry.expired { return false }
+            entry.done = true
+            return true
+        }
+    }
+
     /// Expires the calls past their deadline and forgets the answered ones;
     /// returns how many expired.
     @discardableResult
@@ -93,6 +111,7 @@ final class CallDeadlines: @unchecked Sendable {
                 if entry.done { return true }
                 guard entry.due <= now else { return false }
                 entry.done = true
+                entry.expired = true
                 expired.append(entry)
                 return true
             }

@@ -46,7 +46,12 @@ final class PostgresQueue: @unchecked Sendable {
     /// The name of a lane in the instances table and the claim's exclusions.
     static func laneName(_ lane: QueueLane) -> String { lane.app + "\u{1F}" + lane.platform.rawValue }
 
+    /// The lanes this instance can send raw-token registrations of (nil:
+    /// not published, every lane with a transport).
+    private var ownLanes: Set<String>?
+
     func setOthersLanes(_ lanes: Set<String>) { lock.withLock { othersLanes = lanes } }
+    func setOwnLanes(_ lanes: Set<String>) { lock.withLock { ownLanes = lanes } }
     var lanesOfOthers: Set<String> { lock.withLock { othersLanes } }
 
     static let channel = "herald_work"
@@ -440,11 +445,19 @@ final class PostgresQueue: @unchecked Sendable {
         _ = try rescue(c, now: now, gone: [])
         var results: [PostgresResult] = []
         let named = lanes.keys.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
+        let (own, elsewhere) = lock.withLock { (ownLanes, othersLanes) }
         for lane in named where lanes[lane]! > 0 {
+            // A lane whose raw-token registrations only another live instance
+            // can send: take its Web Push-form ones only, leave the rest to it.
+            let name = Self.laneName(lane)
+            let webOnly = own.map { !$0.contains(name) } == true && elsewhere.contains(name)
             results.append(
                 try c.execute(
                     Statements.claimLane,
-                    [.text(lane.app), .text(lane.platform.rawValue), .int(now), .int(Int64(lanes[lane]!))]))
+                    [
+                        .text(lane.app), .text(lane.platform.rawValue), .int(now), .int(Int64(lanes[lane]!)),
+                        .bool(webOnly),
+                    ]))
         }
         if others > 0 {
             // Lanes this instance sends are claimed above; lanes another live
@@ -803,6 +816,8 @@ final class PostgresQueue: @unchecked Sendable {
                 WITH picked AS (
                     SELECT delivery_id FROM deliveries
                     WHERE app = $1 AND platform = $2 AND state IN ('queued', 'retrying') AND next_attempt_at <= $3
+                        AND (NOT $5::boolean OR EXISTS (
+                            SELECT 1 FROM devices w WHERE w.device_id = deliveries.device_id AND w.keys_sealed IS NOT NULL))
                     ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
                 \(claimColumns)
                 """)

@@ -220,7 +220,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             completion: { result in
                 deadlines.finish(entry)
                 once.complete(result)
-            }, durable: durable, fence: fence, deadline: entry.due)
+            }, durable: durable, fence: fence, deadline: entry.due, keeper: { deadlines.keep(entry) })
         condition.lock()
         if stopping {
             condition.unlock()
@@ -299,6 +299,13 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
                 let outcome = job.run(c, now: now)
                 do {
                     if let error = outcome.error { throw error }
+                    guard job.keep() else {
+                        // Answered store_unavailable meanwhile: undone, never a silent accept.
+                        try c.executeScript("ROLLBACK TO job")
+                        try c.executeScript("RELEASE job")
+                        outcomes.append(CallOutcome(error: nil) { _ in })
+                        break
+                    }
                     try c.executeScript("RELEASE job")
                     outcomes.append(outcome)
                     break
@@ -306,6 +313,10 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
                     if let pg = error as? PostgresError, pg.isConnectionFailure {
                         lost = error
                         break
+                    }
+                    if let state = (error as? PostgresError)?.sqlState, state == .lockNotAvailable || state == .queryCanceled {
+                        // A lock or statement timeout: the store is stuck, as for a deadline.
+                        noteTimeout()
                     }
                     do {
                         try c.executeScript("ROLLBACK TO job")
@@ -610,7 +621,9 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     /// Publishes the lanes this instance can send (its instance row), so
     /// that the others leave their deliveries to it rather than skip them.
     public func publish(lanes: Set<QueueLane>) {
-        listener.publish(lanes: Set(lanes.map(PostgresQueue.laneName)))
+        let names = Set(lanes.map(PostgresQueue.laneName))
+        queueTables.setOwnLanes(names)
+        listener.publish(lanes: names)
     }
 
     public func releaseCredentialWaits(
