@@ -65,6 +65,8 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
 
     public let keyOutcome: StoreKeyOutcome
     public private(set) var recoveredDeliveries = 0
+    /// How long a start waits for an identity held by another session before refusing.
+    static let identityWait: TimeInterval = 3
     /// How long after a call passed its deadline the store is still reported degraded.
     static let stuckReportNs: UInt64 = 10_000_000_000
 
@@ -98,7 +100,18 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         let own = PostgresConnection(configuration: options.connection)
         do {
             try own.connect()
-            try identity.claim(own)
+            // A restart right after a kill may find the dead process's session
+            // not yet ended by the server: try for a few seconds before refusing.
+            let giveUp = Date().addingTimeInterval(Self.identityWait)
+            while true {
+                do {
+                    try identity.claim(own)
+                    break
+                } catch let error as InstanceInUse {
+                    if Date() >= giveUp { throw error }
+                    Thread.sleep(forTimeInterval: 0.25)
+                }
+            }
         } catch {
             own.close()
             throw error
