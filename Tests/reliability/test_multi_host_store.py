@@ -509,7 +509,6 @@ NW_USERS = 40
 NW_FCM_PER_USER = 3
 
 
-@pytest.mark.xfail(strict=False, reason="issue 26 item 5 is not finished: the instance without FCM credentials still skips at enqueue and fails claimed raw-token FCM rows (see the closing note)")
 def test_fcm_work_left_to_the_instance_that_can_send_it(pg, fresh_gw):
     gw = fresh_gw
     ledger = Ledger(gw)

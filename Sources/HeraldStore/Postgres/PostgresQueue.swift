@@ -32,6 +32,8 @@ final class PostgresQueue: @unchecked Sendable {
     /// send, as the listener last read them: this instance neither skips
     /// nor claims their deliveries when it cannot send them itself.
     private var othersLanes: Set<String> = []
+    /// Whether the listener has read the others' lanes at least once.
+    private var othersKnown = false
     /// The last depth counted, and when (on the monotonic clock, ms).
     private var cachedDepth: (depth: QueueDepth, at: Int64)?
     static let depthCacheMs: Int64 = 1000
@@ -50,7 +52,34 @@ final class PostgresQueue: @unchecked Sendable {
     /// not published, every lane with a transport).
     private var ownLanes: Set<String>?
 
-    func setOthersLanes(_ lanes: Set<String>) { lock.withLock { othersLanes = lanes } }
+    func setOthersLanes(_ lanes: Set<String>) {
+        lock.withLock {
+            othersLanes = lanes
+            othersKnown = true
+        }
+    }
+
+    /// A live instance: its identity lock (see ``InstanceIdentity``) is held.
+    static let instanceAlive = """
+        EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+            AND l.classid::bigint = ((i.lock_key >> 32) & 4294967295)
+            AND l.objid::bigint = (i.lock_key & 4294967295))
+        """
+
+    /// The lanes the other live instances can send, read now (an enqueue
+    /// that would skip for want of a transport asks the database, not a
+    /// cache a second old).
+    func liveLanesOfOthers(_ c: PostgresConnection) throws -> Set<String> {
+        var out = Set<String>()
+        for r in try c.execute(
+            "SELECT array_to_string(i.lanes, chr(30)) FROM instances i WHERE i.instance_id <> $1 AND \(Self.instanceAlive)",
+            [.text(instance)]
+        ).rows {
+            for lane in try r.text(0).split(separator: "\u{1E}") { out.insert(String(lane)) }
+        }
+        return out
+    }
     func setOwnLanes(_ lanes: Set<String>) { lock.withLock { ownLanes = lanes } }
     var lanesOfOthers: Set<String> { lock.withLock { othersLanes } }
 
@@ -170,7 +199,7 @@ final class PostgresQueue: @unchecked Sendable {
         rows.reserveCapacity(targets.count)
         var room = handoff
         var roomLeft = handoffLimit
-        let sendableElsewhere = e.disabled.isEmpty ? [] : lanesOfOthers
+        let sendableElsewhere = e.disabled.isEmpty ? [] : try liveLanesOfOthers(c)
         for target in targets {
             var row = Row(target: target, state: .queued, reason: nil, secrets: nil)
             if !target.enabled {
@@ -187,7 +216,10 @@ final class PostgresQueue: @unchecked Sendable {
                 row.reason = "transport_disabled: \(why)"
             }
             let lane = QueueLane(app: e.app, platform: target.platform)
+            // Handed to this instance only what it can send itself; what only
+            // another instance can send stays queued for it.
             if row.state == .queued, roomLeft > 0, (room[lane] ?? 0) > 0,
+                e.disabled[target.keysSealed != nil ? .web : target.platform] == nil,
                 let secrets = unseal(token: target.tokenSealed, keys: target.keysSealed, deviceID: target.deviceID)
             {
                 row.secrets = secrets
@@ -445,12 +477,18 @@ final class PostgresQueue: @unchecked Sendable {
         _ = try rescue(c, now: now, gone: [])
         var results: [PostgresResult] = []
         let named = lanes.keys.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
-        let (own, elsewhere) = lock.withLock { (ownLanes, othersLanes) }
+        let (own, elsewhere, known) = lock.withLock { (ownLanes, othersLanes, othersKnown) }
+        // Lanes whose raw-token registrations this instance cannot send and no
+        // live instance can: those are skipped at the claim.
+        var noSender = Set<String>()
         for lane in named where lanes[lane]! > 0 {
             // A lane whose raw-token registrations only another live instance
             // can send: take its Web Push-form ones only, leave the rest to it.
             let name = Self.laneName(lane)
-            let webOnly = own.map { !$0.contains(name) } == true && elsewhere.contains(name)
+            let lacks = own.map { !$0.contains(name) } == true
+            // Until the others' lanes are known, assume one of them can send.
+            let webOnly = lacks && (!known || elsewhere.contains(name))
+            if lacks && !webOnly { noSender.insert(name) }
             results.append(
                 try c.execute(
                     Statements.claimLane,
@@ -470,6 +508,7 @@ final class PostgresQueue: @unchecked Sendable {
         var expired: [(Int64, BatchKey)] = []
         var gone: [(Int64, BatchKey)] = []
         var disabled: [(Int64, BatchKey)] = []
+        var unsendable: [(Int64, BatchKey)] = []
         var unreadable: [(Int64, BatchKey)] = []
         var unreadableDevices: [(deliveryID: Int64, deviceID: String)] = []
         var messages: [String: PushMessage?] = [:]
@@ -490,6 +529,10 @@ final class PostgresQueue: @unchecked Sendable {
             if try r.optionalBool(17) == false {
                 // Turned off by device.update since the message was accepted.
                 disabled.append((id, batch))
+                continue
+            }
+            if try r.optionalBytes(11) == nil, noSender.contains(Self.laneName(QueueLane(app: try r.text(2), platform: platform))) {
+                unsendable.append((id, batch))
                 continue
             }
             if messages[messageID] == nil {
@@ -518,7 +561,7 @@ final class PostgresQueue: @unchecked Sendable {
         var sizes: [BatchKey: Int] = [:]
         var touched: [String] = []
         var seen = Set<String>()
-        for messageID in jobs.map(\.messageID) + (expired + gone + disabled + unreadable).map(\.1.messageID)
+        for messageID in jobs.map(\.messageID) + (expired + gone + disabled + unsendable + unreadable).map(\.1.messageID)
         where seen.insert(messageID).inserted {
             touched.append(messageID)
         }
@@ -532,6 +575,9 @@ final class PostgresQueue: @unchecked Sendable {
         for (id, _) in expired { try mark(c, id, .expired, reason: "ttl elapsed", now: now) }
         for (id, _) in gone { try mark(c, id, .skipped, reason: "device removed", now: now) }
         for (id, _) in disabled { try mark(c, id, .skipped, reason: DeliveryReason.deviceDisabled, now: now) }
+        for (id, _) in unsendable {
+            try mark(c, id, .skipped, reason: "transport_disabled: no live instance can send it", now: now)
+        }
         for (id, _) in unreadable { try markUnreadable(c, id, now: now) }
         if !jobs.isEmpty {
             try c.execute(
@@ -540,7 +586,7 @@ final class PostgresQueue: @unchecked Sendable {
         }
         let nextDueAt = try c.execute(Statements.nextDue).first?.optionalInt64(0)
         return Claim(
-            jobs: jobs, finished: (expired + gone + disabled + unreadable).map(\.1), batchSizes: sizes,
+            jobs: jobs, finished: (expired + gone + disabled + unsendable + unreadable).map(\.1), batchSizes: sizes,
             nextDueAt: nextDueAt, unreadable: unreadableDevices)
     }
 

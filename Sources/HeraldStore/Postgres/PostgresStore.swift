@@ -68,7 +68,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     /// How long a start waits for an identity held by another session before refusing.
     static let identityWait: TimeInterval = 3
     /// How long after a call passed its deadline the store is still reported degraded.
-    static let stuckReportNs: UInt64 = 10_000_000_000
+    static let stuckReportNs: UInt64 = 4_000_000_000
 
     /// Connects, migrates the schema (one instance at a time), checks the
     /// store key against the database, re-queues what this instance left in
@@ -868,11 +868,7 @@ struct InstanceIdentity: Sendable {
         var lanes = Set<String>()
         for r in try c.execute(
             """
-            SELECT i.instance_id, array_to_string(i.lanes, chr(30)), EXISTS (
-                SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-                    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                    AND l.classid::bigint = ((i.lock_key >> 32) & 4294967295)
-                    AND l.objid::bigint = (i.lock_key & 4294967295)),
+            SELECT i.instance_id, array_to_string(i.lanes, chr(30)), \(PostgresQueue.instanceAlive),
                 i.heartbeat_at < \(PostgresQueue.databaseNow) - $2
             FROM instances i WHERE i.instance_id <> $1
             """, [.text(name), .int(Self.silenceMs)]
@@ -1010,9 +1006,10 @@ private final class Listener: @unchecked Sendable {
                     nextRenewal = mono + renewEveryMs
                     _ = try queue.renewLeases(c, held: held.all, now: try PostgresStore.databaseNow(c) + queue.shift())
                 }
-                if mono >= nextBeat {
+                let (publish, changed) = condition.withLock { (lanes, lanesChanged) }
+                if mono >= nextBeat || changed {
+                    // Every second, and at once when the lanes changed.
                     nextBeat = mono + Self.beatMs
-                    let (publish, changed) = condition.withLock { (lanes, lanesChanged) }
                     try identity.beat(c, lanes: publish)
                     if changed { condition.withLock { lanesChanged = false } }
                     let others = try identity.others(c)
