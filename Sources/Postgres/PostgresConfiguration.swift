@@ -108,7 +108,9 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible, CustomDe
 
     /// What libpq's own parser finds in the string. Its message is not
     /// repeated: it may quote part of the string.
-    private static func parse(dsn: String, allowingPassword: Bool = false) throws(PostgresError) -> (
+    private static func parse(
+        dsn: String, allowingPassword: Bool = false
+    ) throws(PostgresError) -> (
         given: [String: String], ordered: [(String, String)], secrets: Bool, secretKeywords: Set<String>
     ) {
         var error: UnsafeMutablePointer<CChar>?
@@ -177,7 +179,9 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible, CustomDe
     /// libpq would prefer that to its own default. `options` comes after the
     /// string: its own (or `PGOPTIONS`), with each default server setting it
     /// does not make appended.
-    func connectionParameters(environment: (String) -> String? = { getenv($0).map { String(cString: $0) } })
+    func connectionParameters(
+        environment: (String) -> String? = { getenv($0).map { String(cString: $0) } }
+    )
         -> [(keyword: String, value: String)]
     {
         let environmentVariables = [

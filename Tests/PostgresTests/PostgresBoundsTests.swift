@@ -93,7 +93,8 @@ struct PostgresBoundedWaitTests {
         #expect(keywords.firstIndex(of: "keepalives_idle")! < keywords.firstIndex(of: "dbname")!)
         #expect(keywords.firstIndex(of: "options")! > keywords.firstIndex(of: "dbname")!)
         let options = try #require(parameters.first { $0.keyword == "options" }?.value)
-        #expect(options == "-c lock_timeout=100 -c statement_timeout=10000 -c idle_in_transaction_session_timeout=60000")
+        #expect(
+            options == "-c lock_timeout=100 -c statement_timeout=10000 -c idle_in_transaction_session_timeout=60000")
         #expect(
             PostgresConfiguration.settingNames(inOptions: #"-c a=1 -cB=2 --c-d=3 -x h=6 -c search_path=a\ b"#)
                 == ["a", "b", "c_d", "search_path"])
@@ -273,8 +274,9 @@ struct PostgresSecretTests {
             // The redacted form is itself a connection string.
             #expect(postgresError { _ = try PostgresConfiguration(dsn: config.redactedDSN) } == nil)
         }
-        #expect(try PostgresConfiguration(dsn: "host=/run/postgresql dbname=herald").redactedDSN
-            == "host=/run/postgresql dbname=herald")
+        #expect(
+            try PostgresConfiguration(dsn: "host=/run/postgresql dbname=herald").redactedDSN
+                == "host=/run/postgresql dbname=herald")
         #expect(
             try PostgresConfiguration(dsn: "dbname='my db' sslpassword=x").redactedDSN
                 == "dbname='my db' sslpassword=***")

@@ -531,7 +531,9 @@ final class PostgresQueue: @unchecked Sendable {
                 disabled.append((id, batch))
                 continue
             }
-            if try r.optionalBytes(11) == nil, noSender.contains(Self.laneName(QueueLane(app: try r.text(2), platform: platform))) {
+            if try r.optionalBytes(11) == nil,
+                noSender.contains(Self.laneName(QueueLane(app: try r.text(2), platform: platform)))
+            {
                 unsendable.append((id, batch))
                 continue
             }
@@ -561,7 +563,8 @@ final class PostgresQueue: @unchecked Sendable {
         var sizes: [BatchKey: Int] = [:]
         var touched: [String] = []
         var seen = Set<String>()
-        for messageID in jobs.map(\.messageID) + (expired + gone + disabled + unsendable + unreadable).map(\.1.messageID)
+        for messageID in jobs.map(\.messageID)
+            + (expired + gone + disabled + unsendable + unreadable).map(\.1.messageID)
         where seen.insert(messageID).inserted {
             touched.append(messageID)
         }
@@ -720,7 +723,8 @@ final class PostgresQueue: @unchecked Sendable {
         try c.execute("DELETE FROM rate_buckets WHERE updated_at < $1", [.int(now - 3_600_000)])
         try c.execute("DELETE FROM stale_deletions WHERE deleted_at <= $1", [.int(now - staleWindowMs)])
         try c.execute(
-            "DELETE FROM instances WHERE heartbeat_at < $1 AND instance_id <> $2", [.int(now - 86_400_000), .text(instance)])
+            "DELETE FROM instances WHERE heartbeat_at < $1 AND instance_id <> $2",
+            [.int(now - 86_400_000), .text(instance)])
         return purged
     }
 

@@ -138,7 +138,8 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         listener.start { [weak self] in self?.workArrived() }
         let deadlines = self.deadlines
         sweeper.setEventHandler { deadlines.sweep() }
-        sweeper.schedule(deadline: .now() + .milliseconds(100), repeating: .milliseconds(100), leeway: .milliseconds(20))
+        sweeper.schedule(
+            deadline: .now() + .milliseconds(100), repeating: .milliseconds(100), leeway: .milliseconds(20))
         sweeper.resume()
     }
 
@@ -327,7 +328,9 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
                         lost = error
                         break
                     }
-                    if let state = (error as? PostgresError)?.sqlState, state == .lockNotAvailable || state == .queryCanceled {
+                    if let state = (error as? PostgresError)?.sqlState,
+                        state == .lockNotAvailable || state == .queryCanceled
+                    {
                         // A lock or statement timeout: the store is stuck, as for a deadline.
                         noteTimeout()
                     }
@@ -526,7 +529,8 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             let ids = tried.ids
             if !ids.isEmpty {
                 submit(
-                    durable: false, { [queueTables] c, now in try queueTables.putBack(c, ids: ids, now: now) }, { _ in })
+                    durable: false, { [queueTables] c, now in try queueTables.putBack(c, ids: ids, now: now) }, { _ in }
+                )
             }
             return .failure(error)
         }
@@ -808,7 +812,8 @@ final class ClockOffset: @unchecked Sendable {
                 bundleID: j.bundleID, serverKey: j.serverKey)
         }
         var moved = Claim(
-            jobs: jobs, finished: claim.finished, batchSizes: claim.batchSizes, nextDueAt: claim.nextDueAt.map { $0 - d })
+            jobs: jobs, finished: claim.finished, batchSizes: claim.batchSizes,
+            nextDueAt: claim.nextDueAt.map { $0 - d })
         moved.unreadable = claim.unreadable
         return moved
     }
