@@ -82,7 +82,7 @@ port = 5432
 fsync = $durability
 synchronous_commit = $durability
 full_page_writes = $durability
-max_connections = 200
+max_connections = 400
 shared_buffers = 32MB
 CONF
 }

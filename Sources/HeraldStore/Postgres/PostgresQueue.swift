@@ -595,35 +595,29 @@ final class PostgresQueue: @unchecked Sendable {
 
     // MARK: Results
 
-    /// Records attempts' results, one statement per distinct result. Only a
-    /// delivery still in flight under this instance's lease changes: one
-    /// whose lease ran out and that another instance took keeps that
-    /// instance's attempt.
+    /// Records attempts' results, however many and however different, in
+    /// one statement (`UPDATE … FROM unnest(…)`, the devices' last success
+    /// and failure with it). Only a delivery still in flight under this
+    /// instance's lease changes: one whose lease ran out and that another
+    /// instance took keeps that instance's attempt.
     func record(_ c: PostgresConnection, _ records: [DeliveryRecord], now: Int64) throws {
-        for (result, ids) in RecordedResult.grouping(records) {
-            let updated = try c.execute(
-                Statements.record,
-                [
-                    .text(result.state.rawValue), .optional(result.httpStatus.map(Int64.init)),
-                    Self.clean(result.reason),
-                    .optional(result.nextAttemptAt), .int(now), .int(result.counted ? 0 : 1),
-                    .text(Self.bigintArray(ids)), .text(instance), .bool(result.shrink != nil),
-                    .optional(result.shrink?.index.map(Int64.init)),
-                ])
-            let devices = try updated.rows.map { Optional(try $0.text(0)) }
-            guard !devices.isEmpty else { continue }
-            switch result.state {
-            case .delivered:
-                try c.execute(
-                    Statements.deviceSuccess,
-                    [.int(now), .text(Self.textArray(devices)), .int(now - Queue.successResolutionMs)])
-            case .failed:
-                try c.execute(
-                    Statements.deviceFailure, [.int(now), Self.clean(result.reason), .text(Self.textArray(devices))])
-            default:
-                break
-            }
+        guard !records.isEmpty else { return }
+        func ints(_ values: [Int64?]) -> String {
+            "{" + values.map { $0.map(String.init) ?? "NULL" }.joined(separator: ",") + "}"
         }
+        try c.execute(
+            Statements.record,
+            [
+                .text(Self.bigintArray(records.map(\.deliveryID))),
+                .text(Self.textArray(records.map { $0.state.rawValue })),
+                .text(ints(records.map { $0.httpStatus.map(Int64.init) })),
+                .text(Self.textArray(records.map(\.reason))),
+                .text(ints(records.map(\.nextAttemptAt))),
+                .text(ints(records.map { $0.countsAsAttempt ? 0 : 1 })),
+                .text("{" + records.map { $0.shrink != nil ? "t" : "f" }.joined(separator: ",") + "}"),
+                .text(ints(records.map { $0.shrink?.index.map(Int64.init) })),
+                .int(now), .text(instance), .int(now - Queue.successResolutionMs),
+            ])
     }
 
     /// A stale device is deleted if it still holds `tokenHash` and the
@@ -903,23 +897,28 @@ final class PostgresQueue: @unchecked Sendable {
         static let record = PostgresStatement(
             name: "q_record",
             sql: """
-                UPDATE deliveries SET state = $1, http_status = $2, reason = $3,
-                    next_attempt_at = COALESCE($4, next_attempt_at), updated_at = $5,
-                    attempts = greatest(0, attempts - $6), lease_expires_at = NULL,
-                    shrunk = CASE WHEN $9::boolean THEN $10::integer ELSE shrunk END
-                WHERE delivery_id = ANY($7::bigint[]) AND state = 'in_flight' AND sent_by = $8
-                RETURNING device_id
-                """)
-        static let deviceSuccess = PostgresStatement(
-            name: "q_device_success",
-            sql: """
-                UPDATE devices SET last_success_at = $1
-                WHERE device_id = ANY($2::text[]) AND (last_success_at IS NULL OR last_success_at <= $3)
-                """)
-        static let deviceFailure = PostgresStatement(
-            name: "q_device_failure",
-            sql: """
-                UPDATE devices SET last_failure_at = $1, last_failure_reason = $2 WHERE device_id = ANY($3::text[])
+                WITH r AS (
+                    SELECT * FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::text[], $5::bigint[],
+                        $6::integer[], $7::boolean[], $8::integer[])
+                        AS r(id, state, http, reason, next_at, uncount, set_shrunk, shrunk)),
+                done AS (
+                    UPDATE deliveries d SET state = r.state, http_status = r.http, reason = r.reason,
+                        next_attempt_at = COALESCE(r.next_at, d.next_attempt_at), updated_at = $9,
+                        attempts = greatest(0, d.attempts - r.uncount), lease_expires_at = NULL,
+                        shrunk = CASE WHEN r.set_shrunk THEN r.shrunk ELSE d.shrunk END
+                    FROM r WHERE d.delivery_id = r.id AND d.state = 'in_flight' AND d.sent_by = $10
+                    RETURNING d.device_id, r.state, r.reason),
+                succeeded AS (
+                    UPDATE devices v SET last_success_at = $9
+                    FROM (SELECT DISTINCT device_id FROM done WHERE state = 'delivered') s
+                    WHERE v.device_id = s.device_id AND (v.last_success_at IS NULL OR v.last_success_at <= $11)
+                    RETURNING 1),
+                failed AS (
+                    UPDATE devices v SET last_failure_at = $9, last_failure_reason = f.reason
+                    FROM (SELECT DISTINCT ON (device_id) device_id, reason FROM done WHERE state = 'failed') f
+                    WHERE v.device_id = f.device_id
+                    RETURNING 1)
+                SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM succeeded), (SELECT count(*) FROM failed)
                 """)
         static let depth = PostgresStatement(
             name: "q_depth",

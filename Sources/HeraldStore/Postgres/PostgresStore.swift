@@ -55,8 +55,11 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     // Guarded by `condition`: when a call last passed its deadline (monotonic ns).
     private var lastTimeoutAt: UInt64?
 
-    /// The most jobs one transaction takes, to bound commit latency.
-    static let maxBatch = 512
+    /// The most jobs with a savepoint one transaction takes: past 64
+    /// PostgreSQL's subtransaction cache overflows and every snapshot pays.
+    static let maxBatch = 64
+    /// The most `record` calls one transaction merges into its one statement.
+    static let maxMergedRecords = 256
     /// The most jobs that may wait for a connection: past it a call fails at
     /// once (the database is slow or away) rather than queue without bound.
     static let queueLimit = 16_384
@@ -221,6 +224,16 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         _ work: @escaping @Sendable (PostgresConnection, Int64) throws -> T,
         _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
+        enqueue(call(durable: durable, fence: fence, timeout: timeout, work, completion))
+    }
+
+    /// A call with its deadline: answered by its work or, past the
+    /// deadline, with ``StoreTimeout``, whichever comes first.
+    private func call<T>(
+        durable: Bool = true, fence: String? = nil, timeout: Duration? = nil,
+        _ work: @escaping @Sendable (PostgresConnection, Int64) throws -> T,
+        _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) -> StoreCall<PostgresConnection, T> {
         let limit = timeout ?? options.callTimeout
         let once = OnceCompletion(completion)
         let entry = deadlines.add(due: CallDeadlines.now + UInt64(max(1, limit.wholeMillisecondsValue)) * 1_000_000) {
@@ -229,12 +242,15 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             once.complete(.failure(StoreTimeout(seconds: Double(limit.wholeMillisecondsValue) / 1000)))
         }
         let deadlines = self.deadlines
-        let job: Job = StoreCall(
+        return StoreCall(
             work: work,
             completion: { result in
                 deadlines.finish(entry)
                 once.complete(result)
             }, durable: durable, fence: fence, deadline: entry.due, keeper: { deadlines.keep(entry) })
+    }
+
+    private func enqueue(_ job: Job) {
         condition.lock()
         if stopping {
             condition.unlock()
@@ -260,12 +276,18 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             var rest: [Job] = []
             var blocked = Set<String>()
             let now = CallDeadlines.now
+            var savepoints = 0
+            var merged = 0
             for job in queue {
                 // Answered by its deadline already: its work would answer no one.
                 if job.deadline <= now { continue }
-                if batch.count < Self.maxBatch,
+                // Results merge into one statement without a savepoint; every
+                // other job has one, at most maxBatch in a transaction.
+                let isRecord = job is RecordCall
+                if isRecord ? merged < Self.maxMergedRecords : savepoints < Self.maxBatch,
                     job.fence.map({ busy[$0] == nil && !blocked.contains($0) }) ?? true
                 {
+                    if isRecord { merged += 1 } else { savepoints += 1 }
                     batch.append(job)
                 } else {
                     if let fence = job.fence { blocked.insert(fence) }
@@ -296,11 +318,24 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         }
         var outcomes: [CallOutcome] = []
         outcomes.reserveCapacity(batch.count)
+        // Every result of the batch in one statement, first, without a
+        // savepoint: it fails only with the transaction.
+        let records = batch.compactMap { $0 as? RecordCall }.filter { !Self.answered($0) && $0.keep() }
+        if !records.isEmpty {
+            do {
+                try queueTables.record(c, records.flatMap(\.records), now: now)
+            } catch {
+                try? c.rollback()
+                finished(batch, failure: error, outcomes: [])
+                return
+            }
+            outcomes += records.map(\.outcome)
+        }
         var lost: (any Error)?
         // A job whose caller was answered by its deadline does not run: a
         // batch stuck behind a lock does not run, one after another, jobs
         // nobody waits for.
-        for job in batch where lost == nil {
+        for job in batch where lost == nil && !(job is RecordCall) {
             if Self.answered(job) { continue }
             var attempt = 0
             while true {
@@ -393,6 +428,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         // A test's injected clock is the store's time exactly (its rules are
         // tested to the millisecond); leases still follow the database's.
         if !(clock is SystemClock) { return clock.nowMilliseconds() }
+        if let d = offset.recent(within: 1_000_000_000) { return clock.nowMilliseconds() + d }
         let before = clock.nowMilliseconds()
         let now = try Self.databaseNow(c) + queueTables.shift()
         let after = clock.nowMilliseconds()
@@ -620,12 +656,13 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
 
     public func record(_ records: [DeliveryRecord], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
         let moved = records.map(offset.toDatabase)
-        submit(
+        let inner = call(
             durable: false, { [queueTables] c, now in try queueTables.record(c, moved, now: now) },
             { [held] result in
                 if case .success = result { held.remove(records.map(\.deliveryID)) }
                 completion(result)
             })
+        enqueue(RecordCall(records: moved, inner: inner))
     }
 
     /// The scheduler gave up on these deliveries' results (dropped past its
@@ -747,6 +784,27 @@ extension Duration {
     }
 }
 
+/// A `record` call: a batch merges the results of all its record calls into
+/// one statement (``PostgresQueue/record(_:_:now:)``), run without a savepoint.
+struct RecordCall: QueuedCall {
+    typealias Context = PostgresConnection
+    let records: [DeliveryRecord]
+    let inner: StoreCall<PostgresConnection, Void>
+
+    var durable: Bool { false }
+    var fence: String? { nil }
+    var deadline: UInt64 { inner.deadline }
+    func keep() -> Bool { inner.keep() }
+    func run(_ context: PostgresConnection, now: Int64) -> CallOutcome { inner.run(context, now: now) }
+    func fail(_ error: any Error) { inner.fail(error) }
+
+    /// Answers once the batch's fate is known (its records were written).
+    var outcome: CallOutcome {
+        let completion = inner.completion
+        return CallOutcome(error: nil) { failure in completion(failure.map { .failure($0) } ?? .success(())) }
+    }
+}
+
 /// Why the store reports itself degraded though the database answers.
 public struct StoreHealthProblem: Error, CustomStringConvertible {
     public let description: String
@@ -788,7 +846,20 @@ final class ClockOffset: @unchecked Sendable {
     private let lock = NSLock()
     private var ms: Int64 = 0
 
-    func set(_ value: Int64) { lock.withLock { ms = value } }
+    private var measuredAt: UInt64?
+
+    func set(_ value: Int64) {
+        lock.withLock {
+            ms = value
+            measuredAt = CallDeadlines.now
+        }
+    }
+
+    /// The offset when it was measured less than `ns` ago: the clocks do
+    /// not drift apart in a second, so a batch need not ask the database.
+    func recent(within ns: UInt64) -> Int64? {
+        lock.withLock { measuredAt.map { CallDeadlines.now - $0 < ns } == true ? ms : nil }
+    }
     var value: Int64 { lock.withLock { ms } }
 
     func toDatabase(_ local: Int64) -> Int64 { local + value }
