@@ -184,6 +184,10 @@ public final class Scheduler: @unchecked Sendable {
     private var publishScheduled = false
     private var pendingRecords: [DeliveryRecord] = []
     private var flushScheduled = false
+    /// Result writes the store has not answered yet. On a shared store the
+    /// next write waits for the last: the results of a fan-out gather while
+    /// one is on its way, so a message costs a few statements, not one a millisecond.
+    private var writesInTransit = 0
     /// Oldest first; written again with backoff until the store takes them.
     private var heldWrites: [HeldWrite] = []
     /// Taken from the front of `heldWrites` by the retry under way; put back
@@ -815,6 +819,10 @@ public final class Scheduler: @unchecked Sendable {
         assertOnQueue()
         flushScheduled = false
         guard !pendingRecords.isEmpty else { return }
+        if store.isShared && writesInTransit > 0 && pendingRecords.count < Self.recordBatch {
+            // Written when the one in transit returns (see `written`).
+            return
+        }
         let records = pendingRecords
         pendingRecords.removeAll(keepingCapacity: true)
         guard heldWrites.isEmpty && heldInTransit.isEmpty else {
@@ -827,8 +835,11 @@ public final class Scheduler: @unchecked Sendable {
     /// Writes results; those the store fails are held and written again.
     private func write(_ records: [DeliveryRecord]) {
         assertOnQueue()
+        writesInTransit += 1
         store.record(records) { [self] result in
             queue.async { [self] in
+                writesInTransit -= 1
+                defer { if writesInTransit == 0 && !pendingRecords.isEmpty { flushRecords() } }
                 switch result {
                 case .success:
                     wrote(records)

@@ -158,7 +158,7 @@ struct ConfigKeysTests {
             "[store]\nbackend = postgres\ndsn = host=/a dbname=b user=c\n", file: "/etc/herald/herald.conf")
         let postgresChanged: [String: String] = [
             "store.dsn": "host=/b dbname=b user=c", "store.password_file": "/etc/pg.pass", "store.pool_size": "7",
-            "store.lease": "7",
+            "store.lease": "7", "store.lease_max_age": "700", "store.call_timeout": "7",
         ]
         for (name, value) in changed.merging(postgresChanged, uniquingKeysWith: { a, _ in a }) {
             let key = try #require(ConfigKeys.all.first { $0.qualifiedName == name }, "\(name)")

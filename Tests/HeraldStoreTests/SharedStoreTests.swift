@@ -29,6 +29,27 @@ private struct TwoInstances {
         scratch.remove()
     }
 
+    /// The instances (alive: their identity lock held) and the deliveries in flight, for a failure's message.
+    func diagnosis() throws -> String {
+        let c = PostgresConnection(configuration: try #require(scratch.postgres).connection)
+        defer { c.close() }
+        try c.connect()
+        let instances = try c.execute(
+            """
+            SELECT i.instance_id, i.heartbeat_at, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+                EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                    AND l.classid::bigint = ((i.lock_key >> 32) & 4294967295)
+                    AND l.objid::bigint = (i.lock_key & 4294967295))::text
+            FROM instances i ORDER BY 1
+            """
+        ).rows.map { r in "\(try r.text(0)) beat \(try r.int64(2) - r.int64(1)) ms ago alive \(try r.text(3))" }
+        let rows = try c.execute(
+            "SELECT state, coalesce(sent_by, '-'), coalesce(reason, '-'), count(*) FROM deliveries GROUP BY 1, 2, 3"
+        ).rows.map { r in "\(try r.text(0))/\(try r.text(1))/\(try r.text(2)): \(try r.int64(3))" }
+        return "instances: \(instances); deliveries: \(rows)"
+    }
+
     func register(_ s: any DeliveryStore, _ r: Registration) throws -> RegistrationOutcome {
         try s.sync { s, done in s.register(r, deviceCap: 1000, completion: done) }
     }
@@ -158,7 +179,9 @@ struct SharedStoreTests {
             taken += try t.claim(t.b).jobs
             if taken.count < 10 { Thread.sleep(forTimeInterval: 0.2) }
         }
-        #expect(Set(taken.map(\.deliveryID)) == Set(held.jobs.map(\.deliveryID)), "far sooner than the 30 s lease")
+        let why = (try? t.diagnosis()) ?? "no diagnosis"
+        #expect(
+            Set(taken.map(\.deliveryID)) == Set(held.jobs.map(\.deliveryID)), "far sooner than the 30 s lease; \(why)")
         #expect(taken.allSatisfy { $0.previousAttempts == 1 })
         let status = try t.status(t.b, m.messageID)
         #expect(status.devices?.allSatisfy { $0.sentBy == "host-b" && $0.attempts == 2 } == true)

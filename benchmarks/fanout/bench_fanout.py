@@ -336,7 +336,7 @@ class Herald:
         return sum(peaks) if all(x is not None for x in peaks) else None
 
     def messages(self, scenario, users, warmup, messages=None, seconds=None, db_cpu=None,
-                 per_user=PER_USER_DEVICES, jobs=None):
+                 per_user=PER_USER_DEVICES, jobs=None, db_statements=None):
         """Warm-up, then `messages` messages (or back to back for `seconds`): (samples,
         delivered, Herald's CPU s, peak RSS KiB, wall s, problems); `db_cpu`, a function giving
         the database server's CPU seconds, adds its difference over the same span as
@@ -361,6 +361,10 @@ class Herald:
         for p in self.pids:
             reset_peak_rss(p)
         d0 = db_cpu() if db_cpu else None
+        if db_statements:
+            # Counted from zero per measured span: the top statements at the end are the last span's.
+            db_statements.reset()
+        s0 = db_statements() if db_statements else None
         c0, t0 = self.cpu_seconds(), time.perf_counter()
         if jobs is not None:
             samples, delivered, probs = self._concurrent(scenario, jobs, t0, seconds, per_user)
@@ -377,6 +381,7 @@ class Herald:
         wall = time.perf_counter() - t0
         cpu = self.cpu_seconds() - c0
         self.db_cpu_s = (db_cpu() - d0) if db_cpu else None
+        self.db_statements = (db_statements() - s0) if db_statements else None
         return samples, delivered, cpu, self.peak_rss_kb(), wall, problems
 
     def _concurrent(self, scenario, jobs, t0, seconds, per_user):
@@ -440,14 +445,32 @@ def start_pg_herald(binary, tmp, sink, keys, pg, n):
         for inst in instances:
             inst.stop()
         raise
-    return Herald(instances)
+    herald = Herald(instances)
+    herald.database = database
+    return herald
 
 
-def db_fields(db_cpu_s, delivered):
+def db_fields(db_cpu_s, delivered, statements=None, messages=0):
     if db_cpu_s is None:
         return {}
-    return {"db_cpu_s": round(db_cpu_s, 3),
-            "db_cpu_s_per_1000": round(db_cpu_s * 1000 / delivered, 3) if delivered else None}
+    out = {"db_cpu_s": round(db_cpu_s, 3),
+           "db_cpu_s_per_1000": round(db_cpu_s * 1000 / delivered, 3) if delivered else None}
+    if statements is not None:
+        out["statements_per_message"] = round(statements / messages, 1) if messages else None
+    return out
+
+
+class StatementCounter:
+    """Statements run on one database (pg_stat_statements), reset before each measured span."""
+
+    def __init__(self, pg, database):
+        self.pg, self.database = pg, database
+
+    def __call__(self):
+        return self.pg.statements(self.database)
+
+    def reset(self):
+        self.pg.psql("SELECT pg_stat_statements_reset()")
 
 
 class Store:
@@ -458,6 +481,8 @@ class Store:
         self.label, self.herald, self.backend = label, herald, backend
         postmaster = pg.postmaster_pid() if pg is not None else None
         self.db_cpu = (lambda: server_cpu_seconds(postmaster)) if postmaster else None
+        database = getattr(herald, "database", None)
+        self.db_statements = StatementCounter(pg, database) if pg is not None and database else None
 
 
 def herald_latency(store, name, users, receipts, sink, warmup, messages, log, per_user=PER_USER_DEVICES,
@@ -470,14 +495,16 @@ def herald_latency(store, name, users, receipts, sink, warmup, messages, log, pe
     done = receipts.herald_phase(name, herald, label=label)
     with SinkMeter(sink) as sm:
         samples, delivered, cpu, rss, wall, probs = herald.messages(name, users[name], warmup, messages,
-                                                                    db_cpu=store.db_cpu, per_user=per_user)
+                                                                    db_cpu=store.db_cpu, per_user=per_user,
+                                                                    db_statements=store.db_statements)
     entry = done(marks=herald.marks)
     r = row(name, label, samples, delivered, devices * messages, cpu, rss, backend=store.backend,
-            instances=len(herald.instances), **db_fields(herald.db_cpu_s, delivered), **extra, **sm.info())
+            instances=len(herald.instances), **db_fields(herald.db_cpu_s, delivered, herald.db_statements, len(samples)), **extra, **sm.info())
     r.update(first_push_p50_ms=None, first_push_p90_ms=None)
     entry["row"] = r
     log(f"{name} {label}: p50 {r['p50_ms']} ms, delivered {delivered}/{devices * messages}"
-        + (f", database CPU {r['db_cpu_s_per_1000']} s/1k" if store.db_cpu else ""))
+        + (f", database CPU {r['db_cpu_s_per_1000']} s/1k, {r.get('statements_per_message')} statements/message"
+           if store.db_cpu else ""))
     if not herald.alive():
         raise RuntimeError(f"{label} exited during {name}")
     return r, [{"scenario": name, "sender": label, **p} for p in probs]
@@ -503,11 +530,12 @@ def herald_sustained_4c(store, name, groups, receipts, sink, sustained_s, log):
     done = receipts.herald_phase(name, herald, label=label)
     with SinkMeter(sink) as sm:
         samples, delivered, cpu, rss, wall, probs = herald.messages(name, None, 1, seconds=sustained_s,
-                                                                    db_cpu=store.db_cpu, jobs=jobs)
+                                                                    db_cpu=store.db_cpu, jobs=jobs,
+                                                                    db_statements=store.db_statements)
     done()
     r = row(name, label, samples, delivered, DEVICES * len(samples), cpu, rss, wall_s=wall,
             seconds=round(wall, 2), backend=store.backend, instances=len(herald.instances),
-            connections=len(jobs), **db_fields(herald.db_cpu_s, delivered), **sm.info())
+            connections=len(jobs), **db_fields(herald.db_cpu_s, delivered, herald.db_statements, len(samples)), **sm.info())
     log(f"{name} {label}: {r['pushes_per_s']} pushes/s over {wall:.1f} s from {len(jobs)} connections")
     if not herald.alive():
         raise RuntimeError(f"{label} exited during {name}")
@@ -520,11 +548,12 @@ def herald_sustained(store, name, base, users, receipts, sink, sustained_s, log)
     done = receipts.herald_phase(name, herald, base, label=label)
     with SinkMeter(sink) as sm:
         samples, delivered, cpu, rss, wall, probs = herald.messages(name, users[base], 1, seconds=sustained_s,
-                                                                    db_cpu=store.db_cpu)
+                                                                    db_cpu=store.db_cpu,
+                                                                    db_statements=store.db_statements)
     done()
     r = row(name, label, samples, delivered, DEVICES * len(samples), cpu, rss, wall_s=wall,
             seconds=round(wall, 2), backend=store.backend, instances=len(herald.instances),
-            **db_fields(herald.db_cpu_s, delivered), **sm.info())
+            **db_fields(herald.db_cpu_s, delivered, herald.db_statements, len(samples)), **sm.info())
     log(f"{name} {label}: {r['pushes_per_s']} pushes/s over {wall:.1f} s"
         + (f", database CPU {r['db_cpu_s_per_1000']} s/1k" if store.db_cpu else ""))
     if not herald.alive():
@@ -1013,6 +1042,7 @@ def main():
         # runs on every store in turn, so that the machine's load at the time is alike for all.
         if pg_variants:
             pg = BenchPostgres(None, durable=pg_durable)
+            pg.enable_statement_stats()
             pg_info = {"durable": pg_durable, "settings": pg.settings(), "pool_size": PG_POOL_SIZE,
                        "lease_s": PG_LEASE_S, "variants": {}}
             log(f"postgres: {pg_info['settings'].get('server_version')} on {pg.socket_dir}, "
@@ -1186,9 +1216,14 @@ def main():
                 st = (inst.client.call("system.stats").get("result")) or {}
                 inst_stats.append({"instance": st.get("instance"), "store": st.get("store"),
                                    "queue": st.get("queue")})
+            # The hot tables after the run: the queue and its indexes should be the size of the live
+            # work, not of the history (issue 26, "Hot-table health").
+            table_sizes = pg.table_sizes(h.database)
+            top_statements = pg.top_statements(h.database)
             status = h.stop()
             pg_info["variants"][store.label] = {
-                "instances": len(h.instances), "stats": inst_stats, "exit_status": status,
+                "instances": len(h.instances), "stats": inst_stats, "exit_status": status, "table_sizes": table_sizes,
+                "top_statements": top_statements,
                 "stderr_tail": {i.name: tail(i.proc.log_path, 15) for i in h.instances}}
             if any(x != 0 for x in status):
                 problems.append({"sender": store.label, "exit_status": status})

@@ -39,6 +39,36 @@ class BenchPostgres(PostgresServer):
             raise RuntimeError(f"pg-test-server.sh {command} {self.dir} failed: {done.stderr.strip()}")
         return done.stdout.strip()
 
+    def enable_statement_stats(self):
+        """Loads pg_stat_statements (a restart of this private server), so that a phase's
+        statements can be counted: `statements(database)`."""
+        if "pg_stat_statements" not in self.psql("SHOW shared_preload_libraries"):
+            self.psql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+            self._run("restart")
+        self.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+
+    def statements(self, database):
+        """Statements run on `database` so far (pg_stat_statements' calls, BEGIN, COMMIT and
+        SAVEPOINT included: each is a round trip)."""
+        rows = self.query("SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s "
+                          f"JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{database}'", "postgres")
+        return int(rows[0][0]) if rows else 0
+
+    def top_statements(self, database, n=12):
+        """[(calls, statement's first 100 characters)] of the most called statements on `database`."""
+        rows = self.query("SELECT s.calls, regexp_replace(left(s.query, 100), '\\s+', ' ', 'g') FROM pg_stat_statements s "
+                          f"JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{database}' "
+                          f"ORDER BY s.calls DESC LIMIT {int(n)}", "postgres")
+        return [(int(c), q) for c, q in rows]
+
+    def table_sizes(self, database):
+        """{relation: bytes} of the queue's tables and their indexes on `database`."""
+        rows = self.query(
+            "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i') AND (c.relname LIKE 'deliveries%' "
+            "OR c.relname LIKE 'messages%') ORDER BY c.relname", database)
+        return {name: int(size) for name, size in rows}
+
     def postmaster_pid(self):
         """The postmaster's pid: the first line of DATA/postmaster.pid."""
         with open(self.dir / "data" / "postmaster.pid") as f:

@@ -146,7 +146,53 @@ def summarise(results):
             add(f"{scen} time to first push", f"<= {FIRST_PUSH_TARGET_MS:g} ms p50 (at the sink, 1 ms resolution)",
                 f"{v:.1f} ms", v <= FIRST_PUSH_TARGET_MS,
                 "met" if v <= FIRST_PUSH_TARGET_MS else f"{v - FIRST_PUSH_TARGET_MS:.1f} ms over")
+    # What one database carries (issue 26, "Cost per push on the database").
+    pg = by.get(("apns500", "herald_pg"))
+    if pg and pg.get("statements_per_message") is not None:
+        n = pg["statements_per_message"]
+        add("apns500 statements per message (PostgreSQL)", "<= 20 (pg_stat_statements, BEGIN/COMMIT included)",
+            f"{n:.1f}", n <= 20, "met" if n <= 20 else f"{n / 20:.1f}x over")
+    for scen in ("apns500", "apns_sustained"):
+        r = by.get((scen, "herald_pg"))
+        if r and r.get("db_cpu_s_per_1000") is not None:
+            v = r["db_cpu_s_per_1000"]
+            add(f"{scen} database CPU", "<= 0.03 s per 1,000 pushes", f"{v:.3f} s", v <= 0.03,
+                "met" if v <= 0.03 else f"{v / 0.03:.1f}x over")
+    for scen, lower_is_better in (("apns500", True), ("apns_sustained", False)):
+        s, p = by.get((scen, "herald")), by.get((scen, "herald_pg"))
+        fs, fp = (s or {}).get("p50_ms" if lower_is_better else "pushes_per_s"), \
+            (p or {}).get("p50_ms" if lower_is_better else "pushes_per_s")
+        if fs and fp:
+            ratio = fp / fs if lower_is_better else fs / fp
+            add(f"{scen} PostgreSQL vs SQLite (one instance)", "<= 1.3x SQLite's cost",
+                f"{ratio:.2f}x", ratio <= 1.3, "met" if ratio <= 1.3 else f"{ratio / 1.3:.2f}x over the target")
+    one, two = by.get(("apns_sustained", "herald_pg")), by.get(("apns_sustained", "herald_pg_x2"))
+    if one and two and one.get("pushes_per_s") and two.get("pushes_per_s"):
+        share = two["pushes_per_s"] / one["pushes_per_s"]
+        add("apns_sustained two instances vs one (PostgreSQL)", ">= 1.0x one instance's rate",
+            f"{share:.2f}x ({two['pushes_per_s']:,.0f} vs {one['pushes_per_s']:,.0f} /s)", share >= 1.0,
+            "met" if share >= 1.0 else f"{1 / share:.2f}x slower")
     return {"targets": targets}
+
+
+def table_sizes_markdown(results):
+    """The queue's tables and indexes after the run, per PostgreSQL variant."""
+    variants = (results.get("postgres") or {}).get("variants") or {}
+    names = sorted({n for v in variants.values() for n in (v.get("table_sizes") or {})})
+    if not names:
+        return []
+    labels = [k for k in variants if variants[k].get("table_sizes")]
+    L = ["## The queue's tables after the run", "",
+         "Sizes (MB, `pg_relation_size`) of `deliveries`, `messages` and their indexes on each PostgreSQL "
+         "variant's database once every scenario ran: the history of finished deliveries is in `deliveries` "
+         "until it is purged (after the retention); the partial indexes hold only the live work.", "",
+         "| relation | " + " | ".join(BACKEND_LABEL.get(k, k) for k in labels) + " |",
+         "|---|" + "---:|" * len(labels)]
+    for n in names:
+        L.append(f"| `{n}` | " + " | ".join(
+            f"{variants[k]['table_sizes'].get(n, 0) / 1e6:.2f}" for k in labels) + " |")
+    L.append("")
+    return L
 
 
 def _fmt(v, spec, width):
@@ -306,6 +352,8 @@ def side_by_side_markdown(results):
                   ("database CPU s / 1k pushes", lambda r: f(r.get("db_cpu_s_per_1000"), ".3f")
                    if r.get("backend") == "postgres" else "in Herald's"),
                   ("Herald + database CPU s / 1k", lambda r: f(_total_cpu(r), ".3f")),
+                  ("database statements / message", lambda r: f(r.get("statements_per_message"), ".1f")
+                   if r.get("backend") == "postgres" else ""),
                   ("peak RSS MB (Herald)", lambda r: f(r.get("peak_rss_mb"), ".1f"))]
         for i, (what, fn) in enumerate(lines):
             L.append(f"| {'`' + scen + '`' if i == 0 else ''} | {what} | "
@@ -646,6 +694,7 @@ def write(results, out_dir, table_text=None):
     L += first_push_markdown(results)
     L += sustained_4c_markdown(results)
     L += size_markdown(results)
+    L += table_sizes_markdown(results)
     pg = results.get("postgres") or {}
     side = side_by_side_markdown(results)
     if side:

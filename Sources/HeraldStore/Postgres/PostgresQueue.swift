@@ -43,7 +43,7 @@ final class PostgresQueue: @unchecked Sendable {
     /// leases are written from it, so a batch that waited on a lock never
     /// writes a lease already partly spent. Every time several instances
     /// compare is the database's (SPEC Revision 3, "One clock").
-    static let databaseNow = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+    static let databaseNow = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
     /// The name of a lane in the instances table and the claim's exclusions.
     static func laneName(_ lane: QueueLane) -> String { lane.app + "\u{1F}" + lane.platform.rawValue }
@@ -357,11 +357,19 @@ final class PostgresQueue: @unchecked Sendable {
     // MARK: Status and cancel
 
     func status(_ c: PostgresConnection, app: String, messageID: String, detail: Bool) throws -> MessageStatus? {
-        guard
-            let m = try c.execute(
-                "SELECT created_at FROM messages WHERE app = $1 AND message_id = $2", [.text(app), .text(messageID)]
-            ).first
-        else { return nil }
+        // The message and its counts in one statement (a poll of `wait: true` costs one).
+        let summary = try c.execute(
+            """
+            SELECT m.created_at, d.state, count(d.state) FROM messages m
+            LEFT JOIN deliveries d ON d.message_id = m.message_id
+            WHERE m.app = $1 AND m.message_id = $2 GROUP BY m.created_at, d.state
+            """, [.text(app), .text(messageID)]
+        ).rows
+        guard let first = summary.first else { return nil }
+        var counts: [DeliveryState: Int] = [:]
+        for r in summary {
+            if let s = try r.optionalText(1).flatMap(DeliveryState.init(rawValue:)) { counts[s] = Int(try r.int64(2)) }
+        }
         var devices: [MessageStatus.Device]?
         if detail {
             devices = try c.execute(
@@ -378,8 +386,7 @@ final class PostgresQueue: @unchecked Sendable {
                     shrunk: try r.optionalInt64(8).map { Int($0) })
             }
         }
-        return MessageStatus(
-            messageID: messageID, createdAt: try m.int64(0), counts: try stateCounts(c, messageID), devices: devices)
+        return MessageStatus(messageID: messageID, createdAt: try first.int64(0), counts: counts, devices: devices)
     }
 
     func cancel(_ c: PostgresConnection, app: String, messageID: String, now: Int64) throws -> Int? {

@@ -37,6 +37,8 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     private var running = 0
     private var stopping = false
     private var closed = false
+    /// Per pool connection, the session (its reconnect count) set to commit asynchronously.
+    private var sessions: [ObjectIdentifier: Int] = [:]
     private var observer: (@Sendable () -> Void)?
 
     private let pool: PostgresPool
@@ -308,8 +310,46 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         }
     }
 
+    /// Sets the pool connection's session to commit asynchronously, once per
+    /// session (again after a reconnect): see ``begin(_:_:)``.
+    private func prepareSession(_ c: PostgresConnection) {
+        let key = ObjectIdentifier(c)
+        guard condition.withLock({ sessions[key] }) != c.reconnects else { return }
+        do {
+            try c.executeScript("SET synchronous_commit = off")
+            let done = c.reconnects
+            condition.withLock { sessions[key] = done }
+        } catch {
+            // The batch finds the connection's state itself.
+        }
+    }
+
+    /// A batch of results only: their one statement, in autocommit (one
+    /// round trip, no BEGIN or COMMIT), on the session's asynchronous commit.
+    private func writeResults(_ batch: [Job], _ c: PostgresConnection) {
+        let records = batch.compactMap { $0 as? RecordCall }.filter { !Self.answered($0) && $0.keep() }
+        do {
+            let now: Int64
+            if !(clock is SystemClock) {
+                now = clock.nowMilliseconds()
+            } else if let d = offset.recent(within: 1_000_000_000) {
+                now = clock.nowMilliseconds() + d
+            } else {
+                now = try measure(c)
+            }
+            if !records.isEmpty { try queueTables.record(c, records.flatMap(\.records), now: now) }
+        } catch {
+            finished(batch, failure: error, outcomes: [])
+            return
+        }
+        finished(batch, failure: nil, outcomes: records.map(\.outcome))
+    }
+
     /// Runs a batch in one transaction on a pool thread, then completes its jobs.
     private func commit(_ batch: [Job], _ c: PostgresConnection) {
+        prepareSession(c)
+        if batch.allSatisfy({ $0 is RecordCall }) { return writeResults(batch, c) }
+        if batch.count == 1 { return runAlone(batch[0], c) }
         let started = Result { try begin(batch, c) }
         guard case .success(let now) = started else {
             try? c.rollback()
@@ -398,6 +438,47 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         finished(batch, failure: failure, outcomes: outcomes)
     }
 
+    /// A batch of one job: its own transaction, no savepoint (a lost race
+    /// runs the whole transaction again).
+    private func runAlone(_ job: Job, _ c: PostgresConnection) {
+        var attempt = 0
+        while true {
+            let started = Result { try begin([job], c) }
+            guard case .success(let now) = started else {
+                try? c.rollback()
+                if case .failure(let error) = started { finished([job], failure: error, outcomes: []) }
+                return
+            }
+            if Self.answered(job) {
+                try? c.rollback()
+                return finished([job], failure: nil, outcomes: [])
+            }
+            let outcome = job.run(c, now: now)
+            if let error = outcome.error {
+                try? c.rollback()
+                if let state = (error as? PostgresError)?.sqlState,
+                    state == .lockNotAvailable || state == .queryCanceled
+                {
+                    noteTimeout()
+                }
+                attempt += 1
+                if Self.isRace(error), attempt < Self.maxRetries { continue }
+                return finished([job], failure: nil, outcomes: [outcome])
+            }
+            if !job.keep() {
+                // Answered store_unavailable meanwhile: undone, never a silent accept.
+                try? c.rollback()
+                return finished([job], failure: nil, outcomes: [])
+            }
+            let committed = Result { try c.commit() }
+            if case .failure(let error) = committed {
+                try? c.rollback()
+                return finished([job], failure: error, outcomes: [])
+            }
+            return finished([job], failure: nil, outcomes: [outcome])
+        }
+    }
+
     /// Begins the batch's transaction; returns the database's time.
     private func begin(_ batch: [Job], _ c: PostgresConnection) throws -> Int64 {
         do {
@@ -408,10 +489,11 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             guard error.isConnectionFailure else { throw error }
             try c.begin()
         }
-        if !batch.contains(where: { $0.durable }) {
-            // Claims, results and reads: a crash may lose them, costing a
-            // repeat; the next durable commit makes them durable with it.
-            try c.executeScript("SET LOCAL synchronous_commit = off")
+        if batch.contains(where: { $0.durable }) {
+            // The session commits asynchronously (claims, results and reads: a
+            // crash may lose them, costing a repeat); a registration, an
+            // enqueue or a cancel commits as the server is configured to.
+            try c.executeScript("SET LOCAL synchronous_commit TO DEFAULT")
         }
         // The batch's time is the database's; the offset to this host's
         // clock moves the times handed to the scheduler (and back).
