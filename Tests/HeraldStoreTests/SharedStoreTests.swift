@@ -216,6 +216,67 @@ struct SharedStoreTests {
         #expect(Set(taken.jobs.map(\.deliveryID)) == Set(lost))
     }
 
+    @Test(
+        "one housekeeper: purging waits for no one and skips while another instance holds the lock; it purges in chunks"
+    )
+    func oneHousekeeper() throws {
+        let t = try TwoInstances()
+        defer { t.close() }
+        try t.devices(t.a, user: "old", 1)
+        // 620 finished messages, more than one chunk of 500.
+        for _ in 0..<620 {
+            let m = try t.enqueue(t.a, fcmSend("old"))
+            let job = try #require(try t.claim(t.a).jobs.first { $0.messageID == m.messageID })
+            try t.a.sync { s, done in
+                s.record(
+                    [
+                        DeliveryRecord(
+                            deliveryID: job.deliveryID, deviceID: job.deviceID, state: .delivered, httpStatus: 200,
+                            reason: nil, nextAttemptAt: nil)
+                    ], completion: done)
+            }
+        }
+        t.clock.advance(8 * 24 * 3_600_000)
+        let retention = Duration.seconds(7 * 24 * 3600)
+        // Another instance is the housekeeper (it holds the lock): this one purges nothing and does not wait.
+        let other = PostgresConnection(configuration: try #require(t.scratch.postgres).connection)
+        defer { other.close() }
+        try other.connect()
+        try other.execute("SELECT pg_advisory_lock($1)", [.int(PostgresStore.housekeeperLockKey)])
+        let started = Date()
+        #expect(try t.b.sync { s, done in s.purgeMessages(olderThan: retention, completion: done) } == 0)
+        #expect(Date().timeIntervalSince(started) < 4, "no wait on the housekeeper's lock")
+        try other.execute("SELECT pg_advisory_unlock($1)", [.int(PostgresStore.housekeeperLockKey)])
+        // Free: this one purges them all, chunk after chunk.
+        #expect(try t.b.sync { s, done in s.purgeMessages(olderThan: retention, completion: done) } == 620)
+        let left = try other.execute("SELECT count(*) FROM messages").first?.int64(0)
+        #expect(left == 0)
+    }
+
+    @Test("queue depth is counted from the partial indexes of live work, not the history")
+    func depthFromPartialIndexes() throws {
+        let t = try TwoInstances()
+        defer { t.close() }
+        let c = PostgresConnection(configuration: try #require(t.scratch.postgres).connection)
+        defer { c.close() }
+        try c.connect()
+        try c.executeScript("SET enable_seqscan = off")
+        let plan = try c.execute(
+            """
+            EXPLAIN SELECT (SELECT count(*) FROM deliveries WHERE state IN ('queued', 'retrying')),
+                (SELECT count(*) FROM deliveries WHERE state = 'in_flight')
+            """
+        ).rows.map { try $0.text(0) }.joined(separator: "\n")
+        // Only the partial indexes of queued/retrying and in-flight rows, never the table or a full index.
+        let partial = ["deliveries_due", "deliveries_next_due", "deliveries_pending_by_device", "deliveries_leased"]
+        let indexScans = plan.split(separator: "\n").filter { $0.contains("Index") }
+        #expect(!plan.contains("Seq Scan") && !indexScans.isEmpty, "\(plan)")
+        for line in indexScans {
+            #expect(partial.contains { line.contains($0 + " ") }, "\(line)")
+        }
+        #expect(plan.contains("deliveries_leased"), "\(plan)")
+    }
+
     @Test("a second live instance with an instance_id in use refuses to start, naming the other")
     func identityInUse() throws {
         let t = try TwoInstances(lease: .seconds(5))

@@ -70,6 +70,9 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
 
     public let keyOutcome: StoreKeyOutcome
     public private(set) var recoveredDeliveries = 0
+    /// The advisory lock the housekeeper holds while it purges (one instance at a time).
+    public static var housekeeperLockKey: Int64 { PostgresQueue.housekeeperLock }
+
     /// How long a start waits for an identity held by another session before refusing.
     static let identityWait: TimeInterval = 3
     /// How long after a call passed its deadline the store is still reported degraded.
