@@ -120,7 +120,7 @@ test-swift: debian-deps python-deps
 
 test-sanitize: python-deps
 	$(SWIFT) build --build-tests $(SWIFT_SANITIZE)
-	ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/sanitizers/lsan.supp \
+	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/sanitizers/lsan.supp \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		$(SWIFT) test $(SWIFT_SANITIZE) --skip-build --no-parallel --filter '$(SANITIZE_SUITES)'
 
