@@ -1217,7 +1217,7 @@ def main():
                 inst_stats.append({"instance": st.get("instance"), "store": st.get("store"),
                                    "queue": st.get("queue")})
             # The hot tables after the run: the queue and its indexes should be the size of the live
-            # work, not of the history (issue 26, "Hot-table health").
+            # work, not of the history.
             table_sizes = pg.table_sizes(h.database)
             top_statements = pg.top_statements(h.database)
             status = h.stop()

@@ -146,7 +146,7 @@ def summarise(results):
             add(f"{scen} time to first push", f"<= {FIRST_PUSH_TARGET_MS:g} ms p50 (at the sink, 1 ms resolution)",
                 f"{v:.1f} ms", v <= FIRST_PUSH_TARGET_MS,
                 "met" if v <= FIRST_PUSH_TARGET_MS else f"{v - FIRST_PUSH_TARGET_MS:.1f} ms over")
-    # What one database carries (issue 26, "Cost per push on the database").
+    # What one database carries: its statements and CPU per push, and the two stores side by side.
     pg = by.get(("apns500", "herald_pg"))
     if pg and pg.get("statements_per_message") is not None:
         n = pg["statements_per_message"]
