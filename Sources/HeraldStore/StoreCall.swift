@@ -77,9 +77,6 @@ final class CallDeadlines: @unchecked Sendable {
     /// The monotonic clock the deadlines are on, in nanoseconds.
     static var now: UInt64 { DispatchTime.now().uptimeNanoseconds }
 
-    /// Calls still waiting (bounded by the store's queue and pool).
-    var count: Int { lock.withLock { entries.count } }
-
     func add(due: UInt64, expire: @escaping @Sendable () -> Void) -> Entry {
         let entry = Entry(due: due, expire: expire)
         lock.withLock { entries.append(entry) }

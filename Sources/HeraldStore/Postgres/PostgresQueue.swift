@@ -81,7 +81,6 @@ final class PostgresQueue: @unchecked Sendable {
         return out
     }
     func setOwnLanes(_ lanes: Set<String>) { lock.withLock { ownLanes = lanes } }
-    var lanesOfOthers: Set<String> { lock.withLock { othersLanes } }
 
     static let channel = "herald_work"
 
@@ -507,7 +506,7 @@ final class PostgresQueue: @unchecked Sendable {
         if others > 0 {
             // Lanes this instance sends are claimed above; lanes another live
             // instance can send are left to it.
-            let excluded = Self.textArray(Array(Set(named.map(Self.laneName)).union(lanesOfOthers)))
+            let excluded = Self.textArray(Array(Set(named.map(Self.laneName)).union(elsewhere)))
             results.append(try c.execute(Statements.claimOthers, [.int(now), .text(excluded), .int(Int64(others))]))
         }
 

@@ -332,14 +332,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     private func writeResults(_ batch: [Job], _ c: PostgresConnection) {
         let records = batch.compactMap { $0 as? RecordCall }.filter { !Self.answered($0) && $0.keep() }
         do {
-            let now: Int64
-            if !(clock is SystemClock) {
-                now = clock.nowMilliseconds()
-            } else if let d = offset.recent(within: 1_000_000_000) {
-                now = clock.nowMilliseconds() + d
-            } else {
-                now = try measure(c)
-            }
+            let now = try measure(c)
             if !records.isEmpty { try queueTables.record(c, records.flatMap(\.records), now: now) }
         } catch {
             finished(batch, failure: error, outcomes: [])
@@ -406,12 +399,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
                         lost = error
                         break
                     }
-                    if let state = (error as? PostgresError)?.sqlState,
-                        state == .lockNotAvailable || state == .queryCanceled
-                    {
-                        // A lock or statement timeout: the store is stuck, as for a deadline.
-                        noteTimeout()
-                    }
+                    noteIfStuck(error)
                     do {
                         try c.executeScript("ROLLBACK TO job")
                         try c.executeScript("RELEASE job")
@@ -459,11 +447,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             let outcome = job.run(c, now: now)
             if let error = outcome.error {
                 try? c.rollback()
-                if let state = (error as? PostgresError)?.sqlState,
-                    state == .lockNotAvailable || state == .queryCanceled
-                {
-                    noteTimeout()
-                }
+                noteIfStuck(error)
                 attempt += 1
                 if Self.isRace(error), attempt < Self.maxRetries { continue }
                 return finished([job], failure: nil, outcomes: [outcome])
@@ -508,7 +492,9 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         job.deadline <= CallDeadlines.now
     }
 
-    /// The database's time now, and the offset of this host's clock to it.
+    /// The store's time for a batch: the database's, from the offset to this
+    /// host's clock measured within the last second, else measured now (an
+    /// injected test clock is the store's time exactly).
     private func measure(_ c: PostgresConnection) throws -> Int64 {
         // A test's injected clock is the store's time exactly (its rules are
         // tested to the millisecond); leases still follow the database's.
@@ -846,6 +832,12 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
                     throw StoreHealthProblem("store calls passed their deadline (\(limit)) in the last seconds")
                 }
             }, completion)
+    }
+
+    /// A lock or statement timeout: the store is stuck, as for a deadline.
+    private func noteIfStuck(_ error: any Error) {
+        guard let state = (error as? PostgresError)?.sqlState else { return }
+        if state == .lockNotAvailable || state == .queryCanceled { noteTimeout() }
     }
 
     private func noteTimeout() {
