@@ -310,9 +310,11 @@ struct QueueTests {
         #expect(afterHandOver.devices?.map(\.sentBy).sorted { ($0 ?? "") < ($1 ?? "") } == [nil, "host-b"])
     }
 
-    @Test("SQLite hands deliveries over before the rows are written: the ids it gave are the rows' once committed")
-    func earlyHandoverIDs() throws {
-        let t = try TestStore(.sqlite)
+    @Test(
+        "deliveries are handed over before the rows are written: the ids given are the rows' once committed",
+        arguments: StoreBackend.allCases)
+    func earlyHandoverIDs(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
         defer { t.close() }
         for k in 0..<3 {
             _ = try t.register(

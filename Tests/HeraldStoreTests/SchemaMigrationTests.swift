@@ -104,7 +104,8 @@ private final class Box<T>: @unchecked Sendable {
 }
 
 /// The compatibility level a fresh database reaches: migrations 1–3 predate
-/// the scheme (each a contract of its own version), 4 (instances) is expand.
+/// the scheme (each a contract of its own version), 4 (instances) and 5 (the
+/// queue's live work apart from its history) are expand.
 private let currentLevel: Int64 = 3
 
 @Suite("PostgreSQL schema migrations: expand-then-contract, bounded waits")
@@ -129,11 +130,11 @@ struct SchemaMigrationTests {
         }
         try db.migrate()
         let known = PostgresSchema.migrations.count
-        #expect(known == 4)
+        #expect(known == 5)
         #expect(try db.levelRows() == [currentLevel], "one row, the compatibility level")
         let recorded = try db.recorded()
         #expect(recorded.map(\.version) == Array(1...known))
-        #expect(recorded.map(\.kind) == ["contract", "contract", "contract", "expand"])
+        #expect(recorded.map(\.kind) == ["contract", "contract", "contract", "expand", "expand"])
         // Applied before the table existed: no time; applied now: stamped.
         #expect(recorded.map(\.stamped) == (1...known).map { $0 > version })
         #expect(try db.scalar("SELECT count(*) FROM pg_class WHERE relname = 'instances'") == 1)
@@ -147,6 +148,68 @@ struct SchemaMigrationTests {
         try db.migrate()
         #expect(try db.recorded().map(\.stamped) == recorded.map(\.stamped))
         #expect(try db.levelRows() == [currentLevel])
+    }
+
+    @Test(
+        "migration 5 moves a database's live deliveries apart from its history, keeps every row and id, and the ids go on"
+    )
+    func liveWorkApartFromHistory() throws {
+        let db = try SchemaDatabase()
+        defer { db.remove() }
+        try db.leaveAsReleased(at: 4)
+        let c = try db.connect()
+        defer { c.close() }
+        // As a release of schema 4 left it: one message, a delivery in each state, ids from the identity.
+        try c.executeScript(
+            """
+            INSERT INTO messages VALUES ('m1', 'default', NULL, 'p', 1, 2);
+            INSERT INTO deliveries (message_id, app, device_id, user_name, platform, token_hash, state,
+                                    next_attempt_at, updated_at, collapse_key)
+            SELECT 'm1', 'default', 'd' || s, 'u'::bytea, 'fcm', 'h', s, 0, 0, CASE WHEN s = 'queued' THEN 'c'::bytea END
+            FROM unnest(ARRAY['queued', 'retrying', 'in_flight', 'delivered', 'failed', 'skipped', 'expired',
+                              'superseded']) s;
+            """)
+        let before = try c.execute("SELECT delivery_id, state FROM deliveries ORDER BY 1").rows.map {
+            "\(try $0.int64(0)) \(try $0.text(1))"
+        }
+        try db.migrate()
+        func placed(_ partition: String) throws -> [String] {
+            try c.execute("SELECT delivery_id, state FROM \(partition) ORDER BY 1").rows.map {
+                "\(try $0.int64(0)) \(try $0.text(1))"
+            }
+        }
+        #expect(try placed("deliveries") == before, "every row and id kept")
+        let live = try placed("deliveries_live").map { $0.split(separator: " ")[1] }
+        #expect(live == ["queued", "retrying", "in_flight"])
+        #expect(try placed("deliveries_done").count == 5)
+        let partitioned = "SELECT count(*) FROM pg_partitioned_table WHERE partrelid = 'deliveries'::regclass"
+        #expect(try db.scalar(partitioned) == 1)
+        // An insert as every release writes it (no id) takes the next id, after the identity's last.
+        let next = try c.execute(
+            """
+            INSERT INTO deliveries (message_id, app, device_id, user_name, platform, token_hash, state,
+                                    next_attempt_at, updated_at)
+            VALUES ('m1', 'default', 'd-new', 'u'::bytea, 'fcm', 'h', 'queued', 0, 0) RETURNING delivery_id
+            """
+        ).first?.int64(0)
+        #expect(next == Int64(before.count + 1))
+        // The queue's rules hold on the live partition: one queued delivery per device and collapse key.
+        do {
+            try c.execute(
+                """
+                INSERT INTO deliveries (message_id, app, device_id, user_name, platform, token_hash, state,
+                                        next_attempt_at, updated_at, collapse_key)
+                VALUES ('m1', 'default', 'dqueued', 'u'::bytea, 'fcm', 'h', 'queued', 0, 0, 'c'::bytea)
+                """)
+            Issue.record("a second queued delivery of one collapse key was accepted")
+        } catch {
+            #expect(error.sqlState == .uniqueViolation, "\(error)")
+        }
+        // Finishing a delivery moves it; deleting the message takes its deliveries from both.
+        try c.execute("UPDATE deliveries SET state = 'delivered' WHERE device_id = 'd-new'")
+        #expect(try placed("deliveries_done").count == 6)
+        try c.execute("DELETE FROM messages WHERE message_id = 'm1'")
+        #expect(try db.scalar("SELECT count(*) FROM deliveries") == 0)
     }
 
     @Test("the list keeps its rules: 1–3 count as contracts of their own versions, no contract requires a later one")
@@ -173,7 +236,7 @@ struct SchemaMigrationTests {
                 deviceCap: 20, completion: done)
         }
         #expect(try store.sync { s, done in s.list(app: "default", user: "hal", completion: done) }.count == 1)
-        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4])
+        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5])
         #expect(try db.levelRows() == [currentLevel])
     }
 
@@ -184,28 +247,28 @@ struct SchemaMigrationTests {
         try db.migrate()
         let c = try db.connect()
         defer { c.close() }
-        // A newer release applied 5 (expand), 6 and 7 (contracts) and needs schema 7 now.
+        // A newer release applied 6 (expand), 7 and 8 (contracts) and needs schema 8 now.
         try c.execute(
-            "INSERT INTO schema_migrations (version, kind, applied_at) VALUES (5, 'expand', now()), "
-                + "(6, 'contract', now()), (7, 'contract', now())")
-        try c.execute("UPDATE schema_version SET version = 7")
+            "INSERT INTO schema_migrations (version, kind, applied_at) VALUES (6, 'expand', now()), "
+                + "(7, 'contract', now()), (8, 'contract', now())")
+        try c.execute("UPDATE schema_version SET version = 8")
         try c.execute("DELETE FROM schema_migrations WHERE version = 4")
         try c.execute("DROP TABLE instances")
         let error = try #require(schemaError { try db.migrate() })
-        #expect(error.problem == .incompatible(needs: 7, knows: 4))
-        #expect(error.message.contains("requires herald schema 7"), "\(error)")
-        #expect(error.message.contains("knows schema 4"), "\(error)")
-        #expect(error.message.contains("schema version 7 is newer than this herald"), "\(error)")
+        #expect(error.problem == .incompatible(needs: 8, knows: 5))
+        #expect(error.message.contains("requires herald schema 8"), "\(error)")
+        #expect(error.message.contains("knows schema 5"), "\(error)")
+        #expect(error.message.contains("schema version 8 is newer than this herald"), "\(error)")
         // Refused before anything ran: migration 4 (missing) was not applied.
         #expect(try db.scalar("SELECT count(*) FROM pg_class WHERE relname = 'instances'") == 0)
-        #expect(try db.recorded().map(\.version) == [1, 2, 3, 5, 6, 7])
+        #expect(try db.recorded().map(\.version) == [1, 2, 3, 5, 6, 7, 8])
         // The store refuses to open, with the same words.
         do {
             let store = try db.scratch.open(key: try StoreKey.generate(), instance: "host-old")
             store.close()
-            Issue.record("a store opened a database that requires schema 7")
+            Issue.record("a store opened a database that requires schema 8")
         } catch {
-            #expect("\(error)".contains("requires herald schema 7"), "\(error)")
+            #expect("\(error)".contains("requires herald schema 8"), "\(error)")
         }
     }
 
@@ -218,9 +281,9 @@ struct SchemaMigrationTests {
         defer { c.close() }
         try c.execute("UPDATE schema_version SET version = 99")
         let error = try #require(schemaError { try db.migrate() })
-        #expect(error.problem == .incompatible(needs: 99, knows: 4))
+        #expect(error.problem == .incompatible(needs: 99, knows: 5))
         #expect(error.message.contains("requires herald schema 99"), "\(error)")
-        #expect(error.message.contains("this herald knows schema 4"), "\(error)")
+        #expect(error.message.contains("this herald knows schema 5"), "\(error)")
         #expect(try c.execute("SELECT to_regclass('schema_migrations') IS NULL").first?.bool(0) == true)
     }
 
@@ -228,7 +291,7 @@ struct SchemaMigrationTests {
     func newerExpandAccepted() throws {
         let db = try SchemaDatabase()
         defer { db.remove() }
-        // A newer release (schema 6) migrated the database from the previous release's 3.
+        // A newer release (schema 7) migrated the database from the previous release's 3.
         try db.leaveAsReleased(at: 3)
         let newer =
             PostgresSchema.migrations + [
@@ -236,12 +299,12 @@ struct SchemaMigrationTests {
                 .expand("CREATE TABLE newer_things (id bigint PRIMARY KEY)"),
             ]
         try db.migrate(newer)
-        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6])
+        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6, 7])
         #expect(try db.levelRows() == [currentLevel])
         #expect(try db.acceptedByReleaseKnowing(3))
         // This herald starts on it and works.
         try db.migrate()
-        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6])
+        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6, 7])
         let store = try db.scratch.open(key: try StoreKey.generate(), instance: "host-this")
         defer { store.close() }
         _ = try store.sync { s, done in
@@ -257,17 +320,17 @@ struct SchemaMigrationTests {
         let db = try SchemaDatabase()
         defer { db.remove() }
         try db.migrate()
-        // Release 5 stops using devices.user_agent (and adds a column); release 6 drops it.
-        let five = PostgresSchema.migrations + [.expand("ALTER TABLE devices ADD COLUMN agent_v2 bytea")]
-        let six = five + [.contract(requires: 5, "ALTER TABLE devices DROP COLUMN user_agent")]
-        try db.migrate(five)
-        #expect(try db.levelRows() == [currentLevel])
+        // Release 6 stops using devices.user_agent (and adds a column); release 7 drops it.
+        let six = PostgresSchema.migrations + [.expand("ALTER TABLE devices ADD COLUMN agent_v2 bytea")]
+        let seven = six + [.contract(requires: 6, "ALTER TABLE devices DROP COLUMN user_agent")]
         try db.migrate(six)
-        #expect(try db.levelRows() == [5])
+        #expect(try db.levelRows() == [currentLevel])
+        try db.migrate(seven)
+        #expect(try db.levelRows() == [6])
         #expect(try db.recorded().map(\.kind).suffix(2) == ["expand", "contract"])
-        try db.migrate(five)  // release 5 keeps running on schema 6
+        try db.migrate(six)  // release 6 keeps running on schema 7
         let error = try #require(schemaError { try db.migrate() })
-        #expect(error.problem == .incompatible(needs: 5, knows: 4), "\(error)")
+        #expect(error.problem == .incompatible(needs: 6, knows: 5), "\(error)")
         #expect(!(try db.acceptedByReleaseKnowing(3)), "the release of schema 3 refuses it too")
     }
 
@@ -278,7 +341,7 @@ struct SchemaMigrationTests {
         let db = try SchemaDatabase()
         defer { db.remove() }
         try db.migrate()
-        let withFive = PostgresSchema.migrations + [.expand("ALTER TABLE devices ADD COLUMN probe text")]
+        let withSix = PostgresSchema.migrations + [.expand("ALTER TABLE devices ADD COLUMN probe text")]
         // A long transaction that has read devices (an idle-in-transaction session, a report).
         let holder = try db.connect()
         defer { holder.close() }
@@ -307,12 +370,12 @@ struct SchemaMigrationTests {
         let policy = PostgresSchema.Policy(
             lockTimeout: .milliseconds(300), attempts: 3, retryDelay: .milliseconds(100), lockWait: .seconds(5))
         let start = ContinuousClock.now
-        let error = try #require(schemaError { try db.migrate(withFive, policy: policy) })
+        let error = try #require(schemaError { try db.migrate(withSix, policy: policy) })
         let took = ContinuousClock.now - start
         stop.update { $0 = true }
         readerDone.wait()
         #expect(error.problem == .lockTimeout)
-        #expect(error.message.contains("migration 5 (expand)"), "\(error)")
+        #expect(error.message.contains("migration 6 (expand)"), "\(error)")
         #expect(error.message.contains("within lock_timeout 0.3 s in 3 tries"), "\(error)")
         // Three tries of 300 ms and pauses of 100 and 200 ms: about 1.2 s, never a hang.
         #expect(took >= .milliseconds(900), "\(took)")
@@ -320,7 +383,7 @@ struct SchemaMigrationTests {
         #expect(reads.current > 0)
         #expect(slowest.current < .seconds(2), "a read of devices waited \(slowest.current) behind the migration")
         // Nothing of it applied.
-        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4])
+        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5])
         #expect(
             try db.scalar(
                 "SELECT count(*) FROM information_schema.columns WHERE table_name = 'devices' AND column_name = 'probe'"
@@ -328,8 +391,8 @@ struct SchemaMigrationTests {
                 == 0)
         // Once the long transaction ends, the same migration goes through.
         try holder.commit()
-        try db.migrate(withFive, policy: policy)
-        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5])
+        try db.migrate(withSix, policy: policy)
+        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6])
         #expect(try db.levelRows() == [currentLevel])
     }
 
@@ -355,6 +418,6 @@ struct SchemaMigrationTests {
         // Released (the other instance finished): it migrates.
         try other.execute("SELECT pg_advisory_unlock($1)", [.int(PostgresSchema.migrationLock)])
         try db.migrate(policy: policy)
-        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4])
+        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5])
     }
 }

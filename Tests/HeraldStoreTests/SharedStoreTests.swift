@@ -277,6 +277,137 @@ struct SharedStoreTests {
         #expect(plan.contains("deliveries_leased"), "\(plan)")
     }
 
+    @Test("finished deliveries leave the queue's table: live work in deliveries_live, the history in deliveries_done")
+    func historyLeavesTheQueueTable() throws {
+        let t = try TwoInstances()
+        defer { t.close() }
+        try t.devices(t.a, user: "hy", 10)
+        let m = try t.enqueue(t.b, fcmSend("hy"))
+        let claimed = try t.claim(t.a)
+        #expect(claimed.jobs.count == 10)
+        let finished = claimed.jobs.prefix(6).map {
+            DeliveryRecord(
+                deliveryID: $0.deliveryID, deviceID: $0.deviceID, state: .delivered, httpStatus: 200, reason: nil,
+                nextAttemptAt: nil)
+        }
+        try t.a.sync { s, done in s.record(finished, completion: done) }
+        let c = PostgresConnection(configuration: try #require(t.scratch.postgres).connection)
+        defer { c.close() }
+        try c.connect()
+        let placed = try c.execute(
+            "SELECT tableoid::regclass::text, state, count(*) FROM deliveries GROUP BY 1, 2 ORDER BY 1, 2"
+        ).rows.map { "\(try $0.text(0)) \(try $0.text(1)) \(try $0.int64(2))" }
+        #expect(placed == ["deliveries_done delivered 6", "deliveries_live in_flight 4"])
+        // The queue's own indexes are on the live partition only; the history keeps the full ones.
+        let doneIndexes = try c.execute(
+            "SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = 'deliveries_done'::regclass ORDER BY 1"
+        ).rows.map { try $0.text(0) }
+        #expect(doneIndexes == ["deliveries_done_by_message", "deliveries_done_by_user", "deliveries_done_pkey"])
+        // Readers see both: the message's status counts all ten.
+        let status = try t.status(t.b, m.messageID)
+        #expect(status.counts[.delivered] == 6 && status.counts[.inFlight] == 4, "\(status.counts)")
+        #expect(status.devices?.count == 10)
+    }
+
+    @Test("a result whose row another transaction moved to the history while it waited is recorded on a second try")
+    func resultAfterAConcurrentMove() throws {
+        let t = try TwoInstances()
+        defer { t.close() }
+        try t.devices(t.a, user: "mo", 2)
+        let m = try t.enqueue(t.a, fcmSend("mo"))
+        let jobs = try t.claim(t.a).jobs
+        #expect(jobs.count == 2)
+        // Another session finishes the first delivery and holds its row while the results come.
+        let other = PostgresConnection(configuration: try #require(t.scratch.postgres).connection)
+        defer { other.close() }
+        try other.connect()
+        try other.begin()
+        try other.execute(
+            "UPDATE deliveries SET state = 'skipped', reason = 'cancelled' WHERE delivery_id = $1",
+            [.int(jobs[0].deliveryID)])
+        let answered = DispatchSemaphore(value: 0)
+        let outcome = ResultBox()
+        t.a.record(
+            jobs.map {
+                DeliveryRecord(
+                    deliveryID: $0.deliveryID, deviceID: $0.deviceID, state: .delivered, httpStatus: 200,
+                    reason: nil, nextAttemptAt: nil)
+            }
+        ) { result in
+            outcome.set(result)
+            answered.signal()
+        }
+        // The result statement waits for the row's lock; the move commits meanwhile.
+        Thread.sleep(forTimeInterval: 0.4)
+        try other.commit()
+        #expect(answered.wait(timeout: .now() + 10) == .success)
+        #expect(outcome.error == nil, "\(outcome.error.map { "\($0)" } ?? "")")
+        let status = try t.status(t.a, m.messageID)
+        #expect(status.counts[.skipped] == 1 && status.counts[.delivered] == 1, "\(status.counts)")
+    }
+
+    @Test(
+        "an enqueue that sent early and lost a race runs again with the same ids: nothing sent twice, nothing lost"
+    )
+    func earlySendThenRace() throws {
+        let t = try TwoInstances()
+        defer { t.close() }
+        try t.devices(t.a, user: "ra", 2)
+        let devices = try t.a.sync { s, done in s.list(app: "default", user: "ra", completion: done) }.map(\.deviceID)
+        #expect(devices.count == 2)
+        // Another instance's message for the second device (the one not handed) is
+        // being queued with the same collapse key: its row is written, not yet committed.
+        let other = PostgresConnection(configuration: try #require(t.scratch.postgres).connection)
+        defer { other.close() }
+        try other.connect()
+        try other.begin()
+        try other.executeScript(
+            """
+            INSERT INTO messages VALUES ('m-other', 'default', NULL, 'p', 0, 9999999999999);
+            INSERT INTO deliveries (message_id, app, device_id, user_name, platform, token_hash, collapse_key, state,
+                                    next_attempt_at, updated_at)
+            SELECT 'm-other', app, device_id, user_name, platform, token_hash, 'c'::bytea, 'queued', 0, 0
+            FROM devices ORDER BY registered_seq DESC LIMIT 1;
+            """)
+        // Room for one: the first device is handed early, the second queued and
+        // waits for the other's row; when that commits, the job loses the race and runs again.
+        let early = Claims()
+        let answered = DispatchSemaphore(value: 0)
+        let outcome = EnqueueBox()
+        let lane = QueueLane(app: "default", platform: .fcm)
+        t.b.enqueue(
+            fcmSend("ra", collapse: "c"), handoff: [lane: 1], limit: 1, early: { early.list.append($0) }
+        ) { result in
+            outcome.set(result)
+            answered.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.5)
+        try other.commit()
+        #expect(answered.wait(timeout: .now() + 10) == .success)
+        let (accepted, claim) = try #require(outcome.result).get()
+        let sent = early.list.flatMap(\.jobs)
+        #expect(sent.count == 1 && claim.jobs.isEmpty, "handed once, early; not again at the commit")
+        let status = try t.status(t.a, accepted.messageID)
+        let rows = Dictionary(uniqueKeysWithValues: (status.devices ?? []).map { ($0.deviceID, $0) })
+        let handed = try #require(sent.first)
+        #expect(rows[handed.deviceID]?.state == .inFlight && rows[handed.deviceID]?.sentBy == "host-b")
+        // The early job's id is its row's: its result is recorded.
+        try t.b.sync { s, done in
+            s.record(
+                [
+                    DeliveryRecord(
+                        deliveryID: handed.deliveryID, deviceID: handed.deviceID, state: .delivered, httpStatus: 200,
+                        reason: nil, nextAttemptAt: nil)
+                ], completion: done)
+        }
+        #expect(try t.status(t.a, accepted.messageID).counts[.delivered] == 1)
+        // The other device: the other message's delivery superseded, this one's queued.
+        let second = devices.first { $0 != handed.deviceID }!
+        #expect(rows[second]?.state == .queued)
+        let replaced = try t.status(t.a, "m-other").counts
+        #expect(replaced[.superseded] == 1, "\(replaced); \((try? t.diagnosis()) ?? "")")
+    }
+
     @Test("a second live instance with an instance_id in use refuses to start, naming the other")
     func identityInUse() throws {
         let t = try TwoInstances(lease: .seconds(5))
@@ -478,4 +609,25 @@ struct SharedStoreTests {
         let devices = try store.sync { s, done in s.list(app: "default", user: "hal", completion: done) }
         #expect(devices.count == 1)
     }
+}
+
+/// A call's answer, set on the store's thread and read on the test's.
+private final class ResultBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var result: Result<Void, any Error>?
+    func set(_ r: Result<Void, any Error>) { lock.withLock { result = r } }
+    var error: (any Error)? {
+        lock.withLock {
+            guard case .failure(let e) = result else { return nil }
+            return e
+        }
+    }
+}
+
+/// An enqueue's answer, set on the store's thread and read on the test's.
+private final class EnqueueBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Result<(accepted: Enqueued, claim: Claim), any Error>?
+    func set(_ r: Result<(accepted: Enqueued, claim: Claim), any Error>) { lock.withLock { value = r } }
+    var result: Result<(accepted: Enqueued, claim: Claim), any Error>? { lock.withLock { value } }
 }

@@ -55,11 +55,13 @@ class BenchPostgres(PostgresServer):
         return int(rows[0][0]) if rows else 0
 
     def top_statements(self, database, n=12):
-        """[(calls, statement's first 100 characters)] of the most called statements on `database`."""
-        rows = self.query("SELECT s.calls, regexp_replace(left(s.query, 100), '\\s+', ' ', 'g') FROM pg_stat_statements s "
+        """[(calls, total ms, mean ms, statement's first 100 characters)] of the statements on
+        `database` that took the most time (pg_stat_statements' total_exec_time)."""
+        rows = self.query("SELECT s.calls, round(s.total_exec_time::numeric, 1), round(s.mean_exec_time::numeric, 3), "
+                          "regexp_replace(left(s.query, 100), '\\s+', ' ', 'g') FROM pg_stat_statements s "
                           f"JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{database}' "
-                          f"ORDER BY s.calls DESC LIMIT {int(n)}", "postgres")
-        return [(int(c), q) for c, q in rows]
+                          f"ORDER BY s.total_exec_time DESC LIMIT {int(n)}", "postgres")
+        return [(int(c), float(t), float(m), q) for c, t, m, q in rows]
 
     def table_sizes(self, database):
         """{relation: bytes} of the queue's tables and their indexes on `database`."""

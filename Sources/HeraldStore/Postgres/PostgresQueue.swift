@@ -144,8 +144,22 @@ final class PostgresQueue: @unchecked Sendable {
 
     // MARK: Enqueue
 
+    /// Commits the message and its deliveries, handing up to `handoff[lane]`
+    /// of each lane (`handoffLimit` in all) straight to the caller, written in
+    /// flight: as ``Queue/enqueue(_:now:handoff:handoffLimit:early:)``.
+    ///
+    /// With `early`, the handed deliveries go to `early` as soon as their
+    /// tokens are open, before any row is written: their ids are taken from
+    /// the sequence ahead (one round trip), the first ``Queue/firstEarlyChunk``
+    /// with the batch sizes, the rest in one more call, and the returned
+    /// claim holds none of them. The caller may send them at once but must
+    /// not record their results before the transaction commits. A job that
+    /// lost a race runs again with the same `plan`: the same message id and
+    /// delivery ids, the deliveries sent early written in flight without
+    /// being handed again.
     func enqueue(
-        _ c: PostgresConnection, _ e: Enqueue, now: Int64, handoff: [QueueLane: Int], handoffLimit: Int = .max
+        _ c: PostgresConnection, _ e: Enqueue, now: Int64, handoff: [QueueLane: Int], handoffLimit: Int = .max,
+        early: ((Claim) -> Void)? = nil, plan: EarlyPlan = EarlyPlan()
     ) throws -> (accepted: Enqueued, claim: Claim) {
         var idempotency: PostgresValue = .null
         if let k = e.idempotencyKey {
@@ -174,33 +188,32 @@ final class PostgresQueue: @unchecked Sendable {
             throw EnqueueError.tooManyDevices(count: targets.count, limit: Queue.maxDevicesPerMessage)
         }
         try admit(c, adding: targets.count, limit: e.pendingLimit, now: now)
-        let messageID = try SecureRandom.bytes(16).hexString
+        let messageID = try plan.messageID ?? SecureRandom.bytes(16).hexString
         let expires = now + Int64(e.message.ttlSeconds) * 1000
         var message = e.message
         if message.collapseKey?.isEmpty ?? true {
             message.collapseID = Queue.collapseID(app: e.app, idempotencyKey: e.idempotencyKey, messageID: messageID)
         }
-        try c.execute(
-            Statements.insertMessage,
-            [
-                .text(messageID), .text(e.app), idempotency,
-                .text(try MessageCodec.encode(message, messageID: messageID, key: key)), .int(now),
-                .int(expires),
-            ])
 
         struct Row {
             let target: PostgresTarget
             var state: DeliveryState
             var reason: String?
             var secrets: (token: String, keys: WebPushKeys?)?
+            var id: Int64?
         }
+        // First what becomes of each device (and so the batch sizes), then
+        // the handed deliveries, then the rows.
         var rows: [Row] = []
         rows.reserveCapacity(targets.count)
         var room = handoff
         var roomLeft = handoffLimit
+        var sizes: [BatchKey: Int] = [:]
+        var devices = 0
+        var skipped = 0
         let sendableElsewhere = e.disabled.isEmpty ? [] : try liveLanesOfOthers(c)
         for target in targets {
-            var row = Row(target: target, state: .queued, reason: nil, secrets: nil)
+            var row = Row(target: target, state: .queued, reason: nil, secrets: nil, id: plan.id(of: target.deviceID))
             if !target.enabled {
                 row.state = .skipped
                 row.reason = DeliveryReason.deviceDisabled
@@ -214,20 +227,69 @@ final class PostgresQueue: @unchecked Sendable {
                 row.state = .skipped
                 row.reason = "transport_disabled: \(why)"
             }
-            let lane = QueueLane(app: e.app, platform: target.platform)
-            // Handed to this instance only what it can send itself; what only
-            // another instance can send stays queued for it.
-            if row.state == .queued, roomLeft > 0, (room[lane] ?? 0) > 0,
-                e.disabled[target.keysSealed != nil ? .web : target.platform] == nil,
-                let secrets = unseal(token: target.tokenSealed, keys: target.keysSealed, deviceID: target.deviceID)
-            {
-                row.secrets = secrets
-                row.state = .inFlight
-                room[lane]! -= 1
-                roomLeft -= 1
+            if row.state == .skipped {
+                skipped += 1
+            } else {
+                devices += 1
+                sizes[BatchKey(messageID: messageID, platform: target.platform), default: 0] += 1
+                // Sent early by an earlier run of this job: in flight, in the
+                // room it took then, not handed again.
+                if plan.wasSent(target.deviceID) {
+                    row.state = .inFlight
+                    room[QueueLane(app: e.app, platform: target.platform), default: 0] -= 1
+                    roomLeft -= 1
+                }
             }
             rows.append(row)
         }
+
+        var jobs: [DeliveryJob] = []
+        // Early sends take their ids ahead, once per message.
+        let sendsEarly = early != nil && !plan.started && roomLeft > 0 && !room.isEmpty
+        if sendsEarly {
+            let taken = try c.execute(Statements.takeIDs, [.int(Int64(rows.count))]).rows.map { try $0.int64(0) }
+            for i in rows.indices where i < taken.count { rows[i].id = taken[i] }
+            plan.start(messageID: messageID, ids: rows.compactMap { r in r.id.map { (r.target.deviceID, $0) } })
+        }
+        var earlyChunk = sendsEarly ? Queue.firstEarlyChunk : Int.max
+        var sentEarly = false
+        for i in rows.indices where rows[i].state == .queued && roomLeft > 0 {
+            let target = rows[i].target
+            let lane = QueueLane(app: e.app, platform: target.platform)
+            // Handed to this instance only what it can send itself; what only
+            // another instance can send stays queued for it.
+            guard (room[lane] ?? 0) > 0, e.disabled[target.keysSealed != nil ? .web : target.platform] == nil,
+                let secrets = unseal(token: target.tokenSealed, keys: target.keysSealed, deviceID: target.deviceID)
+            else { continue }
+            rows[i].secrets = secrets
+            rows[i].state = .inFlight
+            room[lane]! -= 1
+            roomLeft -= 1
+            guard sendsEarly, let id = rows[i].id else { continue }
+            jobs.append(
+                job(id, target, secrets, app: e.app, messageID: messageID, message: message, now: now, expires: expires)
+            )
+            plan.sent(target.deviceID)
+            if let early, jobs.count >= earlyChunk {
+                early(Claim(jobs: jobs, finished: [], batchSizes: sentEarly ? [:] : sizes, nextDueAt: nil))
+                sentEarly = true
+                jobs.removeAll(keepingCapacity: true)
+                earlyChunk = .max
+            }
+        }
+        if let early, !jobs.isEmpty {
+            early(Claim(jobs: jobs, finished: [], batchSizes: sentEarly ? [:] : sizes, nextDueAt: nil))
+            sentEarly = true
+            jobs.removeAll()
+        }
+
+        try c.execute(
+            Statements.insertMessage,
+            [
+                .text(messageID), .text(e.app), idempotency,
+                .text(try MessageCodec.encode(message, messageID: messageID, key: key)), .int(now),
+                .int(expires),
+            ])
         if let collapse = e.message.collapseKey {
             // A newer message with the same collapse key replaces one not yet
             // sent; the unique index on queued rows makes this hold when two
@@ -253,38 +315,42 @@ final class PostgresQueue: @unchecked Sendable {
                 .text(Self.textArray(rows.map { $0.target.tokenHash })),
                 .text(Self.textArray(rows.map { $0.state.rawValue })),
                 .text(Self.textArray(rows.map(\.reason))),
+                .text("{" + rows.map { $0.id.map(String.init) ?? "NULL" }.joined(separator: ",") + "}"),
             ])
         var ids: [String: Int64] = [:]
         for r in inserted.rows { ids[try r.text(1)] = try r.int64(0) }
 
-        var devices = 0
-        var skipped = 0
-        var jobs: [DeliveryJob] = []
-        var sizes: [BatchKey: Int] = [:]
+        // What was not sent early goes in the claim, handed at the commit.
         var queuedLeft = false
-        for row in rows {
-            if row.state == .skipped {
-                skipped += 1
-                continue
+        if !sentEarly {
+            for row in rows where row.state != .skipped {
+                guard let secrets = row.secrets, let deliveryID = ids[row.target.deviceID] else {
+                    if row.state == .queued { queuedLeft = true }
+                    continue
+                }
+                jobs.append(
+                    job(
+                        deliveryID, row.target, secrets, app: e.app, messageID: messageID, message: message, now: now,
+                        expires: expires))
             }
-            devices += 1
-            sizes[BatchKey(messageID: messageID, platform: row.target.platform), default: 0] += 1
-            guard let secrets = row.secrets, let deliveryID = ids[row.target.deviceID] else {
-                queuedLeft = true
-                continue
-            }
-            let t = row.target
-            jobs.append(
-                DeliveryJob(
-                    deliveryID: deliveryID, messageID: messageID, app: e.app, deviceID: t.deviceID, user: t.user,
-                    platform: t.platform, environment: t.environment, token: secrets.token, keys: secrets.keys,
-                    tokenHash: t.tokenHash, registeredAt: t.registeredAt, message: message, acceptedAt: now,
-                    expiresAt: expires, previousAttempts: 0, bundleID: t.bundleID, serverKey: t.serverKey))
+        } else {
+            queuedLeft = rows.contains { $0.state == .queued }
         }
         if queuedLeft { try notify(c) }
         lock.withLock { pendingBound += devices }
         let claim = Claim(jobs: jobs, finished: [], batchSizes: jobs.isEmpty ? [:] : sizes, nextDueAt: nil)
         return (Enqueued(messageID: messageID, devices: devices, skipped: skipped, duplicate: false), claim)
+    }
+
+    private func job(
+        _ deliveryID: Int64, _ t: PostgresTarget, _ secrets: (token: String, keys: WebPushKeys?), app: String,
+        messageID: String, message: PushMessage, now: Int64, expires: Int64
+    ) -> DeliveryJob {
+        DeliveryJob(
+            deliveryID: deliveryID, messageID: messageID, app: app, deviceID: t.deviceID, user: t.user,
+            platform: t.platform, environment: t.environment, token: secrets.token, keys: secrets.keys,
+            tokenHash: t.tokenHash, registeredAt: t.registeredAt, message: message, acceptedAt: now,
+            expiresAt: expires, previousAttempts: 0, bundleID: t.bundleID, serverKey: t.serverKey)
     }
 
     /// Refuses `adding` more deliveries when the queue (every instance's)
@@ -806,17 +872,21 @@ final class PostgresQueue: @unchecked Sendable {
         static let insertDeliveries = PostgresStatement(
             name: "q_deliveries",
             sql: """
-                INSERT INTO deliveries (message_id, app, device_id, user_name, platform, token_hash, collapse_key, state,
-                    attempts, next_attempt_at, reason, updated_at, sent_by, lease_expires_at)
-                SELECT $1, $2, t.device_id, t.user_name, t.platform, t.token_hash, $3, t.state,
+                INSERT INTO deliveries (delivery_id, message_id, app, device_id, user_name, platform, token_hash,
+                    collapse_key, state, attempts, next_attempt_at, reason, updated_at, sent_by, lease_expires_at)
+                SELECT coalesce(t.id, nextval('deliveries_delivery_id_seq')), $1, $2, t.device_id, t.user_name, t.platform, t.token_hash, $3, t.state,
                     CASE WHEN t.state = 'in_flight' THEN 1 ELSE 0 END, $4, t.reason, $4,
                     CASE WHEN t.state = 'in_flight' THEN $5 END,
                     CASE WHEN t.state = 'in_flight' THEN \(databaseNow) + $6::bigint END
-                FROM unnest($7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[], $12::text[])
-                    WITH ORDINALITY AS t(device_id, user_name, platform, token_hash, state, reason, n)
+                FROM unnest($7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[])
+                    WITH ORDINALITY AS t(device_id, user_name, platform, token_hash, state, reason, id, n)
                 ORDER BY t.n
                 RETURNING delivery_id, device_id
                 """)
+        /// Ids taken ahead for a message's deliveries (sent before their rows are written).
+        static let takeIDs = PostgresStatement(
+            name: "q_take_ids", sql: "SELECT nextval('deliveries_delivery_id_seq') FROM generate_series(1, $1::integer)"
+        )
         static let resolveUsers = PostgresStatement(
             name: "q_resolve_users",
             sql: """
@@ -932,5 +1002,41 @@ final class PostgresQueue: @unchecked Sendable {
                 SELECT (SELECT count(*) FROM deliveries WHERE state IN ('queued', 'retrying')),
                     (SELECT count(*) FROM deliveries WHERE state = 'in_flight')
                 """)
+    }
+}
+
+/// What one enqueue sent before its rows were written, kept across the runs
+/// of its job: a run after a lost race writes the same message and ids, and
+/// the deliveries already sent in flight.
+// @unchecked: every field is under `lock` (the runs of one job follow each other on pool threads).
+final class EarlyPlan: @unchecked Sendable {
+    private let lock = NSLock()
+    private var message: String?
+    private var ids: [String: Int64] = [:]
+    private var sentDevices: Set<String> = []
+    private var sentIDs: [Int64] = []
+
+    /// The message id the first run chose, once it took ids ahead.
+    var messageID: String? { lock.withLock { message } }
+    /// Whether ids were taken ahead (a run after that sends nothing early).
+    var started: Bool { lock.withLock { message != nil } }
+    /// The deliveries sent early, by id.
+    var deliveryIDs: [Int64] { lock.withLock { sentIDs } }
+
+    func start(messageID: String, ids: [(String, Int64)]) {
+        lock.withLock {
+            message = messageID
+            self.ids = Dictionary(ids, uniquingKeysWith: { first, _ in first })
+        }
+    }
+
+    func id(of device: String) -> Int64? { lock.withLock { ids[device] } }
+    func wasSent(_ device: String) -> Bool { lock.withLock { sentDevices.contains(device) } }
+
+    func sent(_ device: String) {
+        lock.withLock {
+            sentDevices.insert(device)
+            if let id = ids[device] { sentIDs.append(id) }
+        }
     }
 }

@@ -261,6 +261,60 @@ enum PostgresSchema {
                 lanes text[] NOT NULL DEFAULT '{}'
             );
             """),
+        // 5: the queue's live work apart from its history. `deliveries` keeps
+        // its name and columns and becomes a table partitioned by `state`:
+        // `deliveries_live` holds what is queued, retrying or in flight (the
+        // queue's partial indexes, so that its table and indexes stay the size
+        // of the live work), `deliveries_done` every finished delivery (the
+        // former table itself, attached as the default partition: no copy of
+        // the history). A finished delivery moves from one to the other in
+        // the update that records it. Older binaries keep working on it: the
+        // name, the columns and their defaults are the same, ids come from a
+        // sequence that continues the identity's (PostgreSQL 15 has no identity
+        // on a partitioned table), and nothing of theirs names a partition.
+        // Under its lock the migration moves the live rows (few: the partial
+        // indexes find them) and reads the history once to attach it (a scan,
+        // not a rewrite or an index build: the history's indexes are reused).
+        .expand(
+            """
+            LOCK TABLE deliveries IN ACCESS EXCLUSIVE MODE;
+            ALTER TABLE deliveries RENAME TO deliveries_done;
+            ALTER TABLE deliveries_done RENAME CONSTRAINT deliveries_pkey TO deliveries_done_pkey;
+            ALTER INDEX deliveries_by_message RENAME TO deliveries_done_by_message;
+            ALTER INDEX deliveries_by_user RENAME TO deliveries_done_by_user;
+            DROP INDEX deliveries_due, deliveries_next_due, deliveries_leased, deliveries_pending_by_device,
+                deliveries_one_queued_per_collapse;
+            ALTER SEQUENCE deliveries_delivery_id_seq RENAME TO deliveries_done_delivery_id_seq;
+            DO $$
+            DECLARE next bigint;
+            BEGIN
+                SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END INTO next
+                FROM deliveries_done_delivery_id_seq;
+                EXECUTE format('CREATE SEQUENCE deliveries_delivery_id_seq START WITH %s', next);
+            END $$;
+            ALTER TABLE deliveries_done ALTER COLUMN delivery_id DROP IDENTITY;
+            CREATE TABLE deliveries (LIKE deliveries_done INCLUDING DEFAULTS) PARTITION BY LIST (state);
+            ALTER TABLE deliveries ALTER COLUMN delivery_id SET DEFAULT nextval('deliveries_delivery_id_seq');
+            ALTER SEQUENCE deliveries_delivery_id_seq OWNED BY deliveries.delivery_id;
+            CREATE TABLE deliveries_live PARTITION OF deliveries FOR VALUES IN ('queued', 'retrying', 'in_flight');
+            ALTER TABLE deliveries_live ADD PRIMARY KEY (delivery_id);
+            ALTER TABLE deliveries_live ADD FOREIGN KEY (message_id) REFERENCES messages (message_id)
+                ON DELETE CASCADE;
+            WITH moved AS (
+                DELETE FROM deliveries_done WHERE state IN ('queued', 'retrying', 'in_flight') RETURNING *)
+            INSERT INTO deliveries_live SELECT * FROM moved;
+            ALTER TABLE deliveries ATTACH PARTITION deliveries_done DEFAULT;
+            CREATE INDEX deliveries_by_message ON deliveries (message_id);
+            CREATE INDEX deliveries_by_user ON deliveries (app, user_name);
+            CREATE INDEX deliveries_due ON deliveries_live (app, platform, next_attempt_at)
+                WHERE state IN ('queued', 'retrying');
+            CREATE INDEX deliveries_next_due ON deliveries_live (next_attempt_at) WHERE state IN ('queued', 'retrying');
+            CREATE INDEX deliveries_leased ON deliveries_live (lease_expires_at) WHERE state = 'in_flight';
+            CREATE INDEX deliveries_pending_by_device ON deliveries_live (device_id, collapse_key)
+                WHERE state IN ('queued', 'retrying');
+            CREATE UNIQUE INDEX deliveries_one_queued_per_collapse ON deliveries_live (device_id, collapse_key)
+                WHERE state = 'queued' AND collapse_key IS NOT NULL;
+            """),
     ]
 
     /// Brings the database to the newest schema this binary knows; applies

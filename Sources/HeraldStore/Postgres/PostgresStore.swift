@@ -333,7 +333,9 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         let records = batch.compactMap { $0 as? RecordCall }.filter { !Self.answered($0) && $0.keep() }
         do {
             let now = try measure(c)
-            if !records.isEmpty { try queueTables.record(c, records.flatMap(\.records), now: now) }
+            if !records.isEmpty {
+                try Self.retryingMoves { try queueTables.record(c, records.flatMap(\.records), now: now) }
+            }
         } catch {
             finished(batch, failure: error, outcomes: [])
             return
@@ -346,27 +348,30 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         prepareSession(c)
         if batch.allSatisfy({ $0 is RecordCall }) { return writeResults(batch, c) }
         if batch.count == 1 { return runAlone(batch[0], c) }
-        let started = Result { try begin(batch, c) }
+        var outcomes: [CallOutcome] = []
+        outcomes.reserveCapacity(batch.count)
+        // Every result of the batch in one statement, first, without a
+        // savepoint: it fails only with the transaction (begun again when
+        // a row it records was moved by another transaction meanwhile).
+        let records = batch.compactMap { $0 as? RecordCall }.filter { !Self.answered($0) && $0.keep() }
+        let started = Result {
+            try Self.retryingMoves {
+                let now = try begin(batch, c)
+                do {
+                    if !records.isEmpty { try queueTables.record(c, records.flatMap(\.records), now: now) }
+                } catch {
+                    try? c.rollback()
+                    throw error
+                }
+                return now
+            }
+        }
         guard case .success(let now) = started else {
             try? c.rollback()
             if case .failure(let error) = started { finished(batch, failure: error, outcomes: []) }
             return
         }
-        var outcomes: [CallOutcome] = []
-        outcomes.reserveCapacity(batch.count)
-        // Every result of the batch in one statement, first, without a
-        // savepoint: it fails only with the transaction.
-        let records = batch.compactMap { $0 as? RecordCall }.filter { !Self.answered($0) && $0.keep() }
-        if !records.isEmpty {
-            do {
-                try queueTables.record(c, records.flatMap(\.records), now: now)
-            } catch {
-                try? c.rollback()
-                finished(batch, failure: error, outcomes: [])
-                return
-            }
-            outcomes += records.map(\.outcome)
-        }
+        outcomes += records.map(\.outcome)
         var lost: (any Error)?
         // A job whose caller was answered by its deadline does not run: a
         // batch stuck behind a lock does not run, one after another, jobs
@@ -507,6 +512,26 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         return now
     }
 
+    /// Runs `body` again (at most ``maxRetries`` times in all) while it
+    /// fails with SQLSTATE 40001: a row it updates was moved to the other
+    /// partition of `deliveries` (finished, or back to the queue) by a
+    /// transaction that committed while this one waited for the row's lock.
+    /// Read committed cannot follow such a row, so the statement fails; run
+    /// again, it sees where the row went.
+    static func retryingMoves<T>(_ body: () throws -> T) throws -> T {
+        var attempt = 1
+        while true {
+            do {
+                return try body()
+            } catch {
+                guard (error as? PostgresError)?.sqlState == .serializationFailure, attempt < maxRetries else {
+                    throw error
+                }
+                attempt += 1
+            }
+        }
+    }
+
     /// Whether a job failed because another transaction won a race, so that
     /// running it again sees the winner's row.
     static func isRace(_ error: any Error) -> Bool {
@@ -643,25 +668,38 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         }
     }
 
-    /// Hands the deliveries over at the commit only: `early` is never called
-    /// (a batch that lost a race runs again, and its first run's early sends
-    /// would be a second message).
+    /// Hands the deliveries over before their rows are written when `early`
+    /// is given (their ids taken ahead: see
+    /// ``PostgresQueue/enqueue(_:_:now:handoff:handoffLimit:early:plan:)``),
+    /// else at the commit. A job that lost a race runs again with the same
+    /// plan, so that what went early is neither lost nor sent twice.
     public func enqueue(
         _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?,
         completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
     ) {
         let tried = ClaimedIDs()
+        let plan = EarlyPlan()
+        let offset = self.offset
+        var handEarly: (@Sendable (Claim) -> Void)?
+        if let early {
+            handEarly = { claim in early(offset.toLocal(claim)) }
+        }
+        let earlyCall = handEarly
         submit(
             { [queueTables] c, now in
-                let result = try queueTables.enqueue(c, e, now: now, handoff: handoff, handoffLimit: limit)
-                tried.ids = result.claim.jobs.map(\.deliveryID)
+                let result = try queueTables.enqueue(
+                    c, e, now: now, handoff: handoff, handoffLimit: limit, early: earlyCall, plan: plan)
+                tried.ids = plan.deliveryIDs + result.claim.jobs.map(\.deliveryID)
                 return result
             },
             { [self] result in
+                // What went early is held (its leases renewed) once its rows are known to be written.
                 switch result {
                 case .success(let (accepted, claim)):
+                    held.insert(plan.deliveryIDs)
                     completion(take(.success(claim), tried: tried).map { (accepted, $0) })
                 case .failure(let error):
+                    if tried.ids.isEmpty { tried.ids = plan.deliveryIDs }
                     _ = take(.failure(error), tried: tried)
                     completion(.failure(error))
                 }
@@ -1156,8 +1194,12 @@ private final class Listener: @unchecked Sendable {
                 }
                 let mono = Self.monotonicMs
                 if mono >= nextRenewal {
+                    // A renewal that failed (the database away, a row moved
+                    // meanwhile) is tried again at the next turn.
+                    _ = try PostgresStore.retryingMoves {
+                        try queue.renewLeases(c, held: held.all, now: try PostgresStore.databaseNow(c) + queue.shift())
+                    }
                     nextRenewal = mono + renewEveryMs
-                    _ = try queue.renewLeases(c, held: held.all, now: try PostgresStore.databaseNow(c) + queue.shift())
                 }
                 let (publish, changed) = condition.withLock { (lanes, lanesChanged) }
                 if mono >= nextBeat || changed {
