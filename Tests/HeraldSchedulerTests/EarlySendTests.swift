@@ -85,6 +85,7 @@ struct EarlySendTests {
         s.transport.close()  // half of the answers come after the failed commit
         let answer = s.send(20)
         #expect(await eventually { s.transport.sent == 20 })
+        #expect(await eventually { s.store.heldCommits == 1 }, "the commit's answer is held")
         s.store.releaseCommits(failing: true)
         #expect(await eventually { answer.withLock { $0 } != nil })
         #expect(

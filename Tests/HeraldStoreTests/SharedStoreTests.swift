@@ -347,14 +347,12 @@ struct SharedStoreTests {
     }
 
     @Test(
-        "an enqueue that sent early and lost a race runs again with the same ids: nothing sent twice, nothing lost"
+        "a message with a collapse key is handed at the commit, not early; a job that lost its race hands each once"
     )
-    func earlySendThenRace() throws {
+    func collapseRaceHandsOnce() throws {
         let t = try TwoInstances()
         defer { t.close() }
         try t.devices(t.a, user: "ra", 2)
-        let devices = try t.a.sync { s, done in s.list(app: "default", user: "ra", completion: done) }.map(\.deviceID)
-        #expect(devices.count == 2)
         // Another instance's message for the second device (the one not handed) is
         // being queued with the same collapse key: its row is written, not yet committed.
         let other = PostgresConnection(configuration: try #require(t.scratch.postgres).connection)
@@ -369,8 +367,8 @@ struct SharedStoreTests {
             SELECT 'm-other', app, device_id, user_name, platform, token_hash, 'c'::bytea, 'queued', 0, 0
             FROM devices ORDER BY registered_seq DESC LIMIT 1;
             """)
-        // Room for one: the first device is handed early, the second queued and
-        // waits for the other's row; when that commits, the job loses the race and runs again.
+        // Room for one: the first device is handed, the second queued, and its row
+        // waits for the other's; when that commits, the job loses the race and runs again.
         let early = Claims()
         let answered = DispatchSemaphore(value: 0)
         let outcome = EnqueueBox()
@@ -385,27 +383,47 @@ struct SharedStoreTests {
         try other.commit()
         #expect(answered.wait(timeout: .now() + 10) == .success)
         let (accepted, claim) = try #require(outcome.result).get()
-        let sent = early.list.flatMap(\.jobs)
-        #expect(sent.count == 1 && claim.jobs.isEmpty, "handed once, early; not again at the commit")
+        #expect(early.list.isEmpty, "nothing early: the unique index could hold the insert up")
+        let handed = try #require(claim.jobs.first)
+        #expect(claim.jobs.count == 1, "handed once, at the commit")
         let status = try t.status(t.a, accepted.messageID)
         let rows = Dictionary(uniqueKeysWithValues: (status.devices ?? []).map { ($0.deviceID, $0) })
-        let handed = try #require(sent.first)
         #expect(rows[handed.deviceID]?.state == .inFlight && rows[handed.deviceID]?.sentBy == "host-b")
-        // The early job's id is its row's: its result is recorded.
-        try t.b.sync { s, done in
-            s.record(
-                [
-                    DeliveryRecord(
-                        deliveryID: handed.deliveryID, deviceID: handed.deviceID, state: .delivered, httpStatus: 200,
-                        reason: nil, nextAttemptAt: nil)
-                ], completion: done)
-        }
-        #expect(try t.status(t.a, accepted.messageID).counts[.delivered] == 1)
-        // The other device: the other message's delivery superseded, this one's queued.
-        let second = devices.first { $0 != handed.deviceID }!
+        let second = try #require(rows.keys.first { $0 != handed.deviceID })
         #expect(rows[second]?.state == .queued)
         let replaced = try t.status(t.a, "m-other").counts
-        #expect(replaced[.superseded] == 1, "\(replaced); \((try? t.diagnosis()) ?? "")")
+        #expect(replaced[.superseded] == 1, "\(replaced)")
+    }
+
+    @Test("a session holding the queue's table: an enqueue fails before anything is handed early")
+    func earlyWaitsForTheTable() throws {
+        let t = try TwoInstances()
+        defer { t.close() }
+        try t.devices(t.a, user: "lk", 3)
+        let other = PostgresConnection(configuration: try #require(t.scratch.postgres).connection)
+        defer { other.close() }
+        try other.connect()
+        try other.begin()
+        try other.executeScript("LOCK TABLE deliveries IN ACCESS EXCLUSIVE MODE")
+        let early = Claims()
+        let lane = QueueLane(app: "default", platform: .fcm)
+        let result = Result {
+            try t.b.sync { s, done in
+                s.enqueue(
+                    fcmSend("lk"), handoff: [lane: 3], limit: 3, early: { early.list.append($0) }, completion: done)
+            }
+        }
+        try other.rollback()
+        guard case .failure = result else {
+            Issue.record("accepted while the table was held")
+            return
+        }
+        #expect(early.list.isEmpty, "a caller told the store is unavailable was sent nothing")
+        // Released: the same message is accepted and handed early.
+        let handed = try t.b.sync { s, done in
+            s.enqueue(fcmSend("lk"), handoff: [lane: 3], limit: 3, early: { early.list.append($0) }, completion: done)
+        }
+        #expect(early.list.flatMap(\.jobs).count == 3 && handed.claim.jobs.isEmpty)
     }
 
     @Test("a second live instance with an instance_id in use refuses to start, naming the other")

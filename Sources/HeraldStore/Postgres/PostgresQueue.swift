@@ -148,18 +148,20 @@ final class PostgresQueue: @unchecked Sendable {
     /// of each lane (`handoffLimit` in all) straight to the caller, written in
     /// flight: as ``Queue/enqueue(_:now:handoff:handoffLimit:early:)``.
     ///
-    /// With `early`, the handed deliveries go to `early` as soon as their
-    /// tokens are open, before any row is written: their ids are taken from
-    /// the sequence ahead (one round trip), the first ``Queue/firstEarlyChunk``
-    /// with the batch sizes, the rest in one more call, and the returned
-    /// claim holds none of them. The caller may send them at once but must
-    /// not record their results before the transaction commits. A job that
-    /// lost a race runs again with the same `plan`: the same message id and
-    /// delivery ids, the deliveries sent early written in flight without
-    /// being handed again.
+    /// With `early` (and `earlyAllowed()` true: time is left before the
+    /// call's deadline), the handed deliveries of a message without a
+    /// collapse key go to `early` as soon as their tokens are open, before
+    /// their rows are written: once the message row is written and the
+    /// table's lock taken, their ids are taken from the sequence ahead, the
+    /// first ``Queue/firstEarlyChunk`` with the batch sizes, the rest in one
+    /// more call, and the returned claim holds none of them. The caller may
+    /// send them at once but must not record their results before the
+    /// transaction commits. Should the job run again (a lost race), it runs
+    /// with the same `plan`: the same message id and delivery ids, and the
+    /// deliveries sent early are written in flight, not handed again.
     func enqueue(
         _ c: PostgresConnection, _ e: Enqueue, now: Int64, handoff: [QueueLane: Int], handoffLimit: Int = .max,
-        early: ((Claim) -> Void)? = nil, plan: EarlyPlan = EarlyPlan()
+        early: ((Claim) -> Void)? = nil, earlyAllowed: () -> Bool = { true }, plan: EarlyPlan = EarlyPlan()
     ) throws -> (accepted: Enqueued, claim: Claim) {
         var idempotency: PostgresValue = .null
         if let k = e.idempotencyKey {
@@ -243,10 +245,27 @@ final class PostgresQueue: @unchecked Sendable {
             rows.append(row)
         }
 
+        try c.execute(
+            Statements.insertMessage,
+            [
+                .text(messageID), .text(e.app), idempotency,
+                .text(try MessageCodec.encode(message, messageID: messageID, key: key)), .int(now),
+                .int(expires),
+            ])
+
         var jobs: [DeliveryJob] = []
-        // Early sends take their ids ahead, once per message.
-        let sendsEarly = early != nil && !plan.started && roomLeft > 0 && !room.isEmpty
+        // Early sends only where nothing after them can wait on another
+        // transaction: a message without a collapse key (whose queued rows
+        // another instance's uncommitted message could hold up in the unique
+        // index), once the table's lock is held (a session holding it makes
+        // the call fail before anything is sent), with time left before the
+        // call's deadline. What follows is one insert that waits on no one:
+        // a caller told `store_unavailable` was sent nothing.
+        let sendsEarly =
+            early != nil && !plan.started && roomLeft > 0 && !room.isEmpty && e.message.collapseKey == nil
+            && earlyAllowed()
         if sendsEarly {
+            try c.executeScript("LOCK TABLE deliveries IN ROW EXCLUSIVE MODE")
             let taken = try c.execute(Statements.takeIDs, [.int(Int64(rows.count))]).rows.map { try $0.int64(0) }
             for i in rows.indices where i < taken.count { rows[i].id = taken[i] }
             plan.start(messageID: messageID, ids: rows.compactMap { r in r.id.map { (r.target.deviceID, $0) } })
@@ -283,13 +302,6 @@ final class PostgresQueue: @unchecked Sendable {
             jobs.removeAll()
         }
 
-        try c.execute(
-            Statements.insertMessage,
-            [
-                .text(messageID), .text(e.app), idempotency,
-                .text(try MessageCodec.encode(message, messageID: messageID, key: key)), .int(now),
-                .int(expires),
-            ])
         if let collapse = e.message.collapseKey {
             // A newer message with the same collapse key replaces one not yet
             // sent; the unique index on queued rows makes this hold when two

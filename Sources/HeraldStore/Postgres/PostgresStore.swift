@@ -685,10 +685,14 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             handEarly = { claim in early(offset.toLocal(claim)) }
         }
         let earlyCall = handEarly
+        // Early sends only while a second at least is left before the call's deadline.
+        let due = CallDeadlines.now + UInt64(max(1, options.callTimeout.wholeMillisecondsValue)) * 1_000_000
+        let margin: UInt64 = 1_000_000_000
         submit(
             { [queueTables] c, now in
                 let result = try queueTables.enqueue(
-                    c, e, now: now, handoff: handoff, handoffLimit: limit, early: earlyCall, plan: plan)
+                    c, e, now: now, handoff: handoff, handoffLimit: limit, early: earlyCall,
+                    earlyAllowed: { CallDeadlines.now + margin < due }, plan: plan)
                 tried.ids = plan.deliveryIDs + result.claim.jobs.map(\.deliveryID)
                 return result
             },
