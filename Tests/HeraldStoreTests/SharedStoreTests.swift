@@ -309,6 +309,37 @@ struct SharedStoreTests {
         #expect(status.devices?.count == 10)
     }
 
+    @Test(
+        "the queue's table is vacuumed by an instance once its dead rows pass the bound, not after autovacuum's minute")
+    func liveTableVacuumed() throws {
+        let t = try TwoInstances()
+        defer { t.close() }
+        let c = PostgresConnection(configuration: try #require(t.scratch.postgres).connection)
+        defer { c.close() }
+        try c.connect()
+        try c.executeScript("ALTER TABLE deliveries_live SET (autovacuum_enabled = false)")
+        // 3,000 deliveries finished: each leaves a dead row in the live partition.
+        try c.executeScript(
+            """
+            INSERT INTO messages VALUES ('m-many', 'default', NULL, 'p', 0, 9999999999999);
+            INSERT INTO deliveries (message_id, app, device_id, user_name, platform, token_hash, state,
+                                    next_attempt_at, updated_at)
+            SELECT 'm-many', 'default', 'd' || i, 'u'::bytea, 'fcm', 'h', 'in_flight', 0, 0
+            FROM generate_series(1, 3000) i;
+            UPDATE deliveries SET state = 'delivered' WHERE message_id = 'm-many';
+            """)
+        let deadline = Date().addingTimeInterval(15)
+        var vacuums: Int64 = 0
+        while vacuums == 0 && Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.5)
+            vacuums =
+                try c.execute("SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = 'deliveries_live'::regclass")
+                .first?.int64(0) ?? 0
+        }
+        #expect(vacuums > 0, "deliveries_live was not vacuumed within 15 s")
+        #expect(try c.execute("SELECT count(*) FROM deliveries_done").first?.int64(0) == 3000)
+    }
+
     @Test("a result whose row another transaction moved to the history while it waited is recorded on a second try")
     func resultAfterAConcurrentMove() throws {
         let t = try TwoInstances()

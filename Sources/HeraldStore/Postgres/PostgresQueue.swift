@@ -689,8 +689,11 @@ final class PostgresQueue: @unchecked Sendable {
         func ints(_ values: [Int64?]) -> String {
             "{" + values.map { $0.map(String.init) ?? "NULL" }.joined(separator: ",") + "}"
         }
+        // Planned for its arrays each time (an unnamed statement): a generic
+        // plan does not know how many rows the arrays hold, and a nested loop
+        // over them costs the square of a batch's results.
         try c.execute(
-            Statements.record,
+            Statements.record.sql,
             [
                 .text(Self.bigintArray(records.map(\.deliveryID))),
                 .text(Self.textArray(records.map { $0.state.rawValue })),
@@ -779,6 +782,33 @@ final class PostgresQueue: @unchecked Sendable {
     static let housekeeperLock = PostgresRegistry.lockKey("housekeeper")
     /// Messages one purge chunk deletes (with their deliveries).
     static let purgeChunk = 500
+
+    /// The session advisory lock held while vacuuming the live partition
+    /// (one instance at a time; the others skip).
+    static let vacuumLock = PostgresRegistry.lockKey("vacuum live")
+    /// Dead rows in `deliveries_live` past which it is vacuumed, at least:
+    /// also past as many as it holds live ones.
+    static let vacuumDeadRows: Int64 = 2000
+
+    /// Vacuums `deliveries_live` when its dead rows (every delivery leaves
+    /// one when it finishes and moves to the history) pass
+    /// ``vacuumDeadRows`` and its live ones, unless another instance is at
+    /// it. Autovacuum visits a database once a minute by default, and a
+    /// minute of a busy queue's dead rows is many times its live work: this
+    /// keeps the queue's table, and every scan of it, the size of the live
+    /// work. Runs outside any transaction. Returns whether it vacuumed.
+    func vacuumLive(_ c: PostgresConnection) throws -> Bool {
+        let counts = try c.execute(
+            "SELECT n_dead_tup, n_live_tup FROM pg_stat_user_tables WHERE relid = 'deliveries_live'::regclass"
+        ).first
+        guard let counts, try counts.int64(0) > max(Self.vacuumDeadRows, try counts.int64(1)) else { return false }
+        guard try c.execute("SELECT pg_try_advisory_lock($1)", [.int(Self.vacuumLock)]).first?.bool(0) == true else {
+            return false
+        }
+        defer { _ = try? c.execute("SELECT pg_advisory_unlock($1)", [.int(Self.vacuumLock)]) }
+        try c.executeScript("VACUUM (SKIP_LOCKED, TRUNCATE false) deliveries_live")
+        return true
+    }
 
     /// One chunk of housekeeping, if no other instance is doing it: deletes
     /// up to ``purgeChunk`` messages created before `before` whose
@@ -994,7 +1024,8 @@ final class PostgresQueue: @unchecked Sendable {
                         next_attempt_at = COALESCE(r.next_at, d.next_attempt_at), updated_at = $9,
                         attempts = greatest(0, d.attempts - r.uncount), lease_expires_at = NULL,
                         shrunk = CASE WHEN r.set_shrunk THEN r.shrunk ELSE d.shrunk END
-                    FROM r WHERE d.delivery_id = r.id AND d.state = 'in_flight' AND d.sent_by = $10
+                    FROM r WHERE d.delivery_id = ANY($1::bigint[]) AND d.delivery_id = r.id AND d.state = 'in_flight'
+                        AND d.sent_by = $10
                     RETURNING d.device_id, r.state, r.reason),
                 succeeded AS (
                     UPDATE devices v SET last_success_at = $9

@@ -1101,6 +1101,8 @@ private final class Listener: @unchecked Sendable {
 
     /// How often the heartbeat beats and the others' state is read.
     static let beatMs: Int64 = 1000
+    /// How often the live partition's dead rows are looked at (and it is vacuumed past its bound).
+    static let vacuumMs: Int64 = 2000
 
     init(
         connection: PostgresConnection, identity: InstanceIdentity, queue: PostgresQueue, held: HeldDeliveries,
@@ -1170,6 +1172,7 @@ private final class Listener: @unchecked Sendable {
         var reconnects = c.reconnects
         var nextRenewal: Int64 = 0
         var nextBeat: Int64 = 0
+        var nextVacuum: Int64 = 0
         var listening = false
         while !isStopping {
             do {
@@ -1216,6 +1219,10 @@ private final class Listener: @unchecked Sendable {
                     // Work nobody holds: a gone instance's, leases run out or too old.
                     let now = try PostgresStore.databaseNow(c) + queue.shift()
                     if try queue.rescue(c, now: now, gone: others.gone) > 0 { onWork() }
+                }
+                if mono >= nextVacuum {
+                    nextVacuum = mono + Self.vacuumMs
+                    _ = try queue.vacuumLive(c)
                 }
                 let wait = max(10, min(250, min(nextRenewal, nextBeat) - Self.monotonicMs))
                 let heard = try c.notifications(within: .milliseconds(wait))
