@@ -91,6 +91,14 @@ final class PostgresQueue: @unchecked Sendable {
     /// A lease's end relative to the database's clock at the write.
     private var leaseParameter: PostgresValue { .int(leaseMs + shift()) }
 
+    /// The devices whose last success this instance wrote lately: a result
+    /// sets `devices.last_success_at` again only once its resolution
+    /// (``Queue/successResolutionMs``) has passed, so that most results do
+    /// not touch `devices` at all. (Noted when the statement succeeds: a
+    /// batch rolled back after it leaves a device's last success up to one
+    /// resolution old, no more.)
+    let recentSuccesses = RecentSuccesses()
+
     init(
         key: StoreKey, instance: String, leaseMs: Int64, maxAgeMs: Int64, shift: @escaping @Sendable () -> Int64 = { 0 }
     ) {
@@ -689,6 +697,11 @@ final class PostgresQueue: @unchecked Sendable {
         func ints(_ values: [Int64?]) -> String {
             "{" + values.map { $0.map(String.init) ?? "NULL" }.joined(separator: ",") + "}"
         }
+        // The devices of deliveries delivered whose last success this
+        // instance did not write within its resolution.
+        let succeeded = recentSuccesses.due(
+            records.lazy.filter { $0.state == .delivered }.map(\.deviceID), now: now,
+            within: Queue.successResolutionMs)
         // Planned for its arrays each time (an unnamed statement): a generic
         // plan does not know how many rows the arrays hold, and a nested loop
         // over them costs the square of a batch's results.
@@ -704,7 +717,9 @@ final class PostgresQueue: @unchecked Sendable {
                 .text("{" + records.map { $0.shrink != nil ? "t" : "f" }.joined(separator: ",") + "}"),
                 .text(ints(records.map { $0.shrink?.index.map(Int64.init) })),
                 .int(now), .text(instance), .int(now - Queue.successResolutionMs),
+                .text(Self.textArray(succeeded)),
             ])
+        recentSuccesses.wrote(succeeded, at: now)
     }
 
     /// A stale device is deleted if it still holds `tokenHash` and the
@@ -1029,7 +1044,7 @@ final class PostgresQueue: @unchecked Sendable {
                     RETURNING d.device_id, r.state, r.reason),
                 succeeded AS (
                     UPDATE devices v SET last_success_at = $9
-                    FROM (SELECT DISTINCT device_id FROM done WHERE state = 'delivered') s
+                    FROM unnest($12::text[]) s(device_id)
                     WHERE v.device_id = s.device_id AND (v.last_success_at IS NULL OR v.last_success_at <= $11)
                     RETURNING 1),
                 failed AS (
@@ -1080,6 +1095,52 @@ final class EarlyPlan: @unchecked Sendable {
         lock.withLock {
             sentDevices.insert(device)
             if let id = ids[device] { sentIDs.append(id) }
+        }
+    }
+}
+
+/// The devices whose last success one instance wrote lately, and when:
+/// two generations of at most ``capacity`` devices each (when the current
+/// one is full it becomes the previous, and the previous is dropped), so
+/// that it holds at most twice that many whatever the traffic. A device
+/// dropped from it is only written again sooner than needed.
+// @unchecked: both generations are under `lock`.
+final class RecentSuccesses: @unchecked Sendable {
+    private let lock = NSLock()
+    private var current: [String: Int64] = [:]
+    private var previous: [String: Int64] = [:]
+    let capacity: Int
+
+    init(capacity: Int = 65_536) { self.capacity = max(1, capacity) }
+
+    /// How many devices it holds (at most twice ``capacity``).
+    var count: Int { lock.withLock { current.count + previous.count } }
+
+    /// `devices` (each once) whose last success was not written within `within` ms of `now`.
+    func due<S: Sequence<String>>(_ devices: S, now: Int64, within: Int64) -> [String] {
+        lock.withLock {
+            var seen = Set<String>()
+            var out: [String] = []
+            for device in devices where seen.insert(device).inserted {
+                let at = current[device] ?? previous[device]
+                if at.map({ now - $0 >= within }) ?? true { out.append(device) }
+            }
+            return out
+        }
+    }
+
+    /// Notes that the last success of `devices` was written at `now`.
+    func wrote(_ devices: [String], at now: Int64) {
+        guard !devices.isEmpty else { return }
+        lock.withLock {
+            for device in devices {
+                if current.count >= capacity && current[device] == nil {
+                    previous = current
+                    current = [:]
+                    current.reserveCapacity(capacity)
+                }
+                current[device] = now
+            }
         }
     }
 }
