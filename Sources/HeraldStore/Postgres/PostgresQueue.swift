@@ -273,7 +273,6 @@ final class PostgresQueue: @unchecked Sendable {
             early != nil && !plan.started && roomLeft > 0 && !room.isEmpty && e.message.collapseKey == nil
             && earlyAllowed()
         if sendsEarly {
-            try c.executeScript("LOCK TABLE deliveries IN ROW EXCLUSIVE MODE")
             let taken = try c.execute(Statements.takeIDs, [.int(Int64(rows.count))]).rows.map { try $0.int64(0) }
             for i in rows.indices where i < taken.count { rows[i].id = taken[i] }
             plan.start(messageID: messageID, ids: rows.compactMap { r in r.id.map { (r.target.deviceID, $0) } })
@@ -940,10 +939,10 @@ final class PostgresQueue: @unchecked Sendable {
                 ORDER BY t.n
                 RETURNING delivery_id, device_id
                 """)
-        /// Ids taken ahead for a message's deliveries (sent before their rows are written).
-        static let takeIDs = PostgresStatement(
-            name: "q_take_ids", sql: "SELECT nextval('deliveries_delivery_id_seq') FROM generate_series(1, $1::integer)"
-        )
+        /// Ids taken ahead for a message's deliveries (sent before their rows
+        /// are written), under the table's lock (`LOCK TABLE deliveries IN
+        /// ROW EXCLUSIVE MODE`: the insert's own, taken before any send).
+        static let takeIDs = PostgresStatement(name: "q_take_ids", sql: "SELECT take_delivery_ids($1::integer)")
         static let resolveUsers = PostgresStatement(
             name: "q_resolve_users",
             sql: """

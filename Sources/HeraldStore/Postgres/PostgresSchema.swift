@@ -284,6 +284,9 @@ enum PostgresSchema {
         // written saves an index entry. Vacuum does not truncate the live
         // partition: that takes its access exclusive lock, and the queue's
         // every statement would wait for it; the space is used again.
+        // `take_delivery_ids(n)` takes the table's lock and n ids ahead in one
+        // statement, for the deliveries a message hands over before its rows
+        // are written.
         .expand(
             """
             LOCK TABLE deliveries IN ACCESS EXCLUSIVE MODE;
@@ -313,6 +316,11 @@ enum PostgresSchema {
             BEGIN
                 DELETE FROM deliveries d USING deleted_messages g WHERE d.message_id = g.message_id;
                 RETURN NULL;
+            END $$;
+            CREATE FUNCTION take_delivery_ids(n integer) RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+            BEGIN
+                LOCK TABLE deliveries IN ROW EXCLUSIVE MODE;
+                RETURN QUERY SELECT nextval('deliveries_delivery_id_seq') FROM generate_series(1, n);
             END $$;
             CREATE TRIGGER messages_take_their_deliveries AFTER DELETE ON messages
                 REFERENCING OLD TABLE AS deleted_messages FOR EACH STATEMENT
