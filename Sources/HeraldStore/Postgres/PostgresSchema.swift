@@ -274,7 +274,9 @@ enum PostgresSchema {
         // on a partitioned table), and nothing of theirs names a partition.
         // Under its lock the migration moves the live rows (few: the partial
         // indexes find them) and reads the history once to attach it (a scan,
-        // not a rewrite or an index build: the history's indexes are reused).
+        // not a rewrite or an index build: the history's indexes are reused;
+        // about a second per gigabyte of history, so without the connection's
+        // statement timeout; the lock is still taken within `lock_timeout`).
         // The foreign key to `messages` gives way to a statement trigger that
         // deletes a deleted message's deliveries, as its ON DELETE CASCADE did
         // for every release's purge: a key checked on every row inserted and
@@ -289,6 +291,7 @@ enum PostgresSchema {
         // are written.
         .expand(
             """
+            SET LOCAL statement_timeout = 0;
             LOCK TABLE deliveries IN ACCESS EXCLUSIVE MODE;
             ALTER TABLE deliveries RENAME TO deliveries_done;
             ALTER TABLE deliveries_done RENAME CONSTRAINT deliveries_pkey TO deliveries_done_pkey;
