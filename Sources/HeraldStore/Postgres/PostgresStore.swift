@@ -1102,7 +1102,7 @@ private final class Listener: @unchecked Sendable {
     /// How often the heartbeat beats and the others' state is read.
     static let beatMs: Int64 = 1000
     /// How often the live partition's dead rows are looked at (and it is vacuumed past its bound).
-    static let vacuumMs: Int64 = 2000
+    static let vacuumMs: Int64 = 1000
 
     init(
         connection: PostgresConnection, identity: InstanceIdentity, queue: PostgresQueue, held: HeldDeliveries,
