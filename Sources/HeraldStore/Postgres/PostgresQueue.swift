@@ -153,6 +153,11 @@ final class PostgresQueue: @unchecked Sendable {
         "{" + values.map(String.init).joined(separator: ",") + "}"
     }
 
+    /// A PostgreSQL array literal of integers, nil as NULL.
+    static func bigintArray(_ values: [Int64?]) -> String {
+        "{" + values.map { $0.map(String.init) ?? "NULL" }.joined(separator: ",") + "}"
+    }
+
     /// Free text Herald writes (reasons): PostgreSQL text cannot hold a NUL.
     static func clean(_ text: String?) -> PostgresValue {
         guard let text else { return .null }
@@ -343,7 +348,7 @@ final class PostgresQueue: @unchecked Sendable {
                 .text(Self.textArray(rows.map { $0.target.tokenHash })),
                 .text(Self.textArray(rows.map { $0.state.rawValue })),
                 .text(Self.textArray(rows.map(\.reason))),
-                .text("{" + rows.map { $0.id.map(String.init) ?? "NULL" }.joined(separator: ",") + "}"),
+                .text(Self.bigintArray(rows.map(\.id))),
             ])
         var ids: [String: Int64] = [:]
         for r in inserted.rows { ids[try r.text(1)] = try r.int64(0) }
@@ -702,9 +707,6 @@ final class PostgresQueue: @unchecked Sendable {
     /// instance took keeps that instance's attempt.
     func record(_ c: PostgresConnection, _ records: [DeliveryRecord], now: Int64) throws {
         guard !records.isEmpty else { return }
-        func ints(_ values: [Int64?]) -> String {
-            "{" + values.map { $0.map(String.init) ?? "NULL" }.joined(separator: ",") + "}"
-        }
         // The devices of deliveries delivered whose last success this
         // instance did not write within its resolution.
         let succeeded = recentSuccesses.due(
@@ -718,12 +720,12 @@ final class PostgresQueue: @unchecked Sendable {
             [
                 .text(Self.bigintArray(records.map(\.deliveryID))),
                 .text(Self.textArray(records.map { $0.state.rawValue })),
-                .text(ints(records.map { $0.httpStatus.map(Int64.init) })),
+                .text(Self.bigintArray(records.map { $0.httpStatus.map(Int64.init) })),
                 .text(Self.textArray(records.map(\.reason))),
-                .text(ints(records.map(\.nextAttemptAt))),
-                .text(ints(records.map { $0.countsAsAttempt ? 0 : 1 })),
+                .text(Self.bigintArray(records.map(\.nextAttemptAt))),
+                .text(Self.bigintArray(records.map { Int64?($0.countsAsAttempt ? 0 : 1) })),
                 .text("{" + records.map { $0.shrink != nil ? "t" : "f" }.joined(separator: ",") + "}"),
-                .text(ints(records.map { $0.shrink?.index.map(Int64.init) })),
+                .text(Self.bigintArray(records.map { $0.shrink?.index.map(Int64.init) })),
                 .int(now), .text(instance), .int(now - Queue.successResolutionMs),
                 .text(Self.textArray(succeeded)),
             ])
@@ -939,7 +941,8 @@ final class PostgresQueue: @unchecked Sendable {
             sql: """
                 INSERT INTO deliveries (delivery_id, message_id, app, device_id, user_name, platform, token_hash,
                     collapse_key, state, attempts, next_attempt_at, reason, updated_at, sent_by, lease_expires_at)
-                SELECT coalesce(t.id, nextval('deliveries_delivery_id_seq')), $1, $2, t.device_id, t.user_name, t.platform, t.token_hash, $3, t.state,
+                SELECT coalesce(t.id, nextval('deliveries_delivery_id_seq')), $1, $2, t.device_id, t.user_name,
+                    t.platform, t.token_hash, $3, t.state,
                     CASE WHEN t.state = 'in_flight' THEN 1 ELSE 0 END, $4, t.reason, $4,
                     CASE WHEN t.state = 'in_flight' THEN $5 END,
                     CASE WHEN t.state = 'in_flight' THEN \(databaseNow) + $6::bigint END
