@@ -188,6 +188,8 @@ public final class Scheduler: @unchecked Sendable {
     /// next write waits for the last: the results of a fan-out gather while
     /// one is on its way, so a message costs a few statements, not one a millisecond.
     private var writesInTransit = 0
+    /// Monotonic ms at which the last result write started.
+    private var lastWriteStartedAt: Int64 = .min / 2
     /// Oldest first; written again with backoff until the store takes them.
     private var heldWrites: [HeldWrite] = []
     /// Taken from the front of `heldWrites` by the retry under way; put back
@@ -815,13 +817,25 @@ public final class Scheduler: @unchecked Sendable {
     /// Results gathered during this turn of the queue go to the store as one
     /// job. While earlier results wait to be written again (the store failed
     /// them), these join them instead, in order, for the retry to write.
-    private func flushRecords() {
+    ///
+    /// On a shared store a write waits for the one in transit, and starts
+    /// at most every ``sharedRecordGapMs`` while sends are still out: each
+    /// statement costs the database a fixed part (a round trip, planning,
+    /// its commit) besides its rows. A full batch, the last answer out, and
+    /// `force` (draining) write at once.
+    private func flushRecords(force: Bool = false) {
         assertOnQueue()
         flushScheduled = false
         guard !pendingRecords.isEmpty else { return }
-        if store.isShared && writesInTransit > 0 && pendingRecords.count < Self.recordBatch {
-            // Written when the one in transit returns (see `written`).
-            return
+        if store.isShared && !force && pendingRecords.count < Self.recordBatch {
+            // Written when the one in transit returns (see `write`).
+            if writesInTransit > 0 { return }
+            let wait = lastWriteStartedAt + Self.sharedRecordGapMs - monotonicMilliseconds()
+            if wait > 0 && inFlight > 0 {
+                flushScheduled = true
+                queue.asyncAfter(deadline: .now() + .milliseconds(Int(wait))) { [self] in flushRecords() }
+                return
+            }
         }
         let records = pendingRecords
         pendingRecords.removeAll(keepingCapacity: true)
@@ -836,6 +850,7 @@ public final class Scheduler: @unchecked Sendable {
     private func write(_ records: [DeliveryRecord]) {
         assertOnQueue()
         writesInTransit += 1
+        lastWriteStartedAt = monotonicMilliseconds()
         store.record(records) { [self] result in
             queue.async { [self] in
                 writesInTransit -= 1
@@ -866,6 +881,10 @@ public final class Scheduler: @unchecked Sendable {
 
     /// Results handed to the store in one job at the most.
     static let recordBatch = 512
+
+    /// On a shared store, the least time between the starts of two result
+    /// writes while sends are out (see ``flushRecords(force:)``).
+    public static let sharedRecordGapMs: Int64 = 5
 
     // MARK: Results of messages sent before their commit
 
@@ -1251,7 +1270,7 @@ extension Scheduler {
     /// the store (call after the transports are shut down, before the store closes).
     public func drain() {
         queue.sync {
-            flushRecords()
+            flushRecords(force: true)
             heldStopped = true
             guard !heldWrites.isEmpty || !heldInTransit.isEmpty else { return }
             // One last try before the store closes; what it does not take

@@ -122,9 +122,11 @@ public final class PostgresConnection {
 
     // MARK: Transactions
 
-    public func begin() throws(PostgresError) {
+    /// Begins a transaction; `settings` (`SET LOCAL` statements, `;`
+    /// separated) go in the same round trip.
+    public func begin(_ settings: String? = nil) throws(PostgresError) {
         let conn = try ready()
-        _ = try consume(exec(conn, "BEGIN"), conn)
+        _ = try consume(exec(conn, settings.map { "BEGIN; " + $0 } ?? "BEGIN"), conn)
         inTransaction = true
     }
 

@@ -49,9 +49,19 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
 
     var writtenIDs: [Int64] { commits.withLock { $0.written } }
 
+    /// Each batch of results handed to `record(_:)`: when (monotonic ns) and how many.
+    var recordWrites: [(at: UInt64, count: Int)] { writes.withLock { $0 } }
+    private let writes = Locked([(at: UInt64, count: Int)]())
+
     private func wrote(_ ids: [Int64]) { commits.withLock { $0.written += ids } }
 
-    init(_ inner: any DeliveryStore) { self.inner = inner }
+    /// `shared`: answers `isShared` as a store shared by several instances does.
+    init(_ inner: any DeliveryStore, shared: Bool = false) {
+        self.inner = inner
+        self.shared = shared
+    }
+
+    private let shared: Bool
 
     var failing: Bool {
         get { state.withLock { $0.failing } }
@@ -73,7 +83,7 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
 
     var keyOutcome: StoreKeyOutcome { inner.keyOutcome }
     var recoveredDeliveries: Int { inner.recoveredDeliveries }
-    var isShared: Bool { false }
+    var isShared: Bool { shared }
     func close() { inner.close() }
     func setWorkObserver(_ observer: @escaping @Sendable () -> Void) { state.withLock { $0.observer = observer } }
 
@@ -89,6 +99,7 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
     }
 
     func record(_ records: [DeliveryRecord], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+        writes.withLock { $0.append((DispatchTime.now().uptimeNanoseconds, records.count)) }
         if refused() { return completion(.failure(Outage())) }
         wrote(records.map(\.deliveryID))
         inner.record(records, completion: completion)
@@ -357,5 +368,65 @@ struct HeldResultsTests {
         #expect(scheduler.isIdle && fcm.sent == 0)
         store.notifyWork()
         #expect(try await f.waitComplete(id).counts[.delivered] == 3)
+    }
+}
+
+/// Sends everything at once and answers the n-th send `n × stepUs` µs after
+/// it was made: a fan-out whose answers trickle in over a while.
+final class TrickleTransport: PushTransport, @unchecked Sendable {
+    let concurrencyLimit: Int
+    private let stepUs: Int
+    private let count = Locked(0)
+    private let queue = DispatchQueue(label: "trickle", attributes: .concurrent)
+
+    init(limit: Int, stepUs: Int) {
+        concurrencyLimit = limit
+        self.stepUs = stepUs
+    }
+
+    var sent: Int { count.withLock { $0 } }
+
+    func send(_ job: DeliveryJob, completion: @escaping @Sendable (AttemptReport) -> Void) {
+        let n = count.withLock { c -> Int in
+            c += 1
+            return c
+        }
+        queue.asyncAfter(deadline: .now() + .microseconds(n * stepUs)) {
+            completion(AttemptReport(outcome: .delivered, httpStatus: 200))
+        }
+    }
+}
+
+@Suite("Scheduler: result writes on a shared store")
+struct SharedResultWritesTests {
+    @Test(
+        "on a shared store, result writes start at least sharedRecordGapMs apart while sends are out, and the last answer is written at once",
+        arguments: StoreBackend.allCases)
+    func writesGathered(_ backend: StoreBackend) async throws {
+        let f = try Fixture(backend)
+        defer { f.close() }
+        try f.register(100, perUser: 2, platform: .fcm)
+        let store = OutageStore(f.store, shared: true)
+        // 200 answers over 40 ms, all sends out at once.
+        let fcm = TrickleTransport(limit: 200, stepUs: 200)
+        let scheduler = Scheduler(
+            store: store, transports: [HeldResultsTests.lane: fcm], settings: SchedulerSettings(maxInflight: 200))
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        let id = try f.send((0..<100).map { "fcm-\($0)" })
+        scheduler.wake()
+        #expect(try await f.waitComplete(id).counts[.delivered] == 200)
+        #expect(fcm.sent == 200)
+        let writes = store.recordWrites
+        #expect(writes.reduce(0) { $0 + $1.count } == 200)
+        // Every write but the last (the last answer out) waited out the gap;
+        // the scheduler compares whole milliseconds, so a gap may be up to
+        // 1 ms shorter (and a little more is left for the clocks' reading).
+        let gapNs = UInt64(Scheduler.sharedRecordGapMs) * 1_000_000 - 1_500_000
+        for (a, b) in zip(writes.dropLast(), writes.dropLast().dropFirst()) {
+            #expect(b.at - a.at >= gapNs, "writes \(Double(b.at - a.at) / 1e6) ms apart")
+        }
+        // 40 ms of answers: about eight writes, not one a millisecond.
+        #expect(writes.count <= 12, "\(writes.count) writes")
     }
 }

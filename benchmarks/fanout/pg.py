@@ -44,8 +44,19 @@ class BenchPostgres(PostgresServer):
         statements can be counted: `statements(database)`."""
         if "pg_stat_statements" not in self.psql("SHOW shared_preload_libraries"):
             self.psql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+            if os.environ.get("HERALD_BENCH_PG_LOG"):
+                # Every statement with its time, for a look at one message's sequence.
+                self.psql("ALTER SYSTEM SET log_min_duration_statement = 0")
+                self.psql("ALTER SYSTEM SET log_line_prefix = '%m [%p] '")
             self._run("restart")
         self.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+
+    def destroy(self):
+        """Removes the server; HERALD_BENCH_PG_LOG=PATH keeps its log (every statement) there."""
+        keep = os.environ.get("HERALD_BENCH_PG_LOG")
+        if keep:
+            subprocess.run(["cp", str(self.dir / "server.log"), keep], check=False)
+        super().destroy()
 
     def statements(self, database):
         """Statements run on `database` so far (pg_stat_statements' calls, BEGIN, COMMIT and
@@ -54,14 +65,15 @@ class BenchPostgres(PostgresServer):
                           f"JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{database}'", "postgres")
         return int(rows[0][0]) if rows else 0
 
-    def top_statements(self, database, n=12):
-        """[(calls, total ms, mean ms, statement's first 100 characters)] of the statements on
-        `database` that took the most time (pg_stat_statements' total_exec_time)."""
+    def top_statements(self, database, n=16):
+        """[(calls, total ms, mean ms, rows, statement's first 100 characters)] of the statements
+        on `database` that took the most time (pg_stat_statements' total_exec_time; rows: what
+        they returned or changed, summed)."""
         rows = self.query("SELECT s.calls, round(s.total_exec_time::numeric, 1), round(s.mean_exec_time::numeric, 3), "
-                          "regexp_replace(left(s.query, 100), '\\s+', ' ', 'g') FROM pg_stat_statements s "
+                          "s.rows, regexp_replace(left(s.query, 100), '\\s+', ' ', 'g') FROM pg_stat_statements s "
                           f"JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{database}' "
                           f"ORDER BY s.total_exec_time DESC LIMIT {int(n)}", "postgres")
-        return [(int(c), float(t), float(m), q) for c, t, m, q in rows]
+        return [(int(c), float(t), float(m), int(r), q) for c, t, m, r, q in rows]
 
     def table_sizes(self, database):
         """{relation: bytes} of the queue's tables and their indexes on `database`."""

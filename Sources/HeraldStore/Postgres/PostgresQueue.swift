@@ -267,15 +267,6 @@ final class PostgresQueue: @unchecked Sendable {
             rows.append(row)
         }
 
-        try c.execute(
-            Statements.insertMessage,
-            [
-                .text(messageID), .text(e.app), idempotency,
-                .text(try MessageCodec.encode(message, messageID: messageID, key: key)), .int(now),
-                .int(expires),
-            ])
-
-        var jobs: [DeliveryJob] = []
         // Early sends only where nothing after them can wait on another
         // transaction: a message without a collapse key (whose queued rows
         // another instance's uncommitted message could hold up in the unique
@@ -286,11 +277,22 @@ final class PostgresQueue: @unchecked Sendable {
         let sendsEarly =
             early != nil && !plan.started && roomLeft > 0 && !room.isEmpty && e.message.collapseKey == nil
             && earlyAllowed()
+        // The message's row, and with it (one round trip) the ids of its
+        // deliveries when they are sent before their rows are written.
+        let messageRow: [PostgresValue] = [
+            .text(messageID), .text(e.app), idempotency,
+            .text(try MessageCodec.encode(message, messageID: messageID, key: key)), .int(now), .int(expires),
+        ]
         if sendsEarly {
-            let taken = try c.execute(Statements.takeIDs, [.int(Int64(rows.count))]).rows.map { try $0.int64(0) }
+            let taken = try c.execute(Statements.insertMessageTakingIDs, messageRow + [.int(Int64(rows.count))]).rows
+                .map { try $0.int64(0) }
             for i in rows.indices where i < taken.count { rows[i].id = taken[i] }
             plan.start(messageID: messageID, ids: rows.compactMap { r in r.id.map { (r.target.deviceID, $0) } })
+        } else {
+            try c.execute(Statements.insertMessage, messageRow)
         }
+
+        var jobs: [DeliveryJob] = []
         var earlyChunk = sendsEarly ? Queue.firstEarlyChunk : Int.max
         var sentEarly = false
         for i in rows.indices where rows[i].state == .queued && roomLeft > 0 {
@@ -337,8 +339,9 @@ final class PostgresQueue: @unchecked Sendable {
                     ])
             }
         }
+        let idsKnown = rows.allSatisfy { $0.id != nil }
         let inserted = try c.execute(
-            Statements.insertDeliveries,
+            idsKnown ? Statements.insertDeliveriesWithIDs : Statements.insertDeliveries,
             [
                 .text(messageID), .text(e.app), PostgresRegistry.bytes(e.message.collapseKey), .int(now),
                 .text(instance), leaseParameter,
@@ -351,7 +354,11 @@ final class PostgresQueue: @unchecked Sendable {
                 .text(Self.bigintArray(rows.map(\.id))),
             ])
         var ids: [String: Int64] = [:]
-        for r in inserted.rows { ids[try r.text(1)] = try r.int64(0) }
+        if idsKnown {
+            for row in rows { ids[row.target.deviceID] = row.id }
+        } else {
+            for r in inserted.rows { ids[try r.text(1)] = try r.int64(0) }
+        }
 
         // What was not sent early goes in the claim, handed at the commit.
         var queuedLeft = false
@@ -937,8 +944,10 @@ final class PostgresQueue: @unchecked Sendable {
                 WHERE device_id = ANY($3::text[]) AND collapse_key = $4 AND state IN ('queued', 'retrying')
                 """)
         static let insertDeliveries = PostgresStatement(
-            name: "q_deliveries",
-            sql: """
+            name: "q_deliveries", sql: insertDeliveriesSQL + "\nRETURNING delivery_id, device_id")
+        /// The same when every id was taken ahead: nothing to return.
+        static let insertDeliveriesWithIDs = PostgresStatement(name: "q_deliveries_ids", sql: insertDeliveriesSQL)
+        static let insertDeliveriesSQL = """
                 INSERT INTO deliveries (delivery_id, message_id, app, device_id, user_name, platform, token_hash,
                     collapse_key, state, attempts, next_attempt_at, reason, updated_at, sent_by, lease_expires_at)
                 SELECT coalesce(t.id, nextval('deliveries_delivery_id_seq')), $1, $2, t.device_id, t.user_name,
@@ -949,12 +958,19 @@ final class PostgresQueue: @unchecked Sendable {
                 FROM unnest($7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[])
                     WITH ORDINALITY AS t(device_id, user_name, platform, token_hash, state, reason, id, n)
                 ORDER BY t.n
-                RETURNING delivery_id, device_id
+                """
+        /// The message's row and the ids taken ahead for its deliveries
+        /// (sent before their rows are written), under the table's lock
+        /// (`LOCK TABLE deliveries IN ROW EXCLUSIVE MODE`: the insert's own,
+        /// taken before any send).
+        static let insertMessageTakingIDs = PostgresStatement(
+            name: "q_message_ids",
+            sql: """
+                WITH m AS (
+                    INSERT INTO messages (message_id, app, idempotency_hash, payload, created_at, expires_at)
+                    VALUES ($1, $2, $3, $4, $5, $6) RETURNING 1)
+                SELECT take_delivery_ids($7::integer) FROM m
                 """)
-        /// Ids taken ahead for a message's deliveries (sent before their rows
-        /// are written), under the table's lock (`LOCK TABLE deliveries IN
-        /// ROW EXCLUSIVE MODE`: the insert's own, taken before any send).
-        static let takeIDs = PostgresStatement(name: "q_take_ids", sql: "SELECT take_delivery_ids($1::integer)")
         static let resolveUsers = PostgresStatement(
             name: "q_resolve_users",
             sql: """

@@ -473,19 +473,18 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
 
     /// Begins the batch's transaction; returns the database's time.
     private func begin(_ batch: [Job], _ c: PostgresConnection) throws -> Int64 {
+        // The session commits asynchronously (claims, results and reads: a
+        // crash may lose them, costing a repeat); a registration, an enqueue
+        // or a cancel commits as the server is configured to (set in the
+        // BEGIN's round trip).
+        let settings = batch.contains(where: { $0.durable }) ? "SET LOCAL synchronous_commit TO DEFAULT" : nil
         do {
-            try c.begin()
+            try c.begin(settings)
         } catch {
             // A connection the server dropped (a restart) is found dead only
             // when used: nothing of the batch ran, so open a new one and begin again.
             guard error.isConnectionFailure else { throw error }
-            try c.begin()
-        }
-        if batch.contains(where: { $0.durable }) {
-            // The session commits asynchronously (claims, results and reads: a
-            // crash may lose them, costing a repeat); a registration, an
-            // enqueue or a cancel commits as the server is configured to.
-            try c.executeScript("SET LOCAL synchronous_commit TO DEFAULT")
+            try c.begin(settings)
         }
         // The batch's time is the database's; the offset to this host's
         // clock moves the times handed to the scheduler (and back).
