@@ -948,17 +948,17 @@ final class PostgresQueue: @unchecked Sendable {
         /// The same when every id was taken ahead: nothing to return.
         static let insertDeliveriesWithIDs = PostgresStatement(name: "q_deliveries_ids", sql: insertDeliveriesSQL)
         static let insertDeliveriesSQL = """
-                INSERT INTO deliveries (delivery_id, message_id, app, device_id, user_name, platform, token_hash,
-                    collapse_key, state, attempts, next_attempt_at, reason, updated_at, sent_by, lease_expires_at)
-                SELECT coalesce(t.id, nextval('deliveries_delivery_id_seq')), $1, $2, t.device_id, t.user_name,
-                    t.platform, t.token_hash, $3, t.state,
-                    CASE WHEN t.state = 'in_flight' THEN 1 ELSE 0 END, $4, t.reason, $4,
-                    CASE WHEN t.state = 'in_flight' THEN $5 END,
-                    CASE WHEN t.state = 'in_flight' THEN \(databaseNow) + $6::bigint END
-                FROM unnest($7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[])
-                    WITH ORDINALITY AS t(device_id, user_name, platform, token_hash, state, reason, id, n)
-                ORDER BY t.n
-                """
+            INSERT INTO deliveries (delivery_id, message_id, app, device_id, user_name, platform, token_hash,
+                collapse_key, state, attempts, next_attempt_at, reason, updated_at, sent_by, lease_expires_at)
+            SELECT coalesce(t.id, nextval('deliveries_delivery_id_seq')), $1, $2, t.device_id, t.user_name,
+                t.platform, t.token_hash, $3, t.state,
+                CASE WHEN t.state = 'in_flight' THEN 1 ELSE 0 END, $4, t.reason, $4,
+                CASE WHEN t.state = 'in_flight' THEN $5 END,
+                CASE WHEN t.state = 'in_flight' THEN \(databaseNow) + $6::bigint END
+            FROM unnest($7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[])
+                WITH ORDINALITY AS t(device_id, user_name, platform, token_hash, state, reason, id, n)
+            ORDER BY t.n
+            """
         /// The message's row and the ids taken ahead for its deliveries
         /// (sent before their rows are written), under the table's lock
         /// (`LOCK TABLE deliveries IN ROW EXCLUSIVE MODE`: the insert's own,
