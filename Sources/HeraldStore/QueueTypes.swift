@@ -149,6 +149,12 @@ public struct DeliveryRecord: Sendable {
         self.nextAttemptAt = nextAttemptAt
         self.countsAsAttempt = countsAsAttempt
     }
+
+    /// Delivered, and nothing else to write: no reason, no next attempt, the
+    /// attempt counted, no shrink of a Web Push payload.
+    public var isPlainDelivery: Bool {
+        state == .delivered && reason == nil && nextAttemptAt == nil && countsAsAttempt && shrink == nil
+    }
 }
 
 /// Deliveries waiting and in flight, for `system.stats`.

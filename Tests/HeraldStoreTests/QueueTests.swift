@@ -218,6 +218,60 @@ struct QueueTests {
     }
 
     @Test(
+        "one batch of results of every kind is written whole: delivered under two statuses, failed, retrying, uncounted, shrunk",
+        arguments: StoreBackend.allCases)
+    func mixedResultBatch(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
+        defer { t.close() }
+        let users = (0..<7).map { "mix\($0)" }
+        for u in users {
+            _ = try t.register(
+                Registration(app: "default", user: u, platform: .fcm, environment: nil, token: "fcm-\(u)"))
+        }
+        let m = try t.enqueue(send(PushMessage(kind: .notification), to: .users(users)))
+        let jobs = try t.claim().sorted { $0.user < $1.user }
+        try #require(jobs.count == 7)
+        func rec(
+            _ i: Int, _ state: DeliveryState, _ status: Int?, reason: String? = nil, next: Int64? = nil,
+            counts: Bool = true, shrink: ShrinkOutcome? = nil
+        ) -> DeliveryRecord {
+            DeliveryRecord(
+                deliveryID: jobs[i].deliveryID, deviceID: jobs[i].deviceID, state: state, httpStatus: status,
+                reason: reason, nextAttemptAt: next, countsAsAttempt: counts, shrink: shrink)
+        }
+        let retryAt = t.clock.nowMilliseconds() + 60_000
+        let batch = [
+            rec(0, .delivered, 200), rec(1, .failed, 400, reason: "INVALID_ARGUMENT"), rec(2, .delivered, 200),
+            rec(3, .delivered, 201), rec(4, .retrying, 503, reason: "UNAVAILABLE", next: retryAt),
+            rec(5, .retrying, 401, reason: "credential_rejected", next: retryAt, counts: false),
+            rec(6, .delivered, 200, shrink: .step(1)),
+        ]
+        try t.store.sync { s, done in s.record(batch, completion: done) }
+        let status = try #require(try t.status(m.messageID))
+        let byDevice = Dictionary(uniqueKeysWithValues: (status.devices ?? []).map { ($0.deviceID, $0) })
+        func device(_ i: Int) throws -> MessageStatus.Device { try #require(byDevice[jobs[i].deviceID]) }
+        for i in [0, 2] {
+            #expect(try device(i).state == .delivered && device(i).httpStatus == 200 && device(i).reason == nil)
+            #expect(try device(i).attempts == 1)
+        }
+        #expect(try device(1).state == .failed && device(1).httpStatus == 400 && device(1).reason == "INVALID_ARGUMENT")
+        #expect(try device(3).state == .delivered && device(3).httpStatus == 201)
+        #expect(try device(4).state == .retrying && device(4).reason == "UNAVAILABLE" && device(4).attempts == 1)
+        #expect(try device(5).state == .retrying && device(5).attempts == 0, "the uncounted attempt is taken back")
+        #expect(try device(6).state == .delivered && device(6).shrunk == 1)
+        #expect(status.counts[.delivered] == 4 && status.counts[.failed] == 1 && status.counts[.retrying] == 2)
+        for (i, u) in users.enumerated() {
+            let d = try #require(
+                try t.store.sync { s, done in s.list(app: "default", user: u, completion: done) }.first)
+            #expect((d.lastSuccessAt != nil) == [0, 2, 3, 6].contains(i), "last success of \(u)")
+            #expect((d.lastFailureReason == "INVALID_ARGUMENT") == (i == 1), "last failure of \(u)")
+        }
+        // Written again (a retry after an unknown outcome), nothing changes.
+        try t.store.sync { s, done in s.record(batch, completion: done) }
+        #expect(try t.status(m.messageID)?.counts == status.counts)
+    }
+
+    @Test(
         "last_success_at is rewritten at most once a minute per device; failures always are",
         arguments: StoreBackend.allCases)
     func successResolution(_ backend: StoreBackend) throws {

@@ -708,10 +708,15 @@ final class PostgresQueue: @unchecked Sendable {
     // MARK: Results
 
     /// Records attempts' results, however many and however different, in
-    /// one statement (`UPDATE … FROM unnest(…)`, the devices' last success
-    /// and failure with it). Only a delivery still in flight under this
-    /// instance's lease changes: one whose lease ran out and that another
-    /// instance took keeps that instance's attempt.
+    /// at most two statements, the devices' last success and failure with
+    /// them. Only a delivery still in flight under this instance's lease
+    /// changes: one whose lease ran out and that another instance took
+    /// keeps that instance's attempt.
+    ///
+    /// The common result, delivered with nothing more to say, goes by its
+    /// ids alone in a prepared statement (`delivery_id = ANY(…)`: a lookup
+    /// per id in the live partition's primary key, planned once); every
+    /// other result in one `UPDATE … FROM unnest(…)`.
     func record(_ c: PostgresConnection, _ records: [DeliveryRecord], now: Int64) throws {
         guard !records.isEmpty else { return }
         // The devices of deliveries delivered whose last success this
@@ -719,23 +724,51 @@ final class PostgresQueue: @unchecked Sendable {
         let succeeded = recentSuccesses.due(
             records.lazy.filter { $0.state == .delivered }.map(\.deviceID), now: now,
             within: Queue.successResolutionMs)
-        // Planned for its arrays each time (an unnamed statement): a generic
-        // plan does not know how many rows the arrays hold, and a nested loop
-        // over them costs the square of a batch's results.
-        try c.execute(
-            Statements.record.sql,
-            [
-                .text(Self.bigintArray(records.map(\.deliveryID))),
-                .text(Self.textArray(records.map { $0.state.rawValue })),
-                .text(Self.bigintArray(records.map { $0.httpStatus.map(Int64.init) })),
-                .text(Self.textArray(records.map(\.reason))),
-                .text(Self.bigintArray(records.map(\.nextAttemptAt))),
-                .text(Self.bigintArray(records.map { Int64?($0.countsAsAttempt ? 0 : 1) })),
-                .text("{" + records.map { $0.shrink != nil ? "t" : "f" }.joined(separator: ",") + "}"),
-                .text(Self.bigintArray(records.map { $0.shrink?.index.map(Int64.init) })),
-                .int(now), .text(instance), .int(now - Queue.successResolutionMs),
-                .text(Self.textArray(succeeded)),
-            ])
+        // The plain deliveries of the most common HTTP status.
+        var byStatus: [Int?: Int] = [:]
+        for r in records where r.isPlainDelivery { byStatus[r.httpStatus, default: 0] += 1 }
+        let common = byStatus.max { $0.value < $1.value }
+        var plain: [Int64] = []
+        var rest: [DeliveryRecord] = []
+        if let common {
+            let plainStatus = common.key
+            plain.reserveCapacity(common.value)
+            for r in records {
+                if r.isPlainDelivery && r.httpStatus == plainStatus {
+                    plain.append(r.deliveryID)
+                } else {
+                    rest.append(r)
+                }
+            }
+            try c.execute(
+                Statements.recordDelivered,
+                [
+                    plainStatus.map { .int(Int64($0)) } ?? .null, .int(now), .text(Self.bigintArray(plain)),
+                    .text(instance), .int(now - Queue.successResolutionMs), .text(Self.textArray(succeeded)),
+                ])
+        } else {
+            rest = records
+        }
+        if !rest.isEmpty {
+            // Planned for its arrays each time (an unnamed statement): a
+            // generic plan does not know how many rows the arrays hold, and a
+            // nested loop over them costs the square of a batch's results.
+            try c.execute(
+                Statements.record.sql,
+                [
+                    .text(Self.bigintArray(rest.map(\.deliveryID))),
+                    .text(Self.textArray(rest.map { $0.state.rawValue })),
+                    .text(Self.bigintArray(rest.map { $0.httpStatus.map(Int64.init) })),
+                    .text(Self.textArray(rest.map(\.reason))),
+                    .text(Self.bigintArray(rest.map(\.nextAttemptAt))),
+                    .text(Self.bigintArray(rest.map { Int64?($0.countsAsAttempt ? 0 : 1) })),
+                    .text("{" + rest.map { $0.shrink != nil ? "t" : "f" }.joined(separator: ",") + "}"),
+                    .text(Self.bigintArray(rest.map { $0.shrink?.index.map(Int64.init) })),
+                    .int(now), .text(instance), .int(now - Queue.successResolutionMs),
+                    // The successes went with the plain deliveries' statement.
+                    .text(Self.textArray(common == nil ? succeeded : [])),
+                ])
+        }
         recentSuccesses.wrote(succeeded, at: now)
     }
 
@@ -1080,6 +1113,21 @@ final class PostgresQueue: @unchecked Sendable {
                     WHERE v.device_id = f.device_id
                     RETURNING 1)
                 SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM succeeded), (SELECT count(*) FROM failed)
+                """)
+        /// Deliveries delivered with nothing more to say (``DeliveryRecord/isPlainDelivery``), by id.
+        static let recordDelivered = PostgresStatement(
+            name: "q_record_delivered",
+            sql: """
+                WITH done AS (
+                    UPDATE deliveries SET state = 'delivered', http_status = $1, reason = NULL, updated_at = $2,
+                        lease_expires_at = NULL
+                    WHERE delivery_id = ANY($3::bigint[]) AND state = 'in_flight' AND sent_by = $4
+                    RETURNING 1),
+                succeeded AS (
+                    UPDATE devices v SET last_success_at = $2
+                    WHERE v.device_id = ANY($6::text[]) AND (v.last_success_at IS NULL OR v.last_success_at <= $5)
+                    RETURNING 1)
+                SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM succeeded)
                 """)
         static let depth = PostgresStatement(
             name: "q_depth",
