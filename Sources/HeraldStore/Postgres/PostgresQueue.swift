@@ -44,6 +44,9 @@ final class PostgresQueue: @unchecked Sendable {
     /// writes a lease already partly spent. Every time several instances
     /// compare is the database's (SPEC Revision 3, "One clock").
     static let databaseNow = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+    /// The same read once per statement (an init plan), not once per row:
+    /// the numeric arithmetic costs about half a microsecond a row.
+    static let databaseNowOnce = "(SELECT \(databaseNow))"
 
     /// The name of a lane in the instances table and the claim's exclusions.
     static func laneName(_ lane: QueueLane) -> String { lane.app + "\u{1F}" + lane.platform.rawValue }
@@ -987,7 +990,7 @@ final class PostgresQueue: @unchecked Sendable {
                 t.platform, t.token_hash, $3, t.state,
                 CASE WHEN t.state = 'in_flight' THEN 1 ELSE 0 END, $4, t.reason, $4,
                 CASE WHEN t.state = 'in_flight' THEN $5 END,
-                CASE WHEN t.state = 'in_flight' THEN \(databaseNow) + $6::bigint END
+                CASE WHEN t.state = 'in_flight' THEN \(databaseNowOnce) + $6::bigint END
             FROM unnest($7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[])
                 WITH ORDINALITY AS t(device_id, user_name, platform, token_hash, state, reason, id, n)
             ORDER BY t.n
@@ -1035,7 +1038,7 @@ final class PostgresQueue: @unchecked Sendable {
         static let renew = PostgresStatement(
             name: "q_renew",
             sql: """
-                UPDATE deliveries SET lease_expires_at = \(databaseNow) + $1
+                UPDATE deliveries SET lease_expires_at = \(databaseNowOnce) + $1
                 WHERE delivery_id = ANY($2::bigint[]) AND state = 'in_flight' AND sent_by = $3 AND updated_at >= $4
                 """)
         static let claimColumns = """
@@ -1079,7 +1082,7 @@ final class PostgresQueue: @unchecked Sendable {
             name: "q_lease",
             sql: """
                 UPDATE deliveries SET state = 'in_flight', attempts = attempts + 1, updated_at = $1, sent_by = $2,
-                    lease_expires_at = \(databaseNow) + $3
+                    lease_expires_at = \(databaseNowOnce) + $3
                 WHERE delivery_id = ANY($4::bigint[])
                 """)
         static let nextDue = PostgresStatement(
