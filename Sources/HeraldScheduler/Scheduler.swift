@@ -819,10 +819,12 @@ public final class Scheduler: @unchecked Sendable {
     /// them), these join them instead, in order, for the retry to write.
     ///
     /// On a shared store a write waits for the one in transit, and starts
-    /// at most every ``sharedRecordGapMs`` while sends are still out: each
-    /// statement costs the database a fixed part (a round trip, planning,
-    /// its commit) besides its rows. A full batch, the last answer out, and
-    /// `force` (draining) write at once.
+    /// at most every ``sharedRecordGapMs`` while more than
+    /// ``sharedRecordGapInFlight`` sends are out: each statement costs the
+    /// database a fixed part (a round trip, planning, its commit) besides its
+    /// rows. Near the end of a fan-out, a full batch, and `force` (draining)
+    /// write at once, so that the last write is small and a waiting
+    /// `push.send` is answered soon after its last answer.
     private func flushRecords(force: Bool = false) {
         assertOnQueue()
         flushScheduled = false
@@ -831,7 +833,7 @@ public final class Scheduler: @unchecked Sendable {
             // Written when the one in transit returns (see `write`).
             if writesInTransit > 0 { return }
             let wait = lastWriteStartedAt + Self.sharedRecordGapMs - monotonicMilliseconds()
-            if wait > 0 && inFlight > 0 {
+            if wait > 0 && inFlight > Self.sharedRecordGapInFlight {
                 flushScheduled = true
                 queue.asyncAfter(deadline: .now() + .milliseconds(Int(wait))) { [self] in flushRecords() }
                 return
@@ -883,8 +885,10 @@ public final class Scheduler: @unchecked Sendable {
     static let recordBatch = 512
 
     /// On a shared store, the least time between the starts of two result
-    /// writes while sends are out (see ``flushRecords(force:)``).
+    /// writes while many sends are out (see ``flushRecords(force:)``).
     public static let sharedRecordGapMs: Int64 = 5
+    /// The gap holds only while more sends than this are out.
+    public static let sharedRecordGapInFlight = 64
 
     // MARK: Results of messages sent before their commit
 

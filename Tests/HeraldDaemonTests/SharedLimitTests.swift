@@ -271,13 +271,18 @@ struct SharedLimitTests {
     @Test("the local limiter still answers first: past 20 a minute the shared bucket is not asked")
     func localFirst() async throws {
         let h = try Harness { _, _ in .success(nil) }
+        let started = monotonicMilliseconds()
         for i in 0..<25 {
             let params: JSONObject = [
                 "user": .string("alice"), "platform": .string("fcm"), "token": .string("tok-\(i)"),
             ]
             _ = await h.call("device.register", params)
         }
-        #expect(h.store.buckets.count == 20)
-        #expect(h.service.rateLimited == 5)
+        // The local bucket gives a token back every 3 s (20 a minute): on a
+        // machine slow enough to take that long, each 3 s lets one more through.
+        let refilled = Int((monotonicMilliseconds() - started) / 3000)
+        let asked = h.store.buckets.count
+        #expect(asked >= 20 && asked <= 20 + refilled, "\(asked) calls reached the shared bucket")
+        #expect(h.service.rateLimited == 25 - asked, "every other call was refused locally")
     }
 }

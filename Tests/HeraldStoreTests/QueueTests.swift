@@ -242,7 +242,7 @@ struct QueueTests {
         let retryAt = t.clock.nowMilliseconds() + 60_000
         let batch = [
             rec(0, .delivered, 200), rec(1, .failed, 400, reason: "INVALID_ARGUMENT"), rec(2, .delivered, 200),
-            rec(3, .delivered, 201), rec(4, .retrying, 503, reason: "UNAVAILABLE", next: retryAt),
+            rec(3, .delivered, 201), rec(4, .retrying, 503, reason: "UNAVAILABLE", next: retryAt, shrink: .step(2)),
             rec(5, .retrying, 401, reason: "credential_rejected", next: retryAt, counts: false),
             rec(6, .delivered, 200, shrink: .step(1)),
         ]
@@ -257,6 +257,7 @@ struct QueueTests {
         #expect(try device(1).state == .failed && device(1).httpStatus == 400 && device(1).reason == "INVALID_ARGUMENT")
         #expect(try device(3).state == .delivered && device(3).httpStatus == 201)
         #expect(try device(4).state == .retrying && device(4).reason == "UNAVAILABLE" && device(4).attempts == 1)
+        #expect(try device(4).shrunk == 2)
         #expect(try device(5).state == .retrying && device(5).attempts == 0, "the uncounted attempt is taken back")
         #expect(try device(6).state == .delivered && device(6).shrunk == 1)
         #expect(status.counts[.delivered] == 4 && status.counts[.failed] == 1 && status.counts[.retrying] == 2)
@@ -269,6 +270,30 @@ struct QueueTests {
         // Written again (a retry after an unknown outcome), nothing changes.
         try t.store.sync { s, done in s.record(batch, completion: done) }
         #expect(try t.status(m.messageID)?.counts == status.counts)
+
+        // The retries: one sealed whole this time (its earlier shrink step
+        // cleared), one with nothing to say; a kind each, so either way one
+        // goes by id and the other with the rest.
+        t.clock.advance(61_000)
+        let again = try t.claim().sorted { $0.user < $1.user }
+        try #require(again.map(\.deviceID) == [jobs[4].deviceID, jobs[5].deviceID])
+        let retries = [
+            DeliveryRecord(
+                deliveryID: again[0].deliveryID, deviceID: again[0].deviceID, state: .delivered, httpStatus: 201,
+                reason: nil, nextAttemptAt: nil, shrink: .whole),
+            DeliveryRecord(
+                deliveryID: again[1].deliveryID, deviceID: again[1].deviceID, state: .delivered, httpStatus: 200,
+                reason: nil, nextAttemptAt: nil),
+        ]
+        try t.store.sync { s, done in s.record(retries, completion: done) }
+        let final = try #require(try t.status(m.messageID))
+        let retried = Dictionary(uniqueKeysWithValues: (final.devices ?? []).map { ($0.deviceID, $0) })
+        let four = try #require(retried[jobs[4].deviceID])
+        let five = try #require(retried[jobs[5].deviceID])
+        #expect(four.state == .delivered && four.httpStatus == 201 && four.shrunk == nil && four.reason == nil)
+        #expect(four.attempts == 2)
+        #expect(five.state == .delivered && five.httpStatus == 200 && five.attempts == 1, "its uncounted try taken back")
+        #expect(final.isComplete && final.counts[.delivered] == 6 && final.counts[.failed] == 1)
     }
 
     @Test(

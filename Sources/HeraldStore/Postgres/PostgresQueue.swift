@@ -727,17 +727,24 @@ final class PostgresQueue: @unchecked Sendable {
         let succeeded = recentSuccesses.due(
             records.lazy.filter { $0.state == .delivered }.map(\.deviceID), now: now,
             within: Queue.successResolutionMs)
-        // The plain deliveries of the most common HTTP status.
-        var byStatus: [Int?: Int] = [:]
-        for r in records where r.isPlainDelivery { byStatus[r.httpStatus, default: 0] += 1 }
-        let common = byStatus.max { $0.value < $1.value }
+        // The plain deliveries of the most common kind: HTTP status, and
+        // whether a Web Push payload was sealed whole (its shrink step cleared).
+        struct Kind: Hashable {
+            let status: Int?
+            let whole: Bool
+        }
+        func kind(_ r: DeliveryRecord) -> Kind? {
+            r.isPlainDelivery ? Kind(status: r.httpStatus, whole: r.shrink == .whole) : nil
+        }
+        var kinds: [Kind: Int] = [:]
+        for r in records { if let k = kind(r) { kinds[k, default: 0] += 1 } }
+        let common = kinds.max { $0.value < $1.value }
         var plain: [Int64] = []
         var rest: [DeliveryRecord] = []
         if let common {
-            let plainStatus = common.key
             plain.reserveCapacity(common.value)
             for r in records {
-                if r.isPlainDelivery && r.httpStatus == plainStatus {
+                if kind(r) == common.key {
                     plain.append(r.deliveryID)
                 } else {
                     rest.append(r)
@@ -746,8 +753,9 @@ final class PostgresQueue: @unchecked Sendable {
             try c.execute(
                 Statements.recordDelivered,
                 [
-                    plainStatus.map { .int(Int64($0)) } ?? .null, .int(now), .text(Self.bigintArray(plain)),
+                    common.key.status.map { .int(Int64($0)) } ?? .null, .int(now), .text(Self.bigintArray(plain)),
                     .text(instance), .int(now - Queue.successResolutionMs), .text(Self.textArray(succeeded)),
+                    .text(common.key.whole ? "t" : "f"),
                 ])
         } else {
             rest = records
@@ -1123,7 +1131,7 @@ final class PostgresQueue: @unchecked Sendable {
             sql: """
                 WITH done AS (
                     UPDATE deliveries SET state = 'delivered', http_status = $1, reason = NULL, updated_at = $2,
-                        lease_expires_at = NULL
+                        lease_expires_at = NULL, shrunk = CASE WHEN $7::boolean THEN NULL ELSE shrunk END
                     WHERE delivery_id = ANY($3::bigint[]) AND state = 'in_flight' AND sent_by = $4
                     RETURNING 1),
                 succeeded AS (
