@@ -292,7 +292,8 @@ struct QueueTests {
         let five = try #require(retried[jobs[5].deviceID])
         #expect(four.state == .delivered && four.httpStatus == 201 && four.shrunk == nil && four.reason == nil)
         #expect(four.attempts == 2)
-        #expect(five.state == .delivered && five.httpStatus == 200 && five.attempts == 1, "its uncounted try taken back")
+        #expect(
+            five.state == .delivered && five.httpStatus == 200 && five.attempts == 1, "its uncounted try taken back")
         #expect(final.isComplete && final.counts[.delivered] == 6 && final.counts[.failed] == 1)
     }
 
