@@ -658,6 +658,31 @@ struct SharedStoreTests {
         let devices = try store.sync { s, done in s.list(app: "default", user: "hal", completion: done) }
         #expect(devices.count == 1)
     }
+
+    @Test("a store let go without close() closes its connections, its identity lock with them")
+    func droppedStoreCloses() throws {
+        let scratch = try StoreScratch(.postgres, prefix: "herald-dropped")
+        defer { scratch.remove() }
+        let c = PostgresConnection(configuration: try #require(scratch.postgres).connection)
+        defer { c.close() }
+        func sessions() throws -> Int64 {
+            try c.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).first?.int64(0) ?? -1
+        }
+        let key = try StoreKey.generate()
+        do {
+            let store = try scratch.open(key: key, instance: "host-dropped")
+            _ = try store.sync { s, done in s.ping(completion: done) }
+            #expect(try sessions() > 0)
+        }
+        let deadline = Date().addingTimeInterval(20)
+        while try sessions() > 0 && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        #expect(try sessions() == 0, "the dropped store's sessions ended")
+        // Its identity is free again: the same instance id starts at once.
+        let again = try scratch.open(key: key, instance: "host-dropped")
+        again.close()
+    }
 }
 
 /// A call's answer, set on the store's thread and read on the test's.

@@ -173,6 +173,14 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     deinit {
         sweeper.cancel()
         listener.stop()
+        // Let go without `close()` (a test, a start that failed half way):
+        // its connections end as a killed process's would, the identity lock
+        // with them. Closed elsewhere, as the last reference may be dropped
+        // on one of the pool's own threads, which the close waits for.
+        if !closed {
+            let pool = self.pool
+            Thread.detachNewThread { pool.close() }
+        }
     }
 
     /// Stops taking calls, finishes the queued ones, hands back the
