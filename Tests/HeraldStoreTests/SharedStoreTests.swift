@@ -1,6 +1,7 @@
 import Foundation
 import HeraldCore
 import HeraldCrypto
+import HeraldIO
 import HeraldStore
 import HeraldStoreTestSupport
 import HeraldTestSupport
@@ -657,6 +658,52 @@ struct SharedStoreTests {
         #expect(answered)
         let devices = try store.sync { s, done in s.list(app: "default", user: "hal", completion: done) }
         #expect(devices.count == 1)
+    }
+
+    @Test("two instances' batches of registrations for the same users, in opposite orders, never deadlock")
+    func batchesTakeLocksInOneOrder() throws {
+        let t = try TwoInstances()
+        defer { t.close() }
+        let users = (0..<12).map { "u\($0)" }
+        let group = DispatchGroup()
+        let failures = Locked([String]())
+        // Hundreds of calls at once: each instance's queue fills and its
+        // batches hold many users' locks at a time, in the order asked.
+        for (n, store) in [t.a, t.b].enumerated() {
+            for round in 0..<30 {
+                let order = n == 0 ? users : users.reversed()
+                for (i, user) in order.enumerated() {
+                    group.enter()
+                    let r = Registration(
+                        app: "default", user: user, platform: .fcm, environment: nil, token: "t-\(n)-\(round)-\(i)")
+                    store.register(r, deviceCap: 1000) { result in
+                        if case .failure(let error) = result { failures.withLock { $0.append("\(error)") } }
+                        group.leave()
+                    }
+                }
+            }
+        }
+        #expect(group.wait(timeout: .now() + 120) == .success)
+        let failed = failures.withLock { $0 }
+        #expect(failed.count == 0, "\(failed.count) calls failed, the first: \(failed.first ?? "")")
+        let c = PostgresConnection(configuration: try #require(t.scratch.postgres).connection)
+        defer { c.close() }
+        let devices = try #require(try c.execute("SELECT count(*) FROM devices").first?.int64(0))
+        #expect(devices == Int64(2 * 30 * users.count))
+        // The server's count of deadlocks it broke (each cost a second's wait).
+        try c.execute("SELECT pg_stat_force_next_flush()")
+        t.a.close()
+        t.b.close()
+        var deadlocks: Int64 = -1
+        for _ in 0..<40 {
+            try c.execute("SELECT pg_stat_clear_snapshot()")
+            deadlocks =
+                try c.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()").first?
+                .int64(0) ?? -1
+            if deadlocks != 0 { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(deadlocks == 0)
     }
 
     @Test("a store let go without close() closes its connections, its identity lock with them")

@@ -383,8 +383,11 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         var lost: (any Error)?
         // A job whose caller was answered by its deadline does not run: a
         // batch stuck behind a lock does not run, one after another, jobs
-        // nobody waits for.
-        for job in batch where lost == nil && !(job is RecordCall) {
+        // nobody waits for. The jobs run in the order of their fences (the
+        // user or message whose lock they take; the same fence's jobs in the
+        // order asked): every instance's batch takes its locks in one order,
+        // so two batches never wait for each other in a cycle.
+        for job in Self.lockOrder(batch, fence: { $0.fence }) where lost == nil && !(job is RecordCall) {
             if Self.answered(job) { continue }
             var attempt = 0
             while true {
@@ -440,6 +443,20 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             }
         }
         finished(batch, failure: failure, outcomes: outcomes)
+    }
+
+    /// The jobs of a batch in the order they take their locks in: by fence,
+    /// those without one last, each fence's jobs (and those without) in the
+    /// order they were asked for.
+    static func lockOrder<T>(_ batch: [T], fence: (T) -> String?) -> [T] {
+        batch.enumerated().sorted { x, y in
+            switch (fence(x.element), fence(y.element)) {
+            case (let a?, let b?) where a != b: return a < b
+            case (.some, .none): return true
+            case (.none, .some): return false
+            default: return x.offset < y.offset
+            }
+        }.map(\.element)
     }
 
     /// A batch of one job: its own transaction, no savepoint (a lost race
