@@ -153,7 +153,7 @@ public struct DeliveryRecord: Sendable {
     /// Delivered, and nothing else to write: no reason, no next attempt, the
     /// attempt counted, no shrink step of a Web Push payload (none sealed,
     /// or sealed whole).
-    public var isPlainDelivery: Bool {
+    var isPlainDelivery: Bool {
         state == .delivered && reason == nil && nextAttemptAt == nil && countsAsAttempt
             && (shrink == nil || shrink == .whole)
     }

@@ -13,6 +13,7 @@ difference over a phase is the database's CPU in that phase, exited children inc
 """
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -54,8 +55,9 @@ class BenchPostgres(PostgresServer):
     def destroy(self):
         """Removes the server; HERALD_BENCH_PG_LOG=PATH keeps its log (every statement) there."""
         keep = os.environ.get("HERALD_BENCH_PG_LOG")
-        if keep:
-            subprocess.run(["cp", str(self.dir / "server.log"), keep], check=False)
+        log = self.dir / "server.log"
+        if keep and log.exists():
+            shutil.copyfile(log, keep)
         super().destroy()
 
     def statements(self, database):

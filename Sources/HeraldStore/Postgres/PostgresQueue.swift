@@ -733,18 +733,18 @@ final class PostgresQueue: @unchecked Sendable {
             let status: Int?
             let whole: Bool
         }
-        func kind(_ r: DeliveryRecord) -> Kind? {
+        let kinds = records.map { r in
             r.isPlainDelivery ? Kind(status: r.httpStatus, whole: r.shrink == .whole) : nil
         }
-        var kinds: [Kind: Int] = [:]
-        for r in records { if let k = kind(r) { kinds[k, default: 0] += 1 } }
-        let common = kinds.max { $0.value < $1.value }
+        var counts: [Kind: Int] = [:]
+        for case let k? in kinds { counts[k, default: 0] += 1 }
+        let common = counts.max { $0.value < $1.value }
         var plain: [Int64] = []
         var rest: [DeliveryRecord] = []
         if let common {
             plain.reserveCapacity(common.value)
-            for r in records {
-                if kind(r) == common.key {
+            for (r, k) in zip(records, kinds) {
+                if k == common.key {
                     plain.append(r.deliveryID)
                 } else {
                     rest.append(r)
