@@ -83,6 +83,15 @@ actor MessageWaiters {
 
     private func insert(app: String, _ waiter: Waiter) {
         let accepted = waiter.accepted
+        if !accepted.duplicate && accepted.devices > 0 && accepted.delivered == accepted.devices {
+            // Every delivery was written delivered with the message: complete at its commit.
+            waiter.reply(
+                .success(
+                    Self.answer(
+                        accepted, complete: true,
+                        counts: [.delivered: accepted.delivered, .skipped: accepted.skipped].filter { $0.value > 0 })))
+            return
+        }
         waiting[
             accepted.messageID,
             default: Entry(

@@ -224,6 +224,11 @@ public final class Scheduler: @unchecked Sendable {
         var failed = false
         var records: [DeliveryRecord] = []
         var stale: [Held] = []
+        /// Where its answers go first: the enqueue writes those it takes
+        /// with the message's rows (see ``EarlyResults``).
+        var box: EarlyResults?
+        /// Results the enqueue took: final once the commit is known.
+        var written = 0
     }
 
     private struct HeldKey: Hashable {
@@ -428,7 +433,7 @@ public final class Scheduler: @unchecked Sendable {
         } else {
             release(asked: asked, limit: limit)
             sentEarly[handoff] = (messageID, claim.jobs.count)
-            uncommitted[messageID] = Uncommitted(outstanding: claim.jobs.count)
+            uncommitted[messageID] = Uncommitted(outstanding: claim.jobs.count, box: claim.earlyResults)
         }
         dispatchHanded(claim)
     }
@@ -716,6 +721,8 @@ public final class Scheduler: @unchecked Sendable {
             // stale batch cannot starve the claims that will settle it.
             inFlight -= 1
             held[key] = Held(job: job, httpStatus: status, reason: reason.rawValue)
+            // Answered, but not a result its enqueue could write.
+            _ = uncommitted[job.messageID]?.box?.offer(nil)
             touchBatch(job)
             apply(guardState.reportStale(candidate, messageID: job.messageID, platform: job.platform, now: now))
         }
@@ -796,8 +803,12 @@ public final class Scheduler: @unchecked Sendable {
         let record = DeliveryRecord(
             deliveryID: job.deliveryID, deviceID: job.deviceID, state: state, httpStatus: httpStatus,
             reason: reason, nextAttemptAt: nextAttemptAt, countsAsAttempt: countsAsAttempt, shrink: shrink)
-        if uncommitted[job.messageID] != nil {
-            awaitCommit(job.messageID) { $0.records.append(record) }
+        if let entry = uncommitted[job.messageID] {
+            if entry.box?.offer(record) == true {
+                awaitCommit(job.messageID) { $0.written += 1 }
+            } else {
+                awaitCommit(job.messageID) { $0.records.append(record) }
+            }
             return
         }
         pendingRecords.append(record)
@@ -911,6 +922,12 @@ public final class Scheduler: @unchecked Sendable {
         guard var entry = uncommitted.removeValue(forKey: messageID) else { return }
         switch outcome {
         case .success:
+            if entry.written > 0 {
+                // Written final with the message: its waiters hear of them now.
+                let n = touched[messageID] ?? 0
+                touched[messageID] = n == Self.unknownProgress ? n : n + entry.written
+                scheduleProgress()
+            }
             for record in entry.records {
                 pendingRecords.append(record)
                 messageOf[record.deliveryID] = messageID

@@ -20,6 +20,11 @@ public struct Enqueue: Sendable {
     /// Refuse the message when the deliveries waiting to be sent, with its
     /// own, would exceed this (`[delivery] max_queued`).
     public var pendingLimit: Int
+    /// The caller waits for every delivery's outcome (`push.send` with
+    /// `wait: true`): a shared store may hold the commit a few milliseconds
+    /// to write the results of early sends with the message (see
+    /// ``EarlyResults``).
+    public var awaitsResults = false
 
     public init(
         app: String, message: PushMessage, recipients: Recipients, idempotencyKey: String?,
@@ -51,6 +56,10 @@ public struct Enqueued: Sendable, Equatable {
     public let skipped: Int
     /// True when an idempotency key within 24 h named an earlier message.
     public let duplicate: Bool
+    /// Deliveries written delivered with the message, their answers having
+    /// come before its commit (see ``EarlyResults``): when it equals
+    /// `devices`, the message was complete when it committed.
+    public var delivered = 0
 }
 
 /// `push.status` for one message.
@@ -95,6 +104,10 @@ public struct Claim: Sendable {
     /// Deliveries of `finished` that failed because their device row does
     /// not open with the store key (`unreadable_row`), for the log.
     public var unreadable: [(deliveryID: Int64, deviceID: String)] = []
+    /// Deliveries handed before their message's commit whose results the
+    /// enqueue may write itself: every answer to them goes through
+    /// ``EarlyResults/offer(_:)`` until the commit is known.
+    public var earlyResults: EarlyResults?
 }
 
 /// What several deliveries' results can share: the stores write each

@@ -94,9 +94,10 @@ extension HeraldService {
         guard let scheduler = delivery?.scheduler else {
             throw RPCError(.overloaded("delivery is not running", retryAfterMs: 1000))
         }
-        let enqueue = Enqueue(
+        var enqueue = Enqueue(
             app: runtime.config.name, message: message, recipients: recipients, idempotencyKey: idempotencyKey,
             disabled: runtime.disabled, pendingLimit: delivery?.maxQueued ?? .max)
+        enqueue.awaitsResults = wait
         let waitMs = Int64(timeout ?? PushLimits.defaultWaitMs)
         let log = self.log
         scheduler.enqueue(enqueue) { [self] result in

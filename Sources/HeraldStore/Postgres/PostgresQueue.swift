@@ -186,7 +186,8 @@ final class PostgresQueue: @unchecked Sendable {
     /// deliveries sent early are written in flight, not handed again.
     func enqueue(
         _ c: PostgresConnection, _ e: Enqueue, now: Int64, handoff: [QueueLane: Int], handoffLimit: Int = .max,
-        early: ((Claim) -> Void)? = nil, earlyAllowed: () -> Bool = { true }, plan: EarlyPlan = EarlyPlan()
+        early: ((Claim) -> Void)? = nil, earlyAllowed: () -> Bool = { true }, plan: EarlyPlan = EarlyPlan(),
+        holds: ResultHolds? = nil, holdLatest: UInt64 = 0
     ) throws -> (accepted: Enqueued, claim: Claim) {
         var idempotency: PostgresValue = .null
         if let k = e.idempotencyKey {
@@ -290,6 +291,7 @@ final class PostgresQueue: @unchecked Sendable {
             let taken = try c.execute(Statements.insertMessageTakingIDs, messageRow + [.int(Int64(rows.count))]).rows
                 .map { try $0.int64(0) }
             for i in rows.indices where i < taken.count { rows[i].id = taken[i] }
+            if e.awaitsResults, holds != nil { plan.results = EarlyResults() }
             plan.start(messageID: messageID, ids: rows.compactMap { r in r.id.map { (r.target.deviceID, $0) } })
         } else {
             try c.execute(Statements.insertMessage, messageRow)
@@ -316,14 +318,20 @@ final class PostgresQueue: @unchecked Sendable {
             )
             plan.sent(target.deviceID)
             if let early, jobs.count >= earlyChunk {
-                early(Claim(jobs: jobs, finished: [], batchSizes: sentEarly ? [:] : sizes, nextDueAt: nil))
+                early(
+                    Claim(
+                        jobs: jobs, finished: [], batchSizes: sentEarly ? [:] : sizes, nextDueAt: nil,
+                        earlyResults: plan.results))
                 sentEarly = true
                 jobs.removeAll(keepingCapacity: true)
                 earlyChunk = .max
             }
         }
         if let early, !jobs.isEmpty {
-            early(Claim(jobs: jobs, finished: [], batchSizes: sentEarly ? [:] : sizes, nextDueAt: nil))
+            early(
+                Claim(
+                    jobs: jobs, finished: [], batchSizes: sentEarly ? [:] : sizes, nextDueAt: nil,
+                    earlyResults: plan.results))
             sentEarly = true
             jobs.removeAll()
         }
@@ -342,25 +350,90 @@ final class PostgresQueue: @unchecked Sendable {
                     ])
             }
         }
+        func insert(_ rows: ArraySlice<Row>, http: [Int64?]) throws -> PostgresResult {
+            let idsKnown = rows.allSatisfy { $0.id != nil }
+            return try c.execute(
+                idsKnown ? Statements.insertDeliveriesWithIDs : Statements.insertDeliveries,
+                [
+                    .text(messageID), .text(e.app), PostgresRegistry.bytes(e.message.collapseKey), .int(now),
+                    .text(instance), leaseParameter,
+                    .text(Self.textArray(rows.map { $0.target.deviceID })),
+                    .text(Self.byteaArray(rows.map { Array($0.target.user.utf8) })),
+                    .text(Self.textArray(rows.map { $0.target.platform.rawValue })),
+                    .text(Self.textArray(rows.map { $0.target.tokenHash })),
+                    .text(Self.textArray(rows.map { $0.state.rawValue })),
+                    .text(Self.textArray(rows.map(\.reason))),
+                    .text(Self.bigintArray(rows.map(\.id))),
+                    .text(http.isEmpty ? "{}" : Self.bigintArray(http)),
+                ])
+        }
+        // A caller that waits for the outcome: the answers of the early sends
+        // that come within the hold are written final, in parts as they come
+        // (while the rest are still being sent), and the last part with the
+        // other rows: each such delivery is written once.
+        var written = Set<Int64>()
+        if let box = plan.results, box.isOpen, let holds {
+            var index: [Int64: Int] = [:]
+            for (i, row) in rows.enumerated() { if let id = row.id { index[id] = i } }
+            let last = try holds.drain(box, waitingFor: plan.deliveryIDs.count, latest: holdLatest) { part in
+                plan.keep(part)
+                var slice: [Row] = []
+                var http: [Int64?] = []
+                for record in part {
+                    guard let i = index[record.deliveryID] else { continue }
+                    var row = rows[i]
+                    row.state = .delivered
+                    slice.append(row)
+                    http.append(record.httpStatus.map(Int64.init))
+                }
+                _ = try insert(slice[...], http: http)
+                written.formUnion(part.map(\.deliveryID))
+            }
+            plan.keep(last)
+        }
+        let kept = plan.kept
+        var http: [Int64?] = []
+        if !kept.isEmpty {
+            // Every kept result is final in `rows`; those not written in a
+            // part (the last, or every one in a run after a lost race) go
+            // with the rest.
+            http.reserveCapacity(rows.count)
+            for i in rows.indices {
+                guard let id = rows[i].id, let record = kept[id] else {
+                    http.append(nil)
+                    continue
+                }
+                rows[i].state = .delivered
+                http.append(record.httpStatus.map(Int64.init))
+            }
+        }
+        let rest: [Int]? =
+            written.isEmpty ? nil : rows.indices.filter { rows[$0].id.map { !written.contains($0) } ?? true }
+        var inserted: PostgresResult?
+        if let rest {
+            if !rest.isEmpty {
+                inserted = try insert(rest.map { rows[$0] }[...], http: http.isEmpty ? [] : rest.map { http[$0] })
+            }
+        } else {
+            inserted = try insert(rows[...], http: http)
+        }
         let idsKnown = rows.allSatisfy { $0.id != nil }
-        let inserted = try c.execute(
-            idsKnown ? Statements.insertDeliveriesWithIDs : Statements.insertDeliveries,
-            [
-                .text(messageID), .text(e.app), PostgresRegistry.bytes(e.message.collapseKey), .int(now),
-                .text(instance), leaseParameter,
-                .text(Self.textArray(rows.map { $0.target.deviceID })),
-                .text(Self.byteaArray(rows.map { Array($0.target.user.utf8) })),
-                .text(Self.textArray(rows.map { $0.target.platform.rawValue })),
-                .text(Self.textArray(rows.map { $0.target.tokenHash })),
-                .text(Self.textArray(rows.map { $0.state.rawValue })),
-                .text(Self.textArray(rows.map(\.reason))),
-                .text(Self.bigintArray(rows.map(\.id))),
-            ])
+        if !kept.isEmpty {
+            // Their devices' last success, as ``record(_:_:now:)`` writes it.
+            let succeeded = recentSuccesses.due(
+                kept.values.lazy.map(\.deviceID), now: now, within: Queue.successResolutionMs)
+            if !succeeded.isEmpty {
+                try c.execute(
+                    Statements.lastSuccess,
+                    [.int(now), .text(Self.textArray(succeeded)), .int(now - Queue.successResolutionMs)])
+                recentSuccesses.wrote(succeeded, at: now)
+            }
+        }
         var ids: [String: Int64] = [:]
         if idsKnown {
             for row in rows { ids[row.target.deviceID] = row.id }
         } else {
-            for r in inserted.rows { ids[try r.text(1)] = try r.int64(0) }
+            for r in inserted?.rows ?? [] { ids[try r.text(1)] = try r.int64(0) }
         }
 
         // What was not sent early goes in the claim, handed at the commit.
@@ -382,7 +455,9 @@ final class PostgresQueue: @unchecked Sendable {
         if queuedLeft { try notify(c) }
         lock.withLock { pendingBound += devices }
         let claim = Claim(jobs: jobs, finished: [], batchSizes: jobs.isEmpty ? [:] : sizes, nextDueAt: nil)
-        return (Enqueued(messageID: messageID, devices: devices, skipped: skipped, duplicate: false), claim)
+        var accepted = Enqueued(messageID: messageID, devices: devices, skipped: skipped, duplicate: false)
+        accepted.delivered = kept.count
+        return (accepted, claim)
     }
 
     private func job(
@@ -987,20 +1062,30 @@ final class PostgresQueue: @unchecked Sendable {
                 UPDATE deliveries SET state = 'superseded', reason = $1, updated_at = $2
                 WHERE device_id = ANY($3::text[]) AND collapse_key = $4 AND state IN ('queued', 'retrying')
                 """)
+        static let lastSuccess = PostgresStatement(
+            name: "q_last_success",
+            sql: """
+                UPDATE devices SET last_success_at = $1
+                WHERE device_id = ANY($2::text[]) AND (last_success_at IS NULL OR last_success_at <= $3)
+                """)
         static let insertDeliveries = PostgresStatement(
             name: "q_deliveries", sql: insertDeliveriesSQL + "\nRETURNING delivery_id, device_id")
         /// The same when every id was taken ahead: nothing to return.
         static let insertDeliveriesWithIDs = PostgresStatement(name: "q_deliveries_ids", sql: insertDeliveriesSQL)
         static let insertDeliveriesSQL = """
             INSERT INTO deliveries (delivery_id, message_id, app, device_id, user_name, platform, token_hash,
-                collapse_key, state, attempts, next_attempt_at, reason, updated_at, sent_by, lease_expires_at)
+                collapse_key, state, attempts, next_attempt_at, reason, updated_at, sent_by, lease_expires_at,
+                http_status)
             SELECT coalesce(t.id, nextval('deliveries_delivery_id_seq')), $1, $2, t.device_id, t.user_name,
                 t.platform, t.token_hash, $3, t.state,
-                CASE WHEN t.state = 'in_flight' THEN 1 ELSE 0 END, $4, t.reason, $4,
-                CASE WHEN t.state = 'in_flight' THEN $5 END,
-                CASE WHEN t.state = 'in_flight' THEN \(databaseNowOnce) + $6::bigint END
-            FROM unnest($7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[])
-                WITH ORDINALITY AS t(device_id, user_name, platform, token_hash, state, reason, id, n)
+                CASE WHEN t.state IN ('in_flight', 'delivered') THEN 1 ELSE 0 END, $4, t.reason,
+                CASE WHEN t.state = 'delivered' THEN \(databaseNowOnce) ELSE $4 END,
+                CASE WHEN t.state IN ('in_flight', 'delivered') THEN $5 END,
+                CASE WHEN t.state = 'in_flight' THEN \(databaseNowOnce) + $6::bigint END,
+                t.http
+            FROM unnest($7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[],
+                    $14::integer[])
+                WITH ORDINALITY AS t(device_id, user_name, platform, token_hash, state, reason, id, http, n)
             ORDER BY t.n
             """
         /// The message's row and the ids taken ahead for its deliveries
@@ -1159,6 +1244,22 @@ final class EarlyPlan: @unchecked Sendable {
     private var ids: [String: Int64] = [:]
     private var sentDevices: Set<String> = []
     private var sentIDs: [Int64] = []
+    private var heldResults: EarlyResults?
+    private var keptResults: [Int64: DeliveryRecord] = [:]
+
+    /// The results the enqueue may write itself (see ``EarlyResults``): set
+    /// by the first run that sends early for a caller that waits.
+    var results: EarlyResults? {
+        get { lock.withLock { heldResults } }
+        set { lock.withLock { heldResults = newValue } }
+    }
+    /// The results the enqueue took, by delivery id: every run writes them.
+    var kept: [Int64: DeliveryRecord] { lock.withLock { keptResults } }
+
+    func keep(_ records: [DeliveryRecord]) {
+        guard !records.isEmpty else { return }
+        lock.withLock { for r in records { keptResults[r.deliveryID] = r } }
+    }
 
     /// The message id the first run chose, once it took ids ahead.
     var messageID: String? { lock.withLock { message } }

@@ -54,6 +54,14 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     private let held = HeldDeliveries()
     /// The database's clock minus this host's, in ms, as the last batch measured it.
     private let offset = ClockOffset()
+    /// Enqueues of callers that wait for the outcome holding their commit
+    /// for the results of their early sends (see ``EarlyResults``): half the
+    /// pool at most, each for ``resultHold`` at the most.
+    private let holds: ResultHolds
+    /// The longest an enqueue holds its commit for the results of its early
+    /// sends: long enough for a provider on the same network (a few ms);
+    /// answers that come later are written as before.
+    public static let resultHold: Duration = .milliseconds(50)
     // Guarded by `condition`: when a call last passed its deadline (monotonic ns).
     private var lastTimeoutAt: UInt64?
 
@@ -140,6 +148,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         pool = PostgresPool(
             configuration: options.connection, size: options.poolSize, queueLimit: Self.queueLimit,
             threadName: "herald-pg")
+        holds = ResultHolds(limit: options.poolSize / 2, longest: Self.resultHold)
         sweeper = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "herald-pg-deadlines"))
         listener = Listener(
             connection: own, identity: identity, queue: queueTables, held: held, renewEveryMs: max(1, leaseMs / 3))
@@ -704,6 +713,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
         let tried = ClaimedIDs()
         let plan = EarlyPlan()
         let offset = self.offset
+        let holds = self.holds
         var handEarly: (@Sendable (Claim) -> Void)?
         if let early {
             handEarly = { claim in early(offset.toLocal(claim)) }
@@ -716,7 +726,8 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             { [queueTables] c, now in
                 let result = try queueTables.enqueue(
                     c, e, now: now, handoff: handoff, handoffLimit: limit, early: earlyCall,
-                    earlyAllowed: { CallDeadlines.now + margin < due }, plan: plan)
+                    earlyAllowed: { CallDeadlines.now + margin < due }, plan: plan, holds: holds,
+                    holdLatest: due - margin)
                 tried.ids = plan.deliveryIDs + result.claim.jobs.map(\.deliveryID)
                 return result
             },
@@ -724,7 +735,8 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
                 // What went early is held (its leases renewed) once its rows are known to be written.
                 switch result {
                 case .success(let (accepted, claim)):
-                    held.insert(plan.deliveryIDs)
+                    let kept = plan.kept
+                    held.insert(kept.isEmpty ? plan.deliveryIDs : plan.deliveryIDs.filter { kept[$0] == nil })
                     completion(take(.success(claim), tried: tried).map { (accepted, $0) })
                 case .failure(let error):
                     if tried.ids.isEmpty { tried.ids = plan.deliveryIDs }
@@ -1029,6 +1041,7 @@ final class ClockOffset: @unchecked Sendable {
             jobs: jobs, finished: claim.finished, batchSizes: claim.batchSizes,
             nextDueAt: claim.nextDueAt.map { $0 - d })
         moved.unreadable = claim.unreadable
+        moved.earlyResults = claim.earlyResults
         return moved
     }
 }

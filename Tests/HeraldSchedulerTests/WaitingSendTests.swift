@@ -1,0 +1,47 @@
+import Foundation
+import HeraldCore
+import HeraldScheduler
+import HeraldStore
+import HeraldStoreTestSupport
+import Testing
+
+/// A `push.send` with `wait: true` through the scheduler on PostgreSQL: its
+/// early sends' answers go to its enqueue, which writes them with the
+/// message (see `EarlyResults`).
+@Suite("Messages whose caller waits, through the scheduler on PostgreSQL")
+struct WaitingSendTests {
+    static let lane = QueueLane(app: "default", platform: .fcm)
+
+    private func accept(_ scheduler: Scheduler, users: [String]) async throws -> Enqueued {
+        var e = Enqueue(
+            app: "default", message: PushMessage(kind: .notification), recipients: .users(users),
+            idempotencyKey: nil, disabled: [:])
+        e.awaitsResults = true
+        return try await withCheckedThrowingContinuation { done in
+            scheduler.enqueue(e) { done.resume(with: $0) }
+        }
+    }
+
+    @Test("every answer of the early sends is written with the message: complete at its commit")
+    func completeAtCommit() async throws {
+        let f = try Fixture(.postgres)
+        defer { f.close() }
+        try f.register(50, perUser: 4, platform: .fcm)
+        let fcm = ScriptedTransport(limit: 500, delayMs: 1)
+        var settings = SchedulerSettings(maxInflight: 1000)
+        settings.idlePoll = .seconds(3600)
+        let scheduler = Scheduler(store: f.store, transports: [Self.lane: fcm], settings: settings)
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        try await Task.sleep(for: .milliseconds(300))  // the first claim finds nothing: idle
+
+        let accepted = try await accept(scheduler, users: (0..<50).map { "fcm-\($0)" })
+        #expect(accepted.devices == 200 && accepted.delivered == 200, "\(accepted)")
+        #expect(fcm.sent == 200)
+        let status = try f.status(accepted.messageID)
+        #expect(status.counts[.delivered] == 200 && status.isComplete)
+        // Nothing left for the scheduler to write or renew.
+        #expect(try await eventually { scheduler.inFlightCount == 0 })
+        #expect(scheduler.stats.heldResults == 0)
+    }
+}
