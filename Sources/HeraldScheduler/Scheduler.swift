@@ -166,6 +166,12 @@ public final class Scheduler: @unchecked Sendable {
     /// The last claim found nothing due now: no claim until something is
     /// (a wake, the timer for the next retry), however many sends complete.
     private var idle = false
+    /// The claim under way is the idle timer's look for due work, not a
+    /// claim for work known to be due: a new message may be handed over
+    /// meanwhile, as while idle.
+    private var polling = false
+    /// The lanes the claim under way asked nothing of (full when it began).
+    private var unasked: Set<QueueLane> = []
     private var handedOverTotal = 0
     /// Room promised to hand-overs whose commit has not come back yet.
     private var reserved: [QueueLane: Int] = [:]
@@ -287,8 +293,19 @@ public final class Scheduler: @unchecked Sendable {
             let t = DispatchSource.makeTimerSource(queue: queue)
             t.setEventHandler { [self] in
                 armedAt = nil
+                // From idle, the claim only looks for due work: a message
+                // meanwhile is still handed over (see `handoffAsks`).
+                let poll = idle
                 idle = false
-                pump()
+                pump(poll: poll)
+                if poll && !claiming {
+                    // No room to look (a hand-over holds it until its sends
+                    // start, or every lane is full): still idle, look again
+                    // shortly. Left not idle, the next answer would start a
+                    // claim that is not a look.
+                    idle = true
+                    arm(afterMs: 50)
+                }
             }
             t.schedule(deadline: .now())
             t.resume()
@@ -311,6 +328,7 @@ public final class Scheduler: @unchecked Sendable {
     public func wake() {
         queue.async { [self] in
             idle = false
+            polling = false
             pump()
         }
     }
@@ -452,12 +470,14 @@ public final class Scheduler: @unchecked Sendable {
 
     /// Room to take a new message's deliveries at its commit: each lane of
     /// the app its free room, `limit` in all (which lanes the message reaches
-    /// is known only at the commit). Only while idle: nothing due waits in the
-    /// store, so no older delivery is overtaken.
+    /// is known only at the commit). Only while idle (or while the idle
+    /// timer's claim looks for due work): nothing known to be due waits in
+    /// the store, so no older delivery is overtaken; what the look finds is
+    /// sent beside the message.
     private func handoffAsks(app: String) -> (asks: [QueueLane: Int], limit: Int) {
         assertOnQueue()
         let room = settings.maxInflight - inFlight - reservedTotal
-        guard running, idle, !claiming, room > 0 else { return ([:], 0) }
+        guard running, (idle && !claiming) || (claiming && polling), room > 0 else { return ([:], 0) }
         var asks: [QueueLane: Int] = [:]
         for lane in transports.keys where lane.app == app {
             let free = limit(of: lane) - (sending[lane] ?? 0) - (waiting[lane]?.count ?? 0) - (reserved[lane] ?? 0)
@@ -490,10 +510,23 @@ public final class Scheduler: @unchecked Sendable {
 
     // MARK: Claiming
 
-    private func pump() {
+    /// Claims what is due. `poll`: the idle timer's look for due work.
+    /// `freed`: called because a send of this lane finished; while a claim
+    /// is under way that asks only for another claim after it when the claim
+    /// asked nothing of the lane (it was full): a lane the claim asked of
+    /// and filled is claimed again anyway (see `claimed`), and one it did
+    /// not fill has nothing more due. (Every answer asking again made one
+    /// claim follow another for as long as answers came, a claim always
+    /// under way, and no message handed over meanwhile.)
+    private func pump(poll: Bool = false, freed: QueueLane? = nil) {
         assertOnQueue()
         guard running, !idle else { return }
         if claiming {
+            if let freed {
+                if unasked.contains(freed) { claimAgain = true }
+                return
+            }
+            polling = false
             claimAgain = true
             return
         }
@@ -527,6 +560,8 @@ public final class Scheduler: @unchecked Sendable {
         }
         turn += 1
         guard asks.values.contains(where: { $0 > 0 }) || others > 0 else { return }
+        polling = poll
+        unasked = Set(asks.filter { $0.value == 0 }.map(\.key))
         claiming = true
         claimAgain = false
         let asked = asks
@@ -546,6 +581,7 @@ public final class Scheduler: @unchecked Sendable {
     private func claimed(_ result: Result<Claim, any Error>, asked: [QueueLane: Int], others: Int) {
         assertOnQueue()
         claiming = false
+        polling = false
         let claim: Claim
         switch result {
         case .failure(let error):
@@ -659,7 +695,7 @@ public final class Scheduler: @unchecked Sendable {
             if send(next, lane: lane) { break }
         }
         schedulePublish()
-        pump()
+        pump(freed: lane)
     }
 
     /// Answers come hundreds at a time: the shared stats are refreshed once

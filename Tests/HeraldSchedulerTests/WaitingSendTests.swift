@@ -44,4 +44,30 @@ struct WaitingSendTests {
         #expect(try await eventually { scheduler.inFlightCount == 0 })
         #expect(scheduler.stats.heldResults == 0)
     }
+
+    @Test("a message that comes while the idle timer's claim looks for work is still sent before its commit")
+    func handedDuringTheIdleLook() async throws {
+        let f = try Fixture(.postgres)
+        defer { f.close() }
+        try f.register(10, perUser: 2, platform: .fcm)
+        let fcm = ScriptedTransport(limit: 500, delayMs: 1)
+        var settings = SchedulerSettings(maxInflight: 1000)
+        // The timer looks every millisecond: most of the time a look is under
+        // way, and answers come while it is.
+        settings.idlePoll = .milliseconds(1)
+        let scheduler = Scheduler(store: f.store, transports: [Self.lane: fcm], settings: settings)
+        scheduler.start()
+        defer { scheduler.stopClaiming() }
+        try await Task.sleep(for: .milliseconds(300))
+
+        var late: [Int] = []
+        for round in 0..<20 {
+            let accepted = try await accept(scheduler, users: ["fcm-\(round % 10)"])
+            // Sent before its commit: its answers came in the hold, and every one was written with it.
+            if accepted.delivered != accepted.devices { late.append(round) }
+            _ = try await f.waitComplete(accepted.messageID)
+        }
+        #expect(late.isEmpty, "committed, then claimed: rounds \(late)")
+        #expect(fcm.sent == 40)
+    }
 }
