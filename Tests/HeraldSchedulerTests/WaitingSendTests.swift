@@ -22,18 +22,25 @@ struct WaitingSendTests {
         }
     }
 
+    /// A started scheduler on `f`'s store with one FCM lane answering after
+    /// 1 ms, once its first claim found nothing (idle).
+    private func idleScheduler(_ f: Fixture, idlePoll: Duration) async throws -> (Scheduler, ScriptedTransport) {
+        let fcm = ScriptedTransport(limit: 500, delayMs: 1)
+        var settings = SchedulerSettings(maxInflight: 1000)
+        settings.idlePoll = idlePoll
+        let scheduler = Scheduler(store: f.store, transports: [Self.lane: fcm], settings: settings)
+        scheduler.start()
+        try await Task.sleep(for: .milliseconds(300))
+        return (scheduler, fcm)
+    }
+
     @Test("every answer of the early sends is written with the message: complete at its commit")
     func completeAtCommit() async throws {
         let f = try Fixture(.postgres)
         defer { f.close() }
         try f.register(50, perUser: 4, platform: .fcm)
-        let fcm = ScriptedTransport(limit: 500, delayMs: 1)
-        var settings = SchedulerSettings(maxInflight: 1000)
-        settings.idlePoll = .seconds(3600)
-        let scheduler = Scheduler(store: f.store, transports: [Self.lane: fcm], settings: settings)
-        scheduler.start()
+        let (scheduler, fcm) = try await idleScheduler(f, idlePoll: .seconds(3600))
         defer { scheduler.stopClaiming() }
-        try await Task.sleep(for: .milliseconds(300))  // the first claim finds nothing: idle
 
         let accepted = try await accept(scheduler, users: (0..<50).map { "fcm-\($0)" })
         #expect(accepted.devices == 200 && accepted.delivered == 200, "\(accepted)")
@@ -50,15 +57,10 @@ struct WaitingSendTests {
         let f = try Fixture(.postgres)
         defer { f.close() }
         try f.register(10, perUser: 2, platform: .fcm)
-        let fcm = ScriptedTransport(limit: 500, delayMs: 1)
-        var settings = SchedulerSettings(maxInflight: 1000)
         // The timer looks every millisecond: most of the time a look is under
         // way, and answers come while it is.
-        settings.idlePoll = .milliseconds(1)
-        let scheduler = Scheduler(store: f.store, transports: [Self.lane: fcm], settings: settings)
-        scheduler.start()
+        let (scheduler, fcm) = try await idleScheduler(f, idlePoll: .milliseconds(1))
         defer { scheduler.stopClaiming() }
-        try await Task.sleep(for: .milliseconds(300))
 
         var late: [Int] = []
         for round in 0..<20 {
