@@ -667,7 +667,19 @@ final class PostgresQueue: @unchecked Sendable {
         _ = try rescue(c, now: now, gone: [])
         var results: [PostgresResult] = []
         let named = lanes.keys.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
-        let (own, elsewhere, known) = lock.withLock { (ownLanes, othersLanes, othersKnown) }
+        var (own, elsewhere, known) = lock.withLock { (ownLanes, othersLanes, othersKnown) }
+        if known, let own,
+            named.contains(where: {
+                lanes[$0]! > 0 && !own.contains(Self.laneName($0))
+                    && !elsewhere.contains(Self.laneName($0))
+            })
+        {
+            // About to skip deliveries for want of a sender: ask the database,
+            // as an enqueue does, not the listener's view a second old (an
+            // instance that started meanwhile can send them).
+            elsewhere = try liveLanesOfOthers(c)
+            setOthersLanes(elsewhere)
+        }
         // Lanes whose raw-token registrations this instance cannot send and no
         // live instance can: those are skipped at the claim.
         var noSender = Set<String>()
