@@ -14,8 +14,9 @@ import Foundation
 /// its answer sooner, and the database writes a third of the rows.
 ///
 /// The scheduler ``offer(_:)``s every answer of the message's early sends
-/// until the commit is known; the enqueue ``close(waitingFor:until:)``s it
-/// before its insert. Each result is taken by one side only: one the
+/// until the commit is known; the enqueue takes what was kept with
+/// ``next(waitingFor:atLeast:until:)`` (through ``ResultHolds``) until every
+/// answer came or the hold ended, which closes it. Each result is taken by one side only: one the
 /// enqueue kept is in the commit (or, the commit failed, nowhere, as every
 /// result of a message that did not commit); one it refused, or offered
 /// after the close, the scheduler writes as before.

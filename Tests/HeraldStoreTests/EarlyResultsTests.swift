@@ -208,3 +208,46 @@ private final class Counter: @unchecked Sendable {
     func add() { lock.withLock { n += 1 } }
     var value: Int { lock.withLock { n } }
 }
+
+@Suite("How many enqueues hold their commit for results")
+struct ResultHoldsTests {
+    private func record(_ id: Int64) -> DeliveryRecord {
+        DeliveryRecord(
+            deliveryID: id, deviceID: "d\(id)", state: .delivered, httpStatus: 200, reason: nil, nextAttemptAt: nil)
+    }
+
+    @Test("past the limit an enqueue does not wait: it takes only what was offered, and the box closes")
+    func pastTheLimit() throws {
+        let holds = ResultHolds(limit: 1, longest: .seconds(5))
+        let first = EarlyResults()
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            // Holds the only place: waits for 2 answers, and gets them late.
+            _ = try? holds.drain(first, waitingFor: 2, latest: .max) { _ in }
+            done.signal()
+        }
+        _ = first.offer(nil)
+        Thread.sleep(forTimeInterval: 0.05)
+
+        let second = EarlyResults()
+        #expect(second.offer(record(1)))
+        let started = ContinuousClock.now
+        let taken = try holds.drain(second, waitingFor: 3, latest: .max) { _ in
+            Issue.record("no part while it does not wait")
+        }
+        #expect(ContinuousClock.now - started < .seconds(1), "it did not wait for its answers")
+        #expect(taken.map(\.deliveryID) == [1])
+        #expect(!second.isOpen && !second.offer(record(2)), "closed: later answers are the scheduler's to write")
+
+        _ = first.offer(record(9))
+        #expect(done.wait(timeout: .now() + 5) == .success)
+        // The place is free again: the next one waits for its answers.
+        let third = EarlyResults()
+        Thread.detachNewThread {
+            Thread.sleep(forTimeInterval: 0.1)
+            _ = third.offer(record(3))
+        }
+        let later = try holds.drain(third, waitingFor: 1, latest: .max) { _ in }
+        #expect(later.map(\.deliveryID) == [3])
+    }
+}

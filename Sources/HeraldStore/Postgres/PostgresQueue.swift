@@ -350,8 +350,10 @@ final class PostgresQueue: @unchecked Sendable {
                     ])
             }
         }
-        func insert(_ rows: ArraySlice<Row>, http: [Int64?]) throws -> PostgresResult {
+        // `final`: the results written with their rows, by delivery id (their HTTP status).
+        func insert(_ rows: [Row], final: [Int64: DeliveryRecord]) throws -> PostgresResult {
             let idsKnown = rows.allSatisfy { $0.id != nil }
+            let http = final.isEmpty ? [] : rows.map { r in r.id.flatMap { final[$0]?.httpStatus }.map(Int64.init) }
             return try c.execute(
                 idsKnown ? Statements.insertDeliveriesWithIDs : Statements.insertDeliveries,
                 [
@@ -364,7 +366,7 @@ final class PostgresQueue: @unchecked Sendable {
                     .text(Self.textArray(rows.map { $0.state.rawValue })),
                     .text(Self.textArray(rows.map(\.reason))),
                     .text(Self.bigintArray(rows.map(\.id))),
-                    .text(http.isEmpty ? "{}" : Self.bigintArray(http)),
+                    .text(Self.bigintArray(http)),
                 ])
         }
         // A caller that waits for the outcome: the answers of the early sends
@@ -377,46 +379,25 @@ final class PostgresQueue: @unchecked Sendable {
             for (i, row) in rows.enumerated() { if let id = row.id { index[id] = i } }
             let last = try holds.drain(box, waitingFor: plan.deliveryIDs.count, latest: holdLatest) { part in
                 plan.keep(part)
-                var slice: [Row] = []
-                var http: [Int64?] = []
-                for record in part {
-                    guard let i = index[record.deliveryID] else { continue }
+                let final = Dictionary(part.map { ($0.deliveryID, $0) }, uniquingKeysWith: { first, _ in first })
+                let slice = part.compactMap { index[$0.deliveryID] }.map { i in
                     var row = rows[i]
                     row.state = .delivered
-                    slice.append(row)
-                    http.append(record.httpStatus.map(Int64.init))
+                    return row
                 }
-                _ = try insert(slice[...], http: http)
-                written.formUnion(part.map(\.deliveryID))
+                _ = try insert(slice, final: final)
+                written.formUnion(final.keys)
             }
             plan.keep(last)
         }
+        // Every kept result is final in `rows`; those not written in a part
+        // (the last, or every one in a run after a lost race) go with the rest.
         let kept = plan.kept
-        var http: [Int64?] = []
         if !kept.isEmpty {
-            // Every kept result is final in `rows`; those not written in a
-            // part (the last, or every one in a run after a lost race) go
-            // with the rest.
-            http.reserveCapacity(rows.count)
-            for i in rows.indices {
-                guard let id = rows[i].id, let record = kept[id] else {
-                    http.append(nil)
-                    continue
-                }
-                rows[i].state = .delivered
-                http.append(record.httpStatus.map(Int64.init))
-            }
+            for i in rows.indices where rows[i].id.map({ kept[$0] != nil }) ?? false { rows[i].state = .delivered }
         }
-        let rest: [Int]? =
-            written.isEmpty ? nil : rows.indices.filter { rows[$0].id.map { !written.contains($0) } ?? true }
-        var inserted: PostgresResult?
-        if let rest {
-            if !rest.isEmpty {
-                inserted = try insert(rest.map { rows[$0] }[...], http: http.isEmpty ? [] : rest.map { http[$0] })
-            }
-        } else {
-            inserted = try insert(rows[...], http: http)
-        }
+        let rest = written.isEmpty ? rows : rows.filter { $0.id.map { !written.contains($0) } ?? true }
+        let inserted = rest.isEmpty ? nil : try insert(rest, final: kept)
         let idsKnown = rows.allSatisfy { $0.id != nil }
         if !kept.isEmpty {
             // Their devices' last success, as ``record(_:_:now:)`` writes it.
@@ -667,7 +648,8 @@ final class PostgresQueue: @unchecked Sendable {
         _ = try rescue(c, now: now, gone: [])
         var results: [PostgresResult] = []
         let named = lanes.keys.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
-        var (own, elsewhere, known) = lock.withLock { (ownLanes, othersLanes, othersKnown) }
+        let (own, cached, known) = lock.withLock { (ownLanes, othersLanes, othersKnown) }
+        var elsewhere = cached
         if known, let own,
             named.contains(where: {
                 lanes[$0]! > 0 && !own.contains(Self.laneName($0))
