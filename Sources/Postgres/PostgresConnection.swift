@@ -371,30 +371,39 @@ public final class PostgresConnection {
         return lines.isEmpty ? "unknown error" : lines.joined(separator: "; ")
     }
 
+    /// Copies every cell into one buffer (see ``PostgresCells``).
     private static func copy(_ result: OpaquePointer) -> PostgresResult {
-        let rowCount = PQntuples(result)
-        let columnCount = PQnfields(result)
-        let columns = (0..<columnCount).map { String(cString: PQfname(result, $0)) }
-        let bytea = (0..<columnCount).map { PQftype(result, $0) == byteaOID }
-        var rows: [PostgresRow] = []
-        rows.reserveCapacity(Int(rowCount))
+        let rowCount = Int(PQntuples(result))
+        let columnCount = Int(PQnfields(result))
+        let columns = (0..<columnCount).map { String(cString: PQfname(result, Int32($0))) }
+        let bytea = (0..<columnCount).map { PQftype(result, Int32($0)) == byteaOID }
+        var size = 0
         for r in 0..<rowCount {
-            var cells: [[UInt8]?] = []
-            cells.reserveCapacity(Int(columnCount))
-            for c in 0..<columnCount {
+            for c in 0..<columnCount { size += Int(PQgetlength(result, Int32(r), Int32(c))) }
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(size)
+        var bounds: [Int] = []
+        bounds.reserveCapacity(2 * rowCount * columnCount)
+        for r in 0..<Int32(rowCount) {
+            for c in 0..<Int32(columnCount) {
                 guard PQgetisnull(result, r, c) == 0, let value = PQgetvalue(result, r, c) else {
-                    cells.append(nil)
+                    bounds.append(-1)
+                    bounds.append(-1)
                     continue
                 }
                 let text = UnsafeBufferPointer(
                     start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self),
                     count: Int(PQgetlength(result, r, c)))
-                cells.append(bytea[Int(c)] ? (decodeByteaHex(text) ?? Array(text)) : Array(text))
+                bounds.append(bytes.count)
+                if !bytea[Int(c)] || !appendByteaHex(text, to: &bytes) { bytes.append(contentsOf: text) }
+                bounds.append(bytes.count)
             }
-            rows.append(PostgresRow(cells: cells))
         }
+        let cells = PostgresCells(bytes: bytes, bounds: bounds, columnCount: columnCount)
         return PostgresResult(
-            columns: columns, rows: rows, affectedRows: Int(String(cString: PQcmdTuples(result))) ?? 0)
+            columns: columns, rows: (0..<rowCount).map { PostgresRow(cells: cells, row: $0) },
+            affectedRows: Int(String(cString: PQcmdTuples(result))) ?? 0)
     }
 }
 
@@ -443,6 +452,7 @@ private func withParameters<R>(
         case .int(let value): append(20, String(value).utf8, binary: false)
         case .bool(let value): append(16, (value ? "t" : "f").utf8, binary: false)
         case .bytes(let bytes): append(byteaOID, bytes, binary: true)
+        case .array(let array): append(array.type, array.bytes, binary: true)
         }
     }
     return body(Int32(parameters.count), types, values, lengths, formats)

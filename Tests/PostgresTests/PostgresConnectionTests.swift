@@ -128,6 +128,85 @@ struct PostgresConnectionTests {
         #expect(try db.execute("SELECT count(*) FROM \(table)").first?.int64(0) == 2)
     }
 
+    @Test("a result of many rows keeps every cell apart: NULLs, empty and hex-looking values, bytes of every length")
+    func manyRows() throws {
+        let db = try connection(try PostgresServer.shared())
+        let result = try db.execute(
+            """
+            SELECT i, CASE WHEN i % 3 = 0 THEN NULL ELSE 'v' || i END,
+                CASE WHEN i % 5 = 0 THEN NULL ELSE substr(sha256(int8send(i)), 1, abs(i) % 33) END,
+                CASE WHEN i % 7 = 0 THEN '\\x41' ELSE '' END, i % 2 = 0
+            FROM generate_series(-200, 300) AS i ORDER BY i
+            """)
+        #expect(result.rows.count == 501)
+        for (n, row) in zip(-200...300, result.rows) {
+            #expect(row.count == 5)
+            #expect(try row.int64(0) == Int64(n))
+            #expect(try row.optionalText(1) == (n % 3 == 0 ? nil : "v\(n)"))
+            let bytes = try row.optionalBytes(2)
+            #expect(n % 5 == 0 ? bytes == nil : bytes?.count == abs(n) % 33)
+            // Text that looks like bytea's hex form is text, not bytes.
+            #expect(try row.text(3) == (n % 7 == 0 ? "\\x41" : ""))
+            #expect(try row.bool(4) == (n % 2 == 0))
+        }
+        let sealed = try db.execute("SELECT '\\x00ff5c78'::bytea, ''::bytea, '\\x'::text").first
+        #expect(try sealed?.bytes(0) == [0, 255, 92, 120])
+        #expect(try sealed?.bytes(1) == [])
+        #expect(try sealed?.text(2) == "\\x")
+    }
+
+    @Test("array parameters in binary form: every element type, NULLs, empty arrays and NUL in text")
+    func binaryArrays() throws {
+        let db = try connection(try PostgresServer.shared())
+        let texts: [String?] = ["a", nil, "", "héllo \"{x,y}\" \\ ✓", "nul\u{0}here", "NULL"]
+        let text = try db.execute(
+            "SELECT t, n FROM unnest($1::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n", [.array(.text(texts))])
+        #expect(
+            try text.rows.map { try $0.optionalText(0) } == [
+                "a", nil, "", "héllo \"{x,y}\" \\ ✓", "nul\u{FFFD}here", "NULL",
+            ])
+        let blobs: [[UInt8]?] = [[0, 255, 92, 120], nil, [], Array(repeating: 7, count: 300)]
+        let bytea = try db.execute(
+            "SELECT b, n FROM unnest($1::bytea[]) WITH ORDINALITY AS u(b, n) ORDER BY n", [.array(.bytea(blobs))])
+        #expect(try bytea.rows.map { try $0.optionalBytes(0) } == blobs)
+        let bigints: [Int64?] = [.min, -1, 0, nil, 1, .max]
+        let bigint = try db.execute(
+            "SELECT i, n FROM unnest($1::bigint[]) WITH ORDINALITY AS u(i, n) ORDER BY n", [.array(.bigint(bigints))])
+        #expect(try bigint.rows.map { try $0.optionalInt64(0) } == bigints)
+        let ints: [Int32?] = [.min, nil, 200, .max]
+        let integer = try db.execute(
+            "SELECT i, n FROM unnest($1::integer[]) WITH ORDINALITY AS u(i, n) ORDER BY n", [.array(.integer(ints))])
+        #expect(try integer.rows.map { try $0.optionalInt64(0) } == ints.map { $0.map(Int64.init) })
+        // Empty arrays of each type; named statements (types from the SQL) as well as unnamed ones.
+        let empty = PostgresStatement(
+            name: "empty_arrays",
+            sql: "SELECT cardinality($1::text[]), cardinality($2::bytea[]), cardinality($3::bigint[]), "
+                + "cardinality($4::integer[]), $5::text[] IS NULL")
+        for _ in 0..<2 {
+            let row = try #require(
+                try db.execute(
+                    empty, [.array(.text([])), .array(.bytea([])), .array(.bigint([])), .array(.integer([])), .null]
+                )
+                .first)
+            #expect(try (0..<4).map { try row.int64($0) } == [0, 0, 0, 0])
+            #expect(try row.bool(4))
+        }
+        let typed = try db.execute("SELECT pg_typeof($1)::text, array_length($1, 1)", [.array(.bigint([1, 2, 3]))])
+        #expect(try typed.first?.text(0) == "bigint[]")
+        #expect(try typed.first?.int64(1) == 3)
+    }
+
+    @Test("integers are read from their text form: signs, the limits, and nothing past them")
+    func integerText() throws {
+        let db = try connection(try PostgresServer.shared())
+        let good = try #require(
+            try db.execute("SELECT '0', '-0', '+17', '9223372036854775807', '-9223372036854775808'").first)
+        #expect(try (0..<5).map { try good.int64($0) } == [0, 0, 17, .max, .min])
+        let bad = try #require(
+            try db.execute("SELECT '9223372036854775808', '-9223372036854775809', '', '-', '1.5', ' 1', '12a'").first)
+        for column in 0..<7 { #expect(postgresError { _ = try bad.int64(column) }?.kind == .value) }
+    }
+
     @Test("named prepared statements run many times; a bad one is a server error with its SQLSTATE")
     func preparedStatements() throws {
         let db = try connection(try PostgresServer.shared())

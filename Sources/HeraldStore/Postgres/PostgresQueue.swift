@@ -211,17 +211,33 @@ final class PostgresQueue: @unchecked Sendable {
                 try c.execute("UPDATE messages SET idempotency_hash = NULL WHERE message_id = $1", [.text(id)])
             }
         }
-        let targets = try resolve(c, e.recipients, app: e.app)
-        guard targets.count <= Queue.maxDevicesPerMessage else {
-            throw EnqueueError.tooManyDevices(count: targets.count, limit: Queue.maxDevicesPerMessage)
-        }
-        try admit(c, adding: targets.count, limit: e.pendingLimit, now: now)
         let messageID = try plan.messageID ?? SecureRandom.bytes(16).hexString
         let expires = now + Int64(e.message.ttlSeconds) * 1000
         var message = e.message
         if message.collapseKey?.isEmpty ?? true {
             message.collapseID = Queue.collapseID(app: e.app, idempotencyKey: e.idempotencyKey, messageID: messageID)
         }
+        // Early sends only where nothing after them can wait on another
+        // transaction: a message without a collapse key (whose queued rows
+        // another instance's uncommitted message could hold up in the unique
+        // index), once the table's lock is held (a session holding it makes
+        // the call fail before anything is sent), with time left before the
+        // call's deadline. What follows is one insert that waits on no one:
+        // a caller told `store_unavailable` was sent nothing.
+        let sendsEarly =
+            early != nil && !plan.started && handoffLimit > 0 && !handoff.isEmpty && e.message.collapseKey == nil
+            && earlyAllowed()
+        let messageRow: [PostgresValue] = [
+            .text(messageID), .text(e.app), idempotency,
+            .text(try MessageCodec.encode(message, messageID: messageID, key: key)), .int(now), .int(expires),
+        ]
+        // Sent early: the devices, the message's row and the ids of its
+        // deliveries (taken ahead, under the table's lock) in one round trip.
+        let (targets, taken) = try resolve(c, e.recipients, app: e.app, writing: sendsEarly ? messageRow : nil)
+        guard targets.count <= Queue.maxDevicesPerMessage else {
+            throw EnqueueError.tooManyDevices(count: targets.count, limit: Queue.maxDevicesPerMessage)
+        }
+        try admit(c, adding: targets.count, limit: e.pendingLimit, now: now)
 
         struct Row {
             let target: PostgresTarget
@@ -271,26 +287,8 @@ final class PostgresQueue: @unchecked Sendable {
             rows.append(row)
         }
 
-        // Early sends only where nothing after them can wait on another
-        // transaction: a message without a collapse key (whose queued rows
-        // another instance's uncommitted message could hold up in the unique
-        // index), once the table's lock is held (a session holding it makes
-        // the call fail before anything is sent), with time left before the
-        // call's deadline. What follows is one insert that waits on no one:
-        // a caller told `store_unavailable` was sent nothing.
-        let sendsEarly =
-            early != nil && !plan.started && roomLeft > 0 && !room.isEmpty && e.message.collapseKey == nil
-            && earlyAllowed()
-        // The message's row, and with it (one round trip) the ids of its
-        // deliveries when they are sent before their rows are written.
-        let messageRow: [PostgresValue] = [
-            .text(messageID), .text(e.app), idempotency,
-            .text(try MessageCodec.encode(message, messageID: messageID, key: key)), .int(now), .int(expires),
-        ]
         if sendsEarly {
-            let taken = try c.execute(Statements.insertMessageTakingIDs, messageRow + [.int(Int64(rows.count))]).rows
-                .map { try $0.int64(0) }
-            for i in rows.indices where i < taken.count { rows[i].id = taken[i] }
+            for i in rows.indices { rows[i].id = taken[i] }
             if e.awaitsResults, holds != nil { plan.results = EarlyResults() }
             plan.start(messageID: messageID, ids: rows.compactMap { r in r.id.map { (r.target.deviceID, $0) } })
         } else {
@@ -324,7 +322,10 @@ final class PostgresQueue: @unchecked Sendable {
                         earlyResults: plan.results))
                 sentEarly = true
                 jobs.removeAll(keepingCapacity: true)
-                earlyChunk = .max
+                // Results written with the message come in parts as they
+                // come: handed in several claims, answers reach the enqueue
+                // between them rather than all at once at the end.
+                earlyChunk = plan.results != nil ? Self.heldEarlyChunk : .max
             }
         }
         if let early, !jobs.isEmpty {
@@ -353,20 +354,22 @@ final class PostgresQueue: @unchecked Sendable {
         // `final`: the results written with their rows, by delivery id (their HTTP status).
         func insert(_ rows: [Row], final: [Int64: DeliveryRecord]) throws -> PostgresResult {
             let idsKnown = rows.allSatisfy { $0.id != nil }
-            let http = final.isEmpty ? [] : rows.map { r in r.id.flatMap { final[$0]?.httpStatus }.map(Int64.init) }
+            let http =
+                final.isEmpty
+                ? [] : rows.map { r in r.id.flatMap { final[$0]?.httpStatus }.map { Int32(clamping: $0) } }
             return try c.execute(
                 idsKnown ? Statements.insertDeliveriesWithIDs : Statements.insertDeliveries,
                 [
                     .text(messageID), .text(e.app), PostgresRegistry.bytes(e.message.collapseKey), .int(now),
                     .text(instance), leaseParameter,
-                    .text(Self.textArray(rows.map { $0.target.deviceID })),
-                    .text(Self.byteaArray(rows.map { Array($0.target.user.utf8) })),
-                    .text(Self.textArray(rows.map { $0.target.platform.rawValue })),
-                    .text(Self.textArray(rows.map { $0.target.tokenHash })),
-                    .text(Self.textArray(rows.map { $0.state.rawValue })),
-                    .text(Self.textArray(rows.map(\.reason))),
-                    .text(Self.bigintArray(rows.map(\.id))),
-                    .text(Self.bigintArray(http)),
+                    .array(.text(rows.map { $0.target.deviceID })),
+                    .array(.bytea(rows.map { Array($0.target.user.utf8) })),
+                    .array(.text(rows.map { $0.target.platform.rawValue })),
+                    .array(.text(rows.map { $0.target.tokenHash })),
+                    .array(.text(rows.map { $0.state.rawValue })),
+                    .array(.text(rows.map(\.reason))),
+                    .array(.bigint(rows.map(\.id))),
+                    .array(.integer(http)),
                 ])
         }
         // A caller that waits for the outcome: the answers of the early sends
@@ -406,7 +409,7 @@ final class PostgresQueue: @unchecked Sendable {
             if !succeeded.isEmpty {
                 try c.execute(
                     Statements.lastSuccess,
-                    [.int(now), .text(Self.textArray(succeeded)), .int(now - Queue.successResolutionMs)])
+                    [.int(now), .array(.text(succeeded)), .int(now - Queue.successResolutionMs)])
                 recentSuccesses.wrote(succeeded, at: now)
             }
         }
@@ -471,6 +474,10 @@ final class PostgresQueue: @unchecked Sendable {
         try c.execute(Statements.notify, [.text(Self.channel), .text(instance)])
     }
 
+    /// With results written with the message, the handed deliveries after
+    /// the first ``Queue/firstEarlyChunk`` go in claims of this many.
+    static let heldEarlyChunk = 128
+
     struct PostgresTarget {
         let deviceID: String
         let user: String
@@ -486,16 +493,31 @@ final class PostgresQueue: @unchecked Sendable {
         let enabled: Bool
     }
 
-    private func resolve(_ c: PostgresConnection, _ recipients: Recipients, app: String) throws -> [PostgresTarget] {
+    /// The recipients' devices, in the order of their users (by name) and
+    /// registration, or of the device ids given. With `message` (the
+    /// message's row, as ``Statements/insertMessage`` takes it), the same
+    /// statement writes the message and takes an id for each device's
+    /// delivery: `ids[i]` is the id of the `i`th device's.
+    private func resolve(
+        _ c: PostgresConnection, _ recipients: Recipients, app: String, writing message: [PostgresValue]? = nil
+    ) throws -> (targets: [PostgresTarget], ids: [Int64]) {
         let result: PostgresResult
-        switch recipients {
-        case .users(let users):
+        switch (recipients, message) {
+        case (.users(let users), nil):
             result = try c.execute(
-                Statements.resolveUsers, [.text(app), .text(Self.byteaArray(users.map { Array($0.utf8) }))])
-        case .devices(let ids):
-            result = try c.execute(Statements.resolveDevices, [.text(app), .text(Self.textArray(ids))])
+                Statements.resolveUsers, [.text(app), .array(.bytea(users.map { Array($0.utf8) }))])
+        case (.users(let users), let message?):
+            result = try c.execute(
+                Statements.resolveUsersWritingMessage,
+                message + [.array(.bytea(users.map { Array($0.utf8) }))])
+        case (.devices(let ids), nil):
+            result = try c.execute(Statements.resolveDevices, [.text(app), .array(.text(ids))])
+        case (.devices(let ids), let message?):
+            result = try c.execute(Statements.resolveDevicesWritingMessage, message + [.array(.text(ids))])
         }
         var out: [PostgresTarget] = []
+        var ids: [Int64] = []
+        out.reserveCapacity(result.rows.count)
         var seen = Set<String>()
         for r in result.rows {
             let id = try r.text(0)
@@ -506,8 +528,9 @@ final class PostgresQueue: @unchecked Sendable {
                     environment: try r.optionalText(4).flatMap(APNsEnvironment.init(rawValue:)),
                     tokenSealed: try r.bytes(5), keysSealed: try r.optionalBytes(6), registeredAt: try r.int64(7),
                     bundleID: try r.optionalText(8), serverKey: try r.optionalText(9), enabled: try r.bool(10)))
+            if message != nil { ids.append(try r.int64(11)) }
         }
-        return out
+        return (out, ids)
     }
 
     private func stateCounts(_ c: PostgresConnection, _ messageID: String) throws -> [DeliveryState: Int] {
@@ -822,8 +845,8 @@ final class PostgresQueue: @unchecked Sendable {
             try c.execute(
                 Statements.recordDelivered,
                 [
-                    common.key.status.map { .int(Int64($0)) } ?? .null, .int(now), .text(Self.bigintArray(plain)),
-                    .text(instance), .int(now - Queue.successResolutionMs), .text(Self.textArray(succeeded)),
+                    common.key.status.map { .int(Int64($0)) } ?? .null, .int(now), .array(.bigint(plain)),
+                    .text(instance), .int(now - Queue.successResolutionMs), .array(.text(succeeded)),
                     .text(common.key.whole ? "t" : "f"),
                 ])
         } else {
@@ -1082,33 +1105,53 @@ final class PostgresQueue: @unchecked Sendable {
                 WITH ORDINALITY AS t(device_id, user_name, platform, token_hash, state, reason, id, http, n)
             ORDER BY t.n
             """
-        /// The message's row and the ids taken ahead for its deliveries
-        /// (sent before their rows are written), under the table's lock
-        /// (`LOCK TABLE deliveries IN ROW EXCLUSIVE MODE`: the insert's own,
-        /// taken before any send).
-        static let insertMessageTakingIDs = PostgresStatement(
-            name: "q_message_ids",
-            sql: """
-                WITH m AS (
-                    INSERT INTO messages (message_id, app, idempotency_hash, payload, created_at, expires_at)
-                    VALUES ($1, $2, $3, $4, $5, $6) RETURNING 1)
-                SELECT take_delivery_ids($7::integer) FROM m
-                """)
         static let resolveUsers = PostgresStatement(
             name: "q_resolve_users",
             sql: """
-                SELECT device_id, user_name, platform, token_hash, environment, token_sealed, keys_sealed, registered_at,
-                    bundle_id, server_key, enabled
-                FROM devices WHERE app = $1 AND user_name = ANY($2::bytea[]) ORDER BY user_name, registered_seq
+                SELECT \(resolveColumns)
+                FROM devices v WHERE v.app = $1 AND v.user_name = ANY($2::bytea[]) ORDER BY v.user_name, v.registered_seq
                 """)
         static let resolveDevices = PostgresStatement(
             name: "q_resolve_devices",
             sql: """
-                SELECT v.device_id, v.user_name, v.platform, v.token_hash, v.environment, v.token_sealed, v.keys_sealed,
-                    v.registered_at, v.bundle_id, v.server_key, v.enabled
+                SELECT \(resolveColumns)
                 FROM unnest($2::text[]) WITH ORDINALITY AS n(id, i) JOIN devices v ON v.device_id = n.id AND v.app = $1
                 ORDER BY n.i
                 """)
+        /// As ``resolveUsers`` (the app `$2`, the users `$7`), writing the
+        /// message's row ($1-$6, as ``insertMessage``) and taking an id
+        /// ahead for each device's delivery (sent before its row is written),
+        /// under the table's lock (`LOCK TABLE deliveries IN ROW EXCLUSIVE
+        /// MODE`: the insert's own, taken before any send, by
+        /// `take_delivery_ids(0)`), in one round trip.
+        static let resolveUsersWritingMessage = PostgresStatement(
+            name: "q_resolve_users_message",
+            sql: """
+                WITH \(messageAndLock)
+                SELECT \(resolveColumns), nextval('deliveries_delivery_id_seq')
+                FROM m, locked, devices v WHERE v.app = $2 AND v.user_name = ANY($7::bytea[])
+                ORDER BY v.user_name, v.registered_seq
+                """)
+        /// As ``resolveUsersWritingMessage``, for devices by id.
+        static let resolveDevicesWritingMessage = PostgresStatement(
+            name: "q_resolve_devices_message",
+            sql: """
+                WITH \(messageAndLock)
+                SELECT \(resolveColumns), nextval('deliveries_delivery_id_seq')
+                FROM m, locked, unnest($7::text[]) WITH ORDINALITY AS n(id, i)
+                JOIN devices v ON v.device_id = n.id AND v.app = $2
+                ORDER BY n.i
+                """)
+        private static let resolveColumns = """
+            v.device_id, v.user_name, v.platform, v.token_hash, v.environment, v.token_sealed, v.keys_sealed,
+                v.registered_at, v.bundle_id, v.server_key, v.enabled
+            """
+        private static let messageAndLock = """
+            m AS (
+                    INSERT INTO messages (message_id, app, idempotency_hash, payload, created_at, expires_at)
+                    VALUES ($1, $2, $3, $4, $5, $6) RETURNING 1),
+                locked AS (SELECT count(*) FROM take_delivery_ids(0))
+            """
         static let stateCounts = PostgresStatement(
             name: "q_state_counts", sql: "SELECT state, count(*) FROM deliveries WHERE message_id = $1 GROUP BY state")
         static let rescue = PostgresStatement(
