@@ -161,6 +161,26 @@ struct EarlyResultsTests {
         #expect(try t.status(sent.accepted.messageID).counts[.delivered] == 200)
     }
 
+    @Test("a waiting caller's early sends go in claims of 128 after the first 32; one that does not wait, in two")
+    func handedInParts() throws {
+        let t = try Scratch()
+        defer { t.close() }
+        try t.devices(user: "w6", 300)
+        let waiting = try t.send(user: "w6", devices: 300, waits: true) { claim in
+            for job in claim.jobs { _ = claim.earlyResults?.offer(delivered(job)) }
+        }
+        #expect(waiting.parts.map(\.jobs.count) == [32, 128, 128, 12])
+        #expect(waiting.parts.dropFirst().allSatisfy { $0.batchSizes.isEmpty }, "the batch sizes go with the first")
+        let ids = waiting.parts.flatMap(\.jobs).map(\.deliveryID)
+        #expect(Set(ids).count == 300)
+        let rows = try t.sql.execute(
+            "SELECT delivery_id FROM deliveries WHERE message_id = $1", [.text(waiting.accepted.messageID)])
+        #expect(Set(try rows.rows.map { try $0.int64(0) }) == Set(ids), "the ids taken ahead are the rows' ids")
+        #expect(try t.status(waiting.accepted.messageID).counts[.delivered] == 300)
+        let notWaiting = try t.send(user: "w6", devices: 300, waits: false)
+        #expect(notWaiting.parts.map(\.jobs.count) == [32, 268])
+    }
+
     @Test("a caller that does not wait: nothing held, every early send written in flight")
     func notWaiting() throws {
         let t = try Scratch()
