@@ -26,6 +26,10 @@
 #include <openssl/x509v3.h>
 
 #define HH2_READ_CHUNK 16384
+/* Plaintext one hh2_conn_read() call takes at most: a peer that never stops
+ * sending (a flood of frames) gets its turn, and the event loop serves every
+ * other connection between two. */
+#define HH2_READ_BUDGET (16 * HH2_READ_CHUNK)
 #define HH2_WRITE_BATCH 65536
 #define HH2_ERROR_TEXT 256
 
@@ -62,6 +66,7 @@ struct hh2_conn {
     uint8_t *out;        /* bytes taken from nghttp2, not yet accepted by SSL_write */
     size_t out_len, out_off, out_cap;
     int read_wants_write; /* SSL_read asked for writability (TLS-level) */
+    int read_more;        /* the last read stopped at its budget: more may be waiting */
     int peer_goaway;
     char error[HH2_ERROR_TEXT];
 };
@@ -501,13 +506,22 @@ int hh2_conn_read(hh2_conn *c) {
     if (c->state != HH2_OPEN) return HH2_ERR_STATE;
     uint8_t buf[HH2_READ_CHUNK];
     c->read_wants_write = 0;
+    c->read_more = 0;
+    size_t taken = 0;
     for (;;) {
+        if (taken >= HH2_READ_BUDGET) {
+            /* Some may be in OpenSSL's buffer, where the socket's readiness
+             * does not show it: the caller reads again, after a turn. */
+            c->read_more = 1;
+            return HH2_OK;
+        }
         ERR_clear_error();
         int n = SSL_read(c->ssl, buf, sizeof buf);
         if (n > 0) {
             ssize_t used = nghttp2_session_mem_recv(c->session, buf, (size_t)n);
             if (used < 0) return fail(c, HH2_ERR_PROTOCOL, "HTTP/2: %s", nghttp2_strerror((int)used));
             if (c->state != HH2_OPEN) return HH2_ERR_STATE;
+            taken += (size_t)n;
             continue;
         }
         int e = SSL_get_error(c->ssl, n);
@@ -562,6 +576,8 @@ int hh2_conn_write(hh2_conn *c) {
         return tls_failure(c, "write", e);
     }
 }
+
+int hh2_conn_read_more(const hh2_conn *c) { return c && c->read_more; }
 
 int hh2_conn_wants(const hh2_conn *c) {
     if (!c || c->state == HH2_FAILED) return 0;

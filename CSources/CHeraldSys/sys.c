@@ -62,3 +62,16 @@ int hs_set_thread_nice(int nice)
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice) != 0) return -errno;
     return 0;
 }
+
+int hs_raise_nofile_limit(uint64_t *soft, uint64_t *hard)
+{
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return -errno;
+    *soft = limit.rlim_cur;
+    *hard = limit.rlim_max;
+    if (limit.rlim_cur >= limit.rlim_max) return 0;
+    struct rlimit raised = { .rlim_cur = limit.rlim_max, .rlim_max = limit.rlim_max };
+    if (setrlimit(RLIMIT_NOFILE, &raised) != 0) return -errno;
+    *soft = raised.rlim_cur;
+    return 0;
+}

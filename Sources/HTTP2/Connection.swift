@@ -255,6 +255,7 @@ final class Connection: @unchecked Sendable {
     }
 
     private func readAndProcess() {
+        readAgainQueued = false
         guard let handle else { return }
         let rc = hh2_conn_read(handle)
         lastRead = monotonicMilliseconds()
@@ -269,7 +270,21 @@ final class Connection: @unchecked Sendable {
         }
         lane.pump()
         flush()
+        // The read stopped at its budget: the rest after the loop's turn, so
+        // that a peer that never stops sending cannot hold the loop.
+        if hh2_conn_read_more(handle) != 0, !readAgainQueued, phase != .finished {
+            readAgainQueued = true
+            client.loop.execute { [self] in
+                if phase == .open || phase == .awaitingSettings { readAndProcess() } else { readAgainQueued = false }
+            }
+        }
     }
+
+    /// A read that stopped at its budget is queued to go on (see ``readAndProcess()``).
+    private var readAgainQueued = false
+    /// GOAWAY frames this connection received (the first is logged, the
+    /// number when the connection ends).
+    private var goAwaysReceived = 0
 
     /// Streams opened since the last flush: counted (and the idle clock
     /// reset) once per flush, not per request.
@@ -355,12 +370,18 @@ final class Connection: @unchecked Sendable {
             $0.goaways += 1
             if let reason { $0.lastGoAwayReason = reason }
         }
-        client.log?.warning(
-            "http2_goaway",
-            [
-                "lane": lane.key.description, "conn": String(id), "error_code": String(code),
-                "last_stream": String(lastStream), "reason": reason ?? "",
-            ])
+        goAwaysReceived += 1
+        // One line for a connection's first GOAWAY; those after it (a server
+        // may send several, a hostile one thousands) are counted, and said
+        // once, with their number, when the connection ends.
+        if goAwaysReceived == 1 {
+            client.log?.warning(
+                "http2_goaway",
+                [
+                    "lane": lane.key.description, "conn": String(id), "error_code": String(code),
+                    "last_stream": String(lastStream), "reason": reason ?? "",
+                ])
+        }
         // Streams above the last one were never processed: send them elsewhere.
         for (sid, pending) in streams where sid > lastStream {
             streams[sid] = nil
@@ -628,6 +649,12 @@ final class Connection: @unchecked Sendable {
     }
 
     private func teardown() {
+        if goAwaysReceived > 1 {
+            client.log?.warning(
+                "http2_goaway_repeated",
+                ["lane": lane.key.description, "conn": String(id), "goaways": String(goAwaysReceived)])
+            goAwaysReceived = 0
+        }
         if phase == .open { client.count { $0.connectionsOpen -= 1 } }
         if suspectSince != nil {
             suspectSince = nil

@@ -108,10 +108,22 @@ enum ConfigIO {
     }
 
     /// As ``read(_:limit:)``, straight into memory that is locked where
-    /// possible and wiped on release: for key files.
+    /// possible and wiped on release: for key files, which must grant
+    /// nothing to group or others (as the store key and the database
+    /// password file), else the error says so with the file's mode.
     static func readSecret(_ path: String, limit: Int) throws(ConfigIOError) -> SecretBytes {
         let (fd, size) = try openRegular(path, limit: limit)
         defer { _ = close(fd) }
+        var st = stat()
+        do {
+            try HeraldIO.syscall("fstat") { fstat(fd, &st) }
+        } catch { throw ConfigIOError(error) }
+        let permissions = st.st_mode & 0o7777
+        guard permissions & 0o077 == 0 else {
+            throw ConfigIOError(
+                "mode \(ConfigValue.octal(permissions)) is too open: a key file must not be accessible to group or others (chmod 0600)"
+            )
+        }
         return try readAllSecret(fd, expected: size)
     }
 

@@ -1,3 +1,4 @@
+import CHeraldSys
 import HeraldIO
 import Dispatch
 import Foundation
@@ -54,6 +55,17 @@ public enum Daemon {
         let log = Logger(level: config.server.logLevel)
         let notifier = SystemdNotifier(environment: environment)
         signal(SIGPIPE, SIG_IGN)
+        let openFiles = raiseOpenFileLimit(log: log)
+        if config.endpoints.webPushAllowPrivate {
+            // A test setting: said at every start, so that it is not left on
+            // by mistake in production.
+            log.warning(
+                "webpush_allow_private",
+                [
+                    "why":
+                        "[endpoints] webpush_allow_private = true: Web Push endpoints may name private, loopback and link-local addresses and any port; for test servers only"
+                ])
+        }
         // Everything started from here on is stopped through this, newest
         // first, whether the daemon stops or fails to start.
         let services = ServiceStack()
@@ -244,7 +256,7 @@ public enum Daemon {
             "herald_started",
             [
                 "version": HeraldService.version, "socket": listener.ownedPath ?? "systemd", "config": path,
-                "store": databasePath,
+                "store": databasePath, "open_files_limit": String(openFiles),
             ])
         loop.execute { service.serving = true }
         notifier.notify("READY=1\nSTATUS=serving")
@@ -253,6 +265,24 @@ public enum Daemon {
         services.stopAll()
         log.info("herald_stopped")
         return 0
+    }
+
+    /// Raises the soft limit on open descriptors to the hard one, as nginx
+    /// (`worker_rlimit_nofile`) and PostgreSQL do: a shell's soft limit of
+    /// 1,024 would cap connections and provider sockets long before
+    /// `max_connections` and the send slots do. Under the shipped unit
+    /// `LimitNOFILE=` sets both and resource calls are filtered: refused,
+    /// the limit in force stands. Returns the soft limit in force.
+    static func raiseOpenFileLimit(log: Logger) -> UInt64 {
+        var soft: UInt64 = 0
+        var hard: UInt64 = 0
+        let result = hs_raise_nofile_limit(&soft, &hard)
+        if result != 0 {
+            log.debug(
+                "open_files_limit_kept",
+                ["soft": String(soft), "hard": String(hard), "error": String(cString: strerror(-result))])
+        }
+        return soft
     }
 
     private static func ensureDirectory(_ path: String) throws {

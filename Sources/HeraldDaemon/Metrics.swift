@@ -89,6 +89,10 @@ extension HeraldService {
         m.single(
             "herald_client_connections_refused_total", .counter,
             "Client connections refused (connection limit reached).", server.counters.refused)
+        m.single(
+            "herald_client_accept_pauses_total", .counter,
+            "Times the socket's listener was left alone until the next sweep: accept found no free descriptor or memory.",
+            server.counters.acceptPauses)
         m.single("herald_rpc_requests_total", .counter, "JSON-RPC requests answered.", server.counters.requests)
         m.single(
             "herald_rpc_errors_total", .counter, "JSON-RPC requests answered with an error.", server.counters.errors)

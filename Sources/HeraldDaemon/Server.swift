@@ -80,6 +80,9 @@ struct ServerCounters {
     var timedOut = 0
     /// Answers replaced by `overloaded` (the reply budget) and batches refused as too large.
     var overloaded = 0
+    /// Times the listener was left alone for a sweep because accept found
+    /// no descriptor (EMFILE, ENFILE) or no memory.
+    var acceptPauses = 0
 }
 
 /// JSON-RPC 2.0 over a Unix stream socket, on the event loop. Each
@@ -102,6 +105,11 @@ final class RPCServer: @unchecked Sendable {
     private var nextID: UInt64 = 1
     private(set) var counters = ServerCounters()
     private var accepting = true
+    /// The listener is not watched: accept failed for want of descriptors
+    /// or memory (see ``pauseAccepting(_:)``).
+    private var acceptPaused = false
+    /// Pauses since accepting last worked.
+    private var pausesInRun = 0
     /// One read buffer for every connection (loop thread only).
     private let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
     /// Large messages are parsed here, one at a time, so that at most one big
@@ -161,6 +169,42 @@ final class RPCServer: @unchecked Sendable {
         loop.hasDeferredWork = { [self] in !backlog.isEmpty }
     }
 
+    /// Stops watching the listener until the next ``sweep()`` (every 250
+    /// ms): one warning at the first pause of a run of them, the count of
+    /// the run when accepting works again.
+    private func pauseAccepting(_ error: Int32) {
+        guard !acceptPaused else { return }
+        acceptPaused = true
+        counters.acceptPauses += 1
+        pausesInRun += 1
+        loop.modify(listener.fd, events: 0)
+        if pausesInRun == 1 {
+            log.warning(
+                "accept_paused",
+                [
+                    "errno": String(cString: strerror(error)), "connections": String(connections.count),
+                    "retry_ms": "250",
+                ])
+        }
+    }
+
+    /// Watches the listener again after a pause (from the sweep).
+    private func resumeAccepting() {
+        guard acceptPaused else { return }
+        acceptPaused = false
+        guard accepting else { return }
+        loop.modify(listener.fd, events: UInt32(EPOLLIN.rawValue))
+        // Taken now: a connection that waited through the pause is served
+        // without waiting for another wake-up, and a pause that still holds
+        // shows here (the run goes on).
+        let before = counters.accepted
+        acceptAll()
+        if !acceptPaused && pausesInRun > 0 {
+            log.info("accept_resumed", ["pauses": String(pausesInRun), "accepted": String(counters.accepted - before)])
+            pausesInRun = 0
+        }
+    }
+
     /// Stops accepting new connections; open ones are served on.
     func stopAccepting() {
         loop.preconditionInLoop()
@@ -184,9 +228,17 @@ final class RPCServer: @unchecked Sendable {
         while accepting {
             let fd = hs_accept(listener.fd)
             if fd < 0 {
-                if errno == EINTR { continue }
-                if errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED {
-                    log.warning("accept_failed", ["errno": String(cString: strerror(errno))])
+                let error = errno
+                if error == EINTR { continue }
+                if error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM {
+                    // Out of descriptors or memory: the pending connection
+                    // keeps the listener readable, and taking it again at
+                    // once would spin. Stop watching the listener until the
+                    // next sweep, as nginx does; the connections wait in the
+                    // backlog meanwhile.
+                    pauseAccepting(error)
+                } else if error != EAGAIN && error != EWOULDBLOCK && error != ECONNABORTED {
+                    log.warning("accept_failed", ["errno": String(cString: strerror(error))])
                 }
                 return
             }
@@ -729,6 +781,7 @@ final class RPCServer: @unchecked Sendable {
 
     private func sweep() {
         loop.preconditionInLoop()
+        resumeAccepting()
         let now = monotonicMilliseconds()
         for conn in Array(connections.values) {
             if conn.outputBytes > 0 && now - conn.lastWriteProgress > limits.stalledWriteTimeoutMs {

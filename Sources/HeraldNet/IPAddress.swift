@@ -199,3 +199,24 @@ private func ipv6Text(high: UInt64, low: UInt64) -> String {
     }
     return text
 }
+
+extension IPAddress {
+    /// The most addresses kept from one name's answer. A hostile name can
+    /// answer thousands (a DNS answer over TCP holds up to 64 KiB); those
+    /// past the first few would only be dialled after every earlier one
+    /// failed, and each costs a vetting, a cache entry and a connect.
+    public static let answerLimit = 16
+
+    /// The distinct addresses of `addresses`, in their order, at most
+    /// `limit` of them: one pass over the answer with a set of those seen,
+    /// stopping at the limit.
+    public static func distinct(_ addresses: some Sequence<IPAddress>, limit: Int = answerLimit) -> [IPAddress] {
+        var seen = Set<IPAddress>()
+        var kept: [IPAddress] = []
+        for address in addresses {
+            guard kept.count < limit else { break }
+            if seen.insert(address).inserted { kept.append(address) }
+        }
+        return kept
+    }
+}

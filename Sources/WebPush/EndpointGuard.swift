@@ -16,7 +16,8 @@ public struct CheckedEndpoint: Sendable, Hashable {
     public let pathAndQuery: String
     /// The host when it is an IP literal (no SNI is sent for these).
     public let hostAddress: IPAddress?
-    /// The vetted addresses, in resolver order, without duplicates.
+    /// The vetted addresses, in resolver order, without duplicates, at most
+    /// ``IPAddress/answerLimit``.
     public let addresses: [IPAddress]
 
     /// `host[:port]` as written in a URL or `Host` header (IPv6 in brackets).
@@ -112,9 +113,9 @@ public struct EndpointGuard: Sendable {
             case .failure(.notFound): return .failure(.unresolvable(host: url.host))
             case .failure(.failed(_, let reason)): return .failure(.resolutionFailed(host: url.host, reason: reason))
             case .success(let resolved):
-                var unique: [IPAddress] = []
-                for address in resolved where !unique.contains(address) { unique.append(address) }
-                addresses = unique
+                // Every address kept is vetted and only those are dialled:
+                // past the limit, none is either.
+                addresses = IPAddress.distinct(resolved)
             }
         }
         guard !addresses.isEmpty else { return .failure(.unresolvable(host: url.host)) }

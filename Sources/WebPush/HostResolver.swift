@@ -59,10 +59,12 @@ public struct SystemResolver: HostResolver {
             }
         }
 
+        // The answer's distinct addresses, at most IPAddress.answerLimit, in one pass.
+        var seen = Set<IPAddress>()
         var addresses: [IPAddress] = []
         var entry = list
-        while let current = entry {
-            if let address = Self.address(of: current.pointee), !addresses.contains(address) {
+        while let current = entry, addresses.count < IPAddress.answerLimit {
+            if let address = Self.address(of: current.pointee), seen.insert(address).inserted {
                 addresses.append(address)
             }
             entry = current.pointee.ai_next

@@ -634,6 +634,46 @@ struct ConfigTests {
         #expect(rawApp.apns.disabledReason == "no apns_key configured")
     }
 
+    @Test(
+        "a key file that group or others may read is refused on its setting's line, as the store key is",
+        arguments: [
+            ("apns_key", "apns.p8", 0o640), ("fcm_credentials", "fcm.json", 0o644), ("vapid_key", "vapid.pem", 0o604),
+        ])
+    func credentialTooOpen(key: String, file: String, mode: Int) throws {
+        let dir = try TemporaryDirectory()
+        try dir.write("apns.p8", try P256PrivateKey.generate().pem())
+        try dir.write("vapid.pem", try P256PrivateKey.generate().pem())
+        try dir.write("fcm.json", try Self.serviceAccountJSON())
+        let path = dir.path + "/" + file
+        #expect(chmod(path, mode_t(mode)) == 0)
+        let text = """
+            [app.default]
+            apns_key = apns.p8
+            apns_key_id = ABC123DEFG
+            apns_team_id = TEAM123456
+            apns_topic = com.example.app
+            fcm_credentials = fcm.json
+            vapid_key = vapid.pem
+            vapid_subject = mailto:ops@example.com
+            """
+        let config = try HeraldConfig.parse(text, file: dir.path + "/herald.conf")
+        let error = try #require(throws: ConfigError.self) { try LoadedCredentials.load(config) }
+        #expect(error.key == key, "\(error)")
+        let octal = "0" + String(mode, radix: 8)
+        #expect(
+            error.message.contains(
+                "mode \(octal) is too open: a key file must not be accessible to group or others (chmod 0600)"),
+            "\(error)")
+        #expect(chmod(path, 0o600) == 0)
+        #expect(
+            try LoadedCredentials.load(config)["default"]?.description
+                == "app default: apns ready, fcm ready, webpush ready")
+        #expect(chmod(path, 0o400) == 0)
+        #expect(
+            try LoadedCredentials.load(config)["default"]?.description
+                == "app default: apns ready, fcm ready, webpush ready")
+    }
+
     @Test("a transport without credentials is disabled, not an error")
     func credentialsDisabled() throws {
         let config = try HeraldConfig.parse("", file: Self.file)
@@ -871,6 +911,8 @@ struct ConfigTests {
             try FileManager.default.createDirectory(
                 at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
             try Data(text.utf8).write(to: url)
+            // Owner only, as key files must be (a test of a too-open file chmods it after).
+            guard chmod(url.path, 0o600) == 0 else { throw CocoaError(.fileWriteNoPermission) }
         }
 
         deinit { try? FileManager.default.removeItem(atPath: path) }

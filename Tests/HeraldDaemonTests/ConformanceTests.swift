@@ -230,6 +230,7 @@ enum ConformanceFixtures {
         // A fixed VAPID key, so vapid.public_key has a known answer.
         let key = "\(scratch)/vapid.key"
         try "qS1-ymX1VPQrqX07r9b3zRmhM2gN4aUu3Zf0JmaCFLE".write(toFile: key, atomically: true, encoding: .utf8)
+        try makeKeyFilePrivate(key)
         return """
             [app.default]
             device_cap = 20

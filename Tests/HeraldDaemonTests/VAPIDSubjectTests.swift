@@ -95,7 +95,7 @@ private final class KeyDirectory {
         path = String(cString: made)
     }
 
-    func write(_ name: String, _ bytes: [UInt8], mode: mode_t = 0o644) throws -> String {
+    func write(_ name: String, _ bytes: [UInt8], mode: mode_t = 0o600) throws -> String {
         let file = path + "/" + name
         try Data(bytes).write(to: URL(fileURLWithPath: file))
         guard chmod(file, mode) == 0 else { throw CocoaError(.fileWriteNoPermission) }

@@ -195,3 +195,22 @@ private func ntop(_ address: IPAddress) -> String {
     _ = bytes.withUnsafeBytes { inet_ntop(family, $0.baseAddress, &buffer, socklen_t(buffer.count)) }
     return String(decoding: buffer.prefix { $0 != 0 }.map(UInt8.init(bitPattern:)), as: UTF8.self)
 }
+
+@Suite("One answer's addresses: distinct, in order, capped")
+struct DistinctAddressTests {
+    @Test("duplicates go, order stays, and at most answerLimit are kept of a huge answer")
+    func distinctAndCapped() {
+        let base = (0..<40).map { IPAddress.v4(0x5DB8_D700 + UInt32($0)) }
+        // 100,000 addresses: each of the 40 repeated, interleaved.
+        let answer = (0..<100_000).map { base[($0 * 7) % 40] }
+        let kept = IPAddress.distinct(answer)
+        #expect(kept.count == IPAddress.answerLimit)
+        #expect(Set(kept).count == kept.count)
+        var expected: [IPAddress] = []
+        for a in answer where !expected.contains(a) && expected.count < IPAddress.answerLimit { expected.append(a) }
+        #expect(kept == expected)
+        #expect(IPAddress.distinct([base[1], base[0], base[1]]) == [base[1], base[0]])
+        #expect(IPAddress.distinct([]).isEmpty)
+        #expect(IPAddress.distinct(base, limit: 3) == Array(base.prefix(3)))
+    }
+}

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 public import HeraldCore
 import HeraldIO
 
@@ -21,4 +21,16 @@ public final class OffsetClock: WallClock {
     public func nowMilliseconds() -> Int64 { SystemClock().nowMilliseconds() + offset.withLock { $0 } }
 
     public func advance(ms: Int64) { offset.withLock { $0 += ms } }
+}
+
+/// Writes a key file as an operator must: readable by its owner alone
+/// (0600). Herald refuses a key file that group or others can read.
+public func writeKeyFile(_ text: String, to url: URL) throws {
+    try text.write(to: url, atomically: true, encoding: .utf8)
+    try makeKeyFilePrivate(url.path)
+}
+
+/// Makes the file at `path` readable by its owner alone (0600).
+public func makeKeyFilePrivate(_ path: String) throws {
+    guard chmod(path, 0o600) == 0 else { throw CocoaError(.fileWriteNoPermission) }
 }

@@ -36,8 +36,7 @@ extension PushDelivery {
                 #expect(try c.call("vapid.public_key").result?["public_key"] as? String == old.publicKeyBase64URL)
                 #expect(counts(try h.sendAndWait(["to": ["users": ["old"]]]))["delivered"] == 1)
 
-                try new.pem().write(
-                    to: h.keysDir.appendingPathComponent("vapid.pem"), atomically: true, encoding: .utf8)
+                try writeKeyFile(new.pem(), to: h.keysDir.appendingPathComponent("vapid.pem"))
                 try Self.reload(h, count: 1)
 
                 #expect(try c.call("vapid.public_key").result?["public_key"] as? String == new.publicKeyBase64URL)
@@ -69,8 +68,7 @@ extension PushDelivery {
                         "key_id": newID, "team_id": teamID, "public_key_pem": spkiPEM(second.publicKey),
                         "topics": [topic],
                     ])
-                try second.pem().write(
-                    to: h.keysDir.appendingPathComponent("apns.p8"), atomically: true, encoding: .utf8)
+                try writeKeyFile(second.pem(), to: h.keysDir.appendingPathComponent("apns.p8"))
                 try Self.reload(h, count: 1) {
                     $0.replacingOccurrences(of: "apns_key_id = \(keyID)", with: "apns_key_id = \(newID)")
                 }
@@ -83,8 +81,7 @@ extension PushDelivery {
                 _ = try await h.gateways.post(
                     "/control/apns-key",
                     ["key_id": newID, "team_id": teamID, "public_key_pem": spkiPEM(third.publicKey), "topics": [topic]])
-                try third.pem().write(
-                    to: h.keysDir.appendingPathComponent("apns.p8"), atomically: true, encoding: .utf8)
+                try writeKeyFile(third.pem(), to: h.keysDir.appendingPathComponent("apns.p8"))
                 try Self.reload(h, count: 2)
                 let r3 = try h.sendAndWait(["to": ["users": ["a"]]])
                 #expect(counts(r3)["delivered"] == 1, "a token of the replaced key would be refused: \(r3)")

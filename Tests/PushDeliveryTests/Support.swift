@@ -82,14 +82,15 @@ final class PushHarness: @unchecked Sendable {
         keysDir = URL(fileURLWithPath: "/tmp").appendingPathComponent("hk-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: keysDir, withIntermediateDirectories: true)
         let keys = ProviderKeys.shared
-        try keys.apns.pem().write(to: keysDir.appendingPathComponent("apns.p8"), atomically: true, encoding: .utf8)
-        try keys.vapid.pem().write(to: keysDir.appendingPathComponent("vapid.pem"), atomically: true, encoding: .utf8)
+        try writeKeyFile(keys.apns.pem(), to: keysDir.appendingPathComponent("apns.p8"))
+        try writeKeyFile(keys.vapid.pem(), to: keysDir.appendingPathComponent("vapid.pem"))
         let account: [String: Any] = [
             "type": "service_account", "project_id": projectID, "private_key_id": "k1",
             "private_key": keys.rsaPrivatePEM, "client_email": clientEmail,
             "token_uri": "https://127.0.0.1:\(g.fcm)/token",
         ]
         try JSONSerialization.data(withJSONObject: account).write(to: keysDir.appendingPathComponent("fcm.json"))
+        try makeKeyFilePrivate(keysDir.appendingPathComponent("fcm.json").path)
         let section = """
             [app.default]
             device_cap = 20

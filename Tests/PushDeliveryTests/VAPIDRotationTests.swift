@@ -14,11 +14,10 @@ extension PushDelivery {
         static func rotate(
             _ h: PushHarness, current: P256PrivateKey, previous: P256PrivateKey?, reload n: Int
         ) throws {
-            try current.pem().write(
-                to: h.keysDir.appendingPathComponent("vapid.pem"), atomically: true, encoding: .utf8)
+            try writeKeyFile(current.pem(), to: h.keysDir.appendingPathComponent("vapid.pem"))
             let previousFile = h.keysDir.appendingPathComponent("vapid-previous.pem")
             if let previous {
-                try previous.pem().write(to: previousFile, atomically: true, encoding: .utf8)
+                try writeKeyFile(previous.pem(), to: previousFile)
             } else {
                 try? FileManager.default.removeItem(at: previousFile)
             }

@@ -25,6 +25,25 @@ struct EndpointGuardTests {
         #expect(checked.addresses == [ip("93.184.215.14"), ip("2606:2800:21f:cb07:6820:80da:af6b:8b2c")])
     }
 
+    @Test("a huge answer keeps its first distinct addresses, every one vetted; what lies past them is never dialled")
+    func hugeAnswer() throws {
+        let public4 = (0..<50).map { IPAddress.v4(0x5DB8_D700 + UInt32($0)) }
+        // 5,000 addresses, the 50 public ones over and over, a private one far past the limit.
+        var late = (0..<5_000).map { public4[$0 % 50] }
+        late[4_000] = ip("10.0.0.1")
+        // The same, the private one among the first addresses.
+        var early = late
+        early[3] = ip("127.0.0.1")
+        let resolver = StaticResolver(["late.example": late, "early.example": early])
+        let guarded = EndpointGuard(allowPrivate: false, resolver: resolver)
+        let checked = try guarded.check("https://late.example/push")
+        #expect(checked.addresses == Array(public4.prefix(IPAddress.answerLimit)))
+        #expect(!checked.addresses.contains(ip("10.0.0.1")))
+        #expect(throws: EndpointError.notPubliclyRoutable(address: "127.0.0.1")) {
+            try guarded.check("https://early.example/push")
+        }
+    }
+
     @Test("IP literals are canonicalised and checked without DNS")
     func literalsSkipResolver() throws {
         let noDNS = EndpointGuard(allowPrivate: false, resolver: UnreachableResolver())

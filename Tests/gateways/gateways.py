@@ -32,6 +32,7 @@ import re
 import secrets
 import signal
 import ssl
+import struct
 import sys
 import time
 import urllib.parse
@@ -78,6 +79,7 @@ DEFAULT_KNOBS = {
         "goaway_error_code": 0,
         "goaway_answer_last": True,    # answer the Nth request before GOAWAY (else it is left unprocessed)
         "goaway_times": None,          # how many connections may get the GOAWAY (null: unlimited)
+        "goaway_flood": 0,             # after the GOAWAY, this many more GOAWAY frames in a burst (a hostile server)
         "hang_tokens": [],             # device tokens whose streams are never answered
         "zero_window_times": 0,        # the next N new h2 connections never let a request body in (window 0)
         "strict_token": True,          # device token must be even-length hex (else 400 BadDeviceToken)
@@ -94,6 +96,7 @@ DEFAULT_KNOBS = {
         "goaway_error_code": 0,
         "goaway_answer_last": True,
         "goaway_times": None,
+        "goaway_flood": 0,
         "hang_tokens": [],
         "zero_window_times": 0,
         "expires_in": 3600,            # expires_in of issued access tokens
@@ -109,6 +112,7 @@ DEFAULT_KNOBS = {
         "goaway_error_code": 0,
         "goaway_answer_last": True,
         "goaway_times": None,
+        "goaway_flood": 0,
         "hang_tokens": [],
         "zero_window_times": 0,
         "max_body": 4096,              # larger bodies → 413
@@ -327,6 +331,7 @@ class ConnInfo:
         self.jwt_sequence = []                # distinct JWT hashes in first-use order
         self.current_jwt = None               # APNs: {token, iat, since} of the token in force
         self.goaway_sent = None
+        self.goaway_flood_sent = 0            # raw GOAWAY frames sent after the first (knob goaway_flood)
         self.valid_auth_seen = False
         self.raised = False
         self.h2 = None                        # H2Server object, for actions
@@ -346,6 +351,7 @@ class ConnInfo:
             "jwts": list(self.jwts.values()),
             "distinct_jwts": len(self.jwts),
             "goaway_sent": self.goaway_sent,
+            "goaway_flood_sent": self.goaway_flood_sent,
             "zero_window": self.zero_window,
             "pings": self.pings[-100:],
         }
@@ -1496,6 +1502,13 @@ class H2Server:
         except h2.exceptions.ProtocolError:
             pass
         self.flush()
+        flood = int(STATE.knobs[self.gw].get("goaway_flood") or 0)
+        if flood > 0 and not self.writer.is_closing():
+            # The h2 library sends one GOAWAY; these are raw frames (type 7 on stream 0, the same
+            # last stream, NO_ERROR), as a hostile server would keep sending them.
+            frame = struct.pack(">I", 8)[1:] + bytes([7, 0]) + struct.pack(">III", 0, last_stream_id, 0)
+            self.writer.write(frame * flood)
+            self.info.goaway_flood_sent = flood
         loop = asyncio.get_running_loop()
         loop.call_later(0.5, self._hard_close)
 

@@ -29,6 +29,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import select
 import shutil
 import socket
@@ -863,8 +864,10 @@ class Daemon:
                  log_level="debug", metrics_listen: str = "", ns: Namespace | None = None, socket_mode="0600",
                  token_uri: str | None = None, start=True, umask=None, dir_mode=0o700, run_gid=None,
                  store_key: str | None = None, binary: str | None = None, directory: str | None = None,
-                 env: dict | None = None):
+                 env: dict | None = None, nofile: tuple[int, int] | None = None):
         self.gateways = gateways
+        # RLIMIT_NOFILE (soft, hard) the daemon starts with, when given.
+        self.nofile = nofile
         # Added to (or, with a None value, removed from) the daemon's environment at each start.
         self.env = dict(env or {})
         self.ns = ns
@@ -955,7 +958,7 @@ class Daemon:
                 env.pop(k, None)
             else:
                 env[k] = str(v)
-        umask, gid = self.umask, self.run_gid
+        umask, gid, nofile = self.umask, self.run_gid, self.nofile
 
         def preexec():
             if umask is not None:
@@ -963,13 +966,16 @@ class Daemon:
             if gid is not None:
                 os.setgroups([])
                 os.setgid(gid)
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, nofile)
 
         self.starts += 1
         self._ended = False
         self._mark(f"start #{self.starts}")
         out = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=out, stderr=out, env=env, stdin=subprocess.DEVNULL,
-                                     preexec_fn=preexec if (umask is not None or gid is not None) else None)
+                                     preexec_fn=preexec if (umask is not None or gid is not None
+                                                            or nofile is not None) else None)
         out.close()
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:

@@ -174,6 +174,9 @@ def provider_keys(tmp, gw):
     with open(os.path.join(tmp, "vapid.pem"), "wb") as f:
         f.write(vapid.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                     serialization.NoEncryption()))
+    # Herald refuses a key file that group or others can read.
+    for name in ("apns.p8", "fcm.json", "vapid.pem"):
+        os.chmod(os.path.join(tmp, name), 0o600)
     point = vapid.public_key().public_bytes(serialization.Encoding.X962,
                                             serialization.PublicFormat.UncompressedPoint)
     gw.post("/control/webpush-vapid-key", {"public_key": b64u(point)})

@@ -133,8 +133,14 @@ int hh2_conn_fd(const hh2_conn *conn);
  * HH2_WANT_WRITE while it needs the socket; a negative code on failure. */
 int hh2_conn_handshake(hh2_conn *conn);
 
-/* Reads and processes everything the socket has (callbacks run here). */
+/* Reads and processes what the socket has, up to a budget of 256 KiB of
+ * plaintext per call (callbacks run here): see hh2_conn_read_more(). */
 int hh2_conn_read(hh2_conn *conn);
+
+/* 1 when the last hh2_conn_read() stopped at its budget: call it again soon
+ * (after the event loop's turn), whether or not the socket shows readable,
+ * since what is left may sit in the TLS layer's buffer. */
+int hh2_conn_read_more(const hh2_conn *conn);
 
 /* Writes what the session has to send, as far as the socket takes it. */
 int hh2_conn_write(hh2_conn *conn);

@@ -36,4 +36,10 @@ int hs_set_thread_name(const char *name);
 /* Sets the nice value of the calling thread only (Linux); 0 or -errno. */
 int hs_set_thread_nice(int nice);
 
+/* Raises the soft limit on open descriptors (RLIMIT_NOFILE) to the hard one.
+ * Writes the soft limit in force afterwards (raised or not) to soft and the
+ * hard limit to hard; 0, or -errno when the raise was refused (the limits
+ * written are then those in force). */
+int hs_raise_nofile_limit(uint64_t *soft, uint64_t *hard);
+
 #endif

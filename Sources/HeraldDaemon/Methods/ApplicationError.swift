@@ -4,8 +4,10 @@ import JSONRPC
 /// The interface's application errors (SPEC "Errors"), as values. `rpcError`
 /// is the one place they become JSON-RPC errors: code, message and `data`.
 enum ApplicationError: Error, Equatable {
-    /// 1001: a Web Push endpoint resolves to an address that is not publicly routable.
-    case notPubliclyRoutable(address: String)
+    /// 1001: a Web Push endpoint resolves to an address that is not
+    /// publicly routable. The answer does not say which: a caller must not
+    /// learn what a name resolves to inside the host's network.
+    case notPubliclyRoutable
     /// 1002: a per-user limit; a token comes back after `retryAfterMs`.
     case rateLimited(retryAfterMs: Int64)
     /// 1003: no such message in the app.
@@ -54,10 +56,10 @@ enum ApplicationError: Error, Equatable {
 
     var rpcError: RPCError {
         switch self {
-        case .notPubliclyRoutable(let address):
+        case .notPubliclyRoutable:
             .application(
                 code: code, reason: reason, message: "endpoint resolves to an address that is not publicly routable",
-                extra: [("field", "token"), ("address", .string(address))])
+                extra: [("field", "token")])
         case .rateLimited(let ms):
             .application(
                 code: code, reason: reason, message: "rate limit reached", extra: [("retry_after_ms", .int(ms))])

@@ -106,6 +106,8 @@ extension HeraldService {
         // The endpoint is resolved off the loop (on the guard's lookup threads, for at most
         // 2 s, when its resolver is asynchronous), then on to the store.
         let endpointGuard = self.endpointGuard
+        let log = self.log
+        let appName = runtime.config.name
         let checked: @Sendable (Result<CheckedEndpoint, EndpointError>) -> Void = { result in
             switch result {
             case .success(let endpoint):
@@ -114,6 +116,10 @@ extension HeraldService {
                 normalized.token = endpoint.url
                 store.register(normalized, deviceCap: cap, completion: done)
             case .failure(let error):
+                if case .notPubliclyRoutable(let address) = error {
+                    // The operator may see what the endpoint resolved to; the caller is not told.
+                    log.info("endpoint_refused", ["app": appName, "address": address])
+                }
                 reply(.failure(Self.endpointError(error)))
             }
         }
@@ -179,7 +185,7 @@ extension HeraldService {
 
     static func endpointError(_ error: EndpointError) -> RPCError {
         switch error {
-        case .notPubliclyRoutable(let address): RPCError(.notPubliclyRoutable(address: address))
+        case .notPubliclyRoutable: RPCError(.notPubliclyRoutable)
         case .unresolvable: .invalidParams(field: "token", reason: "host does not resolve")
         case .malformed, .resolutionFailed: .invalidParams(field: "token", reason: error.description)
         }

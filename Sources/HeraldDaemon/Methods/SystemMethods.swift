@@ -92,7 +92,7 @@ extension HeraldService {
                 "version": .string(Self.version), "instance": .string(self.instance), "uptime_s": .int(uptime),
                 "connections": [
                     "open": .int(server.open), "accepted": .int(server.counters.accepted),
-                    "refused": .int(server.counters.refused),
+                    "refused": .int(server.counters.refused), "accept_pauses": .int(server.counters.acceptPauses),
                 ],
                 "requests": [
                     "total": .int(server.counters.requests), "errors": .int(server.counters.errors),

@@ -146,7 +146,7 @@ class StoreUnavailable(InternalError):
 
 
 class NotPubliclyRoutable(RPCError):
-    """1001: a Web Push endpoint resolves to a private or reserved address (``data.address``)."""
+    """1001: a Web Push endpoint resolves to a private or reserved address (which one is not said)."""
 
     CODE = 1001
 
