@@ -271,8 +271,10 @@ final class Connection: @unchecked Sendable {
         lane.pump()
         flush()
         // The read stopped at its budget: the rest after the loop's turn, so
-        // that a peer that never stops sending cannot hold the loop.
-        if hh2_conn_read_more(handle) != 0, !readAgainQueued, phase != .finished {
+        // that a peer that never stops sending cannot hold the loop. (The
+        // flush may have ended the connection and freed its handle: asked
+        // of the handle still held, if any.)
+        if let live = self.handle, phase != .finished, hh2_conn_read_more(live) != 0, !readAgainQueued {
             readAgainQueued = true
             client.loop.execute { [self] in
                 if phase == .open || phase == .awaitingSettings { readAndProcess() } else { readAgainQueued = false }
