@@ -385,7 +385,8 @@ enum ConfigKeys {
                 show: .global { $0.endpoints.caFile?.path ?? "" }),
             Key(
                 section: .endpoints, name: "webpush_allow_private", kind: .boolean, defaultValue: "false",
-                reload: .restart, backend: nil, doc: "true only for tests against loopback",
+                reload: .restart, backend: nil,
+                doc: "true only for tests against loopback (a warning at every start while on)",
                 apply: { i, text, _ throws(ConfigValueProblem) in
                     i.config.endpoints.webPushAllowPrivate = try ConfigValue.boolean(text)
                 },
@@ -425,7 +426,7 @@ enum ConfigKeys {
                 { a, text, _, _ throws(ConfigValueProblem) in a.deviceCap = try ConfigValue.integer(text, 1...1000) },
                 show: { String($0.deviceCap) }),
             app(
-                "apns_key", .file, doc: "APNs .p8 signing key file, e.g. apns.p8; empty: APNs disabled",
+                "apns_key", .file, doc: "APNs .p8 signing key file (0600), e.g. apns.p8; empty: APNs disabled",
                 { a, text, location, i throws(ConfigValueProblem) in a.apnsKey = try i.fileReference(text, location) },
                 show: { $0.apnsKey?.path ?? "" }),
             app(
@@ -445,14 +446,14 @@ enum ConfigKeys {
                 { a, text, _, _ throws(ConfigValueProblem) in a.apnsTopic = try ConfigValue.bundleID(text) },
                 show: { $0.apnsTopic ?? "" }),
             app(
-                "fcm_credentials", .file, doc: "service-account JSON file, e.g. fcm.json; empty: FCM disabled",
+                "fcm_credentials", .file, doc: "service-account JSON file (0600), e.g. fcm.json; empty: FCM disabled",
                 { a, text, location, i throws(ConfigValueProblem) in
                     a.fcmCredentials = try i.fileReference(text, location)
                 },
                 show: { $0.fcmCredentials?.path ?? "" }),
             app(
                 "vapid_key", .file,
-                doc: "VAPID key file (PEM, or base64url raw 32 bytes), e.g. vapid.pem; empty: Web Push disabled",
+                doc: "VAPID key file (0600; PEM, or base64url raw 32 bytes), e.g. vapid.pem; empty: Web Push disabled",
                 { a, text, location, i throws(ConfigValueProblem) in a.vapidKey = try i.fileReference(text, location) },
                 show: { $0.vapidKey?.path ?? "" }),
             app(

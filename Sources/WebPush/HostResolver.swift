@@ -60,15 +60,12 @@ public struct SystemResolver: HostResolver {
         }
 
         // The answer's distinct addresses, at most IPAddress.answerLimit, in one pass.
-        var seen = Set<IPAddress>()
-        var addresses: [IPAddress] = []
-        var entry = list
-        while let current = entry, addresses.count < IPAddress.answerLimit {
-            if let address = Self.address(of: current.pointee), seen.insert(address).inserted {
-                addresses.append(address)
-            }
+        let entries = sequence(state: list) { entry -> addrinfo? in
+            guard let current = entry else { return nil }
             entry = current.pointee.ai_next
+            return current.pointee
         }
+        let addresses = IPAddress.distinct(entries.lazy.compactMap(Self.address(of:)))
         guard !addresses.isEmpty else { throw ResolverError.notFound(host: host) }
         return addresses
     }

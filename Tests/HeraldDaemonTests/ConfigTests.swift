@@ -594,6 +594,20 @@ struct ConfigTests {
 
     // MARK: Credentials
 
+    /// The default app with every transport's credential file: apns.p8,
+    /// fcm.json and vapid.pem beside the config file.
+    static let allCredentials = """
+        [app.default]
+        apns_key = apns.p8
+        apns_key_id = ABC123DEFG
+        apns_team_id = TEAM123456
+        apns_topic = com.example.app
+        fcm_credentials = fcm.json
+        vapid_key = vapid.pem
+        vapid_subject = mailto:ops@example.com
+
+        """
+
     @Test("credentials load from files: APNs .p8, FCM service account, VAPID PEM or raw")
     func credentialsReady() throws {
         let dir = try TemporaryDirectory()
@@ -606,19 +620,11 @@ struct ConfigTests {
         try dir.write("vapid.raw", Base64URL.encode(raw) + "\n")
 
         let config = try HeraldConfig.parse(
-            """
-            [app.default]
-            apns_key = apns.p8
-            apns_key_id = ABC123DEFG
-            apns_team_id = TEAM123456
-            apns_topic = com.example.app
-            fcm_credentials = fcm.json
-            vapid_key = vapid.pem
-            vapid_subject = mailto:ops@example.com
-            [app.raw]
-            vapid_key = vapid.raw
-            vapid_subject = https://example.com
-            """, file: dir.path + "/herald.conf")
+            Self.allCredentials + """
+                [app.raw]
+                vapid_key = vapid.raw
+                vapid_subject = https://example.com
+                """, file: dir.path + "/herald.conf")
         let all = try LoadedCredentials.load(config)
         let loaded = try #require(all["default"])
         let apns = try #require(loaded.apns.value)
@@ -646,17 +652,7 @@ struct ConfigTests {
         try dir.write("fcm.json", try Self.serviceAccountJSON())
         let path = dir.path + "/" + file
         #expect(chmod(path, mode_t(mode)) == 0)
-        let text = """
-            [app.default]
-            apns_key = apns.p8
-            apns_key_id = ABC123DEFG
-            apns_team_id = TEAM123456
-            apns_topic = com.example.app
-            fcm_credentials = fcm.json
-            vapid_key = vapid.pem
-            vapid_subject = mailto:ops@example.com
-            """
-        let config = try HeraldConfig.parse(text, file: dir.path + "/herald.conf")
+        let config = try HeraldConfig.parse(Self.allCredentials, file: dir.path + "/herald.conf")
         let error = try #require(throws: ConfigError.self) { try LoadedCredentials.load(config) }
         #expect(error.key == key, "\(error)")
         let octal = "0" + String(mode, radix: 8)

@@ -1067,12 +1067,11 @@ final class PostgresQueue: @unchecked Sendable {
         static let notify = PostgresStatement(name: "q_notify", sql: "SELECT pg_notify($1, $2)")
         static let findIdempotent = PostgresStatement(
             name: "q_idem", sql: "SELECT message_id, created_at FROM messages WHERE app = $1 AND idempotency_hash = $2")
-        static let insertMessage = PostgresStatement(
-            name: "q_message",
-            sql: """
-                INSERT INTO messages (message_id, app, idempotency_hash, payload, created_at, expires_at)
-                VALUES ($1, $2, $3, $4, $5, $6)
-                """)
+        static let insertMessage = PostgresStatement(name: "q_message", sql: insertMessageSQL)
+        private static let insertMessageSQL = """
+            INSERT INTO messages (message_id, app, idempotency_hash, payload, created_at, expires_at)
+            VALUES ($1, $2, $3, $4, $5, $6)
+            """
         static let supersede = PostgresStatement(
             name: "q_supersede",
             sql: """
@@ -1147,9 +1146,7 @@ final class PostgresQueue: @unchecked Sendable {
                 v.registered_at, v.bundle_id, v.server_key, v.enabled
             """
         private static let messageAndLock = """
-            m AS (
-                    INSERT INTO messages (message_id, app, idempotency_hash, payload, created_at, expires_at)
-                    VALUES ($1, $2, $3, $4, $5, $6) RETURNING 1),
+            m AS (\(insertMessageSQL) RETURNING 1),
                 locked AS (SELECT count(*) FROM take_delivery_ids(0))
             """
         static let stateCounts = PostgresStatement(
