@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 struct hh_server {
@@ -14,7 +15,33 @@ struct hh_server {
     hh_handler handler;
     void *context;
     uint16_t port;
+    /* The bearer token /metrics requires (NULL: none), wiped at stop. */
+    unsigned char *token;
+    size_t token_len;
 };
+
+/* Whether the request carries `Authorization: Bearer <token>`; the token is
+ * compared in time that does not depend on where it differs. */
+static int authorized(const hh_server *server, struct MHD_Connection *connection) {
+    if (server->token == NULL) return 1;
+    const char *header = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    static const char scheme[] = "Bearer ";
+    if (header == NULL || strncasecmp(header, scheme, sizeof scheme - 1) != 0) return 0;
+    const unsigned char *given = (const unsigned char *)header + sizeof scheme - 1;
+    size_t given_len = strlen((const char *)given);
+    unsigned char diff = given_len == server->token_len ? 0 : 1;
+    for (size_t i = 0; i < server->token_len; i++) {
+        diff |= server->token[i] ^ (i < given_len ? given[i] : 0);
+    }
+    return diff == 0;
+}
+
+static void wipe_token(hh_server *server) {
+    if (server->token == NULL) return;
+    explicit_bzero(server->token, server->token_len);
+    free(server->token);
+    server->token = NULL;
+}
 
 static enum MHD_Result queue(struct MHD_Connection *connection, unsigned int status, char *body, size_t len,
                              const char *content_type, int is_head) {
@@ -65,6 +92,21 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *connection, cons
         MHD_destroy_response(response);
         return r;
     }
+    if (strcmp(url, "/metrics") == 0 && !authorized(server, connection)) {
+        const char *text = "a bearer token is required: Authorization: Bearer <token>\n";
+        char *body = strdup(text);
+        struct MHD_Response *response =
+            body ? MHD_create_response_from_buffer(strlen(text), body, MHD_RESPMEM_MUST_FREE) : NULL;
+        if (response == NULL) {
+            free(body);
+            return MHD_NO;
+        }
+        MHD_add_response_header(response, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"herald\"");
+        MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+        enum MHD_Result r = MHD_queue_response(connection, MHD_HTTP_UNAUTHORIZED, response);
+        MHD_destroy_response(response);
+        return r;
+    }
     int status = 500;
     char *body = NULL;
     size_t len = 0;
@@ -73,11 +115,13 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *connection, cons
     return queue(connection, (unsigned int)status, body, len, content_type, is_head);
 }
 
-hh_server *hh_start(const char *address, uint16_t port, hh_handler handler, void *context, char *error,
-                    size_t error_len) {
+hh_server *hh_start(const char *address, uint16_t port, const unsigned char *token, size_t token_len,
+                    hh_handler handler, void *context, char *error, size_t error_len) {
     struct sockaddr_storage storage;
     memset(&storage, 0, sizeof storage);
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
+    /* A thread per connection: a /metrics answer waits for the daemon's
+     * loop, and must not hold up a /livez probe on another connection. */
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
     if (strchr(address, ':') != NULL) {
         struct sockaddr_in6 *a = (struct sockaddr_in6 *)&storage;
         a->sin6_family = AF_INET6;
@@ -103,16 +147,30 @@ hh_server *hh_start(const char *address, uint16_t port, hh_handler handler, void
     }
     server->handler = handler;
     server->context = context;
+    if (token != NULL && token_len > 0) {
+        server->token = malloc(token_len);
+        if (server->token == NULL) {
+            snprintf(error, error_len, "out of memory");
+            free(server);
+            return NULL;
+        }
+        memcpy(server->token, token, token_len);
+        server->token_len = token_len;
+    }
     errno = 0;
-    server->daemon = MHD_start_daemon(flags, port, NULL, NULL, answer, server, MHD_OPTION_SOCK_ADDR,
-                                      (struct sockaddr *)&storage, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)32,
-                                      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)16,
-                                      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10,
-                                      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_END);
+    /* HH_MAX_CONNECTIONS threads at most, each with a small stack; no limit
+     * per address: scrapers and probes often share one (a Prometheus and a
+     * kubelet on one host), and a probe must not be refused for them. */
+    server->daemon = MHD_start_daemon(
+        flags, port, NULL, NULL, answer, server, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&storage,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HH_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_THREAD_STACK_SIZE,
+        (size_t)(HH_THREAD_STACK_KIB * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)256, MHD_OPTION_END);
     if (server->daemon == NULL) {
         int e = errno;
         snprintf(error, error_len, "cannot listen on %s port %u: %s", address, (unsigned)port,
                  e ? strerror(e) : "libmicrohttpd refused to start");
+        wipe_token(server);
         free(server);
         return NULL;
     }
@@ -126,5 +184,6 @@ uint16_t hh_port(const hh_server *server) { return server->port; }
 void hh_stop(hh_server *server) {
     if (server == NULL) return;
     MHD_stop_daemon(server->daemon);
+    wipe_token(server);
     free(server);
 }

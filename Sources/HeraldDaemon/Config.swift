@@ -59,6 +59,8 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         public var maxReplyBytes = 16 * 1024 * 1024
         /// Client connections one peer uid may hold at once (the daemon holds 512 in all).
         public var maxConnectionsPerUID = 64
+        /// `system.*` calls one peer uid may make a minute (the same number at once).
+        public var systemCallsPerMinute = 600
         /// A message must be complete this long after its first byte, else the connection is closed.
         public var requestTimeoutMs: Int64 = 10_000
         /// This instance's name (`push.status` `sent_by`, `system.stats`,
@@ -155,6 +157,11 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
     public struct Metrics: Sendable, Equatable {
         /// `IP:port` (IPv6 in brackets) to serve `/metrics`, `/livez` and `/readyz` on; nil: no listener.
         public var listen: ListenAddress?
+        /// `/metrics` shows figures per app (`herald_transport_state`);
+        /// false: totals over the apps only.
+        public var appFigures = false
+        /// The file holding the bearer token `/metrics` requires (nil: none).
+        public var bearerTokenFile: ConfigFileReference?
 
         public init() {}
     }

@@ -348,3 +348,37 @@ private func syncDirectory(of path: String) {
     _ = fsync(fd)
     _ = close(fd)
 }
+
+extension HeraldConfig.Metrics {
+    /// `bearer_token_file`'s token (nil when unset): the file's bytes without
+    /// the white space around them, which must be 16 to 4096 printable ASCII
+    /// characters with no space. The file must grant nothing to group or others.
+    public func loadBearerToken() throws(ConfigError) -> SecretBytes? {
+        guard let file = bearerTokenFile else { return nil }
+        let bytes: SecretBytes
+        do {
+            bytes = try ConfigIO.readSecret(file.path, limit: 4096 + 64)
+        } catch {
+            throw ConfigError(file.location, "cannot read \(file.path): \(error.reason)")
+        }
+        let span = bytes.withUnsafeBytes { raw -> Range<Int> in
+            var start = 0
+            var end = raw.count
+            while start < end, Self.isSpace(raw[start]) { start += 1 }
+            while end > start, Self.isSpace(raw[end - 1]) { end -= 1 }
+            return start..<end
+        }
+        let printable = bytes.withUnsafeBytes { raw in raw[span].allSatisfy { $0 > 0x20 && $0 < 0x7F } }
+        guard (16...4096).contains(span.count), printable else {
+            throw ConfigError(
+                file.location,
+                "\(file.path) must hold one token of 16 to 4096 printable characters without spaces")
+        }
+        return SecretBytes(capacity: span.count) { (out: UnsafeMutableRawBufferPointer) -> Int in
+            bytes.withUnsafeBytes { raw in out.copyMemory(from: UnsafeRawBufferPointer(rebasing: raw[span])) }
+            return span.count
+        }
+    }
+
+    private static func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D }
+}

@@ -221,6 +221,9 @@ enum ConfigKeys {
             integer(
                 .server, "max_connections_per_uid", \.server.maxConnectionsPerUID, 1...512, default: 64,
                 doc: "client connections one peer uid may hold (1-512; 512 in all)"),
+            integer(
+                .server, "system_calls_per_minute", \.server.systemCallsPerMinute, 1...1_000_000, default: 600,
+                doc: "system.health/stats/metrics calls one peer uid may make a minute, as many at once (1-1000000)"),
             Key(
                 section: .server, name: "request_timeout_ms", kind: .integer(100...3_600_000), defaultValue: "10000",
                 reload: .restart, backend: nil,
@@ -403,7 +406,23 @@ enum ConfigKeys {
                 apply: { i, text, _ throws(ConfigValueProblem) in
                     i.config.metrics.listen = text.isEmpty ? nil : try ListenAddress.parse(text)
                 },
-                show: .global { $0.metrics.listen?.description ?? "" })
+                show: .global { $0.metrics.listen?.description ?? "" }),
+            Key(
+                section: .metrics, name: "app_figures", kind: .boolean, defaultValue: "false", reload: .restart,
+                backend: nil,
+                doc: "true: /metrics shows each app's transport states (app label); false: counts over the apps",
+                apply: { i, text, _ throws(ConfigValueProblem) in
+                    i.config.metrics.appFigures = try ConfigValue.boolean(text)
+                },
+                show: .global { "\($0.metrics.appFigures)" }),
+            Key(
+                section: .metrics, name: "bearer_token_file", kind: .file, defaultValue: "", reload: .restart,
+                backend: nil,
+                doc: "file (0600) holding a token /metrics requires as Authorization: Bearer; empty: none",
+                apply: { i, text, location throws(ConfigValueProblem) in
+                    i.config.metrics.bearerTokenFile = try i.fileReference(text, location)
+                },
+                show: .global { $0.metrics.bearerTokenFile?.path ?? "" }),
         ]
     }
 

@@ -152,6 +152,7 @@ public enum Daemon {
                 resolver: CachingResolver(SystemResolver(), ttl: .zero, negativeTTL: .zero)),
             clock: SystemClock(), instance: config.server.instanceName, log: log)
         service.storeSummary = StoreSummary(location)
+        service.systemLimiter = RateLimiter(perMinute: config.server.systemCallsPerMinute)
         let waiters = MessageWaiters(store: store, log: log)
         Task { await waiters.startTicking() }
         service.delivery = DeliveryWiring(
@@ -171,8 +172,11 @@ public enum Daemon {
         var metricsListener: MetricsListener?
         if let address = config.metrics.listen {
             do {
+                let token = try config.metrics.loadBearerToken()
                 metricsListener = try MetricsListener(
-                    address: address, source: metricsSource(loop: loop, service: service, heartbeat: heartbeat))
+                    address: address, token: token,
+                    source: metricsSource(
+                        loop: loop, service: service, heartbeat: heartbeat, appFigures: config.metrics.appFigures))
                 log.info(
                     "metrics_listening",
                     ["address": ListenAddress(host: address.host, port: metricsListener!.port).description])
@@ -305,38 +309,25 @@ public enum Daemon {
         }
     }
 
-    /// What the metrics listener asks, answered on the loop (at most 2 s wait).
+    /// What the metrics listener asks: the metrics text made on the loop
+    /// (at most 2 s wait, at most once a second for every scraper together),
+    /// and the probes' answers from state kept current for them.
     private static func metricsSource(
-        loop: EventLoop, service: HeraldService, heartbeat: Heartbeat
+        loop: EventLoop, service: HeraldService, heartbeat: Heartbeat, appFigures: Bool
     ) -> MetricsListener.Source {
-        MetricsListener.Source(
+        let shared = SharedAnswer(maxAgeMs: 1000, timeoutMs: 2000)
+        return MetricsListener.Source(
             metrics: {
-                let box = Locked<String?>(nil)
-                let done = DispatchSemaphore(value: 0)
-                loop.execute {
-                    service.metrics { result in
-                        if case .success(let text) = result { box.withLock { $0 = text } }
-                        done.signal()
+                shared.get { done in
+                    loop.execute {
+                        service.metrics(appFigures: appFigures) { result in
+                            done(try? result.get())
+                        }
                     }
                 }
-                guard done.wait(timeout: .now() + 2) == .success else { return nil }
-                return box.withLock { $0 }
             },
             live: { heartbeat.isRecent(withinMs: 10_000) },
-            ready: {
-                let box = Locked<(Bool, String)>((false, "the main loop did not answer"))
-                let done = DispatchSemaphore(value: 0)
-                loop.execute {
-                    let state: (Bool, String) =
-                        !service.serving
-                        ? (false, "not serving (starting or stopping)")
-                        : !service.storeHealth.isOK ? (false, "store \(service.storeHealth.wire)") : (true, "ok")
-                    box.withLock { $0 = state }
-                    done.signal()
-                }
-                _ = done.wait(timeout: .now() + 2)
-                return box.withLock { $0 }
-            })
+            ready: { service.readiness })
     }
 
     /// SIGTERM/SIGINT stop; SIGHUP reloads (once the daemon is up; a SIGHUP

@@ -71,7 +71,13 @@ extension HeraldService {
     /// `completion` runs on the store's thread. With `only` (a peer that may
     /// call only those apps): the app figures over those apps, and none of the
     /// figures kept for the daemon as a whole (sends, outcomes, provider connections).
-    func metrics(only: Set<String>? = nil, completion: @escaping @Sendable (Result<String, RPCError>) -> Void) {
+    /// `appFigures`: each app's transport states (`herald_transport_state`,
+    /// with an `app` label); else how many apps are in each state
+    /// (`herald_transport_apps`), for a listener whose scrapers should not
+    /// learn the apps' names (`[metrics] app_figures`).
+    func metrics(
+        only: Set<String>? = nil, appFigures: Bool, completion: @escaping @Sendable (Result<String, RPCError>) -> Void
+    ) {
         var m = PrometheusText()
         let server = serverStats()
         m.family("herald_build_info", .gauge, "Herald's version and this instance's name; always 1.")
@@ -110,19 +116,35 @@ extension HeraldService {
         m.sample("herald_config_reloads_total", ["result": "refused"], reloads.refused)
 
         let degraded = delivery?.scheduler.degradedLanes ?? [:]
-        m.family(
-            "herald_transport_state", .gauge,
-            "1 for the state each app's transport is in (ready, disabled or degraded).")
+        let transports: [(String, [Platform])] = [
+            ("apns", [.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web, .unifiedPush]),
+        ]
+        var states: [(app: String, transport: String, kind: String)] = []
         for name in apps.keys.sorted() where only?.contains(name) ?? true {
-            let runtime = apps[name]!
-            for (transport, platforms) in [
-                ("apns", [Platform.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web, .unifiedPush]),
-            ] {
-                let state = transportState(runtime, platforms, degraded: degraded)
+            for (transport, platforms) in transports {
+                states.append((name, transport, transportState(apps[name]!, platforms, degraded: degraded).kind))
+            }
+        }
+        if appFigures {
+            m.family(
+                "herald_transport_state", .gauge,
+                "1 for the state each app's transport is in (ready, disabled or degraded).")
+            for state in states {
                 for candidate in TransportState.kinds {
                     m.sample(
-                        "herald_transport_state", ["app": name, "transport": transport, "state": candidate],
+                        "herald_transport_state",
+                        ["app": state.app, "transport": state.transport, "state": candidate],
                         candidate == state.kind ? 1 : 0)
+                }
+            }
+        } else {
+            m.family(
+                "herald_transport_apps", .gauge, "Apps whose transport is in each state (ready, disabled or degraded).")
+            for (transport, _) in transports {
+                for candidate in TransportState.kinds {
+                    m.sample(
+                        "herald_transport_apps", ["transport": transport, "state": candidate],
+                        states.filter { $0.transport == transport && $0.kind == candidate }.count)
                 }
             }
         }
@@ -134,7 +156,9 @@ extension HeraldService {
         }
 
         let head = m
-        storeFigures(for: "metrics", only: only, failure: { completion(.failure($0)) }) { depth, counts in
+        storeFigures(for: "metrics", failure: { completion(.failure($0)) }) { figures in
+            let depth = figures.depth(only: only)
+            let counts = figures.devices(only: only)
             var m = head
             m.single("herald_queue_depth", .gauge, "Deliveries waiting (due now or later).", depth.waiting)
             m.single(

@@ -1,6 +1,7 @@
 import CHeraldHTTPD
 import Dispatch
 import Foundation
+import HeraldCrypto
 import HeraldIO
 
 #if canImport(Glibc)
@@ -9,8 +10,13 @@ import HeraldIO
 
 /// The optional HTTP listener of `[metrics] listen`: `/metrics` (Prometheus
 /// text), `/livez` (the main loop answers) and `/readyz` (serving, store
-/// answering). libmicrohttpd parses HTTP on its own thread; each answer is
-/// made on the event loop, which owns the figures.
+/// answering). libmicrohttpd parses HTTP with a thread per connection (128
+/// at most). `/livez` and `/readyz` are answered on that thread from state
+/// the daemon keeps current, without the loop or the store; `/metrics` is
+/// made on the event loop, which owns the figures, at most once a second
+/// however many scrapers ask (``SharedAnswer``). With `[metrics]
+/// bearer_token_file`, `/metrics` asks for the token (checked in the C
+/// listener, in constant time); the probes never do.
 // @unchecked: the daemon handle is set once at start and freed at stop; answers are made on the loop.
 final class MetricsListener: @unchecked Sendable {
     /// What the listener asks the daemon; each runs on the listener's thread
@@ -18,7 +24,9 @@ final class MetricsListener: @unchecked Sendable {
     struct Source: Sendable {
         /// The metrics text, or nil when the daemon did not answer in time.
         let metrics: @Sendable () -> String?
+        /// Whether the loop ran lately; must not wait.
         let live: @Sendable () -> Bool
+        /// Serving and the store answering; must not wait.
         let ready: @Sendable () -> (ready: Bool, why: String)
     }
 
@@ -31,7 +39,7 @@ final class MetricsListener: @unchecked Sendable {
         init(_ source: Source) { self.source = source }
     }
 
-    init(address: ListenAddress, source: Source) throws {
+    init(address: ListenAddress, token: SecretBytes?, source: Source) throws {
         let box = Unmanaged.passRetained(SourceBox(source))
         var error = [CChar](repeating: 0, count: 256)
         let handler: hh_handler = { context, path, status, body, length, contentType in
@@ -47,8 +55,12 @@ final class MetricsListener: @unchecked Sendable {
             body!.pointee = buffer
             length!.pointee = bytes.count
         }
-        guard let server = hh_start(address.host, UInt16(address.port), handler, box.toOpaque(), &error, error.count)
-        else {
+        let started = { (bytes: UnsafeRawBufferPointer?) in
+            hh_start(
+                address.host, UInt16(address.port), bytes?.baseAddress?.assumingMemoryBound(to: UInt8.self),
+                bytes?.count ?? 0, handler, box.toOpaque(), &error, error.count)
+        }
+        guard let server = token.map({ $0.withUnsafeBytes { started($0) } }) ?? started(nil) else {
             box.release()
             throw DaemonError(
                 "[metrics] listen \(address): \(String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))"
@@ -78,6 +90,69 @@ final class MetricsListener: @unchecked Sendable {
     func stop() {
         hh_stop(server)
         box.release()
+    }
+}
+
+/// One answer shared by every thread that asks while it is being made, and
+/// reused for `maxAgeMs`: fifty scrapers of `/metrics` cost the loop one
+/// text a second. A computation that never answers (a wedged loop) is given
+/// up after `timeoutMs` for its callers, and another is started by the next
+/// caller after that.
+final class SharedAnswer: @unchecked Sendable {
+    // @unchecked: every field is guarded by `condition`.
+    private let condition = NSCondition()
+    /// The last computation's answer (nil: it had none).
+    private var answer: String?
+    private var answeredAt: Int64 = 0
+    /// When the computation under way started (nil: none).
+    private var computingSince: Int64?
+    /// Counts computations that ended, so waiters see theirs end.
+    private var generation = 0
+    /// Computations started, for tests.
+    private(set) var computations = 0
+    let maxAgeMs: Int64
+    let timeoutMs: Int64
+
+    init(maxAgeMs: Int64 = 1000, timeoutMs: Int64 = 2000) {
+        self.maxAgeMs = maxAgeMs
+        self.timeoutMs = timeoutMs
+    }
+
+    /// The answer at most `maxAgeMs` old, or the one `compute` gives (which
+    /// calls its argument once, from any thread, with nil for no answer);
+    /// nil when none came within `timeoutMs`.
+    func get(_ compute: (@escaping @Sendable (String?) -> Void) -> Void) -> String? {
+        condition.lock()
+        let now = monotonicMilliseconds()
+        if let answer, now - answeredAt < maxAgeMs {
+            condition.unlock()
+            return answer
+        }
+        let seen = generation
+        if computingSince.map({ now - $0 > timeoutMs }) ?? true {
+            computingSince = now
+            computations += 1
+            condition.unlock()
+            compute { [self] text in
+                condition.lock()
+                answer = text
+                answeredAt = monotonicMilliseconds()
+                computingSince = nil
+                generation += 1
+                condition.broadcast()
+                condition.unlock()
+            }
+            condition.lock()
+        }
+        let deadline = Date(timeIntervalSinceNow: Double(timeoutMs) / 1000)
+        while generation == seen {
+            if !condition.wait(until: deadline) { break }
+        }
+        // The computation waited on ended (its answer, or nil when it had
+        // none), or the wait passed its deadline.
+        let result = generation != seen ? answer : nil
+        condition.unlock()
+        return result
     }
 }
 

@@ -72,6 +72,8 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     /// Set before the server starts.
     var delivery: DeliveryWiring?
     let resolverQueue = DispatchQueue(label: "herald.resolver", attributes: .concurrent)
+    /// The store's figures, read at most once a second (`system.stats`, the metrics).
+    let figures: StoreFiguresCache
     let discoverDocument: JSON
     // Loop thread only:
     let registerLimiter = RateLimiter<AppUser>(perMinute: 20)
@@ -83,11 +85,21 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     /// The store's backend, for `system.stats` (set before the server starts).
     var storeSummary = StoreSummary.sqlite
     /// Latest store probe, for `system.health` (loop thread only).
-    var storeHealth = StoreHealth.ok
+    var storeHealth = StoreHealth.ok {
+        didSet { publishReadiness() }
+    }
     /// Configuration reloads that took effect and that were refused (loop thread only).
     var reloads = (applied: 0, refused: 0)
     /// Serving and not stopping, for `/readyz` and `herald_ready` (loop thread only).
-    var serving = false
+    var serving = false {
+        didSet { publishReadiness() }
+    }
+    /// `serving` and `storeHealth` as `/readyz` says them, readable from any
+    /// thread: the probe never waits for the loop.
+    private let readinessState = Locked((false, "not serving (starting or stopping)"))
+    var readiness: (ready: Bool, why: String) { readinessState.withLock { $0 } }
+    /// `system.*` calls per peer uid (`[server] system_calls_per_minute`; loop thread only).
+    var systemLimiter = RateLimiter<UInt32>(perMinute: 600)
     /// Provides the server's counters for `system.stats` (loop thread only).
     var serverStats: () -> (open: Int, counters: ServerCounters) = { (0, ServerCounters()) }
     let startedAt = monotonicMilliseconds()
@@ -108,6 +120,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         self.clock = clock
         self.instance = instance
         self.log = log
+        figures = StoreFiguresCache(store: store)
         discoverDocument = (try? JSONParser.parse(Array(OpenRPC.document.utf8))) ?? .null
     }
 
@@ -131,7 +144,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         "system.metrics": { s, p, c, r throws(RPCError) in
             _ = try s.app(&p, c)
             try p.finish()
-            s.metrics(only: s.visibleApps(c)) { result in
+            s.metrics(only: s.visibleApps(c), appFigures: true) { result in
                 r(result.map { ["content_type": .string(PrometheusText.contentType), "text": .string($0)] })
             }
         },
@@ -148,6 +161,13 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     func handle(_ request: RPCRequest, context: CallContext, reply: @escaping Reply) {
         guard let method = Self.table[request.method] else {
             reply(.failure(.methodNotFound(request.method)))
+            return
+        }
+        if request.method.hasPrefix("system."),
+            let wait = systemLimiter.take(context.uid, now: monotonicMilliseconds())
+        {
+            rateLimitedCount.add(1, ordering: .relaxed)
+            reply(.failure(RPCError(.rateLimited(retryAfterMs: wait))))
             return
         }
         var params = ParamReader(request.params)
@@ -240,11 +260,20 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         apps = new
     }
 
+    private func publishReadiness() {
+        let state: (Bool, String) =
+            !serving
+            ? (false, "not serving (starting or stopping)")
+            : !storeHealth.isOK ? (false, "store \(storeHealth.wire)") : (true, "ok")
+        readinessState.withLock { $0 = state }
+    }
+
     /// Forgets idle rate-limit entries (called from a loop timer).
     func expireLimiters() {
         let now = monotonicMilliseconds()
         registerLimiter.expireIdle(now: now)
         unregisterLimiter.expireIdle(now: now)
+        systemLimiter.expireIdle(now: now)
     }
 }
 

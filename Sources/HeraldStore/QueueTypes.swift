@@ -176,4 +176,9 @@ public struct DeliveryRecord: Sendable {
 public struct QueueDepth: Sendable, Equatable {
     public let waiting: Int
     public let inFlight: Int
+
+    public init(waiting: Int, inFlight: Int) {
+        self.waiting = waiting
+        self.inFlight = inFlight
+    }
 }

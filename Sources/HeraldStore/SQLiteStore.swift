@@ -304,7 +304,7 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     public func deviceCountsByApp(
         completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void
     ) {
-        submit(durable: false, { t, _ in try t.registry.deviceCountsByApp() }, completion)
+        read({ t in try t.registry.deviceCountsByApp() }, completion)
     }
 
     public func webSubscriptionsByKey(
@@ -338,7 +338,7 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
 
     /// Deliveries waiting and in flight, per app.
     public func queueDepthByApp(completion: @escaping @Sendable (Result<[String: QueueDepth], any Error>) -> Void) {
-        submit(durable: false, { t, _ in try t.queue.depthByApp() }, completion)
+        read({ t in try t.queue.depthByApp() }, completion)
     }
 
     // MARK: Delivery queue

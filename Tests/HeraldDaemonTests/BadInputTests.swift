@@ -513,7 +513,8 @@ private enum Corpus {
 
 @Suite(
     "bad input for every method", .serialized,
-    .sharedDaemon { _ in
+    // Two system.* calls follow each of the corpus's inputs.
+    .sharedDaemon(server: "system_calls_per_minute = 1000000") { _ in
         """
         [app.default]
         device_cap = 20

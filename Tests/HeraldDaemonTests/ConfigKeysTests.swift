@@ -144,6 +144,8 @@ struct ConfigKeysTests {
             "server.socket": "/run/x.sock", "server.socket_mode": "0600", "server.state_dir": "/var/lib/x",
             "server.max_inflight": "7", "server.log_level": "debug", "server.max_batch": "7",
             "server.max_reply_bytes": "70000", "server.max_connections_per_uid": "7",
+            "server.system_calls_per_minute": "7", "metrics.app_figures": "true",
+            "metrics.bearer_token_file": "/etc/herald/metrics.token",
             "server.request_timeout_ms": "700", "server.instance_id": "x", "store.key": "other.key",
             "store.backend": "postgres", "store.synchronous": "normal", "delivery.max_retries": "7",
             "delivery.backoff_base_ms": "7", "delivery.backoff_max_ms": "7000", "delivery.stale_window_cap": "7",

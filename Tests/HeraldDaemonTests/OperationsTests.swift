@@ -244,7 +244,10 @@ struct OperationsTests {
         #expect(storeStats?["pool_size"] == nil && storeStats?["lease_ms"] == nil)
         #expect(m.value("herald_store_held_results") == 0)
         #expect(m.value("herald_store_held_results_dropped_total") == 0)
-        #expect(m.value("herald_transport_state", ["app": "default", "transport": "fcm", "state": "disabled"]) == 1)
+        // No app names on the listener by default: how many apps are in each state.
+        #expect(m.value("herald_transport_apps", ["transport": "fcm", "state": "disabled"]) == 1)
+        #expect(m.value("herald_transport_apps", ["transport": "fcm", "state": "ready"]) == 0)
+        #expect(m.types["herald_transport_state"] == nil)
         for family in [
             "herald_sends_total", "herald_outcomes_total", "herald_retries_total", "herald_stale_removed_total",
             "herald_stale_refused_total", "herald_breaker_trips_total", "herald_in_flight", "herald_queue_in_flight",
@@ -257,8 +260,12 @@ struct OperationsTests {
             #expect(m.value("herald_send_duration_seconds_count", ["platform": platform]) == 0)
         }
 
+        // system.metrics names the caller's apps (it may call them).
         let rpc = try PrometheusExposition(d.call("system.metrics").result?["text"] as? String ?? "")
-        #expect(Set(rpc.types.keys) == Set(m.types.keys))
+        #expect(
+            Set(rpc.types.keys).subtracting(["herald_transport_state"])
+                == Set(m.types.keys).subtracting(["herald_transport_apps"]))
+        #expect(rpc.value("herald_transport_state", ["app": "default", "transport": "fcm", "state": "disabled"]) == 1)
         #expect(try d.call("system.metrics").result?["content_type"] as? String == scrape.headers["content-type"])
 
         #expect(try httpRequest(port: port, path: "/livez").status == 200)
@@ -271,6 +278,42 @@ struct OperationsTests {
         #expect(head.status == 200 && head.body.isEmpty)
         // Params are checked like every method's.
         #expect(try d.call("system.metrics", ["bogus": 1]).errorCode == -32602)
+    }
+
+    @Test("app_figures shows each app's transport states; bearer_token_file guards /metrics, never the probes")
+    func metricsListenerOptions() throws {
+        let token = "metrics-token-\(UInt64.random(in: 1...UInt64.max))"
+        let tokenPath = NSTemporaryDirectory() + "herald-metrics-token-\(getpid())-\(UInt32.random(in: 1...1_000_000))"
+        defer { unlink(tokenPath) }
+        try (token + "\n").write(toFile: tokenPath, atomically: false, encoding: .utf8)
+        chmod(tokenPath, 0o600)
+
+        let d = try DaemonProcess(
+            metrics: "listen = 127.0.0.1:0\napp_figures = true\nbearer_token_file = \(tokenPath)")
+        defer { d.cleanup() }
+        #expect(d.waitForLog("metrics_listening"))
+        let port = try #require(d.metricsPort)
+        for headers in [[:], ["Authorization": "Bearer wrong-\(token)"], ["Authorization": "Basic \(token)"]] {
+            let refused = try httpRequest(port: port, path: "/metrics", headers: headers)
+            #expect(refused.status == 401, "\(headers)")
+            #expect(refused.headers["www-authenticate"] == "Bearer realm=\"herald\"")
+            #expect(!refused.body.contains("herald_"))
+        }
+        let scrape = try httpRequest(port: port, path: "/metrics", headers: ["Authorization": "Bearer \(token)"])
+        #expect(scrape.status == 200)
+        let m = try PrometheusExposition(scrape.body)
+        #expect(m.value("herald_transport_state", ["app": "default", "transport": "fcm", "state": "disabled"]) == 1)
+        #expect(m.types["herald_transport_apps"] == nil)
+        #expect(try httpRequest(port: port, path: "/livez").status == 200)
+        #expect(try httpRequest(port: port, path: "/readyz").status == 200)
+        #expect(!d.log().contains(token), "the token never reaches the log")
+
+        // Readable by others: refused at start, like every key file.
+        d.stop()
+        chmod(tokenPath, 0o644)
+        let (status, _, err) = try runHerald(["serve", "--config", d.configPath])
+        #expect(status == 1)
+        #expect(err.contains("too open") && !err.contains(token), "\(err)")
     }
 
     @Test("a metrics address that cannot be bound stops the start with a clear error")

@@ -38,10 +38,25 @@ import Testing
         t.store.queueDepth { result in
             if case .success = result { depth.set() }
         }
-        // Both reads are answered while the lock is still held, so before
+        // The figures of system.stats and the metrics, per app too (issue 27:
+        // a stats loop on the writer made every registration wait).
+        let figures = Flag()
+        t.store.queueDepthByApp { depths in
+            t.store.deviceCountsByApp { counts in
+                t.store.webSubscriptionsByKey { web in
+                    if case .success = depths, case .success(let c) = counts, case .success = web,
+                        c["default"]?[.apns] == 1
+                    {
+                        figures.set()
+                    }
+                }
+            }
+        }
+        // The reads are answered while the lock is still held, so before
         // the registration that was queued first could commit.
         #expect(listed.wait(seconds: 4))
         #expect(depth.wait(seconds: 4))
+        #expect(figures.wait(seconds: 4))
         #expect(!registered.isSet)
         #expect(!bobListed.isSet)
 

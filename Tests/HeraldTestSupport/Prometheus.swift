@@ -146,7 +146,7 @@ public struct PrometheusExposition: Sendable {
 
 /// A plain HTTP/1.1 request to 127.0.0.1:`port`; (status, headers lowercased, body).
 public func httpRequest(
-    port: Int, method: String = "GET", path: String, timeout: Double = 10
+    port: Int, method: String = "GET", path: String, headers extra: [String: String] = [:], timeout: Double = 10
 ) throws -> (status: Int, headers: [String: String], body: String) {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { throw HarnessError("socket: \(String(cString: strerror(errno)))") }
@@ -161,7 +161,9 @@ public func httpRequest(
         }
     }
     guard rc == 0 else { throw HarnessError("connect 127.0.0.1:\(port): \(String(cString: strerror(errno)))") }
-    let request = Array("\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n\r\n".utf8)
+    let fields = extra.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)\r\n" }.joined()
+    let request = Array(
+        "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n\(fields)Connection: close\r\n\r\n".utf8)
     _ = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     var data: [UInt8] = []
     let deadline = Date().addingTimeInterval(timeout)

@@ -56,6 +56,21 @@ extension PushDelivery {
             return (all["default"] as? [String: Any] ?? [:]).compactMapValues { $0 as? Int }
         }
 
+        /// Expects `byKey` to be `expected` within 3 s: the store's figures
+        /// are read at most once a second.
+        static func expectByKey(
+            _ h: PushHarness, _ expected: [String: Int], _ comment: Comment? = nil,
+            sourceLocation: SourceLocation = #_sourceLocation
+        ) async throws {
+            let deadline = ContinuousClock.now + .seconds(3)
+            var counts = try byKey(h)
+            while counts != expected && ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+                counts = try byKey(h)
+            }
+            #expect(counts == expected, comment, sourceLocation: sourceLocation)
+        }
+
         /// The last request the gateway took for subscription `s`.
         static func lastRecord(_ h: PushHarness, _ s: Subscription) async throws -> [String: Any] {
             try await h.gateways.received("webpush").last { $0["token"] as? String == s.id } ?? [:]
@@ -81,12 +96,12 @@ extension PushDelivery {
                 // Made before the rotation, registered without a key: recorded under the then current key.
                 let early = try await h.subscription(vapidKey: old.publicKeyBase64URL)
                 try Self.register(h, "early", early, key: nil)
-                #expect(try Self.byKey(h) == [old.publicKeyBase64URL: 1])
+                try await Self.expectByKey(h, [old.publicKeyBase64URL: 1])
 
                 try Self.rotate(h, current: new, previous: old, reload: 1)
                 #expect(try h.ok("vapid.public_key")["public_key"] as? String == new.publicKeyBase64URL)
-                #expect(
-                    try Self.byKey(h) == [old.publicKeyBase64URL: 1, new.publicKeyBase64URL: 0],
+                try await Self.expectByKey(
+                    h, [old.publicKeyBase64URL: 1, new.publicKeyBase64URL: 0],
                     "both configured keys are listed, the new one with none yet")
 
                 // A browser that has not subscribed again still holds the old key and says so.
@@ -96,7 +111,7 @@ extension PushDelivery {
                 try Self.register(h, "fresh", fresh, key: nil)
                 let explicit = try await h.subscription(vapidKey: new.publicKeyBase64URL)
                 try Self.register(h, "explicit", explicit, key: new.publicKeyBase64URL)
-                #expect(try Self.byKey(h) == [old.publicKeyBase64URL: 2, new.publicKeyBase64URL: 2])
+                try await Self.expectByKey(h, [old.publicKeyBase64URL: 2, new.publicKeyBase64URL: 2])
 
                 let r = try h.sendAndWait(["to": ["users": ["early", "late", "fresh", "explicit"]]])
                 #expect(counts(r)["delivered"] == 4, "\(r)")
@@ -136,8 +151,8 @@ extension PushDelivery {
 
                 // The old key is dropped: Herald no longer holds it.
                 try Self.rotate(h, current: new, previous: nil, reload: 2)
-                #expect(
-                    try Self.byKey(h) == [old.publicKeyBase64URL: 2, new.publicKeyBase64URL: 1],
+                try await Self.expectByKey(
+                    h, [old.publicKeyBase64URL: 2, new.publicKeyBase64URL: 1],
                     "subscriptions under a dropped key still show, under that key")
 
                 for status in [401, 403] {
@@ -179,7 +194,7 @@ extension PushDelivery {
                 // No VAPID key yet: the registration records none (as one made before keys were recorded).
                 let s = try await h.subscription(vapidKey: old.publicKeyBase64URL)
                 try Self.register(h, "before", s, key: nil)
-                #expect(try Self.byKey(h) == ["unrecorded": 1])
+                try await Self.expectByKey(h, ["unrecorded": 1])
 
                 #expect(h.daemon.stop() == 0)
                 let text = try String(contentsOfFile: h.daemon.configPath, encoding: .utf8)
@@ -189,11 +204,11 @@ extension PushDelivery {
                 ).write(toFile: h.daemon.configPath, atomically: true, encoding: .utf8)
                 try h.daemon.start()
                 #expect(h.daemon.waitForLog("web_subscription_keys_recorded"), "\(h.daemon.log(tail: 20))")
-                #expect(try Self.byKey(h) == [old.publicKeyBase64URL: 1])
+                try await Self.expectByKey(h, [old.publicKeyBase64URL: 1])
 
                 // Recorded, not merely counted as current: after a rotation it stays under the old key and is signed with it.
                 try Self.rotate(h, current: new, previous: old, reload: 1)
-                #expect(try Self.byKey(h) == [old.publicKeyBase64URL: 1, new.publicKeyBase64URL: 0])
+                try await Self.expectByKey(h, [old.publicKeyBase64URL: 1, new.publicKeyBase64URL: 0])
                 let r = try h.sendAndWait(["to": ["users": ["before"]]])
                 #expect(counts(r)["delivered"] == 1, "\(r)")
                 let record = try await Self.lastRecord(h, s)
@@ -242,8 +257,8 @@ extension PushDelivery {
                 p["application_server_key"] = padded
                 let r = try h.call("device.register", p)
                 #expect(r.result != nil, "\(r)")
-                #expect(
-                    try Self.byKey(h) == [old.publicKeyBase64URL: 1, new.publicKeyBase64URL: 0],
+                try await Self.expectByKey(
+                    h, [old.publicKeyBase64URL: 1, new.publicKeyBase64URL: 0],
                     "recorded in canonical form")
             }
         }

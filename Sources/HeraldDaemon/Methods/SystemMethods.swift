@@ -63,14 +63,20 @@ extension HeraldService {
         _ = try app(&p, context)
         try p.finish()
         let only = visibleApps(context)
-        let reply = withWebSubscriptionsByKey(reply, only: only)
+        var configuredKeys: [String: [String]] = [:]
+        for (name, runtime) in apps where only?.contains(name) ?? true {
+            configuredKeys[name] = runtime.credentials.webPush.value?.acceptedPublicKeys ?? []
+        }
         let server = serverStats()
         let uptime = (monotonicMilliseconds() - startedAt) / 1000
         let rateLimited = self.rateLimited
         let scheduler = delivery?.scheduler.stats
         let apns = delivery?.providers.apns?.stats
         let summary = storeSummary
-        storeFigures(for: "stats", only: only, failure: { reply(.failure($0)) }) { depth, counts in
+        storeFigures(for: "stats", failure: { reply(.failure($0)) }) { [configuredKeys] figures in
+            let depth = figures.depth(only: only)
+            let counts = figures.devices(only: only)
+            let webKeys = Self.webSubscriptionsByKey(figures.webSubscriptions, configuredKeys)
             var devices = JSONObject()
             for platform in Platform.allCases { devices.append(platform.rawValue, .int(counts[platform] ?? 0)) }
             var transports = JSONObject()
@@ -107,6 +113,7 @@ extension HeraldService {
             ]
             if let only {
                 result.append("apps", .array(only.sorted().map { .string($0) }))
+                result.append("web_subscriptions_by_key", .object(webKeys))
                 reply(.success(.object(result)))
                 return
             }
@@ -121,6 +128,7 @@ extension HeraldService {
                         "tokens_signed": .int(apns.tokensMinted), "timeouts": .int(apns.timeouts),
                     ])
             }
+            result.append("web_subscriptions_by_key", .object(webKeys))
             reply(.success(.object(result)))
         }
     }
@@ -135,79 +143,33 @@ extension HeraldService {
         return object
     }
 
-    /// The queue depth and the device counts per platform, read from the
-    /// store one after the other (for `system.stats` and the metrics); a
-    /// store failure is logged (naming `what`) and given to `failure` as -32603.
-    /// With `only`, the figures are totals over those apps.
+    /// The store's figures (``StoreFiguresCache``: at most a second old, one
+    /// read shared by every caller); a store failure is logged (naming
+    /// `what`) and given to `failure` as -32603.
     func storeFigures(
-        for what: String, only: Set<String>? = nil, failure: @escaping @Sendable (RPCError) -> Void,
-        _ body: @escaping @Sendable ((waiting: Int, inFlight: Int), [Platform: Int]) -> Void
+        for what: String, failure: @escaping @Sendable (RPCError) -> Void,
+        _ body: @escaping @Sendable (StoreFigures) -> Void
     ) {
-        let store = self.store
         let log = self.log
-        @Sendable func failed() {
-            log.error("store_failed", ["error": what])
-            failure(.storeUnavailable)
-        }
-        guard let only else {
-            store.queueDepth { depthResult in
-                store.deviceCounts { countsResult in
-                    guard case .success(let depth) = depthResult, case .success(let counts) = countsResult else {
-                        return failed()
-                    }
-                    body((depth.waiting, depth.inFlight), counts)
-                }
-            }
-            return
-        }
-        store.queueDepthByApp { depthResult in
-            store.deviceCountsByApp { countsResult in
-                guard case .success(let depths) = depthResult, case .success(let byApp) = countsResult else {
-                    return failed()
-                }
-                var depth = (waiting: 0, inFlight: 0)
-                var counts: [Platform: Int] = [:]
-                for app in only {
-                    depth.waiting += depths[app]?.waiting ?? 0
-                    depth.inFlight += depths[app]?.inFlight ?? 0
-                    for (platform, n) in byApp[app] ?? [:] { counts[platform, default: 0] += n }
-                }
-                body(depth, counts)
+        figures.get { result in
+            switch result {
+            case .success(let figures):
+                body(figures)
+            case .failure(let error):
+                log.error("store_failed", ["error": "\(what): \(error)"])
+                failure(.storeUnavailable)
             }
         }
     }
 
-    /// `reply` with `web_subscriptions_by_key` added to a successful
-    /// `system.stats` result: per app (those in `only`, or every app; `{}`
-    /// for one without Web Push), the app's Web Push subscriptions per VAPID
-    /// public key they were made with.
+    /// `system.stats` `web_subscriptions_by_key`: per app (those in
+    /// `configured`, which names each shown app's accepted keys, current
+    /// first; `{}` for one without Web Push), the app's Web Push
+    /// subscriptions per VAPID public key they were made with.
     /// The app's current and previous keys are always listed (0 when none is
     /// left: the previous key may be dropped); subscriptions that record no
     /// key count with the current key (they are sent with it), or under
     /// `unrecorded` when the app has no VAPID key.
-    func withWebSubscriptionsByKey(_ reply: @escaping Reply, only: Set<String>?) -> Reply {
-        var configured: [String: [String]] = [:]
-        for (name, runtime) in apps where only == nil || only!.contains(name) {
-            configured[name] = runtime.credentials.webPush.value?.acceptedPublicKeys ?? []
-        }
-        let store = self.store
-        let log = self.log
-        return { [configured] result in
-            guard case .success(.object(let stats)) = result else { return reply(result) }
-            store.webSubscriptionsByKey { counted in
-                guard case .success(let counts) = counted else {
-                    log.error("store_failed", ["error": "stats"])
-                    return reply(.failure(.storeUnavailable))
-                }
-                var object = stats
-                object.append("web_subscriptions_by_key", .object(Self.webSubscriptionsByKey(counts, configured)))
-                reply(.success(.object(object)))
-            }
-        }
-    }
-
-    /// See ``withWebSubscriptionsByKey(_:only:)``; `configured` names each
-    /// shown app's accepted keys, current first.
     static func webSubscriptionsByKey(_ counts: [ServerKeyCount], _ configured: [String: [String]]) -> JSONObject {
         var byApp: [String: [String: Int]] = [:]
         for (app, keys) in configured {
