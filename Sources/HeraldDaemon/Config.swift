@@ -61,6 +61,11 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         public var maxConnectionsPerUID = 64
         /// `system.*` calls one peer uid may make a minute (the same number at once).
         public var systemCallsPerMinute = 600
+        /// Bytes one peer uid's connections may hold together: answers owed
+        /// and decoded calls not yet run.
+        public var maxUIDBytes = 128 * 1024 * 1024
+        /// The same for every connection together.
+        public var maxClientBytes = 384 * 1024 * 1024
         /// A message must be complete this long after its first byte, else the connection is closed.
         public var requestTimeoutMs: Int64 = 10_000
         /// This instance's name (`push.status` `sent_by`, `system.stats`,

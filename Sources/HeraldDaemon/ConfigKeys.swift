@@ -224,6 +224,16 @@ enum ConfigKeys {
             integer(
                 .server, "system_calls_per_minute", \.server.systemCallsPerMinute, 1...1_000_000, default: 600,
                 doc: "system.health/stats/metrics calls one peer uid may make a minute, as many at once (1-1000000)"),
+            integer(
+                .server, "max_uid_bytes", \.server.maxUIDBytes, (1 << 20)...(1 << 36), default: 128 * 1024 * 1024,
+                doc:
+                    "answers owed and decoded calls one peer uid's connections may hold together; past it they wait (1048576-68719476736)"
+            ),
+            integer(
+                .server, "max_client_bytes", \.server.maxClientBytes, (1 << 20)...(1 << 36), default: 384 * 1024 * 1024,
+                doc:
+                    "the same for every connection together; held past it for 1 s, the largest connection is closed (1048576-68719476736)"
+            ),
             Key(
                 section: .server, name: "request_timeout_ms", kind: .integer(100...3_600_000), defaultValue: "10000",
                 reload: .restart, backend: nil,

@@ -186,7 +186,11 @@ public enum Daemon {
             }
             services.started("metrics") { metricsListener?.stop() }
         }
-        service.serverStats = { [unowned server] in (server.openConnections, server.counters) }
+        service.serverStats = { [unowned server] in
+            var counters = server.counters
+            counters.heldBytes = server.heldBytes
+            return (server.openConnections, counters)
+        }
         do {
             try server.start()
         } catch {

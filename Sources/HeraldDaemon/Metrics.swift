@@ -99,6 +99,18 @@ extension HeraldService {
             "herald_client_accept_pauses_total", .counter,
             "Times the socket's listener was left alone until the next sweep: accept found no free descriptor or memory.",
             server.counters.acceptPauses)
+        m.single(
+            "herald_client_budget_pauses_total", .counter,
+            "Times a connection stopped being read because its uid's connections (max_uid_bytes) or all of them (max_client_bytes) held their budget.",
+            server.counters.budgetPauses)
+        m.single(
+            "herald_client_connections_shed_total", .counter,
+            "Connections closed because all connections together held past max_client_bytes for a second.",
+            server.counters.shed)
+        m.single(
+            "herald_client_held_bytes", .gauge,
+            "Bytes the client connections hold: answers owed and decoded calls not yet run (against max_client_bytes).",
+            server.counters.heldBytes)
         m.single("herald_rpc_requests_total", .counter, "JSON-RPC requests answered.", server.counters.requests)
         m.single(
             "herald_rpc_errors_total", .counter, "JSON-RPC requests answered with an error.", server.counters.errors)

@@ -52,6 +52,20 @@ struct ServerLimits: Sendable {
     var maxBufferedBytes = 64 * 1024 * 1024
     /// JSON values in one message (a larger tree is refused while it is parsed).
     var maxValuesPerMessage = 262_144
+    /// `[server] max_uid_bytes`: what one peer uid's connections hold
+    /// together, answers owed and decoded calls not yet run (see
+    /// `decodedBytesPerMessageByte`). Past it, that uid's connections take
+    /// no new message until it falls to three quarters, and answers that do
+    /// not fit are replaced by 1007 `overloaded`.
+    var maxUIDBytes = 128 * 1024 * 1024
+    /// `[server] max_client_bytes`: the same, every connection together. Past
+    /// it every connection waits as above; held past it for a second, the
+    /// connection holding the most is closed (`client_shed`).
+    var maxClientBytes = 384 * 1024 * 1024
+    /// What a decoded call is counted as holding, per byte of the message
+    /// it came from: a parse tree of small objects is 10 to 14 times its
+    /// text (measured: a 3.5 MB message of 130,000 objects held 55 MB).
+    static let decodedBytesPerMessageByte = 16
     /// Messages at least this long are parsed and decoded off the loop.
     var offLoopMessageBytes = 64 * 1024
     /// Work one connection may do per loop turn before the others get theirs:
@@ -66,6 +80,8 @@ struct ServerLimits: Sendable {
         maxBatch = server.maxBatch
         maxReplyBytes = server.maxReplyBytes
         requestTimeoutMs = server.requestTimeoutMs
+        maxUIDBytes = server.maxUIDBytes
+        maxClientBytes = server.maxClientBytes
     }
 }
 
@@ -83,6 +99,13 @@ struct ServerCounters {
     /// Times the listener was left alone for a sweep because accept found
     /// no descriptor (EMFILE, ENFILE) or no memory.
     var acceptPauses = 0
+    /// Times a connection stopped being read because its uid, or every
+    /// connection together, held its budget (`max_uid_bytes`, `max_client_bytes`).
+    var budgetPauses = 0
+    /// Connections closed because every connection together held past `max_client_bytes`.
+    var shed = 0
+    /// Bytes the connections hold now (answers owed, decoded calls); filled when read.
+    var heldBytes = 0
 }
 
 /// JSON-RPC 2.0 over a Unix stream socket, on the event loop. Each
@@ -124,12 +147,29 @@ final class RPCServer: @unchecked Sendable {
     private var answeredSinceTrim = 0
     /// A burst of this many calls is trimmed after once the daemon is idle.
     static let trimAfterCalls = 512
+    /// When the trims that follow the last one are due (monotonic ms).
+    private var trimFollowUps: [Int64] = []
     /// Time spent reading and framing in this loop turn, in microseconds.
     private var readTimeThisTurn: Int64 = 0
     /// Bytes the connections' framers hold (see `maxBufferedBytes`).
     private var bufferedTotal = 0
     /// Connections not read because `bufferedTotal` is past `maxBufferedBytes`.
     private var starved: [UInt64] = []
+    /// What every connection holds (answers owed, decoded calls), against `maxClientBytes`.
+    let clientBudget: ClientBudget
+    /// The same per peer uid, against `maxUIDBytes` (while it has a connection).
+    private var uidBudgets: [UInt32: ClientBudget] = [:]
+    /// Connections not taking messages because a budget is spent, in the order they stopped.
+    private var budgetWaiting: [UInt64] = []
+    /// Sweeps in a row that found `clientBudget` past its limit.
+    private var overBudgetSweeps = 0
+    /// The most `clientBudget` held since the last trim.
+    private var heldPeakSinceTrim = 0
+    /// When `client_budget_paused` was last logged (one line a second at most).
+    private var budgetLoggedAt: Int64 = 0
+
+    /// Bytes every connection holds: answers owed and decoded calls not yet run.
+    var heldBytes: Int { clientBudget.value }
 
     init(
         loop: EventLoop, listener: Listener, handler: any RequestHandler, log: Logger,
@@ -140,6 +180,7 @@ final class RPCServer: @unchecked Sendable {
         self.handler = handler
         self.log = log
         self.limits = limits
+        clientBudget = ClientBudget(limit: limits.maxClientBytes, parent: nil)
         // Big buffers (messages, answers, parse trees' arrays) are mapped on
         // their own and unmapped when freed: glibc's default raises this
         // threshold after each big free, and the next big buffers then come
@@ -163,6 +204,7 @@ final class RPCServer: @unchecked Sendable {
         loop.afterIteration = { [self] in
             serveBacklog()
             serveStarved()
+            serveBudgetWaiting()
             readTimeThisTurn = 0
             flushDirty()
         }
@@ -258,9 +300,12 @@ final class RPCServer: @unchecked Sendable {
             }
             var context = CallContext(uid: uid, gid: gid, pid: pid)
             context.groups = Self.peerGroups(fd)
+            let uidBudget =
+                uidBudgets[uid]
+                ?? ClientBudget(limit: limits.maxUIDBytes, parent: clientBudget)
             let conn = Connection(
                 id: nextID, fd: fd, context: context, maxMessageBytes: limits.maxMessageBytes,
-                maxReplyBytes: limits.maxReplyBytes)
+                maxReplyBytes: limits.maxReplyBytes, shared: uidBudget)
             nextID += 1
             do {
                 try loop.add(fd, events: conn.events) { [self] events in handleEvents(conn, events) }
@@ -270,6 +315,7 @@ final class RPCServer: @unchecked Sendable {
             }
             connections[conn.id] = conn
             perUID[uid, default: 0] += 1
+            uidBudgets[uid] = uidBudget
             counters.accepted += 1
             log.debug("connection_open", ["conn": String(conn.id), "uid": String(uid), "pid": String(pid)])
         }
@@ -321,7 +367,7 @@ final class RPCServer: @unchecked Sendable {
     /// buffered or decoded is still waiting for its turn.
     private func mayRead(_ conn: Connection) -> Bool {
         guard !conn.readClosed && !conn.closing && !conn.readPaused && !conn.backlogged && conn.idleOfWork,
-            !conn.starved
+            !conn.starved, !conn.budgetPaused
         else { return false }
         if bufferedTotal >= limits.maxBufferedBytes && conn.framer.bufferedByteCount > 0 {
             // Too much is buffered in unfinished messages: this one waits.
@@ -417,6 +463,12 @@ final class RPCServer: @unchecked Sendable {
                 if conn.framer.bufferedByteCount > 0 { postpone(conn) }
                 return
             }
+            if conn.shared.spent {
+                // The uid's connections, or all of them, hold their budget:
+                // no new message is taken (and decoded) until it frees.
+                if conn.framer.bufferedByteCount > 0 || !conn.readClosed { budgetPause(conn) }
+                return
+            }
             let frame = conn.readClosed ? conn.framer.finish() : conn.framer.next()
             guard let frame else {
                 if conn.framer.bufferedByteCount == 0 {
@@ -465,8 +517,14 @@ final class RPCServer: @unchecked Sendable {
         case .message(let bytes):
             let maxBatch = limits.maxBatch
             let maxValues = limits.maxValuesPerMessage
+            // Counted from now: a large message is parsed on the worker, and
+            // the next one must see what this one will hold.
+            let cost = bytes.count * ServerLimits.decodedBytesPerMessageByte
+            conn.decodedBytes += cost
+            conn.shared.add(cost)
             guard bytes.count >= limits.offLoopMessageBytes else {
-                accept(Self.decode(bytes, maxBatch: maxBatch, maxValues: maxValues), conn, large: false)
+                accept(
+                    Self.decode(bytes, maxBatch: maxBatch, maxValues: maxValues), conn, large: false, cost: cost)
                 return
             }
             // Parsed on the worker; the connection takes nothing more until it is back.
@@ -480,7 +538,7 @@ final class RPCServer: @unchecked Sendable {
                     guard let conn = connections[connID] else { return }
                     conn.parsing = false
                     updateInterest(conn)
-                    accept(message, conn, large: true)
+                    accept(message, conn, large: true, cost: cost)
                     processFrames(conn)
                     if mayRead(conn) { readAvailable(conn) } else { maybeClose(conn) }
                 }
@@ -499,7 +557,9 @@ final class RPCServer: @unchecked Sendable {
 
     /// Queues a decoded message's calls, in order. `large`: from a message
     /// parsed off the loop, whose calls are also released off the loop.
-    private func accept(_ message: RPCMessage, _ conn: Connection, large: Bool) {
+    /// `cost`: what the message is counted as holding, released when its
+    /// last call runs.
+    private func accept(_ message: RPCMessage, _ conn: Connection, large: Bool, cost: Int) {
         switch message {
         case .single(let call):
             if case .failure(let failure) = call, failure.id == .null,
@@ -507,13 +567,25 @@ final class RPCServer: @unchecked Sendable {
             {
                 counters.overloaded += 1
             }
-            conn.queue.append(QueuedCall(call: call, batch: nil, large: large))
+            conn.queue.append(QueuedCall(call: call, batch: nil, large: large, cost: cost))
         case .batch(let calls):
             var batch: Int? = nil
             let expected = message.expectedResponseCount
             if expected > 0 { batch = conn.startBatch(expecting: expected) }
-            for call in calls { conn.queue.append(QueuedCall(call: call, batch: batch, large: large)) }
+            // The whole message is counted until its last call runs: the
+            // calls' sizes are not known, and one may hold nearly all of it.
+            for (i, call) in calls.enumerated() {
+                let part = i == calls.count - 1 ? cost : 0
+                conn.queue.append(QueuedCall(call: call, batch: batch, large: large, cost: part))
+            }
+            if calls.isEmpty { release(cost, of: conn) }
         }
+    }
+
+    /// A decoded call's share of its message, given back as it runs.
+    private func release(_ cost: Int, of conn: Connection) {
+        conn.decodedBytes -= cost
+        conn.shared.remove(cost)
     }
 
     /// Runs queued calls until the slice ends (at least one).
@@ -529,6 +601,7 @@ final class RPCServer: @unchecked Sendable {
             guard let call = conn.queue[conn.queueHead].call else { break }
             let batch = conn.queue[conn.queueHead].batch
             let large = conn.queue[conn.queueHead].large
+            release(conn.queue[conn.queueHead].cost, of: conn)
             conn.queue[conn.queueHead].call = nil
             conn.queueHead += 1
             if conn.queueHead == conn.queue.count {
@@ -750,6 +823,77 @@ final class RPCServer: @unchecked Sendable {
         if mayRead(conn) { readAvailable(conn) }
     }
 
+    /// Stops taking messages from a connection whose budget is spent (its
+    /// socket is not read either); ``serveBudgetWaiting()`` takes it up again.
+    private func budgetPause(_ conn: Connection) {
+        guard !conn.budgetPaused else { return }
+        conn.budgetPaused = true
+        counters.budgetPauses += 1
+        budgetWaiting.append(conn.id)
+        updateInterest(conn)
+        let now = monotonicMilliseconds()
+        if now - budgetLoggedAt >= 1000 {
+            budgetLoggedAt = now
+            let uidSpent = conn.shared.value >= conn.shared.limit
+            log.warning(
+                "client_budget_paused",
+                [
+                    "uid": String(conn.context.uid), "scope": uidSpent ? "uid" : "process",
+                    "held_bytes": String(uidSpent ? conn.shared.value : clientBudget.value),
+                    "limit_bytes": String(uidSpent ? conn.shared.limit : clientBudget.limit),
+                    "waiting": String(budgetWaiting.count),
+                ])
+        }
+    }
+
+    /// Takes up the connections that waited for their budget, in the order
+    /// they stopped, once their uid and the process hold under three quarters.
+    private func serveBudgetWaiting() {
+        guard !budgetWaiting.isEmpty, clientBudget.value < clientBudget.limit / 4 * 3 else { return }
+        var still: [UInt64] = []
+        for id in budgetWaiting {
+            guard let conn = connections[id] else { continue }
+            guard conn.shared.value < conn.shared.limit / 4 * 3, clientBudget.value < clientBudget.limit / 4 * 3
+            else {
+                still.append(id)
+                continue
+            }
+            conn.budgetPaused = false
+            // The time waited for the budget does not count against the client.
+            if conn.partialSince != nil { conn.partialSince = monotonicMilliseconds() }
+            updateInterest(conn)
+            processFrames(conn)
+            if mayRead(conn) { readAvailable(conn) } else { maybeClose(conn) }
+        }
+        budgetWaiting = still
+    }
+
+    /// Sheds the connection holding the most once every connection
+    /// together has held past `maxClientBytes` for a second (four sweeps):
+    /// its answers were not read, or its calls wait on something that does
+    /// not end.
+    private func shedIfOverBudget() {
+        heldPeakSinceTrim = max(heldPeakSinceTrim, clientBudget.value)
+        guard clientBudget.value > clientBudget.limit else {
+            overBudgetSweeps = 0
+            return
+        }
+        overBudgetSweeps += 1
+        guard overBudgetSweeps >= 4,
+            let largest = connections.values.max(by: { $0.owed + $0.decodedBytes < $1.owed + $1.decodedBytes })
+        else { return }
+        overBudgetSweeps = 0
+        counters.shed += 1
+        log.warning(
+            "client_shed",
+            [
+                "conn": String(largest.id), "uid": String(largest.context.uid),
+                "held_bytes": String(largest.owed + largest.decodedBytes),
+                "all_held_bytes": String(clientBudget.value), "limit_bytes": String(clientBudget.limit),
+            ])
+        close(largest)
+    }
+
     private func updateInterest(_ conn: Connection) {
         guard connections[conn.id] != nil else { return }
         loop.modify(conn.fd, events: conn.events)
@@ -770,7 +914,16 @@ final class RPCServer: @unchecked Sendable {
         guard connections.removeValue(forKey: conn.id) != nil else { return }
         bufferedTotal -= conn.accountedBytes
         conn.accountedBytes = 0
-        if let n = perUID[conn.context.uid] { perUID[conn.context.uid] = n > 1 ? n - 1 : nil }
+        // What it held leaves its uid's and the process's budgets; answers
+        // still on their way to it count against nothing but itself.
+        if conn.decodedBytes > 0 { trimWanted = true }
+        conn.shared.remove(conn.decodedBytes)
+        conn.decodedBytes = 0
+        conn.budget.detach()
+        if let n = perUID[conn.context.uid] {
+            perUID[conn.context.uid] = n > 1 ? n - 1 : nil
+            if n == 1 { uidBudgets[conn.context.uid] = nil }
+        }
         loop.remove(conn.fd)
         Glibc.close(conn.fd)
         if conn.outputBytes + conn.batchBytes + conn.framer.storedByteCount >= 1 << 20 || conn.outputPeak >= 1 << 20 {
@@ -788,7 +941,7 @@ final class RPCServer: @unchecked Sendable {
                 log.info("connection_stalled", ["conn": String(conn.id), "unsent_bytes": String(conn.outputBytes)])
                 close(conn)
             } else if let since = conn.partialSince, !conn.closing, !conn.readPaused, !conn.backlogged,
-                conn.idleOfWork, now - since > limits.requestTimeoutMs
+                !conn.budgetPaused, conn.idleOfWork, now - since > limits.requestTimeoutMs
             {
                 // A message begun and not finished in time: say why, then close.
                 counters.timedOut += 1
@@ -809,9 +962,19 @@ final class RPCServer: @unchecked Sendable {
                 close(conn)
             }
         }
+        shedIfOverBudget()
         let idleAfterBurst =
             answeredSinceTrim >= Self.trimAfterCalls && connections.values.allSatisfy { $0.pending == 0 }
-        if trimWanted || writtenSinceTrim >= 8 << 20 || idleAfterBurst {
+        // What the connections held came down from 32 MiB or more to a quarter of it.
+        let heldFell = heldPeakSinceTrim >= 32 << 20 && clientBudget.value < heldPeakSinceTrim / 4
+        // Memory freed just after a trim (trees and buffers let go on other
+        // threads, calls that ended with their connection) waits for the
+        // next: a trim that had cause is followed by two more, 2 s and 8 s on.
+        let followUp = trimFollowUps.first.map { now >= $0 } ?? false
+        if followUp { trimFollowUps.removeFirst() }
+        if trimWanted || writtenSinceTrim >= 8 << 20 || idleAfterBurst || heldFell || followUp {
+            if !followUp { trimFollowUps = [now + 2000, now + 8000] }
+            heldPeakSinceTrim = clientBudget.value
             // Large buffers freed, or a burst of calls is over (the store's and
             // resolvers' threads freed their results): hand the free pages
             // back to the system, off the loop.
@@ -823,30 +986,95 @@ final class RPCServer: @unchecked Sendable {
     }
 }
 
-/// The bytes of answers one connection is owed, shared by the threads that
-/// make answers (which reserve room for them) and the loop (which releases
-/// it as they are written).
-final class ReplyBudget: Sendable {
+/// What a group of connections holds (one peer uid's, or every one):
+/// answers owed and decoded calls not yet run, in bytes, against `limit`;
+/// each change passes on to `parent`. Thread-safe: answers are counted on
+/// the threads that make them.
+final class ClientBudget: Sendable {
     let limit: Int
+    let parent: ClientBudget?
     private let held = Locked(0)
 
-    init(limit: Int) { self.limit = limit }
+    init(limit: Int, parent: ClientBudget?) {
+        self.limit = limit
+        self.parent = parent
+    }
 
     var value: Int { held.withLock { $0 } }
 
-    /// Counts `n` bytes if they fit under the limit.
+    /// This group or a group it is part of holds its limit.
+    var spent: Bool { value >= limit || parent?.spent == true }
+
+    /// Counts `n` bytes here and in every parent if they fit under every limit.
     func reserve(_ n: Int) -> Bool {
-        held.withLock { held in
+        let fits = held.withLock { held in
             guard held + n <= limit else { return false }
             held += n
+            return true
+        }
+        guard fits else { return false }
+        if let parent, !parent.reserve(n) {
+            held.withLock { $0 -= n }
+            return false
+        }
+        return true
+    }
+
+    /// Counts `n` bytes here and in every parent, whether or not they fit.
+    func add(_ n: Int) {
+        held.withLock { $0 += n }
+        parent?.add(n)
+    }
+
+    func remove(_ n: Int) { add(-n) }
+}
+
+/// The bytes of answers one connection is owed, shared by the threads that
+/// make answers (which reserve room for them) and the loop (which releases
+/// it as they are written). Each change is also its uid's (`shared`, and
+/// through it the process's) until the connection closes (``detach()``).
+final class ReplyBudget: Sendable {
+    let limit: Int
+    let shared: ClientBudget?
+    /// Bytes held, and whether the connection closed.
+    private let state = Locked((held: 0, detached: false))
+
+    init(limit: Int, shared: ClientBudget? = nil) {
+        self.limit = limit
+        self.shared = shared
+    }
+
+    var value: Int { state.withLock { $0.held } }
+
+    /// Counts `n` bytes if they fit under the limit, the uid's and the process's.
+    func reserve(_ n: Int) -> Bool {
+        state.withLock { s in
+            guard s.held + n <= limit else { return false }
+            if !s.detached, let shared, !shared.reserve(n) { return false }
+            s.held += n
             return true
         }
     }
 
     /// Counts `n` bytes whether or not they fit (errors, separators).
-    func force(_ n: Int) { held.withLock { $0 += n } }
+    func force(_ n: Int) {
+        state.withLock { s in
+            s.held += n
+            if !s.detached { shared?.add(n) }
+        }
+    }
 
-    func release(_ n: Int) { held.withLock { $0 -= n } }
+    func release(_ n: Int) { force(-n) }
+
+    /// The connection closed: what it holds leaves the shared budgets, and
+    /// what comes after counts here only.
+    func detach() {
+        state.withLock { s in
+            guard !s.detached else { return }
+            shared?.remove(s.held)
+            s.detached = true
+        }
+    }
 }
 
 /// A decoded call waiting for its turn (nil once taken).
@@ -854,6 +1082,8 @@ struct QueuedCall {
     var call: RPCCall?
     let batch: Int?
     let large: Bool
+    /// What its message is counted as holding, on the message's last call (else 0).
+    let cost: Int
 }
 
 /// The answers of one batch, gathered until the last one (loop thread only).
@@ -892,6 +1122,12 @@ final class Connection {
     var parsing = false
     /// Not read while the server holds too much of unfinished messages.
     var starved = false
+    /// Not read, and no message taken, while its uid or the process holds its budget.
+    var budgetPaused = false
+    /// What its decoded calls not yet run are counted as holding.
+    var decodedBytes = 0
+    /// Its uid's budget (through it, the process's).
+    var shared: ClientBudget { budget.shared! }
     /// Framer bytes counted in the server's total.
     var accountedBytes = 0
     var readClosed = false
@@ -908,8 +1144,10 @@ final class Connection {
     var partialSince: Int64?
     var lastWriteProgress = monotonicMilliseconds()
 
-    init(id: UInt64, fd: Int32, context: CallContext, maxMessageBytes: Int, maxReplyBytes: Int) {
-        budget = ReplyBudget(limit: maxReplyBytes)
+    init(
+        id: UInt64, fd: Int32, context: CallContext, maxMessageBytes: Int, maxReplyBytes: Int, shared: ClientBudget
+    ) {
+        budget = ReplyBudget(limit: maxReplyBytes, shared: shared)
         self.id = id
         self.fd = fd
         self.context = context
@@ -919,7 +1157,7 @@ final class Connection {
     var events: UInt32 {
         var e: UInt32 = 0
         // Not while a message is parsed off the loop: the socket would wake the loop for nothing.
-        if !readClosed && !closing && !readPaused && !parsing && !starved {
+        if !readClosed && !closing && !readPaused && !parsing && !starved && !budgetPaused {
             e |= UInt32(EPOLLIN.rawValue) | UInt32(EPOLLRDHUP.rawValue)
         }
         if waitingForWritable { e |= UInt32(EPOLLOUT.rawValue) }

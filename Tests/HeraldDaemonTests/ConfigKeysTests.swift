@@ -145,6 +145,7 @@ struct ConfigKeysTests {
             "server.max_inflight": "7", "server.log_level": "debug", "server.max_batch": "7",
             "server.max_reply_bytes": "70000", "server.max_connections_per_uid": "7",
             "server.system_calls_per_minute": "7", "metrics.app_figures": "true",
+            "server.max_uid_bytes": "2000000", "server.max_client_bytes": "3000000",
             "metrics.bearer_token_file": "/etc/herald/metrics.token",
             "server.request_timeout_ms": "700", "server.instance_id": "x", "store.key": "other.key",
             "store.backend": "postgres", "store.synchronous": "normal", "delivery.max_retries": "7",

@@ -60,8 +60,7 @@ extension PushDelivery {
                     #expect(d["server_key"] == nil && d["application_server_key"] == nil, "\(d)")
                 }
                 #expect(bundles == [dev: devTopic, plain: topic, oldID: nil, newID: nil], "\(listed)")
-                #expect(
-                    try VAPIDRotationTests.byKey(h) == [old.publicKeyBase64URL: 1, new.publicKeyBase64URL: 1])
+                try await VAPIDRotationTests.expectByKey(h, [old.publicKeyBase64URL: 1, new.publicKeyBase64URL: 1])
 
                 let r = try h.sendAndWait(["to": ["users": ["m"]], "interruption_level": "passive"])
                 #expect(counts(r)["delivered"] == 4, "\(r)")
@@ -87,7 +86,7 @@ extension PushDelivery {
                 #expect(renewed == oldID)
                 #expect(
                     try h.devices("m").first { $0["device_id"] as? String == dev }?["bundle_id"] as? String == devTopic)
-                #expect(try VAPIDRotationTests.byKey(h) == [old.publicKeyBase64URL: 0, new.publicKeyBase64URL: 2])
+                try await VAPIDRotationTests.expectByKey(h, [old.publicKeyBase64URL: 0, new.publicKeyBase64URL: 2])
             }
         }
     }

@@ -99,6 +99,8 @@ extension HeraldService {
                 "connections": [
                     "open": .int(server.open), "accepted": .int(server.counters.accepted),
                     "refused": .int(server.counters.refused), "accept_pauses": .int(server.counters.acceptPauses),
+                    "budget_pauses": .int(server.counters.budgetPauses), "shed": .int(server.counters.shed),
+                    "held_bytes": .int(server.counters.heldBytes),
                 ],
                 "requests": [
                     "total": .int(server.counters.requests), "errors": .int(server.counters.errors),
