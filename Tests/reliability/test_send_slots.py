@@ -110,7 +110,9 @@ def test_the_tarpit_origin_is_held_to_its_cap(gw, tarpit):
     held = len(hanging(gw))
     assert 0 < held <= ORIGIN_CAP, f"the tarpit holds {held} requests"
     m = d.metrics()
-    assert metric(m, "herald_webpush_origin_waiting") == TARPIT_USERS * 20 - held
+    # The rest of the claimed ones wait for the origin; what the lanes could not take, in the store.
+    waiting = metric(m, "herald_webpush_origin_waiting")
+    assert 0 < waiting <= TARPIT_USERS * 20 - held
     assert metric(m, "herald_lane_floor") > 0
 
 
@@ -132,9 +134,10 @@ def test_an_origin_that_keeps_timing_out_is_not_sent_its_backlog(gw, tarpit):
 
 def test_max_queued_is_shared_among_the_apps(gw):
     """`max_queued = 100`, two apps. One app's deliveries that do not finish (a push service that
-    never answers) fill more than half: its next message is refused (`overloaded`), while the
-    other app, under its share, is still admitted (before: the first app took all 100 and the
-    other was refused)."""
+    never answers) hold 40; a message that would take it past half of `max_queued` and past its
+    share (50: the limit between the two apps) is refused (`overloaded`), while the other app,
+    under its share, is still admitted (before: the first app took all 100 and the other was
+    refused)."""
     gw.reset()
     ids = [f"queued-{i}" for i in range(80)]
     subs = gw.subscriptions(ids)
@@ -146,11 +149,12 @@ def test_max_queued_is_shared_among_the_apps(gw):
                          for i, e in enumerate(subs["endpoints"])])
         d.register_many([{"user": "b-user", "platform": "apns", "token": hex_token(i), "app": SECOND_APP}
                          for i in range(10)])
-        first = d.call("push.send", {"to": {"users": ["q-0", "q-1", "q-2"]}})
-        assert first["devices"] == 60
-        with pytest.raises(RPCError) as refused:
-            d.call("push.send", {"to": {"users": ["q-3"]}})
-        assert refused.value.code == 1007, refused.value
+        first = d.call("push.send", {"to": {"users": ["q-0", "q-1"]}})
+        assert first["devices"] == 40
+        for user in ("q-2", "q-3", "q-2"):
+            with pytest.raises(RPCError) as refused:
+                d.call("push.send", {"to": {"users": [user]}})
+            assert refused.value.code == 1007, refused.value
         other = d.call("push.send", {"to": {"users": ["b-user"]}, "app": SECOND_APP})
         assert other["devices"] == 10
     finally:
