@@ -865,14 +865,18 @@ public final class Scheduler: @unchecked Sendable {
         clearOriginDegraded(job, lane: lane, only: ProviderReason.timeout.rawValue)
     }
 
+    /// `originRetry` with jitter: between half and all of it, in ms.
+    private func originDelay() -> Int64 {
+        let cadence = max(2, settings.originRetry.wholeMilliseconds)
+        return cadence / 2 + Int64.random(in: 0...(cadence / 2), using: &rng)
+    }
+
     /// A delivery to an unresponsive origin waits in the store, not in a
     /// slot: due again after `originRetry` (jittered), never past its send
     /// deadline; not counted as an attempt.
     private func deferForOrigin(_ job: DeliveryJob, now: Int64) {
         assertOnQueue()
-        let cadence = max(2, settings.originRetry.wholeMilliseconds)
-        let delay = cadence / 2 + Int64.random(in: 0...(cadence / 2), using: &rng)
-        let at = min(now + delay, job.sendDeadline + 1)
+        let at = min(now + originDelay(), job.sendDeadline + 1)
         originDeferred += 1
         counters[job.platform, default: PlatformCounters()].retried += 1
         finish(
@@ -908,6 +912,12 @@ public final class Scheduler: @unchecked Sendable {
             finish(job, state: .delivered, httpStatus: status, reason: nil, shrink: shrink)
             reportNotStale(job, now: now)
         case .retry(let after, let reason):
+            // A probe of an unresponsive origin that timed out again: tried
+            // again at the origin's cadence, not the backoff's.
+            var after = after
+            if reason == .timeout, let origin = Self.webPushOrigin(of: job), unresponsive.contains(origin) {
+                after = max(after ?? .zero, .milliseconds(originDelay()))
+            }
             retry(job, after: after, reason: reason, httpStatus: status, now: now, shrink: shrink)
         case .authRejected(let reason):
             counters[job.platform, default: PlatformCounters()].authRejected += 1
