@@ -406,6 +406,14 @@ public final class Scheduler: @unchecked Sendable {
                     finish(job, state: .skipped, httpStatus: nil, reason: "transport_disabled: no transport configured")
                 }
             }
+            for (origin, list) in originWaiting where list.contains(where: { new[$0.lane] == nil }) {
+                let (gone, kept) = (list.filter { new[$0.lane] == nil }, list.filter { new[$0.lane] != nil })
+                originWaiting[origin] = kept.isEmpty ? nil : kept
+                originWaitingTotal -= gone.count
+                for (job, _) in gone {
+                    finish(job, state: .skipped, httpStatus: nil, reason: "transport_disabled: no transport configured")
+                }
+            }
             // Lanes that gained a transport (or room) may have deliveries due.
             idle = false
             pump()
@@ -812,10 +820,10 @@ public final class Scheduler: @unchecked Sendable {
 
     /// A slot of `origin` freed: its first waiting job goes, or joins its
     /// lane's wait when the lane is full; an unresponsive origin's wait goes
-    /// back to the store.
+    /// back to the store (its probes come from there, one at a time).
     private func fillOrigin(_ origin: String) {
         assertOnQueue()
-        if unresponsive.contains(origin) && (originSending[origin] ?? 0) > 0 {
+        if unresponsive.contains(origin) {
             let now = clock.nowMilliseconds()
             for (job, _) in originWaiting.removeValue(forKey: origin) ?? [] {
                 originWaitingTotal -= 1
@@ -833,7 +841,7 @@ public final class Scheduler: @unchecked Sendable {
                 waiting[lane, default: []].append(next)
                 continue
             }
-            if send(next, lane: lane) && unresponsive.contains(origin) { break }
+            send(next, lane: lane)
         }
     }
 
