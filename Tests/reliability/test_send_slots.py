@@ -160,3 +160,42 @@ def test_max_queued_is_shared_among_the_apps(gw):
     finally:
         d.cleanup()
         gw.reset()
+
+
+def test_webpush_deadlines_and_the_unresponsive_origin_are_settings(gw):
+    """`webpush_timeout = 1`: a request to a push service that never answers times out after
+    1 s, not 15; `webpush_origin_inflight = 2` and `webpush_origin_timeouts = 2`: 2 requests
+    go to it, and when both have timed out the origin is unresponsive: the other deliveries wait
+    in the queue (`retrying`, `origin_unresponsive`, no attempt counted), the timed-out ones are
+    retried at the origin's pace, not the backoff's (before: no such settings, and the daemon
+    does not start with them)."""
+    gw.reset()
+    ids = [f"slow-{i}" for i in range(8)]
+    subs = gw.subscriptions(ids)
+    gw.knobs("webpush", hang_tokens=ids)
+    d = Daemon(gateways=gw, transports=("web",), start=False,
+               delivery={"webpush_timeout": 1, "webpush_origin_inflight": 2, "webpush_origin_timeouts": 2})
+    try:
+        d.start()
+        d.register_many([{"user": "slow", "platform": "web", "token": e,
+                          "keys": {"p256dh": subs["p256dh"], "auth": subs["auth"]}} for e in subs["endpoints"]])
+        start = time.monotonic()
+        message = d.call("push.send", {"to": {"users": ["slow"]}})["message_id"]
+        wait_for("webpush_origin_unresponsive", lambda: d.log_lines("webpush_origin_unresponsive"), timeout=10)
+        assert time.monotonic() - start < 5, "the requests timed out at webpush_timeout"
+        time.sleep(1.5)
+        status = d.status(message)
+        reasons = sorted(dev["reason"] for dev in status["devices"])
+        assert all(dev["state"] == "retrying" for dev in status["devices"]), status
+        assert reasons.count("origin_unresponsive") == 6 and reasons.count("timeout") == 2, reasons
+        assert all(dev["attempts"] <= 1 for dev in status["devices"]), status
+        # The first 2, and one in the slot of the first timeout (the origin was not yet
+        # unresponsive); then nothing more.
+        sent = len(hanging(gw))
+        assert 2 <= sent <= 3, sent
+        time.sleep(1)
+        assert len(hanging(gw)) == sent, "nothing more went to the origin"
+        assert metric(d.metrics(), "herald_webpush_origins_unresponsive") == 1
+    finally:
+        d.cleanup()
+        gw.reset()
