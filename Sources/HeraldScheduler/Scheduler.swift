@@ -870,7 +870,27 @@ public final class Scheduler: @unchecked Sendable {
         }
         originTimeouts[origin] = nil
         guard report.httpStatus != nil, unresponsive.remove(origin) != nil else { return }
-        clearOriginDegraded(job, lane: lane, only: ProviderReason.timeout.rawValue)
+        clearOriginTimeouts(origin)
+    }
+
+    /// Forgets the origin's `timeout` degradation on every lane (it was
+    /// marked on the lane whose send tipped it; any lane's answer ends it).
+    private func clearOriginTimeouts(_ origin: String) {
+        let lanes = shared.withLock { s -> [QueueLane] in
+            let lanes = s.degradedOrigins.compactMap { lane, origins in
+                origins[origin] == ProviderReason.timeout.rawValue ? lane : nil
+            }
+            for lane in lanes {
+                s.degradedOrigins[lane]?[origin] = nil
+                if s.degradedOrigins[lane]?.isEmpty == true { s.degradedOrigins[lane] = nil }
+            }
+            s.originOrder.removeAll { $0.origin == origin && lanes.contains($0.lane) }
+            return lanes
+        }
+        for lane in lanes {
+            log?.info(
+                "webpush_origin_recovered", ["app": lane.app, "platform": lane.platform.rawValue, "origin": origin])
+        }
     }
 
     /// `originRetry` with jitter: between half and all of it, in ms.
@@ -1467,12 +1487,9 @@ public final class Scheduler: @unchecked Sendable {
         }
     }
 
-    /// Forgets that the job's origin was degraded on its lane; with `only`,
-    /// only when that was the reason.
-    private func clearOriginDegraded(_ job: DeliveryJob, lane: QueueLane, only: String? = nil) {
+    private func clearOriginDegraded(_ job: DeliveryJob, lane: QueueLane) {
         guard let origin = Self.origin(ofEndpoint: job.token) else { return }
         let was = shared.withLock { s -> String? in
-            if let only, s.degradedOrigins[lane]?[origin] != only { return nil }
             guard let was = s.degradedOrigins[lane]?.removeValue(forKey: origin) else { return nil }
             if s.degradedOrigins[lane]?.isEmpty == true { s.degradedOrigins[lane] = nil }
             s.originOrder.removeAll { $0.lane == lane && $0.origin == origin }
