@@ -852,6 +852,9 @@ public final class Scheduler: @unchecked Sendable {
     private func judgeOrigin(_ origin: String, job: DeliveryJob, lane: QueueLane, _ report: AttemptReport) {
         assertOnQueue()
         if case .retry(_, let reason) = report.outcome, reason == .timeout, report.httpStatus == nil {
+            // Past its send deadline the sender gives up unsent, also as a
+            // timeout: that says nothing of the origin.
+            if clock.nowMilliseconds() > job.sendDeadline { return }
             let n = (originTimeouts[origin] ?? 0) + 1
             originTimeouts[origin] = n
             if originTimeouts.count > settings.degradedOriginLimit {
