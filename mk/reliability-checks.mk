@@ -9,7 +9,8 @@ RELIABILITY_SUITES := Tests/reliability/test_faults.py Tests/reliability/test_ho
 	Tests/reliability/test_access.py Tests/reliability/test_storekey.py Tests/reliability/test_semantics.py \
 	Tests/reliability/test_dns.py Tests/reliability/test_provider_rules.py Tests/reliability/test_store_outage.py \
 	Tests/reliability/test_pg_server.py Tests/reliability/test_shared_bounds.py \
-	Tests/reliability/test_figures.py Tests/reliability/test_process_budgets.py
+	Tests/reliability/test_figures.py Tests/reliability/test_process_budgets.py \
+	Tests/reliability/test_send_slots.py
 
 .PHONY: test-reliability-checks
 

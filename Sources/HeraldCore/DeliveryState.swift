@@ -29,4 +29,9 @@ public enum DeliveryReason {
     /// false`): `skipped` when the message is accepted, or at its next claim
     /// when the device was turned off after that; never sent to a provider.
     public static let deviceDisabled = "device_disabled"
+    /// A Web Push delivery waiting (`retrying`) because its push service's
+    /// origin stopped answering (`[delivery] webpush_origin_timeouts`
+    /// timeouts in a row): not counted toward `max_retries`; tried again
+    /// later, one probe at a time, until the origin answers or its TTL passes.
+    public static let originUnresponsive = "origin_unresponsive"
 }

@@ -140,6 +140,18 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         /// sent must be answered within this, or the connection is closed and
         /// its unanswered requests go out on a new one.
         public var pingTimeout = Duration.seconds(5)
+        /// Web Push sends in flight to one push service origin at once, every
+        /// app's together: about what the HTTP/2 client carries to one origin
+        /// at a time (2 connections of ~100 streams).
+        public var webPushOriginInflight = 200
+        /// Timeouts in a row that make a Web Push origin unresponsive.
+        public var webPushOriginTimeouts = 5
+        /// A Web Push connection's TCP connect and TLS handshake (HTTP/2: until
+        /// the server's first SETTINGS).
+        public var webPushConnectTimeout = Duration.seconds(5)
+        /// A whole Web Push request, from its hand-off (waiting for a stream
+        /// or a connection included) to its answer.
+        public var webPushTimeout = Duration.seconds(15)
 
         public init() {}
     }

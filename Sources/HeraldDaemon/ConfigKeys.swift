@@ -376,6 +376,18 @@ enum ConfigKeys {
                 doc:
                     "s (decimals allowed, 0.1-300): after a request times out on a provider connection, its PING must be answered within this or the connection is replaced"
             ),
+            integer(
+                .delivery, "webpush_origin_inflight", \.delivery.webPushOriginInflight, 1...100_000, default: 200,
+                doc: "Web Push sends in flight to one push service origin, every app together (1-100000)"),
+            integer(
+                .delivery, "webpush_origin_timeouts", \.delivery.webPushOriginTimeouts, 1...10_000, default: 5,
+                doc: "Web Push timeouts in a row that make an origin unresponsive: one probe at a time (1-10000)"),
+            seconds(
+                .delivery, "webpush_connect_timeout", \.delivery.webPushConnectTimeout, 100...300_000, default: "5",
+                doc: "s (decimals allowed, 0.1-300): a Web Push connection's TCP connect and TLS handshake"),
+            seconds(
+                .delivery, "webpush_timeout", \.delivery.webPushTimeout, 100...300_000, default: "15",
+                doc: "s (decimals allowed, 0.1-300): a whole Web Push request, waiting and connecting included"),
         ]
     }
 

@@ -23,18 +23,20 @@ final class DeliveryStack: Sendable {
     let initialDisabled: [String: [Platform: String]]
 
     init(config: HeraldConfig, credentials: [String: LoadedCredentials], store: any DeliveryStore, log: Logger) throws {
-        providers = ProviderClients(endpoints: config.endpoints, pingTimeout: config.delivery.pingTimeout, log: log)
+        providers = ProviderClients(
+            endpoints: config.endpoints, pingTimeout: config.delivery.pingTimeout,
+            webPushTimeouts: (config.delivery.webPushConnectTimeout, config.delivery.webPushTimeout), log: log)
         let built = try providers.transports(apps: config.apps, credentials: credentials)
         initialDisabled = built.disabled
         let d = config.delivery
-        scheduler = Scheduler(
-            store: store, transports: built.transports,
-            settings: SchedulerSettings(
-                maxInflight: config.server.maxInflight,
-                backoff: BackoffPolicy(maxRetries: d.maxRetries, base: d.backoffBase, max: d.backoffMax),
-                stale: StaleGuard.Settings(
-                    windowCap: d.staleWindowCap, batchRatio: d.staleBatchRatio, batchMin: d.staleBatchMin)),
-            log: log)
+        var settings = SchedulerSettings(
+            maxInflight: config.server.maxInflight,
+            backoff: BackoffPolicy(maxRetries: d.maxRetries, base: d.backoffBase, max: d.backoffMax),
+            stale: StaleGuard.Settings(
+                windowCap: d.staleWindowCap, batchRatio: d.staleBatchRatio, batchMin: d.staleBatchMin))
+        settings.originInflight = d.webPushOriginInflight
+        settings.originTimeoutLimit = d.webPushOriginTimeouts
+        scheduler = Scheduler(store: store, transports: built.transports, settings: settings, log: log)
         store.publish(lanes: built.sendable)
     }
 
@@ -65,6 +67,8 @@ final class ProviderClients: Sendable {
     private let endpoints: HeraldConfig.Endpoints
     /// `[delivery] ping_timeout`, for every HTTP/2 client.
     private let pingTimeout: Duration
+    /// `[delivery] webpush_connect_timeout` and `webpush_timeout`.
+    private let webPushTimeouts: (connect: Duration, request: Duration)
     private let log: Logger
     private let clients = Locked(Clients())
     /// Send-time checks reuse a name's answer for 30 s (one lookup per push
@@ -82,9 +86,13 @@ final class ProviderClients: Sendable {
         var webHTTP2: HTTP2Client?
     }
 
-    init(endpoints: HeraldConfig.Endpoints, pingTimeout: Duration = .seconds(5), log: Logger) {
+    init(
+        endpoints: HeraldConfig.Endpoints, pingTimeout: Duration = .seconds(5),
+        webPushTimeouts: (connect: Duration, request: Duration) = (.seconds(5), .seconds(15)), log: Logger
+    ) {
         self.endpoints = endpoints
         self.pingTimeout = pingTimeout
+        self.webPushTimeouts = webPushTimeouts
         self.log = log
         endpointGuard = EndpointGuard(
             allowPrivate: endpoints.webPushAllowPrivate, resolver: CachingResolver(SystemResolver()))
@@ -117,6 +125,7 @@ final class ProviderClients: Sendable {
         let fcmOverTLS = endpoints.fcm.usesTLS
         let log = self.log
         let pingTimeout = self.pingTimeout
+        let webPushTimeouts = self.webPushTimeouts
         let c = try clients.withLock { c throws -> Clients in
             if needsAPNs && c.apns == nil {
                 var settings = APNsClientSettings(caFile: caFile) { host, port in
@@ -148,6 +157,8 @@ final class ProviderClients: Sendable {
                     try SystemResolver().resolve(host: host, port: port).map(\.description)
                 }
                 settings.pingTimeout = pingTimeout
+                settings.connectTimeout = webPushTimeouts.connect
+                settings.requestTimeout = webPushTimeouts.request
                 c.webHTTP2 = try HTTP2Client(settings: settings, log: log, threadName: "herald-webpush")
             }
             return c
@@ -194,7 +205,8 @@ final class ProviderClients: Sendable {
             case .ready(let vapid):
                 let sender = WebPushSender(
                     guard: endpointGuard, client: c.web!, http2: c.webHTTP2, vapidKey: vapid.key,
-                    subject: vapid.subject, app: name, previousVapidKey: vapid.previous)
+                    subject: vapid.subject, app: name, timeout: webPushTimeouts.request,
+                    connectTimeout: webPushTimeouts.connect, previousVapidKey: vapid.previous)
                 built.transports[QueueLane(app: name, platform: .web)] = WebPushTransport(sender: sender)
             }
             // The Web Push form on the other platforms: their lanes send a

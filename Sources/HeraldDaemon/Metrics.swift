@@ -197,6 +197,19 @@ extension HeraldService {
         m.single(
             "herald_handed_over_total", .counter, "Deliveries sent straight from their message's commit (no claim).",
             s.handedOver)
+        m.single(
+            "herald_webpush_origin_waiting", .gauge,
+            "Web Push deliveries claimed and waiting for a slot of their origin (webpush_origin_inflight).",
+            s.originWaiting)
+        m.single(
+            "herald_webpush_origins_unresponsive", .gauge,
+            "Web Push origins whose requests timed out webpush_origin_timeouts times in a row, probed one send at a time.",
+            s.originsUnresponsive)
+        m.single(
+            "herald_webpush_origin_deferred_total", .counter,
+            "Web Push deliveries put back in the queue because their origin is unresponsive (origin_unresponsive).",
+            s.originDeferred)
+        m.single("herald_lane_floor", .gauge, "Send slots each lane keeps for itself out of max_inflight.", s.laneFloor)
         let platforms = Platform.allCases
         func counter(_ name: String, _ help: String, _ value: (PlatformCounters) -> Int) {
             m.family(name, .counter, help)

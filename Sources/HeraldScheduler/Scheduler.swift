@@ -28,8 +28,25 @@ public struct SchedulerSettings: Sendable {
     /// that keeps refusing waits at `credentialRetry`; its first success
     /// releases every delivery waiting on it.
     public var credentialFirstRetry: Duration = .seconds(1)
-    /// Web Push origins remembered as rejecting Herald (401/403), at most.
+    /// Web Push origins remembered as rejecting Herald (401/403), or as not
+    /// answering, at most.
     public var degradedOriginLimit = 4096
+    /// Web Push sends in flight to one push service origin at once, every
+    /// app and lane together (`[delivery] webpush_origin_inflight`); more
+    /// wait for the origin's slot, in memory, counted in their lane.
+    public var originInflight = 200
+    /// Timeouts in a row that mark a Web Push origin unresponsive
+    /// (`[delivery] webpush_origin_timeouts`): its deliveries then wait in
+    /// `retrying` (``DeliveryReason/originUnresponsive``, not counted toward
+    /// `max_retries`) while one at a time probes it, until it answers.
+    public var originTimeoutLimit = 5
+    /// How long a delivery to an unresponsive origin waits before it is
+    /// tried again (full jitter between half and all of it).
+    public var originRetry: Duration = .seconds(30)
+    /// Slots each lane keeps for itself, that no other lane can take; nil:
+    /// half of `maxInflight` shared evenly among the lanes
+    /// (`maxInflight / (2 × lanes)`). Never more than the lane's own limit.
+    public var laneFloor: Int?
     /// Results the store failed to write (a database outage) held in memory
     /// at most; nil: `max(4096, 4 × maxInflight)`. Past it the oldest are
     /// dropped: their deliveries stay in flight in the store, which queues
@@ -107,6 +124,15 @@ public struct SchedulerStats: Sendable {
     /// Held results dropped past the bound since start; their deliveries
     /// stay in flight in the store and are sent again.
     public var heldResultsDropped = 0
+    /// Web Push deliveries claimed and waiting for a slot of their origin
+    /// (`[delivery] webpush_origin_inflight`).
+    public var originWaiting = 0
+    /// Web Push origins marked unresponsive (timeouts in a row) now.
+    public var originsUnresponsive = 0
+    /// Deliveries put back to wait for an unresponsive origin, since start.
+    public var originDeferred = 0
+    /// The slots each lane keeps for itself (see ``SchedulerSettings/laneFloor``).
+    public var laneFloor = 0
 
     public init() {}
 }
@@ -154,6 +180,21 @@ public final class Scheduler: @unchecked Sendable {
     private var inFlight = 0
     private var sending: [QueueLane: Int] = [:]
     private var waiting: [QueueLane: [DeliveryJob]] = [:]
+    /// Claimed deliveries of each lane not yet recorded: sending, waiting
+    /// for the lane, or waiting for their origin.
+    private var laneUse: [QueueLane: Int] = [:]
+    /// Web Push sends in flight per push service origin, every lane's.
+    private var originSending: [String: Int] = [:]
+    /// Web Push deliveries waiting for a slot of their origin, in order.
+    private var originWaiting: [String: [(job: DeliveryJob, lane: QueueLane)]] = [:]
+    private var originWaitingTotal = 0
+    /// Timeouts in a row per origin (an answer resets it).
+    private var originTimeouts: [String: Int] = [:]
+    /// Origins that stopped answering: one send at a time probes them.
+    private var unresponsive: Set<String> = []
+    private var originDeferred = 0
+    /// The slots each lane keeps (``SchedulerSettings/laneFloor``), for the current lanes.
+    private var laneFloor = 0
     private var guardState: StaleGuard
     private var batchActivity: [BatchKey: Int64] = [:]
     private var held: [HeldKey: Held] = [:]
@@ -280,6 +321,12 @@ public final class Scheduler: @unchecked Sendable {
         self.log = log
         self.rng = random
         self.guardState = StaleGuard(settings: settings.stale)
+        laneFloor = Self.floor(settings, lanes: transports.count)
+    }
+
+    /// Half of `maxInflight` kept as floors, evenly among the lanes, unless set.
+    static func floor(_ settings: SchedulerSettings, lanes: Int) -> Int {
+        max(0, settings.laneFloor ?? settings.maxInflight / (2 * max(1, lanes)))
     }
 
     // MARK: Lifecycle
@@ -352,9 +399,18 @@ public final class Scheduler: @unchecked Sendable {
     public func replaceTransports(_ new: [QueueLane: any PushTransport]) {
         queue.sync {
             transports = new
+            laneFloor = Self.floor(settings, lanes: new.count)
             for (lane, jobs) in waiting where new[lane] == nil {
                 waiting[lane] = nil
                 for job in jobs {
+                    finish(job, state: .skipped, httpStatus: nil, reason: "transport_disabled: no transport configured")
+                }
+            }
+            for (origin, list) in originWaiting where list.contains(where: { new[$0.lane] == nil }) {
+                let (gone, kept) = (list.filter { new[$0.lane] == nil }, list.filter { new[$0.lane] != nil })
+                originWaiting[origin] = kept.isEmpty ? nil : kept
+                originWaitingTotal -= gone.count
+                for (job, _) in gone {
                     finish(job, state: .skipped, httpStatus: nil, reason: "transport_disabled: no transport configured")
                 }
             }
@@ -478,12 +534,35 @@ public final class Scheduler: @unchecked Sendable {
         assertOnQueue()
         let room = settings.maxInflight - inFlight - reservedTotal
         guard running, (idle && !claiming) || (claiming && polling), room > 0 else { return ([:], 0) }
+        let (floors, unused) = unusedFloors()
+        let shared = max(0, room - unused)
         var asks: [QueueLane: Int] = [:]
+        var own = 0
         for lane in transports.keys where lane.app == app {
-            let free = limit(of: lane) - (sending[lane] ?? 0) - (waiting[lane]?.count ?? 0) - (reserved[lane] ?? 0)
-            if free > 0 { asks[lane] = min(free, room) }
+            let free = limit(of: lane) - (laneUse[lane] ?? 0) - (reserved[lane] ?? 0)
+            let floor = floors[lane] ?? 0
+            own += floor
+            if free > 0 && floor + shared > 0 { asks[lane] = min(free, floor + shared) }
         }
-        return (asks, room)
+        let limit = min(room, shared + own)
+        return limit > 0 ? (asks, limit) : ([:], 0)
+    }
+
+    /// What each lane's floor has unused (nothing claimed or promised in
+    /// it), and the sum: the room no other lane may take.
+    private func unusedFloors() -> (floors: [QueueLane: Int], total: Int) {
+        assertOnQueue()
+        guard laneFloor > 0 else { return ([:], 0) }
+        var floors: [QueueLane: Int] = [:]
+        var total = 0
+        for lane in transports.keys {
+            let unused = min(laneFloor, limit(of: lane)) - (laneUse[lane] ?? 0) - (reserved[lane] ?? 0)
+            if unused > 0 {
+                floors[lane] = unused
+                total += unused
+            }
+        }
+        return (floors, total)
     }
 
     private func handedOver(
@@ -532,31 +611,37 @@ public final class Scheduler: @unchecked Sendable {
         }
         var room = settings.maxInflight - inFlight - reservedTotal
         guard room > 0 else { return }
+        // Each lane's floor is its own; the rest is shared.
+        let (floors, unused) = unusedFloors()
+        var shared = max(0, room - unused)
         // Deliveries of lanes without a transport (configuration changed) are
         // claimed too, to be recorded as skipped: now and then, as finding
         // them means scanning past every other lane's backlog.
         let mono = monotonicMilliseconds()
         var others = 0
-        if mono - othersClaimedAt >= 5000 {
-            others = min(room, 100)
+        if mono - othersClaimedAt >= 5000 && shared > 0 {
+            others = min(shared, 100)
             room -= others
+            shared -= others
             othersClaimedAt = mono
         }
-        // The room is shared fairly: each lane asks for at most an equal
-        // part of it (what a lane leaves unused goes to those after it), the
-        // lanes taking turns at going first. A lane that gets all it asked
-        // for is claimed for again at once.
+        // The shared room is shared fairly: each lane asks for its floor and
+        // at most an equal part of the rest (what a lane leaves unused goes
+        // to those after it), the lanes taking turns at going first. A lane
+        // that gets all it asked for is claimed for again at once.
         let lanes = transports.keys.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
         var asks: [QueueLane: Int] = [:]
         for i in lanes.indices {
             let lane = lanes[(i + turn) % lanes.count]
-            let free = limit(of: lane) - (sending[lane] ?? 0) - (waiting[lane]?.count ?? 0) - (reserved[lane] ?? 0)
-            let share = max(1, room / (lanes.count - i))
+            let free = limit(of: lane) - (laneUse[lane] ?? 0) - (reserved[lane] ?? 0)
+            let floor = floors[lane] ?? 0
+            let share = shared > 0 ? max(1, shared / (lanes.count - i)) : 0
             // Every lane is named, with 0 when it has no room, so that the
             // "others" claim never takes a lane's deliveries past its limit.
-            let ask = min(max(0, free), share, room, Self.claimBatch)
+            let ask = min(max(0, free), floor + share, room, Self.claimBatch)
             asks[lane] = ask
             room -= ask
+            shared -= max(0, ask - floor)
         }
         turn += 1
         guard asks.values.contains(where: { $0 > 0 }) || others > 0 else { return }
@@ -644,6 +729,7 @@ public final class Scheduler: @unchecked Sendable {
         assertOnQueue()
         inFlight += 1
         let lane = QueueLane(app: job.app, platform: job.platform)
+        laneUse[lane, default: 0] += 1
         guard transports[lane] != nil else {
             finish(job, state: .skipped, httpStatus: nil, reason: "transport_disabled: no transport configured")
             return
@@ -657,7 +743,9 @@ public final class Scheduler: @unchecked Sendable {
 
     /// Hands the job to its lane's transport, unless its send deadline
     /// (`accepted_at + ttl + 2 s`) passed while it waited for a slot: it then
-    /// ends `expired` there. Returns whether it was handed over.
+    /// ends `expired` there. A Web Push job whose origin has all its slots
+    /// waits for one of them (or, the origin unresponsive, waits in the store).
+    /// Returns whether it was handed over.
     @discardableResult
     private func send(_ job: DeliveryJob, lane: QueueLane) -> Bool {
         assertOnQueue()
@@ -672,30 +760,160 @@ public final class Scheduler: @unchecked Sendable {
             reportNotStale(job, now: now)
             return false
         }
+        let origin = Self.webPushOrigin(of: job)
+        if let origin {
+            if unresponsive.contains(origin) && (originSending[origin] ?? 0) > 0 {
+                deferForOrigin(job, now: now)
+                return false
+            }
+            if (originSending[origin] ?? 0) >= settings.originInflight {
+                originWaiting[origin, default: []].append((job, lane))
+                originWaitingTotal += 1
+                return false
+            }
+            originSending[origin, default: 0] += 1
+        }
         sending[lane, default: 0] += 1
         counters[job.platform, default: PlatformCounters()].sent += 1
         let started = monotonicMicroseconds()
         transport.send(job) { [self] report in
             let elapsed = monotonicMicroseconds() - started
-            queue.async { [self] in completed(job, lane: lane, report, elapsed: elapsed) }
+            queue.async { [self] in completed(job, lane: lane, origin: origin, report, elapsed: elapsed) }
         }
         return true
     }
 
-    private func completed(_ job: DeliveryJob, lane: QueueLane, _ report: AttemptReport, elapsed: Int64) {
+    /// The origin of a job sent through the Web Push sender; nil for the others.
+    static func webPushOrigin(of job: DeliveryJob) -> String? {
+        job.platform == .web || job.keys != nil ? origin(ofEndpoint: job.token) : nil
+    }
+
+    private func completed(
+        _ job: DeliveryJob, lane: QueueLane, origin: String?, _ report: AttemptReport, elapsed: Int64
+    ) {
         assertOnQueue()
         sending[lane, default: 1] -= 1
+        if let origin {
+            let left = (originSending[origin] ?? 1) - 1
+            originSending[origin] = left > 0 ? left : nil
+            judgeOrigin(origin, job: job, lane: lane, report)
+        }
         counters[job.platform, default: PlatformCounters()].sendLatency.record(microseconds: elapsed)
         decide(job, lane: lane, report)
         // The slot goes to the next waiting job still within its deadline;
-        // the ones past it end expired on the way.
+        // the ones past it end expired on the way (and those of a busy origin
+        // wait for it).
+        fillLane(lane)
+        if let origin { fillOrigin(origin) }
+        schedulePublish()
+        pump(freed: lane)
+    }
+
+    private func fillLane(_ lane: QueueLane) {
+        assertOnQueue()
         while var list = waiting[lane], !list.isEmpty, (sending[lane] ?? 0) < limit(of: lane) {
             let next = list.removeFirst()
             waiting[lane] = list.isEmpty ? nil : list
             if send(next, lane: lane) { break }
         }
-        schedulePublish()
-        pump(freed: lane)
+    }
+
+    /// A slot of `origin` freed: its first waiting job goes, or joins its
+    /// lane's wait when the lane is full; an unresponsive origin's wait goes
+    /// back to the store (its probes come from there, one at a time).
+    private func fillOrigin(_ origin: String) {
+        assertOnQueue()
+        if unresponsive.contains(origin) {
+            let now = clock.nowMilliseconds()
+            for (job, _) in originWaiting.removeValue(forKey: origin) ?? [] {
+                originWaitingTotal -= 1
+                deferForOrigin(job, now: now)
+            }
+            return
+        }
+        while var list = originWaiting[origin], !list.isEmpty,
+            (originSending[origin] ?? 0) < settings.originInflight
+        {
+            let (next, lane) = list.removeFirst()
+            originWaiting[origin] = list.isEmpty ? nil : list
+            originWaitingTotal -= 1
+            if (sending[lane] ?? 0) >= limit(of: lane) {
+                waiting[lane, default: []].append(next)
+                continue
+            }
+            send(next, lane: lane)
+        }
+    }
+
+    /// Counts an origin's timeouts in a row: past `originTimeoutLimit` the
+    /// origin is unresponsive (shown with the degraded origins, reason
+    /// `timeout`), and what waits for it goes back to the store. Any answer
+    /// of the origin ends that.
+    private func judgeOrigin(_ origin: String, job: DeliveryJob, lane: QueueLane, _ report: AttemptReport) {
+        assertOnQueue()
+        if case .retry(_, let reason) = report.outcome, reason == .timeout, report.httpStatus == nil {
+            // Past its send deadline the sender gives up unsent, also as a
+            // timeout: that says nothing of the origin.
+            if clock.nowMilliseconds() > job.sendDeadline { return }
+            let n = (originTimeouts[origin] ?? 0) + 1
+            originTimeouts[origin] = n
+            if originTimeouts.count > settings.degradedOriginLimit {
+                originTimeouts = [origin: n]
+            }
+            guard n >= max(1, settings.originTimeoutLimit), !unresponsive.contains(origin) else { return }
+            if unresponsive.count >= max(1, settings.degradedOriginLimit), let any = unresponsive.first {
+                unresponsive.remove(any)
+            }
+            unresponsive.insert(origin)
+            markOriginDegraded(job, lane: lane, reason: .timeout)
+            log?.warning(
+                "webpush_origin_unresponsive",
+                ["origin": origin, "timeouts": String(n), "waiting": String(originWaiting[origin]?.count ?? 0)])
+            return
+        }
+        originTimeouts[origin] = nil
+        guard report.httpStatus != nil, unresponsive.remove(origin) != nil else { return }
+        clearOriginTimeouts(origin)
+    }
+
+    /// Forgets the origin's `timeout` degradation on every lane (it was
+    /// marked on the lane whose send tipped it; any lane's answer ends it).
+    private func clearOriginTimeouts(_ origin: String) {
+        let lanes = shared.withLock { s -> [QueueLane] in
+            let lanes = s.degradedOrigins.compactMap { lane, origins in
+                origins[origin] == ProviderReason.timeout.rawValue ? lane : nil
+            }
+            for lane in lanes {
+                s.degradedOrigins[lane]?[origin] = nil
+                if s.degradedOrigins[lane]?.isEmpty == true { s.degradedOrigins[lane] = nil }
+            }
+            s.originOrder.removeAll { $0.origin == origin && lanes.contains($0.lane) }
+            return lanes
+        }
+        for lane in lanes {
+            log?.info(
+                "webpush_origin_recovered", ["app": lane.app, "platform": lane.platform.rawValue, "origin": origin])
+        }
+    }
+
+    /// `originRetry` with jitter: between half and all of it, in ms.
+    private func originDelay() -> Int64 {
+        let cadence = max(2, settings.originRetry.wholeMilliseconds)
+        return cadence / 2 + Int64.random(in: 0...(cadence / 2), using: &rng)
+    }
+
+    /// A delivery to an unresponsive origin waits in the store, not in a
+    /// slot: due again after `originRetry` (jittered), never past its send
+    /// deadline; not counted as an attempt.
+    private func deferForOrigin(_ job: DeliveryJob, now: Int64) {
+        assertOnQueue()
+        let at = min(now + originDelay(), job.sendDeadline + 1)
+        originDeferred += 1
+        counters[job.platform, default: PlatformCounters()].retried += 1
+        finish(
+            job, state: .retrying, httpStatus: nil, reason: DeliveryReason.originUnresponsive, nextAttemptAt: at,
+            countsAsAttempt: false)
+        arm(afterMs: at - now)
     }
 
     /// Answers come hundreds at a time: the shared stats are refreshed once
@@ -725,6 +943,12 @@ public final class Scheduler: @unchecked Sendable {
             finish(job, state: .delivered, httpStatus: status, reason: nil, shrink: shrink)
             reportNotStale(job, now: now)
         case .retry(let after, let reason):
+            // A probe of an unresponsive origin that timed out again: tried
+            // again at the origin's cadence, not the backoff's.
+            var after = after
+            if reason == .timeout, let origin = Self.webPushOrigin(of: job), unresponsive.contains(origin) {
+                after = max(after ?? .zero, .milliseconds(originDelay()))
+            }
             retry(job, after: after, reason: reason, httpStatus: status, now: now, shrink: shrink)
         case .authRejected(let reason):
             counters[job.platform, default: PlatformCounters()].authRejected += 1
@@ -756,6 +980,7 @@ public final class Scheduler: @unchecked Sendable {
             // Held devices wait outside the in-flight count, so that a large
             // stale batch cannot starve the claims that will settle it.
             inFlight -= 1
+            releaseLane(job)
             held[key] = Held(job: job, httpStatus: status, reason: reason.rawValue)
             // Answered, but not a result its enqueue could write.
             _ = uncommitted[job.messageID]?.box?.offer(nil)
@@ -827,7 +1052,10 @@ public final class Scheduler: @unchecked Sendable {
         countsAsAttempt: Bool = true, inFlight counted: Bool = true, shrink: ShrinkOutcome? = nil
     ) {
         assertOnQueue()
-        if counted { inFlight -= 1 }
+        if counted {
+            inFlight -= 1
+            releaseLane(job)
+        }
         if let log, log.enabled(.debug) {
             log.debug(
                 "delivery",
@@ -859,6 +1087,12 @@ public final class Scheduler: @unchecked Sendable {
             flushScheduled = true
             queue.asyncAfter(deadline: .now() + .milliseconds(1)) { [self] in flushRecords() }
         }
+    }
+
+    private func releaseLane(_ job: DeliveryJob) {
+        let lane = QueueLane(app: job.app, platform: job.platform)
+        let left = (laneUse[lane] ?? 1) - 1
+        laneUse[lane] = left > 0 ? left : nil
     }
 
     /// Results gathered during this turn of the queue go to the store as one
@@ -1311,7 +1545,14 @@ public final class Scheduler: @unchecked Sendable {
         let handed = handedOverTotal
         let heldResults = heldWrites.count + heldInTransit.count
         let dropped = heldDropped
+        let (originWaiting, unresponsive, deferred, floor) = (
+            originWaitingTotal, self.unresponsive.count, originDeferred, laneFloor
+        )
         shared.withLock {
+            $0.stats.originWaiting = originWaiting
+            $0.stats.originsUnresponsive = unresponsive
+            $0.stats.originDeferred = deferred
+            $0.stats.laneFloor = floor
             $0.stats.heldResults = heldResults
             $0.stats.heldResultsDropped = dropped
             $0.stats.handedOver = handed

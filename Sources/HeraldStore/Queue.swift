@@ -12,6 +12,9 @@ final class Queue {
     /// in flight): counted at open, raised by every enqueue, and counted again
     /// whenever an admission would pass its limit.
     private var pendingBound: Int
+    /// `pendingBound` per app, counted and raised with it; read only when
+    /// the apps contend for `max_queued` (``QueueAdmission``).
+    private var pendingByApp: [String: Int] = [:]
 
     static let idempotencyWindowMs: Int64 = 24 * 3600 * 1000
     static let maxDevicesPerMessage = 10_000
@@ -21,12 +24,35 @@ final class Queue {
         self.key = key
         self.instance = instance
         pendingBound = 0
-        pendingBound = try countPending()
+        pendingByApp = try depthByApp().mapValues { $0.waiting + $0.inFlight }
+        pendingBound = pendingByApp.values.reduce(0, +)
     }
 
     private func countPending() throws(StoreError) -> Int {
         let d = try depth()
         return d.waiting + d.inFlight
+    }
+
+    /// Refuses the message when ``QueueAdmission`` does: judged on the
+    /// bounds first, and counted again (one query) only when they refuse.
+    private func admit(_ e: Enqueue, adding: Int) throws {
+        let limit = e.pendingLimit, apps = e.pendingApps
+        guard QueueAdmission.contended(adding: adding, total: pendingBound, limit: limit, apps: apps),
+            QueueAdmission.refusal(
+                app: e.app, adding: adding, total: pendingBound, byApp: pendingByApp, limit: limit, apps: apps)
+                != nil
+        else { return }
+        if apps > 1 {
+            pendingByApp = try depthByApp().mapValues { $0.waiting + $0.inFlight }
+            pendingBound = pendingByApp.values.reduce(0, +)
+        } else {
+            pendingBound = try countPending()
+        }
+        if let refusal = QueueAdmission.refusal(
+            app: e.app, adding: adding, total: pendingBound, byApp: pendingByApp, limit: limit, apps: apps)
+        {
+            throw refusal
+        }
     }
 
     /// Commits the message and one delivery per recipient device; with a key
@@ -82,12 +108,7 @@ final class Queue {
         guard targets.count <= Self.maxDevicesPerMessage else {
             throw EnqueueError.tooManyDevices(count: targets.count, limit: Self.maxDevicesPerMessage)
         }
-        if pendingBound + targets.count > e.pendingLimit {
-            pendingBound = try countPending()
-            if pendingBound + targets.count > e.pendingLimit {
-                throw EnqueueError.queueFull(pending: pendingBound, limit: e.pendingLimit)
-            }
-        }
+        try admit(e, adding: targets.count)
         let messageID = try SecureRandom.bytes(16).hexString
         let expires = now + Int64(e.message.ttlSeconds) * 1000
         var message = e.message
@@ -204,6 +225,7 @@ final class Queue {
             ).run()
         }
         pendingBound += devices
+        pendingByApp[e.app, default: 0] += devices
         return (Enqueued(messageID: messageID, devices: devices, skipped: skipped, duplicate: false), claim)
     }
 

@@ -20,6 +20,9 @@ public struct Enqueue: Sendable {
     /// Refuse the message when the deliveries waiting to be sent, with its
     /// own, would exceed this (`[delivery] max_queued`).
     public var pendingLimit: Int
+    /// The apps configured, among which `pendingLimit` is shared (see
+    /// ``QueueAdmission``); 1: the limit is the app's alone.
+    public var pendingApps = 1
     /// The caller waits for every delivery's outcome (`push.send` with
     /// `wait: true`): a shared store may hold the commit a few milliseconds
     /// to write the results of early sends with the message (see

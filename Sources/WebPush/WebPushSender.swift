@@ -91,6 +91,9 @@ public final class WebPushSender: Sendable {
     /// The per-request deadline of libcurl sends; requests carried by
     /// `http2` have that client's `requestTimeout`.
     public let timeout: Duration
+    /// The connect and TLS handshake deadline of libcurl sends (`http2`
+    /// has its client's `connectTimeout`).
+    public let connectTimeout: Duration
     /// An HTTP/2 connection (and lane) of an origin that carried no request for this long is closed.
     public let http2IdleTimeout: Duration
     private let vapidKey: P256PrivateKey
@@ -164,8 +167,8 @@ public final class WebPushSender: Sendable {
     public init(
         guard endpointGuard: EndpointGuard, client: HTTPClient, http2: HTTP2Client? = nil, vapidKey: P256PrivateKey,
         subject: String, app: String, clock: any WallClock = SystemClock(), tokens: VAPIDTokenCache? = nil,
-        timeout: Duration = .seconds(15), http2IdleTimeout: Duration = WebPushSender.idleTimeout,
-        previousVapidKey: P256PrivateKey? = nil
+        timeout: Duration = .seconds(15), connectTimeout: Duration = .seconds(5),
+        http2IdleTimeout: Duration = WebPushSender.idleTimeout, previousVapidKey: P256PrivateKey? = nil
     ) {
         self.endpointGuard = endpointGuard
         self.client = client
@@ -179,6 +182,7 @@ public final class WebPushSender: Sendable {
         self.clock = clock
         self.tokens = tokens ?? VAPIDTokenCache(clock: clock)
         self.timeout = timeout
+        self.connectTimeout = connectTimeout
         self.http2IdleTimeout = http2IdleTimeout
     }
 
@@ -467,7 +471,7 @@ public final class WebPushSender: Sendable {
         fields.append(("Authorization", authorization))
         let request = HTTPRequest(
             method: "POST", url: checked.url, headers: fields, body: body, timeout: timeout,
-            pinnedAddresses: checked.addresses.map(\.description))
+            connectTimeout: connectTimeout, pinnedAddresses: checked.addresses.map(\.description))
         client.send(request) { result in
             switch result {
             case .failure(let error): answered(.unanswered(Self.reason(for: error)))

@@ -252,6 +252,8 @@ struct OperationsTests {
             "herald_sends_total", "herald_outcomes_total", "herald_retries_total", "herald_stale_removed_total",
             "herald_stale_refused_total", "herald_breaker_trips_total", "herald_in_flight", "herald_queue_in_flight",
             "herald_provider_connections", "herald_client_connections", "herald_send_duration_seconds",
+            "herald_webpush_origin_waiting", "herald_webpush_origins_unresponsive",
+            "herald_webpush_origin_deferred_total", "herald_lane_floor",
         ] {
             #expect(m.types[family] != nil, "\(family) is exposed")
         }

@@ -405,9 +405,14 @@ struct SchedulerSemanticsTests {
         // The provider allows 12 sends when the claim is made, then only one
         // (as an HTTP/2 server lowering its stream limit): 11 claimed jobs wait.
         let shrinking = ShrinkingTransport(fcm, from: 12, to: 1)
+        // No floor: the lane's first claim is its whole room, all 12 (with a
+        // floor the first claim also looks for other lanes' deliveries in the
+        // shared part, and the lane's second claim comes after the shrink).
+        var settings = SchedulerSettings(maxInflight: 12)
+        settings.laneFloor = 0
         let scheduler = Scheduler(
             store: f.store, transports: [QueueLane(app: "default", platform: .fcm): shrinking],
-            settings: SchedulerSettings(maxInflight: 12), clock: clock)
+            settings: settings, clock: clock)
         scheduler.start()
         defer { scheduler.stopClaiming() }
         let id = try f.send((0..<12).map { "fcm-\($0)" }, message: PushMessage(kind: .notification, ttlSeconds: 2))

@@ -547,6 +547,38 @@ struct QueueTests {
     }
 
     @Test(
+        "max_queued is shared among the apps: past half, an app over its share is refused, one under it admitted",
+        arguments: StoreBackend.allCases)
+    func admissionSharedAmongApps(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
+        defer { t.close() }
+        for (app, users) in [("default", 6), ("b", 2)] {
+            for i in 0..<users {
+                _ = try t.register(
+                    Registration(app: app, user: "u\(i)", platform: .fcm, environment: nil, token: "\(app)\(i)"))
+            }
+        }
+        func message(_ app: String, _ users: [String], apps: Int = 2) -> Enqueue {
+            var e = Enqueue(
+                app: app, message: PushMessage(kind: .notification), recipients: .users(users), idempotencyKey: nil,
+                disabled: [:], pendingLimit: 10)
+            e.pendingApps = apps
+            return e
+        }
+        _ = try t.enqueue(message("default", ["u0", "u1", "u2", "u3"]))
+        // 6 of 10 would pass half; the app alone with work has one seat of two: 5.
+        #expect(throws: EnqueueError.queueFull(pending: 4, limit: 5)) {
+            try t.enqueue(message("default", ["u4", "u5"]))
+        }
+        _ = try t.enqueue(message("b", ["u0", "u1"]))
+        // Configured alone, an app has the whole limit.
+        _ = try t.enqueue(message("default", ["u4", "u5"], apps: 1))
+        #expect(throws: EnqueueError.queueFull(pending: 8, limit: 10)) {
+            try t.enqueue(message("default", ["u0", "u1", "u2"], apps: 1))
+        }
+    }
+
+    @Test(
         "a result for a delivery no longer in flight changes nothing; old finished messages are purged",
         arguments: StoreBackend.allCases)
     func recordGuardAndPurge(_ backend: StoreBackend) throws {

@@ -413,7 +413,8 @@ def s_accepts_slowly(gw, pki):
 
 
 def s_never_accepts(gw, pki):
-    # Each attempt waits out the 10 s connect timeout: one retry only, to keep the run short.
+    # Each attempt waits out the connect timeout (10 s; Web Push: webpush_connect_timeout, 5 s):
+    # one retry only, to keep the run short.
     # It runs side by side with no_answer, whose gateway programs it must leave alone: no reset.
     return _proxy_scenario(gw, "never_accepts", None, delivery={"max_retries": 1}, reset=False)
 
@@ -710,7 +711,7 @@ def _expect_dns_no_answer(res, t):
 
 SCENARIOS["dns_no_answer"] = s_dns_no_answer
 
-# The two slowest scenarios (15 s request deadline, 10 s connect timeout) run side by side.
+# The two slowest scenarios (15 s request deadline, 10 s connect timeout; 5 s for Web Push) run side by side.
 PARALLEL_GROUPS = [("no_answer", "never_accepts")]
 _RESULTS: dict = {}
 _LOCK = threading.Lock()

@@ -98,6 +98,7 @@ extension HeraldService {
             app: runtime.config.name, message: message, recipients: recipients, idempotencyKey: idempotencyKey,
             disabled: runtime.disabled, pendingLimit: delivery?.maxQueued ?? .max)
         enqueue.awaitsResults = wait
+        enqueue.pendingApps = apps.count
         let waitMs = Int64(timeout ?? PushLimits.defaultWaitMs)
         let log = self.log
         scheduler.enqueue(enqueue) { [self] result in

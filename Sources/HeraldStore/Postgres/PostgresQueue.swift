@@ -26,6 +26,10 @@ final class PostgresQueue: @unchecked Sendable {
     /// than `boundAgeMs` (other instances add to the queue too).
     private let lock = NSLock()
     private var pendingBound = 0
+    /// `pendingBound` per app, counted (when the apps contend for
+    /// `max_queued`, see ``QueueAdmission``) and raised with it.
+    private var pendingByApp: [String: Int] = [:]
+    private var byAppCountedAt: Int64 = .min / 2
     private var boundCountedAt: Int64 = .min / 2
     static let boundAgeMs: Int64 = 1000
     /// The lanes (`app` U+001F `platform`) that another live instance can
@@ -237,7 +241,7 @@ final class PostgresQueue: @unchecked Sendable {
         guard targets.count <= Queue.maxDevicesPerMessage else {
             throw EnqueueError.tooManyDevices(count: targets.count, limit: Queue.maxDevicesPerMessage)
         }
-        try admit(c, adding: targets.count, limit: e.pendingLimit, now: now)
+        try admit(c, e, adding: targets.count, now: now)
 
         struct Row {
             let target: PostgresTarget
@@ -437,7 +441,10 @@ final class PostgresQueue: @unchecked Sendable {
             queuedLeft = rows.contains { $0.state == .queued }
         }
         if queuedLeft { try notify(c) }
-        lock.withLock { pendingBound += devices }
+        lock.withLock {
+            pendingBound += devices
+            pendingByApp[e.app, default: 0] += devices
+        }
         let claim = Claim(jobs: jobs, finished: [], batchSizes: jobs.isEmpty ? [:] : sizes, nextDueAt: nil)
         var accepted = Enqueued(messageID: messageID, devices: devices, skipped: skipped, duplicate: false)
         accepted.delivered = kept.count
@@ -457,16 +464,44 @@ final class PostgresQueue: @unchecked Sendable {
 
     /// Refuses `adding` more deliveries when the queue (every instance's)
     /// would pass `limit`.
-    private func admit(_ c: PostgresConnection, adding: Int, limit: Int, now: Int64) throws {
-        let (bound, countedAt) = lock.withLock { (pendingBound, boundCountedAt) }
-        guard bound + adding > limit || now - countedAt >= Self.boundAgeMs else { return }
+    /// Refuses the message when ``QueueAdmission`` does, on the bounds while
+    /// they admit and are younger than `boundAgeMs`; counted again
+    /// otherwise, per app only when the apps contend.
+    private func admit(_ c: PostgresConnection, _ e: Enqueue, adding: Int, now: Int64) throws {
+        let limit = e.pendingLimit, apps = e.pendingApps
+        let (bound, byApp, countedAt, byAppAt) = lock.withLock {
+            (pendingBound, pendingByApp, boundCountedAt, byAppCountedAt)
+        }
+        let contendedBound = QueueAdmission.contended(adding: adding, total: bound, limit: limit, apps: apps)
+        let refused =
+            contendedBound
+            && QueueAdmission.refusal(
+                app: e.app, adding: adding, total: bound, byApp: byApp, limit: limit, apps: apps) != nil
+        // The per-app figures are trusted as the total is: younger than `boundAgeMs`.
+        let byAppStale = contendedBound && apps > 1 && now - byAppAt >= Self.boundAgeMs
+        guard refused || byAppStale || now - countedAt >= Self.boundAgeMs else { return }
         let d = try depth(c)
-        let counted = d.waiting + d.inFlight
+        var counted = d.waiting + d.inFlight
+        var perApp = byApp
+        let contended = QueueAdmission.contended(adding: adding, total: counted, limit: limit, apps: apps)
+        if contended && apps > 1 {
+            perApp = try depthByApp(c).mapValues { $0.waiting + $0.inFlight }
+            counted = perApp.values.reduce(0, +)
+        }
         lock.withLock {
             pendingBound = counted
+            if contended && apps > 1 {
+                pendingByApp = perApp
+                byAppCountedAt = now
+            }
             boundCountedAt = now
         }
-        if counted + adding > limit { throw EnqueueError.queueFull(pending: counted, limit: limit) }
+        guard contended else { return }
+        if let refusal = QueueAdmission.refusal(
+            app: e.app, adding: adding, total: counted, byApp: perApp, limit: limit, apps: apps)
+        {
+            throw refusal
+        }
     }
 
     /// Wakes the other instances at commit (see ``PostgresStore``).
