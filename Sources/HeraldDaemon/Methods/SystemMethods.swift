@@ -120,6 +120,16 @@ extension HeraldService {
                 return
             }
             result.append("transports", .object(transports))
+            if let scheduler {
+                result.append(
+                    "slots",
+                    [
+                        "lane_floor": .int(scheduler.laneFloor),
+                        "webpush_origin_waiting": .int(scheduler.originWaiting),
+                        "webpush_origins_unresponsive": .int(scheduler.originsUnresponsive),
+                        "webpush_origin_deferred": .int(scheduler.originDeferred),
+                    ])
+            }
             if let apns {
                 result.append(
                     "apns",
