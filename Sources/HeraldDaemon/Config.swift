@@ -60,7 +60,7 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         /// Client connections one peer uid may hold at once (the daemon holds 512 in all).
         public var maxConnectionsPerUID = 64
         /// `system.*` calls one peer uid may make a minute (the same number at once).
-        public var systemCallsPerMinute = 600
+        public var systemCallsPerMinute = 6000
         /// Bytes one peer uid's connections may hold together: answers owed
         /// and decoded calls not yet run.
         public var maxUIDBytes = 128 * 1024 * 1024

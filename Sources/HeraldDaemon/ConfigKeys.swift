@@ -222,7 +222,7 @@ enum ConfigKeys {
                 .server, "max_connections_per_uid", \.server.maxConnectionsPerUID, 1...512, default: 64,
                 doc: "client connections one peer uid may hold (1-512; 512 in all)"),
             integer(
-                .server, "system_calls_per_minute", \.server.systemCallsPerMinute, 1...1_000_000, default: 600,
+                .server, "system_calls_per_minute", \.server.systemCallsPerMinute, 1...1_000_000, default: 6000,
                 doc: "system.health/stats/metrics calls one peer uid may make a minute, as many at once (1-1000000)"),
             integer(
                 .server, "max_uid_bytes", \.server.maxUIDBytes, (1 << 20)...(1 << 36), default: 128 * 1024 * 1024,

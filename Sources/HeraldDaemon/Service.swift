@@ -99,7 +99,7 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     private let readinessState = Locked((false, "not serving (starting or stopping)"))
     var readiness: (ready: Bool, why: String) { readinessState.withLock { $0 } }
     /// `system.*` calls per peer uid (`[server] system_calls_per_minute`; loop thread only).
-    var systemLimiter = RateLimiter<UInt32>(perMinute: 600)
+    var systemLimiter = RateLimiter<UInt32>(perMinute: 6000)
     /// Provides the server's counters for `system.stats` (loop thread only).
     var serverStats: () -> (open: Int, counters: ServerCounters) = { (0, ServerCounters()) }
     let startedAt = monotonicMilliseconds()
