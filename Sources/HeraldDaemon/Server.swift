@@ -850,8 +850,13 @@ final class RPCServer: @unchecked Sendable {
     /// they stopped, once their uid and the process hold under three quarters.
     private func serveBudgetWaiting() {
         guard !budgetWaiting.isEmpty, clientBudget.value < clientBudget.limit / 4 * 3 else { return }
+        // A connection taken up may stop again at once (its next message
+        // spends the budget): it then queues itself behind those still waiting.
+        let ids = budgetWaiting
+        budgetWaiting.removeAll()
         var still: [UInt64] = []
-        for id in budgetWaiting {
+        defer { budgetWaiting = still + budgetWaiting }
+        for id in ids {
             guard let conn = connections[id] else { continue }
             guard conn.shared.value < conn.shared.limit / 4 * 3, clientBudget.value < clientBudget.limit / 4 * 3
             else {
@@ -865,7 +870,6 @@ final class RPCServer: @unchecked Sendable {
             processFrames(conn)
             if mayRead(conn) { readAvailable(conn) } else { maybeClose(conn) }
         }
-        budgetWaiting = still
     }
 
     /// Sheds the connection holding the most once every connection
