@@ -124,9 +124,17 @@ public enum Daemon {
         }
         // Stopped after everything started later: its ticks and handlers hold them.
         services.started("loop") { loop.shutdown() }
+        let resolvers: Resolvers
+        do {
+            resolvers = try Resolvers.start(log: log)
+        } catch {
+            log.error("startup_failed", ["error": "resolver: \(error)"])
+            return 1
+        }
         let delivery: DeliveryStack
         do {
-            delivery = try DeliveryStack(config: config, credentials: credentials, store: store, log: log)
+            delivery = try DeliveryStack(
+                config: config, credentials: credentials, store: store, resolvers: resolvers, log: log)
         } catch {
             log.error("startup_failed", ["error": "delivery: \(error)"])
             return 1
@@ -146,10 +154,9 @@ public enum Daemon {
         }
         let service = HeraldService(
             apps: apps, store: store,
-            // Registrations resolve afresh (nothing remembered), on lookup threads, for at most 2 s.
+            // Registrations resolve afresh (nothing remembered), bounded, for at most 2 s.
             endpointGuard: EndpointGuard(
-                allowPrivate: config.endpoints.webPushAllowPrivate,
-                resolver: CachingResolver(SystemResolver(), ttl: .zero, negativeTTL: .zero)),
+                allowPrivate: config.endpoints.webPushAllowPrivate, resolver: resolvers.registration),
             clock: SystemClock(), instance: config.server.instanceName, log: log)
         service.storeSummary = StoreSummary(location)
         let waiters = MessageWaiters(store: store, log: log)

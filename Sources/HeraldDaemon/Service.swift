@@ -71,7 +71,6 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     let log: Logger
     /// Set before the server starts.
     var delivery: DeliveryWiring?
-    let resolverQueue = DispatchQueue(label: "herald.resolver", attributes: .concurrent)
     let discoverDocument: JSON
     // Loop thread only:
     let registerLimiter = RateLimiter<AppUser>(perMinute: 20)
