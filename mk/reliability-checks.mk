@@ -8,7 +8,8 @@ RELIABILITY_OUT := $(BUILD_DIR)/reliability
 RELIABILITY_SUITES := Tests/reliability/test_faults.py Tests/reliability/test_hostile.py \
 	Tests/reliability/test_access.py Tests/reliability/test_storekey.py Tests/reliability/test_semantics.py \
 	Tests/reliability/test_dns.py Tests/reliability/test_provider_rules.py Tests/reliability/test_store_outage.py \
-	Tests/reliability/test_pg_server.py Tests/reliability/test_shared_bounds.py
+	Tests/reliability/test_pg_server.py Tests/reliability/test_shared_bounds.py \
+	Tests/reliability/test_dns_starvation.py
 
 .PHONY: test-reliability-checks
 

@@ -76,6 +76,8 @@ final class ProviderClients: Sendable {
     private let endpointGuard: EndpointGuard
     /// APNs and FCM hosts, looked up without a thread per lookup, answers and failures kept 30 s.
     private let providerResolver: CachingResolver
+    /// Every resolver of the daemon, for the metrics.
+    let resolvers: Resolvers
 
     private struct Clients {
         var apns: APNsClient?
@@ -94,6 +96,7 @@ final class ProviderClients: Sendable {
         self.log = log
         endpointGuard = EndpointGuard(allowPrivate: endpoints.webPushAllowPrivate, resolver: resolvers.webPush)
         providerResolver = resolvers.providers
+        self.resolvers = resolvers
     }
 
     var apns: APNsClient? { clients.withLock { $0.apns } }

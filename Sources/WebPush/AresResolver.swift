@@ -22,17 +22,15 @@ public struct ResolverSetupError: Error, Sendable, CustomStringConvertible {
 /// exchange on that thread's event loop, so a name server that never answers
 /// costs an entry in a table until the query's timeout, not a thread.
 ///
-/// Like the C library it reads /etc/resolv.conf, /etc/nsswitch.conf (`hosts:`
-/// files and dns, in their order) and /etc/hosts (again at every lookup), at
-/// start. `attempts` of resolv.conf is honoured up to 2 tries per name server;
-/// each try waits `timeout` (one try) or half of it (two, the second twice as
-/// long), so an unanswered query ends soon after `timeout` whatever
-/// resolv.conf says (glibc would wait its `timeout` × `attempts`).
+/// Like the C library it reads /etc/resolv.conf and /etc/nsswitch.conf
+/// (`hosts:` files and dns, in their order) at start and /etc/hosts at every
+/// lookup. Each name server is asked once and given `timeout` (2 s), whatever
+/// resolv.conf's `timeout` and `attempts` say (glibc would wait their
+/// product), so a query that is never answered ends after `timeout` times the
+/// name servers.
 public final class AresResolver: NonBlockingResolver, HostResolver {
-    /// How long a query's tries take together, at most (about).
+    /// How long a query waits for each name server.
     public let timeoutMs: Int64
-    /// Tries per name server.
-    public let tries: Int
     private let engine: Engine
 
     public init(timeout: Duration = .seconds(2)) throws(ResolverSetupError) {
@@ -44,10 +42,12 @@ public final class AresResolver: NonBlockingResolver, HostResolver {
         } catch {
             throw ResolverSetupError(description: "event loop: \(error)")
         }
-        let configured = try Self.configuredTries()
-        tries = min(2, max(1, configured))
-        let perTry = tries == 1 ? timeoutMs : max(1, timeoutMs / 2)
-        engine = try Engine(loop: loop, tries: tries, perTryMs: Int32(clamping: perTry), timeoutMs: timeoutMs)
+        let nsswitch = FileManager.default.contents(atPath: "/etc/nsswitch.conf").map {
+            String(decoding: $0, as: UTF8.self)
+        }
+        engine = try Engine(
+            loop: loop, perTryMs: Int32(clamping: timeoutMs), timeoutMs: timeoutMs,
+            readsHostsFile: Self.hostsFileIsSource(nsswitch: nsswitch))
         let engine = self.engine
         let thread = Thread {
             engine.loop.every(milliseconds: 50) { engine.processTimeouts() }
@@ -91,35 +91,37 @@ public final class AresResolver: NonBlockingResolver, HostResolver {
 
     private static let libraryReady: Bool = ares_library_init(ARES_LIB_INIT_ALL) == ARES_SUCCESS
 
-    /// The tries per name server that resolv.conf asks for (c-ares's default when it says nothing).
-    private static func configuredTries() throws(ResolverSetupError) -> Int {
-        var channel: ares_channel?
-        var none = ares_options()
-        let rc = ares_init_options(&channel, &none, 0)
-        guard rc == ARES_SUCCESS, let channel else {
-            throw ResolverSetupError(description: String(cString: ares_strerror(rc)))
+    /// Whether nsswitch.conf's `hosts:` line names `files` (c-ares reads it
+    /// the same way; without the file or the line it reads /etc/hosts first).
+    static func hostsFileIsSource(nsswitch: String?) -> Bool {
+        guard let nsswitch else { return true }
+        for line in nsswitch.split(whereSeparator: \.isNewline) {
+            let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
+            guard words.first == "hosts:" else { continue }
+            return words.dropFirst().contains("files")
         }
-        defer { ares_destroy(channel) }
-        var saved = ares_options()
-        var mask: Int32 = 0
-        guard ares_save_options(channel, &saved, &mask) == ARES_SUCCESS else { return 2 }
-        defer { ares_destroy_options(&saved) }
-        return Int(saved.tries)
+        return true
     }
 
     /// The channel and its sockets; touched on the loop thread only (and in `init`, before it runs).
     private final class Engine: @unchecked Sendable {
         let loop: EventLoop
         let timeoutMs: Int64
+        /// Whether /etc/hosts is a source: c-ares answers `localhost` from it
+        /// and never asks a name server for it (RFC 6761).
+        let readsHostsFile: Bool
         let outstanding = Locked(0)
         private var channel: ares_channel?
         private var interest: [Int32: UInt32] = [:]
 
-        init(loop: EventLoop, tries: Int, perTryMs: Int32, timeoutMs: Int64) throws(ResolverSetupError) {
+        init(
+            loop: EventLoop, perTryMs: Int32, timeoutMs: Int64, readsHostsFile: Bool
+        ) throws(ResolverSetupError) {
             self.loop = loop
             self.timeoutMs = timeoutMs
+            self.readsHostsFile = readsHostsFile
             var options = ares_options()
-            options.tries = Int32(tries)
+            options.tries = 1
             options.timeout = perTryMs
             options.sock_state_cb = { data, fd, readable, writable in
                 guard let data else { return }
@@ -156,7 +158,10 @@ public final class AresResolver: NonBlockingResolver, HostResolver {
             // No RFC 6724 sorting (a socket per address): the callers sort and vet.
             hints.ai_flags = ARES_AI_NOSORT
             let query = Query(engine: self, host: host, completion: completion)
-            ares_getaddrinfo(channel, host, nil, &hints, Self.answered, Unmanaged.passRetained(query).toOpaque())
+            // With DNS alone (`hosts: dns`) glibc asks the name server for `localhost`;
+            // c-ares does so only for the absolute name.
+            let name = host == "localhost" && !readsHostsFile ? "localhost." : host
+            ares_getaddrinfo(channel, name, nil, &hints, Self.answered, Unmanaged.passRetained(query).toOpaque())
         }
 
         private static let answered: ares_addrinfo_callback = { arg, status, _, info in
