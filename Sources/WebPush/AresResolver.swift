@@ -33,7 +33,8 @@ public final class AresResolver: NonBlockingResolver, HostResolver {
     public let timeoutMs: Int64
     private let engine: Engine
 
-    public init(timeout: Duration = .seconds(2)) throws(ResolverSetupError) {
+    /// `servers` (`ip[:port]`, comma-separated) replaces resolv.conf's name servers (for tests).
+    public init(timeout: Duration = .seconds(2), servers: String? = nil) throws(ResolverSetupError) {
         timeoutMs = max(1, timeout.wholeMilliseconds)
         guard Self.libraryReady else { throw ResolverSetupError(description: "ares_library_init failed") }
         let loop: EventLoop
@@ -47,7 +48,7 @@ public final class AresResolver: NonBlockingResolver, HostResolver {
         }
         engine = try Engine(
             loop: loop, perTryMs: Int32(clamping: timeoutMs), timeoutMs: timeoutMs,
-            readsHostsFile: Self.hostsFileIsSource(nsswitch: nsswitch))
+            readsHostsFile: Self.hostsFileIsSource(nsswitch: nsswitch), servers: servers)
         let engine = self.engine
         let thread = Thread {
             engine.loop.every(milliseconds: 50) { engine.processTimeouts() }
@@ -115,7 +116,7 @@ public final class AresResolver: NonBlockingResolver, HostResolver {
         private var interest: [Int32: UInt32] = [:]
 
         init(
-            loop: EventLoop, perTryMs: Int32, timeoutMs: Int64, readsHostsFile: Bool
+            loop: EventLoop, perTryMs: Int32, timeoutMs: Int64, readsHostsFile: Bool, servers: String?
         ) throws(ResolverSetupError) {
             self.loop = loop
             self.timeoutMs = timeoutMs
@@ -137,6 +138,13 @@ public final class AresResolver: NonBlockingResolver, HostResolver {
                 throw ResolverSetupError(description: String(cString: ares_strerror(rc)))
             }
             channel = made
+            if let servers {
+                let rc = ares_set_servers_ports_csv(made, servers)
+                guard rc == ARES_SUCCESS else {
+                    ares_destroy(made)
+                    throw ResolverSetupError(description: "servers \(servers): \(String(cString: ares_strerror(rc)))")
+                }
+            }
         }
 
         func stop() {

@@ -62,11 +62,10 @@ def _register(world, user, hosts):
     params, subs = [], []
     for host in hosts:
         sub = gw.subscription()
-        params.append({"user_id": user, "platform": "web", "token": f"https://{host}:{port}/push/{sub['id']}",
+        params.append({"user": user, "platform": "web", "token": f"https://{host}:{port}/push/{sub['id']}",
                        "keys": {"p256dh": sub["p256dh"], "auth": sub["auth"]}})
         subs.append(sub)
-    for p in params:
-        d.call("device.register", p)
+    d.register_many(params)
     assert len(d.devices(user)) == len(hosts)
     return subs
 
@@ -94,11 +93,17 @@ def test_hung_name_servers_on_20_domains_do_not_starve_a_good_origin(world):
     gw, d, dns, port = world["gw"], world["d"], world["dns"], world["relay"].port
     good = _register(world, "good", ["localhost"] * GOOD)
     good_ids = {s["id"] for s in good}
-    waves = []
+    # One user per domain and wave (10 devices: within device_cap and the registration rate).
+    waves, users = [], []
     for w in range(2):
-        hosts = [f"w{w}n{j}.hang{i}.test" for j in range(PER_DOMAIN_AND_WAVE) for i in range(DOMAINS)]
-        _register(world, f"hung{w}", hosts)
+        hosts, wave_users = [], []
+        for i in range(DOMAINS):
+            names = [f"w{w}n{j}.hang{i}.test" for j in range(PER_DOMAIN_AND_WAVE)]
+            _register(world, f"hung{w}-{i}", names)
+            hosts += names
+            wave_users.append(f"hung{w}-{i}")
         waves.append(hosts)
+        users.append(wave_users)
     # From now on the twenty domains' name server never answers.
     for i in range(DOMAINS):
         dns.rules[f"hang{i}.test"] = "hang"
@@ -110,14 +115,14 @@ def test_hung_name_servers_on_20_domains_do_not_starve_a_good_origin(world):
     _good_delivered(world, good_ids, "before the hung lookups")
 
     # Wave 1: 200 hung names at once; the good origin (its answer cached) goes on.
-    first = d.call("push.send", {"to": {"users": ["hung0"]}})["message_id"]
+    first = d.call("push.send", {"to": {"users": users[0]}})["message_id"]
     time.sleep(0.3)
     _good_delivered(world, good_ids, "during the first wave")
 
     # Past the good name's TTL: wave 2 (200 fresh hung names) just before the good origin needs
     # a new lookup.
     time.sleep(max(0.0, looked_up + TTL_S + 1 - time.monotonic()))
-    second = d.call("push.send", {"to": {"users": ["hung1"]}})["message_id"]
+    second = d.call("push.send", {"to": {"users": users[1]}})["message_id"]
     time.sleep(0.2)
     _good_delivered(world, good_ids, "during the second wave, its answer expired")
     # A registration on the good origin passes meanwhile.
