@@ -256,7 +256,8 @@ extension HeraldService {
             $0.refused
         }
         family(
-            "herald_dns_outstanding", .gauge, "Name lookups asked and not yet ended (hung ones until their own timeout)."
+            "herald_dns_outstanding", .gauge,
+            "Name lookups asked and not yet ended (hung ones until their own timeout)."
         ) { $0.outstanding }
         family("herald_dns_queued", .gauge, "Names waiting for a lookup slot.") { $0.queued }
     }

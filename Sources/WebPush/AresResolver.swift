@@ -240,7 +240,8 @@ public final class AresResolver: NonBlockingResolver, HostResolver {
         let host: String
         let completion: @Sendable (Result<[IPAddress], ResolverError>) -> Void
 
-        init(engine: Engine, host: String, completion: @escaping @Sendable (Result<[IPAddress], ResolverError>) -> Void) {
+        init(engine: Engine, host: String, completion: @escaping @Sendable (Result<[IPAddress], ResolverError>) -> Void)
+        {
             self.engine = engine
             self.host = host
             self.completion = completion

@@ -49,7 +49,8 @@ final class ScriptedResolver: NonBlockingResolver, @unchecked Sendable {
 
     /// Ends the hung lookups of `host` (all of them when nil) with a failure.
     func release(_ host: String? = nil) {
-        let ending = lock.withLock { () -> [(host: String, completion: @Sendable (Result<[IPAddress], ResolverError>) -> Void)] in
+        let ending = lock.withLock {
+            () -> [(host: String, completion: @Sendable (Result<[IPAddress], ResolverError>) -> Void)] in
             if host == nil { released = true }
             let out = hung.filter { host == nil || $0.host == host }
             hung.removeAll { host == nil || $0.host == host }
@@ -116,7 +117,9 @@ private func eventually(_ condition: () -> Bool) -> Bool {
 
 @Suite("CachingResolver at send time", .serialized)
 struct SendTimeResolverTests {
-    @Test("defaults are SPEC.md's: 2 s timeout, 30 s for answers and failures, 4,096 entries; 64 lookups, 16 kept, 4 a domain")
+    @Test(
+        "defaults are SPEC.md's: 2 s timeout, 30 s for answers and failures, 4,096 entries; 64 lookups, 16 kept, 4 a domain"
+    )
     func defaults() {
         let r = CachingResolver(ScriptedResolver())
         #expect(r.timeoutMs == 2000)
