@@ -18,7 +18,9 @@ by its last two labels) were all taken by the first wave, and the good origin's 
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +32,7 @@ DOMAINS, PER_DOMAIN_AND_WAVE, GOOD = 20, 10, 4
 DELIVERY = {"max_retries": 1, "backoff_base_ms": 50, "backoff_max_ms": 100}
 TTL_S = 30
 PROMPT_S = 2.0
+PSL_PATH = "/usr/share/publicsuffix/public_suffix_list.dat"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -161,3 +164,25 @@ def test_hung_name_servers_on_20_domains_do_not_starve_a_good_origin(world):
     asked = sum(1 for wave in waves for n in wave if dns.count(n, "A") > asked_at_registration[n])
     assert asked < 2 * DOMAINS * PER_DOMAIN_AND_WAVE, "every hung name was asked: nothing bounded them"
     record_counts(SUITE, faults_injected=2 * DOMAINS * PER_DOMAIN_AND_WAVE, fault_cases=1)
+
+
+def test_without_the_public_suffix_list_the_last_two_labels_stand_in():
+    """Debian's public_suffix_list.dat unreadable (an empty file bound over it in a mount namespace):
+    the daemon starts, says so once (`public_suffix_list_missing`), and still resolves; with the list
+    it says nothing."""
+    ns = Namespace(hosts="")
+    empty = os.path.join(ns.dir, "empty.dat")
+    Path(empty).write_text("")
+    ns.run(["mount", "--bind", empty, PSL_PATH])
+    without = Daemon(transports=(), ns=ns)
+    with_list = Daemon(transports=())
+    try:
+        lines = without.log_lines("public_suffix_list_missing")
+        assert len(lines) == 1 and lines[0].startswith("<4>"), lines
+        assert PSL_PATH in lines[0] and "last two labels" in lines[0], lines
+        assert with_list.log_lines("public_suffix_list_missing") == []
+        assert without.call("system.health")["status"] == "ok", "the daemon serves"
+    finally:
+        without.cleanup()
+        with_list.cleanup()
+        ns.close()
