@@ -47,7 +47,7 @@ public final class AresResolver: NonBlockingResolver, HostResolver {
             String(decoding: $0, as: UTF8.self)
         }
         engine = try Engine(
-            loop: loop, perTryMs: Int32(clamping: timeoutMs), timeoutMs: timeoutMs,
+            loop: loop, timeoutMs: timeoutMs,
             readsHostsFile: Self.hostsFileIsSource(nsswitch: nsswitch), servers: servers)
         let engine = self.engine
         let thread = Thread {
@@ -116,14 +116,16 @@ public final class AresResolver: NonBlockingResolver, HostResolver {
         private var interest: [Int32: UInt32] = [:]
 
         init(
-            loop: EventLoop, perTryMs: Int32, timeoutMs: Int64, readsHostsFile: Bool, servers: String?
+            loop: EventLoop, timeoutMs: Int64, readsHostsFile: Bool, servers: String?
         ) throws(ResolverSetupError) {
             self.loop = loop
             self.timeoutMs = timeoutMs
             self.readsHostsFile = readsHostsFile
             var options = ares_options()
             options.tries = 1
-            options.timeout = perTryMs
+            // One try per name server, of the whole timeout (a retransmission within it
+            // would come when the callers have already been told).
+            options.timeout = Int32(clamping: timeoutMs)
             options.sock_state_cb = { data, fd, readable, writable in
                 guard let data else { return }
                 Unmanaged<Engine>.fromOpaque(data).takeUnretainedValue()
@@ -137,7 +139,6 @@ public final class AresResolver: NonBlockingResolver, HostResolver {
             guard rc == ARES_SUCCESS, made != nil else {
                 throw ResolverSetupError(description: String(cString: ares_strerror(rc)))
             }
-            channel = made
             if let servers {
                 let rc = ares_set_servers_ports_csv(made, servers)
                 guard rc == ARES_SUCCESS else {
@@ -145,6 +146,7 @@ public final class AresResolver: NonBlockingResolver, HostResolver {
                     throw ResolverSetupError(description: "servers \(servers): \(String(cString: ares_strerror(rc)))")
                 }
             }
+            channel = made
         }
 
         func stop() {
