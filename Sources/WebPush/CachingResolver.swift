@@ -52,8 +52,9 @@ public struct ResolverStats: Sendable, Equatable {
 ///   many names it serves, has 4 slots.
 /// - `reservedForKnown` (16) of the slots are only for names that resolved
 ///   before (the last 4,096 such names; one that then fails or times out
-///   loses the mark), and those names wait in a queue of their own that is
-///   served first: new names on hung name servers cannot take them.
+///   loses the mark, and for 30 s every name of its domain waits with the new
+///   ones), and those names wait in a queue of their own that is served
+///   first: new names on hung name servers cannot take them.
 /// - At most `maxQueued` (1,024) names wait in each queue; past it a name
 ///   fails at once.
 /// - Both caches are LRU with `capacity` (4,096) entries each.
@@ -118,6 +119,9 @@ public final class CachingResolver: AsyncHostResolver {
         var failures: LRUCache<Key, Failure>
         /// Names that resolved before and have not failed since.
         var known: LRUCache<Key, Bool>
+        /// Domains with a lookup that passed the timeout, and when: for
+        /// `suspectMs` their names wait with the new ones.
+        var suspect: LRUCache<String, Int64>
         var pending: [Key: Pending] = [:]
         var newNames = WaitQueue()
         var knownNames = WaitQueue()
@@ -147,8 +151,13 @@ public final class CachingResolver: AsyncHostResolver {
         state = Locked(
             State(
                 answers: LRUCache(capacity: self.capacity), failures: LRUCache(capacity: self.capacity),
-                known: LRUCache(capacity: self.capacity)))
+                known: LRUCache(capacity: self.capacity), suspect: LRUCache(capacity: self.capacity)))
     }
+
+    /// How long a domain whose lookup timed out loses the kept slots for all
+    /// its names: a name server that answers once and then hangs cannot turn
+    /// fresh names of its own into names that "resolved before".
+    public static let suspectMs: Int64 = 30_000
 
     /// Lookups passed to the base resolver (cache misses, coalesced).
     public var baseLookups: Int { state.withLock { $0.stats.lookups } }
@@ -203,7 +212,10 @@ public final class CachingResolver: AsyncHostResolver {
                 s.pending[key]!.waiters.append(completion)
                 return .wait
             }
-            let known = s.known.get(key) != nil
+            var known = s.known.get(key) != nil
+            if known, let since = s.suspect.get(domain) {
+                if now - since < Self.suspectMs { known = false } else { s.suspect.remove(domain) }
+            }
             guard (known ? s.knownNames.count : s.newNames.count) < maxQueued else {
                 s.stats.refused += 1
                 return .known(.failure(.failed(host: key.host, reason: "too many lookups waiting")))
@@ -307,6 +319,7 @@ public final class CachingResolver: AsyncHostResolver {
                 s.known.set(key, true)
             case .failure(let error):
                 s.known.remove(key)
+                if case .failed = error { s.suspect.set(domain, now) }
                 if current && negativeTTLMs > 0 { s.failures.set(key, Failure(error: error, storedAt: now)) }
             }
             guard current else { return [] }
@@ -325,6 +338,7 @@ public final class CachingResolver: AsyncHostResolver {
             if p.running {
                 s.stats.timeouts += 1
                 s.known.remove(key)
+                s.suspect.set(p.domain, now)
             } else {
                 // Never asked: dropped from its queue (the entry is skipped there).
                 s.stats.dropped += 1

@@ -288,6 +288,33 @@ struct SendTimeResolverTests {
         #expect(r.stats.dropped == 1)
     }
 
+    @Test("after a lookup in a domain times out, its other known names wait with the new ones for 30 s")
+    func suspectDomain() throws {
+        let base = ScriptedResolver()
+        defer { base.release() }
+        let r = CachingResolver(
+            base, ttl: .zero, negativeTTL: .zero, timeout: .milliseconds(200), maxOutstanding: 2,
+            reservedForKnown: 1, maxPerDomain: 100, suffixes: PublicSuffixList(parsing: "example\n"))
+        #expect(CachingResolver.suspectMs == 30_000)
+        for name in ["a.evil.example", "b.evil.example", "good.other.example"] {
+            _ = try r.resolve(host: name, port: 443)
+        }
+        // a resolved once and now hangs: it times out and keeps its slot (the unreserved one).
+        base.hang("a.evil.example")
+        #expect(throws: ResolverError.failed(host: "a.evil.example", reason: "no answer within 200 ms")) {
+            try r.resolve(host: "a.evil.example", port: 443)
+        }
+        #expect(r.stats.outstanding == 1)
+        // b resolved before too, but its domain is suspect: no kept slot, dropped unasked.
+        let answers = Answers()
+        #expect(r.resolve(host: "b.evil.example", port: 443, completion: answers.record("b")) == nil)
+        #expect(answers.wait(for: 1))
+        #expect(answers["b"] == .failure(.failed(host: "b.evil.example", reason: "no answer within 200 ms")))
+        #expect(base.calls("b.evil.example") == 1)
+        // A known name of another domain still gets the kept slot.
+        #expect(try r.resolve(host: "good.other.example", port: 443) == [ip("93.184.215.14")])
+    }
+
     @Test("names waiting past their deadline are dropped unasked; past 1,024 waiting a new name fails at once")
     func waitQueueBounds() {
         let base = ScriptedResolver()
