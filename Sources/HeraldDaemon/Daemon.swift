@@ -104,6 +104,15 @@ public enum Daemon {
                 "store_key_check_recorded",
                 ["key_file": storeConfig.key.path, "database": databasePath, "devices": String(sealedRows)])
         }
+        // Before the socket exists: a client that can connect finds the daemon
+        // about to serve, not still reading the Public Suffix List.
+        let resolvers: Resolvers
+        do {
+            resolvers = try Resolvers.start(log: log)
+        } catch {
+            log.error("startup_failed", ["error": "resolver: \(error)"])
+            return 1
+        }
         let listener: Listener
         do {
             listener =
@@ -124,13 +133,6 @@ public enum Daemon {
         }
         // Stopped after everything started later: its ticks and handlers hold them.
         services.started("loop") { loop.shutdown() }
-        let resolvers: Resolvers
-        do {
-            resolvers = try Resolvers.start(log: log)
-        } catch {
-            log.error("startup_failed", ["error": "resolver: \(error)"])
-            return 1
-        }
         let delivery: DeliveryStack
         do {
             delivery = try DeliveryStack(
