@@ -19,7 +19,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # (scripts/pg-test-server.sh) and never use the system one.
 DEBIAN_PACKAGES := libssl-dev libsodium-dev libnghttp2-dev libjansson-dev \
 	libcurl4-openssl-dev libsqlite3-dev libinih-dev libmicrohttpd-dev openssl pkg-config python3 python3-venv \
-	nginx nghttp2-client systemd iproute2 postgresql libpq-dev
+	nginx nghttp2-client systemd iproute2 postgresql libpq-dev libc-ares-dev publicsuffix
 
 VENV := .venv
 VENV_STAMP := $(VENV)/.requirements-installed

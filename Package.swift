@@ -58,6 +58,7 @@ let package = Package(
         ),
         .systemLibrary(name: "CSQLite", path: "CSources/CSQLite"),
         .systemLibrary(name: "CInih", path: "CSources/CInih"),
+        .systemLibrary(name: "CAres", path: "CSources/CAres", providers: [.apt(["libc-ares-dev"])]),
         .systemLibrary(name: "CLibPQ", path: "CSources/CLibPQ", providers: [.apt(["libpq-dev"])]),
         .target(name: "Postgres", dependencies: ["CLibPQ", "CHeraldSys"], swiftSettings: strictSwift),
         .target(
@@ -70,7 +71,9 @@ let package = Package(
         .target(name: "JSONRPC", dependencies: ["HeraldJSON"], swiftSettings: strictSwift),
         .target(
             name: "WebPush",
-            dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HTTPClient", "HTTP2", "HeraldIO", "HeraldNet"],
+            dependencies: [
+                "HeraldCore", "HeraldJSON", "HeraldCrypto", "HTTPClient", "HTTP2", "HeraldIO", "HeraldNet", "CAres",
+            ],
             swiftSettings: strictSwift),
         .target(name: "HeraldDelivery", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
         .target(

@@ -10,7 +10,7 @@ RELIABILITY_SUITES := Tests/reliability/test_faults.py Tests/reliability/test_ho
 	Tests/reliability/test_dns.py Tests/reliability/test_provider_rules.py Tests/reliability/test_store_outage.py \
 	Tests/reliability/test_pg_server.py Tests/reliability/test_shared_bounds.py \
 	Tests/reliability/test_figures.py Tests/reliability/test_process_budgets.py \
-	Tests/reliability/test_send_slots.py
+	Tests/reliability/test_send_slots.py Tests/reliability/test_dns_starvation.py
 
 .PHONY: test-reliability-checks
 

@@ -93,6 +93,8 @@ public struct APNsClientSettings: Sendable {
     /// Resolves a host name to numeric addresses. It may block: the client
     /// calls it off its event loop. IP literals are never resolved.
     public var resolver: @Sendable (_ host: String, _ port: Int) throws -> [String]
+    /// Resolves a host name without blocking; used instead of `resolver` when set.
+    public var lookup: HTTP2Lookup?
 
     public init(caFile: String? = nil, resolver: @escaping @Sendable (_ host: String, _ port: Int) throws -> [String]) {
         self.caFile = caFile
@@ -101,6 +103,7 @@ public struct APNsClientSettings: Sendable {
 
     var http2: HTTP2ClientSettings {
         var s = HTTP2ClientSettings(caFile: caFile, resolver: resolver)
+        s.lookup = lookup
         s.maxConnectionsPerLane = maxConnectionsPerLane
         s.requestTimeout = requestTimeout
         s.connectTimeout = connectTimeout

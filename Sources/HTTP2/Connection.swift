@@ -133,9 +133,7 @@ final class Connection: @unchecked Sendable {
             connect(to: [endpoint.host])
             return
         }
-        let resolver = lane.settings.resolver
-        client.resolverQueue.async { [self, client] in
-            let result = Result { try resolver(endpoint.host, endpoint.port) }
+        let resolved: @Sendable (Result<[String], any Error>) -> Void = { [self, client] result in
             client.loop.execute { [self] in
                 guard phase == .resolving else { return }
                 switch result {
@@ -145,6 +143,12 @@ final class Connection: @unchecked Sendable {
                 }
             }
         }
+        if let lookup = lane.settings.lookup {
+            lookup(endpoint.host, endpoint.port, resolved)
+            return
+        }
+        let resolver = lane.settings.resolver
+        client.resolverQueue.async { resolved(Result { try resolver(endpoint.host, endpoint.port) }) }
     }
 
     private func connect(to list: [String]) {

@@ -136,12 +136,22 @@ public struct HTTP2ClientSettings: Sendable {
     /// calls it off its event loop. IP literals and pinned endpoints are
     /// never resolved.
     public var resolver: @Sendable (_ host: String, _ port: Int) throws -> [String]
+    /// Resolves a host name without blocking; used instead of `resolver`
+    /// when set, so that no thread waits on a name server.
+    public var lookup: HTTP2Lookup?
 
     public init(caFile: String? = nil, resolver: @escaping @Sendable (_ host: String, _ port: Int) throws -> [String]) {
         self.caFile = caFile
         self.resolver = resolver
     }
 }
+
+/// Starts resolving `host` to numeric addresses and calls `completion` once
+/// with them, on any thread (from the call itself when the answer is known).
+public typealias HTTP2Lookup =
+    @Sendable (
+        _ host: String, _ port: Int, _ completion: @escaping @Sendable (Result<[String], any Error>) -> Void
+    ) -> Void
 
 /// One request: `POST` (or another method) of `body` to `path`.
 public struct HTTP2Request: Sendable {

@@ -104,6 +104,15 @@ public enum Daemon {
                 "store_key_check_recorded",
                 ["key_file": storeConfig.key.path, "database": databasePath, "devices": String(sealedRows)])
         }
+        // Before the socket exists: a client that can connect finds the daemon
+        // about to serve, not still reading the Public Suffix List.
+        let resolvers: Resolvers
+        do {
+            resolvers = try Resolvers.start(log: log)
+        } catch {
+            log.error("startup_failed", ["error": "resolver: \(error)"])
+            return 1
+        }
         let listener: Listener
         do {
             listener =
@@ -126,7 +135,8 @@ public enum Daemon {
         services.started("loop") { loop.shutdown() }
         let delivery: DeliveryStack
         do {
-            delivery = try DeliveryStack(config: config, credentials: credentials, store: store, log: log)
+            delivery = try DeliveryStack(
+                config: config, credentials: credentials, store: store, resolvers: resolvers, log: log)
         } catch {
             log.error("startup_failed", ["error": "delivery: \(error)"])
             return 1
@@ -146,10 +156,9 @@ public enum Daemon {
         }
         let service = HeraldService(
             apps: apps, store: store,
-            // Registrations resolve afresh (nothing remembered), on lookup threads, for at most 2 s.
+            // Registrations resolve afresh (nothing remembered), bounded, for at most 2 s.
             endpointGuard: EndpointGuard(
-                allowPrivate: config.endpoints.webPushAllowPrivate,
-                resolver: CachingResolver(SystemResolver(), ttl: .zero, negativeTTL: .zero)),
+                allowPrivate: config.endpoints.webPushAllowPrivate, resolver: resolvers.registration),
             clock: SystemClock(), instance: config.server.instanceName, log: log)
         service.storeSummary = StoreSummary(location)
         service.systemLimiter = RateLimiter(perMinute: config.server.systemCallsPerMinute)

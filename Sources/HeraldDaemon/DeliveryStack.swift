@@ -22,9 +22,12 @@ final class DeliveryStack: Sendable {
     /// The disabled platforms of the configuration the stack was made with.
     let initialDisabled: [String: [Platform: String]]
 
-    init(config: HeraldConfig, credentials: [String: LoadedCredentials], store: any DeliveryStore, log: Logger) throws {
+    init(
+        config: HeraldConfig, credentials: [String: LoadedCredentials], store: any DeliveryStore,
+        resolvers: Resolvers, log: Logger
+    ) throws {
         providers = ProviderClients(
-            endpoints: config.endpoints, pingTimeout: config.delivery.pingTimeout,
+            endpoints: config.endpoints, resolvers: resolvers, pingTimeout: config.delivery.pingTimeout,
             webPushTimeouts: (config.delivery.webPushConnectTimeout, config.delivery.webPushTimeout), log: log)
         let built = try providers.transports(apps: config.apps, credentials: credentials)
         initialDisabled = built.disabled
@@ -74,6 +77,10 @@ final class ProviderClients: Sendable {
     /// Send-time checks reuse a name's answer for 30 s (one lookup per push
     /// service per fan-out, not one per push); registrations resolve afresh.
     private let endpointGuard: EndpointGuard
+    /// APNs and FCM hosts, looked up without a thread per lookup, answers and failures kept 30 s.
+    private let providerResolver: CachingResolver
+    /// Every resolver of the daemon, for the metrics.
+    let resolvers: Resolvers
 
     private struct Clients {
         var apns: APNsClient?
@@ -87,15 +94,16 @@ final class ProviderClients: Sendable {
     }
 
     init(
-        endpoints: HeraldConfig.Endpoints, pingTimeout: Duration = .seconds(5),
+        endpoints: HeraldConfig.Endpoints, resolvers: Resolvers, pingTimeout: Duration = .seconds(5),
         webPushTimeouts: (connect: Duration, request: Duration) = (.seconds(5), .seconds(15)), log: Logger
     ) {
         self.endpoints = endpoints
         self.pingTimeout = pingTimeout
         self.webPushTimeouts = webPushTimeouts
         self.log = log
-        endpointGuard = EndpointGuard(
-            allowPrivate: endpoints.webPushAllowPrivate, resolver: CachingResolver(SystemResolver()))
+        endpointGuard = EndpointGuard(allowPrivate: endpoints.webPushAllowPrivate, resolver: resolvers.webPush)
+        providerResolver = resolvers.providers
+        self.resolvers = resolvers
     }
 
     var apns: APNsClient? { clients.withLock { $0.apns } }
@@ -126,11 +134,20 @@ final class ProviderClients: Sendable {
         let log = self.log
         let pingTimeout = self.pingTimeout
         let webPushTimeouts = self.webPushTimeouts
+        let resolver = providerResolver
+        let blocking: @Sendable (String, Int) throws -> [String] = { host, port in
+            try resolver.resolve(host: host, port: port).map(\.description)
+        }
+        let lookup: HTTP2Lookup = { host, port, completion in
+            let now = resolver.resolve(host: host, port: port) { result in
+                completion(result.map { $0.map(\.description) }.mapError { $0 })
+            }
+            if let now { completion(now.map { $0.map(\.description) }.mapError { $0 }) }
+        }
         let c = try clients.withLock { c throws -> Clients in
             if needsAPNs && c.apns == nil {
-                var settings = APNsClientSettings(caFile: caFile) { host, port in
-                    try SystemResolver().resolve(host: host, port: port).map(\.description)
-                }
+                var settings = APNsClientSettings(caFile: caFile, resolver: blocking)
+                settings.lookup = lookup
                 settings.pingTimeout = pingTimeout
                 c.apns = try APNsClient(settings: settings, log: log)
             }
@@ -142,9 +159,8 @@ final class ProviderClients: Sendable {
             // Its own thread too; the HTTP/2 client speaks TLS only, so an http:// (loopback)
             // FCM endpoint stays on libcurl.
             if needsFCM && fcmOverTLS && c.fcmHTTP2 == nil {
-                var settings = HTTP2ClientSettings(caFile: caFile) { host, port in
-                    try SystemResolver().resolve(host: host, port: port).map(\.description)
-                }
+                var settings = HTTP2ClientSettings(caFile: caFile, resolver: blocking)
+                settings.lookup = lookup
                 settings.pingTimeout = pingTimeout
                 c.fcmHTTP2 = try HTTP2Client(settings: settings, log: log, threadName: "herald-fcm")
             }
@@ -153,9 +169,8 @@ final class ProviderClients: Sendable {
             }
             // Its own thread, so Web Push and APNs fan-outs do not share a loop.
             if needsWeb && c.webHTTP2 == nil {
-                var settings = HTTP2ClientSettings(caFile: caFile) { host, port in
-                    try SystemResolver().resolve(host: host, port: port).map(\.description)
-                }
+                var settings = HTTP2ClientSettings(caFile: caFile, resolver: blocking)
+                settings.lookup = lookup
                 settings.pingTimeout = pingTimeout
                 settings.connectTimeout = webPushTimeouts.connect
                 settings.requestTimeout = webPushTimeouts.request

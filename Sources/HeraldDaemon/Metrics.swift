@@ -4,6 +4,7 @@ import HeraldIO
 import HeraldScheduler
 import HeraldStore
 import JSONRPC
+import WebPush
 
 /// The Prometheus text exposition format (version 0.0.4): `# HELP` and
 /// `# TYPE` once per family, then its samples.
@@ -165,6 +166,7 @@ extension HeraldService {
             let scheduler = delivery?.scheduler.stats ?? SchedulerStats()
             Self.schedulerMetrics(scheduler, into: &m)
             Self.connectionMetrics(delivery?.providers.connectionStats ?? [:], into: &m)
+            Self.dnsMetrics(delivery?.providers.resolvers.stats ?? [], into: &m)
         }
 
         let head = m
@@ -278,5 +280,34 @@ extension HeraldService {
             "herald_provider_silent_closes_total", .counter,
             "Provider connections closed as silent: a PING (or a shut flow-control window) not answered within ping_timeout."
         ) { $0.silentConnectionsClosed }
+    }
+
+    /// `herald_dns_*`: each resolver's lookups (`webpush` at send time, `registration`, `provider`).
+    private static func dnsMetrics(_ stats: [(name: String, stats: ResolverStats)], into m: inout PrometheusText) {
+        let resolvers = ["webpush", "registration", "provider"]
+        func family(_ name: String, _ kind: PrometheusText.Kind, _ help: String, _ value: (ResolverStats) -> Int) {
+            m.family(name, kind, help)
+            for r in resolvers {
+                m.sample(name, ["resolver": r], value(stats.first { $0.name == r }?.stats ?? ResolverStats()))
+            }
+        }
+        family("herald_dns_lookups_total", .counter, "Name lookups asked of the name servers (cache misses).") {
+            $0.lookups
+        }
+        family("herald_dns_timeouts_total", .counter, "Name lookups asked and not answered within 2 s.") {
+            $0.timeouts
+        }
+        family(
+            "herald_dns_dropped_total", .counter,
+            "Names that waited 2 s for a lookup slot and were dropped from the queue unasked."
+        ) { $0.dropped }
+        family("herald_dns_refused_total", .counter, "Names refused at once: their wait queue was full.") {
+            $0.refused
+        }
+        family(
+            "herald_dns_outstanding", .gauge,
+            "Name lookups asked and not yet ended (hung ones until their own timeout)."
+        ) { $0.outstanding }
+        family("herald_dns_queued", .gauge, "Names waiting for a lookup slot.") { $0.queued }
     }
 }

@@ -71,7 +71,6 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     let log: Logger
     /// Set before the server starts.
     var delivery: DeliveryWiring?
-    let resolverQueue = DispatchQueue(label: "herald.resolver", attributes: .concurrent)
     /// The store's figures, read at most once a second (`system.stats`, the metrics).
     let figures: StoreFiguresCache
     let discoverDocument: JSON

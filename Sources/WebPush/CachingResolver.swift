@@ -15,33 +15,55 @@ public protocol AsyncHostResolver: HostResolver {
     ) -> Result<[IPAddress], ResolverError>?
 }
 
-/// The send-time resolver of Web Push (SPEC.md Revision 2, "Delivery
-/// semantics"): another resolver's blocking lookups, made asynchronous,
-/// bounded in time and number, coalesced and remembered.
+/// Figures of a ``CachingResolver``, for the metrics.
+public struct ResolverStats: Sendable, Equatable {
+    /// Lookups handed to the base resolver (cache misses, coalesced).
+    public var lookups = 0
+    /// Lookups that passed the timeout while asking a name server.
+    public var timeouts = 0
+    /// Names that passed the timeout while waiting for a slot, never asked.
+    public var dropped = 0
+    /// Names refused at once: the wait queue was full.
+    public var refused = 0
+    /// Lookups started and not yet ended by the base resolver (hung ones included).
+    public var outstanding = 0
+    /// Names waiting for a slot.
+    public var queued = 0
+
+    public init() {}
+}
+
+/// The resolver of Web Push endpoints and provider hosts (SPEC.md Revision 3,
+/// "Shared bounds": name lookups never hold a thread per hung query): a
+/// ``NonBlockingResolver``'s lookups, bounded in time and number, coalesced,
+/// remembered, and shared out so that hung name servers cannot starve the
+/// names that work.
 ///
-/// - An answer is reused for `ttl` (30 s), so a fan-out to many subscriptions
-///   on one push service resolves its name once rather than once per push.
-/// - A failure (no such name, SERVFAIL, no answer in time) is remembered for
-///   `negativeTTL` (30 s): a name server that never answers is asked once per
-///   name per 30 s, not once per delivery or retry.
-/// - Lookups run on threads of their own (never on a sender's worker): at
-///   most `concurrency` at a time, each given `timeout` (2 s). One that passes
-///   it ends as a failure for every caller waiting on it. `getaddrinfo` cannot
-///   be cancelled, so its thread runs on until the C library gives up
-///   (`timeout` × `attempts` of resolv.conf) and no longer counts against
-///   `concurrency`; the threads alive at once are capped at `maxThreads`, and
-///   the names under one parent domain at `maxThreadsPerDomain`, so one slow
-///   name server (however many names it serves) cannot take every thread.
+/// - An answer is reused for `ttl` (30 s); a failure (no such name, SERVFAIL,
+///   no answer in time) is remembered for `negativeTTL` (30 s), so a name
+///   server that never answers is asked once per name per 30 s.
 /// - Callers asking for a name already being looked up wait on that lookup.
+/// - Each caller waits at most `timeout` (2 s), queued or asked; a name still
+///   waiting for a slot then is dropped from the queue, never asked.
+/// - At most `maxOutstanding` (64) lookups are outstanding at once, counted
+///   until the base resolver ends them (a hung query holds a slot past the
+///   callers' timeout, until its own), and at most `maxPerDomain` (4) per
+///   registrable domain by the Public Suffix List: one name server, however
+///   many names it serves, has 4 slots.
+/// - `reservedForKnown` (16) of the slots are only for names that resolved
+///   before (the last 4,096 such names; one that then fails or times out
+///   loses the mark, and for 30 s every name of its domain waits with the new
+///   ones), and those names wait in a queue of their own that is served
+///   first: new names on hung name servers cannot take them.
+/// - At most `maxQueued` (1,024) names wait in each queue; past it a name
+///   fails at once.
 /// - Both caches are LRU with `capacity` (4,096) entries each.
 ///
 /// The send-time check stays sound: the guard still vets every address it is
-/// given and the connection is pinned to a vetted one, so a name that turns
-/// private is refused once its entry expires, and never reached before.
-/// Registration checks use one that remembers nothing (both TTLs zero): still
-/// coalesced, bounded and given up after the timeout.
+/// given and the connection is pinned to a vetted one. Registration checks
+/// use one that remembers no answer or failure (both TTLs zero).
 public final class CachingResolver: AsyncHostResolver {
-    public let base: any HostResolver
+    public let base: any NonBlockingResolver
     /// How long an answer is reused, in milliseconds.
     public let ttlMs: Int64
     /// How long a failure is remembered, in milliseconds.
@@ -50,32 +72,20 @@ public final class CachingResolver: AsyncHostResolver {
     public let timeoutMs: Int64
     /// The most names remembered per cache; the least recently used go first.
     public let capacity: Int
-    /// Lookups running and not yet past their timeout.
-    public let concurrency: Int
-    /// Lookup threads alive, hung ones included.
-    public let maxThreads: Int
-    /// Lookup threads alive for names under one parent domain (its last two labels).
-    public let maxThreadsPerDomain: Int
-    /// The most names waiting for a lookup at once; past it a lookup fails at once.
-    public let maxPending: Int
+    /// Lookups outstanding at once, hung ones included.
+    public let maxOutstanding: Int
+    /// Of `maxOutstanding`, the slots only names that resolved before may take.
+    public let reservedForKnown: Int
+    /// Lookups outstanding at once for names under one registrable domain.
+    public let maxPerDomain: Int
+    /// Names waiting for a slot in each queue (new names, names seen before).
+    public let maxQueued: Int
+    /// Where registrable domains end.
+    public let suffixes: PublicSuffixList
 
     private struct Key: Hashable {
         let host: String
         let port: Int
-        /// The last two labels: names one zone's name servers probably answer.
-        var domain: Substring {
-            var dots = 0
-            var index = host.endIndex
-            while index > host.startIndex {
-                let before = host.index(before: index)
-                if host[before] == "." {
-                    dots += 1
-                    if dots == 2 { return host[index...] }
-                }
-                index = before
-            }
-            return host[...]
-        }
     }
 
     private struct Answer {
@@ -92,53 +102,77 @@ public final class CachingResolver: AsyncHostResolver {
 
     private struct Pending {
         let id: UInt64
+        let domain: String
+        let known: Bool
         var waiters: [Waiter]
         var running = false
+    }
+
+    /// Names waiting for a slot, oldest first; entries whose pending is gone or started are skipped.
+    private struct WaitQueue {
+        var items: [(key: Key, id: UInt64)] = []
+        var count = 0
     }
 
     private struct State {
         var answers: LRUCache<Key, Answer>
         var failures: LRUCache<Key, Failure>
+        /// Names that resolved before and have not failed since.
+        var known: LRUCache<Key, Bool>
+        /// Domains with a lookup that passed the timeout, and when: for
+        /// `suspectMs` their names wait with the new ones.
+        var suspect: LRUCache<String, Int64>
         var pending: [Key: Pending] = [:]
-        /// Names waiting for a thread, oldest first (entries whose pending is gone are skipped).
-        var queue: [(key: Key, id: UInt64)] = []
-        var queueHead = 0
+        var newNames = WaitQueue()
+        var knownNames = WaitQueue()
         var nextID: UInt64 = 0
-        var active = 0
-        var threads = 0
-        var threadsPerDomain: [Substring: Int] = [:]
-        var lookups = 0
-        var timeouts = 0
+        var perDomain: [String: Int] = [:]
+        var stats = ResolverStats()
     }
 
     private let state: Locked<State>
-    private let timers = DispatchQueue(label: "herald.webpush.resolver.timeouts")
+    private let timers = DispatchQueue(label: "herald.resolver.timeouts")
 
     public init(
-        _ base: any HostResolver, ttl: Duration = .seconds(30), negativeTTL: Duration = .seconds(30),
-        timeout: Duration = .seconds(2), capacity: Int = 4096, concurrency: Int = 32, maxThreads: Int = 128,
-        maxThreadsPerDomain: Int = 8, maxPending: Int = 4096
+        _ base: any NonBlockingResolver, ttl: Duration = .seconds(30), negativeTTL: Duration = .seconds(30),
+        timeout: Duration = .seconds(2), capacity: Int = 4096, maxOutstanding: Int = 64, reservedForKnown: Int = 16,
+        maxPerDomain: Int = 4, maxQueued: Int = 1024, suffixes: PublicSuffixList = .lastTwoLabels
     ) {
         self.base = base
         self.ttlMs = ttl.wholeMilliseconds
         self.negativeTTLMs = negativeTTL.wholeMilliseconds
         self.timeoutMs = max(1, timeout.wholeMilliseconds)
         self.capacity = max(1, capacity)
-        self.concurrency = max(1, concurrency)
-        self.maxThreads = max(self.concurrency, maxThreads)
-        self.maxThreadsPerDomain = max(1, maxThreadsPerDomain)
-        self.maxPending = max(1, maxPending)
-        state = Locked(State(answers: LRUCache(capacity: self.capacity), failures: LRUCache(capacity: self.capacity)))
+        self.maxOutstanding = max(1, maxOutstanding)
+        self.reservedForKnown = min(max(0, reservedForKnown), self.maxOutstanding - 1)
+        self.maxPerDomain = max(1, maxPerDomain)
+        self.maxQueued = max(1, maxQueued)
+        self.suffixes = suffixes
+        state = Locked(
+            State(
+                answers: LRUCache(capacity: self.capacity), failures: LRUCache(capacity: self.capacity),
+                known: LRUCache(capacity: self.capacity), suspect: LRUCache(capacity: self.capacity)))
     }
 
+    /// How long a domain whose lookup timed out loses the kept slots for all
+    /// its names: a name server that answers once and then hangs cannot turn
+    /// fresh names of its own into names that "resolved before".
+    public static let suspectMs: Int64 = 30_000
+
     /// Lookups passed to the base resolver (cache misses, coalesced).
-    public var baseLookups: Int { state.withLock { $0.lookups } }
-    /// Lookups that passed the timeout.
-    public var timedOut: Int { state.withLock { $0.timeouts } }
+    public var baseLookups: Int { state.withLock { $0.stats.lookups } }
+    /// Lookups that passed the timeout, asked or still queued.
+    public var timedOut: Int { state.withLock { $0.stats.timeouts + $0.stats.dropped } }
     /// Names whose answer, and names whose failure, are remembered.
     public var cachedCounts: (answers: Int, failures: Int) { state.withLock { ($0.answers.count, $0.failures.count) } }
-    /// Lookup threads alive (those past their timeout included).
-    public var lookupThreads: Int { state.withLock { $0.threads } }
+    /// The counters and gauges now.
+    public var stats: ResolverStats {
+        state.withLock { s in
+            var out = s.stats
+            out.queued = s.newNames.count + s.knownNames.count
+            return out
+        }
+    }
 
     /// Blocks until the answer comes or the timeout passes (for callers that
     /// may block; the sender uses the asynchronous form).
@@ -158,11 +192,12 @@ public final class CachingResolver: AsyncHostResolver {
         host: String, port: Int, completion: @escaping @Sendable (Result<[IPAddress], ResolverError>) -> Void
     ) -> Result<[IPAddress], ResolverError>? {
         let key = Key(host: host.lowercased(), port: port)
+        let domain = suffixes.registrableDomain(of: key.host)
         let now = monotonicMilliseconds()
         enum Step {
             case known(Result<[IPAddress], ResolverError>)
             case wait
-            case start(UInt64)
+            case queued(UInt64)
         }
         let step = state.withLock { s -> Step in
             if let hit = s.answers.get(key) {
@@ -177,89 +212,117 @@ public final class CachingResolver: AsyncHostResolver {
                 s.pending[key]!.waiters.append(completion)
                 return .wait
             }
-            guard s.pending.count < maxPending else {
-                return .known(.failure(.failed(host: host, reason: "too many lookups in progress")))
+            var known = s.known.get(key) != nil
+            if known, let since = s.suspect.get(domain) {
+                if now - since < Self.suspectMs { known = false } else { s.suspect.remove(domain) }
+            }
+            guard (known ? s.knownNames.count : s.newNames.count) < maxQueued else {
+                s.stats.refused += 1
+                return .known(.failure(.failed(host: key.host, reason: "too many lookups waiting")))
             }
             s.nextID &+= 1
-            s.pending[key] = Pending(id: s.nextID, waiters: [completion])
-            s.queue.append((key, s.nextID))
-            return .start(s.nextID)
+            s.pending[key] = Pending(id: s.nextID, domain: domain, known: known, waiters: [completion])
+            if known {
+                s.knownNames.items.append((key, s.nextID))
+                s.knownNames.count += 1
+            } else {
+                s.newNames.items.append((key, s.nextID))
+                s.newNames.count += 1
+            }
+            return .queued(s.nextID)
         }
         switch step {
         case .known(let result): return result
         case .wait: return nil
-        case .start(let id):
+        case .queued(let id):
             timers.asyncAfter(deadline: .now() + .milliseconds(Int(timeoutMs))) { [self] in timeOut(key, id: id) }
             startQueued()
             return nil
         }
     }
 
-    /// Starts queued lookups while the limits allow.
+    /// Starts queued lookups while the limits allow: names seen before first,
+    /// up to every slot; new names up to the slots not reserved.
     private func startQueued() {
-        let starts = state.withLock { s -> [(Key, UInt64)] in
-            var out: [(Key, UInt64)] = []
-            var skipped: [(key: Key, id: UInt64)] = []
-            while s.queueHead < s.queue.count, s.active < concurrency, s.threads < maxThreads {
-                let item = s.queue[s.queueHead]
-                s.queueHead += 1
-                guard let p = s.pending[item.key], p.id == item.id, !p.running else { continue }
-                let domain = item.key.domain
-                if s.threadsPerDomain[domain, default: 0] >= maxThreadsPerDomain {
-                    skipped.append(item)
-                    continue
-                }
-                s.pending[item.key]!.running = true
-                s.active += 1
-                s.threads += 1
-                s.threadsPerDomain[domain, default: 0] += 1
-                s.lookups += 1
-                out.append((item.key, item.id))
-            }
-            // Names held back by their domain's cap keep their place at the front.
-            if !skipped.isEmpty {
-                s.queue.replaceSubrange(0..<s.queueHead, with: skipped)
-                s.queueHead = 0
-            } else if s.queueHead > 0 && (s.queueHead == s.queue.count || s.queueHead >= 256) {
-                s.queue.removeFirst(s.queueHead)
-                s.queueHead = 0
-            }
+        let starts = state.withLock { s -> [(Key, UInt64, String)] in
+            var out: [(Key, UInt64, String)] = []
+            var queue = s.knownNames
+            s.knownNames = WaitQueue()
+            take(from: &queue, limit: maxOutstanding, state: &s, into: &out)
+            s.knownNames = queue
+            queue = s.newNames
+            s.newNames = WaitQueue()
+            take(from: &queue, limit: maxOutstanding - reservedForKnown, state: &s, into: &out)
+            s.newNames = queue
             return out
         }
-        for (key, id) in starts {
-            let thread = Thread { [self] in lookup(key, id: id) }
-            thread.name = "herald-dns"
-            thread.start()
+        for (key, id, domain) in starts {
+            base.lookup(host: key.host, port: key.port) { [self] result in ended(key, id: id, domain: domain, result) }
         }
     }
 
-    private func lookup(_ key: Key, id: UInt64) {
-        let result: Result<[IPAddress], ResolverError>
-        do {
-            let addresses = try base.resolve(host: key.host, port: key.port)
-            result = addresses.isEmpty ? .failure(.notFound(host: key.host)) : .success(addresses)
-        } catch let error as ResolverError {
-            result = .failure(error)
-        } catch {
-            result = .failure(.failed(host: key.host, reason: String(describing: error)))
+    private func take(
+        from queue: inout WaitQueue, limit: Int, state s: inout State, into out: inout [(Key, UInt64, String)]
+    ) {
+        guard s.stats.outstanding < limit, queue.count > 0 else {
+            compact(&queue, state: s)
+            return
         }
+        var kept: [(key: Key, id: UInt64)] = []
+        var index = 0
+        while index < queue.items.count {
+            let item = queue.items[index]
+            index += 1
+            guard let p = s.pending[item.key], p.id == item.id, !p.running else { continue }
+            guard s.stats.outstanding < limit else {
+                kept.append(item)
+                break
+            }
+            // Held back by its domain's share: it keeps its place.
+            if s.perDomain[p.domain, default: 0] >= maxPerDomain {
+                kept.append(item)
+                continue
+            }
+            s.pending[item.key]!.running = true
+            queue.count -= 1
+            s.stats.outstanding += 1
+            s.perDomain[p.domain, default: 0] += 1
+            s.stats.lookups += 1
+            out.append((item.key, item.id, p.domain))
+        }
+        kept.append(contentsOf: queue.items[index...])
+        queue.items = kept
+    }
+
+    /// Drops the entries that no longer wait (started, timed out, answered) once they are most of the queue.
+    private func compact(_ queue: inout WaitQueue, state s: State) {
+        guard queue.items.count > 2 * queue.count + 64 else { return }
+        queue.items.removeAll { item in
+            guard let p = s.pending[item.key], p.id == item.id else { return true }
+            return p.running
+        }
+    }
+
+    /// The base resolver ended a lookup (perhaps after its callers timed out).
+    private func ended(_ key: Key, id: UInt64, domain: String, _ result: Result<[IPAddress], ResolverError>) {
         let now = monotonicMilliseconds()
         let waiters = state.withLock { s -> [Waiter] in
-            s.threads -= 1
-            let domain = key.domain
-            s.threadsPerDomain[domain, default: 1] -= 1
-            if s.threadsPerDomain[domain] == 0 { s.threadsPerDomain[domain] = nil }
+            s.stats.outstanding -= 1
+            s.perDomain[domain, default: 1] -= 1
+            if s.perDomain[domain] == 0 { s.perDomain[domain] = nil }
             let current = s.pending[key]?.id == id
             switch result {
             case .success(let addresses):
                 // Also after a timeout: a late answer serves the next callers.
-                s.answers.set(key, Answer(addresses: addresses, storedAt: now))
+                if ttlMs > 0 { s.answers.set(key, Answer(addresses: addresses, storedAt: now)) }
                 s.failures.remove(key)
+                s.known.set(key, true)
             case .failure(let error):
-                if current { s.failures.set(key, Failure(error: error, storedAt: now)) }
+                s.known.remove(key)
+                if case .failed = error { s.suspect.set(domain, now) }
+                if current && negativeTTLMs > 0 { s.failures.set(key, Failure(error: error, storedAt: now)) }
             }
             guard current else { return [] }
-            s.active -= 1
             return s.pending.removeValue(forKey: key)?.waiters ?? []
         }
         startQueued()
@@ -272,13 +335,18 @@ public final class CachingResolver: AsyncHostResolver {
         let waiters = state.withLock { s -> [Waiter] in
             guard let p = s.pending[key], p.id == id else { return [] }
             s.pending[key] = nil
-            if p.running { s.active -= 1 }
-            s.timeouts += 1
-            s.failures.set(key, Failure(error: error, storedAt: now))
+            if p.running {
+                s.stats.timeouts += 1
+                s.known.remove(key)
+                s.suspect.set(p.domain, now)
+            } else {
+                // Never asked: dropped from its queue (the entry is skipped there).
+                s.stats.dropped += 1
+                if p.known { s.knownNames.count -= 1 } else { s.newNames.count -= 1 }
+            }
+            if negativeTTLMs > 0 { s.failures.set(key, Failure(error: error, storedAt: now)) }
             return p.waiters
         }
-        guard !waiters.isEmpty else { return }
-        startQueued()
         for waiter in waiters { waiter(.failure(error)) }
     }
 }

@@ -32,6 +32,19 @@ public struct StaticResolver: HostResolver {
     }
 
     public func resolve(host: String, port: Int) throws -> [IPAddress] {
+        try resolveTyped(host: host)
+    }
+}
+
+extension StaticResolver: NonBlockingResolver {
+    /// Answers from the table at once, from this call.
+    public func lookup(
+        host: String, port: Int, completion: @escaping @Sendable (Result<[IPAddress], ResolverError>) -> Void
+    ) {
+        completion(Result { () throws(ResolverError) in try resolveTyped(host: host) })
+    }
+
+    private func resolveTyped(host: String) throws(ResolverError) -> [IPAddress] {
         let key = host.lowercased()
         if let failure = failures[key] { throw failure }
         guard let addresses = table[key] else { throw ResolverError.notFound(host: host) }

@@ -19,8 +19,8 @@ import HeraldIO
 /// Per send:
 /// 1. The endpoint is checked again with the ``EndpointGuard`` (DNS rebinding
 ///    and changed answers are caught at send time). With an
-///    ``AsyncHostResolver`` (the daemon's ``CachingResolver``) a name not in
-///    its cache is looked up on the resolver's own threads: the worker moves
+///    ``AsyncHostResolver`` (the daemon's ``CachingResolver`` on c-ares) a
+///    name not in its cache is looked up without a thread: the worker moves
 ///    on to the next send, and the push goes back into the backlog when the
 ///    answer comes (at most 2 s later; no answer by then is a DNS failure), so
 ///    a slow name server never holds up sends to other endpoints. Another

@@ -93,3 +93,47 @@ struct HTTP2GoAwayReasonTests {
         }
     }
 }
+
+/// With a non-blocking `lookup`, the client asks it and never calls the
+/// blocking `resolver` (which would take a thread per lookup).
+@Suite("HTTP/2 client non-blocking lookup", .serialized)
+struct HTTP2LookupTests {
+    @Test("a host is looked up through `lookup`, never the blocking resolver, and its failure fails the request")
+    func lookupInsteadOfResolver() async throws {
+        let g = try await TestGateways()
+        defer { g.stop() }
+        let sub = try await g.control("POST", "/control/webpush-subscription", ["listener": "webpush"])
+        let endpoint = try #require(URL(string: sub["endpoint"] as? String ?? ""))
+        let asked = Locked<[String]>([])
+        var settings = HTTP2ClientSettings(caFile: g.ca) { host, _ in
+            throw TestSupportError("the blocking resolver was called for \(host)")
+        }
+        settings.lookup = { host, _, completion in
+            asked.withLock { $0.append(host) }
+            if host == "localhost" {
+                completion(.success(["127.0.0.1"]))
+            } else {
+                completion(.failure(TestSupportError("no answer within 2000 ms")))
+            }
+        }
+        settings.requestTimeout = .seconds(3)
+        let client = try HTTP2Client(settings: settings, threadName: "herald-lookup-test")
+        defer { client.shutdown() }
+        func post(host: String) async -> Result<HTTP2Response, HTTP2ClientError> {
+            let lane = client.lane(
+                HTTP2LaneKey("lookup-\(host)"), endpoint: HTTP2Endpoint(host: host, port: endpoint.port ?? 443))
+            let request = HTTP2Request(
+                path: endpoint.path, headers: [("ttl", "60"), ("content-length", "3")], body: Array("abc".utf8))
+            return await lane.send(request)
+        }
+        let good = await post(host: "localhost")
+        #expect((try? good.get()) != nil, "\(good)")
+        let hung = await post(host: "hung.example")
+        guard case .failure(let error) = hung else {
+            Issue.record("a failed lookup answered")
+            return
+        }
+        #expect(!error.description.contains("blocking resolver"), "\(error)")
+        #expect(asked.withLock { $0 } == ["localhost", "hung.example"])
+    }
+}

@@ -351,31 +351,33 @@ struct WebPushSenderTests {
 
 // MARK: - Slow DNS
 
-/// `localhost` is loopback; names under `.hang.example` block until `release()`
-/// (a name server that never answers); other names do not exist.
-private final class HangingResolver: HostResolver, @unchecked Sendable {
-    private let lock = NSCondition()
+/// `localhost` is loopback; names under `.hang.example` are answered only at
+/// `release()` (a name server that never answers); other names do not exist.
+private final class HangingResolver: NonBlockingResolver, @unchecked Sendable {
+    private let lock = NSLock()
     private var released = false
-    private var running = 0
+    private var hung: [(String, @Sendable (Result<[IPAddress], ResolverError>) -> Void)] = []
 
-    func resolve(host: String, port: Int) throws -> [IPAddress] {
-        if host == "localhost" { return [IPAddress(numericHost: "127.0.0.1")!] }
-        guard host.hasSuffix(".hang.example") else { throw ResolverError.notFound(host: host) }
-        lock.lock()
-        running += 1
-        while !released { lock.wait() }
-        running -= 1
-        lock.broadcast()
-        lock.unlock()
-        throw ResolverError.failed(host: host, reason: "released")
+    func lookup(
+        host: String, port: Int, completion: @escaping @Sendable (Result<[IPAddress], ResolverError>) -> Void
+    ) {
+        if host == "localhost" { return completion(.success([IPAddress(numericHost: "127.0.0.1")!])) }
+        guard host.hasSuffix(".hang.example") else { return completion(.failure(.notFound(host: host))) }
+        let now = lock.withLock { () -> Bool in
+            if released { return true }
+            hung.append((host, completion))
+            return false
+        }
+        if now { completion(.failure(.failed(host: host, reason: "released"))) }
     }
 
     func release() {
-        lock.lock()
-        released = true
-        lock.broadcast()
-        while running > 0 { _ = lock.wait(until: Date().addingTimeInterval(5)) }
-        lock.unlock()
+        let waiting = lock.withLock { () -> [(String, @Sendable (Result<[IPAddress], ResolverError>) -> Void)] in
+            released = true
+            defer { hung.removeAll() }
+            return hung
+        }
+        for (host, completion) in waiting { completion(.failure(.failed(host: host, reason: "released"))) }
     }
 }
 

@@ -179,7 +179,7 @@ struct EndpointGuardTests {
 
 @Suite("CachingResolver")
 struct CachingResolverTests {
-    final class Counting: HostResolver, @unchecked Sendable {
+    final class Counting: HostResolver, NonBlockingResolver, @unchecked Sendable {
         private let lock = NSLock()
         private var _calls = 0
         private var _answer: [IPAddress]
@@ -196,6 +196,11 @@ struct CachingResolverTests {
             }
             if answer.isEmpty { throw ResolverError.notFound(host: host) }
             return answer
+        }
+        func lookup(
+            host: String, port: Int, completion: @escaping @Sendable (Result<[IPAddress], ResolverError>) -> Void
+        ) {
+            completion(Result { try resolve(host: host, port: port) }.mapError { $0 as! ResolverError })
         }
     }
 

@@ -103,8 +103,8 @@ extension HeraldService {
             }
             return
         }
-        // The endpoint is resolved off the loop (on the guard's lookup threads, for at most
-        // 2 s, when its resolver is asynchronous), then on to the store.
+        // The endpoint is resolved off the loop (by the guard's asynchronous resolver, for
+        // at most 2 s), then on to the store.
         let endpointGuard = self.endpointGuard
         let log = self.log
         let appName = runtime.config.name
@@ -123,11 +123,10 @@ extension HeraldService {
                 reply(.failure(Self.endpointError(error)))
             }
         }
-        let resolverQueue = self.resolverQueue
         sharedLimit(.register, app: runtime.config.name, user: user, reply) {
-            resolverQueue.async {
-                if let now = endpointGuard.check(registration.token, completion: checked) { checked(now) }
-            }
+            // The daemon's guard resolves without blocking: a cached or numeric answer
+            // at once, else on the resolver's thread.
+            if let now = endpointGuard.check(registration.token, completion: checked) { checked(now) }
         }
     }
 

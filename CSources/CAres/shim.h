@@ -1,0 +1,1 @@
+#include <ares.h>
