@@ -50,6 +50,9 @@ struct ServerLimits: Sendable {
     /// falls to three quarters (its message may then time out): 512 clients
     /// each 4 MiB into a message would otherwise hold 2 GiB.
     var maxBufferedBytes = 64 * 1024 * 1024
+    /// The same for one peer uid's connections: half of it, so that one uid
+    /// in the middle of many big messages leaves room for the others'.
+    var maxBufferedBytesPerUID: Int { maxBufferedBytes / 2 }
     /// JSON values in one message (a larger tree is refused while it is parsed).
     var maxValuesPerMessage = 262_144
     /// `[server] max_uid_bytes`: what one peer uid's connections hold
@@ -153,7 +156,10 @@ final class RPCServer: @unchecked Sendable {
     private var readTimeThisTurn: Int64 = 0
     /// Bytes the connections' framers hold (see `maxBufferedBytes`).
     private var bufferedTotal = 0
-    /// Connections not read because `bufferedTotal` is past `maxBufferedBytes`.
+    /// `bufferedTotal` per peer uid (while it has a connection).
+    private var bufferedByUID: [UInt32: Int] = [:]
+    /// Connections not read because `bufferedTotal` is past `maxBufferedBytes`
+    /// (or their uid's part past `maxBufferedBytesPerUID`).
     private var starved: [UInt64] = []
     /// What every connection holds (answers owed, decoded calls), against `maxClientBytes`.
     let clientBudget: ClientBudget
@@ -369,8 +375,12 @@ final class RPCServer: @unchecked Sendable {
         guard !conn.readClosed && !conn.closing && !conn.readPaused && !conn.backlogged && conn.idleOfWork,
             !conn.starved, !conn.budgetPaused
         else { return false }
-        if bufferedTotal >= limits.maxBufferedBytes && conn.framer.bufferedByteCount > 0 {
-            // Too much is buffered in unfinished messages: this one waits.
+        if conn.framer.bufferedByteCount > 0,
+            bufferedTotal >= limits.maxBufferedBytes
+                || bufferedByUID[conn.context.uid, default: 0] >= limits.maxBufferedBytesPerUID
+        {
+            // Too much is buffered in unfinished messages, of every uid or
+            // of this one: this one waits.
             conn.starved = true
             starved.append(conn.id)
             updateInterest(conn)
@@ -383,6 +393,7 @@ final class RPCServer: @unchecked Sendable {
     private func account(_ conn: Connection) {
         let now = conn.framer.storedByteCount
         bufferedTotal += now - conn.accountedBytes
+        bufferedByUID[conn.context.uid, default: 0] += now - conn.accountedBytes
         conn.accountedBytes = now
     }
 
@@ -393,6 +404,10 @@ final class RPCServer: @unchecked Sendable {
         starved.removeAll()
         for id in ids {
             guard let conn = connections[id] else { continue }
+            guard bufferedByUID[conn.context.uid, default: 0] < limits.maxBufferedBytesPerUID / 4 * 3 else {
+                starved.append(id)
+                continue
+            }
             conn.starved = false
             updateInterest(conn)
             if mayRead(conn) { readAvailable(conn) }
@@ -917,6 +932,7 @@ final class RPCServer: @unchecked Sendable {
         loop.preconditionInLoop()
         guard connections.removeValue(forKey: conn.id) != nil else { return }
         bufferedTotal -= conn.accountedBytes
+        bufferedByUID[conn.context.uid, default: 0] -= conn.accountedBytes
         conn.accountedBytes = 0
         // What it held leaves its uid's and the process's budgets; answers
         // still on their way to it count against nothing but itself.
@@ -926,7 +942,10 @@ final class RPCServer: @unchecked Sendable {
         conn.budget.detach()
         if let n = perUID[conn.context.uid] {
             perUID[conn.context.uid] = n > 1 ? n - 1 : nil
-            if n == 1 { uidBudgets[conn.context.uid] = nil }
+            if n == 1 {
+                uidBudgets[conn.context.uid] = nil
+                bufferedByUID[conn.context.uid] = nil
+            }
         }
         loop.remove(conn.fd)
         Glibc.close(conn.fd)
