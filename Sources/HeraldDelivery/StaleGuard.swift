@@ -88,7 +88,12 @@ public struct StaleCounters: Sendable, Hashable {
 /// **Window cap.** At most `windowCap` deletions per platform in any 60 s,
 /// exactly (a log of the deletion times, at most `windowCap` entries). Excess
 /// stale devices are refused, not queued: the next send to them finds them
-/// stale again.
+/// stale again. The cap is shared among the apps: once half of it is used,
+/// an app takes more only while its own deletions in the window stay under
+/// its share, the cap divided among the apps with deletions in the window
+/// (one more seat while one of the `apps` configured has none), so one app's
+/// mass of stale devices cannot use up another's. With one app configured
+/// it may use the whole cap.
 ///
 /// Every call returns the verdicts it reached, each to be acted on once; a
 /// stale report always yields a verdict for its own candidate (possibly `held`).
@@ -123,6 +128,8 @@ public struct StaleGuard: Sendable {
 
     private struct Batch: Sendable {
         let size: Int
+        /// The app of the message (known from its first stale report).
+        var app = ""
         let threshold: Int
         var phase: Phase
         var stale = 0
@@ -134,6 +141,15 @@ public struct StaleGuard: Sendable {
 
     private var batches: [BatchKey: Batch] = [:]
     private var windows: [Platform: SlidingWindowLog] = [:]
+    /// Each app's part of `windows`; an entry whose window is empty is dropped.
+    private var appWindows: [AppPlatform: SlidingWindowLog] = [:]
+    /// The apps configured, for their shares of the window cap (at least 1).
+    public var apps = 1
+
+    private struct AppPlatform: Hashable, Sendable {
+        let app: String
+        let platform: Platform
+    }
     private var counters: [Platform: StaleCounters] = [:]
 
     public init(settings: Settings = Settings()) {
@@ -160,18 +176,19 @@ public struct StaleGuard: Sendable {
     /// One device of the batch came back stale. Returns this candidate's verdict
     /// and any held ones of the same batch that this report decided.
     public mutating func reportStale(
-        _ candidate: StaleCandidate, messageID: String, platform: Platform, now: Int64
+        _ candidate: StaleCandidate, messageID: String, platform: Platform, app: String = "", now: Int64
     ) -> [StaleVerdict] {
         let key = BatchKey(messageID: messageID, platform: platform)
         guard var batch = batches.removeValue(forKey: key) else {
             counters[platform, default: StaleCounters()].staleRefused += 1
             return [verdict(candidate, key, .refused(.unknownBatch))]
         }
+        batch.app = app
         batch.stale += 1
         var verdicts: [StaleVerdict] = []
         switch batch.phase {
         case .unguarded, .released:
-            verdicts.append(admit(candidate, key, now: now))
+            verdicts.append(admit(candidate, key, app: batch.app, now: now))
         case .tripped:
             counters[platform, default: StaleCounters()].staleRefused += 1
             verdicts.append(verdict(candidate, key, .refused(.breakerTripped)))
@@ -259,7 +276,8 @@ public struct StaleGuard: Sendable {
         if batch.stale + unreported < batch.threshold {
             batch.phase = .released
             defer { batch.held = [] }
-            return batch.held.map { admit($0, key, now: now) }
+            let app = batch.app
+            return batch.held.map { admit($0, key, app: app, now: now) }
         }
         return []
     }
@@ -270,16 +288,45 @@ public struct StaleGuard: Sendable {
     }
 
     /// Passes one deletion through the platform's window cap.
-    private mutating func admit(_ candidate: StaleCandidate, _ key: BatchKey, now: Int64) -> StaleVerdict {
+    private mutating func admit(
+        _ candidate: StaleCandidate, _ key: BatchKey, app: String, now: Int64
+    ) -> StaleVerdict {
         let window = StaleGuard.window.wholeMilliseconds
-        let admitted = windows[key.platform, default: SlidingWindowLog(limit: settings.windowCap, window: window)]
-            .admit(now: now)
+        let cap = settings.windowCap
+        var total = windows[key.platform, default: SlidingWindowLog(limit: cap, window: window)]
+        let mine = AppPlatform(app: app, platform: key.platform)
+        var own = appWindows[mine, default: SlidingWindowLog(limit: cap, window: window)]
+        let admitted = total.occupancy(now: now) < cap && withinShare(own.occupancy(now: now), total.count, mine, now)
+        if admitted {
+            _ = total.admit(now: now)
+            _ = own.admit(now: now)
+        }
+        windows[key.platform] = total
+        appWindows[mine] = own.count > 0 ? own : nil
         if admitted {
             counters[key.platform, default: StaleCounters()].staleRemoved += 1
             return verdict(candidate, key, .delete)
         }
         counters[key.platform, default: StaleCounters()].staleRefused += 1
         return verdict(candidate, key, .refused(.windowCapReached))
+    }
+
+    /// Whether an app holding `own` of the window's `total` deletions may
+    /// take one more: always below half the cap, past it while under the
+    /// app's share.
+    private mutating func withinShare(_ own: Int, _ total: Int, _ mine: AppPlatform, _ now: Int64) -> Bool {
+        let cap = settings.windowCap
+        guard apps > 1, total >= cap / 2 else { return true }
+        var active = own == 0 ? 1 : 0
+        for (other, _) in appWindows where other.platform == mine.platform {
+            if appWindows[other]!.occupancy(now: now) > 0 {
+                active += 1
+            } else {
+                appWindows[other] = nil
+            }
+        }
+        let seats = active + (active < apps ? 1 : 0)
+        return own < max(1, cap / max(1, seats))
     }
 
     private func verdict(

@@ -321,7 +321,13 @@ public final class Scheduler: @unchecked Sendable {
         self.log = log
         self.rng = random
         self.guardState = StaleGuard(settings: settings.stale)
+        guardState.apps = Self.appCount(transports)
         laneFloor = Self.floor(settings, lanes: transports.count)
+    }
+
+    /// The apps with a lane, for their shares of the stale window cap.
+    static func appCount(_ transports: [QueueLane: any PushTransport]) -> Int {
+        max(1, Set(transports.keys.map(\.app)).count)
     }
 
     /// Half of `maxInflight` kept as floors, evenly among the lanes, unless set.
@@ -400,6 +406,7 @@ public final class Scheduler: @unchecked Sendable {
         queue.sync {
             transports = new
             laneFloor = Self.floor(settings, lanes: new.count)
+            guardState.apps = Self.appCount(new)
             for (lane, jobs) in waiting where new[lane] == nil {
                 waiting[lane] = nil
                 for job in jobs {
@@ -985,7 +992,9 @@ public final class Scheduler: @unchecked Sendable {
             // Answered, but not a result its enqueue could write.
             _ = uncommitted[job.messageID]?.box?.offer(nil)
             touchBatch(job)
-            apply(guardState.reportStale(candidate, messageID: job.messageID, platform: job.platform, now: now))
+            apply(
+                guardState.reportStale(
+                    candidate, messageID: job.messageID, platform: job.platform, app: job.app, now: now))
         }
     }
 

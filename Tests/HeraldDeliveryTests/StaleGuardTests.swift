@@ -126,6 +126,50 @@ struct StaleGuardTests {
         #expect(guard_.counters(for: .apns) == StaleCounters(staleRemoved: 10, staleRefused: 4, breakerTrips: 0))
     }
 
+    @Test("the window cap is shared among the apps: past half, an app takes only its share")
+    func windowCapSharedAmongApps() {
+        var guard_ = StaleGuard(settings: .init(windowCap: 10, batchRatio: 0.5, batchMin: 4))
+        guard_.apps = 3
+        var next = 0
+        func send(_ app: String, stale: Int, at now: Int64) -> [StaleVerdict] {
+            let message = "\(app)-\(next)"
+            guard_.register(messageID: message, platform: .apns, size: stale)
+            defer { next += stale }
+            return (next..<next + stale).flatMap {
+                guard_.reportStale(device($0), messageID: message, platform: .apns, app: app, now: now)
+            }
+        }
+        // One app's mass of stale devices: half the cap, then its share (10 / 2 seats:
+        // itself and one for the apps with none yet).
+        let a = (0..<4).flatMap { _ in send("a", stale: 3, at: 0) }
+        #expect(a.deleted.count == 5)
+        #expect(a.refused(.windowCapReached).count == 7)
+        // Another app still deletes: its share is 10 / 3 seats (a, b, and c with none).
+        let b = (0..<2).flatMap { _ in send("b", stale: 3, at: 1000) }
+        #expect(b.deleted.count == 3)
+        #expect(b.refused(.windowCapReached).count == 3)
+        // The last app: 10 / 3 = 3 each, and the cap itself is never passed.
+        let c = (0..<2).flatMap { _ in send("c", stale: 3, at: 2000) }
+        #expect(c.deleted.count == 2)
+        #expect(guard_.windowOccupancy(platform: .apns, now: 2000) == 10)
+        // A minute on, the window is empty again: half the cap for anyone.
+        #expect(send("a", stale: 3, at: 62_000).deleted.count == 3)
+    }
+
+    @Test("with one app configured, that app may use the whole window cap")
+    func windowCapOneApp() {
+        var guard_ = StaleGuard(settings: .init(windowCap: 10, batchRatio: 0.5, batchMin: 4))
+        var verdicts: [StaleVerdict] = []
+        for m in 0..<4 {
+            guard_.register(messageID: "m\(m)", platform: .fcm, size: 3)
+            for n in 0..<3 {
+                verdicts += guard_.reportStale(device(m * 3 + n), messageID: "m\(m)", platform: .fcm, app: "a", now: 0)
+            }
+        }
+        #expect(verdicts.deleted.count == 10)
+        #expect(verdicts.refused(.windowCapReached).count == 2)
+    }
+
     @Test("held deletions released together still respect the window cap")
     func releasedBatchMeetsCap() {
         var guard_ = StaleGuard(settings: .init(windowCap: 3, batchRatio: 0.5, batchMin: 4))
