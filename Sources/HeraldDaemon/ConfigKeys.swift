@@ -223,7 +223,9 @@ enum ConfigKeys {
                 doc: "client connections one peer uid may hold (1-512; 512 in all)"),
             integer(
                 .server, "system_calls_per_minute", \.server.systemCallsPerMinute, 1...1_000_000, default: 6000,
-                doc: "system.health/stats/metrics calls one peer uid may make a minute, as many at once (1-1000000)"),
+                doc:
+                    "system.stats/metrics calls one peer uid may make a minute, as many at once; system.health counts 1/50 (1-1000000)"
+            ),
             integer(
                 .server, "max_uid_bytes", \.server.maxUIDBytes, (1 << 20)...(1 << 36), default: 128 * 1024 * 1024,
                 doc:

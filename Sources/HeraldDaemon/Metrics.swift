@@ -79,55 +79,14 @@ extension HeraldService {
     func metrics(
         only: Set<String>? = nil, appFigures: Bool, completion: @escaping @Sendable (Result<String, RPCError>) -> Void
     ) {
-        var m = PrometheusText()
+        // What the loop owns is read here; the text is made on the figures'
+        // queue (``storeFigures``), not on the loop.
         let server = serverStats()
-        m.family("herald_build_info", .gauge, "Herald's version and this instance's name; always 1.")
-        m.sample("herald_build_info", ["version": Self.version, "herald_instance": instance], 1)
-        m.single(
-            "herald_uptime_seconds", .gauge, "Seconds since the daemon started.",
-            Int((monotonicMilliseconds() - startedAt) / 1000))
-        m.single(
-            "herald_ready", .gauge, "1 while the daemon serves and its store answers, else 0.",
-            serving && storeHealth.isOK ? 1 : 0)
-        m.single("herald_client_connections", .gauge, "Client connections open on the socket.", server.open)
-        m.single(
-            "herald_client_connections_accepted_total", .counter, "Client connections accepted.",
-            server.counters.accepted)
-        m.single(
-            "herald_client_connections_refused_total", .counter,
-            "Client connections refused (connection limit reached).", server.counters.refused)
-        m.single(
-            "herald_client_accept_pauses_total", .counter,
-            "Times the socket's listener was left alone until the next sweep: accept found no free descriptor or memory.",
-            server.counters.acceptPauses)
-        m.single(
-            "herald_client_budget_pauses_total", .counter,
-            "Times a connection stopped being read because its uid's connections (max_uid_bytes) or all of them (max_client_bytes) held their budget.",
-            server.counters.budgetPauses)
-        m.single(
-            "herald_client_connections_shed_total", .counter,
-            "Connections closed because all connections together held past max_client_bytes for a second.",
-            server.counters.shed)
-        m.single(
-            "herald_client_held_bytes", .gauge,
-            "Bytes the client connections hold: answers owed and decoded calls not yet run (against max_client_bytes).",
-            server.counters.heldBytes)
-        m.single("herald_rpc_requests_total", .counter, "JSON-RPC requests answered.", server.counters.requests)
-        m.single(
-            "herald_rpc_errors_total", .counter, "JSON-RPC requests answered with an error.", server.counters.errors)
-        m.single("herald_rpc_rate_limited_total", .counter, "Calls refused with rate_limited.", rateLimited)
-        m.single(
-            "herald_rpc_overloaded_total", .counter,
-            "Answers replaced by overloaded (a connection's max_reply_bytes) and batches refused as too large.",
-            server.counters.overloaded)
-        m.single(
-            "herald_client_request_timeouts_total", .counter,
-            "Connections closed because a message was not complete within request_timeout_ms.",
-            server.counters.timedOut)
-        m.family("herald_config_reloads_total", .counter, "Configuration reloads (SIGHUP), by result.")
-        m.sample("herald_config_reloads_total", ["result": "applied"], reloads.applied)
-        m.sample("herald_config_reloads_total", ["result": "refused"], reloads.refused)
-
+        let instance = self.instance
+        let uptime = Int((monotonicMilliseconds() - startedAt) / 1000)
+        let ready = serving && storeHealth.isOK
+        let rateLimited = self.rateLimited
+        let reloads = self.reloads
         let degraded = delivery?.scheduler.degradedLanes ?? [:]
         let transports: [(String, [Platform])] = [
             ("apns", [.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web, .unifiedPush]),
@@ -138,42 +97,92 @@ extension HeraldService {
                 states.append((name, transport, transportState(apps[name]!, platforms, degraded: degraded).kind))
             }
         }
-        if appFigures {
-            m.family(
-                "herald_transport_state", .gauge,
-                "1 for the state each app's transport is in (ready, disabled or degraded).")
-            for state in states {
-                for candidate in TransportState.kinds {
-                    m.sample(
-                        "herald_transport_state",
-                        ["app": state.app, "transport": state.transport, "state": candidate],
-                        candidate == state.kind ? 1 : 0)
+        let daemonWide =
+            only == nil
+            ? (
+                scheduler: delivery?.scheduler.stats ?? SchedulerStats(),
+                connections: delivery?.providers.connectionStats ?? [:],
+                dns: delivery?.providers.resolvers.stats ?? []
+            ) : nil
+        storeFigures(for: "metrics", failure: { completion(.failure($0)) }) { [states] figures in
+            var m = PrometheusText()
+            m.family("herald_build_info", .gauge, "Herald's version and this instance's name; always 1.")
+            m.sample("herald_build_info", ["version": Self.version, "herald_instance": instance], 1)
+            m.single("herald_uptime_seconds", .gauge, "Seconds since the daemon started.", uptime)
+            m.single("herald_ready", .gauge, "1 while the daemon serves and its store answers, else 0.", ready ? 1 : 0)
+            m.single("herald_client_connections", .gauge, "Client connections open on the socket.", server.open)
+            m.single(
+                "herald_client_connections_accepted_total", .counter, "Client connections accepted.",
+                server.counters.accepted)
+            m.single(
+                "herald_client_connections_refused_total", .counter,
+                "Client connections refused (connection limit reached).", server.counters.refused)
+            m.single(
+                "herald_client_accept_pauses_total", .counter,
+                "Times the socket's listener was left alone until the next sweep: accept found no free descriptor or memory.",
+                server.counters.acceptPauses)
+            m.single(
+                "herald_client_budget_pauses_total", .counter,
+                "Times a connection stopped being read because its uid's connections (max_uid_bytes) or all of them (max_client_bytes) held their budget.",
+                server.counters.budgetPauses)
+            m.single(
+                "herald_client_connections_shed_total", .counter,
+                "Connections closed because all connections together held past max_client_bytes for a second.",
+                server.counters.shed)
+            m.single(
+                "herald_client_held_bytes", .gauge,
+                "Bytes the client connections hold: answers owed and decoded calls not yet run (against max_client_bytes).",
+                server.counters.heldBytes)
+            m.single("herald_rpc_requests_total", .counter, "JSON-RPC requests answered.", server.counters.requests)
+            m.single(
+                "herald_rpc_errors_total", .counter, "JSON-RPC requests answered with an error.", server.counters.errors
+            )
+            m.single("herald_rpc_rate_limited_total", .counter, "Calls refused with rate_limited.", rateLimited)
+            m.single(
+                "herald_rpc_overloaded_total", .counter,
+                "Answers replaced by overloaded (a connection's max_reply_bytes) and batches refused as too large.",
+                server.counters.overloaded)
+            m.single(
+                "herald_client_request_timeouts_total", .counter,
+                "Connections closed because a message was not complete within request_timeout_ms.",
+                server.counters.timedOut)
+            m.family("herald_config_reloads_total", .counter, "Configuration reloads (SIGHUP), by result.")
+            m.sample("herald_config_reloads_total", ["result": "applied"], reloads.applied)
+            m.sample("herald_config_reloads_total", ["result": "refused"], reloads.refused)
+
+            if appFigures {
+                m.family(
+                    "herald_transport_state", .gauge,
+                    "1 for the state each app's transport is in (ready, disabled or degraded).")
+                for state in states {
+                    for candidate in TransportState.kinds {
+                        m.sample(
+                            "herald_transport_state",
+                            ["app": state.app, "transport": state.transport, "state": candidate],
+                            candidate == state.kind ? 1 : 0)
+                    }
+                }
+            } else {
+                m.family(
+                    "herald_transport_apps", .gauge,
+                    "Apps whose transport is in each state (ready, disabled or degraded).")
+                for (transport, _) in transports {
+                    for candidate in TransportState.kinds {
+                        m.sample(
+                            "herald_transport_apps", ["transport": transport, "state": candidate],
+                            states.filter { $0.transport == transport && $0.kind == candidate }.count)
+                    }
                 }
             }
-        } else {
-            m.family(
-                "herald_transport_apps", .gauge, "Apps whose transport is in each state (ready, disabled or degraded).")
-            for (transport, _) in transports {
-                for candidate in TransportState.kinds {
-                    m.sample(
-                        "herald_transport_apps", ["transport": transport, "state": candidate],
-                        states.filter { $0.transport == transport && $0.kind == candidate }.count)
-                }
+
+            if let daemonWide {
+                Self.schedulerMetrics(daemonWide.scheduler, into: &m)
+                Self.connectionMetrics(daemonWide.connections, into: &m)
+                Self.dnsMetrics(daemonWide.dns, into: &m)
             }
-        }
 
-        if only == nil {
-            let scheduler = delivery?.scheduler.stats ?? SchedulerStats()
-            Self.schedulerMetrics(scheduler, into: &m)
-            Self.connectionMetrics(delivery?.providers.connectionStats ?? [:], into: &m)
-            Self.dnsMetrics(delivery?.providers.resolvers.stats ?? [], into: &m)
-        }
-
-        let head = m
-        storeFigures(for: "metrics", failure: { completion(.failure($0)) }) { figures in
             let depth = figures.depth(only: only)
             let counts = figures.devices(only: only)
-            var m = head
             m.single("herald_queue_depth", .gauge, "Deliveries waiting (due now or later).", depth.waiting)
             m.single(
                 "herald_queue_in_flight", .gauge, "Deliveries claimed and not yet recorded (in the store).",

@@ -34,8 +34,9 @@ final class RateLimiter<Key: Hashable> {
 
     var count: Int { nodes.count }
 
-    /// Takes one token: nil when allowed, else milliseconds until one is available.
-    func take(_ key: Key, now: Int64) -> Int64? {
+    /// Takes `cost` tokens (one by default): nil when allowed, else
+    /// milliseconds until they are available.
+    func take(_ key: Key, now: Int64, cost: Double = 1) -> Int64? {
         let node: Node
         if let existing = nodes[key] {
             node = existing
@@ -52,11 +53,11 @@ final class RateLimiter<Key: Hashable> {
             }
         }
         pushFront(node)
-        if node.tokens >= 1 {
-            node.tokens -= 1
+        if node.tokens >= cost {
+            node.tokens -= cost
             return nil
         }
-        return Int64(((1 - node.tokens) / perMillisecond).rounded(.up))
+        return max(1, Int64(((cost - node.tokens) / perMillisecond).rounded(.up)))
     }
 
     /// Forgets keys whose buckets are full again (idle for a whole refill).

@@ -73,6 +73,8 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     var delivery: DeliveryWiring?
     /// The store's figures, read at most once a second (`system.stats`, the metrics).
     let figures: StoreFiguresCache
+    /// Where `system.stats` and the metrics text are made from them, off the loop.
+    let figuresQueue = DispatchQueue(label: "herald.figures", qos: .utility)
     let discoverDocument: JSON
     // Loop thread only:
     let registerLimiter = RateLimiter<AppUser>(perMinute: 20)
@@ -99,6 +101,12 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     var readiness: (ready: Bool, why: String) { readinessState.withLock { $0 } }
     /// `system.*` calls per peer uid (`[server] system_calls_per_minute`; loop thread only).
     var systemLimiter = RateLimiter<UInt32>(perMinute: 6000)
+    /// What a `system.health` call takes of that allowance: it reads no
+    /// store and makes a small answer, and monitors (and a client checking
+    /// its connection after each call) ask it often.
+    static let healthCallCost = 0.02
+    /// How long a `system.*` call refused for the rate waits for its answer, at most.
+    static let refusalDelayMs: Int64 = 250
     /// Provides the server's counters for `system.stats` (loop thread only).
     var serverStats: () -> (open: Int, counters: ServerCounters) = { (0, ServerCounters()) }
     let startedAt = monotonicMilliseconds()
@@ -163,10 +171,20 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
             return
         }
         if request.method.hasPrefix("system."),
-            let wait = systemLimiter.take(context.uid, now: monotonicMilliseconds())
+            let wait = systemLimiter.take(
+                context.uid, now: monotonicMilliseconds(),
+                cost: request.method == "system.health" ? Self.healthCallCost : 1)
         {
+            // Refused, and answered only after part of the wait, as nginx's
+            // limit_req delays excess requests: a client calling in a loop
+            // then makes a few calls a second, not thousands of refusals
+            // that would take the loop from everyone else.
             rateLimitedCount.add(1, ordering: .relaxed)
-            reply(.failure(RPCError(.rateLimited(retryAfterMs: wait))))
+            let delay = min(wait, Self.refusalDelayMs)
+            let refusal = RPCError(.rateLimited(retryAfterMs: max(1, wait - delay)))
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(delay))) {
+                reply(.failure(refusal))
+            }
             return
         }
         var params = ParamReader(request.params)

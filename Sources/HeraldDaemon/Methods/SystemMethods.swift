@@ -163,10 +163,15 @@ extension HeraldService {
         _ body: @escaping @Sendable (StoreFigures) -> Void
     ) {
         let log = self.log
+        let queue = figuresQueue
         figures.get { result in
             switch result {
             case .success(let figures):
-                body(figures)
+                // Fresh figures answer on the caller's thread, the loop's:
+                // the answer (a stats object, a metrics text) is made on the
+                // figures' own queue instead, so a client asking in a loop
+                // costs the loop no more than any small call.
+                queue.async { body(figures) }
             case .failure(let error):
                 log.error("store_failed", ["error": "\(what): \(error)"])
                 failure(.storeUnavailable)
