@@ -60,6 +60,20 @@ static enum MHD_Result queue(struct MHD_Connection *connection, unsigned int sta
     return r;
 }
 
+/* A refusal with a fixed text and one header of its own (405's Allow, 401's
+ * WWW-Authenticate). */
+static enum MHD_Result refuse(struct MHD_Connection *connection, unsigned int status, const char *text,
+                              const char *header, const char *value) {
+    struct MHD_Response *response =
+        MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
+    if (response == NULL) return MHD_NO;
+    MHD_add_response_header(response, header, value);
+    MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+    enum MHD_Result r = MHD_queue_response(connection, status, response);
+    MHD_destroy_response(response);
+    return r;
+}
+
 static enum MHD_Result answer(void *cls, struct MHD_Connection *connection, const char *url, const char *method,
                               const char *version, const char *upload_data, size_t *upload_data_size,
                               void **request_state) {
@@ -78,34 +92,12 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *connection, cons
         return MHD_YES;
     }
     if (!is_get && !is_head) {
-        const char *text = "method not allowed\n";
-        char *body = strdup(text);
-        struct MHD_Response *response =
-            body ? MHD_create_response_from_buffer(strlen(text), body, MHD_RESPMEM_MUST_FREE) : NULL;
-        if (response == NULL) {
-            free(body);
-            return MHD_NO;
-        }
-        MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
-        MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
-        enum MHD_Result r = MHD_queue_response(connection, MHD_HTTP_METHOD_NOT_ALLOWED, response);
-        MHD_destroy_response(response);
-        return r;
+        return refuse(connection, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n", MHD_HTTP_HEADER_ALLOW,
+                      "GET, HEAD");
     }
     if (strcmp(url, "/metrics") == 0 && !authorized(server, connection)) {
-        const char *text = "a bearer token is required: Authorization: Bearer <token>\n";
-        char *body = strdup(text);
-        struct MHD_Response *response =
-            body ? MHD_create_response_from_buffer(strlen(text), body, MHD_RESPMEM_MUST_FREE) : NULL;
-        if (response == NULL) {
-            free(body);
-            return MHD_NO;
-        }
-        MHD_add_response_header(response, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"herald\"");
-        MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
-        enum MHD_Result r = MHD_queue_response(connection, MHD_HTTP_UNAUTHORIZED, response);
-        MHD_destroy_response(response);
-        return r;
+        return refuse(connection, MHD_HTTP_UNAUTHORIZED, "a bearer token is required: Authorization: Bearer <token>\n",
+                      MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"herald\"");
     }
     int status = 500;
     char *body = NULL;

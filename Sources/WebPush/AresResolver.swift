@@ -183,7 +183,7 @@ public final class AresResolver: NonBlockingResolver, HostResolver {
             switch status {
             case ARES_SUCCESS:
                 let nodes = sequence(first: info?.pointee.nodes) { $0?.pointee.ai_next }.lazy.compactMap { $0 }
-                let addresses = IPAddress.distinct(nodes.compactMap { AresResolver.address(of: $0.pointee.ai_addr) })
+                let addresses = IPAddress.distinct(nodes.compactMap { IPAddress(socketAddress: $0.pointee.ai_addr) })
                 result = addresses.isEmpty ? .failure(.notFound(host: host)) : .success(addresses)
             case ARES_ENOTFOUND, ARES_ENODATA, ARES_ENONAME:
                 result = .failure(.notFound(host: host))
@@ -247,23 +247,6 @@ public final class AresResolver: NonBlockingResolver, HostResolver {
             self.engine = engine
             self.host = host
             self.completion = completion
-        }
-    }
-
-    static func address(of sockaddr: UnsafeMutablePointer<sockaddr>?) -> IPAddress? {
-        guard let sockaddr else { return nil }
-        switch Int32(sockaddr.pointee.sa_family) {
-        case AF_INET:
-            return sockaddr.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
-                .v4(UInt32(bigEndian: $0.pointee.sin_addr.s_addr))
-            }
-        case AF_INET6:
-            return sockaddr.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) {
-                var raw = $0.pointee.sin6_addr
-                return withUnsafeBytes(of: &raw) { IPAddress(bytes: $0) }
-            }
-        default:
-            return nil
         }
     }
 }

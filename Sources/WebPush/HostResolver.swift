@@ -65,23 +65,31 @@ public struct SystemResolver: HostResolver {
             entry = current.pointee.ai_next
             return current.pointee
         }
-        let addresses = IPAddress.distinct(entries.lazy.compactMap(Self.address(of:)))
+        let addresses = IPAddress.distinct(entries.lazy.compactMap { IPAddress(socketAddress: $0.ai_addr) })
         guard !addresses.isEmpty else { throw ResolverError.notFound(host: host) }
         return addresses
     }
+}
 
-    private static func address(of info: addrinfo) -> IPAddress? {
-        guard let sockaddr = info.ai_addr else { return nil }
-        switch info.ai_family {
+extension IPAddress {
+    /// The address of an `AF_INET` or `AF_INET6` socket address; nil for another family.
+    init?(socketAddress sockaddr: UnsafeMutablePointer<sockaddr>?) {
+        guard let sockaddr else { return nil }
+        switch Int32(sockaddr.pointee.sa_family) {
         case AF_INET:
-            return sockaddr.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
+            self = sockaddr.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
                 .v4(UInt32(bigEndian: $0.pointee.sin_addr.s_addr))
             }
         case AF_INET6:
-            return sockaddr.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) {
-                var raw = $0.pointee.sin6_addr
-                return withUnsafeBytes(of: &raw) { IPAddress(bytes: $0) }
-            }
+            guard
+                let address = sockaddr.withMemoryRebound(
+                    to: sockaddr_in6.self, capacity: 1,
+                    {
+                        var raw = $0.pointee.sin6_addr
+                        return withUnsafeBytes(of: &raw) { IPAddress(bytes: $0) }
+                    })
+            else { return nil }
+            self = address
         default:
             return nil
         }
