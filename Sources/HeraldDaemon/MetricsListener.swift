@@ -108,8 +108,6 @@ final class SharedAnswer: @unchecked Sendable {
     private var computingSince: Int64?
     /// Counts computations that ended, so waiters see theirs end.
     private var generation = 0
-    /// Computations started, for tests.
-    private(set) var computations = 0
     let maxAgeMs: Int64
     let timeoutMs: Int64
 
@@ -131,7 +129,6 @@ final class SharedAnswer: @unchecked Sendable {
         let seen = generation
         if computingSince.map({ now - $0 > timeoutMs }) ?? true {
             computingSince = now
-            computations += 1
             condition.unlock()
             compute { [self] text in
                 condition.lock()
