@@ -25,9 +25,10 @@ final class RateLimiter<Key: Hashable> {
     private var head: Node?  // most recent
     private var tail: Node?  // least recent
 
-    /// `perMinute` tokens a minute, bursting to the same number.
-    init(perMinute: Int, capacity: Int = 100_000) {
-        burst = Double(perMinute)
+    /// `perMinute` tokens a minute, bursting to `burst` (by default the
+    /// same number).
+    init(perMinute: Int, burst: Int? = nil, capacity: Int = 100_000) {
+        self.burst = Double(burst ?? perMinute)
         perMillisecond = Double(perMinute) / 60_000
         self.capacity = capacity
     }

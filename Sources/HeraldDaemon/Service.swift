@@ -100,7 +100,15 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     private let readinessState = Locked((false, "not serving (starting or stopping)"))
     var readiness: (ready: Bool, why: String) { readinessState.withLock { $0 } }
     /// `system.*` calls per peer uid (`[server] system_calls_per_minute`; loop thread only).
-    var systemLimiter = RateLimiter<UInt32>(perMinute: 6000)
+    var systemLimiter = RateLimiter<UInt32>(perMinute: 6000, burst: systemCallBurst(perMinute: 6000))
+    /// How many `system.*` calls a uid may make at once: ten seconds of its
+    /// rate, never fewer than ten calls nor more than a minute's. A client
+    /// calling in a loop is held to the rate within a second or so, as a
+    /// small `burst` holds one in nginx's limit_req, instead of being answered
+    /// a whole minute's calls first.
+    static func systemCallBurst(perMinute: Int) -> Int {
+        min(perMinute, max(10, perMinute / 6))
+    }
     /// What a `system.health` call takes of that allowance: it reads no
     /// store and makes a small answer, and monitors (and a client checking
     /// its connection after each call) ask it often.

@@ -14,6 +14,26 @@ struct RateLimiterTests {
         #expect(limiter.take("alice", now: 3000) != nil)
     }
 
+    @Test("a smaller burst: that many at once, then the rate")
+    func smallerBurst() {
+        let limiter = RateLimiter<String>(perMinute: 6000, burst: 1000)
+        for _ in 0..<1000 { #expect(limiter.take("a", now: 0) == nil) }
+        #expect(limiter.take("a", now: 0) == 10, "one call every 10 ms at 6000/min")
+        #expect(limiter.take("a", now: 10) == nil)
+        #expect(limiter.take("a", now: 10) != nil)
+        // A long idle spell refills to the burst, not to a minute's calls.
+        for _ in 0..<1000 { #expect(limiter.take("a", now: 3_600_000) == nil) }
+        #expect(limiter.take("a", now: 3_600_000) != nil)
+    }
+
+    @Test("system.* calls burst to ten seconds of the rate, at least ten, at most a minute's")
+    func systemBurst() {
+        #expect(HeraldService.systemCallBurst(perMinute: 6000) == 1000)
+        #expect(HeraldService.systemCallBurst(perMinute: 5) == 5)
+        #expect(HeraldService.systemCallBurst(perMinute: 30) == 10)
+        #expect(HeraldService.systemCallBurst(perMinute: 1_000_000) == 166_666)
+    }
+
     @Test("memory is bounded: the least recently used key is dropped first")
     func bounded() {
         let limiter = RateLimiter<Int>(perMinute: 1, capacity: 100)
