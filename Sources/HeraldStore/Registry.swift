@@ -303,6 +303,14 @@ final class Registry {
         return try stmt.step() ? stmt.text(0) : nil
     }
 
+    /// Reads the schema and one row of the devices' table: that the file
+    /// answers, at the cost of a few pages whatever the registry's size.
+    func probe() throws(StoreError) {
+        let stmt = try db.statement("SELECT 1 FROM devices LIMIT 1")
+        defer { stmt.reset() }
+        _ = try stmt.step()
+    }
+
     /// Devices per platform, for `system.stats`.
     func deviceCounts() throws(StoreError) -> [Platform: Int] {
         let stmt = try db.statement("SELECT platform, count(*) FROM devices GROUP BY platform")

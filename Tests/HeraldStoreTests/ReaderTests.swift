@@ -67,6 +67,27 @@ import Testing
         #expect(try t.list("bob").count == 1)
     }
 
+    /// The health ping proves the writer: it waits for the write lock, so a
+    /// stuck writer shows (it reads one row, where it used to count the devices).
+    @Test func pingGoesThroughTheWriter() throws {
+        let t = try TestStore(.sqlite, synchronous: .full)
+        defer { t.close() }
+        for i in 0..<300 { _ = try t.register(apns("u\(i)", String(format: "%016x", i))) }
+        try t.store.sync { s, done in s.ping(completion: done) }
+
+        var other: OpaquePointer?
+        #expect(sqlite3_open(t.scratch.databasePath, &other) == SQLITE_OK)
+        defer { sqlite3_close(other) }
+        #expect(sqlite3_exec(other, "BEGIN IMMEDIATE", nil, nil, nil) == SQLITE_OK)
+        let pinged = Flag()
+        t.store.ping { result in
+            if case .success = result { pinged.set() }
+        }
+        #expect(!pinged.wait(seconds: 0.5), "answered while another connection held the write lock")
+        #expect(sqlite3_exec(other, "COMMIT", nil, nil, nil) == SQLITE_OK)
+        #expect(pinged.wait(seconds: 10))
+    }
+
     /// The read connection is read-only: a closed store refuses reads
     /// instead of hanging, and a reopened one reads what was committed.
     @Test(arguments: StoreBackend.allCases)

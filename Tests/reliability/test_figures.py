@@ -69,8 +69,9 @@ def test_register_latency_holds_under_a_stats_loop():
     """20,000 devices stored; four threads of a client allowed for some apps read system.stats and
     system.metrics in a loop, with the shipped limits. device.register's p99 stays within 2x its
     p99 without the loop (45 ms against 2.2 ms when the counts ran on the writer, every call
-    answered). The figures are read on the store's reader at most once a second, and past its
-    allowance the loop's calls are answered rate_limited."""
+    answered). The figures are read on the store's reader at most once a second; past its
+    allowance (ten seconds of the rate at once) the loop's calls are answered rate_limited after
+    250 ms, so the loop runs at its rate."""
     d = Daemon(transports=("fcm",), apps=OTHER_APP)
     try:
         d.register_many([{"user": f"bulk-{i}", "platform": "fcm", "token": f"bulk-token-{i:06d}"}
@@ -87,26 +88,27 @@ def test_register_latency_holds_under_a_stats_loop():
         # weighs on both alike.
         idle, loaded = [], []
         try:
-            for r in range(5):
+            for r in range(10):
                 active.clear()
                 time.sleep(0.3)
-                idle += register_latencies(d, f"idle{r}", 100)
+                idle += register_latencies(d, f"idle{r}", 150)
                 active.set()
                 time.sleep(0.3)
-                loaded += register_latencies(d, f"loaded{r}", 100)
+                loaded += register_latencies(d, f"loaded{r}", 150)
         finally:
             stop.set()
             active.set()
             loader.join(30)
-        assert calls.value > 400, f"the stats loop made only {calls.value} calls"
+        # The burst (1,000 calls) and about 100 a second after it, besides refusals.
+        assert calls.value > 1200, f"the stats loop made only {calls.value} calls"
         idle_p99, loaded_p99 = percentile(idle, 0.99), percentile(loaded, 0.99)
         print(f"register p99 idle {idle_p99 * 1000:.2f} ms, under {calls.value} stats/metrics calls "
               f"{loaded_p99 * 1000:.2f} ms")
-        # The target is 2x idle. On this 2-core machine's debug build the loop's rounds come
-        # within 2-4x (4-9 ms against 1.7-3.5): the once-a-second figure read and the answers
-        # made from it take CPU the writer and this client then wait for. Asserted: within 2x,
-        # or within 10 ms of idle; the code before this bound was 102 ms against 16.
-        assert loaded_p99 <= max(2 * idle_p99, idle_p99 + 0.010), (idle_p99, loaded_p99)
+        # The code before these bounds: 102 ms against 16. With a whole minute's calls allowed
+        # at once and refusals answered within 10 ms the loop ran at thousands of calls a second
+        # and this p99 was 2-4x idle on this 2-core machine; what is left of a register's p99 is
+        # the fsync of its commit, alike in both.
+        assert loaded_p99 <= 2 * idle_p99, (idle_p99, loaded_p99)
         # The figures still come: per app, and catching up with the registrations.
         devices = d.call("system.stats")["devices"]
         assert devices["fcm"] >= 20_000, devices
