@@ -224,7 +224,7 @@ enum ConfigKeys {
             integer(
                 .server, "system_calls_per_minute", \.server.systemCallsPerMinute, 1...1_000_000, default: 6000,
                 doc:
-                    "system.stats/metrics calls one peer uid may make a minute, a sixth of them at once; system.health counts 1/50 (1-1000000)"
+                    "system.stats/metrics calls one peer uid may make a minute, paced at 1/30 of it a second; system.health 50 times it (1-1000000)"
             ),
             integer(
                 .server, "max_uid_bytes", \.server.maxUIDBytes, (1 << 20)...(1 << 36), default: 128 * 1024 * 1024,

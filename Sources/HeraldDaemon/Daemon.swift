@@ -161,9 +161,8 @@ public enum Daemon {
                 allowPrivate: config.endpoints.webPushAllowPrivate, resolver: resolvers.registration),
             clock: SystemClock(), instance: config.server.instanceName, log: log)
         service.storeSummary = StoreSummary(location)
-        service.systemLimiter = RateLimiter(
-            perMinute: config.server.systemCallsPerMinute,
-            burst: HeraldService.systemCallBurst(perMinute: config.server.systemCallsPerMinute))
+        service.systemLimiter = SystemCallLimiter(perMinute: config.server.systemCallsPerMinute)
+        service.runOnLoop = { [loop] work in loop.execute(work) }
         let waiters = MessageWaiters(store: store, log: log)
         Task { await waiters.startTicking() }
         service.delivery = DeliveryWiring(

@@ -100,19 +100,9 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     private let readinessState = Locked((false, "not serving (starting or stopping)"))
     var readiness: (ready: Bool, why: String) { readinessState.withLock { $0 } }
     /// `system.*` calls per peer uid (`[server] system_calls_per_minute`; loop thread only).
-    var systemLimiter = RateLimiter<UInt32>(perMinute: 6000, burst: systemCallBurst(perMinute: 6000))
-    /// How many `system.*` calls a uid may make at once: ten seconds of its
-    /// rate, never fewer than ten calls nor more than a minute's. A client
-    /// calling in a loop is held to the rate within a second or so, as a
-    /// small `burst` holds one in nginx's limit_req, instead of being answered
-    /// a whole minute's calls first.
-    static func systemCallBurst(perMinute: Int) -> Int {
-        min(perMinute, max(10, perMinute / 6))
-    }
-    /// What a `system.health` call takes of that allowance: it reads no
-    /// store and makes a small answer, and monitors (and a client checking
-    /// its connection after each call) ask it often.
-    static let healthCallCost = 0.02
+    var systemLimiter = SystemCallLimiter(perMinute: 6000)
+    /// Runs work on the event loop (`EventLoop.execute`), for calls that wait their turn.
+    var runOnLoop: @Sendable (@escaping @Sendable () -> Void) -> Void = { $0() }
     /// How long a `system.*` call refused for the rate waits for its answer.
     static let refusalDelayMs: Int64 = 250
     /// Provides the server's counters for `system.stats` (loop thread only).
@@ -178,24 +168,36 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
             reply(.failure(.methodNotFound(request.method)))
             return
         }
-        if request.method.hasPrefix("system."),
-            let wait = systemLimiter.take(
-                context.uid, now: monotonicMilliseconds(),
-                cost: request.method == "system.health" ? Self.healthCallCost : 1)
-        {
-            // Refused, and answered only after 250 ms, as nginx's limit_req
-            // delays excess requests: a connection calling in a loop then
-            // has four refusals a second besides the calls its rate allows,
-            // not a refusal every few milliseconds (at 6,000 a minute a
-            // token comes every 10 ms) taking the loop from everyone else.
-            rateLimitedCount.add(1, ordering: .relaxed)
-            let delay = Self.refusalDelayMs
-            let refusal = RPCError(.rateLimited(retryAfterMs: max(1, wait - delay)))
-            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(delay))) {
-                reply(.failure(refusal))
+        if request.method.hasPrefix("system.") {
+            let health = request.method == "system.health"
+            switch systemLimiter.take(context.uid, now: monotonicMilliseconds(), health: health) {
+            case .now:
+                break
+            case .after(let ms):
+                // Its turn at the pace: run then, on the loop.
+                let runOnLoop = self.runOnLoop
+                DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(ms))) { [self] in
+                    runOnLoop { [self] in run(method, request, context, reply) }
+                }
+                return
+            case .refused(let wait):
+                // Answered only after 250 ms, as nginx's limit_req delays
+                // excess requests: a connection calling in a loop past its
+                // allowance has four refusals a second, not one every few
+                // milliseconds taking the loop from everyone else.
+                rateLimitedCount.add(1, ordering: .relaxed)
+                let delay = Self.refusalDelayMs
+                let refusal = RPCError(.rateLimited(retryAfterMs: max(1, wait - delay)))
+                DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(delay))) {
+                    reply(.failure(refusal))
+                }
+                return
             }
-            return
         }
+        run(method, request, context, reply)
+    }
+
+    private func run(_ method: Method, _ request: RPCRequest, _ context: CallContext, _ reply: @escaping Reply) {
         var params = ParamReader(request.params)
         do throws(RPCError) {
             try method(self, &params, context, reply)

@@ -29,10 +29,18 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     private var thread: Thread?
     /// Reads that promise nothing durable, on a connection of their own.
     private var reader: StoreReader?
+    /// The figures' counts (`system.stats`, the metrics), scans of every
+    /// device and live delivery, on a third connection whose thread runs at
+    /// nice 10: when the cores are busy, the scans wait and the writer, the
+    /// loop and the other reads do not.
+    private var figuresReader: StoreReader?
 
     /// Deliveries found in flight at open (a stop or crash interrupted them),
     /// now queued again.
     public private(set) var recoveredDeliveries = 0
+
+    /// The figures reader's nice value.
+    static let figuresNice: Int32 = 10
 
     /// The most jobs one transaction takes, to bound commit latency.
     static let maxBatch = 512
@@ -101,6 +109,8 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
         thread.start()
         do {
             reader = try StoreReader(path: path, key: key, instance: instance)
+            figuresReader = try StoreReader(
+                path: path, key: key, instance: instance, name: "herald-store-f", nice: Self.figuresNice)
         } catch {
             close()
             throw error
@@ -112,6 +122,7 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
         // The reader first: its snapshot would keep the final checkpoint
         // from emptying the log.
         reader?.close()
+        figuresReader?.close()
         condition.lock()
         stopping = true
         condition.broadcast()
@@ -144,7 +155,7 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     /// Queues a read on the reader connection (see `StoreReader`), or
     /// behind the writes pending on `fence` on the writer's thread.
     private func read<T>(
-        fence: String? = nil, _ work: @escaping @Sendable (Tables) throws -> T,
+        fence: String? = nil, figures: Bool = false, _ work: @escaping @Sendable (Tables) throws -> T,
         _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         if let fence {
@@ -161,7 +172,7 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
             condition.unlock()
         }
         let job = StoreCall(work: { tables, _ in try work(tables) }, completion: completion, durable: false, fence: nil)
-        guard let reader, reader.submit(job) else {
+        guard let reader = figures ? figuresReader : reader, reader.submit(job) else {
             completion(.failure(StoreError(code: 0, message: "store is closed")))
             return
         }
@@ -304,13 +315,13 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     public func deviceCountsByApp(
         completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void
     ) {
-        read({ t in try t.registry.deviceCountsByApp() }, completion)
+        read(figures: true, { t in try t.registry.deviceCountsByApp() }, completion)
     }
 
     public func webSubscriptionsByKey(
         completion: @escaping @Sendable (Result<[ServerKeyCount], any Error>) -> Void
     ) {
-        read({ t in try t.registry.webSubscriptionsByKey() }, completion)
+        read(figures: true, { t in try t.registry.webSubscriptionsByKey() }, completion)
     }
 
     public func recordServerKey(
@@ -338,7 +349,7 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
 
     /// Deliveries waiting and in flight, per app.
     public func queueDepthByApp(completion: @escaping @Sendable (Result<[String: QueueDepth], any Error>) -> Void) {
-        read({ t in try t.queue.depthByApp() }, completion)
+        read(figures: true, { t in try t.queue.depthByApp() }, completion)
     }
 
     // MARK: Delivery queue

@@ -26,8 +26,9 @@ final class StoreReader: @unchecked Sendable {
     static let cacheKiB = 8192
 
     /// Opens the reader on a database the writer has already created and
-    /// migrated, and starts its thread.
-    init(path: String, key: StoreKey, instance: String) throws {
+    /// migrated, and starts its thread, named `name`, at `nice` (Linux: the
+    /// thread alone).
+    init(path: String, key: StoreKey, instance: String, name: String = "herald-store-r", nice: Int32 = 0) throws {
         let db = try Database(path: path)
         sqlite3BusyTimeout(db, milliseconds: 5000)
         try db.execute("PRAGMA query_only = ON")
@@ -38,10 +39,11 @@ final class StoreReader: @unchecked Sendable {
         db.resetActive()
         let owned = ReaderOwned(db: db, tables: tables)
         let thread = Thread { [self] in
-            _ = hs_set_thread_name("herald-store-r")
+            _ = hs_set_thread_name(name)
+            if nice != 0 { _ = hs_set_thread_nice(nice) }
             self.run(db: owned.db, tables: owned.tables)
         }
-        thread.name = "herald-store-r"
+        thread.name = name
         self.thread = thread
         thread.start()
     }

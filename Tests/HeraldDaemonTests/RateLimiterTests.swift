@@ -26,12 +26,64 @@ struct RateLimiterTests {
         #expect(limiter.take("a", now: 3_600_000) != nil)
     }
 
-    @Test("system.* calls burst to ten seconds of the rate, at least ten, at most a minute's")
-    func systemBurst() {
-        #expect(HeraldService.systemCallBurst(perMinute: 6000) == 1000)
-        #expect(HeraldService.systemCallBurst(perMinute: 5) == 5)
-        #expect(HeraldService.systemCallBurst(perMinute: 30) == 10)
-        #expect(HeraldService.systemCallBurst(perMinute: 1_000_000) == 166_666)
+    @Test("a pacer lets its burst through, then gives each call its turn, and refuses past the longest wait")
+    func pacer() {
+        let pacer = Pacer<Int>(perSecond: 100, burst: 5, maxDelayMs: 1000)
+        for _ in 0..<5 { #expect(pacer.turn(1, now: 0) == 0) }
+        #expect(pacer.turn(1, now: 0) == 10, "one every 10 ms at 100 a second")
+        #expect(pacer.turn(1, now: 0) == 20)
+        #expect(pacer.turn(2, now: 0) == 0, "another key is unaffected")
+        // Turns up to a second away are given; the next is refused and takes nothing.
+        var last: Int64 = 0
+        while let turn = pacer.turn(1, now: 0) { last = turn }
+        #expect(last <= 1000 && last > 980)
+        #expect(pacer.turn(1, now: 0) == nil)
+        #expect(pacer.turn(1, now: 100) != nil, "100 ms on, there is room again")
+        pacer.expireIdle(now: 5000)
+        #expect(pacer.count == 0)
+    }
+
+    @Test("system.* calls: paced at a thirtieth of the minute's a second, refused past the minute's")
+    func systemCalls() {
+        let limiter = SystemCallLimiter(perMinute: 6000)
+        #expect(limiter.pace == 200)
+        // Twenty at once, then one every 5 ms.
+        for _ in 0..<20 { #expect(limiter.take(7, now: 0) == .now) }
+        #expect(limiter.take(7, now: 0) == .after(5))
+        #expect(limiter.take(8, now: 0) == .now, "another uid is unaffected")
+        // A loop that waits for each answer gets 200 a second; after 60 s its
+        // 6,000 and the minute's refill are spent, and it is refused.
+        var answered = 21
+        var refused = 0
+        var now: Int64 = 0
+        while now < 120_000 {
+            switch limiter.take(7, now: now) {
+            case .now: answered += 1
+            case .after(let ms):
+                answered += 1
+                now += ms
+            case .refused:
+                refused += 1
+                now += 250
+            }
+        }
+        #expect(refused > 0)
+        #expect(answered <= 6000 + 120 * 100 + 1, "\(answered)")
+        // Small allowances: five a minute, five answered (a tenth of a second apart), then refused.
+        let small = SystemCallLimiter(perMinute: 5)
+        var t: Int64 = 0
+        for _ in 0..<5 {
+            let turn = small.take(1, now: t)
+            #expect(turn != .refused(retryAfterMs: 0))
+            if case .after(let ms) = turn { t += ms }
+            if case .refused = turn { Issue.record("refused within five a minute") }
+        }
+        if case .refused = small.take(1, now: t) {} else { Issue.record("a sixth was not refused") }
+        // system.health has its own allowance, fifty times larger: still answered.
+        for _ in 0..<100 {
+            if case .refused = small.take(1, now: t, health: true) { Issue.record("health refused") }
+            t += 100
+        }
     }
 
     @Test("memory is bounded: the least recently used key is dropped first")

@@ -99,8 +99,8 @@ def test_register_latency_holds_under_a_stats_loop():
             stop.set()
             active.set()
             loader.join(30)
-        # The burst (1,000 calls) and about 100 a second after it, besides refusals.
-        assert calls.value > 1200, f"the stats loop made only {calls.value} calls"
+        # Answered at the pace (200 a second at 6,000 a minute), none refused: about 900.
+        assert calls.value > 600, f"the stats loop made only {calls.value} calls"
         idle_p99, loaded_p99 = percentile(idle, 0.99), percentile(loaded, 0.99)
         print(f"register p99 idle {idle_p99 * 1000:.2f} ms, under {calls.value} stats/metrics calls "
               f"{loaded_p99 * 1000:.2f} ms")
@@ -192,11 +192,10 @@ def test_probes_answer_during_a_metrics_flood():
 
 
 def test_system_calls_are_limited_per_uid():
-    """With system_calls_per_minute = 5, a uid's system.stats and system.metrics calls past five
-    within the minute (the harness's start probe, a system.health, took a fiftieth of one) are
-    1002 rate_limited with retry_after_ms; system.health, a fiftieth of a call, is still answered;
-    other methods are not counted or refused; another connection of the uid shares the
-    allowance."""
+    """With system_calls_per_minute = 5 (paced at ten a second), a uid's system.stats and
+    system.metrics calls past five within the minute are 1002 rate_limited with retry_after_ms;
+    system.health, with an allowance of its own fifty times larger, is still answered; other
+    methods are not counted or refused; another connection of the uid shares the allowance."""
     d = Daemon(transports=("fcm",), server={"system_calls_per_minute": 5})
     try:
         with d.connect() as c:
@@ -207,7 +206,8 @@ def test_system_calls_are_limited_per_uid():
                     break
                 answered += 1
                 assert answered <= 5, "more than five system.stats/metrics calls answered"
-            assert answered == 4, answered
+            # Five a minute (system.health has an allowance of its own).
+            assert answered == 5, answered
             assert r["error"]["code"] == 1002, r
             assert r["error"]["data"]["reason"] == "rate_limited"
             assert 1 <= r["error"]["data"]["retry_after_ms"] <= 12_000
