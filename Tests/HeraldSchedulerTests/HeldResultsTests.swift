@@ -63,6 +63,14 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
 
     private let shared: Bool
 
+    /// Called with "commit" where a hand-over's commit is answered and
+    /// "record" where results are handed to the store (see `HopTests`).
+    var tracer: (@Sendable (String) -> Void)? {
+        get { traceHook.withLock { $0 } }
+        set { traceHook.withLock { $0 = newValue } }
+    }
+    private let traceHook = Locked((@Sendable (String) -> Void)?.none)
+
     var failing: Bool {
         get { state.withLock { $0.failing } }
         set { state.withLock { $0.failing = newValue } }
@@ -100,6 +108,7 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
 
     func record(_ records: [DeliveryRecord], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
         writes.withLock { $0.append((DispatchTime.now().uptimeNanoseconds, records.count)) }
+        tracer?("record")
         if refused() { return completion(.failure(Outage())) }
         wrote(records.map(\.deliveryID))
         inner.record(records, completion: completion)
@@ -170,7 +179,8 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
                 early(claim)
             }
         }
-        inner.enqueue(e, handoff: handoff, limit: limit, early: counted) { [commits] (result: HandoffResult) in
+        inner.enqueue(e, handoff: handoff, limit: limit, early: counted) { [commits, self] (result: HandoffResult) in
+            tracer?("commit")
             let answer: @Sendable (Bool) -> Void = { (fail: Bool) in
                 let failed: HandoffResult = .failure(Outage())
                 completion(fail ? failed : result)
