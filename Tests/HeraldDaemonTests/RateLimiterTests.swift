@@ -43,6 +43,19 @@ struct RateLimiterTests {
         #expect(pacer.count == 0)
     }
 
+    @Test("a pacer tracks at most `capacity` keys: keys whose turn has passed go first, then new ones untracked")
+    func pacerBounded() {
+        let pacer = Pacer<Int>(perSecond: 10, burst: 1, maxDelayMs: 1000, capacity: 3)
+        for k in 0..<3 { #expect(pacer.turn(k, now: 0) == 0) }
+        #expect(pacer.count == 3)
+        // Full, every turn still ahead: a fourth key is answered but not kept.
+        #expect(pacer.turn(99, now: 0) == 0)
+        #expect(pacer.count == 3)
+        // Past their turns (100 ms on), the old keys are dropped to make room.
+        #expect(pacer.turn(100, now: 500) == 0)
+        #expect(pacer.count == 1)
+    }
+
     @Test("system.* calls: paced at a thirtieth of the minute's a second, refused past the minute's")
     func systemCalls() {
         let limiter = SystemCallLimiter(perMinute: 6000)
