@@ -153,10 +153,12 @@ final class SystemCallLimiter {
     private struct Allowance {
         let minute: RateLimiter<UInt32>
         let pacer: Pacer<UInt32>
+        /// Calls a second at most.
+        let pace: Int
 
         init(perMinute: Int) {
             minute = RateLimiter(perMinute: perMinute)
-            let pace = max(10, perMinute / 30)
+            pace = max(10, perMinute / 30)
             pacer = Pacer(perSecond: pace, burst: max(1, pace / 10), maxDelayMs: 1000)
         }
 
@@ -173,14 +175,13 @@ final class SystemCallLimiter {
     private let figures: Allowance
     private let health: Allowance
     /// Figures calls a second at most.
-    let pace: Int
+    var pace: Int { figures.pace }
     /// How many `system.health` calls count as one figures call.
     static let healthPerCall = 50
 
     init(perMinute: Int) {
         figures = Allowance(perMinute: perMinute)
         health = Allowance(perMinute: perMinute * Self.healthPerCall)
-        pace = max(10, perMinute / 30)
     }
 
     func take(_ uid: UInt32, now: Int64, health isHealth: Bool = false) -> SystemCallTurn {
