@@ -1,5 +1,6 @@
 public import HeraldCore
 import HeraldCrypto
+import HeraldIO
 
 /// APNs as a ``PushTransport`` for one app: builds each request with
 /// ``APNsRequest`` and sends it on the lane of the device's environment.
@@ -9,6 +10,23 @@ public final class APNsTransport: PushTransport {
     private let production: APNsLaneHandle
     private let development: APNsLaneHandle
     private let clock: any WallClock
+    /// The requests of the messages being sent (see ``RecentlyBuilt``).
+    private let requests = RecentlyBuilt<RequestKey, Result<Built, APNsRequestError>>()
+
+    /// What an APNs request depends on besides the device's token and environment.
+    private struct RequestKey: Hashable, Sendable {
+        let messageID: String
+        let acceptedAt: Int64
+        let platform: Platform
+        let bundleID: String?
+        let badge: Int?
+    }
+
+    /// A request's headers and body, as every device of its key gets them.
+    private struct Built: Sendable {
+        let headers: [(name: String, value: String)]
+        let payload: [UInt8]
+    }
 
     public init(
         client: APNsClient, app: String, signer: APNsSigner, settings: APNsAppSettings, production: APNsEndpoint,
@@ -29,20 +47,31 @@ public final class APNsTransport: PushTransport {
     }
 
     public func send(_ job: DeliveryJob, completion: @escaping @Sendable (AttemptReport) -> Void) {
-        let request: APNsRequest
-        do {
+        // The headers and body are the same for every device of the message
+        // that shares its platform, bundle id and badge: built (and their
+        // size checked) once for all of them.
+        let key = RequestKey(
+            messageID: job.messageID, acceptedAt: job.acceptedAt, platform: job.platform, bundleID: job.bundleID,
+            badge: job.message.badge(for: job.user))
+        let built = requests.value(for: key) {
             // Expiration counts from acceptance: a retry never stretches the TTL.
-            request = try APNsRequest(
-                message: job.message, platform: job.platform, user: job.user, settings: settings,
-                now: job.acceptedAt / 1000, bundleID: job.bundleID)
-        } catch {
+            Result { () throws(APNsRequestError) in
+                let request = try APNsRequest(
+                    message: job.message, platform: job.platform, user: job.user, settings: settings,
+                    now: job.acceptedAt / 1000, bundleID: job.bundleID)
+                return Built(headers: request.headers, payload: request.payload)
+            }
+        }
+        guard case .success(let request) = built else {
             completion(AttemptReport(outcome: .failed(reason: .requestInvalid)))
             return
         }
         let lane = job.environment == .development ? development : production
         let registeredAt = job.registeredAt
         let clock = self.clock
-        lane.send(APNsPush(deviceToken: job.token, request: request, notAfter: job.sendDeadline)) { result in
+        let push = APNsPush(
+            deviceToken: job.token, headers: request.headers, payload: request.payload, notAfter: job.sendDeadline)
+        lane.send(push) { result in
             switch result {
             case .success(let r):
                 let retryAfter = r.retryAfter.flatMap { RetryAfter.parse($0, now: clock.nowMilliseconds()) }

@@ -89,59 +89,99 @@ public struct FCMMessage: Sendable, Hashable {
     public init(
         message: PushMessage, token: String, user: String, settings: FCMAppSettings
     ) throws(FCMMessageError) {
-        var seen = Set<String>()
-        for (key, _) in message.data {
-            if Self.isReservedDataKey(key) { throw .reservedDataKey(key) }
-            if !seen.insert(key).inserted { throw .duplicateDataKey(key) }
-        }
+        self.init(try Template(message: message, user: user, settings: settings), token: token)
+    }
 
-        var size = 0
-        var data = JSONObject()
-        func put(_ key: String, _ value: String, into object: inout JSONObject) {
-            object.append(key, .string(value))
-            size += key.utf8.count + value.utf8.count
-        }
-        put("kind", message.kind.rawValue, into: &data)
-        if let badge = message.badge(for: user) {
-            put("badge", String(badge), into: &data)
-        }
-        for (key, value) in message.data { put(key, value, into: &data) }
+    /// The message for `token` from its template.
+    public init(_ template: Template, token: String) {
+        var body = template.prefix
+        body.reserveCapacity(template.prefix.count + token.utf8.count + 2 + template.suffix.count)
+        body += JSON.string(token).serialized()
+        body += template.suffix
+        self.body = body
+        self.priority = template.priority
+        self.ttlSeconds = template.ttlSeconds
+        self.payloadSize = template.payloadSize
+    }
+}
 
-        let priority: FCMAndroidPriority =
-            message.kind != .clear && message.priority == .high ? .high : .normal
-        let ttl = min(max(message.ttlSeconds, 0), Self.maximumTTLSeconds)
-        var android = JSONObject()
-        android.append("priority", .string(priority.rawValue))
-        android.append("ttl", .string("\(ttl)s"))
-        if let collapseKey = message.collapseKey, !collapseKey.isEmpty {
-            android.append("collapse_key", .string(collapseKey))
-        }
-        if message.kind == .notification {
-            var notification = JSONObject()
-            if let channelID = message.androidChannelID ?? settings.channelID {
-                put("channel_id", channelID, into: &notification)
+extension FCMMessage {
+    /// Everything of a message but the device's token: the same for every
+    /// device of a user (the badge may be per user), so a fan-out builds it,
+    /// and checks its size, once.
+    public struct Template: Sendable, Hashable {
+        /// The body up to the token's value (`{"message":{"token":`).
+        let prefix: [UInt8]
+        /// The body after the token's value.
+        let suffix: [UInt8]
+        public let priority: FCMAndroidPriority
+        public let ttlSeconds: Int
+        public let payloadSize: Int
+
+        /// Builds the template; see ``FCMMessage/init(message:token:user:settings:)``.
+        public init(message: PushMessage, user: String, settings: FCMAppSettings) throws(FCMMessageError) {
+            var seen = Set<String>()
+            for (key, _) in message.data {
+                if FCMMessage.isReservedDataKey(key) { throw .reservedDataKey(key) }
+                if !seen.insert(key).inserted { throw .duplicateDataKey(key) }
             }
-            if let titleLocKey = message.alert?.titleLocKey { put("title_loc_key", titleLocKey, into: &notification) }
-            let bodyLocKey = message.alert?.bodyLocKey ?? message.alert?.locKey ?? settings.defaultAlertLocKey
-            if let bodyLocKey { put("body_loc_key", bodyLocKey, into: &notification) }
-            if let args = message.alert?.locArgs {
-                notification.append("body_loc_args", .array(args.map(JSON.string)))
-                size += "body_loc_args".utf8.count + args.reduce(0) { $0 + $1.utf8.count }
-            }
-            if !notification.isEmpty { android.append("notification", .object(notification)) }
-        }
-        guard size <= Self.payloadLimit else {
-            throw .payloadTooLarge(PayloadTooLarge(platform: .fcm, limit: Self.payloadLimit, size: size))
-        }
 
-        let inner: JSONObject = [
-            "token": .string(token),
-            "data": .object(data),
-            "android": .object(android),
-        ]
-        self.body = JSON.object(["message": .object(inner)]).serialized()
-        self.priority = priority
-        self.ttlSeconds = ttl
-        self.payloadSize = size
+            var size = 0
+            var data = JSONObject()
+            func put(_ key: String, _ value: String, into object: inout JSONObject) {
+                object.append(key, .string(value))
+                size += key.utf8.count + value.utf8.count
+            }
+            put("kind", message.kind.rawValue, into: &data)
+            if let badge = message.badge(for: user) {
+                put("badge", String(badge), into: &data)
+            }
+            for (key, value) in message.data { put(key, value, into: &data) }
+
+            let priority: FCMAndroidPriority =
+                message.kind != .clear && message.priority == .high ? .high : .normal
+            let ttl = min(max(message.ttlSeconds, 0), FCMMessage.maximumTTLSeconds)
+            var android = JSONObject()
+            android.append("priority", .string(priority.rawValue))
+            android.append("ttl", .string("\(ttl)s"))
+            if let collapseKey = message.collapseKey, !collapseKey.isEmpty {
+                android.append("collapse_key", .string(collapseKey))
+            }
+            if message.kind == .notification {
+                var notification = JSONObject()
+                if let channelID = message.androidChannelID ?? settings.channelID {
+                    put("channel_id", channelID, into: &notification)
+                }
+                if let titleLocKey = message.alert?.titleLocKey {
+                    put("title_loc_key", titleLocKey, into: &notification)
+                }
+                let bodyLocKey = message.alert?.bodyLocKey ?? message.alert?.locKey ?? settings.defaultAlertLocKey
+                if let bodyLocKey { put("body_loc_key", bodyLocKey, into: &notification) }
+                if let args = message.alert?.locArgs {
+                    notification.append("body_loc_args", .array(args.map(JSON.string)))
+                    size += "body_loc_args".utf8.count + args.reduce(0) { $0 + $1.utf8.count }
+                }
+                if !notification.isEmpty { android.append("notification", .object(notification)) }
+            }
+            guard size <= FCMMessage.payloadLimit else {
+                throw .payloadTooLarge(PayloadTooLarge(platform: .fcm, limit: FCMMessage.payloadLimit, size: size))
+            }
+
+            // The token first, empty: what comes before its value is the
+            // prefix, what follows it the suffix.
+            let inner: JSONObject = [
+                "token": .string(""),
+                "data": .object(data),
+                "android": .object(android),
+            ]
+            let whole = JSON.object(["message": .object(inner)]).serialized()
+            let opening = Array(#"{"message":{"token":"#.utf8)
+            precondition(whole.starts(with: opening + [0x22, 0x22]), "the token leads the FCM body")
+            self.prefix = opening
+            self.suffix = Array(whole[(opening.count + 2)...])
+            self.priority = priority
+            self.ttlSeconds = ttl
+            self.payloadSize = size
+        }
     }
 }

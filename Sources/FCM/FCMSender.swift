@@ -76,8 +76,9 @@ public final class FCMSender: Sendable {
 
     /// The FCM origin's lane and the request path on it.
     private struct Route: Sendable {
-        let key: HTTP2LaneKey
-        let endpoint: HTTP2Endpoint
+        /// Taken once: a lane the client forgot while idle comes back
+        /// when it is sent on.
+        let lane: HTTP2LaneHandle
         let path: String
     }
 
@@ -104,10 +105,11 @@ public final class FCMSender: Sendable {
             ? nil
             : Self.origin(of: base).map { origin in
                 let authority = origin.host.contains(":") ? "[\(origin.host)]" : origin.host
-                return Route(
-                    key: HTTP2LaneKey("fcm:\(authority):\(origin.port)"),
+                let lane = http2!.lane(
+                    HTTP2LaneKey("fcm:\(authority):\(origin.port)"),
                     endpoint: HTTP2Endpoint(host: origin.host, port: origin.port),
-                    path: origin.pathPrefix + path)
+                    options: HTTP2LaneOptions(idleTimeout: Self.idleTimeout))
+                return Route(lane: lane, path: origin.pathPrefix + path)
             }
         self.tokens = FCMAccessTokenCache(
             account: account, client: client, clock: clock, refreshMargin: refreshMargin,
@@ -178,19 +180,18 @@ public final class FCMSender: Sendable {
                 completion(outcome, info)
             }
         }
-        if let http2, let route, !usesHTTP1 {
-            postHTTP2(http2, route, body: body, token: token, notAfter: notAfter, answered: answered)
+        if let route, !usesHTTP1 {
+            postHTTP2(route, body: body, token: token, notAfter: notAfter, answered: answered)
         } else {
             postCurl(body: body, token: token, notAfter: notAfter, answered: answered)
         }
     }
 
     private func postHTTP2(
-        _ http2: HTTP2Client, _ route: Route, body: [UInt8], token: String, notAfter: Int64?,
+        _ route: Route, body: [UInt8], token: String, notAfter: Int64?,
         answered: @escaping @Sendable (Answer) -> Void
     ) {
-        let lane = http2.lane(
-            route.key, endpoint: route.endpoint, options: HTTP2LaneOptions(idleTimeout: Self.idleTimeout))
+        let lane = route.lane
         let request = HTTP2Request(
             path: route.path,
             headers: [

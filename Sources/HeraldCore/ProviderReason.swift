@@ -5,13 +5,16 @@
 /// members (Herald's own names here, each provider's names in that provider's
 /// module), and anything a provider adds tomorrow is kept verbatim through
 /// ``unknown(_:)`` so it can still be recorded in `push.status`.
-public struct ProviderReason: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+public struct ProviderReason: RawRepresentable, Hashable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral
+{
     /// The reason exactly as the provider spelled it (or Herald's own name).
     public let rawValue: String
 
     public init(rawValue: String) { self.rawValue = rawValue }
 
     public init(_ rawValue: String) { self.rawValue = rawValue }
+
+    public init(stringLiteral value: String) { self.rawValue = value }
 
     /// A reason this module has no name for, kept as the provider sent it.
     public static func unknown(_ rawValue: String) -> ProviderReason { ProviderReason(rawValue) }

@@ -12,7 +12,7 @@ final class OriginSlots {
     /// Web Push sends in flight per push service origin, every lane's.
     private var sending: [String: Int] = [:]
     /// Web Push deliveries waiting for a slot of their origin, in order.
-    private var waiting: [String: [(job: DeliveryJob, lane: QueueLane)]] = [:]
+    private var waiting: [String: FIFO<(job: DeliveryJob, lane: QueueLane)>] = [:]
     private(set) var waitingTotal = 0
     /// Timeouts in a row per origin (an answer resets it).
     private var timeouts: [String: Int] = [:]
@@ -37,7 +37,7 @@ final class OriginSlots {
             return false
         }
         if (sending[origin] ?? 0) >= s.settings.originInflight {
-            waiting[origin, default: []].append((job, lane))
+            waiting[origin, default: FIFO()].append((job, lane))
             waitingTotal += 1
             return false
         }
@@ -57,8 +57,10 @@ final class OriginSlots {
     /// Deliveries waiting for an origin whose lane lost its transport end as skipped.
     func replace(_ new: [QueueLane: any PushTransport]) {
         s.owner.check()
-        for (origin, list) in waiting where list.contains(where: { new[$0.lane] == nil }) {
-            let (gone, kept) = (list.filter { new[$0.lane] == nil }, list.filter { new[$0.lane] != nil })
+        for (origin, list) in waiting where list.elements.contains(where: { new[$0.lane] == nil }) {
+            let gone = list.elements.filter { new[$0.lane] == nil }
+            var kept = list
+            kept.removeAll { new[$0.lane] == nil }
             waiting[origin] = kept.isEmpty ? nil : kept
             waitingTotal -= gone.count
             for (job, _) in gone { s.slots.skip(job) }
@@ -72,15 +74,14 @@ final class OriginSlots {
         s.owner.check()
         if unresponsive.contains(origin) {
             let now = s.clock.nowMilliseconds()
-            for (job, _) in waiting.removeValue(forKey: origin) ?? [] {
+            for (job, _) in waiting.removeValue(forKey: origin)?.elements ?? [] {
                 waitingTotal -= 1
                 deferJob(job, now: now)
             }
             return
         }
-        while var list = waiting[origin], !list.isEmpty, (sending[origin] ?? 0) < s.settings.originInflight {
-            let (next, lane) = list.removeFirst()
-            waiting[origin] = list.isEmpty ? nil : list
+        while (sending[origin] ?? 0) < s.settings.originInflight, let (next, lane) = waiting[origin]?.popFirst() {
+            if waiting[origin]?.isEmpty == true { waiting[origin] = nil }
             waitingTotal -= 1
             if !s.slots.hasRoom(lane) {
                 s.slots.wait(next, lane: lane)
@@ -134,7 +135,7 @@ final class OriginSlots {
         deferred += 1
         s.tally.add(job.platform, \.retried)
         s.recorder.finish(
-            job, state: .retrying, httpStatus: nil, reason: DeliveryReason.originUnresponsive, nextAttemptAt: at,
+            job, state: .retrying, httpStatus: nil, reason: RecordedReason(.originUnresponsive), nextAttemptAt: at,
             countsAsAttempt: false)
         s.claims.arm(afterMs: at - now)
     }

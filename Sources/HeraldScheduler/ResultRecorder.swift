@@ -50,7 +50,8 @@ final class ResultRecorder {
     /// flight (unless `inFlight` is false: a held stale device no longer
     /// counted).
     func finish(
-        _ job: DeliveryJob, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64? = nil,
+        _ job: DeliveryJob, state: DeliveryState, httpStatus: Int?, reason: RecordedReason?,
+        nextAttemptAt: Int64? = nil,
         countsAsAttempt: Bool = true, inFlight counted: Bool = true, shrink: ShrinkOutcome? = nil
     ) {
         s.owner.check()
@@ -60,7 +61,7 @@ final class ResultRecorder {
                 "delivery",
                 [
                     "message": job.messageID, "device": job.deviceID, "platform": job.platform.rawValue,
-                    "state": state.rawValue, "http": httpStatus.map(String.init) ?? "", "reason": reason ?? "",
+                    "state": state.rawValue, "http": httpStatus.map(String.init) ?? "", "reason": reason?.text ?? "",
                 ])
         }
         let record = DeliveryRecord(

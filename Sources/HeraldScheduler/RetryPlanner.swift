@@ -55,16 +55,16 @@ final class RetryPlanner {
             }
         case .failed(let reason):
             s.tally.add(job.platform, \.failed)
-            s.recorder.finish(job, state: .failed, httpStatus: status, reason: reason.rawValue, shrink: shrink)
+            s.recorder.finish(job, state: .failed, httpStatus: status, reason: RecordedReason(reason), shrink: shrink)
             s.stale.reportNotStale(job, now: now)
         case .tooLarge:
             s.tally.add(job.platform, \.failed)
             s.recorder.finish(
-                job, state: .failed, httpStatus: status, reason: ProviderReason.payloadTooLarge.rawValue, shrink: shrink
+                job, state: .failed, httpStatus: status, reason: RecordedReason(.payloadTooLarge), shrink: shrink
             )
             s.stale.reportNotStale(job, now: now)
         case .stale(let reason):
-            s.stale.hold(job, httpStatus: status, reason: reason.rawValue, now: now)
+            s.stale.hold(job, httpStatus: status, reason: reason, now: now)
         }
     }
 
@@ -78,19 +78,20 @@ final class RetryPlanner {
         case .retry(let at):
             s.tally.add(job.platform, \.retried)
             s.recorder.finish(
-                job, state: .retrying, httpStatus: httpStatus, reason: reason.rawValue, nextAttemptAt: at,
+                job, state: .retrying, httpStatus: httpStatus, reason: RecordedReason(reason), nextAttemptAt: at,
                 shrink: shrink)
             s.claims.arm(afterMs: at - now)
         case .giveUp(.exhausted):
             s.tally.add(job.platform, \.failed)
             s.recorder.finish(
-                job, state: .failed, httpStatus: httpStatus, reason: "\(reason.rawValue) (retries exhausted)",
+                job, state: .failed, httpStatus: httpStatus, reason: RecordedReason(reason, .retriesExhausted),
                 shrink: shrink)
             s.stale.reportNotStale(job, now: now)
         case .giveUp(.expired):
             s.tally.add(job.platform, \.expired)
             s.recorder.finish(
-                job, state: .expired, httpStatus: httpStatus, reason: "\(reason.rawValue) (ttl elapsed)", shrink: shrink
+                job, state: .expired, httpStatus: httpStatus, reason: RecordedReason(reason, .ttlElapsed),
+                shrink: shrink
             )
             s.stale.reportNotStale(job, now: now)
         }
@@ -109,7 +110,8 @@ final class RetryPlanner {
         guard now <= deadline else {
             s.tally.add(job.platform, \.expired)
             s.recorder.finish(
-                job, state: .expired, httpStatus: httpStatus, reason: "\(reason.rawValue) (ttl elapsed)", shrink: shrink
+                job, state: .expired, httpStatus: httpStatus, reason: RecordedReason(reason, .ttlElapsed),
+                shrink: shrink
             )
             s.stale.reportNotStale(job, now: now)
             return
@@ -118,7 +120,7 @@ final class RetryPlanner {
         let at = min(now + cadence, deadline + 1)
         s.tally.add(job.platform, \.retried)
         s.recorder.finish(
-            job, state: .retrying, httpStatus: httpStatus, reason: DeliveryReason.credentialRejected,
+            job, state: .retrying, httpStatus: httpStatus, reason: RecordedReason(.credentialRejected),
             nextAttemptAt: at, countsAsAttempt: false, shrink: shrink)
         s.claims.arm(afterMs: at - now)
     }

@@ -44,6 +44,8 @@ public final class Scheduler: @unchecked Sendable {
     let log: Logger?
     let owner = EngineQueue(label: "herald.scheduler")
     let health: Health
+    /// The transports' answers, taken in batches on `owner`'s queue.
+    let answers = AnswerInbox()
     var rng: any RandomNumberGenerator
 
     // The parts (engine queue only), set once at the end of `init`.

@@ -13,7 +13,7 @@ final class SendSlots {
     /// Deliveries claimed and not yet recorded.
     private(set) var inFlight = 0
     private var sending: [QueueLane: Int] = [:]
-    private var waiting: [QueueLane: [DeliveryJob]] = [:]
+    private var waiting: [QueueLane: FIFO<DeliveryJob>] = [:]
     /// Claimed deliveries of each lane not yet recorded: sending, waiting
     /// for the lane, or waiting for their origin.
     private var laneUse: [QueueLane: Int] = [:]
@@ -54,12 +54,12 @@ final class SendSlots {
         laneFloor = Self.floor(s.settings, lanes: new.count)
         for (lane, jobs) in waiting where new[lane] == nil {
             waiting[lane] = nil
-            for job in jobs { skip(job) }
+            for job in jobs.elements { skip(job) }
         }
     }
 
     func skip(_ job: DeliveryJob) {
-        s.recorder.finish(job, state: .skipped, httpStatus: nil, reason: "transport_disabled: no transport configured")
+        s.recorder.finish(job, state: .skipped, httpStatus: nil, reason: RecordedReason(.noTransport))
     }
 
     /// What each lane's floor has unused (nothing claimed or promised in
@@ -87,7 +87,7 @@ final class SendSlots {
         laneUse[lane, default: 0] += 1
         guard transports[lane] != nil else { return skip(job) }
         if (sending[lane] ?? 0) >= limit(of: lane) {
-            waiting[lane, default: []].append(job)
+            waiting[lane, default: FIFO()].append(job)
             return
         }
         send(job, lane: lane)
@@ -110,7 +110,7 @@ final class SendSlots {
     /// Holds the job until its lane has a sending slot.
     func wait(_ job: DeliveryJob, lane: QueueLane) {
         s.owner.check()
-        waiting[lane, default: []].append(job)
+        waiting[lane, default: FIFO()].append(job)
     }
 
     /// Hands the job to its lane's transport, unless its send deadline
@@ -128,7 +128,7 @@ final class SendSlots {
         let now = s.clock.nowMilliseconds()
         if now > job.sendDeadline {
             s.tally.add(job.platform, \.expired)
-            s.recorder.finish(job, state: .expired, httpStatus: nil, reason: "ttl elapsed")
+            s.recorder.finish(job, state: .expired, httpStatus: nil, reason: RecordedReason(.ttlElapsed))
             s.stale.reportNotStale(job, now: now)
             return false
         }
@@ -137,34 +137,46 @@ final class SendSlots {
         sending[lane, default: 0] += 1
         s.tally.add(job.platform, \.sent)
         let started = monotonicMicroseconds()
+        let answers = s.answers
         transport.send(job) { [s] report in
-            let elapsed = monotonicMicroseconds() - started
-            s.owner.async { s.slots.completed(job, lane: lane, origin: origin, report, elapsed: elapsed) }
+            let answer = Answer(
+                job: job, lane: lane, origin: origin, report: report, elapsed: monotonicMicroseconds() - started)
+            if answers.post(answer) { s.owner.async { s.slots.takeAnswers() } }
         }
         return true
     }
 
-    private func completed(
-        _ job: DeliveryJob, lane: QueueLane, origin: String?, _ report: AttemptReport, elapsed: Int64
-    ) {
+    /// The answers posted since the last turn, taken in one: each frees its
+    /// slot and is judged; then the freed lanes claim again, once each.
+    func takeAnswers() {
         s.owner.check()
-        sending[lane, default: 1] -= 1
-        if let origin { s.origins.completed(origin, job: job, lane: lane, report) }
-        s.tally.sendLatency(job.platform, microseconds: elapsed)
-        s.planner.decide(job, lane: lane, report)
+        let batch = s.answers.take()
+        var freed: [QueueLane] = []
+        for a in batch {
+            completed(a)
+            if !freed.contains(a.lane) { freed.append(a.lane) }
+        }
+        // The figures once per batch, in this turn: a dispatch of its own
+        // would cost more than the refresh.
+        s.publish()
+        for lane in freed { s.claims.pump(freed: lane) }
+    }
+
+    private func completed(_ a: Answer) {
+        sending[a.lane, default: 1] -= 1
+        if let origin = a.origin { s.origins.completed(origin, job: a.job, lane: a.lane, a.report) }
+        s.tally.sendLatency(a.job.platform, microseconds: a.elapsed)
+        s.planner.decide(a.job, lane: a.lane, a.report)
         // The slot goes to the next waiting job still within its deadline;
         // the ones past it end expired on the way (and those of a busy origin
         // wait for it).
-        fillLane(lane)
-        if let origin { s.origins.fill(origin) }
-        s.schedulePublish()
-        s.claims.pump(freed: lane)
+        fillLane(a.lane)
+        if let origin = a.origin { s.origins.fill(origin) }
     }
 
     private func fillLane(_ lane: QueueLane) {
-        while var list = waiting[lane], !list.isEmpty, hasRoom(lane) {
-            let next = list.removeFirst()
-            waiting[lane] = list.isEmpty ? nil : list
+        while hasRoom(lane), let next = waiting[lane]?.popFirst() {
+            if waiting[lane]?.isEmpty == true { waiting[lane] = nil }
             if send(next, lane: lane) { break }
         }
     }

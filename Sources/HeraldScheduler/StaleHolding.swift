@@ -7,7 +7,7 @@ import HeraldStore
 struct HeldStale {
     let job: DeliveryJob
     let httpStatus: Int?
-    let reason: String
+    let reason: ProviderReason
 }
 
 /// Stale devices held for the ``StaleGuard``'s verdict (batch breaker,
@@ -76,7 +76,7 @@ final class StaleHolding {
     /// The provider called the device stale: it waits for the batch's
     /// verdict outside the in-flight count, so that a large stale batch
     /// cannot starve the claims that will settle it.
-    func hold(_ job: DeliveryJob, httpStatus: Int?, reason: String, now: Int64) {
+    func hold(_ job: DeliveryJob, httpStatus: Int?, reason: ProviderReason, now: Int64) {
         s.owner.check()
         s.slots.release(job)
         held[Key(messageID: job.messageID, deviceID: job.deviceID)] = HeldStale(
@@ -119,7 +119,7 @@ final class StaleHolding {
                     ["device": h.job.deviceID, "platform": h.job.platform.rawValue, "why": why.rawValue])
                 s.recorder.finish(
                     h.job, state: .failed, httpStatus: h.httpStatus,
-                    reason: "\(h.reason) (stale; not deleted: \(why.rawValue))", inFlight: false)
+                    reason: RecordedReason(h.reason, .staleNotDeleted(why.rawValue)), inFlight: false)
             }
         }
     }
@@ -145,7 +145,7 @@ final class StaleHolding {
                 s.log?.info(
                     removal == .removed ? "device_removed_stale" : "stale_device_kept",
                     [
-                        "device": job.deviceID, "platform": job.platform.rawValue, "reason": h.reason,
+                        "device": job.deviceID, "platform": job.platform.rawValue, "reason": h.reason.rawValue,
                         "token_hash": String(job.tokenHash.prefix(12)),
                     ])
             case .failure(let error):

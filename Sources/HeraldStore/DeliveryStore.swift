@@ -113,7 +113,7 @@ public protocol DeliveryStore: AnyObject, Sendable {
 
     /// Records an attempt's result: a final state, or `retrying` at `nextAttemptAt`.
     func record(
-        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?,
+        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: RecordedReason?, nextAttemptAt: Int64?,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void)
 
     /// Records many attempts' results in one job.
@@ -130,7 +130,8 @@ public protocol DeliveryStore: AnyObject, Sendable {
     /// it past that (`failed`, the reason saying why); a store with one
     /// instance leaves the cap to the caller's own guard, which is exact.
     func removeStale(
-        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: String, windowCap: Int,
+        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason,
+        windowCap: Int,
         completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void)
 
     /// Deletes messages (and their deliveries) older than `retention` whose

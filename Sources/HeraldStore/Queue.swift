@@ -560,7 +560,7 @@ final class Queue {
     /// `nextAttemptAt`. Only a delivery in flight changes (a cancelled or
     /// forgotten one stays as it is).
     func record(
-        deliveryID: Int64, deviceID: String? = nil, state: DeliveryState, httpStatus: Int?, reason: String?,
+        deliveryID: Int64, deviceID: String? = nil, state: DeliveryState, httpStatus: Int?, reason: RecordedReason?,
         nextAttemptAt: Int64?, now: Int64
     ) throws(StoreError) {
         try db.statement(
@@ -570,7 +570,7 @@ final class Queue {
             WHERE delivery_id = ? AND state = 'in_flight'
             """
         ).bind(
-            .text(state.rawValue), .optional(httpStatus.map(Int64.init)), .optional(reason),
+            .text(state.rawValue), .optional(httpStatus.map(Int64.init)), .optional(reason?.text),
             .optional(nextAttemptAt), .int(now), .int(deliveryID)
         ).run()
         guard db.changes > 0 else { return }
@@ -592,7 +592,7 @@ final class Queue {
         }
         if state == .failed {
             try db.statement("UPDATE devices SET \(column) WHERE device_id = ?")
-                .bind(.int(now), .optional(reason), device).run()
+                .bind(.int(now), .optional(reason?.text), device).run()
         } else {
             try db.statement(
                 "UPDATE devices SET \(column) WHERE device_id = ? AND (last_success_at IS NULL OR last_success_at <= ?)"
@@ -614,7 +614,8 @@ final class Queue {
                 RETURNING device_id
                 """)
             try update.bind(
-                .text(result.state.rawValue), .optional(result.httpStatus.map(Int64.init)), .optional(result.reason),
+                .text(result.state.rawValue), .optional(result.httpStatus.map(Int64.init)),
+                .optional(result.reason?.text),
                 .optional(result.nextAttemptAt), .int(now), .int(result.counted ? 0 : 1),
                 .int(result.shrink == nil ? 0 : 1), .optional(result.shrink?.index.map(Int64.init)),
                 .text(Self.jsonList(ids)))
@@ -641,7 +642,7 @@ final class Queue {
                     UPDATE devices SET last_failure_at = ?, last_failure_reason = ?
                     WHERE device_id IN (SELECT value FROM json_each(?))
                     """
-                ).bind(.int(now), .optional(result.reason), .text(ids)).run()
+                ).bind(.int(now), .optional(result.reason?.text), .text(ids)).run()
             default:
                 break
             }
@@ -690,7 +691,7 @@ final class Queue {
     /// that registered a new token meanwhile is kept) and record the
     /// delivery. Returns whether the device was deleted.
     func removeStale(
-        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: String, now: Int64
+        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason, now: Int64
     ) throws(StoreError) -> Bool {
         try db.statement("DELETE FROM devices WHERE device_id = ? AND token_hash = ?")
             .bind(.text(deviceID), .text(tokenHash)).run()
@@ -698,7 +699,7 @@ final class Queue {
         try record(
             deliveryID: deliveryID, deviceID: deviceID, state: removed ? .removedStale : .failed,
             httpStatus: httpStatus,
-            reason: removed ? reason : "\(reason) (device kept: it registered a new token)", nextAttemptAt: nil,
+            reason: RecordedReason(reason, removed ? nil : .deviceKept), nextAttemptAt: nil,
             now: now)
         return removed
     }

@@ -118,7 +118,7 @@ public struct Claim: Sendable {
 struct RecordedResult: Hashable {
     let state: DeliveryState
     let httpStatus: Int?
-    let reason: String?
+    let reason: RecordedReason?
     let nextAttemptAt: Int64?
     let counted: Bool
     let shrink: ShrinkOutcome?
@@ -143,7 +143,7 @@ public struct DeliveryRecord: Sendable {
     /// A final state, or `retrying` at `nextAttemptAt`.
     public let state: DeliveryState
     public let httpStatus: Int?
-    public let reason: String?
+    public let reason: RecordedReason?
     public let nextAttemptAt: Int64?
     /// False for an attempt that must not count toward `max_retries` (a
     /// credential rejection): the attempt the claim counted is taken back.
@@ -153,7 +153,7 @@ public struct DeliveryRecord: Sendable {
     public let shrink: ShrinkOutcome?
 
     public init(
-        deliveryID: Int64, deviceID: String, state: DeliveryState, httpStatus: Int?, reason: String?,
+        deliveryID: Int64, deviceID: String, state: DeliveryState, httpStatus: Int?, reason: RecordedReason?,
         nextAttemptAt: Int64?, countsAsAttempt: Bool = true, shrink: ShrinkOutcome? = nil
     ) {
         self.shrink = shrink

@@ -400,7 +400,7 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
 
     /// Records an attempt's result: a final state, or `retrying` at `nextAttemptAt`.
     public func record(
-        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?,
+        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: RecordedReason?, nextAttemptAt: Int64?,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
         submit(
@@ -430,7 +430,8 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     /// Deletes a stale device if it still holds `tokenHash`, and records the
     /// delivery (`removed_stale`, or `failed` when the device moved on).
     public func removeStale(
-        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: String, windowCap: Int,
+        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason,
+        windowCap: Int,
         completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void
     ) {
         submit(

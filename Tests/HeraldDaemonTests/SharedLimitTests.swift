@@ -107,7 +107,7 @@ final class SharedBucketStore: DeliveryStore, @unchecked Sendable {
         inner.claimDue(lanes: lanes, others: others, completion: completion)
     }
     func record(
-        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?,
+        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: RecordedReason?, nextAttemptAt: Int64?,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
         inner.record(
@@ -121,7 +121,8 @@ final class SharedBucketStore: DeliveryStore, @unchecked Sendable {
         inner.releaseCredentialWaits(lanes: lanes, completion: completion)
     }
     func removeStale(
-        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: String, windowCap: Int,
+        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason,
+        windowCap: Int,
         completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void
     ) {
         inner.removeStale(

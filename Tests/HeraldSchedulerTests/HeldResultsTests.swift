@@ -96,7 +96,7 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
     func setWorkObserver(_ observer: @escaping @Sendable () -> Void) { state.withLock { $0.observer = observer } }
 
     func record(
-        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?,
+        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: RecordedReason?, nextAttemptAt: Int64?,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
         if refused() { return completion(.failure(Outage())) }
@@ -115,7 +115,8 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
     }
 
     func removeStale(
-        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: String, windowCap: Int,
+        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason,
+        windowCap: Int,
         completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void
     ) {
         if refused() { return completion(.failure(Outage())) }

@@ -72,13 +72,13 @@ struct HopTests {
     @Test func oneHopEachWayBetweenStoreEngineAndTransport() async throws {
         let f = try Fixture(.sqlite)
         defer { f.close() }
-        try f.register(1, perUser: 3, platform: .fcm)
+        try f.register(1, perUser: 30, platform: .fcm)
         let trail = Trail()
         let store = OutageStore(f.store)
         store.tracer = { [trail] in trail.mark($0) }
         let lane = QueueLane(app: "default", platform: .fcm)
         let scheduler = Scheduler(
-            store: store, transports: [lane: TracingTransport(trail, batch: 3)],
+            store: store, transports: [lane: TracingTransport(trail, batch: 30)],
             settings: SchedulerSettings(maxInflight: 100))
         scheduler.owner.queue.setSpecific(key: trail.key, value: true)
         scheduler.start()
@@ -87,9 +87,9 @@ struct HopTests {
 
         let before = scheduler.owner.dispatches
         let accepted = try await scheduler.accept(["fcm-0"])
-        #expect(accepted.devices == 3)
+        #expect(accepted.devices == 30)
         _ = try await f.waitComplete(accepted.messageID)
-        #expect(await eventually { scheduler.inFlightCount == 0 && store.writtenIDs.count == 3 })
+        #expect(await eventually { scheduler.inFlightCount == 0 && store.writtenIDs.count == 30 })
         let dispatches = scheduler.owner.dispatches - before
 
         let events = trail.all
@@ -98,21 +98,23 @@ struct HopTests {
         let sends = events.filter { $0.name == "send" }
         let answers = events.filter { $0.name == "answer" }
         let records = events.filter { $0.name == "record" }
-        #expect(sends.count == 3 && answers.count == 3 && !records.isEmpty)
+        #expect(sends.count == 30 && answers.count == 30 && !records.isEmpty)
         let sentOnEngine = sends.allSatisfy { $0.onEngine }
         let answeredElsewhere = answers.allSatisfy { !$0.onEngine }
         let recordedOnEngine = records.allSatisfy { $0.onEngine }
         #expect(sentOnEngine, "the transport is called on the engine's queue")
         #expect(answeredElsewhere, "the transport answers on its own thread")
         #expect(recordedOnEngine, "results go to the store from the engine's queue")
-        // The engine's own dispatches for this message: the enqueue (it
-        // rests), the hand-over at the commit, one per answer, the 1 ms
-        // gathering of results, the write's return, one progress report, and
-        // a figures refresh per run of answers (one or two: the answers come
-        // from another thread, the first may be worked before the others
-        // arrive). A hop through the engine's queue added per delivery shows
-        // here (three more), and most often one added per message.
-        #expect(dispatches <= 1 + 1 + 3 + 1 + 1 + 1 + 2, "\(dispatches) dispatches on the engine's queue")
+        // The engine's own dispatches for this 30-device message: the
+        // enqueue (it rests), the early sends, the hand-over at the commit,
+        // one per take of answers (the 30 come from another thread in one
+        // burst: most often one take carries them all, a few when the engine
+        // takes while they are posted), the 1 ms gathering of results and
+        // the write's return (twice when the first write leaves some
+        // behind), and one progress report (or two): 7 most often, about 12
+        // on a loaded machine. A hop through the engine's queue added per
+        // delivery adds 30.
+        #expect(dispatches <= 20, "\(dispatches) dispatches on the engine's queue")
     }
 
     func eventually(_ condition: () -> Bool) async -> Bool {

@@ -23,7 +23,8 @@ extension TestStore {
     }
     func claim(_ limit: Int = 100) throws -> [DeliveryJob] { try claimAll(limit).jobs }
     func record(
-        _ d: DeliveryJob, _ state: DeliveryState, status: Int? = nil, reason: String? = nil, retryAt: Int64? = nil
+        _ d: DeliveryJob, _ state: DeliveryState, status: Int? = nil, reason: RecordedReason? = nil,
+        retryAt: Int64? = nil
     ) throws {
         try store.sync { s, done in
             s.record(
@@ -232,7 +233,7 @@ struct QueueTests {
         let jobs = try t.claim().sorted { $0.user < $1.user }
         try #require(jobs.count == 7)
         func rec(
-            _ i: Int, _ state: DeliveryState, _ status: Int?, reason: String? = nil, next: Int64? = nil,
+            _ i: Int, _ state: DeliveryState, _ status: Int?, reason: RecordedReason? = nil, next: Int64? = nil,
             counts: Bool = true, shrink: ShrinkOutcome? = nil
         ) -> DeliveryRecord {
             DeliveryRecord(
@@ -305,7 +306,7 @@ struct QueueTests {
         defer { t.close() }
         _ = try t.register(
             Registration(app: "default", user: "gus", platform: .fcm, environment: nil, token: "fcm-gus"))
-        func deliver(_ state: DeliveryState, reason: String? = nil) throws {
+        func deliver(_ state: DeliveryState, reason: RecordedReason? = nil) throws {
             _ = try t.enqueue(send(PushMessage(kind: .notification), to: .users(["gus"])))
             let job = try #require(try t.claim().first)
             let record = DeliveryRecord(
@@ -697,7 +698,7 @@ struct QueueSemanticsTests {
                     [
                         DeliveryRecord(
                             deliveryID: job.deliveryID, deviceID: job.deviceID, state: .retrying, httpStatus: 403,
-                            reason: DeliveryReason.credentialRejected, nextAttemptAt: later, countsAsAttempt: false)
+                            reason: RecordedReason(.credentialRejected), nextAttemptAt: later, countsAsAttempt: false)
                     ],
                     completion: done)
             }

@@ -221,3 +221,29 @@ struct FCMMessageTests {
         #expect(try build(clear).payloadSize < 4096)
     }
 }
+
+@Suite("FCM templates")
+struct FCMTemplateTests {
+    /// A template made once per message gives each device the body a
+    /// whole build would, whatever its token holds.
+    @Test func aTemplatesBodyIsTheWholeBuildsForAnyToken() throws {
+        let settings = FCMAppSettings(channelID: "c", defaultAlertLocKey: "K")
+        let template = try FCMMessage.Template(message: Fixture.notification(), user: "alice", settings: settings)
+        for token in [
+            "tok-1", "", "a\"b\\c", "line\u{2028}sep\u{2029}", "ü/é:APA91b-_", String(repeating: "x", count: 300),
+        ] {
+            let whole = try FCMMessage(message: Fixture.notification(), token: token, user: "alice", settings: settings)
+            let fromTemplate = FCMMessage(template, token: token)
+            #expect(fromTemplate.body == whole.body, "token \(token)")
+            #expect(try JSONParser.parse(fromTemplate.body)["message"]?["token"]?.stringValue == token)
+            #expect(fromTemplate.ttlSeconds == whole.ttlSeconds && fromTemplate.payloadSize == whole.payloadSize)
+        }
+    }
+
+    @Test func theSizeIsCheckedOnceForTheTemplate() {
+        let m = Fixture.notification(data: [("blob", String(repeating: "b", count: 5000))])
+        #expect(throws: FCMMessageError.self) {
+            try FCMMessage.Template(message: m, user: "alice", settings: FCMAppSettings())
+        }
+    }
+}

@@ -897,7 +897,7 @@ final class PostgresQueue: @unchecked Sendable {
                     .text(Self.bigintArray(rest.map(\.deliveryID))),
                     .text(Self.textArray(rest.map { $0.state.rawValue })),
                     .text(Self.bigintArray(rest.map { $0.httpStatus.map(Int64.init) })),
-                    .text(Self.textArray(rest.map(\.reason))),
+                    .text(Self.textArray(rest.map { $0.reason?.text })),
                     .text(Self.bigintArray(rest.map(\.nextAttemptAt))),
                     .text(Self.bigintArray(rest.map { Int64?($0.countsAsAttempt ? 0 : 1) })),
                     .text("{" + rest.map { $0.shrink != nil ? "t" : "f" }.joined(separator: ",") + "}"),
@@ -915,13 +915,13 @@ final class PostgresQueue: @unchecked Sendable {
     /// are below `windowCap` (counted under a transaction lock per platform).
     func removeStale(
         _ c: PostgresConnection, deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?,
-        reason: String, windowCap: Int, now: Int64
+        reason: ProviderReason, windowCap: Int, now: Int64
     ) throws -> StaleRemoval {
         let holds = try c.execute(
             "SELECT platform FROM devices WHERE device_id = $1 AND token_hash = $2",
             [.text(deviceID), .text(tokenHash)]
         ).first
-        func finish(_ state: DeliveryState, _ why: String) throws {
+        func finish(_ state: DeliveryState, _ why: RecordedReason) throws {
             try record(
                 c,
                 [
@@ -931,7 +931,7 @@ final class PostgresQueue: @unchecked Sendable {
                 ], now: now)
         }
         guard let holds else {
-            try finish(.failed, "\(reason) (device kept: it registered a new token)")
+            try finish(.failed, RecordedReason(reason, .deviceKept))
             return .kept
         }
         let platform = try holds.text(0)
@@ -944,14 +944,14 @@ final class PostgresQueue: @unchecked Sendable {
                 "SELECT count(*) FROM stale_deletions WHERE platform = $1", [.text(platform)]
             ).first?.int64(0) ?? 0
         guard recent < windowCap else {
-            try finish(.failed, "\(reason) (stale; not deleted: window_cap_reached)")
+            try finish(.failed, RecordedReason(reason, .staleNotDeleted("window_cap_reached")))
             return .refusedWindowCap
         }
         try c.execute(
             "DELETE FROM devices WHERE device_id = $1 AND token_hash = $2", [.text(deviceID), .text(tokenHash)])
         try c.execute(
             "INSERT INTO stale_deletions (platform, deleted_at) VALUES ($1, $2)", [.text(platform), .int(now)])
-        try finish(.removedStale, reason)
+        try finish(.removedStale, RecordedReason(reason))
         return .removed
     }
 

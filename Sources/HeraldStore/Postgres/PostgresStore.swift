@@ -779,7 +779,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     }
 
     public func record(
-        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: String?, nextAttemptAt: Int64?,
+        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: RecordedReason?, nextAttemptAt: Int64?,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
         let next = nextAttemptAt.map(offset.toDatabase)
@@ -837,7 +837,8 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     }
 
     public func removeStale(
-        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: String, windowCap: Int,
+        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason,
+        windowCap: Int,
         completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void
     ) {
         submit(
