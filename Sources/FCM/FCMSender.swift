@@ -73,6 +73,8 @@ public final class FCMSender: Sendable {
     private let route: Route?
     /// Wall-clock ms until which the origin, which did not offer HTTP/2, goes through libcurl.
     private let http1Until = Locked<Int64>(0)
+    /// The last access token and its `authorization` value.
+    private let lastBearer = Locked<(token: String, header: String)?>(nil)
 
     /// The FCM origin's lane and the request path on it.
     private struct Route: Sendable {
@@ -195,7 +197,7 @@ public final class FCMSender: Sendable {
         let request = HTTP2Request(
             path: route.path,
             headers: [
-                ("authorization", "Bearer " + token), ("content-type", "application/json; charset=UTF-8"),
+                ("authorization", bearer(token)), ("content-type", "application/json; charset=UTF-8"),
                 ("content-length", String(body.count)),
             ],
             body: body, notAfter: notAfter)
@@ -234,6 +236,15 @@ public final class FCMSender: Sendable {
                 answered(.answered(outcome, info))
             }
         }
+    }
+
+    /// `Bearer <token>`, made once per access token (over a kilobyte) rather
+    /// than once per request.
+    private func bearer(_ token: String) -> String {
+        if let hit = lastBearer.withLock({ $0?.token == token ? $0?.header : nil }) { return hit }
+        let header = "Bearer " + token
+        lastBearer.withLock { $0 = (token, header) }
+        return header
     }
 
     private func rememberHTTP1() {

@@ -24,16 +24,16 @@ public struct HTTP2Endpoint: Hashable, Sendable {
     /// address that was vetted: IP pinning). Tried in order.
     public let addresses: [String]?
 
+    /// `:authority`: the host (bracketed when IPv6) with the port unless
+    /// 443. Made once: every request of the lane sends it.
+    let authority: String
+
     public init(host: String, port: Int = 443, addresses: [String]? = nil) {
         self.host = host
         self.port = port
         self.addresses = addresses
-    }
-
-    /// `:authority`: the host (bracketed when IPv6) with the port unless 443.
-    var authority: String {
-        let name = host.contains(":") ? "[\(host)]" : host
-        return port == 443 ? name : "\(name):\(port)"
+        let name = host.utf8.contains(UInt8(ascii: ":")) ? "[\(host)]" : host
+        self.authority = port == 443 ? name : "\(name):\(port)"
     }
 }
 

@@ -33,6 +33,14 @@ struct BearerToken {
     let value: String
     /// Wall-clock ms of its `iat`.
     let issuedAt: Int64
+    /// The `authorization` value, made once for every request it signs.
+    let header: String
+
+    init(value: String, issuedAt: Int64) {
+        self.value = value
+        self.issuedAt = issuedAt
+        self.header = "bearer " + value
+    }
 }
 
 /// One lane: a queue and a small pool of connections. Loop thread only.

@@ -128,6 +128,10 @@ CONNECTIONS_4C = 4
 # 10,000 devices), the smaller sizes the first users of the larger ones.
 SIZES = {"size_100": 100, "size_500": 500, "size_2000": 2000, "size_10000": 10000}
 SIZE_PER_USER = 20
+# accept_under_load: the gap between two probing push.send calls, and the idle probes (quick: fewer)
+ACCEPT_GAP_S = 0.002
+ACCEPT_CALLS, ACCEPT_CALLS_QUICK = 300, 60
+ACCEPT_BIG_MESSAGES, ACCEPT_BIG_MESSAGES_QUICK = 3, 1
 SIZES_QUICK = ["size_100", "size_2000"]  # what --quick runs unless --only names others
 SENDERS = ["herald", "herald_pg", "herald_pg_x2", "pywebpush_seq", "pywebpush_threads", "aioapns", "h2load"]
 # Herald on PostgreSQL, by instances on the one database.
@@ -220,6 +224,23 @@ class Connection:
             problem = {"instance": self.name, "state": result.get("state"), "devices": result.get("devices"),
                        "skipped": result.get("skipped"), "counts": {k: v for k, v in counts.items() if v}}
         return delivered, problem
+
+    def accept(self, users, tag):
+        """One push.send without wait: the seconds from its write to its answer (the
+        acceptance: checks, the durable commit) and a problem or None."""
+        c = self.client
+        rid = c.next_id
+        c.next_id += 1
+        data = request(rid, "push.send", {"to": {"users": users}, "data": {"msg": tag}})
+        t0 = time.perf_counter()
+        c.sock.sendall(data)
+        answer = json.loads(c.reader.line())
+        seconds = time.perf_counter() - t0
+        if answer.get("id") != rid or answer.get("result") is None:
+            return seconds, {"instance": self.name, "id": answer.get("id"), "error": answer.get("error")}
+        self.accepted += 1
+        self.accepted_users.update(users)
+        return seconds, None
 
     def send(self, users, tag, per_user=PER_USER_DEVICES):
         t0 = time.perf_counter()
@@ -517,6 +538,81 @@ def herald_size(store, name, users, receipts, sink, warmup, messages, log):
                               devices=devices)
     r["us_per_device"] = round(r["p50_ms"] * 1000 / devices, 2) if r.get("p50_ms") is not None else None
     return r, probs
+
+
+def ms_percentile(samples_s, q):
+    """The q-quantile of samples in seconds, in ms."""
+    return round(percentile([x * 1000 for x in samples_s], q), 3) if samples_s else None
+
+
+def herald_accept_under_load(store, big, users, receipts, log, calls, big_messages):
+    """push.send's acceptance time (no wait: the answer comes at the commit) on a second
+    connection, one call every ACCEPT_GAP_S: `calls` of them on an idle daemon, then as many as
+    fit while the first connection sends `big_messages` messages to the devices of `big` (the size
+    curve's largest, 10,000 devices in a full run) one after another. Each probe goes to one
+    apns500 user (5 devices). The row: p50/p99 loaded, p50/p99 idle and the p99 ratio."""
+    herald, label = store.herald, store.label
+    inst = herald.instances[0]
+    probe = inst.connect()
+    one = users["apns500"][:1]
+    done = receipts.herald_phase("accept_under_load", herald, label=label)
+    problems = []
+
+    def probes(tag, until):
+        out, i = [], 0
+        while until(i):
+            s, p = probe.accept(one, f"{tag}-{i}")
+            out.append(s)
+            if p:
+                problems.append({"scenario": "accept_under_load", "probe": tag, **p})
+            i += 1
+            time.sleep(ACCEPT_GAP_S)
+        return out
+
+    idle = probes("idle", lambda i: i < calls)
+    time.sleep(1.0)  # the idle probes' pushes are out
+    sending = threading.Event()
+    sending.set()
+    big_out = {}
+
+    def fan_out():
+        try:
+            samples, delivered = [], 0
+            for m in range(big_messages):
+                s, d, p = inst.conn.send(users[big], f"accept-{big}-m{m}", SIZE_PER_USER)
+                samples.append(s)
+                delivered += d
+                if p:
+                    problems.append({"scenario": "accept_under_load", "message": m, **p})
+            big_out.update(samples=samples, delivered=delivered)
+        finally:
+            sending.clear()
+
+    c0 = herald.cpu_seconds()
+    t = threading.Thread(target=fan_out)
+    t.start()
+    time.sleep(0.01)  # the first message is being accepted
+    loaded = probes("loaded", lambda i: sending.is_set())
+    t.join()
+    cpu = herald.cpu_seconds() - c0
+    done()
+    idle_p99, loaded_p99 = ms_percentile(idle, 0.99), ms_percentile(loaded, 0.99)
+    r = {"scenario": "accept_under_load", "sender": label, "backend": store.backend,
+         "p50_ms": ms_percentile(loaded, 0.5), "p90_ms": ms_percentile(loaded, 0.9), "p99_ms": loaded_p99,
+         "idle_p50_ms": ms_percentile(idle, 0.5), "idle_p99_ms": idle_p99,
+         "p99_vs_idle": round(loaded_p99 / idle_p99, 2) if idle_p99 and loaded_p99 else None,
+         "probes_idle": len(idle), "probes_loaded": len(loaded), "big_scenario": big,
+         "big_devices": SIZES[big], "big_messages": big_messages,
+         "big_p50_ms": ms_percentile(big_out.get("samples") or [], 0.5),
+         "delivered": big_out.get("delivered", 0) + 0, "expected": SIZES[big] * big_messages,
+         "cpu_s": round(cpu, 3), "pushes_per_s": None, "cpu_s_per_1000": None, "peak_rss_mb": None,
+         "messages": big_messages, "samples_ms": [round(x * 1000, 3) for x in loaded]}
+    r["delivered_all"] = r["delivered"] == r["expected"] and not problems
+    log(f"accept_under_load {label}: push.send p99 {loaded_p99} ms during {big_messages} x {SIZES[big]}-device "
+        f"messages ({len(loaded)} calls) vs {idle_p99} ms idle ({len(idle)} calls): {r['p99_vs_idle']}x")
+    if not herald.alive():
+        raise RuntimeError(f"{label} exited during accept_under_load")
+    return r, problems
 
 
 def herald_sustained_4c(store, name, groups, receipts, sink, sustained_s, log):
@@ -990,7 +1086,7 @@ def main():
         raise SystemExit(f"--postgres: '1', '2', '1,2' or 'none', not {args.postgres!r}")
     pg_variants = [int(v) for v in pg_variants]
     pg_durable = (args.pg_durable or ("off" if args.quick else "on")) == "on"
-    unknown = only - set(SCENARIOS) - set(SUSTAINED) - set(SUSTAINED_4C) - set(SIZES)
+    unknown = only - set(SCENARIOS) - set(SUSTAINED) - set(SUSTAINED_4C) - set(SIZES) - {"accept_under_load"}
     if unknown:
         raise SystemExit(f"--only: unknown {sorted(unknown)} (known: "
                          f"{', '.join(list(SCENARIOS) + list(SUSTAINED) + list(SUSTAINED_4C) + list(SIZES))})")
@@ -1175,6 +1271,18 @@ def main():
                 f"each) in {time.perf_counter() - t0:.1f} s")
         for name in sizes:
             r, probs = herald_size(stores[0], name, users, receipts, sink, size_warmup, size_messages, log)
+            rows.append(r)
+            problems += probs
+
+        # ---- accepting while a big message is sent: push.send's p99 against an idle daemon's
+        if sizes and (not only or "accept_under_load" in only) and users.get("apns500"):
+            big = max(sizes, key=lambda n: SIZES[n])
+            devices["accept_under_load"] = devices[big] + devices["apns500"]
+            receipts.set_devices(devices, user_devices(users, devices))
+            r, probs = herald_accept_under_load(
+                stores[0], big, users, receipts, log,
+                ACCEPT_CALLS_QUICK if args.quick else ACCEPT_CALLS,
+                ACCEPT_BIG_MESSAGES_QUICK if args.quick else ACCEPT_BIG_MESSAGES)
             rows.append(r)
             problems += probs
 

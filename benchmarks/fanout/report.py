@@ -139,6 +139,36 @@ def summarise(results):
     if crypto.get("ratio"):
         add("one-core seal vs the floor", "<= 1.1x", f"{crypto['ratio']:.3f}x ({crypto.get('seal_us', 0):.1f} vs "
             f"{crypto['floor_us']:.1f} us)", crypto["ratio"] <= 1.1, "met" if crypto["ratio"] <= 1.1 else "short")
+    # CPU per push against h2load's CPU per request in the same sustained phase (its steady state:
+    # process start-up and handshakes are a small part of a phase of seconds).
+    for scen in ("apns_sustained", "fcm_sustained"):
+        h, c = by.get((scen, "herald")), by.get((scen, "h2load"))
+        if h and c and h.get("cpu_s_per_1000") and c.get("cpu_s_per_1000"):
+            ratio = h["cpu_s_per_1000"] / c["cpu_s_per_1000"]
+            add(f"{scen} CPU per push vs h2load", "<= 2x h2load's CPU per request in the same phase",
+                f"{ratio:.2f}x ({h['cpu_s_per_1000']:.3f} vs {c['cpu_s_per_1000']:.3f} s per 1,000)", ratio <= 2,
+                "met" if ratio <= 2 else f"needs <= {2 * c['cpu_s_per_1000']:.3f} s per 1,000")
+    h, c = by.get(("web_sustained", "herald")), by.get(("web_sustained", "h2load"))
+    if h and c and h.get("cpu_s_per_1000") and c.get("cpu_s_per_1000") and crypto.get("floor_us"):
+        # The seal floor in s per 1,000 seals: floor_us µs each.
+        allowed = crypto["floor_us"] / 1000 + 2 * c["cpu_s_per_1000"]
+        ratio = h["cpu_s_per_1000"] / allowed
+        add("web_sustained CPU per push vs seal floor + 2x h2load",
+            "<= the seal floor + 2x h2load's CPU per request",
+            f"{ratio:.2f}x ({h['cpu_s_per_1000']:.3f} vs {allowed:.3f} s per 1,000)", ratio <= 1,
+            "met" if ratio <= 1 else f"{ratio:.2f}x the allowance")
+    small, large = by.get(("size_500", "herald")), by.get(("size_10000", "herald"))
+    if small and large and small.get("us_per_device") and large.get("us_per_device"):
+        ratio = large["us_per_device"] / small["us_per_device"]
+        add("size curve: µs per device at 10,000 vs size_500's", "<= 1.1x",
+            f"{ratio:.2f}x ({large['us_per_device']:.1f} vs {small['us_per_device']:.1f} µs)", ratio <= 1.1,
+            "met" if ratio <= 1.1 else f"{ratio / 1.1:.2f}x over")
+    a = by.get(("accept_under_load", "herald"))
+    if a and a.get("p99_vs_idle") is not None:
+        ratio = a["p99_vs_idle"]
+        add(f"push.send p99 during a {a.get('big_devices', 0):,}-device send vs idle", "<= 2x its idle p99",
+            f"{ratio:.2f}x ({a['p99_ms']:.2f} vs {a['idle_p99_ms']:.2f} ms; {a['probes_loaded']} calls)",
+            ratio <= 2, "met" if ratio <= 2 else f"needs <= {2 * a['idle_p99_ms']:.2f} ms")
     for scen in LATENCY:
         h = by.get((scen, "herald"))
         if h and h.get("first_push_p50_ms") is not None:
