@@ -162,8 +162,9 @@ bench-delivery: deps
 ## bench-fanout: one message to 500 devices (with the time to first push) and sustained rates, herald next to
 ## pywebpush, aioapns and h2load against an nginx sink, then herald on PostgreSQL (one instance, two on one
 ## database; a private durable server, its CPU counted); on SQLite also sustained from 4 client connections
-## (apns_sustained_4c, web_sustained_4c) and the size curve (one APNs message to 100 ... 10,000 devices,
-## size_100 ... size_10000): table, benchmarks/results/fanout.json, REPORT.md and plots
+## (apns_sustained_4c, web_sustained_4c), the size curve (one APNs message to 100 ... 10,000 devices,
+## size_100 ... size_10000) and accept_under_load (push.send's p99 while the 10,000-device message is sent,
+## against an idle daemon's): table, benchmarks/results/fanout.json, REPORT.md and plots
 ## (FANOUT_ARGS=--perf profiles, FANOUT_ARGS=--postgres=none SQLite only)
 FANOUT_ARGS ?=
 bench-fanout: deps bench-deps

@@ -41,14 +41,21 @@ scenario above runs on the store as before):
                      (users with 20 devices each, the app's device_cap),
                      `--size-messages` (10) after 2 warm-up; each row also has
                      devices and us_per_device (p50 / devices)
+  accept_under_load  push.send (no wait: answered at its commit) to one user's
+                     5 APNs devices on a second connection, one call every
+                     2 ms: 300 on the idle daemon, then as many as fit while
+                     the first connection sends the size curve's largest
+                     message (10,000 devices) 3 times; the row holds the
+                     loaded p50/p99, the idle p50/p99 and p99_vs_idle
   web_sustained_4c, apns_sustained_4c
                      4 client connections to one Herald, one thread each,
                      each sending 500-device messages to its own 100 users back
                      to back for `--sustained-seconds`, all at once; h2load
                      next to them as for the one-connection rows
 
---quick runs size_100 and size_2000 (2 messages after 1) and both 4c scenarios
-in 2 s phases; --only names any scenario.
+--quick runs size_100 and size_2000 (2 messages after 1), accept_under_load
+(60 idle calls, one 2,000-device message) and both 4c scenarios in 2 s phases;
+--only names any scenario (accept_under_load needs a size_ one with it).
 
 Time to first push: every Herald row of a scenario whose messages go one at
 a time (the 500-device ones on every store, and the size curve) has
