@@ -430,7 +430,7 @@ final class Connection: @unchecked Sendable {
             lane.requeue(pending, reason: .connectionReset("connection not ready"))
             return
         }
-        var authorization: String?
+        var all: [(name: String, value: String)] = []
         if let tokens = lane.options.tokens {
             guard var current = token else {
                 lane.requeue(pending, reason: .connectionReset("connection not ready"))
@@ -444,31 +444,29 @@ final class Connection: @unchecked Sendable {
                 token = fresh
                 tokenSince = now
             }
-            authorization = current.header
+            all.append(("authorization", current.header))
         }
         let request = pending.request
+        all.append(contentsOf: request.headers)
         // Every name and value NUL-terminated in one buffer (nghttp2 copies
-        // them at submit): one allocation per request, not two per field;
-        // each string copied in one piece.
-        var size = authorization.map { $0.utf8.count + 15 } ?? 0
-        for (name, value) in request.headers { size += name.utf8.count + value.utf8.count + 2 }
-        var storage: [UInt8] = []
+        // them at submit): one allocation per request, not two per field.
+        var size = 0
+        for (name, value) in all { size += name.utf8.count + value.utf8.count + 2 }
+        var storage: [CChar] = []
         storage.reserveCapacity(size)
         var offsets: [(name: Int, value: Int)] = []
-        offsets.reserveCapacity(request.headers.count + 1)
-        func add(_ name: String, _ value: String) {
+        offsets.reserveCapacity(all.count)
+        for (name, value) in all {
             let n = storage.count
-            storage.append(contentsOf: name.utf8)
+            for b in name.utf8 { storage.append(CChar(bitPattern: b)) }
             storage.append(0)
             let v = storage.count
-            storage.append(contentsOf: value.utf8)
+            for b in value.utf8 { storage.append(CChar(bitPattern: b)) }
             storage.append(0)
             offsets.append((n, v))
         }
-        if let authorization { add("authorization", authorization) }
-        for (name, value) in request.headers { add(name, value) }
-        let sid = storage.withUnsafeBytes { raw -> Int32 in
-            let base = raw.bindMemory(to: CChar.self).baseAddress!
+        let sid = storage.withUnsafeBufferPointer { text -> Int32 in
+            let base = text.baseAddress!
             let headers = offsets.map { hh2_header(name: base + $0.name, value: base + $0.value) }
             return request.body.withUnsafeBufferPointer { body in
                 hh2_conn_submit(
