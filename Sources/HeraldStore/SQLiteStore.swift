@@ -179,6 +179,7 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     }
 
     private func run(db: Database, tables: Tables) {
+        var turns = WriterTurns()
         while true {
             condition.lock()
             while queue.isEmpty && !stopping { condition.wait() }
@@ -194,9 +195,7 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
                 condition.unlock()
                 return
             }
-            let take = min(queue.count, Self.maxBatch)
-            let batch = Array(queue.prefix(take))
-            queue.removeFirst(take)
+            let batch = turns.next(from: &queue, max: Self.maxBatch) { $0.durable }
             condition.unlock()
             commit(batch, db: db, tables: tables)
         }
