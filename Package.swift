@@ -63,7 +63,7 @@ let package = Package(
         .target(name: "Postgres", dependencies: ["CLibPQ", "CHeraldSys", "HeraldIO"], swiftSettings: strictSwift),
         .target(
             name: "HeraldCrypto",
-            dependencies: ["CHeraldCrypto"],
+            dependencies: ["CHeraldCrypto", "HeraldIO"],
             swiftSettings: strictSwift
         ),
         .target(name: "HeraldCore", swiftSettings: strictSwift),

@@ -523,18 +523,16 @@ public struct HTTP2LaneHandle: Sendable {
 }
 
 /// The OpenSSL client context every connection shares.
-// @unchecked: an OpenSSL SSL_CTX, immutable after setup and safe to share between threads.
-final class TLSContext: @unchecked Sendable {
-    // Immutable after init; OpenSSL allows concurrent use of an SSL_CTX.
-    let handle: OpaquePointer
+final class TLSContext: Sendable {
+    private let context: SharedHandle
+    /// The SSL_CTX: immutable after setup; OpenSSL allows its concurrent use.
+    var handle: OpaquePointer { context.pointer }
 
     init(caFile: String?) throws(HTTP2ClientError) {
         var err = [CChar](repeating: 0, count: 256)
         guard let handle = hh2_tls_new(caFile, &err, err.count) else {
             throw .tls(String(cBuffer: err))
         }
-        self.handle = handle
+        context = SharedHandle(handle) { hh2_tls_free($0) }
     }
-
-    deinit { hh2_tls_free(handle) }
 }
