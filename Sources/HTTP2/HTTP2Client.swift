@@ -311,6 +311,8 @@ public final class HTTP2Client: Sendable {
     private let registry = Locked<Registry>(Registry())
     let counters = Locked(HTTP2ClientStats())
     private let finished = DispatchSemaphore(value: 0)
+    /// Requests handed over to the loop, not yet taken by it (each made
+    /// by its sender and not touched by it again).
     private let inbox = Locked<[(Lane, Pending)]>([])
 
     private struct Registry {
@@ -423,7 +425,8 @@ public final class HTTP2Client: Sendable {
 
     func count(_ update: (inout HTTP2ClientStats) -> Void) { counters.withLock { update(&$0) } }
 
-    func submit(_ pending: Pending, to lane: Lane) {
+    /// Hands `pending` to the loop, its only user from here on.
+    func submit(_ pending: sending Pending, to lane: Lane) {
         let first = inbox.withLock { box -> Bool in
             box.append((lane, pending))
             return box.count == 1
