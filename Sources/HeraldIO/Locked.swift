@@ -14,7 +14,7 @@
 /// (``withLock(when:timeout:_:)``), and the thread that changed it wakes it
 /// (``signal()``, ``broadcast()``), in place of an `NSCondition` and the
 /// fields it guards.
-// @unchecked: the value is reached only through withLock, under the pthread mutex.
+// @unchecked: the value is reached only inside withLock (and withLock(when:), whose wait lets the mutex go and takes it back), under the pthread mutex.
 public final class Locked<Value>: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private let condition: UnsafeMutablePointer<pthread_cond_t>
