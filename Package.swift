@@ -60,10 +60,10 @@ let package = Package(
         .systemLibrary(name: "CInih", path: "CSources/CInih"),
         .systemLibrary(name: "CAres", path: "CSources/CAres", providers: [.apt(["libc-ares-dev"])]),
         .systemLibrary(name: "CLibPQ", path: "CSources/CLibPQ", providers: [.apt(["libpq-dev"])]),
-        .target(name: "Postgres", dependencies: ["CLibPQ", "CHeraldSys"], swiftSettings: strictSwift),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "CHeraldSys", "HeraldIO"], swiftSettings: strictSwift),
         .target(
             name: "HeraldCrypto",
-            dependencies: ["CHeraldCrypto"],
+            dependencies: ["CHeraldCrypto", "HeraldIO"],
             swiftSettings: strictSwift
         ),
         .target(name: "HeraldCore", swiftSettings: strictSwift),
@@ -91,7 +91,9 @@ let package = Package(
             swiftSettings: strictSwift),
         .target(
             name: "HeraldStore",
-            dependencies: ["HeraldCore", "HeraldCrypto", "HeraldJSON", "CSQLite", "CHeraldSys", "Postgres"],
+            dependencies: [
+                "HeraldCore", "HeraldCrypto", "HeraldJSON", "CSQLite", "CHeraldSys", "Postgres", "HeraldIO",
+            ],
             swiftSettings: strictSwift
         ),
         .target(

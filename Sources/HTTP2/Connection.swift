@@ -37,7 +37,7 @@ private let onResponse: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<
 }
 
 /// One HTTP/2 connection of a lane. Loop thread only.
-// @unchecked: loop thread only (the client's event loop), like the nghttp2 session it drives.
+// @unchecked: loop thread only (the client's event loop), like the nghttp2 session it drives and the Pendings on its streams.
 final class Connection: @unchecked Sendable {
     enum Event {
         case settings(UInt32)

@@ -311,6 +311,8 @@ public final class HTTP2Client: Sendable {
     private let registry = Locked<Registry>(Registry())
     let counters = Locked(HTTP2ClientStats())
     private let finished = DispatchSemaphore(value: 0)
+    /// Requests handed over to the loop, not yet taken by it (each made
+    /// by its sender and not touched by it again).
     private let inbox = Locked<[(Lane, Pending)]>([])
 
     private struct Registry {
@@ -423,7 +425,8 @@ public final class HTTP2Client: Sendable {
 
     func count(_ update: (inout HTTP2ClientStats) -> Void) { counters.withLock { update(&$0) } }
 
-    func submit(_ pending: Pending, to lane: Lane) {
+    /// Hands `pending` to the loop, its only user from here on.
+    func submit(_ pending: sending Pending, to lane: Lane) {
         let first = inbox.withLock { box -> Bool in
             box.append((lane, pending))
             return box.count == 1
@@ -523,18 +526,16 @@ public struct HTTP2LaneHandle: Sendable {
 }
 
 /// The OpenSSL client context every connection shares.
-// @unchecked: an OpenSSL SSL_CTX, immutable after setup and safe to share between threads.
-final class TLSContext: @unchecked Sendable {
-    // Immutable after init; OpenSSL allows concurrent use of an SSL_CTX.
-    let handle: OpaquePointer
+final class TLSContext: Sendable {
+    private let context: SharedHandle
+    /// The SSL_CTX: immutable after setup; OpenSSL allows its concurrent use.
+    var handle: OpaquePointer { context.pointer }
 
     init(caFile: String?) throws(HTTP2ClientError) {
         var err = [CChar](repeating: 0, count: 256)
         guard let handle = hh2_tls_new(caFile, &err, err.count) else {
             throw .tls(String(cBuffer: err))
         }
-        self.handle = handle
+        context = SharedHandle(handle) { hh2_tls_free($0) }
     }
-
-    deinit { hh2_tls_free(handle) }
 }

@@ -1,10 +1,11 @@
 import HeraldCore
 import HeraldIO
 
-/// A request waiting for, or riding on, a stream.
-// @unchecked: created on the submitting thread, then touched on the client loop only.
-final class Pending: @unchecked Sendable {
-    // Loop thread only after `send` hands it over.
+/// A request waiting for, or riding on, a stream. Made on the sender's
+/// thread, then handed to the client's loop (``HTTP2Client/submit(_:to:)``
+/// and ``HTTP2Client/send(_:)`` take it `sending`), whose thread is its only
+/// user: its lane's and connections'.
+final class Pending {
     let request: HTTP2Request
     /// Monotonic ms by which the answer must be in.
     let deadline: Int64
@@ -44,7 +45,7 @@ struct BearerToken {
 }
 
 /// One lane: a queue and a small pool of connections. Loop thread only.
-// @unchecked: loop thread only (the client's event loop).
+// @unchecked: loop thread only (the client's event loop), as are the Pendings it queues, each handed over `sending` through the client's inbox.
 final class Lane: @unchecked Sendable {
     let key: HTTP2LaneKey
     let endpoint: HTTP2Endpoint

@@ -20,8 +20,7 @@ import HeraldIO
 ///   the transfer with ``HTTPError/bodyTooLarge(limit:)`` (no truncated success).
 /// - Completion handlers run on the client's network thread: they must not block. They may call
 ///   ``send(_:completion:)`` again.
-// @unchecked: its state lives in the Engine, reached through the engine's locked queue.
-public final class HTTPClient: @unchecked Sendable {
+public final class HTTPClient: Sendable {
     public struct Configuration: Sendable {
         /// An extra PEM file of trusted CAs (`CURLOPT_CAINFO`), trusted next to the system
         /// store (`/etc/ssl/certs` as `CURLOPT_CAPATH`). `nil`: libcurl's system default.
@@ -121,7 +120,7 @@ public final class HTTPClient: @unchecked Sendable {
 
 // MARK: - Engine (the multi handle and its thread)
 
-// @unchecked: the multi handle and transfers are touched on the engine thread only; `incoming` under its lock.
+// @unchecked: the multi handle and `active` are touched on the engine thread only, and so is each Transfer once its maker hands it over (enqueue takes it `sending`); `shared` is under its lock.
 final class Engine: @unchecked Sendable {
     private struct Shared {
         var pending: [Transfer] = []
@@ -140,7 +139,9 @@ final class Engine: @unchecked Sendable {
         self.multi = multi
     }
 
-    func enqueue(_ transfer: Transfer) {
+    /// Takes `transfer` over: from here on only the engine thread touches
+    /// it (or this call, when the engine is stopping).
+    func enqueue(_ transfer: sending Transfer) {
         let accepted = shared.withLock { s -> Bool in
             if s.stopping { return false }
             s.pending.append(transfer)

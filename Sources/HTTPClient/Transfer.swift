@@ -37,9 +37,10 @@ private let headerCallback: herald_curl_data_cb = { ptr, size, nmemb, userdata i
     return n
 }
 
-/// One request: its easy handle, the C memory it needs, and the response being built.
-// @unchecked: owned by the engine thread while curl runs it; other threads only hand it over.
-final class Transfer: @unchecked Sendable {
+/// One request: its easy handle, the C memory it needs, and the response
+/// being built. Made on the sender's thread, then handed to the engine
+/// (``Engine/enqueue(_:)`` takes it `sending`), whose thread is its only user.
+final class Transfer {
     let easy: UnsafeMutableRawPointer
     let maxBody: Int
     private let completion: @Sendable (Result<HTTPResponse, HTTPError>) -> Void

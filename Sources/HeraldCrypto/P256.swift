@@ -1,15 +1,14 @@
 internal import CHeraldCrypto
+import HeraldIO
 
 /// A P-256 private key (VAPID or APNs signing key). The scalar lives in the C
 /// core and is wiped when the key is released.
-// @unchecked: the C key is immutable after creation; the core only reads it (it is safe from any thread).
-public final class P256PrivateKey: @unchecked Sendable {
-    // Immutable after init; the core allows concurrent use.
-    let handle: OpaquePointer
+public final class P256PrivateKey: Sendable {
+    private let key: SharedHandle
+    /// The core's key: immutable after creation, only read (from any thread).
+    var handle: OpaquePointer { key.pointer }
 
-    private init(handle: OpaquePointer) { self.handle = handle }
-
-    deinit { hc_p256_key_free(handle) }
+    private init(handle: OpaquePointer) { key = SharedHandle(handle) { hc_p256_key_free($0) } }
 
     /// A fresh random key.
     public static func generate() throws(CryptoError) -> P256PrivateKey {

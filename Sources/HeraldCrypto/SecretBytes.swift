@@ -1,4 +1,5 @@
 internal import CHeraldCrypto
+import HeraldIO
 
 #if canImport(Glibc)
     import Glibc
@@ -8,12 +9,12 @@ internal import CHeraldCrypto
 /// own that is locked against swapping where the system allows it and wiped
 /// when the value is released. Its bytes are lent for a call, never copied
 /// into a `String` or an `Array`; its description never shows them.
-// @unchecked: the bytes are written once, at init, and only read (or wiped at deinit) after.
-public final class SecretBytes: @unchecked Sendable, CustomStringConvertible,
+public final class SecretBytes: Sendable, CustomStringConvertible,
     CustomDebugStringConvertible, CustomReflectable
 {
-    // Safe to share: the bytes are written only during init and read-only after.
-    private let storage: UnsafeMutableRawBufferPointer
+    /// Whole pages, written only during init (before the handle holds them)
+    /// and read-only after; wiped and released with the handle.
+    private let storage: SharedHandle
     private let locked: Bool
 
     /// The number of bytes held.
@@ -45,7 +46,7 @@ public final class SecretBytes: @unchecked Sendable, CustomStringConvertible,
         if written < capacity {
             hc_wipe(raw.baseAddress! + written, capacity - written)
         }
-        storage = raw
+        storage = SharedHandle(OpaquePointer(raw.baseAddress!)) { _ in Self.release(raw, locked: locked) }
         self.locked = locked
         count = written
     }
@@ -67,8 +68,6 @@ public final class SecretBytes: @unchecked Sendable, CustomStringConvertible,
         }
     }
 
-    deinit { Self.release(storage, locked: locked) }
-
     private static func release(_ raw: UnsafeMutableRawBufferPointer, locked: Bool) {
         hc_wipe(raw.baseAddress, raw.count)
         if locked { _ = munlock(raw.baseAddress!, raw.count) }
@@ -82,7 +81,7 @@ public final class SecretBytes: @unchecked Sendable, CustomStringConvertible,
     public func withUnsafeBytes<R, E: Error>(
         _ body: (UnsafeRawBufferPointer) throws(E) -> R
     ) throws(E) -> R {
-        try body(UnsafeRawBufferPointer(rebasing: storage[0..<count]))
+        try body(UnsafeRawBufferPointer(start: UnsafeRawPointer(storage.pointer), count: count))
     }
 
     /// Constant-time comparison of two secrets.
@@ -114,6 +113,6 @@ extension SecretBytes {
         _ body: (UnsafePointer<UInt8>, Int) throws(E) -> R
     ) throws(E) -> R {
         // A valid pointer even for zero bytes: the storage always has a page.
-        try body(UnsafePointer(storage.baseAddress!.assumingMemoryBound(to: UInt8.self)), count)
+        try body(UnsafePointer(UnsafeRawPointer(storage.pointer).assumingMemoryBound(to: UInt8.self)), count)
     }
 }

@@ -1,4 +1,5 @@
 internal import CHeraldCrypto
+import HeraldIO
 
 /// VAPID tokens (RFC 8292) for Web Push requests.
 public enum VAPID {
@@ -39,10 +40,10 @@ public enum APNsProviderToken {
 
 /// A Google service account, as read from its JSON file, that signs the
 /// OAuth2 JWT-bearer assertion for FCM HTTP v1.
-// @unchecked: the C account is immutable after parsing; signing only reads it.
-public final class FCMServiceAccount: @unchecked Sendable {
-    // Immutable after init; the core allows concurrent use.
-    private let handle: OpaquePointer
+public final class FCMServiceAccount: Sendable {
+    /// The core's account: immutable after parsing, only read by signing (from any thread).
+    private let account: SharedHandle
+    private var handle: OpaquePointer { account.pointer }
     public let projectID: String
     public let clientEmail: String
     public let tokenURI: String
@@ -52,13 +53,11 @@ public final class FCMServiceAccount: @unchecked Sendable {
     public init(json: SecretBytes) throws(CryptoError) {
         var handle: OpaquePointer?
         try check(json.withUnsafeCChars { hc_fcm_account_from_json($0, $1, &handle) })
-        self.handle = handle!
-        projectID = String(cString: hc_fcm_account_project_id(self.handle))
-        clientEmail = String(cString: hc_fcm_account_client_email(self.handle))
-        tokenURI = String(cString: hc_fcm_account_token_uri(self.handle))
+        account = SharedHandle(handle!) { hc_fcm_account_free($0) }
+        projectID = String(cString: hc_fcm_account_project_id(account.pointer))
+        clientEmail = String(cString: hc_fcm_account_client_email(account.pointer))
+        tokenURI = String(cString: hc_fcm_account_token_uri(account.pointer))
     }
-
-    deinit { hc_fcm_account_free(handle) }
 
     /// The RS256 assertion for the token exchange asking for `scope` (one or
     /// more space-separated scope URIs), valid for `lifetime` seconds (≤ 3600).

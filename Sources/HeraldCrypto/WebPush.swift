@@ -1,25 +1,24 @@
 internal import CHeraldCrypto
+import HeraldIO
 
 /// A Web Push subscription's keys, parsed and checked once and reused for
 /// every record sealed for it.
-// @unchecked: the C subscriber keys are immutable after parsing; sealing only reads them.
-public final class WebPushSubscriber: @unchecked Sendable {
-    // Immutable after init; the core allows concurrent use.
-    let handle: OpaquePointer
+public final class WebPushSubscriber: Sendable {
+    private let keys: SharedHandle
+    /// The core's subscriber keys: immutable after parsing, only read by sealing (from any thread).
+    var handle: OpaquePointer { keys.pointer }
 
     /// `p256dh` is the 65-byte uncompressed point, `auth` the 16-byte secret.
     public init(p256dh: [UInt8], auth: [UInt8]) throws(CryptoError) {
         var handle: OpaquePointer?
         try check(hc_webpush_sub_new(p256dh, p256dh.count, auth, auth.count, &handle))
-        self.handle = handle!
+        keys = SharedHandle(handle!) { hc_webpush_sub_free($0) }
     }
 
     /// The keys as a browser's `PushSubscription.toJSON()` gives them.
     public convenience init(p256dh: String, auth: String) throws(CryptoError) {
         try self.init(p256dh: Base64URL.decode(p256dh), auth: Base64URL.decode(auth))
     }
-
-    deinit { hc_webpush_sub_free(handle) }
 
     public var publicKey: [UInt8] {
         var out = [UInt8](repeating: 0, count: Int(HC_P256_PUBLIC_BYTES))

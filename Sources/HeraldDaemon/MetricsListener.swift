@@ -17,8 +17,7 @@ import HeraldIO
 /// however many scrapers ask (``SharedAnswer``). With `[metrics]
 /// bearer_token_file`, `/metrics` asks for the token (checked in the C
 /// listener, in constant time); the probes never do.
-// @unchecked: the daemon handle is set once at start and freed at stop; answers are made on the loop.
-final class MetricsListener: @unchecked Sendable {
+final class MetricsListener: Sendable {
     /// What the listener asks the daemon; each runs on the listener's thread
     /// and may wait for the loop.
     struct Source: Sendable {
@@ -30,7 +29,8 @@ final class MetricsListener: @unchecked Sendable {
         let ready: @Sendable () -> (ready: Bool, why: String)
     }
 
-    private let server: OpaquePointer
+    /// The libmicrohttpd daemon, until `stop` frees it.
+    private let server: Locked<OpaquePointer?>
     private let box: Unmanaged<SourceBox>
     let port: Int
 
@@ -66,9 +66,9 @@ final class MetricsListener: @unchecked Sendable {
                 "[metrics] listen \(address): \(String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))"
             )
         }
-        self.server = server
-        self.box = box
         port = Int(hh_port(server))
+        self.server = Locked(server)
+        self.box = box
     }
 
     private static func answer(_ path: String, _ source: Source) -> (status: Int, body: String, metrics: Bool) {
@@ -88,8 +88,12 @@ final class MetricsListener: @unchecked Sendable {
 
     /// Stops the listener thread (waits for an answer being made).
     func stop() {
-        hh_stop(server)
-        box.release()
+        server.withLock { server in
+            guard let running = server else { return }
+            hh_stop(running)
+            server = nil
+            box.release()
+        }
     }
 }
 
@@ -98,16 +102,18 @@ final class MetricsListener: @unchecked Sendable {
 /// text a second. A computation that never answers (a wedged loop) is given
 /// up after `timeoutMs` for its callers, and another is started by the next
 /// caller after that.
-final class SharedAnswer: @unchecked Sendable {
-    // @unchecked: every field is guarded by `condition`.
-    private let condition = NSCondition()
-    /// The last computation's answer (nil: it had none).
-    private var answer: String?
-    private var answeredAt: Int64 = 0
-    /// When the computation under way started (nil: none).
-    private var computingSince: Int64?
-    /// Counts computations that ended, so waiters see theirs end.
-    private var generation = 0
+final class SharedAnswer: Sendable {
+    private struct State {
+        /// The last computation's answer (nil: it had none).
+        var answer: String?
+        var answeredAt: Int64 = 0
+        /// When the computation under way started (nil: none).
+        var computingSince: Int64?
+        /// Counts computations that ended, so waiters see theirs end.
+        var generation = 0
+    }
+
+    private let state = Locked(State())
     let maxAgeMs: Int64
     let timeoutMs: Int64
 
@@ -120,36 +126,43 @@ final class SharedAnswer: @unchecked Sendable {
     /// calls its argument once, from any thread, with nil for no answer);
     /// nil when none came within `timeoutMs`.
     func get(_ compute: (@escaping @Sendable (String?) -> Void) -> Void) -> String? {
-        condition.lock()
+        enum Next {
+            case answer(String)
+            case compute(seen: Int)
+            case wait(seen: Int)
+        }
         let now = monotonicMilliseconds()
-        if let answer, now - answeredAt < maxAgeMs {
-            condition.unlock()
-            return answer
-        }
-        let seen = generation
-        if computingSince.map({ now - $0 > timeoutMs }) ?? true {
-            computingSince = now
-            condition.unlock()
-            compute { [self] text in
-                condition.lock()
-                answer = text
-                answeredAt = monotonicMilliseconds()
-                computingSince = nil
-                generation += 1
-                condition.broadcast()
-                condition.unlock()
+        let next = state.withLock { s -> Next in
+            if let answer = s.answer, now - s.answeredAt < maxAgeMs { return .answer(answer) }
+            if s.computingSince.map({ now - $0 > timeoutMs }) ?? true {
+                s.computingSince = now
+                return .compute(seen: s.generation)
             }
-            condition.lock()
+            return .wait(seen: s.generation)
         }
-        let deadline = Date(timeIntervalSinceNow: Double(timeoutMs) / 1000)
-        while generation == seen {
-            if !condition.wait(until: deadline) { break }
+        let seen: Int
+        switch next {
+        case .answer(let answer):
+            return answer
+        case .compute(let generation):
+            seen = generation
+            compute { [state] text in
+                state.withLock { s in
+                    s.answer = text
+                    s.answeredAt = monotonicMilliseconds()
+                    s.computingSince = nil
+                    s.generation += 1
+                }
+                state.broadcast()
+            }
+        case .wait(let generation):
+            seen = generation
         }
         // The computation waited on ended (its answer, or nil when it had
         // none), or the wait passed its deadline.
-        let result = generation != seen ? answer : nil
-        condition.unlock()
-        return result
+        return state.withLock(when: { $0.generation != seen }, timeout: .milliseconds(timeoutMs)) { s in
+            s.generation != seen ? s.answer : nil
+        }
     }
 }
 

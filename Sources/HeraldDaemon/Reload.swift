@@ -13,8 +13,7 @@ import HeraldIO
 /// directory, the store, `max_inflight`, `[delivery]`, `[endpoints]`,
 /// `[metrics]`) keep their running values; a change to one is logged as
 /// needing a restart.
-// @unchecked: `current` is touched on the reload queue only.
-final class Reloader: @unchecked Sendable {
+final class Reloader: Sendable {
     private let queue = DispatchQueue(label: "herald.reload")
     private let path: String
     private let environment: [String: String]
@@ -23,8 +22,8 @@ final class Reloader: @unchecked Sendable {
     private let delivery: DeliveryStack
     private let log: Logger
     private let notifier: SystemdNotifier
-    /// The configuration in effect (reload queue only).
-    private var current: HeraldConfig
+    /// The configuration in effect (read and written by the reload queue).
+    private let current: Locked<HeraldConfig>
 
     init(
         path: String, environment: [String: String], running: HeraldConfig, loop: EventLoop, service: HeraldService,
@@ -32,7 +31,7 @@ final class Reloader: @unchecked Sendable {
     ) {
         self.path = path
         self.environment = environment
-        current = running
+        current = Locked(running)
         self.loop = loop
         self.service = service
         self.delivery = delivery
@@ -61,7 +60,7 @@ final class Reloader: @unchecked Sendable {
             notifier.notify("READY=1\nSTATUS=serving (reload refused: see the log)")
             return
         }
-        let fixed = Self.restartOnlyChanges(from: current, to: next)
+        let fixed = Self.restartOnlyChanges(from: current.withLock { $0 }, to: next)
         if !fixed.isEmpty {
             log.warning("reload_needs_restart", ["settings": fixed.joined(separator: ","), "config": path])
         }
@@ -81,8 +80,10 @@ final class Reloader: @unchecked Sendable {
         }
         _ = applied.wait(timeout: .now() + 5)
         log.level = next.server.logLevel
-        current.apps = next.apps
-        current.server.logLevel = next.server.logLevel
+        current.withLock {
+            $0.apps = next.apps
+            $0.server.logLevel = next.server.logLevel
+        }
         Daemon.logApps(credentials, log: log)
         log.info("config_reloaded", ["config": path, "apps": next.apps.keys.sorted().joined(separator: ",")])
         notifier.notify("READY=1\nSTATUS=serving (configuration reloaded)")

@@ -1243,23 +1243,23 @@ final class Connection {
 /// One thread, below the loop's priority, that parses large messages in the
 /// order they are submitted: a client's 4 MiB message takes CPU from the
 /// loop only when the loop has nothing to do.
-// @unchecked: its queue of messages is guarded by its condition; parsing runs on its own thread.
-final class ParseWorker: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var jobs: [@Sendable () -> Void] = []  // guarded by condition
-    private var started = false  // guarded by condition
+final class ParseWorker: Sendable {
+    /// The parses not yet started, and whether the thread was started; its
+    /// condition wakes the thread when one comes.
+    private let state = Locked<(jobs: [@Sendable () -> Void], started: Bool)>(([], false))
 
     func submit(_ job: @escaping @Sendable () -> Void) {
-        condition.lock()
-        jobs.append(job)
-        if !started {
-            started = true
+        let start = state.withLock { s in
+            s.jobs.append(job)
+            defer { s.started = true }
+            return !s.started
+        }
+        if start {
             let thread = Thread { [self] in run() }
             thread.name = "herald-parse"
             thread.start()
         }
-        condition.signal()
-        condition.unlock()
+        state.signal()
     }
 
     private func run() {
@@ -1267,10 +1267,7 @@ final class ParseWorker: @unchecked Sendable {
         // Nice 10 for this thread only (Linux: a thread id names one thread).
         _ = hs_set_thread_nice(10)
         while true {
-            condition.lock()
-            while jobs.isEmpty { condition.wait() }
-            let job = jobs.removeFirst()
-            condition.unlock()
+            let job = state.withLock(when: { !$0.jobs.isEmpty }) { $0.jobs.removeFirst() }
             job()
         }
     }

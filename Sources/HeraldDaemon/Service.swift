@@ -59,7 +59,7 @@ struct StoreSummary: Sendable, Equatable {
 
 /// The Herald methods. `handle` runs on the event loop thread; store and
 /// resolver work completes on their own threads and replies from there.
-// @unchecked: mutable state on the loop thread only (handle runs there); counters read elsewhere are atomics.
+// @unchecked: its mutable state is touched on the event loop's thread only (handle and every method run there; the daemon sets its wiring on that thread before the loop runs); what other threads read is an atomic or a Locked.
 final class HeraldService: RequestHandler, @unchecked Sendable {
     /// Replaced as a whole by a reload (loop thread only).
     private(set) var apps: [String: AppRuntime]

@@ -10,7 +10,7 @@ import Synchronization
 /// One epoll thread that owns every socket. Other threads hand it work with
 /// `execute`, which wakes it through an eventfd. Everything registered with
 /// the loop is touched only on the loop thread.
-// @unchecked: the handlers and ticks are touched on the loop thread only (preconditionInLoop); `pending` under `lock`.
+// @unchecked: the handlers, ticks and hooks are touched on the loop thread only (preconditionInLoop; before `run`, by the thread setting it up); the queued work is in a Locked.
 public final class EventLoop: @unchecked Sendable {
     public typealias Handler = (_ events: UInt32) -> Void
 
@@ -18,9 +18,8 @@ public final class EventLoop: @unchecked Sendable {
     private let wakeFD: Int32
     private var handlers: [Int32: Handler] = [:]  // loop thread only
     private var ticks: [(interval: Int64, last: Int64, body: () -> Void)] = []  // loop thread only
-    private let lock = NSLock()
-    private var pending: [@Sendable () -> Void] = []  // guarded by lock
-    private var stopRequested = false  // guarded by lock
+    /// Work queued for the loop thread, and whether `stop` was asked for.
+    private let inbox = Locked<(pending: [@Sendable () -> Void], stopRequested: Bool)>(([], false))
     /// The thread running `run` (0 before it runs), read from any thread.
     private let owner = Atomic<UInt>(0)
     /// Runs after each iteration's events and queued work (loop thread only).
@@ -83,10 +82,10 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Queues work for the loop thread; safe from any thread.
     public func execute(_ work: @escaping @Sendable () -> Void) {
-        lock.lock()
-        pending.append(work)
-        let first = pending.count == 1
-        lock.unlock()
+        let first = inbox.withLock { inbox in
+            inbox.pending.append(work)
+            return inbox.pending.count == 1
+        }
         if first {
             var one: UInt64 = 1
             _ = write(wakeFD, &one, 8)
@@ -95,9 +94,7 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Asks the loop to return from `run` after the current iteration.
     public func stop() {
-        lock.lock()
-        stopRequested = true
-        lock.unlock()
+        inbox.withLock { $0.stopRequested = true }
         var one: UInt64 = 1
         _ = write(wakeFD, &one, 8)
     }
@@ -119,10 +116,7 @@ public final class EventLoop: @unchecked Sendable {
             runPending()
             runTicks()
             afterIteration?()
-            lock.lock()
-            let stop = stopRequested
-            lock.unlock()
-            if stop { break }
+            if inbox.withLock({ $0.stopRequested }) { break }
         }
         runPending()
         afterIteration?()
@@ -138,19 +132,19 @@ public final class EventLoop: @unchecked Sendable {
         ticks.removeAll()
         afterIteration = nil
         hasDeferredWork = nil
-        lock.lock()
-        let dropped = pending
-        pending.removeAll()
-        lock.unlock()
+        let dropped = inbox.withLock { inbox in
+            defer { inbox.pending.removeAll() }
+            return inbox.pending
+        }
         _ = dropped  // released here, outside the lock
     }
 
     private func runPending() {
         while true {
-            lock.lock()
-            let work = pending
-            pending.removeAll(keepingCapacity: true)
-            lock.unlock()
+            let work = inbox.withLock { inbox in
+                defer { inbox.pending.removeAll(keepingCapacity: true) }
+                return inbox.pending
+            }
             if work.isEmpty { return }
             for w in work { w() }
         }

@@ -1,5 +1,6 @@
 import Foundation
 public import HeraldCore
+import HeraldIO
 
 /// The registry and the delivery queue, whatever database holds them. The
 /// daemon and the scheduler see the store only through this protocol;
@@ -216,7 +217,9 @@ extension DeliveryStore {
     }
 
     /// Runs a job synchronously (for tools and tests).
-    public func sync<T>(_ body: (Self, @escaping @Sendable (Result<T, any Error>) -> Void) -> Void) throws -> T {
+    public func sync<T: Sendable>(
+        _ body: (Self, @escaping @Sendable (Result<T, any Error>) -> Void) -> Void
+    ) throws -> T {
         let box = ResultBox<T>()
         body(self) { box.set($0) }
         return try box.wait().get()
@@ -224,22 +227,15 @@ extension DeliveryStore {
 }
 
 /// A one-shot result that a caller can wait for.
-// @unchecked: the value is set and read under the condition (NSCondition, visible to TSan).
-final class ResultBox<T>: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var value: Result<T, any Error>?
+final class ResultBox<T: Sendable>: Sendable {
+    private let value = Locked<Result<T, any Error>?>(nil)
 
     func set(_ result: Result<T, any Error>) {
-        condition.lock()
-        value = result
-        condition.broadcast()
-        condition.unlock()
+        value.withLock { $0 = result }
+        value.broadcast()
     }
 
     func wait() -> Result<T, any Error> {
-        condition.lock()
-        defer { condition.unlock() }
-        while value == nil { condition.wait() }
-        return value!
+        value.withLock(when: { $0 != nil }) { $0! }
     }
 }

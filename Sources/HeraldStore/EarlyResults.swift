@@ -1,4 +1,5 @@
 import Foundation
+import HeraldIO
 
 /// The results of a message's early sends that its own enqueue writes, on a
 /// shared store, when the caller waits for the outcome (`push.send` with
@@ -20,13 +21,15 @@ import Foundation
 /// enqueue kept is in the commit (or, the commit failed, nowhere, as every
 /// result of a message that did not commit); one it refused, or offered
 /// after the close, the scheduler writes as before.
-// @unchecked: every field is under `condition`.
-public final class EarlyResults: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var open = true
-    private var answers = 0
-    /// Kept and not yet taken by the enqueue.
-    private var fresh: [DeliveryRecord] = []
+public final class EarlyResults: Sendable {
+    private struct State {
+        var open = true
+        var answers = 0
+        /// Kept and not yet taken by the enqueue.
+        var fresh: [DeliveryRecord] = []
+    }
+
+    private let state = Locked(State())
 
     public init() {}
 
@@ -35,14 +38,15 @@ public final class EarlyResults: @unchecked Sendable {
     /// True when the enqueue took the record to write with the message's
     /// rows: the caller must not write it.
     public func offer(_ record: DeliveryRecord?) -> Bool {
-        condition.withLock {
-            guard open else { return false }
-            answers += 1
-            condition.broadcast()
-            guard let record, record.isPlainDelivery else { return false }
-            fresh.append(record)
-            return true
+        let (answered, kept) = state.withLock { s -> (Bool, Bool) in
+            guard s.open else { return (false, false) }
+            s.answers += 1
+            guard let record, record.isPlainDelivery else { return (true, false) }
+            s.fresh.append(record)
+            return (true, true)
         }
+        if answered { state.broadcast() }
+        return kept
     }
 
     /// Waits until `atLeast` results were kept since the last call, `count`
@@ -55,37 +59,36 @@ public final class EarlyResults: @unchecked Sendable {
     ) -> (
         records: [DeliveryRecord], closed: Bool
     ) {
-        condition.lock()
-        defer { condition.unlock() }
-        while open && answers < count && fresh.count < atLeast {
-            let now = CallDeadlines.now
-            guard now < deadline else { break }
-            _ = condition.wait(until: Date(timeIntervalSinceNow: Double(deadline - now) / 1e9))
+        let now = CallDeadlines.now
+        return state.withLock(
+            when: { s in !s.open || s.answers >= count || s.fresh.count >= atLeast || CallDeadlines.now >= deadline },
+            timeout: .nanoseconds(deadline > now ? deadline - now : 0)
+        ) { s in
+            if s.answers >= count || CallDeadlines.now >= deadline { s.open = false }
+            defer { s.fresh.removeAll() }
+            return (s.fresh, !s.open)
         }
-        if answers >= count || CallDeadlines.now >= deadline { open = false }
-        defer { fresh.removeAll() }
-        return (fresh, !open)
     }
 
     /// Closes it now: later offers are refused. Returns the results kept
     /// since the last ``next(waitingFor:atLeast:until:)``.
     func close() -> [DeliveryRecord] {
-        condition.withLock {
-            open = false
-            defer { fresh.removeAll() }
-            return fresh
+        state.withLock { s in
+            s.open = false
+            defer { s.fresh.removeAll() }
+            return s.fresh
         }
     }
 
     /// Whether it still takes results.
-    var isOpen: Bool { condition.withLock { open } }
+    var isOpen: Bool { state.withLock { $0.open } }
 }
 
 /// How many enqueues hold their commit for results at once (each holds a
 /// connection of the pool meanwhile), and for how long at most.
-final class ResultHolds: @unchecked Sendable {
-    private let lock = NSLock()
-    private var holding = 0
+final class ResultHolds: Sendable {
+    /// Enqueues holding their commit now.
+    private let holding = Locked(0)
     let limit: Int
     /// Nanoseconds.
     let longest: UInt64
@@ -104,13 +107,13 @@ final class ResultHolds: @unchecked Sendable {
     func drain(
         _ box: EarlyResults, waitingFor count: Int, latest: UInt64, _ body: ([DeliveryRecord]) throws -> Void
     ) throws -> [DeliveryRecord] {
-        let entered = lock.withLock {
+        let entered = holding.withLock { holding in
             guard holding < limit else { return false }
             holding += 1
             return true
         }
         guard entered else { return box.close() }
-        defer { lock.withLock { holding -= 1 } }
+        defer { holding.withLock { $0 -= 1 } }
         let deadline = min(CallDeadlines.now + longest, latest)
         do {
             while true {

@@ -2,6 +2,7 @@ internal import CHeraldSys
 import Foundation
 public import HeraldCore
 import HeraldCrypto
+import HeraldIO
 
 /// SQLite's `synchronous` setting: `full` makes every commit durable on
 /// power loss, `normal` (in WAL mode) only on process crash.
@@ -17,27 +18,37 @@ public enum Synchronous: String, Sendable {
 /// a transaction starts joins it, each job in its own savepoint, so one
 /// fsync covers many requests and a failing job rolls back alone.
 /// Completions run on the store thread; they must hand work elsewhere quickly.
-// @unchecked: the queue and fences are guarded by `condition`; the connection belongs to the store thread.
-public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
-    // State shared with the store thread is guarded by `condition`.
-    private let condition = NSCondition()
-    private var queue: [any QueuedCall<Tables>] = []
-    private var stopping = false
-    private var stopped = false
+/// The connection and its tables belong to the store thread (handed to it
+/// whole when it starts).
+public final class SQLiteStore: DeliveryStore, Sendable {
+    /// What the callers and the store thread share; its condition wakes the
+    /// thread when a job comes, and `close()` when the thread is done.
+    private struct Shared {
+        var queue: [any QueuedCall<Tables>] = []
+        var stopping = false
+        var stopped = false
+        /// Writes queued or being committed, per key (an app's user, a
+        /// message): a read of that key waits behind them on the writer's
+        /// thread, so a client that pipelines a write and a read of the same
+        /// thing (even as a notification) reads its own write. Reads of keys
+        /// with no write pending go to the reader.
+        var fences: [String: Int] = [:]
+    }
+
+    private let shared = Locked(Shared())
     private let clock: any WallClock
     private let path: String
-    private var thread: Thread?
     /// Reads that promise nothing durable, on a connection of their own.
-    private var reader: StoreReader?
+    private let reader: StoreReader
     /// The figures' counts (`system.stats`, the metrics), scans of every
     /// device and live delivery, on a third connection whose thread runs at
     /// nice 10: when the cores are busy, the scans wait and the writer, the
     /// loop and the other reads do not.
-    private var figuresReader: StoreReader?
+    private let figuresReader: StoreReader
 
     /// Deliveries found in flight at open (a stop or crash interrupted them),
     /// now queued again.
-    public private(set) var recoveredDeliveries = 0
+    public let recoveredDeliveries: Int
 
     /// The figures reader's nice value.
     static let figuresNice: Int32 = 10
@@ -45,20 +56,11 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     /// The most jobs one transaction takes, to bound commit latency.
     static let maxBatch = 512
 
-    /// Writes queued or being committed, per key (an app's user, a
-    /// message): a read of that key waits behind them on the writer's
-    /// thread, so a client that pipelines a write and a read of the same
-    /// thing (even as a notification) reads its own write. Reads of keys
-    /// with no write pending go to the reader. Guarded by `condition`.
-    private var fences: [String: Int] = [:]
-
     static func userFence(app: String, user: String) -> String { "u\u{1F}\(app)\u{1F}\(user)" }
     static func messageFence(_ messageID: String) -> String { "m\u{1F}\(messageID)" }
 
     /// The configured `synchronous`, used for commits holding a durable job.
     private let synchronous: Synchronous
-    /// What the connection is set to now (store thread only).
-    private var currentSynchronous: Synchronous
 
     /// What the store did with its key at open (checked it, recorded its
     /// check value, or created it for an empty database).
@@ -77,7 +79,38 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
         self.path = path
         self.clock = clock
         self.synchronous = synchronous
-        self.currentSynchronous = synchronous
+        // The schema and the key are settled on a connection of their own,
+        // closed before the store's opens: the store's connection never meets
+        // the caller's `keySupply`, and is handed whole to the store thread.
+        let (key, keyOutcome) = try {
+            let setup = try Self.connect(path: path, synchronous: synchronous)
+            try Schema.migrate(setup)
+            return try StoreKeyCheck.settle(setup, supply: keySupply, keyFile: keyFile, database: path)
+        }()
+        self.keyOutcome = keyOutcome
+        let db = try Self.connect(path: path, synchronous: synchronous)
+        let tables = Tables(
+            registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key, instance: instance))
+        try tables.registry.expireTombstones(now: clock.nowMilliseconds())
+        recoveredDeliveries = try tables.queue.recoverInFlight(now: clock.nowMilliseconds())
+        db.resetActive()
+        // The readers open before the store thread starts: a reader that
+        // cannot open fails the open with nothing to stop but the other one.
+        reader = try StoreReader(path: path, key: key, instance: instance)
+        do {
+            figuresReader = try StoreReader(
+                path: path, key: key, instance: instance, name: "herald-store-f", nice: Self.figuresNice)
+        } catch {
+            reader.close()
+            throw error
+        }
+        startOwnerThread(named: "herald-store") { [self] in
+            run(db: db, tables: tables, current: synchronous)
+        }
+    }
+
+    /// A connection to the database at `path`, set up as the store's.
+    private static func connect(path: String, synchronous: Synchronous) throws -> Database {
         let db = try Database(path: path)
         sqlite3BusyTimeout(db, milliseconds: 5000)
         try db.execute("PRAGMA journal_mode = WAL")
@@ -91,43 +124,18 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
         // indexes outgrow 2 MiB after a few hundred fan-outs, and every
         // insert and result then reads its index pages back from the OS.
         try db.execute("PRAGMA cache_size = -32768")
-        try Schema.migrate(db)
-        let (key, keyOutcome) = try StoreKeyCheck.settle(db, supply: keySupply, keyFile: keyFile, database: path)
-        self.keyOutcome = keyOutcome
-        let tables = Tables(
-            registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key, instance: instance))
-        try tables.registry.expireTombstones(now: clock.nowMilliseconds())
-        recoveredDeliveries = try tables.queue.recoverInFlight(now: clock.nowMilliseconds())
-        db.resetActive()
-        let owned = ThreadOwned(db: db, tables: tables)
-        let thread = Thread { [self] in
-            _ = hs_set_thread_name("herald-store")
-            self.run(db: owned.db, tables: owned.tables)
-        }
-        thread.name = "herald-store"
-        self.thread = thread
-        thread.start()
-        do {
-            reader = try StoreReader(path: path, key: key, instance: instance)
-            figuresReader = try StoreReader(
-                path: path, key: key, instance: instance, name: "herald-store-f", nice: Self.figuresNice)
-        } catch {
-            close()
-            throw error
-        }
+        return db
     }
 
     /// Stops taking work, finishes what is queued, and closes the database.
     public func close() {
         // The reader first: its snapshot would keep the final checkpoint
         // from emptying the log.
-        reader?.close()
-        figuresReader?.close()
-        condition.lock()
-        stopping = true
-        condition.broadcast()
-        while !stopped { condition.wait() }
-        condition.unlock()
+        reader.close()
+        figuresReader.close()
+        shared.withLock { $0.stopping = true }
+        shared.broadcast()
+        shared.withLock(when: { $0.stopped }) { _ in }
     }
 
     /// Queues a job. `durable: false` for work whose loss in a power cut
@@ -140,16 +148,17 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
         _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         let job = StoreCall(work: work, completion: completion, durable: durable, fence: fence)
-        condition.lock()
-        if stopping {
-            condition.unlock()
+        let queued = shared.withLock { s in
+            if s.stopping { return false }
+            if let fence { s.fences[fence, default: 0] += 1 }
+            s.queue.append(job)
+            return true
+        }
+        guard queued else {
             completion(.failure(StoreError(code: 0, message: "store is closed")))
             return
         }
-        if let fence { fences[fence, default: 0] += 1 }
-        queue.append(job)
-        condition.signal()
-        condition.unlock()
+        shared.signal()
     }
 
     /// Queues a read on the reader connection (see `StoreReader`), or
@@ -158,52 +167,49 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
         fence: String? = nil, figures: Bool = false, _ work: @escaping @Sendable (Tables) throws -> T,
         _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
+        let job = StoreCall(work: { tables, _ in try work(tables) }, completion: completion, durable: false, fence: nil)
         if let fence {
-            condition.lock()
-            let behind = fences[fence] != nil
-            if behind, !stopping {
-                queue.append(
-                    StoreCall(
-                        work: { tables, _ in try work(tables) }, completion: completion, durable: false, fence: nil))
-                condition.signal()
-                condition.unlock()
+            let behind = shared.withLock { s in
+                guard s.fences[fence] != nil, !s.stopping else { return false }
+                s.queue.append(job)
+                return true
+            }
+            if behind {
+                shared.signal()
                 return
             }
-            condition.unlock()
         }
-        let job = StoreCall(work: { tables, _ in try work(tables) }, completion: completion, durable: false, fence: nil)
-        guard let reader = figures ? figuresReader : reader, reader.submit(job) else {
+        guard (figures ? figuresReader : reader).submit(job) else {
             completion(.failure(StoreError(code: 0, message: "store is closed")))
             return
         }
     }
 
-    private func run(db: Database, tables: Tables) {
+    /// The store thread: `current` is what the connection's `synchronous` is set to now.
+    private func run(db: Database, tables: Tables, current: Synchronous) {
+        var current = current
         var turns = WriterTurns()
         while true {
-            condition.lock()
-            while queue.isEmpty && !stopping { condition.wait() }
-            if queue.isEmpty && stopping {
+            let batch = shared.withLock(when: { !$0.queue.isEmpty || $0.stopping }) { s in
+                turns.next(from: &s.queue, max: Self.maxBatch) { $0.durable }
+            }
+            if batch.isEmpty {
                 // Fold the write-ahead log into the database: a stopped
                 // daemon leaves herald.db whole and an empty -wal.
-                condition.unlock()
                 db.checkpoint()
-                condition.lock()
-                stopped = true
-                thread = nil  // the thread's closure holds the store: let both go
-                condition.broadcast()
-                condition.unlock()
+                shared.withLock { $0.stopped = true }
+                shared.broadcast()
                 return
             }
-            let batch = turns.next(from: &queue, max: Self.maxBatch) { $0.durable }
-            condition.unlock()
-            commit(batch, db: db, tables: tables)
+            commit(batch, db: db, tables: tables, current: &current)
         }
     }
 
     /// Transaction control goes through cached prepared statements: a
     /// fan-out's commits run hundreds of savepoints, each parsed once.
-    private func commit(_ batch: [any QueuedCall<Tables>], db: Database, tables: Tables) {
+    private func commit(
+        _ batch: [any QueuedCall<Tables>], db: Database, tables: Tables, current currentSynchronous: inout Synchronous
+    ) {
         let now = clock.nowMilliseconds()
         let wanted: Synchronous = batch.contains(where: \.durable) ? synchronous : .normal
         if wanted != currentSynchronous,
@@ -257,12 +263,12 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     /// may go to the reader again.
     private func lift(_ batch: [any QueuedCall<Tables>]) {
         guard batch.contains(where: { $0.fence != nil }) else { return }
-        condition.lock()
-        for case let fence? in batch.map(\.fence) {
-            let left = (fences[fence] ?? 1) - 1
-            fences[fence] = left > 0 ? left : nil
+        shared.withLock { s in
+            for case let fence? in batch.map(\.fence) {
+                let left = (s.fences[fence] ?? 1) - 1
+                s.fences[fence] = left > 0 ? left : nil
+            }
         }
-        condition.unlock()
     }
 
     // MARK: Registry operations
@@ -479,14 +485,6 @@ public final class SQLiteStore: DeliveryStore, @unchecked Sendable {
     public func ping(completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
         submit(durable: false, { t, _ in try t.registry.probe() }, completion)
     }
-}
-
-/// The connection and registry, handed whole to the store thread, which is
-/// their only user from then on.
-// @unchecked: handed whole to the store thread, its only user from then on.
-private struct ThreadOwned: @unchecked Sendable {
-    let db: Database
-    let tables: Tables
 }
 
 /// The store's tables, as jobs see them.

@@ -1,4 +1,6 @@
 import Foundation
+import HeraldIO
+import Synchronization
 
 /// One store call waiting for a store thread: its work and its completion,
 /// typed. The stores queue calls of every result type together as
@@ -58,44 +60,47 @@ struct StoreCall<Context, T>: QueuedCall {
 /// answered with ``StoreTimeout`` by ``sweep()`` (its work, if it runs or
 /// commits later, answers no one), so that no caller waits on a database
 /// that does not answer.
-// @unchecked: `entries` and each entry's `done` are guarded by `lock`.
-final class CallDeadlines: @unchecked Sendable {
-    final class Entry: @unchecked Sendable {
+final class CallDeadlines: Sendable {
+    /// One call's deadline. Whether it was answered (`done`) or expired is
+    /// one atomic: ``keep(_:)`` and ``sweep(now:)`` each change it from
+    /// `waiting` only, so a call is kept or expired, never both.
+    final class Entry: Sendable {
         let due: UInt64
-        fileprivate var done = false
-        fileprivate var expired = false
+        fileprivate let state = Atomic<UInt8>(Entry.waiting)
         fileprivate let expire: @Sendable () -> Void
+
+        fileprivate static let waiting: UInt8 = 0
+        fileprivate static let done: UInt8 = 1
+        fileprivate static let expired: UInt8 = 2
+
         fileprivate init(due: UInt64, expire: @escaping @Sendable () -> Void) {
             self.due = due
             self.expire = expire
         }
     }
 
-    private let lock = NSLock()
-    private var entries: [Entry] = []
+    /// The calls not yet swept.
+    private let entries = Locked<[Entry]>([])
 
     /// The monotonic clock the deadlines are on, in nanoseconds.
     static var now: UInt64 { DispatchTime.now().uptimeNanoseconds }
 
     func add(due: UInt64, expire: @escaping @Sendable () -> Void) -> Entry {
         let entry = Entry(due: due, expire: expire)
-        lock.withLock { entries.append(entry) }
+        entries.withLock { $0.append(entry) }
         return entry
     }
 
     /// The call was answered: its deadline no longer matters.
     func finish(_ entry: Entry) {
-        lock.withLock { entry.done = true }
+        _ = entry.state.compareExchange(expected: Entry.waiting, desired: Entry.done, ordering: .acquiringAndReleasing)
     }
 
     /// Its work is about to be kept: the deadline may no longer answer for
     /// it. False when it already did.
     func keep(_ entry: Entry) -> Bool {
-        lock.withLock {
-            if entry.expired { return false }
-            entry.done = true
-            return true
-        }
+        entry.state.compareExchange(expected: Entry.waiting, desired: Entry.done, ordering: .acquiringAndReleasing)
+            .original != Entry.expired
     }
 
     /// Expires the calls past their deadline and forgets the answered ones;
@@ -103,13 +108,14 @@ final class CallDeadlines: @unchecked Sendable {
     @discardableResult
     func sweep(now: UInt64 = CallDeadlines.now) -> Int {
         var expired: [Entry] = []
-        lock.withLock {
+        entries.withLock { entries in
             entries.removeAll { entry in
-                if entry.done { return true }
-                guard entry.due <= now else { return false }
-                entry.done = true
-                entry.expired = true
-                expired.append(entry)
+                guard entry.due <= now else {
+                    return entry.state.load(ordering: .acquiring) == Entry.done
+                }
+                let (exchanged, _) = entry.state.compareExchange(
+                    expected: Entry.waiting, desired: Entry.expired, ordering: .acquiringAndReleasing)
+                if exchanged { expired.append(entry) }
                 return true
             }
         }
@@ -120,10 +126,8 @@ final class CallDeadlines: @unchecked Sendable {
 
 /// A completion that runs once: the first of the work's answer and the
 /// deadline's wins.
-// @unchecked: `done` is guarded by `lock`.
-final class OnceCompletion<T>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var done = false
+final class OnceCompletion<T>: Sendable {
+    private let done = Locked(false)
     private let completion: @Sendable (Result<T, any Error>) -> Void
 
     init(_ completion: @escaping @Sendable (Result<T, any Error>) -> Void) {
@@ -131,7 +135,7 @@ final class OnceCompletion<T>: @unchecked Sendable {
     }
 
     func complete(_ result: Result<T, any Error>) {
-        let first = lock.withLock {
+        let first = done.withLock { done in
             defer { done = true }
             return !done
         }

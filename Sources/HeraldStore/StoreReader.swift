@@ -1,6 +1,7 @@
 internal import CHeraldSys
 import Foundation
 import HeraldCrypto
+import HeraldIO
 
 /// A second, read-only connection to the store's database on a thread of its
 /// own, for reads that promise nothing durable (`device.list`,
@@ -10,14 +11,19 @@ import HeraldCrypto
 /// commits end with an fsync under `synchronous = full`: a read queued on the
 /// writer's thread waited for the fsync of every commit ahead of it and of its
 /// own. A read here sees every transaction committed before it started, so a
-/// client that reads after an answered write sees that write.
-// @unchecked: the queue is guarded by `condition`; the connection belongs to the reader thread.
-final class StoreReader: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var queue: [any QueuedCall<Tables>] = []
-    private var stopping = false
-    private var stopped = false
-    private var thread: Thread?
+/// client that reads after an answered write sees that write. The
+/// connection and its tables belong to the reader thread (handed to it whole
+/// when it starts).
+final class StoreReader: Sendable {
+    /// What the callers and the reader thread share; its condition wakes the
+    /// thread when a read comes, and `close()` when the thread is done.
+    private struct Shared {
+        var queue: [any QueuedCall<Tables>] = []
+        var stopping = false
+        var stopped = false
+    }
+
+    private let shared = Locked(Shared())
 
     /// The most reads one read transaction takes.
     static let maxBatch = 256
@@ -37,51 +43,43 @@ final class StoreReader: @unchecked Sendable {
         let tables = Tables(
             registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key, instance: instance))
         db.resetActive()
-        let owned = ReaderOwned(db: db, tables: tables)
-        let thread = Thread { [self] in
-            _ = hs_set_thread_name(name)
+        startOwnerThread(named: name) { [self] in
             if nice != 0 { _ = hs_set_thread_nice(nice) }
-            self.run(db: owned.db, tables: owned.tables)
+            run(db: db, tables: tables)
         }
-        thread.name = name
-        self.thread = thread
-        thread.start()
     }
 
     /// Finishes the reads queued and closes the connection.
     func close() {
-        condition.lock()
-        stopping = true
-        condition.broadcast()
-        while !stopped { condition.wait() }
-        condition.unlock()
+        shared.withLock { $0.stopping = true }
+        shared.broadcast()
+        shared.withLock(when: { $0.stopped }) { _ in }
     }
 
     /// Queues a read; `false` when the reader is closed.
     func submit(_ job: any QueuedCall<Tables>) -> Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        if stopping { return false }
-        queue.append(job)
-        condition.signal()
-        return true
+        let queued = shared.withLock { s in
+            if s.stopping { return false }
+            s.queue.append(job)
+            return true
+        }
+        if queued { shared.signal() }
+        return queued
     }
 
+    /// The reader thread.
     private func run(db: Database, tables: Tables) {
         while true {
-            condition.lock()
-            while queue.isEmpty && !stopping { condition.wait() }
-            if queue.isEmpty && stopping {
-                stopped = true
-                thread = nil
-                condition.broadcast()
-                condition.unlock()
+            let batch = shared.withLock(when: { !$0.queue.isEmpty || $0.stopping }) { s in
+                let take = min(s.queue.count, Self.maxBatch)
+                defer { s.queue.removeFirst(take) }
+                return Array(s.queue.prefix(take))
+            }
+            if batch.isEmpty {
+                shared.withLock { $0.stopped = true }
+                shared.broadcast()
                 return
             }
-            let take = min(queue.count, Self.maxBatch)
-            let batch = Array(queue.prefix(take))
-            queue.removeFirst(take)
-            condition.unlock()
             read(batch, db: db, tables: tables)
         }
     }
@@ -100,11 +98,4 @@ final class StoreReader: @unchecked Sendable {
         // A read answers with what it read, whatever the end of its snapshot.
         for outcome in outcomes { outcome.answer(nil) }
     }
-}
-
-/// The reader's connection and tables, handed whole to its thread.
-// @unchecked: handed whole to the reader thread, its only user from then on.
-private struct ReaderOwned: @unchecked Sendable {
-    let db: Database
-    let tables: Tables
 }

@@ -1,5 +1,6 @@
 internal import CHeraldSys
 import Foundation
+import HeraldIO
 
 #if canImport(Glibc)
     import Glibc
@@ -13,20 +14,23 @@ import Foundation
 ///
 /// When `queueLimit` jobs wait, `submit` refuses at once with `.queueFull`
 /// rather than let the queue grow while the database is slow or away.
-// @unchecked: the job queue is guarded by `condition`; each connection belongs to its thread.
-public final class PostgresPool: @unchecked Sendable {
+public final class PostgresPool: Sendable {
     private struct Job {
-        let run: (PostgresConnection) -> Void
+        let run: @Sendable (PostgresConnection) -> Void
     }
 
-    // Guarded by `condition`.
-    private let condition = NSCondition()
-    private var queue: [Job] = []
-    private var stopping = false
-    private var running = 0
-    /// Joined by `close()`: it returns once every thread is gone, its
-    /// thread-local state (libpq's, OpenSSL's) freed.
-    private var threads: [pthread_t] = []
+    /// What the callers and the pool's threads share; its condition wakes a
+    /// thread when a job comes, and `close()` when the threads are done.
+    private struct Shared {
+        var queue: [Job] = []
+        var stopping = false
+        var running: Int
+        /// Joined by `close()`: it returns once every thread is gone, its
+        /// thread-local state (libpq's, OpenSSL's) freed.
+        var threads: [pthread_t] = []
+    }
+
+    private let shared: Locked<Shared>
 
     /// Connections (and threads).
     public let size: Int
@@ -42,7 +46,8 @@ public final class PostgresPool: @unchecked Sendable {
         precondition(size >= 1 && queueLimit >= 1, "a pool needs a connection and room for a job")
         self.size = size
         self.queueLimit = queueLimit
-        running = size
+        shared = Locked(Shared(running: size))
+        var threads: [pthread_t] = []
         for index in 0..<size {
             let name = "\(threadName)\(index)"
             let body = ThreadBody { [self] in
@@ -60,73 +65,71 @@ public final class PostgresPool: @unchecked Sendable {
             precondition(rc == 0, "pthread_create: \(rc)")
             threads.append(thread)
         }
+        shared.withLock { $0.threads = threads }
     }
 
     /// Jobs waiting for a connection.
-    public var queued: Int {
-        condition.lock()
-        defer { condition.unlock() }
-        return queue.count
-    }
+    public var queued: Int { shared.withLock { $0.queue.count } }
 
     /// Queues `work` for the next free connection; `completion` gets its
     /// result on that connection's thread, or at once (on the caller's thread)
     /// `.queueFull` or `.closed`.
     public func submit<T>(
-        _ work: @escaping (PostgresConnection) throws -> T,
+        _ work: @escaping @Sendable (PostgresConnection) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
-        condition.lock()
-        if stopping {
-            condition.unlock()
-            completion(.failure(PostgresError(.closed, "the PostgreSQL pool is closed")))
-            return
+        let refusal = shared.withLock { s -> PostgresError? in
+            if s.stopping { return PostgresError(.closed, "the PostgreSQL pool is closed") }
+            if s.queue.count >= queueLimit {
+                return PostgresError(.queueFull, "the PostgreSQL job queue is full (\(queueLimit) jobs waiting)")
+            }
+            s.queue.append(Job { connection in completion(Result { try work(connection) }) })
+            return nil
         }
-        if queue.count >= queueLimit {
-            condition.unlock()
-            completion(
-                .failure(PostgresError(.queueFull, "the PostgreSQL job queue is full (\(queueLimit) jobs waiting)")))
-            return
+        if let refusal {
+            completion(.failure(refusal))
+        } else {
+            shared.signal()
         }
-        queue.append(Job { connection in completion(Result { try work(connection) }) })
-        condition.signal()
-        condition.unlock()
     }
 
     /// Runs `work` on a pool connection and waits for it (for tools and tests).
-    public func sync<T>(_ work: @escaping (PostgresConnection) throws -> T) throws -> T {
-        let box = WaitBox<T>()
-        submit(work) { box.set($0) }
-        return try box.wait().get()
+    public func sync<T: Sendable>(_ work: @escaping @Sendable (PostgresConnection) throws -> T) throws -> T {
+        let result = Locked<Result<T, any Error>?>(nil)
+        submit(work) { answer in
+            result.withLock { $0 = answer }
+            result.broadcast()
+        }
+        return try result.withLock(when: { $0 != nil }) { $0! }.get()
     }
 
     /// Stops taking jobs, finishes those queued, closes every connection and
     /// waits for the threads to end.
     public func close() {
-        condition.lock()
-        stopping = true
-        condition.broadcast()
-        while running > 0 { condition.wait() }
-        let joining = threads
-        threads.removeAll()
-        condition.unlock()
+        shared.withLock { $0.stopping = true }
+        shared.broadcast()
+        let joining = shared.withLock(when: { $0.running == 0 }) { s in
+            defer { s.threads.removeAll() }
+            return s.threads
+        }
         for thread in joining { pthread_join(thread, nil) }
     }
 
     private func run(connection: PostgresConnection) {
         try? connection.connect()
         while true {
-            condition.lock()
-            while queue.isEmpty && !stopping { condition.wait() }
-            if queue.isEmpty {
-                running -= 1
-                condition.broadcast()
-                condition.unlock()
+            let job = shared.withLock(when: { !$0.queue.isEmpty || $0.stopping }) { s -> Job? in
+                if s.queue.isEmpty {
+                    s.running -= 1
+                    return nil
+                }
+                return s.queue.removeFirst()
+            }
+            guard let job else {
+                shared.broadcast()
                 connection.close()
                 return
             }
-            let job = queue.removeFirst()
-            condition.unlock()
             job.run(connection)
         }
     }
@@ -136,25 +139,4 @@ public final class PostgresPool: @unchecked Sendable {
 private final class ThreadBody {
     let run: () -> Void
     init(_ run: @escaping () -> Void) { self.run = run }
-}
-
-/// A one-shot result a caller can wait for.
-// @unchecked: the value is set and read under the condition (NSCondition, visible to TSan).
-private final class WaitBox<T>: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var value: Result<T, any Error>?
-
-    func set(_ result: Result<T, any Error>) {
-        condition.lock()
-        value = result
-        condition.broadcast()
-        condition.unlock()
-    }
-
-    func wait() -> Result<T, any Error> {
-        condition.lock()
-        defer { condition.unlock() }
-        while value == nil { condition.wait() }
-        return value!
-    }
 }

@@ -105,6 +105,7 @@ public final class AresResolver: NonBlockingResolver, HostResolver {
     }
 
     /// The channel and its sockets; touched on the loop thread only (and in `init`, before it runs).
+    // @unchecked: `channel` and `interest` are touched on the resolver's loop thread only (and in init, before the loop runs); `outstanding` is a Locked.
     private final class Engine: @unchecked Sendable {
         let loop: EventLoop
         let timeoutMs: Int64

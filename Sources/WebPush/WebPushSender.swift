@@ -103,7 +103,9 @@ public final class WebPushSender: Sendable {
     private let previousVapidKey: P256PrivateKey?
     public let previousKeyID: String?
     private let queue = DispatchQueue(label: "herald.webpush.sender", attributes: .concurrent)
-    private let sealers = Locked<[SealerBox]>([])
+    /// Idle sealers; each is used under its own lock (never contended: one
+    /// send at a time takes it from the pool).
+    private let sealers = Locked<[Locked<WebPushSealer>]>([])
     /// Origins that did not offer HTTP/2, until when (wall-clock ms) they go through libcurl.
     private let http1Origins = Locked(LRUCache<String, Int64>(capacity: WebPushSender.maxRememberedHTTP1Origins))
     /// Sends not yet taken by a worker, and how many workers run.
@@ -503,16 +505,16 @@ public final class WebPushSender: Sendable {
     public var rememberedHTTP1Origins: Int { http1Origins.withLock { $0.count } }
 
     private func seal(_ plaintext: [UInt8], for subscriber: WebPushSubscriber, bodySize: Int) -> [UInt8]? {
-        let box: SealerBox
+        let sealer: Locked<WebPushSealer>
         if let pooled = sealers.withLock({ $0.popLast() }) {
-            box = pooled
+            sealer = pooled
         } else {
-            guard let sealer = try? WebPushSealer() else { return nil }
-            box = SealerBox(sealer)
+            guard let made = try? WebPushSealer() else { return nil }
+            sealer = Locked(made)
         }
-        let body = try? box.sealer.seal(plaintext, for: subscriber, bodySize: bodySize)
+        let body = sealer.withLock { try? $0.seal(plaintext, for: subscriber, bodySize: bodySize) }
         sealers.withLock { pool in
-            if pool.count < Self.maxPooledSealers { pool.append(box) }
+            if pool.count < Self.maxPooledSealers { pool.append(sealer) }
         }
         return body
     }
@@ -546,11 +548,4 @@ public final class WebPushSender: Sendable {
 enum ServiceAnswer: Sendable {
     case answered(status: Int, retryAfter: String?)
     case unanswered(ProviderReason)
-}
-
-/// A sealer moved between threads by the pool; only one thread uses it at a time.
-// @unchecked: handed between threads by the pool, used by one thread at a time.
-private final class SealerBox: @unchecked Sendable {
-    let sealer: WebPushSealer
-    init(_ sealer: WebPushSealer) { self.sealer = sealer }
 }

@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import HeraldCrypto
 import Postgres
+import HeraldIO
 
 /// The durable delivery queue on PostgreSQL: the rules of ``Queue`` (SQLite)
 /// for several instances at once. Claims are leases: `FOR UPDATE SKIP LOCKED`
@@ -12,8 +13,7 @@ import Postgres
 /// hold across instances through unique indexes: a job that loses a race
 /// fails its statement, and the store runs it again (see ``PostgresStore``),
 /// now seeing the winner's row.
-// @unchecked: immutable but for the pending-count bound, which is under `lock`.
-final class PostgresQueue: @unchecked Sendable {
+final class PostgresQueue: Sendable {
     private let key: StoreKey
     let instance: String
     let leaseMs: Int64
@@ -21,25 +21,32 @@ final class PostgresQueue: @unchecked Sendable {
     /// not: past it any instance takes it back (a live but stuck instance
     /// cannot hold work for ever).
     let maxAgeMs: Int64
-    /// Never below the waiting deliveries this instance knows of; counted
-    /// again when an admission would pass the limit or the count is older
-    /// than `boundAgeMs` (other instances add to the queue too).
-    private let lock = NSLock()
-    private var pendingBound = 0
-    /// `pendingBound` per app, counted (when the apps contend for
-    /// `max_queued`, see ``QueueAdmission``) and raised with it.
-    private var pendingByApp: [String: Int] = [:]
-    private var byAppCountedAt: Int64 = .min / 2
-    private var boundCountedAt: Int64 = .min / 2
+    /// What this instance knows of the queue and of the lanes, between statements.
+    private struct Known {
+        /// Never below the waiting deliveries this instance knows of; counted
+        /// again when an admission would pass the limit or the count is older
+        /// than `boundAgeMs` (other instances add to the queue too).
+        var pendingBound = 0
+        /// `pendingBound` per app, counted (when the apps contend for
+        /// `max_queued`, see ``QueueAdmission``) and raised with it.
+        var pendingByApp: [String: Int] = [:]
+        var byAppCountedAt: Int64 = .min / 2
+        var boundCountedAt: Int64 = .min / 2
+        /// The lanes (`app` U+001F `platform`) that another live instance can
+        /// send, as the listener last read them: this instance neither skips
+        /// nor claims their deliveries when it cannot send them itself.
+        var othersLanes: Set<String> = []
+        /// Whether the listener has read the others' lanes at least once.
+        var othersKnown = false
+        /// The last depth counted, and when (on the monotonic clock, ms).
+        var cachedDepth: (depth: QueueDepth, at: Int64)?
+        /// The lanes this instance can send raw-token registrations of (nil:
+        /// not published, every lane with a transport).
+        var ownLanes: Set<String>?
+    }
+
+    private let known = Locked(Known())
     static let boundAgeMs: Int64 = 1000
-    /// The lanes (`app` U+001F `platform`) that another live instance can
-    /// send, as the listener last read them: this instance neither skips
-    /// nor claims their deliveries when it cannot send them itself.
-    private var othersLanes: Set<String> = []
-    /// Whether the listener has read the others' lanes at least once.
-    private var othersKnown = false
-    /// The last depth counted, and when (on the monotonic clock, ms).
-    private var cachedDepth: (depth: QueueDepth, at: Int64)?
     static let depthCacheMs: Int64 = 1000
 
     /// The database's clock in milliseconds since the epoch, at the moment a
@@ -55,14 +62,10 @@ final class PostgresQueue: @unchecked Sendable {
     /// The name of a lane in the instances table and the claim's exclusions.
     static func laneName(_ lane: QueueLane) -> String { lane.app + "\u{1F}" + lane.platform.rawValue }
 
-    /// The lanes this instance can send raw-token registrations of (nil:
-    /// not published, every lane with a transport).
-    private var ownLanes: Set<String>?
-
     func setOthersLanes(_ lanes: Set<String>) {
-        lock.withLock {
-            othersLanes = lanes
-            othersKnown = true
+        known.withLock {
+            $0.othersLanes = lanes
+            $0.othersKnown = true
         }
     }
 
@@ -87,7 +90,7 @@ final class PostgresQueue: @unchecked Sendable {
         }
         return out
     }
-    func setOwnLanes(_ lanes: Set<String>) { lock.withLock { ownLanes = lanes } }
+    func setOwnLanes(_ lanes: Set<String>) { known.withLock { $0.ownLanes = lanes } }
 
     static let channel = "herald_work"
 
@@ -441,9 +444,9 @@ final class PostgresQueue: @unchecked Sendable {
             queuedLeft = rows.contains { $0.state == .queued }
         }
         if queuedLeft { try notify(c) }
-        lock.withLock {
-            pendingBound += devices
-            pendingByApp[e.app, default: 0] += devices
+        known.withLock {
+            $0.pendingBound += devices
+            $0.pendingByApp[e.app, default: 0] += devices
         }
         let claim = Claim(jobs: jobs, finished: [], batchSizes: jobs.isEmpty ? [:] : sizes, nextDueAt: nil)
         var accepted = Enqueued(messageID: messageID, devices: devices, skipped: skipped, duplicate: false)
@@ -469,8 +472,8 @@ final class PostgresQueue: @unchecked Sendable {
     /// otherwise, per app only when the apps contend.
     private func admit(_ c: PostgresConnection, _ e: Enqueue, adding: Int, now: Int64) throws {
         let limit = e.pendingLimit, apps = e.pendingApps
-        let (bound, byApp, countedAt, byAppAt) = lock.withLock {
-            (pendingBound, pendingByApp, boundCountedAt, byAppCountedAt)
+        let (bound, byApp, countedAt, byAppAt) = known.withLock {
+            ($0.pendingBound, $0.pendingByApp, $0.boundCountedAt, $0.byAppCountedAt)
         }
         let contendedBound = QueueAdmission.contended(adding: adding, total: bound, limit: limit, apps: apps)
         let refused =
@@ -488,13 +491,13 @@ final class PostgresQueue: @unchecked Sendable {
             perApp = try depthByApp(c).mapValues { $0.waiting + $0.inFlight }
             counted = perApp.values.reduce(0, +)
         }
-        lock.withLock {
-            pendingBound = counted
+        known.withLock { k in
+            k.pendingBound = counted
             if contended && apps > 1 {
-                pendingByApp = perApp
-                byAppCountedAt = now
+                k.pendingByApp = perApp
+                k.byAppCountedAt = now
             }
-            boundCountedAt = now
+            k.boundCountedAt = now
         }
         guard contended else { return }
         if let refusal = QueueAdmission.refusal(
@@ -706,9 +709,9 @@ final class PostgresQueue: @unchecked Sendable {
         _ = try rescue(c, now: now, gone: [])
         var results: [PostgresResult] = []
         let named = lanes.keys.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
-        let (own, cached, known) = lock.withLock { (ownLanes, othersLanes, othersKnown) }
+        let (own, cached, othersKnown) = known.withLock { ($0.ownLanes, $0.othersLanes, $0.othersKnown) }
         var elsewhere = cached
-        if known, let own,
+        if othersKnown, let own,
             named.contains(where: {
                 lanes[$0]! > 0 && !own.contains(Self.laneName($0))
                     && !elsewhere.contains(Self.laneName($0))
@@ -729,7 +732,7 @@ final class PostgresQueue: @unchecked Sendable {
             let name = Self.laneName(lane)
             let lacks = own.map { !$0.contains(name) } == true
             // Until the others' lanes are known, assume one of them can send.
-            let webOnly = lacks && (!known || elsewhere.contains(name))
+            let webOnly = lacks && (!othersKnown || elsewhere.contains(name))
             if lacks && !webOnly { noSender.insert(name) }
             results.append(
                 try c.execute(
@@ -1069,14 +1072,14 @@ final class PostgresQueue: @unchecked Sendable {
     func depth(_ c: PostgresConnection) throws -> QueueDepth {
         guard let r = try c.execute(Statements.depth).first else { return QueueDepth(waiting: 0, inFlight: 0) }
         let depth = QueueDepth(waiting: Int(try r.int64(0)), inFlight: Int(try r.int64(1)))
-        lock.withLock { cachedDepth = (depth, Self.monotonicMs()) }
+        known.withLock { $0.cachedDepth = (depth, Self.monotonicMs()) }
         return depth
     }
 
     /// The depth counted less than ``depthCacheMs`` ago, if any.
     var recentDepth: QueueDepth? {
-        lock.withLock {
-            guard let cached = cachedDepth, Self.monotonicMs() - cached.at < Self.depthCacheMs else { return nil }
+        known.withLock {
+            guard let cached = $0.cachedDepth, Self.monotonicMs() - cached.at < Self.depthCacheMs else { return nil }
             return cached.depth
         }
     }
@@ -1306,51 +1309,54 @@ final class PostgresQueue: @unchecked Sendable {
 /// What one enqueue sent before its rows were written, kept across the runs
 /// of its job: a run after a lost race writes the same message and ids, and
 /// the deliveries already sent in flight.
-// @unchecked: every field is under `lock` (the runs of one job follow each other on pool threads).
-final class EarlyPlan: @unchecked Sendable {
-    private let lock = NSLock()
-    private var message: String?
-    private var ids: [String: Int64] = [:]
-    private var sentDevices: Set<String> = []
-    private var sentIDs: [Int64] = []
-    private var heldResults: EarlyResults?
-    private var keptResults: [Int64: DeliveryRecord] = [:]
+final class EarlyPlan: Sendable {
+    private struct Plan {
+        var message: String?
+        var ids: [String: Int64] = [:]
+        var sentDevices: Set<String> = []
+        var sentIDs: [Int64] = []
+        var heldResults: EarlyResults?
+        var keptResults: [Int64: DeliveryRecord] = [:]
+    }
+
+    /// The runs of one job follow each other on pool threads.
+    private let plan = Locked(Plan())
 
     /// The results the enqueue may write itself (see ``EarlyResults``): set
     /// by the first run that sends early for a caller that waits.
     var results: EarlyResults? {
-        get { lock.withLock { heldResults } }
-        set { lock.withLock { heldResults = newValue } }
+        get { plan.withLock { $0.heldResults } }
+        set { plan.withLock { $0.heldResults = newValue } }
     }
     /// The results the enqueue took, by delivery id: every run writes them.
-    var kept: [Int64: DeliveryRecord] { lock.withLock { keptResults } }
+    var kept: [Int64: DeliveryRecord] { plan.withLock { $0.keptResults } }
 
     func keep(_ records: [DeliveryRecord]) {
         guard !records.isEmpty else { return }
-        lock.withLock { for r in records { keptResults[r.deliveryID] = r } }
+        plan.withLock { p in for r in records { p.keptResults[r.deliveryID] = r } }
     }
 
     /// The message id the first run chose, once it took ids ahead.
-    var messageID: String? { lock.withLock { message } }
+    var messageID: String? { plan.withLock { $0.message } }
     /// Whether ids were taken ahead (a run after that sends nothing early).
-    var started: Bool { lock.withLock { message != nil } }
+    var started: Bool { plan.withLock { $0.message != nil } }
     /// The deliveries sent early, by id.
-    var deliveryIDs: [Int64] { lock.withLock { sentIDs } }
+    var deliveryIDs: [Int64] { plan.withLock { $0.sentIDs } }
 
     func start(messageID: String, ids: [(String, Int64)]) {
-        lock.withLock {
-            message = messageID
-            self.ids = Dictionary(ids, uniquingKeysWith: { first, _ in first })
+        plan.withLock {
+            $0.message = messageID
+            $0.ids = Dictionary(ids, uniquingKeysWith: { first, _ in first })
         }
     }
 
-    func id(of device: String) -> Int64? { lock.withLock { ids[device] } }
-    func wasSent(_ device: String) -> Bool { lock.withLock { sentDevices.contains(device) } }
+    func id(of device: String) -> Int64? { plan.withLock { $0.ids[device] } }
+    func wasSent(_ device: String) -> Bool { plan.withLock { $0.sentDevices.contains(device) } }
 
     func sent(_ device: String) {
-        lock.withLock {
-            sentDevices.insert(device)
-            if let id = ids[device] { sentIDs.append(id) }
+        plan.withLock { p in
+            p.sentDevices.insert(device)
+            if let id = p.ids[device] { p.sentIDs.append(id) }
         }
     }
 }
@@ -1360,25 +1366,27 @@ final class EarlyPlan: @unchecked Sendable {
 /// one is full it becomes the previous, and the previous is dropped), so
 /// that it holds at most twice that many whatever the traffic. A device
 /// dropped from it is only written again sooner than needed.
-// @unchecked: both generations are under `lock`.
-final class RecentSuccesses: @unchecked Sendable {
-    private let lock = NSLock()
-    private var current: [String: Int64] = [:]
-    private var previous: [String: Int64] = [:]
+final class RecentSuccesses: Sendable {
+    private struct Generations {
+        var current: [String: Int64] = [:]
+        var previous: [String: Int64] = [:]
+    }
+
+    private let generations = Locked(Generations())
     let capacity: Int
 
     init(capacity: Int = 65_536) { self.capacity = max(1, capacity) }
 
     /// How many devices it holds (at most twice ``capacity``).
-    var count: Int { lock.withLock { current.count + previous.count } }
+    var count: Int { generations.withLock { $0.current.count + $0.previous.count } }
 
     /// `devices` (each once) whose last success was not written within `within` ms of `now`.
     func due<S: Sequence<String>>(_ devices: S, now: Int64, within: Int64) -> [String] {
-        lock.withLock {
+        generations.withLock { g in
             var seen = Set<String>()
             var out: [String] = []
             for device in devices where seen.insert(device).inserted {
-                let at = current[device] ?? previous[device]
+                let at = g.current[device] ?? g.previous[device]
                 if at.map({ now - $0 >= within }) ?? true { out.append(device) }
             }
             return out
@@ -1388,14 +1396,14 @@ final class RecentSuccesses: @unchecked Sendable {
     /// Notes that the last success of `devices` was written at `now`.
     func wrote(_ devices: [String], at now: Int64) {
         guard !devices.isEmpty else { return }
-        lock.withLock {
+        generations.withLock { g in
             for device in devices {
-                if current.count >= capacity && current[device] == nil {
-                    previous = current
-                    current = [:]
-                    current.reserveCapacity(capacity)
+                if g.current.count >= capacity && g.current[device] == nil {
+                    g.previous = g.current
+                    g.current = [:]
+                    g.current.reserveCapacity(capacity)
                 }
-                current[device] = now
+                g.current[device] = now
             }
         }
     }

@@ -3,6 +3,7 @@ import Foundation
 public import HeraldCore
 import HeraldCrypto
 import Postgres
+import HeraldIO
 
 /// The PostgreSQL backend of ``DeliveryStore``: one database that several
 /// Herald instances (one per application host) share.
@@ -25,21 +26,28 @@ import Postgres
 /// scheduler are moved to this host's clock (and back) by the offset
 /// measured at each batch. Every call has a deadline (``CallDeadlines``).
 /// Completions run on the store's threads; they must hand work elsewhere quickly.
-// @unchecked: the job queue, fences and counts are guarded by `condition`; connections belong to pool threads.
-public final class PostgresStore: DeliveryStore, @unchecked Sendable {
+public final class PostgresStore: DeliveryStore, Sendable {
     private typealias Job = any QueuedCall<PostgresConnection>
 
-    // Guarded by `condition`.
-    private let condition = NSCondition()
-    private var queue: [Job] = []
-    /// Fences of the batches running now: a job of such a key waits.
-    private var busy: [String: Int] = [:]
-    private var running = 0
-    private var stopping = false
-    private var closed = false
-    /// Per pool connection, the session (its reconnect count) set to commit asynchronously.
-    private var sessions: [ObjectIdentifier: Int] = [:]
-    private var observer: (@Sendable () -> Void)?
+    /// What the callers and the pool's threads share.
+    private struct Shared {
+        var queue: [Job] = []
+        /// Fences of the batches running now: a job of such a key waits.
+        var busy: [String: Int] = [:]
+        var running = 0
+        var stopping = false
+        var closed = false
+        /// Per pool connection, the session (its reconnect count) set to commit asynchronously.
+        var sessions: [ObjectIdentifier: Int] = [:]
+        var observer: (@Sendable () -> Void)?
+        /// When a call last passed its deadline (monotonic ns).
+        var lastTimeoutAt: UInt64?
+        /// Sweeps ``deadlines`` every 100 ms.
+        let sweeper: any DispatchSourceTimer
+    }
+
+    /// Its condition wakes ``abandon()`` when the last batch finished.
+    private let shared: Locked<Shared>
 
     private let pool: PostgresPool
     private let queueTables: PostgresQueue
@@ -48,7 +56,6 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     private let options: PostgresStoreOptions
     private let listener: Listener
     private let deadlines = CallDeadlines()
-    private let sweeper: any DispatchSourceTimer
     /// Deliveries this instance's scheduler holds: claimed or handed over
     /// and not yet recorded. Only these leases are renewed.
     private let held = HeldDeliveries()
@@ -62,8 +69,6 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     /// sends: long enough for a provider on the same network (a few ms);
     /// answers that come later are written as before.
     public static let resultHold: Duration = .milliseconds(50)
-    // Guarded by `condition`: when a call last passed its deadline (monotonic ns).
-    private var lastTimeoutAt: UInt64?
 
     /// The most jobs with a savepoint one transaction takes: past 64
     /// PostgreSQL's subtransaction cache overflows and every snapshot pays.
@@ -77,7 +82,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     static let maxRetries = 5
 
     public let keyOutcome: StoreKeyOutcome
-    public private(set) var recoveredDeliveries = 0
+    public let recoveredDeliveries: Int
     /// The advisory lock the housekeeper holds while it purges (one instance at a time).
     public static var housekeeperLockKey: Int64 { PostgresQueue.housekeeperLock }
 
@@ -149,15 +154,15 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
             configuration: options.connection, size: options.poolSize, queueLimit: Self.queueLimit,
             threadName: "herald-pg")
         holds = ResultHolds(limit: options.poolSize / 2, longest: Self.resultHold)
-        sweeper = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "herald-pg-deadlines"))
-        listener = Listener(
-            connection: own, identity: identity, queue: queueTables, held: held, renewEveryMs: max(1, leaseMs / 3))
-        listener.start { [weak self] in self?.workArrived() }
+        let sweeper = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "herald-pg-deadlines"))
         let deadlines = self.deadlines
         sweeper.setEventHandler { deadlines.sweep() }
         sweeper.schedule(
             deadline: .now() + .milliseconds(100), repeating: .milliseconds(100), leeway: .milliseconds(20))
         sweeper.resume()
+        shared = Locked(Shared(sweeper: sweeper))
+        listener = Listener(identity: identity, queue: queueTables, held: held, renewEveryMs: max(1, leaseMs / 3))
+        listener.start(connection: own) { [weak self] in self?.workArrived() }
     }
 
     /// What an injected clock (tests) adds to the database's: its distance
@@ -180,7 +185,10 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     }
 
     deinit {
-        sweeper.cancel()
+        let closed = shared.withLock { s in
+            s.sweeper.cancel()
+            return s.closed
+        }
         listener.stop()
         // Let go without `close()` (a test, a start that failed half way):
         // its connections end as a killed process's would, the identity lock
@@ -210,16 +218,14 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     /// them): the other instances take its work within seconds. For tests;
     /// a stopping daemon calls ``close()``.
     public func abandon() {
-        condition.lock()
-        if closed {
-            condition.unlock()
-            return
+        let first = shared.withLock { s in
+            if s.closed { return false }
+            s.closed = true
+            s.stopping = true
+            return true
         }
-        closed = true
-        stopping = true
-        while running > 0 || !queue.isEmpty { condition.wait() }
-        condition.unlock()
-        sweeper.cancel()
+        guard first else { return }
+        shared.withLock(when: { $0.running == 0 && $0.queue.isEmpty }) { $0.sweeper.cancel() }
         listener.stop()
         pool.close()
     }
@@ -227,15 +233,11 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     public var isShared: Bool { true }
 
     public func setWorkObserver(_ observer: @escaping @Sendable () -> Void) {
-        condition.lock()
-        self.observer = observer
-        condition.unlock()
+        shared.withLock { $0.observer = observer }
     }
 
     private func workArrived() {
-        condition.lock()
-        let observer = self.observer
-        condition.unlock()
+        let observer = shared.withLock { $0.observer }
         observer?()
     }
 
@@ -273,41 +275,37 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     }
 
     private func enqueue(_ job: Job) {
-        condition.lock()
-        if stopping {
-            condition.unlock()
-            job.fail(PostgresError(.closed, "store is closed"))
-            return
+        let refusal = shared.withLock { s -> PostgresError? in
+            if s.stopping { return PostgresError(.closed, "store is closed") }
+            if s.queue.count >= Self.queueLimit {
+                return PostgresError(.queueFull, "the store's job queue is full (\(Self.queueLimit) jobs waiting)")
+            }
+            s.queue.append(job)
+            dispatch(&s)
+            return nil
         }
-        if queue.count >= Self.queueLimit {
-            condition.unlock()
-            job.fail(PostgresError(.queueFull, "the store's job queue is full (\(Self.queueLimit) jobs waiting)"))
-            return
-        }
-        queue.append(job)
-        dispatch()
-        condition.unlock()
+        if let refusal { job.fail(refusal) }
     }
 
-    /// Starts batches while connections are free (`condition` held). A job
-    /// waits while a running batch holds its fence, and so does every later
-    /// job of that fence, so that writes of one key run in order.
-    private func dispatch() {
-        while running < pool.size && !queue.isEmpty {
+    /// Starts batches while connections are free (under `shared`'s lock). A
+    /// job waits while a running batch holds its fence, and so does every
+    /// later job of that fence, so that writes of one key run in order.
+    private func dispatch(_ s: inout Shared) {
+        while s.running < pool.size && !s.queue.isEmpty {
             var batch: [Job] = []
             var rest: [Job] = []
             var blocked = Set<String>()
             let now = CallDeadlines.now
             var savepoints = 0
             var merged = 0
-            for job in queue {
+            for job in s.queue {
                 // Answered by its deadline already: its work would answer no one.
                 if job.deadline <= now { continue }
                 // Results merge into one statement without a savepoint; every
                 // other job has one, at most maxBatch in a transaction.
                 let isRecord = job is RecordCall
                 if isRecord ? merged < Self.maxMergedRecords : savepoints < Self.maxBatch,
-                    job.fence.map({ busy[$0] == nil && !blocked.contains($0) }) ?? true
+                    job.fence.map({ s.busy[$0] == nil && !blocked.contains($0) }) ?? true
                 {
                     if isRecord { merged += 1 } else { savepoints += 1 }
                     batch.append(job)
@@ -317,9 +315,9 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
                 }
             }
             guard !batch.isEmpty else { return }
-            queue = rest
-            running += 1
-            for case let fence? in batch.map(\.fence) { busy[fence, default: 0] += 1 }
+            s.queue = rest
+            s.running += 1
+            for case let fence? in batch.map(\.fence) { s.busy[fence, default: 0] += 1 }
             let taken = batch
             pool.submit({ [self] c in commit(taken, c) }) { [self] result in
                 if case .failure(let error) = result {
@@ -334,11 +332,11 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     /// session (again after a reconnect): see ``begin(_:_:)``.
     private func prepareSession(_ c: PostgresConnection) {
         let key = ObjectIdentifier(c)
-        guard condition.withLock({ sessions[key] }) != c.reconnects else { return }
+        guard shared.withLock({ $0.sessions[key] }) != c.reconnects else { return }
         do {
             try c.executeScript("SET synchronous_commit = off")
             let done = c.reconnects
-            condition.withLock { sessions[key] = done }
+            shared.withLock { $0.sessions[key] = done }
         } catch {
             // The batch finds the connection's state itself.
         }
@@ -576,15 +574,15 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     /// Releases the batch's fences and connection, then answers its calls:
     /// every one with `failure` when the batch did not commit.
     private func finished(_ batch: [Job], failure: (any Error)?, outcomes: [CallOutcome]) {
-        condition.lock()
-        running -= 1
-        for case let fence? in batch.map(\.fence) {
-            let left = (busy[fence] ?? 1) - 1
-            busy[fence] = left > 0 ? left : nil
+        shared.withLock { s in
+            s.running -= 1
+            for case let fence? in batch.map(\.fence) {
+                let left = (s.busy[fence] ?? 1) - 1
+                s.busy[fence] = left > 0 ? left : nil
+            }
+            if !s.stopping || !s.queue.isEmpty { dispatch(&s) }
         }
-        if !stopping || !queue.isEmpty { dispatch() }
-        condition.broadcast()
-        condition.unlock()
+        shared.broadcast()
         if let failure {
             for job in batch { job.fail(failure) }
         } else {
@@ -898,7 +896,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     /// a slow database), or when another live instance holds this one's identity.
     public func ping(completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
         if let why = listener.identityProblem { return completion(.failure(StoreHealthProblem(why))) }
-        let stuck = condition.withLock { lastTimeoutAt.map { CallDeadlines.now - $0 < Self.stuckReportNs } ?? false }
+        let stuck = shared.withLock { $0.lastTimeoutAt.map { CallDeadlines.now - $0 < Self.stuckReportNs } ?? false }
         let limit = options.callTimeout
         submit(
             durable: false, timeout: options.pingTimeout,
@@ -920,7 +918,7 @@ public final class PostgresStore: DeliveryStore, @unchecked Sendable {
     }
 
     private func noteTimeout() {
-        condition.withLock { lastTimeoutAt = CallDeadlines.now }
+        shared.withLock { $0.lastTimeoutAt = CallDeadlines.now }
     }
 
     public func takeSharedToken(
@@ -973,50 +971,40 @@ public struct InstanceInUse: Error, CustomStringConvertible {
 }
 
 /// The deliveries an instance's scheduler holds (see ``PostgresStore``).
-// @unchecked: `ids` is guarded by `lock`.
-final class HeldDeliveries: @unchecked Sendable {
-    private let lock = NSLock()
-    private var ids = Set<Int64>()
+final class HeldDeliveries: Sendable {
+    private let ids = Locked(Set<Int64>())
 
-    func insert(_ new: [Int64]) { lock.withLock { ids.formUnion(new) } }
-    func remove(_ gone: [Int64]) { lock.withLock { ids.subtract(gone) } }
-    var all: [Int64] { lock.withLock { Array(ids) } }
+    func insert(_ new: [Int64]) { ids.withLock { $0.formUnion(new) } }
+    func remove(_ gone: [Int64]) { ids.withLock { $0.subtract(gone) } }
+    var all: [Int64] { ids.withLock { Array($0) } }
 }
 
 /// The ids a claim's job took, for putting them back when its commit fails.
-// @unchecked: guarded by `lock`.
-final class ClaimedIDs: @unchecked Sendable {
-    private let lock = NSLock()
-    private var taken: [Int64] = []
+final class ClaimedIDs: Sendable {
+    private let taken = Locked<[Int64]>([])
     var ids: [Int64] {
-        get { lock.withLock { taken } }
-        set { lock.withLock { taken = newValue } }
+        get { taken.withLock { $0 } }
+        set { taken.withLock { $0 = newValue } }
     }
 }
 
 /// The database's clock minus this host's (ms): the scheduler compares the
 /// times it is handed with its own clock, so they are moved to it, and the
 /// times it hands back (a retry's due time) are moved to the database's.
-// @unchecked: guarded by `lock`.
-final class ClockOffset: @unchecked Sendable {
-    private let lock = NSLock()
-    private var ms: Int64 = 0
-
-    private var measuredAt: UInt64?
+final class ClockOffset: Sendable {
+    /// The offset, and when it was measured (``CallDeadlines/now``).
+    private let measured = Locked<(ms: Int64, at: UInt64?)>((0, nil))
 
     func set(_ value: Int64) {
-        lock.withLock {
-            ms = value
-            measuredAt = CallDeadlines.now
-        }
+        measured.withLock { $0 = (value, CallDeadlines.now) }
     }
 
     /// The offset when it was measured less than `ns` ago: the clocks do
     /// not drift apart in a second, so a batch need not ask the database.
     func recent(within ns: UInt64) -> Int64? {
-        lock.withLock { measuredAt.map { CallDeadlines.now - $0 < ns } == true ? ms : nil }
+        measured.withLock { m in m.at.map { CallDeadlines.now - $0 < ns } == true ? m.ms : nil }
     }
-    var value: Int64 { lock.withLock { ms } }
+    var value: Int64 { measured.withLock { $0.ms } }
 
     func toDatabase(_ local: Int64) -> Int64 { local + value }
 
@@ -1121,32 +1109,31 @@ struct InstanceIdentity: Sendable {
 /// others' notifications, on a connection of its own (a pool connection is
 /// busy with batches; a listener must keep reading its socket). Its timers
 /// run on the monotonic clock; the times it writes are the database's.
-// @unchecked: its flags are guarded by `condition`; its connection belongs to its own thread.
-private final class Listener: @unchecked Sendable {
-    private let c: PostgresConnection
+private final class Listener: Sendable {
     private let identity: InstanceIdentity
     private let queue: PostgresQueue
     private let held: HeldDeliveries
     private let renewEveryMs: Int64
-    private let condition = NSCondition()
-    private var stopping = false
-    private var stopped = true
-    private var thread: Thread?
-    // Guarded by `condition`.
-    private var lanes: Set<String> = []
-    private var lanesChanged = true
-    private var identityLost: String?
+
+    /// What the listener's thread and the store share.
+    private struct State {
+        var stopping = false
+        var stopped = true
+        /// The first LISTEN was answered (or failed).
+        var settled = false
+        var lanes: Set<String> = []
+        var lanesChanged = true
+        var identityLost: String?
+    }
+
+    private let state = Locked(State())
 
     /// How often the heartbeat beats and the others' state is read.
     static let beatMs: Int64 = 1000
     /// How often the live partition's dead rows are looked at (and it is vacuumed past its bound).
     static let vacuumMs: Int64 = 1000
 
-    init(
-        connection: PostgresConnection, identity: InstanceIdentity, queue: PostgresQueue, held: HeldDeliveries,
-        renewEveryMs: Int64
-    ) {
-        self.c = connection
+    init(identity: InstanceIdentity, queue: PostgresQueue, held: HeldDeliveries, renewEveryMs: Int64) {
         self.identity = identity
         self.queue = queue
         self.held = held
@@ -1154,59 +1141,39 @@ private final class Listener: @unchecked Sendable {
     }
 
     func publish(lanes: Set<String>) {
-        condition.withLock {
-            self.lanes = lanes
-            lanesChanged = true
+        state.withLock {
+            $0.lanes = lanes
+            $0.lanesChanged = true
         }
     }
 
     /// Why this instance's identity is not its own any more, if so.
-    var identityProblem: String? { condition.withLock { identityLost } }
+    var identityProblem: String? { state.withLock { $0.identityLost } }
 
-    /// Starts the thread and returns once it listens (or its first attempt
-    /// failed): work another instance queues after the store opened wakes this one.
-    func start(onWork: @escaping @Sendable () -> Void) {
-        condition.lock()
-        stopped = false
-        condition.unlock()
-        let thread = Thread { [self] in
-            _ = hs_set_thread_name("herald-pg-listen")
-            run(onWork: onWork)
-        }
-        thread.name = "herald-pg-listen"
-        self.thread = thread
-        thread.start()
-        condition.lock()
-        while !settled { condition.wait() }
-        condition.unlock()
+    /// Starts the thread, which owns `connection` from then on, and returns
+    /// once it listens (or its first attempt failed): work another instance
+    /// queues after the store opened wakes this one.
+    func start(connection: sending PostgresConnection, onWork: @escaping @Sendable () -> Void) {
+        state.withLock { $0.stopped = false }
+        startOwnerThread(named: "herald-pg-listen") { [self] in run(connection, onWork: onWork) }
+        state.withLock(when: { $0.settled }) { _ in }
     }
 
-    /// The first LISTEN was answered (or failed).
-    private var settled = false
-
     private func settle() {
-        condition.lock()
-        settled = true
-        condition.broadcast()
-        condition.unlock()
+        state.withLock { $0.settled = true }
+        state.broadcast()
     }
 
     func stop() {
-        condition.lock()
-        stopping = true
-        while !stopped { condition.wait() }
-        condition.unlock()
+        state.withLock { $0.stopping = true }
+        state.withLock(when: { $0.stopped }) { _ in }
     }
 
-    private var isStopping: Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        return stopping
-    }
+    private var isStopping: Bool { state.withLock { $0.stopping } }
 
     private static var monotonicMs: Int64 { Int64(CallDeadlines.now / 1_000_000) }
 
-    private func run(onWork: @escaping @Sendable () -> Void) {
+    private func run(_ c: PostgresConnection, onWork: @escaping @Sendable () -> Void) {
         var reconnects = c.reconnects
         var nextRenewal: Int64 = 0
         var nextBeat: Int64 = 0
@@ -1226,12 +1193,12 @@ private final class Listener: @unchecked Sendable {
                     reconnects = c.reconnects
                     do {
                         try identity.claim(c)
-                        condition.withLock {
-                            identityLost = nil
-                            lanesChanged = true
+                        state.withLock {
+                            $0.identityLost = nil
+                            $0.lanesChanged = true
                         }
                     } catch let error as InstanceInUse {
-                        condition.withLock { identityLost = error.description }
+                        state.withLock { $0.identityLost = error.description }
                     }
                     // Notifications sent while the connection was down are
                     // lost: the scheduler claims again to find their work.
@@ -1246,12 +1213,12 @@ private final class Listener: @unchecked Sendable {
                     }
                     nextRenewal = mono + renewEveryMs
                 }
-                let (publish, changed) = condition.withLock { (lanes, lanesChanged) }
+                let (publish, changed) = state.withLock { ($0.lanes, $0.lanesChanged) }
                 if mono >= nextBeat || changed {
                     // Every second, and at once when the lanes changed.
                     nextBeat = mono + Self.beatMs
                     try identity.beat(c, lanes: publish)
-                    if changed { condition.withLock { lanesChanged = false } }
+                    if changed { state.withLock { $0.lanesChanged = false } }
                     let others = try identity.others(c)
                     queue.setOthersLanes(others.lanes)
                     // Work nobody holds: a gone instance's, leases run out or too old.
@@ -1267,16 +1234,11 @@ private final class Listener: @unchecked Sendable {
                 if heard.contains(where: { $0.payload != queue.instance }) { onWork() }
             } catch {
                 // The database is away: the connection backs off; try again shortly.
-                condition.lock()
-                if !stopping { _ = condition.wait(until: Date().addingTimeInterval(0.2)) }
-                condition.unlock()
+                state.withLock(when: { $0.stopping }, timeout: .milliseconds(200)) { _ in }
             }
         }
         c.close()
-        condition.lock()
-        stopped = true
-        thread = nil
-        condition.broadcast()
-        condition.unlock()
+        state.withLock { $0.stopped = true }
+        state.broadcast()
     }
 }
