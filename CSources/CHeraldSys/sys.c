@@ -2,6 +2,7 @@
 #include "herald_sys.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -73,5 +74,11 @@ int hs_raise_nofile_limit(uint64_t *soft, uint64_t *hard)
     struct rlimit raised = { .rlim_cur = limit.rlim_max, .rlim_max = limit.rlim_max };
     if (setrlimit(RLIMIT_NOFILE, &raised) != 0) return -errno;
     *soft = raised.rlim_cur;
+    return 0;
+}
+
+int hs_start_writeback(int fd)
+{
+    if (sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE) != 0) return -errno;
     return 0;
 }

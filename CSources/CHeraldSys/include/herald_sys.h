@@ -36,6 +36,11 @@ int hs_set_thread_name(const char *name);
 /* Sets the nice value of the calling thread only (Linux); 0 or -errno. */
 int hs_set_thread_nice(int nice);
 
+/* Starts writing the file's dirty pages to disk without waiting
+ * (sync_file_range SYNC_FILE_RANGE_WRITE): a later fsync of the file then
+ * has little left to write. 0, or -errno. */
+int hs_start_writeback(int fd);
+
 /* Raises the soft limit on open descriptors (RLIMIT_NOFILE) to the hard one.
  * Writes the soft limit in force afterwards (raised or not) to soft and the
  * hard limit to hard; 0, or -errno when the raise was refused (the limits
