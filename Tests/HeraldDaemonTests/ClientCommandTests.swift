@@ -62,6 +62,9 @@ struct ClientCommandTests {
         // Every connection is root's: the per-uid cap must not be the one reached.
         let d = try DaemonProcess(server: "max_connections_per_uid = 512")
         defer { d.cleanup() }
+        // The start's readiness probe (connection 1) counts until the daemon
+        // has seen it close: with 512 more, the last would be the one refused.
+        #expect(d.waitForLog("connection_closed conn=1\n"))
         var open: [TestConnection] = []
         defer { open.forEach { $0.close() } }
         for _ in 0..<512 { open.append(try d.connect()) }
