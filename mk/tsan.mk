@@ -15,7 +15,7 @@ test-tsan: debian-deps python-deps
 	@set -o pipefail; status=0; \
 	TSAN_OPTIONS="log_path=$(CURDIR)/$(TSAN_REPORTS)/report halt_on_error=0 second_deadlock_stack=1" \
 		$(SWIFT) test --skip-build --scratch-path $(TSAN_SCRATCH) --sanitize=thread --no-parallel \
-		2>&1 | tee $(TSAN_REPORTS)/test.log | grep -E '^(✘|✔ Test run|✘ Test run)' || status=$$?; \
+		2>&1 | tee $(TSAN_REPORTS)/test.log | grep -E '^(✘|✔ Test run|✘ Test run|━ Test run)' || status=$$?; \
 	reports=$$(ls $(TSAN_REPORTS)/report.* 2>/dev/null | wc -l); \
 	races=$$(cat $(TSAN_REPORTS)/report.* 2>/dev/null | grep -c '^WARNING: ThreadSanitizer' || true); \
 	tests=$$(sed -n 's/.*Test run with \([0-9]*\) tests.*/\1/p' $(TSAN_REPORTS)/test.log | tail -1); \
