@@ -991,12 +991,13 @@ final class RPCServer: @unchecked Sendable {
         // What the connections held came down from 32 MiB or more to a quarter of it.
         let heldFell = heldPeakSinceTrim >= 32 << 20 && clientBudget.value < heldPeakSinceTrim / 4
         // Memory freed just after a trim (trees and buffers let go on other
-        // threads, calls that ended with their connection) waits for the
-        // next: a trim that had cause is followed by two more, 2 s and 8 s on.
+        // threads, calls that ended with their connection, sends that gave
+        // up later) waits for the next: a trim that had cause is followed
+        // by three more, 2 s, 8 s and 20 s on.
         let followUp = trimFollowUps.first.map { now >= $0 } ?? false
         if followUp { trimFollowUps.removeFirst() }
         if trimWanted || writtenSinceTrim >= 8 << 20 || idleAfterBurst || heldFell || followUp {
-            if !followUp { trimFollowUps = [now + 2000, now + 8000] }
+            if !followUp { trimFollowUps = [now + 2000, now + 8000, now + 20_000] }
             heldPeakSinceTrim = clientBudget.value
             // Large buffers freed, or a burst of calls is over (the store's and
             // resolvers' threads freed their results): hand the free pages
