@@ -20,3 +20,8 @@ public struct BatchKey: Hashable, Sendable {
         self.platform = platform
     }
 }
+
+extension DeliveryJob {
+    /// The batch this delivery belongs to.
+    public var batch: BatchKey { BatchKey(messageID: messageID, platform: platform) }
+}

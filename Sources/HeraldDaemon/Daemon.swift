@@ -248,6 +248,10 @@ public enum Daemon {
         if store.recoveredDeliveries > 0 {
             log.info("deliveries_recovered", ["count": String(store.recoveredDeliveries)])
         }
+        if store.droppedUnfinished > 0 {
+            // Written in parts and stopped before the last: never answered.
+            log.info("unfinished_messages_dropped", ["count": String(store.droppedUnfinished)])
+        }
         recordServerKeys(credentials, store: store, log: log)
         delivery.scheduler.start()
 

@@ -230,6 +230,12 @@ public struct StaleGuard: Sendable {
     /// Batches registered and not yet complete or finished.
     public var openBatches: Int { batches.count }
 
+    /// The open batches, or none when there are more than `limit` (a claim
+    /// told of none counts every batch it touches).
+    public func openBatchKeys(limit: Int) -> Set<BatchKey> {
+        batches.count > limit ? [] : Set(batches.keys)
+    }
+
     /// Whether the batch of `messageID` on `platform` is registered and not yet complete or finished.
     public func isOpen(messageID: String, platform: Platform) -> Bool {
         batches[BatchKey(messageID: messageID, platform: platform)] != nil

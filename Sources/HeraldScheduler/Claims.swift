@@ -173,7 +173,7 @@ final class Claims {
         publishResting()
         let asked = asks
         let otherLimit = others
-        s.store.claimDue(lanes: asked, others: otherLimit) { [s] result in
+        s.store.claimDue(lanes: asked, others: otherLimit, counted: s.stale.counted) { [s] result in
             s.owner.async { s.claims.claimed(result, asked: asked, others: otherLimit) }
         }
     }
@@ -193,7 +193,7 @@ final class Claims {
             claim = c
         }
         let now = s.clock.nowMilliseconds()
-        s.stale.open(claim.batchSizes)
+        s.stale.open(claim.batchSizes, claimed: claim.jobs)
         s.stale.finishedAtClaim(claim.finished, now: now)
         for row in claim.unreadable {
             s.log?.warning("device_row_unreadable", ["device": row.deviceID, "delivery": String(row.deliveryID)])

@@ -57,6 +57,31 @@ final class StaleHolding {
         }
     }
 
+    /// Opens the batches of a claim: by the sizes it counted, and a batch
+    /// it left uncounted (open when the claim was asked, see ``counted``)
+    /// that closed meanwhile by its rows in this claim, as a count would
+    /// have found them had those rows been all that was left (a retry's).
+    func open(_ batchSizes: [BatchKey: Int], claimed jobs: [DeliveryJob]) {
+        s.owner.check()
+        open(batchSizes)
+        var late: [BatchKey: Int] = [:]
+        for job in jobs
+        where batchSizes[job.batch] == nil && !guardState.isOpen(messageID: job.messageID, platform: job.platform) {
+            late[job.batch, default: 0] += 1
+        }
+        if !late.isEmpty { open(late) }
+    }
+
+    /// The batches open now, for a claim to leave uncounted: a message's
+    /// later claims do not count its rows again. None past
+    /// ``countedLimit``: the set is copied into every claim.
+    var counted: Set<BatchKey> {
+        s.owner.check()
+        return guardState.openBatchKeys(limit: Self.countedLimit)
+    }
+
+    static let countedLimit = 256
+
     /// Batches the store finished at the claim (expired deliveries): none of
     /// them is stale.
     func finishedAtClaim(_ keys: [BatchKey], now: Int64) {

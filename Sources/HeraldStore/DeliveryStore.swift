@@ -25,6 +25,10 @@ public protocol DeliveryStore: AnyObject, Sendable {
     /// now queued again.
     var recoveredDeliveries: Int { get }
 
+    /// Messages a stop or crash left half written (never answered), dropped
+    /// at open (SQLite writes a message of many devices in parts).
+    var droppedUnfinished: Int { get }
+
     /// Stops taking work, finishes what is queued, and closes the database.
     func close()
 
@@ -108,9 +112,13 @@ public protocol DeliveryStore: AnyObject, Sendable {
     func cancel(app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void)
 
     /// Takes due deliveries, up to `lanes[lane]` of each named lane and up to
-    /// `others` of any other lane, and marks them in flight.
+    /// `others` of any other lane, and marks them in flight. The claim's
+    /// batch sizes leave out the batches in `counted` (the caller holds
+    /// them open already): counting a 10,000-device message's rows again at
+    /// each of its claims would cost more than the claim.
     func claimDue(
-        lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void)
+        lanes: [QueueLane: Int], others: Int, counted: Set<BatchKey>,
+        completion: @escaping @Sendable (Result<Claim, any Error>) -> Void)
 
     /// Records an attempt's result: a final state, or `retrying` at `nextAttemptAt`.
     func record(
@@ -213,7 +221,14 @@ extension DeliveryStore {
 
     /// Takes up to `limit` due deliveries of any lane and marks them in flight.
     public func claimDue(limit: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void) {
-        claimDue(lanes: [:], others: limit, completion: completion)
+        claimDue(lanes: [:], others: limit, counted: [], completion: completion)
+    }
+
+    /// Takes due deliveries per lane (see ``claimDue(lanes:others:counted:completion:)``), every batch counted.
+    public func claimDue(
+        lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
+    ) {
+        claimDue(lanes: lanes, others: others, counted: [], completion: completion)
     }
 
     /// Runs a job synchronously (for tools and tests).

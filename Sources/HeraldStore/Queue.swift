@@ -16,6 +16,17 @@ final class Queue {
     /// the apps contend for `max_queued` (``QueueAdmission``).
     private var pendingByApp: [String: Int] = [:]
 
+    /// The idempotency keys (app, hash) of messages being written in parts,
+    /// and their ids: a second message with the key waits for the first.
+    private var assemblingKeys: [String: String] = [:]
+    /// Delivery ids are taken from here up when the largest row is below
+    /// (a message written in parts took its ids at its first part).
+    private var reservedNext: Int64 = 0
+    /// The batch sizes of messages being written in parts, as their first
+    /// part counted them: a claim that takes some of their rows meanwhile
+    /// reports these, not the rows written so far.
+    private var assemblingSizes: [String: [BatchKey: Int]] = [:]
+
     static let idempotencyWindowMs: Int64 = 24 * 3600 * 1000
     static let maxDevicesPerMessage = 10_000
 
@@ -79,12 +90,44 @@ final class Queue {
     /// commits: if it does not, the ids name nothing (or, later, other rows).
     func enqueue(
         _ e: Enqueue, now: Int64, handoff: [QueueLane: Int], handoffLimit: Int = .max,
-        early: ((Claim) -> Void)? = nil
+        early: (@Sendable (Claim) -> Void)? = nil
     ) throws -> (accepted: Enqueued, claim: Claim) {
-        var idempotency: StoreValue = .null
+        switch try begin(e, now: now, handoff: handoff, handoffLimit: handoffLimit, early: early, inParts: false) {
+        case .whole(let accepted, let claim): return (accepted, claim)
+        case .partial, .waitFor: preconditionFailure("a message asked whole is written whole")
+        }
+    }
+
+    /// The first part of an enqueue: the idempotency check, the admission,
+    /// the message row, and (for a message of at most ``partThreshold``
+    /// devices, or `inParts: false`) every delivery, as
+    /// ``enqueue(_:now:handoff:handoffLimit:early:)`` describes. A larger
+    /// message is written in parts (``resume(_:now:)``), each a transaction
+    /// of its own, so that the writer takes other callers' acceptances
+    /// between them instead of after 10,000 rows; until its last part the
+    /// message is listed as being assembled, and a store opened after a
+    /// crash in between drops it whole (its caller had no answer, and sends
+    /// it again under its idempotency key).
+    func begin(
+        _ e: Enqueue, now: Int64, handoff: [QueueLane: Int], handoffLimit: Int = .max,
+        early: (@Sendable (Claim) -> Void)?, inParts: Bool, census counted: Census? = nil
+    ) throws -> EnqueueStep {
+        var idempotency: [UInt8]?
         if let k = e.idempotencyKey {
             let hash = SHA256.hash(Array(("idem:" + k).utf8))
-            idempotency = .blob(hash)
+            idempotency = hash
+            if let first = assemblingKeys[e.app + "\u{1F}" + hash.hexString] {
+                let listed = try db.statement("SELECT 1 FROM assembling WHERE message_id = ?")
+                try listed.bind(.text(first))
+                if try listed.step() {
+                    // The same key's first message is still being written:
+                    // its outcome decides this one's.
+                    return .waitFor(first)
+                }
+                // Its first part never committed.
+                assemblingKeys[e.app + "\u{1F}" + hash.hexString] = nil
+                assemblingSizes[first] = nil
+            }
             let found = try db.statement(
                 "SELECT message_id, created_at FROM messages WHERE app = ? AND idempotency_hash = ?")
             try found.bind(.text(e.app), .blob(hash))
@@ -93,70 +136,183 @@ final class Queue {
                 if now - found.int64(1) < Self.idempotencyWindowMs {
                     let counts = try stateCounts(id)
                     let skipped = counts[.skipped] ?? 0
-                    return (
-                        Enqueued(
+                    return .whole(
+                        accepted: Enqueued(
                             messageID: id, devices: counts.values.reduce(0, +) - skipped, skipped: skipped,
                             duplicate: true),
-                        Claim(jobs: [], finished: [], batchSizes: [:], nextDueAt: nil)
-                    )
+                        claim: Claim(jobs: [], finished: [], batchSizes: [:], nextDueAt: nil))
                 }
                 try db.statement("UPDATE messages SET idempotency_hash = NULL WHERE message_id = ?").bind(.text(id))
                     .run()
             }
         }
-        let targets = try resolve(e.recipients, app: e.app)
-        guard targets.count <= Self.maxDevicesPerMessage else {
-            throw EnqueueError.tooManyDevices(count: targets.count, limit: Self.maxDevicesPerMessage)
-        }
-        try admit(e, adding: targets.count)
         let messageID = try SecureRandom.bytes(16).hexString
-        let expires = now + Int64(e.message.ttlSeconds) * 1000
         var message = e.message
         if message.collapseKey?.isEmpty ?? true {
             message.collapseID = Self.collapseID(app: e.app, idempotencyKey: e.idempotencyKey, messageID: messageID)
         }
+        var a = Assembly(
+            enqueue: e, messageID: messageID, message: message, acceptedAt: now,
+            expiresAt: now + Int64(e.message.ttlSeconds) * 1000, idempotency: idempotency,
+            recipients: Self.distinct(e.recipients), room: handoff, roomLeft: handoffLimit,
+            earlyChunk: early == nil ? Int.max : Self.firstEarlyChunk, early: early)
 
-        // First what becomes of each device (and so the batch sizes), then
-        // the handed deliveries ready to send, then the rows. The ids follow
-        // the largest one: this transaction is the only writer.
-        let firstID = try nextDeliveryID()
+        let census = inParts && Self.mayBeLarge(a.recipients) ? try counted ?? count(a.recipients, e) : nil
+        guard let census, census.rows > Self.partThreshold else {
+            // Whole: every target now, the batch sizes from them.
+            let targets = try resolve(a.recipients, app: e.app)
+            guard targets.count <= Self.maxDevicesPerMessage else {
+                throw EnqueueError.tooManyDevices(count: targets.count, limit: Self.maxDevicesPerMessage)
+            }
+            let planned = plan(targets, firstID: try nextDeliveryID(), a: a)
+            var sizes: [BatchKey: Int] = [:]
+            for p in planned where p.skip == nil {
+                sizes[BatchKey(messageID: messageID, platform: p.target.platform), default: 0] += 1
+            }
+            let devices = sizes.values.reduce(0, +)
+            try admit(e, adding: devices)
+            a.sizes = sizes
+            try insertMessage(a, idempotency: idempotency)
+            try write(planned, into: &a, last: true)
+            pendingBound += devices
+            pendingByApp[e.app, default: 0] += devices
+            return .whole(accepted: a.accepted, claim: a.claim)
+        }
+        guard census.rows <= Self.maxDevicesPerMessage else {
+            throw EnqueueError.tooManyDevices(count: census.rows, limit: Self.maxDevicesPerMessage)
+        }
+        let devices = census.sizes.values.reduce(0, +)
+        try admit(e, adding: devices)
+        a.sizes = Dictionary(
+            uniqueKeysWithValues: census.sizes.map { (BatchKey(messageID: messageID, platform: $0.key), $0.value) })
+        // The rows' ids are taken now for every device counted, so that this
+        // message's deliveries stay older than any message accepted between
+        // its parts (a collapse key's newest message wins by id).
+        a.nextID = try nextDeliveryID()
+        a.idsEnd = a.nextID + Int64(census.rows)
+        reservedNext = a.idsEnd
+        try insertMessage(a, idempotency: nil)
+        try db.statement("INSERT INTO assembling (message_id) VALUES (?)").bind(.text(messageID)).run()
+        if let idempotency { assemblingKeys[e.app + "\u{1F}" + idempotency.hexString] = messageID }
+        assemblingSizes[messageID] = a.sizes
+        pendingBound += devices
+        pendingByApp[e.app, default: 0] += devices
+        do {
+            return try resume(a, now: now)
+        } catch {
+            forget(a)
+            throw error
+        }
+    }
+
+    /// Writes the next part of a message begun in parts: the deliveries of
+    /// its next recipients (about ``partRows``); at the last, marks the
+    /// message whole (and takes its idempotency key) and answers.
+    func resume(_ assembly: Assembly, now: Int64) throws -> EnqueueStep {
+        var a = assembly
+        let take = a.next(rows: Self.partRows)
+        let targets = try resolve(take, app: a.enqueue.app)
+        a.counted(rows: targets.count, recipients: take.count)
+        // Devices registered after the count are not written: the message
+        // goes to the devices its first part counted, ids taken for them.
+        let room = Int(a.idsEnd - a.nextID)
+        let planned = plan(Array(targets.prefix(room)), firstID: a.nextID, a: a)
+        a.nextID += Int64(planned.count)
+        let last = a.done
+        try write(planned, into: &a, last: last)
+        guard last else { return .partial(a) }
+        if let hash = a.idempotency {
+            assemblingKeys[a.enqueue.app + "\u{1F}" + hash.hexString] = nil
+            // The key is this message's unless an older one (its window
+            // ended: the check at the first part cleared it) took it since.
+            try db.statement(
+                """
+                UPDATE messages SET idempotency_hash = ? WHERE message_id = ? AND NOT EXISTS (
+                    SELECT 1 FROM messages WHERE app = ? AND idempotency_hash = ?)
+                """
+            ).bind(.blob(hash), .text(a.messageID), .text(a.enqueue.app), .blob(hash)).run()
+        }
+        try db.statement("DELETE FROM assembling WHERE message_id = ?").bind(.text(a.messageID)).run()
+        assemblingSizes[a.messageID] = nil
+        return .whole(accepted: a.accepted, claim: a.claim)
+    }
+
+    /// Drops a message whose parts could not all be written (a part failed,
+    /// or the store is closing): its rows go, and its key is free again.
+    func abandon(_ a: Assembly) throws(StoreError) {
+        forget(a)
+        try db.statement("DELETE FROM messages WHERE message_id = ?").bind(.text(a.messageID)).run()
+        try db.statement("DELETE FROM assembling WHERE message_id = ?").bind(.text(a.messageID)).run()
+    }
+
+    /// Forgets what the first part noted in memory about the message.
+    private func forget(_ a: Assembly) {
+        if let hash = a.idempotency { assemblingKeys[a.enqueue.app + "\u{1F}" + hash.hexString] = nil }
+        assemblingSizes[a.messageID] = nil
+    }
+
+    /// Drops every message a stop or crash left half written (at open,
+    /// before anything is claimed); answers how many.
+    func dropUnfinished() throws(StoreError) -> Int {
+        let stmt = try db.statement("SELECT message_id FROM assembling")
+        var ids: [String] = []
+        while try stmt.step() { ids.append(stmt.text(0)) }
+        for id in ids {
+            try db.statement("DELETE FROM messages WHERE message_id = ?").bind(.text(id)).run()
+            try db.statement("DELETE FROM assembling WHERE message_id = ?").bind(.text(id)).run()
+        }
+        return ids.count
+    }
+
+    /// A message of more devices than this is written in parts.
+    static let partThreshold = 1024
+    /// About how many deliveries one part writes.
+    static let partRows = 256
+
+    private func insertMessage(_ a: Assembly, idempotency: [UInt8]?) throws {
+        try db.statement(
+            "INSERT INTO messages (message_id, app, idempotency_hash, payload, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)"
+        ).bind(
+            .text(a.messageID), .text(a.enqueue.app), idempotency.map { .blob($0) } ?? .null,
+            .text(try MessageCodec.encode(a.message, messageID: a.messageID, key: key)), .int(a.acceptedAt),
+            .int(a.expiresAt)
+        ).run()
+    }
+
+    /// What becomes of each target: queued, or skipped and why.
+    private func plan(_ targets: [Target], firstID: Int64, a: Assembly) -> [PlannedDelivery] {
+        let e = a.enqueue
         var planned: [PlannedDelivery] = []
         planned.reserveCapacity(targets.count)
-        var sizes: [BatchKey: Int] = [:]
-        var devices = 0
-        var skipped = 0
         for (i, target) in targets.enumerated() {
-            var state = DeliveryState.queued
-            var reason: String?
-            if !target.enabled {
-                state = .skipped
-                reason = DeliveryReason.deviceDisabled
-            } else if !e.message.kind.reaches(target.platform, webPushForm: target.keysSealed != nil) {
-                state = .skipped
-                reason = "kind_not_for_platform"
-            } else if let why = e.disabled[target.keysSealed != nil ? .web : target.platform] {
-                state = .skipped
-                reason = "transport_disabled: \(why)"
-            }
-            if state == .skipped {
-                skipped += 1
-            } else {
-                devices += 1
-                sizes[BatchKey(messageID: messageID, platform: target.platform), default: 0] += 1
-            }
-            planned.append(PlannedDelivery(id: firstID + Int64(i), target: target, state: state, reason: reason))
+            planned.append(
+                PlannedDelivery(
+                    id: firstID + Int64(i), target: target,
+                    skip: Self.skipReason(
+                        enabled: target.enabled, platform: target.platform, webPushForm: target.keysSealed != nil,
+                        e)))
         }
-        var room = handoff
-        var roomLeft = handoffLimit
-        var jobs: [DeliveryJob] = []
-        // With `early`, the first few go as soon as they are ready (so the
-        // first push does not wait for the whole message's tokens), the
-        // rest in one more claim; the batch sizes travel with the first.
-        var earlyChunk = early == nil ? Int.max : Self.firstEarlyChunk
-        var sentEarly = false
-        for (i, p) in planned.enumerated() where p.state == .queued && roomLeft > 0 {
+        return planned
+    }
+
+    /// Why a device is skipped by the message, or nil when it is sent to.
+    static func skipReason(enabled: Bool, platform: Platform, webPushForm: Bool, _ e: Enqueue) -> String? {
+        if !enabled { return DeliveryReason.deviceDisabled }
+        if !e.message.kind.reaches(platform, webPushForm: webPushForm) { return "kind_not_for_platform" }
+        if let why = e.disabled[webPushForm ? .web : platform] { return "transport_disabled: \(why)" }
+        return nil
+    }
+
+    /// Hands over what the room allows of `planned` (sent early, or kept for
+    /// the answer), then writes the rows.
+    private func write(_ planned: [PlannedDelivery], into a: inout Assembly, last: Bool) throws {
+        var planned = planned
+        let e = a.enqueue
+        for p in planned where p.skip != nil { a.skipped += 1 }
+        a.devices += planned.count(where: { $0.skip == nil })
+        for (i, p) in planned.enumerated() where p.skip == nil && a.roomLeft > 0 {
             let lane = QueueLane(app: e.app, platform: p.target.platform)
-            guard (room[lane] ?? 0) > 0 else { continue }
+            guard (a.room[lane] ?? 0) > 0 else { continue }
             // A handed delivery's row is opened before it is written in
             // flight: one that does not open stays queued, and the claim
             // that takes it fails it alone (`unreadable_row`).
@@ -164,51 +320,54 @@ final class Queue {
                 let secrets = unseal(
                     token: p.target.tokenSealed, keys: p.target.keysSealed, deviceID: p.target.deviceID)
             else { continue }
-            planned[i].state = .inFlight
-            room[lane]! -= 1
-            roomLeft -= 1
+            planned[i].handed = true
+            a.room[lane]! -= 1
+            a.roomLeft -= 1
             let t = p.target
-            jobs.append(
+            a.jobs.append(
                 DeliveryJob(
-                    deliveryID: p.id, messageID: messageID, app: e.app, deviceID: t.deviceID, user: t.user,
+                    deliveryID: p.id, messageID: a.messageID, app: e.app, deviceID: t.deviceID, user: t.user,
                     platform: t.platform, environment: t.environment, token: secrets.token, keys: secrets.keys,
-                    tokenHash: t.tokenHash, registeredAt: t.registeredAt, message: message, acceptedAt: now,
-                    expiresAt: expires, previousAttempts: 0, bundleID: t.bundleID, serverKey: t.serverKey))
-            if let early, jobs.count >= earlyChunk {
-                early(Claim(jobs: jobs, finished: [], batchSizes: sentEarly ? [:] : sizes, nextDueAt: nil))
-                sentEarly = true
-                jobs.removeAll(keepingCapacity: true)
-                earlyChunk = .max
+                    tokenHash: t.tokenHash, registeredAt: t.registeredAt, message: a.message,
+                    acceptedAt: a.acceptedAt, expiresAt: a.expiresAt, previousAttempts: 0, bundleID: t.bundleID,
+                    serverKey: t.serverKey))
+            // With `early`, the first few go as soon as they are ready (so
+            // the first push does not wait for the whole message's tokens),
+            // the rest at the end of the part; the batch sizes travel with
+            // the first.
+            if let early = a.early, a.jobs.count >= a.earlyChunk {
+                a.sendEarly(early)
+                a.earlyChunk = .max
             }
         }
-        // Batch sizes only when something was handed: otherwise the claim
-        // that takes these deliveries counts them, as for any message.
-        var claim = Claim(
-            jobs: jobs, finished: [], batchSizes: jobs.isEmpty || sentEarly ? [:] : sizes, nextDueAt: nil)
-        if let early, !jobs.isEmpty {
-            early(claim)
-            sentEarly = true
-        }
-        if sentEarly { claim = Claim(jobs: [], finished: [], batchSizes: [:], nextDueAt: nil) }
-
-        try db.statement(
-            "INSERT INTO messages (message_id, app, idempotency_hash, payload, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)"
-        ).bind(
-            .text(messageID), .text(e.app), idempotency,
-            .text(try MessageCodec.encode(message, messageID: messageID, key: key)), .int(now),
-            .int(expires)
-        ).run()
+        if let early = a.early, !a.jobs.isEmpty { a.sendEarly(early) }
+        // Later parts look for a newer message with the same collapse key,
+        // accepted between two parts: it wins, as it would have had this
+        // message been written whole before it.
+        let interleaved = a.parts > 0
+        a.parts += 1
         for p in planned {
-            if p.state != .skipped, let collapse = e.message.collapseKey {
-                // A newer message with the same collapse key replaces one not yet sent.
-                try db.statement(
-                    """
-                    UPDATE deliveries SET state = 'superseded', reason = ?, updated_at = ?
-                    WHERE device_id = ? AND collapse_key = ? AND state IN ('queued', 'retrying')
-                    """
-                ).bind(.text("superseded by \(messageID)"), .int(now), .text(p.target.deviceID), .text(collapse)).run()
+            var state: DeliveryState = p.handed ? .inFlight : (p.skip == nil ? .queued : .skipped)
+            var reason = p.skip
+            if p.skip == nil, let collapse = e.message.collapseKey {
+                if interleaved, let newer = try newerPending(device: p.target.deviceID, collapse: collapse, than: p.id)
+                {
+                    state = .superseded
+                    reason = "superseded by \(newer)"
+                } else {
+                    // A newer message with the same collapse key replaces one not yet sent.
+                    try db.statement(
+                        """
+                        UPDATE deliveries SET state = 'superseded', reason = ?, updated_at = ?
+                        WHERE device_id = ? AND collapse_key = ? AND state IN ('queued', 'retrying') AND delivery_id < ?
+                        """
+                    ).bind(
+                        .text("superseded by \(a.messageID)"), .int(a.acceptedAt), .text(p.target.deviceID),
+                        .text(collapse), .int(p.id)
+                    ).run()
+                }
             }
-            let handed = p.state == .inFlight
+            let handed = state == .inFlight
             // Not RETURNING: that makes SQLite keep a statement journal for
             // every insert.
             try db.statement(
@@ -218,34 +377,107 @@ final class Queue {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
             ).bind(
-                .int(p.id), .text(messageID), .text(p.target.deviceID), .text(p.target.user),
+                .int(p.id), .text(a.messageID), .text(p.target.deviceID), .text(p.target.user),
                 .text(p.target.platform.rawValue), .text(p.target.tokenHash), .optional(e.message.collapseKey),
-                .text(p.state.rawValue), .int(handed ? 1 : 0), .int(now), .optional(p.reason), .int(now),
-                handed ? .text(instance) : .null
+                .text(state.rawValue), .int(handed ? 1 : 0), .int(a.acceptedAt), .optional(reason),
+                .int(a.acceptedAt), handed ? .text(instance) : .null
             ).run()
         }
-        pendingBound += devices
-        pendingByApp[e.app, default: 0] += devices
-        return (Enqueued(messageID: messageID, devices: devices, skipped: skipped, duplicate: false), claim)
+    }
+
+    /// A newer message's delivery to `device` with `collapse`, still to be sent.
+    private func newerPending(device: String, collapse: String, than id: Int64) throws(StoreError) -> String? {
+        let stmt = try db.statement(
+            """
+            SELECT message_id FROM deliveries
+            WHERE device_id = ? AND collapse_key = ? AND state IN ('queued', 'retrying') AND delivery_id > ? LIMIT 1
+            """)
+        try stmt.bind(.text(device), .text(collapse), .int(id))
+        return try stmt.step() ? stmt.text(0) : nil
+    }
+
+    /// Whether a message to these recipients may be large enough to be
+    /// written in parts: its devices are counted first (``census(_:)``).
+    static func mayBeLarge(_ recipients: Recipients) -> Bool { recipients.count > partThreshold / 64 }
+
+    /// The devices the message names, counted by platform (what it will be
+    /// sent to) and in all (rows, skipped ones too), without reading the
+    /// rows: on the reader's connection when no write of its users is
+    /// pending, else by the message's first part.
+    func census(_ e: Enqueue) throws(StoreError) -> Census { try count(Self.distinct(e.recipients), e) }
+
+    private func count(_ recipients: Recipients, _ e: Enqueue) throws(StoreError) -> Census {
+        var rows = 0
+        var sizes: [Platform: Int] = [:]
+        func add(_ stmt: Statement) throws(StoreError) {
+            while try stmt.step() {
+                let n = Int(stmt.int64(3))
+                rows += n
+                guard let platform = Platform(rawValue: stmt.text(0)) else { continue }
+                if Self.skipReason(enabled: stmt.int64(2) != 0, platform: platform, webPushForm: stmt.int64(1) != 0, e)
+                    == nil
+                {
+                    sizes[platform, default: 0] += n
+                }
+            }
+        }
+        let head = "SELECT platform, keys_sealed IS NOT NULL, enabled, count(*) FROM devices WHERE app = ? AND "
+        let (column, names): (String, [String]) =
+            switch recipients {
+            case .users(let users): ("user", users)
+            case .devices(let ids): ("device_id", ids)
+            }
+        let plain = names.filter { !$0.utf8.contains(0) }
+        let all = try db.statement(head + column + " IN (SELECT value FROM json_each(?)) GROUP BY 1, 2, 3")
+        try all.bind(.text(e.app), .text(Self.jsonTextList(plain)))
+        try add(all)
+        for name in names where name.utf8.contains(0) {
+            let one = try db.statement(head + column + " = ? GROUP BY 1, 2, 3")
+            try one.bind(.text(e.app), .text(name))
+            try add(one)
+        }
+        return Census(rows: rows, sizes: sizes)
+    }
+
+    /// The recipients with each name once, in their order.
+    static func distinct(_ r: Recipients) -> Recipients {
+        func once(_ names: [String]) -> [String] {
+            var seen = Set<String>()
+            return names.filter { seen.insert($0).inserted }
+        }
+        return switch r {
+        case .users(let u): .users(once(u))
+        case .devices(let d): .devices(once(d))
+        }
     }
 
     /// One delivery of a message being enqueued, decided before its row is written.
     private struct PlannedDelivery {
         let id: Int64
         let target: Target
-        var state: DeliveryState
-        let reason: String?
+        /// Why it is skipped; nil: it is sent.
+        let skip: String?
+        var handed = false
     }
 
     /// How many handed deliveries go to `early` first, before the rest of
     /// the message's tokens are opened.
     static let firstEarlyChunk = 32
 
+    /// The messages whose batches a claim counts: those with a batch (of
+    /// the claim's rows) not in `counted`, each once, in order.
+    static func uncounted(_ batches: [BatchKey], _ counted: Set<BatchKey>) -> [String] {
+        var seen = Set<String>()
+        var out: [String] = []
+        for b in batches where !counted.contains(b) && seen.insert(b.messageID).inserted { out.append(b.messageID) }
+        return out
+    }
+
     /// The id the next delivery row takes (one above the largest).
     private func nextDeliveryID() throws(StoreError) -> Int64 {
         let stmt = try db.statement("SELECT coalesce(max(delivery_id), 0) + 1 FROM deliveries")
-        guard try stmt.step() else { return 1 }
-        return stmt.int64(0)
+        guard try stmt.step() else { return max(1, reservedNext) }
+        return max(stmt.int64(0), reservedNext)
     }
 
     /// A message's own collapse id (for one without a collapse key): 32
@@ -422,7 +654,7 @@ final class Queue {
     /// returns them with their unsealed tokens. Ones past their send deadline
     /// (`expires_at` + 2 s, attempted or not) become expired; ones whose
     /// device is gone become skipped.
-    func claimDue(lanes: [QueueLane: Int], others: Int, now: Int64) throws -> Claim {
+    func claimDue(lanes: [QueueLane: Int], others: Int, counted: Set<BatchKey> = [], now: Int64) throws -> Claim {
         let select = """
             SELECT d.delivery_id, d.message_id, m.app, d.device_id, d.user, d.platform, d.attempts, m.expires_at,
                 m.payload, v.environment, v.token_sealed, v.keys_sealed, v.token_hash, v.registered_at, m.created_at,
@@ -522,9 +754,12 @@ final class Queue {
         // Batch sizes before anything changes state, so that every delivery
         // counted here is later reported once.
         var sizes: [BatchKey: Int] = [:]
-        var touched = Set<String>()
-        for messageID in jobs.map(\.messageID) + (expired + gone + disabled + unreadable).map(\.1.messageID)
-        where touched.insert(messageID).inserted {
+        for messageID in Self.uncounted(jobs.map(\.batch) + (expired + gone + disabled + unreadable).map(\.1), counted)
+        {
+            if let census = assemblingSizes[messageID] {
+                sizes.merge(census) { _, counted in counted }
+                continue
+            }
             let count = try db.statement(
                 """
                 SELECT platform, count(*) FROM deliveries

@@ -100,7 +100,8 @@ public struct Claim: Sendable {
     /// Deliveries the claim found final instead (past their TTL, device gone).
     public let finished: [BatchKey]
     /// For every message the claim touched: its deliveries per platform that
-    /// were still to be answered when the claim began.
+    /// were still to be answered when the claim began. A message all of
+    /// whose touched batches the claim was told are `counted` is left out.
     public let batchSizes: [BatchKey: Int]
     /// The earliest `next_attempt_at` still waiting (any lane), if any.
     public let nextDueAt: Int64?

@@ -33,6 +33,12 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         /// thing (even as a notification) reads its own write. Reads of keys
         /// with no write pending go to the reader.
         var fences: [String: Int] = [:]
+        /// Messages waiting for one being written in parts (by its id) that
+        /// holds their idempotency key; asked again when it is done.
+        var parked: [String: [@Sendable () -> Void]] = [:]
+        /// Durable jobs (acceptances) in `queue`: a transaction of bulk
+        /// work ends early, between two jobs, when one comes.
+        var durableQueued = 0
     }
 
     private let shared = Locked(Shared())
@@ -45,10 +51,22 @@ public final class SQLiteStore: DeliveryStore, Sendable {
     /// nice 10: when the cores are busy, the scans wait and the writer, the
     /// loop and the other reads do not.
     private let figuresReader: StoreReader
+    /// Checkpoints the write-ahead log off the writer's thread.
+    private let checkpointer: WALCheckpointer
+
+    /// Checkpoints of the write-ahead log run off the writer's thread, the
+    /// ones the writer finished (their last pages), and the ones it ran
+    /// whole (only when the log outgrew the other thread).
+    public var walCheckpoints: (offWriter: Int, finishedByWriter: Int, byWriter: Int) {
+        let runs = checkpointer.runs
+        return (runs.here, runs.finishes, runs.writer)
+    }
 
     /// Deliveries found in flight at open (a stop or crash interrupted them),
     /// now queued again.
     public let recoveredDeliveries: Int
+    /// Messages a stop or crash left half written (never answered), dropped at open.
+    public let droppedUnfinished: Int
 
     /// The figures reader's nice value.
     static let figuresNice: Int32 = 10
@@ -92,6 +110,7 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         let tables = Tables(
             registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key, instance: instance))
         try tables.registry.expireTombstones(now: clock.nowMilliseconds())
+        droppedUnfinished = try tables.queue.dropUnfinished()
         recoveredDeliveries = try tables.queue.recoverInFlight(now: clock.nowMilliseconds())
         db.resetActive()
         // The readers open before the store thread starts: a reader that
@@ -104,6 +123,14 @@ public final class SQLiteStore: DeliveryStore, Sendable {
             reader.close()
             throw error
         }
+        do {
+            checkpointer = try WALCheckpointer(path: path, synchronous: synchronous)
+        } catch {
+            reader.close()
+            figuresReader.close()
+            throw error
+        }
+        checkpointer.attach(to: db)
         startOwnerThread(named: "herald-store") { [self] in
             run(db: db, tables: tables, current: synchronous)
         }
@@ -133,6 +160,7 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         // from emptying the log.
         reader.close()
         figuresReader.close()
+        checkpointer.close()
         shared.withLock { $0.stopping = true }
         shared.broadcast()
         shared.withLock(when: { $0.stopped }) { _ in }
@@ -143,15 +171,17 @@ public final class SQLiteStore: DeliveryStore, Sendable {
     /// of only such jobs skips the fsync (`synchronous = NORMAL` in WAL mode,
     /// still safe against corruption and against a process crash), and the
     /// next durable commit makes it durable with its own.
-    private func submit<T>(
-        durable: Bool = true, fence: String? = nil, _ work: @escaping @Sendable (Tables, Int64) throws -> T,
+    func submit<T>(
+        durable: Bool = true, fence: String? = nil, front: Bool = false,
+        _ work: @escaping @Sendable (Tables, Int64) throws -> T,
         _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         let job = StoreCall(work: work, completion: completion, durable: durable, fence: fence)
         let queued = shared.withLock { s in
             if s.stopping { return false }
             if let fence { s.fences[fence, default: 0] += 1 }
-            s.queue.append(job)
+            if front { s.queue.insert(job, at: 0) } else { s.queue.append(job) }
+            if durable { s.durableQueued += 1 }
             return true
         }
         guard queued else {
@@ -193,7 +223,9 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         defer { writeback.close() }
         while true {
             let batch = shared.withLock(when: { !$0.queue.isEmpty || $0.stopping }) { s in
-                turns.next(from: &s.queue, max: Self.maxBatch) { $0.durable }
+                let batch = turns.next(from: &s.queue, max: Self.maxBatch) { $0.durable }
+                s.durableQueued -= batch.count(where: \.durable)
+                return batch
             }
             if batch.isEmpty {
                 // Fold the write-ahead log into the database: a stopped
@@ -230,11 +262,20 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         do {
             try db.statement("BEGIN IMMEDIATE").run()
         } catch {
-            lift(batch)
+            lift(batch[...])
             for job in batch { job.fail(error) }
             return
         }
-        for job in batch {
+        // A transaction of bulk work alone ends between two jobs when an
+        // acceptance comes: the jobs not run go back to the front of the
+        // queue, and the acceptance waits for one job, not for them all.
+        let preemptible = !batch.contains(where: \.durable)
+        var ran = batch.count
+        for (i, job) in batch.enumerated() {
+            if preemptible && i > 0 && shared.withLock({ $0.durableQueued > 0 }) {
+                ran = i
+                break
+            }
             do {
                 try db.statement("SAVEPOINT job").run()
             } catch {
@@ -263,13 +304,17 @@ public final class SQLiteStore: DeliveryStore, Sendable {
             // Nothing of this batch is durable: no job may report success.
             commitFailure = error
         }
-        lift(batch)
+        if ran < batch.count {
+            let rest = batch[ran...]
+            shared.withLock { $0.queue.insert(contentsOf: rest, at: 0) }
+        }
+        lift(batch[..<ran])
         for outcome in outcomes { outcome.answer(commitFailure) }
     }
 
     /// The batch's writes are committed (or failed): reads of their keys
     /// may go to the reader again.
-    private func lift(_ batch: [any QueuedCall<Tables>]) {
+    private func lift(_ batch: ArraySlice<any QueuedCall<Tables>>) {
         guard batch.contains(where: { $0.fence != nil }) else { return }
         shared.withLock { s in
             for case let fence? in batch.map(\.fence) {
@@ -369,7 +414,7 @@ public final class SQLiteStore: DeliveryStore, Sendable {
 
     /// Commits a message and its deliveries (or finds it by idempotency key).
     public func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void) {
-        submit({ t, now in try t.queue.enqueue(e, now: now) }, completion)
+        accept(e, handoff: [:], limit: 0, early: nil) { completion($0.map(\.accepted)) }
     }
 
     /// Commits a message and hands up to `handoff[lane]` of its deliveries
@@ -381,9 +426,99 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?,
         completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
     ) {
+        accept(e, handoff: handoff, limit: limit, early: early, completion)
+    }
+
+    /// Commits a message: whole in one transaction, or a large one in parts
+    /// (see `Queue.begin`), each part queued ahead of the bulk work so
+    /// that a message is written without a pause, while acceptances that
+    /// wait take the transactions between its parts.
+    private func accept(
+        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?,
+        _ completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
+    ) {
+        // A message to many recipients has its devices counted on the
+        // reader first (10,000 rows: milliseconds the writer need not
+        // spend), unless a write of one of its users is still queued: the
+        // count must see it (a client reads its own writes).
+        if Queue.mayBeLarge(e.recipients) && !writesPending(for: e) {
+            let counting = StoreCall<Tables, Census>(
+                work: { t, _ in try t.queue.census(e) },
+                completion: { [self] result in
+                    accept(e, handoff: handoff, limit: limit, early: early, census: try? result.get(), completion)
+                }, durable: false, fence: nil)
+            if reader.submit(counting) { return }
+        }
+        accept(e, handoff: handoff, limit: limit, early: early, census: nil, completion)
+    }
+
+    /// Whether a write of one of the message's users (or any write, for a
+    /// message to devices by id) is queued or being committed.
+    private func writesPending(for e: Enqueue) -> Bool {
+        shared.withLock { s in
+            guard !s.fences.isEmpty else { return false }
+            guard case .users(let users) = e.recipients else { return true }
+            return users.contains { s.fences[Self.userFence(app: e.app, user: $0)] != nil }
+        }
+    }
+
+    private func accept(
+        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?, census: Census?,
+        _ completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
+    ) {
         submit(
-            { t, now in try t.queue.enqueue(e, now: now, handoff: handoff, handoffLimit: limit, early: early) },
-            completion)
+            { t, now in
+                try t.queue.begin(
+                    e, now: now, handoff: handoff, handoffLimit: limit, early: early, inParts: true, census: census)
+            }
+        ) { [self] result in
+            switch result {
+            case .failure(let error): completion(.failure(error))
+            case .success(.whole(let accepted, let claim)): completion(.success((accepted, claim)))
+            case .success(.partial(let a)): assemble(a, completion)
+            case .success(.waitFor(let first)):
+                let parked = shared.withLock { s in
+                    guard !s.stopping else { return false }
+                    s.parked[first, default: []].append { [self] in
+                        accept(e, handoff: handoff, limit: limit, early: early, completion)
+                    }
+                    return true
+                }
+                if !parked { completion(.failure(StoreError(code: 0, message: "store is closed"))) }
+            }
+        }
+    }
+
+    /// Writes the next part of `a`; the last answers the caller.
+    private func assemble(
+        _ a: Assembly,
+        _ completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
+    ) {
+        submit(durable: a.nextIsLast, front: true, { t, now in try t.queue.resume(a, now: now) }) { [self] result in
+            switch result {
+            case .success(.partial(let next)):
+                assemble(next, completion)
+            case .success(.whole(let accepted, let claim)):
+                release(a.messageID)
+                completion(.success((accepted, claim)))
+            case .success(.waitFor):
+                preconditionFailure("a later part does not wait")
+            case .failure(let error):
+                // A part failed (or the store is closing): the message goes
+                // whole, and its caller hears why.
+                submit(durable: false, front: true, { t, _ in try t.queue.abandon(a) }) { [self] _ in
+                    release(a.messageID)
+                    completion(.failure(error))
+                }
+            }
+        }
+    }
+
+    /// Asks again the messages that waited for `messageID` (the same
+    /// idempotency key) now that it is whole or dropped.
+    private func release(_ messageID: String) {
+        let waiting = shared.withLock { $0.parked.removeValue(forKey: messageID) } ?? []
+        for retry in waiting { retry() }
     }
 
     public func status(
@@ -406,9 +541,12 @@ public final class SQLiteStore: DeliveryStore, Sendable {
     /// Takes due deliveries, up to `lanes[lane]` of each named lane and up to
     /// `others` of any other lane, and marks them in flight.
     public func claimDue(
-        lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
+        lanes: [QueueLane: Int], others: Int, counted: Set<BatchKey>,
+        completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
     ) {
-        submit(durable: false, { t, now in try t.queue.claimDue(lanes: lanes, others: others, now: now) }, completion)
+        submit(
+            durable: false,
+            { t, now in try t.queue.claimDue(lanes: lanes, others: others, counted: counted, now: now) }, completion)
     }
 
     /// Records an attempt's result: a final state, or `retrying` at `nextAttemptAt`.

@@ -111,6 +111,11 @@ enum Schema {
         ALTER TABLE devices ADD COLUMN user_agent TEXT;
         ALTER TABLE deliveries ADD COLUMN shrunk INTEGER;
         """,
+        // 9: messages of many devices are written in parts; one listed here
+        // is not whole yet, and the next open drops it.
+        """
+        CREATE TABLE assembling (message_id TEXT PRIMARY KEY);
+        """,
     ]
 
     /// Brings the database to the newest version inside one transaction each.

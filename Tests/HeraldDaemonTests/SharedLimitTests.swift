@@ -46,6 +46,7 @@ final class SharedBucketStore: DeliveryStore, @unchecked Sendable {
 
     var keyOutcome: StoreKeyOutcome { inner.keyOutcome }
     var recoveredDeliveries: Int { inner.recoveredDeliveries }
+    var droppedUnfinished: Int { inner.droppedUnfinished }
     func close() { inner.close() }
     func setWorkObserver(_ observer: @escaping @Sendable () -> Void) {}
     func register(
@@ -102,9 +103,10 @@ final class SharedBucketStore: DeliveryStore, @unchecked Sendable {
         inner.cancel(app: app, messageID: messageID, completion: completion)
     }
     func claimDue(
-        lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
+        lanes: [QueueLane: Int], others: Int, counted: Set<BatchKey>,
+        completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
     ) {
-        inner.claimDue(lanes: lanes, others: others, completion: completion)
+        inner.claimDue(lanes: lanes, others: others, counted: counted, completion: completion)
     }
     func record(
         deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: RecordedReason?, nextAttemptAt: Int64?,

@@ -91,6 +91,7 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
 
     var keyOutcome: StoreKeyOutcome { inner.keyOutcome }
     var recoveredDeliveries: Int { inner.recoveredDeliveries }
+    var droppedUnfinished: Int { inner.droppedUnfinished }
     var isShared: Bool { shared }
     func close() { inner.close() }
     func setWorkObserver(_ observer: @escaping @Sendable () -> Void) { state.withLock { $0.observer = observer } }
@@ -201,9 +202,10 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
         inner.cancel(app: app, messageID: messageID, completion: completion)
     }
     func claimDue(
-        lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
+        lanes: [QueueLane: Int], others: Int, counted: Set<BatchKey>,
+        completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
     ) {
-        inner.claimDue(lanes: lanes, others: others, completion: completion)
+        inner.claimDue(lanes: lanes, others: others, counted: counted, completion: completion)
     }
     func releaseCredentialWaits(lanes: [QueueLane], completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
         inner.releaseCredentialWaits(lanes: lanes, completion: completion)

@@ -705,7 +705,9 @@ final class PostgresQueue: Sendable {
 
     /// Takes due deliveries as ``Queue/claimDue(lanes:others:now:)`` does,
     /// skipping rows another instance is taking, and leases them.
-    func claimDue(_ c: PostgresConnection, lanes: [QueueLane: Int], others: Int, now: Int64) throws -> Claim {
+    func claimDue(
+        _ c: PostgresConnection, lanes: [QueueLane: Int], others: Int, counted: Set<BatchKey> = [], now: Int64
+    ) throws -> Claim {
         _ = try rescue(c, now: now, gone: [])
         var results: [PostgresResult] = []
         let named = lanes.keys.sorted { ($0.app, $0.platform.rawValue) < ($1.app, $1.platform.rawValue) }
@@ -806,13 +808,8 @@ final class PostgresQueue: Sendable {
                     serverKey: try r.optionalText(16)))
         }
         var sizes: [BatchKey: Int] = [:]
-        var touched: [String] = []
-        var seen = Set<String>()
-        for messageID in jobs.map(\.messageID)
-            + (expired + gone + disabled + unsendable + unreadable).map(\.1.messageID)
-        where seen.insert(messageID).inserted {
-            touched.append(messageID)
-        }
+        let touched = Queue.uncounted(
+            jobs.map(\.batch) + (expired + gone + disabled + unsendable + unreadable).map(\.1), counted)
         if !touched.isEmpty {
             for r in try c.execute(Statements.batchSizes, [.text(Self.textArray(touched))]).rows {
                 if let p = Platform(rawValue: try r.text(1)) {

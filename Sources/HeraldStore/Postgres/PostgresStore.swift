@@ -83,6 +83,9 @@ public final class PostgresStore: DeliveryStore, Sendable {
 
     public let keyOutcome: StoreKeyOutcome
     public let recoveredDeliveries: Int
+    /// Always 0: a message is committed in one transaction here (other
+    /// writers do not wait for it).
+    public let droppedUnfinished = 0
     /// The advisory lock the housekeeper holds while it purges (one instance at a time).
     public static var housekeeperLockKey: Int64 { PostgresQueue.housekeeperLock }
 
@@ -763,13 +766,14 @@ public final class PostgresStore: DeliveryStore, Sendable {
     }
 
     public func claimDue(
-        lanes: [QueueLane: Int], others: Int, completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
+        lanes: [QueueLane: Int], others: Int, counted: Set<BatchKey>,
+        completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
     ) {
         let tried = ClaimedIDs()
         submit(
             durable: false,
             { [queueTables] c, now in
-                let claim = try queueTables.claimDue(c, lanes: lanes, others: others, now: now)
+                let claim = try queueTables.claimDue(c, lanes: lanes, others: others, counted: counted, now: now)
                 tried.ids = claim.jobs.map(\.deliveryID)
                 return claim
             },
