@@ -248,9 +248,9 @@ public enum Daemon {
         if store.recoveredDeliveries > 0 {
             log.info("deliveries_recovered", ["count": String(store.recoveredDeliveries)])
         }
-        if store.droppedUnfinished > 0 {
-            // Written in parts and stopped before the last: never answered.
-            log.info("unfinished_messages_dropped", ["count": String(store.droppedUnfinished)])
+        if store.unfinishedCompleted > 0 {
+            // Written in parts, stopped before the last; the rest written at open.
+            log.info("unfinished_messages_completed", ["count": String(store.unfinishedCompleted)])
         }
         recordServerKeys(credentials, store: store, log: log)
         delivery.scheduler.start()

@@ -7,7 +7,7 @@ enum EnqueueStep: Sendable {
     /// More parts to write.
     case partial(Assembly)
     /// A message with the same idempotency key is being written in parts:
-    /// this one is asked again once that one (named) is whole or dropped.
+    /// this one is asked again once that one (named) is whole (or its part failed).
     case waitFor(String)
 }
 
@@ -76,6 +76,14 @@ struct Assembly: Sendable {
 
     var done: Bool { offset >= recipients.count }
 
+    /// As a part listed it before a stop: `written` recipients done, the
+    /// next row's id and the end of the ids taken.
+    mutating func restore(written: Int, nextID: Int64, idsEnd: Int64) {
+        offset = written
+        self.nextID = nextID
+        self.idsEnd = idsEnd
+    }
+
     /// Whether the next part (of ``Queue/partRows``) is the last.
     var nextIsLast: Bool { offset + share(rows: Queue.partRows) >= recipients.count }
 
@@ -128,10 +136,17 @@ struct Assembly: Sendable {
 
 extension Recipients {
     /// How many names (users or devices) it holds.
-    var count: Int {
+    var count: Int { names.count }
+
+    /// The users' or the devices' names.
+    var names: [String] {
         switch self {
-        case .users(let u): u.count
-        case .devices(let d): d.count
+        case .users(let u): u
+        case .devices(let d): d
         }
+    }
+
+    var byDevice: Bool {
+        if case .devices = self { true } else { false }
     }
 }

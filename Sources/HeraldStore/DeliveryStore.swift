@@ -25,9 +25,9 @@ public protocol DeliveryStore: AnyObject, Sendable {
     /// now queued again.
     var recoveredDeliveries: Int { get }
 
-    /// Messages a stop or crash left half written (never answered), dropped
-    /// at open (SQLite writes a message of many devices in parts).
-    var droppedUnfinished: Int { get }
+    /// Messages a stop or crash caught between two of their parts (SQLite
+    /// writes a message of many devices in parts), written whole at open.
+    var unfinishedCompleted: Int { get }
 
     /// Stops taking work, finishes what is queued, and closes the database.
     func close()

@@ -105,9 +105,9 @@ final class Queue {
     /// message is written in parts (``resume(_:now:)``), each a transaction
     /// of its own, so that the writer takes other callers' acceptances
     /// between them instead of after 10,000 rows; until its last part the
-    /// message is listed as being assembled, and a store opened after a
-    /// crash in between drops it whole (its caller had no answer, and sends
-    /// it again under its idempotency key).
+    /// message is listed as being assembled (what is left to write), and a
+    /// store opened after a crash in between writes the rest
+    /// (``finishUnfinished()``) before anything is claimed.
     func begin(
         _ e: Enqueue, now: Int64, handoff: [QueueLane: Int], handoffLimit: Int = .max,
         early: (@Sendable (Claim) -> Void)?, inParts: Bool, census counted: Census? = nil
@@ -191,8 +191,17 @@ final class Queue {
         a.nextID = try nextDeliveryID()
         a.idsEnd = a.nextID + Int64(census.rows)
         reservedNext = a.idsEnd
-        try insertMessage(a, idempotency: nil)
-        try db.statement("INSERT INTO assembling (message_id) VALUES (?)").bind(.text(messageID)).run()
+        // The message, its key and its list of what is left to write are
+        // committed by this first part, durably: from here on the message
+        // is whole or will be (a crash before its last part leaves it listed,
+        // and the next open writes the rest before anything is claimed).
+        try insertMessage(a, idempotency: idempotency)
+        try db.statement(
+            "INSERT INTO assembling (message_id, recipients, by_device, disabled, written, next_id, ids_end) VALUES (?, ?, ?, ?, 0, ?, ?)"
+        ).bind(
+            .text(messageID), .text(try Self.jsonStrings(a.recipients.names)), .int(a.recipients.byDevice ? 1 : 0),
+            .text(try Self.jsonDisabled(e.disabled)), .int(a.nextID), .int(a.idsEnd)
+        ).run()
         if let idempotency { assemblingKeys[e.app + "\u{1F}" + idempotency.hexString] = messageID }
         assemblingSizes[messageID] = a.sizes
         pendingBound += devices
@@ -207,7 +216,7 @@ final class Queue {
 
     /// Writes the next part of a message begun in parts: the deliveries of
     /// its next recipients (about ``partRows``); at the last, marks the
-    /// message whole (and takes its idempotency key) and answers.
+    /// message whole and answers.
     func resume(_ assembly: Assembly, now: Int64) throws -> EnqueueStep {
         var a = assembly
         let take = a.next(rows: Self.partRows)
@@ -220,48 +229,78 @@ final class Queue {
         a.nextID += Int64(planned.count)
         let last = a.done
         try write(planned, into: &a, last: last)
-        guard last else { return .partial(a) }
-        if let hash = a.idempotency {
-            assemblingKeys[a.enqueue.app + "\u{1F}" + hash.hexString] = nil
-            // The key is this message's unless an older one (its window
-            // ended: the check at the first part cleared it) took it since.
-            try db.statement(
-                """
-                UPDATE messages SET idempotency_hash = ? WHERE message_id = ? AND NOT EXISTS (
-                    SELECT 1 FROM messages WHERE app = ? AND idempotency_hash = ?)
-                """
-            ).bind(.blob(hash), .text(a.messageID), .text(a.enqueue.app), .blob(hash)).run()
+        guard last else {
+            try db.statement("UPDATE assembling SET written = ?, next_id = ? WHERE message_id = ?")
+                .bind(.int(Int64(a.offset)), .int(a.nextID), .text(a.messageID)).run()
+            return .partial(a)
         }
         try db.statement("DELETE FROM assembling WHERE message_id = ?").bind(.text(a.messageID)).run()
-        assemblingSizes[a.messageID] = nil
+        forget(a)
         return .whole(accepted: a.accepted, claim: a.claim)
     }
 
-    /// Drops a message whose parts could not all be written (a part failed,
-    /// or the store is closing): its rows go, and its key is free again.
-    func abandon(_ a: Assembly) throws(StoreError) {
-        forget(a)
-        try db.statement("DELETE FROM messages WHERE message_id = ?").bind(.text(a.messageID)).run()
-        try db.statement("DELETE FROM assembling WHERE message_id = ?").bind(.text(a.messageID)).run()
-    }
-
-    /// Forgets what the first part noted in memory about the message.
-    private func forget(_ a: Assembly) {
+    /// Forgets what the first part noted in memory about the message: it is
+    /// whole, or a part failed (it stays listed and the next open finishes
+    /// it; meanwhile a resend with its key finds it).
+    func forget(_ a: Assembly) {
         if let hash = a.idempotency { assemblingKeys[a.enqueue.app + "\u{1F}" + hash.hexString] = nil }
         assemblingSizes[a.messageID] = nil
     }
 
-    /// Drops every message a stop or crash left half written (at open,
-    /// before anything is claimed); answers how many.
-    func dropUnfinished() throws(StoreError) -> Int {
-        let stmt = try db.statement("SELECT message_id FROM assembling")
-        var ids: [String] = []
-        while try stmt.step() { ids.append(stmt.text(0)) }
-        for id in ids {
-            try db.statement("DELETE FROM messages WHERE message_id = ?").bind(.text(id)).run()
-            try db.statement("DELETE FROM assembling WHERE message_id = ?").bind(.text(id)).run()
+    /// Writes the rest of every message a stop or crash caught between two
+    /// of its parts (at open, before anything is claimed), as its parts would
+    /// have; answers how many. Its deliveries handed over in flight are then
+    /// queued again with the others (``recoverInFlight(now:)``).
+    func finishUnfinished() throws -> Int {
+        let stmt = try db.statement(
+            """
+            SELECT a.message_id, a.recipients, a.by_device, a.disabled, a.written, a.next_id, a.ids_end, m.app,
+                m.payload, m.created_at, m.expires_at
+            FROM assembling a JOIN messages m ON m.message_id = a.message_id
+            """)
+        var left: [Assembly] = []
+        while try stmt.step() {
+            let id = stmt.text(0)
+            guard let message = MessageCodec.decode(stmt.text(8), messageID: id, key: key) else { continue }
+            let names = try Self.strings(fromJSON: stmt.text(1))
+            let recipients: Recipients = stmt.int64(2) != 0 ? .devices(names) : .users(names)
+            let e = Enqueue(
+                app: stmt.text(7), message: message, recipients: recipients, idempotencyKey: nil,
+                disabled: try Self.disabled(fromJSON: stmt.text(3)))
+            var a = Assembly(
+                enqueue: e, messageID: id, message: message, acceptedAt: stmt.int64(9), expiresAt: stmt.int64(10),
+                idempotency: nil, recipients: recipients, room: [:], roomLeft: 0, earlyChunk: .max, early: nil)
+            a.restore(written: Int(stmt.int64(4)), nextID: stmt.int64(5), idsEnd: stmt.int64(6))
+            left.append(a)
         }
-        return ids.count
+        db.resetActive()
+        for var a in left {
+            while true {
+                guard case .partial(let next) = try resume(a, now: a.acceptedAt) else { break }
+                a = next
+            }
+        }
+        // A message whose payload this version cannot read is left as it is.
+        try db.statement("DELETE FROM assembling").run()
+        return left.count
+    }
+
+    static func jsonStrings(_ names: [String]) throws -> String {
+        String(decoding: try JSONEncoder().encode(names), as: UTF8.self)
+    }
+
+    static func strings(fromJSON text: String) throws -> [String] {
+        try JSONDecoder().decode([String].self, from: Data(text.utf8))
+    }
+
+    static func jsonDisabled(_ disabled: [Platform: String]) throws -> String {
+        let byName = Dictionary(uniqueKeysWithValues: disabled.map { ($0.key.rawValue, $0.value) })
+        return String(decoding: try JSONEncoder().encode(byName), as: UTF8.self)
+    }
+
+    static func disabled(fromJSON text: String) throws -> [Platform: String] {
+        let byName = try JSONDecoder().decode([String: String].self, from: Data(text.utf8))
+        return Dictionary(uniqueKeysWithValues: byName.compactMap { k, v in Platform(rawValue: k).map { ($0, v) } })
     }
 
     /// A message of more devices than this is written in parts.
@@ -310,7 +349,13 @@ final class Queue {
         let e = a.enqueue
         for p in planned where p.skip != nil { a.skipped += 1 }
         a.devices += planned.count(where: { $0.skip == nil })
-        for (i, p) in planned.enumerated() where p.skip == nil && a.roomLeft > 0 {
+        // Only the first part hands deliveries over: they may be sent before
+        // its commit, and a crash before it leaves no message (its caller,
+        // unanswered, sends it again). A later part's would be sent by a
+        // message already committed, and resent after a crash by the rows
+        // the next open writes; the engine claims those parts' rows instead.
+        let handing = a.parts == 0 ? a.roomLeft : 0
+        for (i, p) in planned.enumerated() where p.skip == nil && a.roomLeft > 0 && handing > 0 {
             let lane = QueueLane(app: e.app, platform: p.target.platform)
             guard (a.room[lane] ?? 0) > 0 else { continue }
             // A handed delivery's row is opened before it is written in

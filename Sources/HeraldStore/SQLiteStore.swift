@@ -65,8 +65,9 @@ public final class SQLiteStore: DeliveryStore, Sendable {
     /// Deliveries found in flight at open (a stop or crash interrupted them),
     /// now queued again.
     public let recoveredDeliveries: Int
-    /// Messages a stop or crash left half written (never answered), dropped at open.
-    public let droppedUnfinished: Int
+    /// Messages a stop or crash caught between two of their parts, written
+    /// whole at open.
+    public let unfinishedCompleted: Int
 
     /// The figures reader's nice value.
     static let figuresNice: Int32 = 10
@@ -110,7 +111,14 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         let tables = Tables(
             registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key, instance: instance))
         try tables.registry.expireTombstones(now: clock.nowMilliseconds())
-        droppedUnfinished = try tables.queue.dropUnfinished()
+        try db.execute("BEGIN IMMEDIATE")
+        do {
+            unfinishedCompleted = try tables.queue.finishUnfinished()
+            try db.execute("COMMIT")
+        } catch {
+            try? db.execute("ROLLBACK")
+            throw error
+        }
         recoveredDeliveries = try tables.queue.recoverInFlight(now: clock.nowMilliseconds())
         db.resetActive()
         // The readers open before the store thread starts: a reader that
@@ -504,9 +512,10 @@ public final class SQLiteStore: DeliveryStore, Sendable {
             case .success(.waitFor):
                 preconditionFailure("a later part does not wait")
             case .failure(let error):
-                // A part failed (or the store is closing): the message goes
-                // whole, and its caller hears why.
-                submit(durable: false, front: true, { t, _ in try t.queue.abandon(a) }) { [self] _ in
+                // A part failed (or the store is closing): its caller hears
+                // why; the message stays listed and the next open writes the
+                // rest (a resend with its key finds it meanwhile).
+                submit(durable: false, front: true, { t, _ in t.queue.forget(a) }) { [self] _ in
                     release(a.messageID)
                     completion(.failure(error))
                 }

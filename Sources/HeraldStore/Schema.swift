@@ -112,9 +112,18 @@ enum Schema {
         ALTER TABLE deliveries ADD COLUMN shrunk INTEGER;
         """,
         // 9: messages of many devices are written in parts; one listed here
-        // is not whole yet, and the next open drops it.
+        // is not whole yet (its recipients, how many are written, the ids
+        // it took), and the next open writes the rest.
         """
-        CREATE TABLE assembling (message_id TEXT PRIMARY KEY);
+        CREATE TABLE assembling (
+            message_id TEXT PRIMARY KEY REFERENCES messages (message_id) ON DELETE CASCADE,
+            recipients TEXT NOT NULL,
+            by_device INTEGER NOT NULL,
+            disabled TEXT NOT NULL,
+            written INTEGER NOT NULL,
+            next_id INTEGER NOT NULL,
+            ids_end INTEGER NOT NULL
+        );
         """,
     ]
 

@@ -46,7 +46,7 @@ final class SharedBucketStore: DeliveryStore, @unchecked Sendable {
 
     var keyOutcome: StoreKeyOutcome { inner.keyOutcome }
     var recoveredDeliveries: Int { inner.recoveredDeliveries }
-    var droppedUnfinished: Int { inner.droppedUnfinished }
+    var unfinishedCompleted: Int { inner.unfinishedCompleted }
     func close() { inner.close() }
     func setWorkObserver(_ observer: @escaping @Sendable () -> Void) {}
     func register(

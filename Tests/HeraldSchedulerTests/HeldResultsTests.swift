@@ -91,7 +91,7 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
 
     var keyOutcome: StoreKeyOutcome { inner.keyOutcome }
     var recoveredDeliveries: Int { inner.recoveredDeliveries }
-    var droppedUnfinished: Int { inner.droppedUnfinished }
+    var unfinishedCompleted: Int { inner.unfinishedCompleted }
     var isShared: Bool { shared }
     func close() { inner.close() }
     func setWorkObserver(_ observer: @escaping @Sendable () -> Void) { state.withLock { $0.observer = observer } }

@@ -8,8 +8,8 @@ import Testing
 /// A message of many devices is written in parts on SQLite (each a
 /// transaction of its own, so other callers' acceptances go between them):
 /// it is whole when answered, its key and collapse rules hold as for a
-/// message written at once, and a stop between two parts leaves it gone,
-/// never half there.
+/// message written at once, and a stop between two parts has the rest
+/// written at the next open, never left half there.
 @Suite("Messages written in parts")
 struct MessagePartsTests {
     static let users = 1_500
@@ -91,6 +91,24 @@ struct MessagePartsTests {
         #expect(claim.jobs.count == Self.users, "the handed delivery is in flight already, the rest are queued")
     }
 
+    @Test("only the first part hands deliveries over: a later part's rows are claimed")
+    func handOverFromTheFirstPartOnly() async throws {
+        let t = try TestStore(.sqlite)
+        defer { t.close() }
+        let names = try registerMany(t)
+        let handed = Locked(0)
+        let accepted = try t.store.sync { s, done in
+            s.enqueue(
+                send(PushMessage(kind: .notification), to: .users(names)),
+                handoff: [QueueLane(app: "default", platform: .fcm): 5_000], limit: 5_000,
+                early: { claim in handed.withLock { $0 += claim.jobs.count } }, completion: done)
+        }
+        let early = handed.withLock { $0 }
+        #expect(early > 0 && early <= 256, "the first part's deliveries only: \(early)")
+        #expect(accepted.claim.jobs.isEmpty, "every handed delivery went early")
+        #expect(try t.claimAll(5_000).jobs.count == Self.users - early)
+    }
+
     @Test("the same idempotency key sent twice while the first is written in parts names one message")
     func keyWaitsForTheFirst() async throws {
         let t = try TestStore(.sqlite)
@@ -136,7 +154,9 @@ struct MessagePartsTests {
         #expect(pending.map(\.messageID) == [small.messageID], "one pending delivery per device and key")
     }
 
-    @Test("a store closed between two parts drops the message at its next open; nothing of it stays")
+    @Test(
+        "a store closed between two parts has the rest written at its next open: the resend with its key finds it whole"
+    )
     func closedBetweenParts() async throws {
         let t = try TestStore(.sqlite)
         defer { t.scratch.remove() }
@@ -144,6 +164,7 @@ struct MessagePartsTests {
         let order = Order()
         let store = t.store
         let lane = QueueLane(app: "default", platform: .fcm)
+        let e = send(PushMessage(kind: .notification), to: .users(names), key: "big-1")
         // The first part hands 10 deliveries early, on the store's thread:
         // the store is told to close then, and the first part's commit
         // finds it closing, so the second part is refused (as at a stop;
@@ -151,7 +172,7 @@ struct MessagePartsTests {
         let closing = Locked(false)
         let closed = Locked(false)
         store.enqueue(
-            send(PushMessage(kind: .notification), to: .users(names)), handoff: [lane: 10], limit: 10,
+            e, handoff: [lane: 10], limit: 10,
             early: { _ in
                 let first = closing.withLock { c in
                     defer { c = true }
@@ -170,9 +191,15 @@ struct MessagePartsTests {
         for _ in 0..<1000 where !closed.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
         let reopened = try t.reopen()
         defer { reopened.close() }
-        #expect((reopened as? SQLiteStore)?.droppedUnfinished == 1)
+        #expect(reopened.unfinishedCompleted == 1)
+        #expect(reopened.recoveredDeliveries == 10, "its handed deliveries are queued again, like any in flight")
         let depth = try reopened.sync { s, done in s.queueDepth(completion: done) }
-        #expect(depth.waiting == 0 && depth.inFlight == 0, "no delivery of the dropped message stays: \(depth)")
-        #expect(reopened.recoveredDeliveries == 0, "its handed deliveries went with it")
+        #expect(depth.waiting == Self.users && depth.inFlight == 0, "every device's delivery is there: \(depth)")
+        let again = try reopened.sync { s, done in s.enqueue(e, completion: done) }
+        #expect(again.duplicate && again.devices == Self.users, "the resend finds the message whole: \(again)")
+        let status = try reopened.sync { s, done in
+            s.status(app: "default", messageID: again.messageID, detail: true, completion: done)
+        }
+        #expect(Set((status?.devices ?? []).map(\.deviceID)).count == Self.users, "each device once")
     }
 }

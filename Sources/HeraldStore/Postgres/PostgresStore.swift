@@ -85,7 +85,7 @@ public final class PostgresStore: DeliveryStore, Sendable {
     public let recoveredDeliveries: Int
     /// Always 0: a message is committed in one transaction here (other
     /// writers do not wait for it).
-    public let droppedUnfinished = 0
+    public let unfinishedCompleted = 0
     /// The advisory lock the housekeeper holds while it purges (one instance at a time).
     public static var housekeeperLockKey: Int64 { PostgresQueue.housekeeperLock }
 
