@@ -601,6 +601,14 @@ def herald_accept_under_load(store, big, users, receipts, log, calls, big_messag
     time.sleep(0.01)  # the first message is being accepted
     loaded = probes("loaded", lambda i: sending.is_set())
     t.join()
+    # The probes' pushes queue behind the big message's deliveries (older
+    # ones are sent first): one more push to the same devices, with wait,
+    # is answered once those before it are out, so that every push of the
+    # phase reaches the sink before the phase ends.
+    _, _, p = probe.send(one, "accept-drain", PER_USER_DEVICES)
+    if p:
+        problems.append({"scenario": "accept_under_load", "probe": "drain", **p})
+    time.sleep(0.2)  # answers of the probes' last sends, if any came after the drain's
     cpu = herald.cpu_seconds() - c0
     done()
     idle_p99, loaded_p99 = ms_percentile(idle, 0.99), ms_percentile(loaded, 0.99)
