@@ -9,6 +9,9 @@ enum EnqueueStep: Sendable {
     /// A message with the same idempotency key is being written in parts:
     /// this one is asked again once that one (named) is whole (or its part failed).
     case waitFor(String)
+    /// Large: its devices are to be counted by platform (on the reader),
+    /// and the message asked again with the count. Nothing was written.
+    case needsCensus
 }
 
 /// The devices a message names: rows in all (skipped ones too), and per

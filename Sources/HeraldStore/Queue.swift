@@ -94,7 +94,7 @@ final class Queue {
     ) throws -> (accepted: Enqueued, claim: Claim) {
         switch try begin(e, now: now, handoff: handoff, handoffLimit: handoffLimit, early: early, inParts: false) {
         case .whole(let accepted, let claim): return (accepted, claim)
-        case .partial, .waitFor: preconditionFailure("a message asked whole is written whole")
+        case .partial, .waitFor, .needsCensus: preconditionFailure("a message asked whole is written whole")
         }
     }
 
@@ -110,7 +110,8 @@ final class Queue {
     /// (``finishUnfinished()``) before anything is claimed.
     func begin(
         _ e: Enqueue, now: Int64, handoff: [QueueLane: Int], handoffLimit: Int = .max,
-        early: (@Sendable (Claim) -> Void)?, inParts: Bool, census counted: Census? = nil
+        early: (@Sendable (Claim) -> Void)?, inParts: Bool, census counted: Census? = nil,
+        countElsewhere: Bool = false
     ) throws -> EnqueueStep {
         var idempotency: [UInt8]?
         if let k = e.idempotencyKey {
@@ -157,7 +158,16 @@ final class Queue {
             recipients: Self.distinct(e.recipients), room: handoff, roomLeft: handoffLimit,
             earlyChunk: early == nil ? Int.max : Self.firstEarlyChunk, early: early)
 
-        let census = inParts && Self.mayBeLarge(a.recipients) ? try counted ?? count(a.recipients, e) : nil
+        var census = counted
+        let large =
+            try census == nil && inParts && Self.mayBeLarge(a.recipients)
+            && rowCount(a.recipients, app: e.app) > Self.partThreshold
+        if large {
+            // Large: its devices are counted by platform, on the reader
+            // when the caller can (`countElsewhere`), here otherwise.
+            if countElsewhere { return .needsCensus }
+            census = try count(a.recipients, e)
+        }
         guard let census, census.rows > Self.partThreshold else {
             // Whole: every target now, the batch sizes from them.
             let targets = try resolve(a.recipients, app: e.app)
@@ -450,6 +460,28 @@ final class Queue {
     /// rows: on the reader's connection when no write of its users is
     /// pending, else by the message's first part.
     func census(_ e: Enqueue) throws(StoreError) -> Census { try count(Self.distinct(e.recipients), e) }
+
+    /// How many devices the recipients name, from the index alone (a
+    /// message of a few hundred devices learns it is not large in
+    /// microseconds).
+    private func rowCount(_ recipients: Recipients, app: String) throws(StoreError) -> Int {
+        let (column, names): (String, [String]) =
+            switch recipients {
+            case .users(let users): ("user", users)
+            case .devices(let ids): ("device_id", ids)
+            }
+        var rows = 0
+        let all = try db.statement(
+            "SELECT count(*) FROM devices WHERE app = ? AND \(column) IN (SELECT value FROM json_each(?))")
+        try all.bind(.text(app), .text(Self.jsonTextList(names.filter { !$0.utf8.contains(0) })))
+        if try all.step() { rows += Int(all.int64(0)) }
+        for name in names where name.utf8.contains(0) {
+            let one = try db.statement("SELECT count(*) FROM devices WHERE app = ? AND \(column) = ?")
+            try one.bind(.text(app), .text(name))
+            if try one.step() { rows += Int(one.int64(0)) }
+        }
+        return rows
+    }
 
     private func count(_ recipients: Recipients, _ e: Enqueue) throws(StoreError) -> Census {
         var rows = 0

@@ -445,18 +445,6 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?,
         _ completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
     ) {
-        // A message to many recipients has its devices counted on the
-        // reader first (10,000 rows: milliseconds the writer need not
-        // spend), unless a write of one of its users is still queued: the
-        // count must see it (a client reads its own writes).
-        if Queue.mayBeLarge(e.recipients) && !writesPending(for: e) {
-            let counting = StoreCall<Tables, Census>(
-                work: { t, _ in try t.queue.census(e) },
-                completion: { [self] result in
-                    accept(e, handoff: handoff, limit: limit, early: early, census: try? result.get(), completion)
-                }, durable: false, fence: nil)
-            if reader.submit(counting) { return }
-        }
         accept(e, handoff: handoff, limit: limit, early: early, census: nil, completion)
     }
 
@@ -472,16 +460,34 @@ public final class SQLiteStore: DeliveryStore, Sendable {
 
     private func accept(
         _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?, census: Census?,
+        countElsewhere mayCountElsewhere: Bool = true,
         _ completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
     ) {
+        // A large message's devices are counted by platform on the reader
+        // (10,000 rows: milliseconds the writer need not spend), unless a
+        // write of one of its users is still queued: the count must see it
+        // (a client reads its own writes).
+        let countElsewhere =
+            mayCountElsewhere && census == nil && Queue.mayBeLarge(e.recipients) && !writesPending(for: e)
         submit(
             { t, now in
                 try t.queue.begin(
-                    e, now: now, handoff: handoff, handoffLimit: limit, early: early, inParts: true, census: census)
+                    e, now: now, handoff: handoff, handoffLimit: limit, early: early, inParts: true, census: census,
+                    countElsewhere: countElsewhere)
             }
         ) { [self] result in
             switch result {
             case .failure(let error): completion(.failure(error))
+            case .success(.needsCensus):
+                let counting = StoreCall<Tables, Census>(
+                    work: { t, _ in try t.queue.census(e) },
+                    completion: { [self] result in
+                        // A count that failed on the reader is made by the writer.
+                        accept(
+                            e, handoff: handoff, limit: limit, early: early, census: try? result.get(),
+                            countElsewhere: false, completion)
+                    }, durable: false, fence: nil)
+                if !reader.submit(counting) { completion(.failure(StoreError(code: 0, message: "store is closed"))) }
             case .success(.whole(let accepted, let claim)): completion(.success((accepted, claim)))
             case .success(.partial(let a)): assemble(a, completion)
             case .success(.waitFor(let first)):
@@ -509,8 +515,8 @@ public final class SQLiteStore: DeliveryStore, Sendable {
             case .success(.whole(let accepted, let claim)):
                 release(a.messageID)
                 completion(.success((accepted, claim)))
-            case .success(.waitFor):
-                preconditionFailure("a later part does not wait")
+            case .success(.waitFor), .success(.needsCensus):
+                preconditionFailure("a later part neither waits nor counts")
             case .failure(let error):
                 // A part failed (or the store is closing): its caller hears
                 // why; the message stays listed and the next open writes the
