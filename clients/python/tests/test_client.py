@@ -295,7 +295,9 @@ def test_store_unavailable_while_another_process_holds_the_database():
     try:
         with Client(d.socket, timeout=30) as herald:
             herald.device_register(user="c-store", platform="fcm", token="c-store-1")
-            lock = sqlite3.connect(os.path.join(d.dir, "herald.db"), timeout=0, isolation_level=None)
+            # The lock waits (5 s) for a transaction of the daemon's own that
+            # is under way (its scheduler claims due work every second).
+            lock = sqlite3.connect(os.path.join(d.dir, "herald.db"), timeout=5, isolation_level=None)
             try:
                 lock.execute("BEGIN EXCLUSIVE")
                 with pytest.raises(StoreUnavailable) as down:
