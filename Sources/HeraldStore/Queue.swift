@@ -66,51 +66,30 @@ final class Queue {
         }
     }
 
-    /// Commits the message and one delivery per recipient device; with a key
-    /// seen in the last 24 h, returns the first message instead.
-    func enqueue(_ e: Enqueue, now: Int64) throws -> Enqueued {
-        try enqueue(e, now: now, handoff: [:]).accepted
-    }
-
-    /// Commits the message as ``enqueue(_:now:)`` does, and hands up to
-    /// `handoff[lane]` of its deliveries of each lane, `handoffLimit` in all,
-    /// straight to the caller: they are written in flight (one attempt counted), exactly as
-    /// a claim would leave them, and returned ready to send, so that a
-    /// message reaching an idle scheduler skips the claim (a second pass over
-    /// its rows and every due index). A crash before their results are
-    /// recorded queues them again at the next open, like any claimed delivery.
+    /// The first part of an enqueue: the idempotency check (a key seen in
+    /// the last 24 h answers its first message), the admission, the message
+    /// row, and, for a message of at most ``partThreshold`` devices, every
+    /// delivery. A larger message is written in parts (``resume(_:now:)``),
+    /// each a transaction of its own, so that the writer takes other
+    /// callers' acceptances between them instead of after 10,000 rows; until
+    /// its last part the message is listed as being assembled (what is left
+    /// to write), and a store opened after a crash in between writes the
+    /// rest (``finishUnfinished()``) before anything is claimed.
     ///
-    /// With `early`, the handed deliveries go to `early` as soon as the
-    /// message's devices are resolved and their tokens opened, before any row
-    /// is written (their ids are taken ahead: the writer holds the database),
-    /// and the returned claim holds none of them: the first
-    /// ``firstEarlyChunk`` with the batch sizes, then the rest in one more
-    /// call. The caller may send them at
-    /// once, but must not record their results before the transaction
-    /// commits: if it does not, the ids name nothing (or, later, other rows).
-    func enqueue(
-        _ e: Enqueue, now: Int64, handoff: [QueueLane: Int], handoffLimit: Int = .max,
-        early: (@Sendable (Claim) -> Void)? = nil
-    ) throws -> (accepted: Enqueued, claim: Claim) {
-        switch try begin(e, now: now, handoff: handoff, handoffLimit: handoffLimit, early: early, inParts: false) {
-        case .whole(let accepted, let claim): return (accepted, claim)
-        case .partial, .waitFor, .needsCensus: preconditionFailure("a message asked whole is written whole")
-        }
-    }
-
-    /// The first part of an enqueue: the idempotency check, the admission,
-    /// the message row, and (for a message of at most ``partThreshold``
-    /// devices, or `inParts: false`) every delivery, as
-    /// ``enqueue(_:now:handoff:handoffLimit:early:)`` describes. A larger
-    /// message is written in parts (``resume(_:now:)``), each a transaction
-    /// of its own, so that the writer takes other callers' acceptances
-    /// between them instead of after 10,000 rows; until its last part the
-    /// message is listed as being assembled (what is left to write), and a
-    /// store opened after a crash in between writes the rest
-    /// (``finishUnfinished()``) before anything is claimed.
+    /// Up to `handoff[lane]` of the first part's deliveries of each lane,
+    /// `handoffLimit` in all, go straight to `early`, written in flight (one
+    /// attempt counted) exactly as a claim would leave them, so that a
+    /// message reaching an idle scheduler skips the claim; the first
+    /// ``firstEarlyChunk`` go with the batch sizes as soon as their tokens
+    /// are opened, before any row is written (their ids are taken ahead: the
+    /// writer holds the database), the rest at the end of the part. The
+    /// caller may send them at once but must not record their results before
+    /// the part commits: until then the ids name nothing. Without `early`,
+    /// the answer's claim holds them. A crash before their results are
+    /// recorded queues them again at the next open, like any claimed delivery.
     func begin(
         _ e: Enqueue, now: Int64, handoff: [QueueLane: Int], handoffLimit: Int = .max,
-        early: (@Sendable (Claim) -> Void)?, inParts: Bool, census counted: Census? = nil,
+        early: (@Sendable (Claim) -> Void)?, census counted: Census? = nil,
         countElsewhere: Bool = false
     ) throws -> EnqueueStep {
         var idempotency: [UInt8]?
@@ -160,7 +139,7 @@ final class Queue {
 
         var census = counted
         let large =
-            try census == nil && inParts && Self.mayBeLarge(a.recipients)
+            try census == nil && Self.mayBeLarge(a.recipients)
             && rowCount(a.recipients, app: e.app) > Self.partThreshold
         if large {
             // Large: its devices are counted by platform, on the reader

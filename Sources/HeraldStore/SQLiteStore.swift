@@ -422,28 +422,17 @@ public final class SQLiteStore: DeliveryStore, Sendable {
 
     /// Commits a message and its deliveries (or finds it by idempotency key).
     public func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void) {
-        accept(e, handoff: [:], limit: 0, early: nil) { completion($0.map(\.accepted)) }
+        accept(e, handoff: [:], limit: 0, early: nil, census: nil) { completion($0.map(\.accepted)) }
     }
 
     /// Commits a message and hands up to `handoff[lane]` of its deliveries
     /// per lane, `limit` in all, to the caller already in flight; with
     /// `early`, before the commit (see
-    /// `Queue.enqueue(_:now:handoff:handoffLimit:early:)`). A batch's jobs
+    /// `Queue.begin(_:now:handoff:handoffLimit:early:census:countElsewhere:)`). A batch's jobs
     /// run once each, so `early` gets each handed delivery once.
     public func enqueue(
         _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?,
         completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
-    ) {
-        accept(e, handoff: handoff, limit: limit, early: early, completion)
-    }
-
-    /// Commits a message: whole in one transaction, or a large one in parts
-    /// (see `Queue.begin`), each part queued ahead of the bulk work so
-    /// that a message is written without a pause, while acceptances that
-    /// wait take the transactions between its parts.
-    private func accept(
-        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?,
-        _ completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
     ) {
         accept(e, handoff: handoff, limit: limit, early: early, census: nil, completion)
     }
@@ -458,6 +447,10 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         }
     }
 
+    /// Commits a message: whole in one transaction, or a large one in parts
+    /// (see `Queue.begin`), each part queued ahead of the bulk work so
+    /// that a message is written without a pause, while acceptances that
+    /// wait take the transactions between its parts.
     private func accept(
         _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?, census: Census?,
         countElsewhere mayCountElsewhere: Bool = true,
@@ -472,7 +465,7 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         submit(
             { t, now in
                 try t.queue.begin(
-                    e, now: now, handoff: handoff, handoffLimit: limit, early: early, inParts: true, census: census,
+                    e, now: now, handoff: handoff, handoffLimit: limit, early: early, census: census,
                     countElsewhere: countElsewhere)
             }
         ) { [self] result in
@@ -494,7 +487,7 @@ public final class SQLiteStore: DeliveryStore, Sendable {
                 let parked = shared.withLock { s in
                     guard !s.stopping else { return false }
                     s.parked[first, default: []].append { [self] in
-                        accept(e, handoff: handoff, limit: limit, early: early, completion)
+                        accept(e, handoff: handoff, limit: limit, early: early, census: nil, completion)
                     }
                     return true
                 }

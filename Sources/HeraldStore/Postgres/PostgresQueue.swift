@@ -178,7 +178,7 @@ final class PostgresQueue: Sendable {
 
     /// Commits the message and its deliveries, handing up to `handoff[lane]`
     /// of each lane (`handoffLimit` in all) straight to the caller, written in
-    /// flight: as ``Queue/enqueue(_:now:handoff:handoffLimit:early:)``.
+    /// flight: as `Queue.begin` does on SQLite (here a message is always written whole).
     ///
     /// With `early` (and `earlyAllowed()` true: time is left before the
     /// call's deadline), the handed deliveries of a message without a
