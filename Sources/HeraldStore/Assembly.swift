@@ -153,3 +153,35 @@ extension Recipients {
         if case .devices = self { true } else { false }
     }
 }
+
+/// Sends that wait for a message being written in parts because it holds
+/// their idempotency key, by that message's id: each is asked again when the
+/// message is whole (its answer is then the duplicate's) or its part failed.
+/// Bounded in all: past ``limit`` a send is refused (the caller retries)
+/// rather than held.
+struct KeyWaiters {
+    static let defaultLimit = 1024
+    let limit: Int
+    private(set) var count = 0
+    private var waiting: [String: [@Sendable () -> Void]] = [:]
+
+    init(limit: Int = Self.defaultLimit) {
+        self.limit = limit
+    }
+
+    /// Holds `retry` until `messageID` is released; false (nothing held)
+    /// when ``limit`` sends wait already.
+    mutating func park(behind messageID: String, _ retry: @escaping @Sendable () -> Void) -> Bool {
+        guard count < limit else { return false }
+        waiting[messageID, default: []].append(retry)
+        count += 1
+        return true
+    }
+
+    /// The sends that waited for `messageID`, no longer held.
+    mutating func release(_ messageID: String) -> [@Sendable () -> Void] {
+        let released = waiting.removeValue(forKey: messageID) ?? []
+        count -= released.count
+        return released
+    }
+}

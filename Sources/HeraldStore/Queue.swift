@@ -138,8 +138,12 @@ final class Queue {
             earlyChunk: early == nil ? Int.max : Self.firstEarlyChunk, early: early)
 
         var census = counted
+        // At most ``maxAssembling`` messages are written in parts at once;
+        // past them a large one is written whole, as a small one is.
+        if assemblingSizes.count >= Self.maxAssembling { try pruneAssembling() }
+        let inParts = assemblingSizes.count < Self.maxAssembling
         let large =
-            try census == nil && Self.mayBeLarge(a.recipients)
+            try inParts && census == nil && Self.mayBeLarge(a.recipients)
             && rowCount(a.recipients, app: e.app) > Self.partThreshold
         if large {
             // Large: its devices are counted by platform, on the reader
@@ -147,7 +151,7 @@ final class Queue {
             if countElsewhere { return .needsCensus }
             census = try count(a.recipients, e)
         }
-        guard let census, census.rows > Self.partThreshold else {
+        guard inParts, let census, census.rows > Self.partThreshold else {
             // Whole: every target now, the batch sizes from them.
             let targets = try resolve(a.recipients, app: e.app)
             guard targets.count <= Self.maxDevicesPerMessage else {
@@ -228,6 +232,16 @@ final class Queue {
         return .whole(accepted: a.accepted, claim: a.claim)
     }
 
+    /// Forgets the messages noted as being written in parts that are not
+    /// listed (a first part whose transaction did not commit noted one).
+    private func pruneAssembling() throws {
+        var listed = Set<String>()
+        let rows = try db.statement("SELECT message_id FROM assembling")
+        while try rows.step() { listed.insert(rows.text(0)) }
+        assemblingSizes = assemblingSizes.filter { listed.contains($0.key) }
+        assemblingKeys = assemblingKeys.filter { listed.contains($0.value) }
+    }
+
     /// Forgets what the first part noted in memory about the message: it is
     /// whole, or a part failed (it stays listed and the next open finishes
     /// it; meanwhile a resend with its key finds it).
@@ -296,6 +310,9 @@ final class Queue {
     static let partThreshold = 1024
     /// About how many deliveries one part writes.
     static let partRows = 256
+    /// The most messages written in parts at once (what the queue keeps in
+    /// memory for each: its key and its batch sizes).
+    static let maxAssembling = 32
 
     private func insertMessage(_ a: Assembly, idempotency: [UInt8]?) throws {
         try db.statement(

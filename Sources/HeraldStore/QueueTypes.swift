@@ -48,6 +48,9 @@ public enum EnqueueError: Error, Sendable, Equatable {
     case tooManyDevices(count: Int, limit: Int)
     /// The queue holds `pending` deliveries; this message would pass `limit`.
     case queueFull(pending: Int, limit: Int)
+    /// `limit` sends with an idempotency key already wait for a message
+    /// with that key that is being written in parts (SQLite): try again.
+    case keyWaitersFull(limit: Int)
 }
 
 /// What `push.send` answers once the message is committed.

@@ -35,7 +35,7 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         var fences: [String: Int] = [:]
         /// Messages waiting for one being written in parts (by its id) that
         /// holds their idempotency key; asked again when it is done.
-        var parked: [String: [@Sendable () -> Void]] = [:]
+        var parked = KeyWaiters()
         /// Durable jobs (acceptances) in `queue`: a transaction of bulk
         /// work ends early, between two jobs, when one comes.
         var durableQueued = 0
@@ -484,14 +484,14 @@ public final class SQLiteStore: DeliveryStore, Sendable {
             case .success(.whole(let accepted, let claim)): completion(.success((accepted, claim)))
             case .success(.partial(let a)): assemble(a, completion)
             case .success(.waitFor(let first)):
-                let parked = shared.withLock { s in
-                    guard !s.stopping else { return false }
-                    s.parked[first, default: []].append { [self] in
+                let parked: Result<Void, any Error> = shared.withLock { s in
+                    guard !s.stopping else { return .failure(StoreError(code: 0, message: "store is closed")) }
+                    let held = s.parked.park(behind: first) { [self] in
                         accept(e, handoff: handoff, limit: limit, early: early, census: nil, completion)
                     }
-                    return true
+                    return held ? .success(()) : .failure(EnqueueError.keyWaitersFull(limit: s.parked.limit))
                 }
-                if !parked { completion(.failure(StoreError(code: 0, message: "store is closed"))) }
+                if case .failure(let error) = parked { completion(.failure(error)) }
             }
         }
     }
@@ -525,7 +525,7 @@ public final class SQLiteStore: DeliveryStore, Sendable {
     /// Asks again the messages that waited for `messageID` (the same
     /// idempotency key) now that it is whole or dropped.
     private func release(_ messageID: String) {
-        let waiting = shared.withLock { $0.parked.removeValue(forKey: messageID) } ?? []
+        let waiting = shared.withLock { $0.parked.release(messageID) }
         for retry in waiting { retry() }
     }
 

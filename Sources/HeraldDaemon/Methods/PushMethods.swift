@@ -122,6 +122,15 @@ extension HeraldService {
                     .failure(
                         RPCError(.overloaded("the delivery queue is full (\(pending) of \(limit))", retryAfterMs: 1000))
                     ))
+            case .failure(EnqueueError.keyWaitersFull(let limit)):
+                log.warning("push_refused", ["app": runtime.config.name, "key_waiters": String(limit)])
+                reply(
+                    .failure(
+                        RPCError(
+                            .overloaded(
+                                "\(limit) sends already wait for a message with their idempotency key being written",
+                                retryAfterMs: 250))
+                    ))
             case .failure(EnqueueError.tooManyDevices(let count, let limit)):
                 reply(.failure(.invalidParams(field: "to", reason: "addresses \(count) devices, more than \(limit)")))
             case .failure(let error):
