@@ -100,10 +100,12 @@ test: deps
 		test-clients test-reliability-checks test-crash test-load test-postgres-reliability bench-quick
 
 ## lint: swift format lint --strict over every Swift file (the style is .swift-format; `swift format
-## format -i -r Sources Tests benchmarks Package.swift` fixes what it can)
+## format -i -r Sources Tests benchmarks Package.swift` fixes what it can), and the module graph:
+## every import within its module's row of docs/architecture.md "Module imports"
 LINT_PATHS := Package.swift Sources Tests benchmarks
 lint:
 	$(SWIFT) format lint --strict --recursive $(LINT_PATHS)
+	python3 scripts/check-imports.py --self-test
 
 test-c: debian-deps
 	@mkdir -p $(BUILD_DIR)/ctest
