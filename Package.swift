@@ -77,7 +77,8 @@ let package = Package(
             swiftSettings: strictSwift),
         .target(name: "HeraldDelivery", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
         .target(
-            name: "HeraldScheduler", dependencies: ["HeraldCore", "HeraldDelivery", "HeraldStore", "HeraldIO"],
+            name: "HeraldScheduler",
+            dependencies: ["HeraldCore", "HeraldDelivery", "HeraldStore", "HeraldIO", "HeraldNet"],
             swiftSettings: strictSwift),
         .target(
             name: "HTTP2", dependencies: ["HeraldCore", "HeraldIO", "CHeraldH2", "CHeraldSys", "HeraldNet"],
@@ -87,7 +88,8 @@ let package = Package(
             dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldIO", "HTTP2"],
             swiftSettings: strictSwift),
         .target(
-            name: "FCM", dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HTTPClient", "HTTP2", "HeraldIO"],
+            name: "FCM",
+            dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HTTPClient", "HTTP2", "HeraldIO", "HeraldNet"],
             swiftSettings: strictSwift),
         .target(
             name: "HeraldStore",
@@ -107,7 +109,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "herald",
-            dependencies: ["HeraldCrypto", "HeraldDaemon", "HeraldJSON", "JSONRPC", "HeraldIO"],
+            dependencies: ["HeraldCrypto", "HeraldDaemon", "HeraldJSON", "JSONRPC", "HeraldIO", "HeraldNet"],
             swiftSettings: strictSwift
         ),
         .target(
@@ -185,7 +187,7 @@ let package = Package(
             dependencies: [
                 "HeraldDaemon", "HeraldCore", "HeraldJSON", "JSONRPC", "herald", "HeraldTestSupport", "HeraldStore",
                 "HeraldCrypto",
-                "HeraldStoreTestSupport", "HeraldIO", "WebPush",
+                "HeraldStoreTestSupport", "HeraldIO", "WebPush", "HeraldNet",
             ],
             swiftSettings: strictSwift
         ),

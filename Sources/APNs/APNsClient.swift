@@ -42,12 +42,6 @@ public struct APNsEndpoint: Hashable, Sendable {
         self.port = port
         self.pathPrefix = pathPrefix
     }
-
-    /// `:authority`: the host (bracketed when IPv6) with the port unless 443.
-    var authority: String {
-        let name = host.contains(":") ? "[\(host)]" : host
-        return port == 443 ? name : "\(name):\(port)"
-    }
 }
 
 /// The key that signs a lane's provider tokens (ES256 JWTs with `kid`, `iss`, `iat`).

@@ -2,6 +2,7 @@ public import HTTPClient
 public import HTTP2
 public import HeraldCore
 public import HeraldCrypto
+public import HeraldNet
 internal import HeraldJSON
 import HeraldIO
 
@@ -86,7 +87,7 @@ public final class FCMSender: Sendable {
 
     public init(
         account: FCMServiceAccount,
-        baseURL: String = "https://fcm.googleapis.com",
+        baseURL: HTTPURL = HTTPURL(origin: Origin(scheme: .https, host: "fcm.googleapis.com"), target: ""),
         client: HTTPClient,
         http2: HTTP2Client? = nil,
         clock: any WallClock = SystemClock(),
@@ -98,20 +99,22 @@ public final class FCMSender: Sendable {
         self.http2 = http2
         self.clock = clock
         self.requestTimeout = requestTimeout
-        var base = baseURL
-        while base.hasSuffix("/") { base.removeLast() }
-        let path = "/v1/projects/" + account.projectID + "/messages:send"
-        self.sendURL = base + path
+        var prefix = baseURL.target
+        while prefix.hasSuffix("/") { prefix.removeLast() }
+        let origin = baseURL.origin
+        let path = prefix + "/v1/projects/" + account.projectID + "/messages:send"
+        self.sendURL = origin.description + path
+        // The HTTP/2 client speaks TLS only.
         self.route =
-            http2 == nil
-            ? nil
-            : Self.origin(of: base).map { origin in
-                let authority = origin.host.contains(":") ? "[\(origin.host)]" : origin.host
-                let lane = http2!.lane(
-                    HTTP2LaneKey("fcm:\(authority):\(origin.port)"),
-                    endpoint: HTTP2Endpoint(host: origin.host, port: origin.port),
-                    options: HTTP2LaneOptions(idleTimeout: Self.idleTimeout))
-                return Route(lane: lane, path: origin.pathPrefix + path)
+            if let http2, origin.usesTLS {
+                Route(
+                    lane: http2.lane(
+                        HTTP2LaneKey("fcm:\(origin.bracketedHost):\(origin.port)"),
+                        endpoint: HTTP2Endpoint(host: origin.host, port: origin.port),
+                        options: HTTP2LaneOptions(idleTimeout: Self.idleTimeout)),
+                    path: path)
+            } else {
+                nil
             }
         self.tokens = FCMAccessTokenCache(
             account: account, client: client, clock: clock, refreshMargin: refreshMargin,
@@ -250,40 +253,6 @@ public final class FCMSender: Sendable {
     private func rememberHTTP1() {
         let until = clock.nowMilliseconds() + Self.http1Memory.wholeMilliseconds
         http1Until.withLock { $0 = max($0, until) }
-    }
-
-    /// Host (an IPv6 address without brackets), port and path prefix of an
-    /// `https` base URL; nil for any other (the HTTP/2 client speaks TLS only).
-    static func origin(of baseURL: String) -> (host: String, port: Int, pathPrefix: String)? {
-        guard baseURL.hasPrefix("https://") else { return nil }
-        let rest = baseURL.dropFirst(8)
-        let slash = rest.firstIndex(of: "/") ?? rest.endIndex
-        let authority = rest[..<slash]
-        var path = String(rest[slash...])
-        while path.hasSuffix("/") { path.removeLast() }
-        let host: Substring
-        var portText: Substring?
-        if authority.hasPrefix("[") {
-            guard let close = authority.firstIndex(of: "]") else { return nil }
-            host = authority[authority.index(after: authority.startIndex)..<close]
-            let after = authority[authority.index(after: close)...]
-            if !after.isEmpty {
-                guard after.hasPrefix(":") else { return nil }
-                portText = after.dropFirst()
-            }
-        } else if let colon = authority.firstIndex(of: ":") {
-            host = authority[..<colon]
-            portText = authority[authority.index(after: colon)...]
-        } else {
-            host = authority
-        }
-        guard !host.isEmpty else { return nil }
-        var port = 443
-        if let portText {
-            guard let n = Int(portText), (1...65535).contains(n) else { return nil }
-            port = n
-        }
-        return (String(host), port, path)
     }
 
     // MARK: - Mapping

@@ -3,7 +3,7 @@ public import Glibc
 
 public import HeraldIO
 import HeraldCore
-import HeraldNet
+public import HeraldNet
 import Foundation
 import Postgres
 
@@ -158,10 +158,10 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
 
     /// `[endpoints]`: provider base URLs, overridable for tests and proxies.
     public struct Endpoints: Sendable, Equatable {
-        public var apnsProduction = EndpointURL(validated: "https", "api.push.apple.com", 443, "")
-        public var apnsDevelopment = EndpointURL(
-            validated: "https", "api.sandbox.push.apple.com", 443, "")
-        public var fcm = EndpointURL(validated: "https", "fcm.googleapis.com", 443, "")
+        public var apnsProduction = HTTPURL(origin: Origin(scheme: .https, host: "api.push.apple.com"), target: "")
+        public var apnsDevelopment = HTTPURL(
+            origin: Origin(scheme: .https, host: "api.sandbox.push.apple.com"), target: "")
+        public var fcm = HTTPURL(origin: Origin(scheme: .https, host: "fcm.googleapis.com"), target: "")
         /// An extra CA bundle trusted for all providers.
         public var caFile: ConfigFileReference?
         /// Lets Web Push endpoints resolve to private or loopback addresses (tests only).
@@ -301,47 +301,16 @@ public struct AppConfig: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// A provider base URL: `https://host[:port][/path]`, or `http://` to a
-/// loopback host (test gateways).
-public struct EndpointURL: Sendable, Equatable, CustomStringConvertible {
-    /// `https` or `http`.
-    public let scheme: String
-    /// Lower-cased; an IPv6 address without brackets.
-    public let host: String
-    public let port: Int
-    /// Empty, or a prefix such as `/proxy` (no trailing slash) put before
-    /// the provider's own path.
-    public let path: String
-
-    init(validated scheme: String, _ host: String, _ port: Int, _ path: String) {
-        self.scheme = scheme
-        self.host = host
-        self.port = port
-        self.path = path
-    }
-
-    /// Parses and checks a URL; nil when it is not acceptable.
-    public init?(_ text: String) {
-        guard let url = try? EndpointURL.parse(text) else { return nil }
-        self = url
-    }
-
-    public var usesTLS: Bool { scheme == "https" }
-
-    /// `scheme://host[:port]`, the port only when not the scheme's default.
-    public var origin: String {
-        let host = self.host.contains(":") ? "[\(self.host)]" : self.host
-        let defaultPort = usesTLS ? 443 : 80
-        return port == defaultPort ? "\(scheme)://\(host)" : "\(scheme)://\(host):\(port)"
-    }
-
-    public var description: String { origin + path }
-
-    /// Reads `text` with HeraldNet's URL parser and adds the config's rules:
-    /// `https://` or `http://` in lowercase, no query or fragment, a host of
-    /// letters, digits, dots and hyphens (or a bracketed IPv6 literal), a port
-    /// of 1–65535 when a colon is written, and `http` only to a loopback host.
-    static func parse(_ text: String) throws(ConfigValueProblem) -> EndpointURL {
+extension ConfigValue {
+    /// A provider base URL (`[endpoints]`): `https://host[:port][/path]`, or
+    /// `http://` to a loopback host (test gateways). Read with HeraldNet's URL
+    /// parser, with the config's rules added: `https://` or `http://` in
+    /// lowercase, no query or fragment, a host of letters, digits, dots and
+    /// hyphens (or a bracketed IPv6 literal), a port of 1–65535 when a colon
+    /// is written, and `http` only to a loopback host. The value is the URL's
+    /// origin (host lower-cased, a default port left out) and its path, no
+    /// trailing slash.
+    static func providerURL(_ text: String) throws(ConfigValueProblem) -> HTTPURL {
         let problem = ConfigValueProblem(
             "must be an https:// URL (http:// only to a loopback host) \(ConfigValue.got(text))")
         guard text.hasPrefix("https://") || text.hasPrefix("http://"),
@@ -364,15 +333,12 @@ public struct EndpointURL: Sendable, Equatable, CustomStringConvertible {
             }
             guard allowed, !host.hasPrefix("."), !host.contains("..") else { throw problem }
         }
-        let scheme = url.scheme.rawValue
-        var port = url.scheme == .https ? 443 : 80
         if url.portText != nil {
             guard let written = url.port, written >= 1 else { throw problem }
-            port = written
         }
-        let parsed = EndpointURL(validated: scheme, host.lowercased(), port, path)
-        if url.scheme == .http && !IPAddress.isLoopbackHost(parsed.host) { throw problem }
-        return parsed
+        let origin = url.origin
+        if url.scheme == .http && !IPAddress.isLoopbackHost(origin.host) { throw problem }
+        return HTTPURL(origin: origin, target: path)
     }
 }
 

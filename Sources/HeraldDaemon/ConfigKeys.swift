@@ -1,6 +1,7 @@
 import Glibc
 import HeraldCore
 import HeraldIO
+import HeraldNet
 import Postgres
 
 /// One configuration key, declared once: its section, the kind of value it
@@ -144,11 +145,13 @@ enum ConfigKeys {
     }
 
     private static func endpoint(
-        _ name: String, _ path: WritableKeyPath<HeraldConfig, EndpointURL>, default value: String, doc: String
+        _ name: String, _ path: WritableKeyPath<HeraldConfig, HTTPURL>, default value: String, doc: String
     ) -> Key {
         Key(
             section: .endpoints, name: name, kind: .url, defaultValue: value, reload: .restart, backend: nil, doc: doc,
-            apply: { i, text, _ throws(ConfigValueProblem) in i.config[keyPath: path] = try EndpointURL.parse(text) },
+            apply: { i, text, _ throws(ConfigValueProblem) in
+                i.config[keyPath: path] = try ConfigValue.providerURL(text)
+            },
             show: .global { $0[keyPath: path].description })
     }
 

@@ -5,6 +5,7 @@ import HTTPClient
 import HeraldCore
 import HeraldDelivery
 import HeraldIO
+import HeraldNet
 import HeraldScheduler
 import HeraldStore
 import WebPush
@@ -130,7 +131,7 @@ final class ProviderClients: Sendable {
         let needsAPNs = credentials.values.contains { $0.apns.isReady }
         let needsFCM = credentials.values.contains { $0.fcm.isReady }
         let needsWeb = credentials.values.contains { $0.webPush.isReady }
-        let fcmOverTLS = endpoints.fcm.usesTLS
+        let fcmOverTLS = endpoints.fcm.origin.usesTLS
         let log = self.log
         let pingTimeout = self.pingTimeout
         let webPushTimeouts = self.webPushTimeouts
@@ -208,7 +209,7 @@ final class ProviderClients: Sendable {
                 off[.fcm] = reason
             case .ready(let account):
                 let sender = FCMSender(
-                    account: account, baseURL: endpoints.fcm.description, client: c.fcm!, http2: c.fcmHTTP2)
+                    account: account, baseURL: endpoints.fcm, client: c.fcm!, http2: c.fcmHTTP2)
                 built.transports[QueueLane(app: name, platform: .fcm)] = FCMTransport(
                     sender: sender,
                     settings: FCMAppSettings(channelID: app.androidChannelID, defaultAlertLocKey: app.alertLocKey))
@@ -239,9 +240,10 @@ final class ProviderClients: Sendable {
     }
 
     /// APNs speaks HTTP/2 over TLS only.
-    private static func apnsEndpoint(_ url: EndpointURL) -> APNsEndpoint? {
-        guard url.usesTLS else { return nil }
-        return APNsEndpoint(host: url.host, port: url.port, pathPrefix: url.path)
+    private static func apnsEndpoint(_ url: HTTPURL) -> APNsEndpoint? {
+        let origin = url.origin
+        guard origin.usesTLS else { return nil }
+        return APNsEndpoint(host: origin.host, port: origin.port, pathPrefix: url.target)
     }
 
     /// Closes every connection and stops the clients' threads.

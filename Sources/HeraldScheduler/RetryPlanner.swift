@@ -1,5 +1,6 @@
 import HeraldCore
 import HeraldDelivery
+import HeraldNet
 import HeraldStore
 
 /// Decides what an answer means for its delivery, per SPEC "Delivery
@@ -24,7 +25,7 @@ final class RetryPlanner {
             // A Web Push-form delivery on an fcm or apns_voip lane went through
             // the Web Push sender: it says nothing of FCM's or APNs' credential.
             if job.keys == nil || job.platform.requiresWebPushForm { s.clearDegraded(lane) }
-            if webForm, let origin = Scheduler.origin(ofEndpoint: job.token) {
+            if webForm, let origin = Origin.text(ofEndpoint: job.token) {
                 s.health.clearOriginDegraded(origin, lane: lane)
             }
             s.recorder.finish(job, state: .delivered, httpStatus: status, reason: nil, shrink: shrink)
@@ -44,7 +45,7 @@ final class RetryPlanner {
                 // (an end user chose it), not the app's transport. Retried with
                 // backoff, counted toward max_retries: it is not Herald's
                 // credential that a reload could fix.
-                if let origin = Scheduler.origin(ofEndpoint: job.token) {
+                if let origin = Origin.text(ofEndpoint: job.token) {
                     s.health.markOriginDegraded(origin, lane: lane, reason: reason)
                 }
                 retry(job, after: nil, reason: reason, httpStatus: status, now: now, shrink: shrink)

@@ -2,6 +2,7 @@ import Dispatch
 public import HeraldCore
 import Synchronization
 import HeraldDelivery
+import HeraldNet
 public import HeraldIO
 public import HeraldStore
 
@@ -258,15 +259,6 @@ public final class Scheduler: @unchecked Sendable {
 
     /// The origin of a job sent through the Web Push sender; nil for the others.
     static func webPushOrigin(of job: DeliveryJob) -> String? {
-        job.platform == .web || job.keys != nil ? origin(ofEndpoint: job.token) : nil
-    }
-
-    /// `scheme://host[:port]` of a Web Push endpoint; nil if it has none.
-    static func origin(ofEndpoint endpoint: String) -> String? {
-        guard let schemeEnd = endpoint.range(of: "://") else { return nil }
-        let rest = endpoint[schemeEnd.upperBound...]
-        let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
-        guard !authority.isEmpty else { return nil }
-        return endpoint[..<schemeEnd.upperBound].lowercased() + authority.lowercased()
+        job.platform == .web || job.keys != nil ? Origin.text(ofEndpoint: job.token) : nil
     }
 }

@@ -21,15 +21,10 @@ public struct CheckedEndpoint: Sendable, Hashable {
     public let addresses: [IPAddress]
 
     /// `host[:port]` as written in a URL or `Host` header (IPv6 in brackets).
-    public var authority: String {
-        let name = hostAddress?.urlHost ?? host
-        return port == 443 ? name : "\(name):\(port)"
-    }
+    public var authority: String { Origin(scheme: .https, host: host, port: port).authority }
 
     /// `https://host[:port]`, the VAPID `aud` claim and the connection-pool key.
-    public var origin: String {
-        "\(scheme)://\(authority)"
-    }
+    public var origin: String { Origin(scheme: .https, host: host, port: port).description }
 }
 
 /// Decides whether a user-supplied Web Push endpoint may be POSTed to.

@@ -12,10 +12,7 @@ struct EndpointSyntax: Equatable {
     let port: Int
     let pathAndQuery: String
 
-    var normalized: String {
-        let name = address?.urlHost ?? host
-        return "https://" + (port == 443 ? name : "\(name):\(port)") + pathAndQuery
-    }
+    var normalized: String { Origin(scheme: .https, host: host, port: port).description + pathAndQuery }
 
     init(parsing text: String, allowAnyPort: Bool) throws(EndpointError) {
         let bytes = Array(text.utf8)

@@ -1,6 +1,7 @@
 import Foundation
 import HeraldCrypto
 import HeraldDaemon
+import HeraldNet
 
 /// `herald vapid …`: generate, inspect and use VAPID keys.
 enum VapidCommand {
@@ -96,14 +97,10 @@ enum VapidCommand {
     /// The `aud` claim is the push service's origin: an endpoint URL given in
     /// full is reduced to scheme, host and any non-default port.
     static func origin(of url: String) throws(CommandFailure) -> String {
-        guard let parts = URLComponents(string: url), parts.scheme?.lowercased() == "https",
-            let host = parts.host, !host.isEmpty, parts.user == nil, parts.password == nil
-        else {
+        guard let parsed = try? HTTPURL(parsing: url), parsed.scheme == .https else {
             throw CommandFailure("--aud must be an https URL, got '\(url)'")
         }
-        let hostPart = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
-        if let port = parts.port, port != 443 { return "https://\(hostPart.lowercased()):\(port)" }
-        return "https://\(hostPart.lowercased())"
+        return parsed.origin.description
     }
 
     static func loadKey(_ path: String) throws(CommandFailure) -> P256PrivateKey {

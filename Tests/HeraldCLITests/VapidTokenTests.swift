@@ -160,6 +160,8 @@ struct VapidTokenTests {
             ),
             ("https://web.push.apple.com/QGuQyavXutnMH6ZHlHz", "https://web.push.apple.com"),
             ("https://Push.Example.COM/Path", "https://push.example.com"),
+            ("https://[2001:DB8::1]:8443/x", "https://[2001:db8::1]:8443"),
+            ("HTTPS://h.example?x=1", "https://h.example"),
         ])
     func audienceOrigin(input: String, expected: String) throws {
         let result = try token([], aud: input)
@@ -171,7 +173,8 @@ struct VapidTokenTests {
         "--aud must be an https URL",
         arguments: [
             "http://fcm.googleapis.com/fcm/send/abc", "ftp://h.example", "h.example",
-            "https://", "not a url", "https://user:pw@h.example/",
+            "https://", "not a url", "https://user:pw@h.example/", "https://h.example:99999/",
+            "https://[fe80::1%25eth0]/",
         ])
     func badAudience(aud: String) throws {
         expectBadInput(try token([], aud: aud), mentioning: ["aud"])

@@ -1,6 +1,7 @@
 import Foundation
 import HeraldTestSupport
 import HeraldCrypto
+import HeraldNet
 import Testing
 
 @testable import HeraldDaemon
@@ -41,7 +42,7 @@ struct ConfigTests {
         #expect(config.endpoints.apnsProduction.description == "https://api.push.apple.com")
         #expect(config.endpoints.apnsDevelopment.description == "https://api.sandbox.push.apple.com")
         #expect(config.endpoints.fcm.description == "https://fcm.googleapis.com")
-        #expect(config.endpoints.fcm.port == 443)
+        #expect(config.endpoints.fcm.effectivePort == 443)
         #expect(config.endpoints.caFile == nil)
         #expect(config.endpoints.webPushAllowPrivate == false)
         #expect(Array(config.apps.keys) == ["default"])
@@ -126,10 +127,10 @@ struct ConfigTests {
         #expect(config.delivery.staleBatchRatio == 1)
         #expect(config.delivery.staleBatchMin == 10)
         let apns = config.endpoints.apnsProduction
-        #expect(apns.scheme == "https" && apns.host == "apns.example.test" && apns.port == 8443)
-        #expect(apns.path == "/proxy" && apns.description == "https://apns.example.test:8443/proxy")
+        #expect(apns.scheme == .https && apns.host == "apns.example.test" && apns.port == 8443)
+        #expect(apns.target == "/proxy" && apns.description == "https://apns.example.test:8443/proxy")
         #expect(config.endpoints.apnsDevelopment.description == "http://127.0.0.1:9001")
-        #expect(config.endpoints.apnsDevelopment.usesTLS == false)
+        #expect(config.endpoints.apnsDevelopment.origin.usesTLS == false)
         #expect(config.endpoints.fcm.host == "::1" && config.endpoints.fcm.port == 9002)
         #expect(config.endpoints.fcm.description == "http://[::1]:9002/fcm")
         #expect(config.endpoints.caFile?.path == "/etc/herald/ca.pem")

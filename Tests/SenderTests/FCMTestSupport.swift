@@ -6,6 +6,7 @@ import HeraldCore
 import HeraldCrypto
 import HeraldTestSupport
 import HeraldIO
+import HeraldNet
 import Testing
 
 struct FCMTestError: Error, CustomStringConvertible {
@@ -72,7 +73,8 @@ final class FCMGateways: @unchecked Sendable {
         baseURL: String? = nil, clock: any WallClock = SystemClock(), refreshMargin: Duration = .seconds(300)
     ) throws -> FCMSender {
         FCMSender(
-            account: try account(), baseURL: baseURL ?? fcmBase, client: client, http2: http2, clock: clock,
+            account: try account(), baseURL: try HTTPURL(parsing: baseURL ?? fcmBase), client: client, http2: http2,
+            clock: clock,
             refreshMargin: refreshMargin)
     }
 
