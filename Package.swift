@@ -34,7 +34,7 @@ let package = Package(
             cSettings: strictC,
             linkerSettings: [.linkedLibrary("curl")]
         ),
-        .target(name: "HeraldNet", swiftSettings: strictSwift),
+        .target(name: "HeraldNet", dependencies: ["HeraldCore", "HeraldIO", "CAres"], swiftSettings: strictSwift),
         .target(
             name: "HTTPClient", dependencies: ["CHeraldCurl", "CHeraldSys", "HeraldIO", "HeraldNet"],
             swiftSettings: strictSwift),
@@ -72,7 +72,7 @@ let package = Package(
         .target(
             name: "WebPush",
             dependencies: [
-                "HeraldCore", "HeraldJSON", "HeraldCrypto", "HTTPClient", "HTTP2", "HeraldIO", "HeraldNet", "CAres",
+                "HeraldCore", "HeraldJSON", "HeraldCrypto", "HTTPClient", "HTTP2", "HeraldIO", "HeraldNet",
             ],
             swiftSettings: strictSwift),
         .target(name: "HeraldDelivery", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
@@ -130,7 +130,7 @@ let package = Package(
             swiftSettings: strictSwift
         ),
         .target(
-            name: "HeraldTestSupport", dependencies: ["HTTPClient", "HeraldCore", "HeraldIO"],
+            name: "HeraldTestSupport", dependencies: ["HTTPClient", "HeraldCore", "HeraldIO", "HeraldNet"],
             path: "Tests/HeraldTestSupport",
             swiftSettings: strictSwift),
         .testTarget(
@@ -141,7 +141,8 @@ let package = Package(
         .testTarget(name: "HeraldJSONTests", dependencies: ["HeraldJSON"], swiftSettings: strictSwift),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "HeraldJSON"], swiftSettings: strictSwift),
         .testTarget(
-            name: "WebPushTests", dependencies: ["WebPush", "HeraldCore", "HeraldNet"], swiftSettings: strictSwift),
+            name: "WebPushTests", dependencies: ["WebPush", "HeraldCore", "HeraldNet", "HeraldTestSupport"],
+            swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldNetTests", dependencies: ["HeraldNet", "HeraldTestSupport"], swiftSettings: strictSwift),
         .testTarget(

@@ -4,7 +4,7 @@ import HeraldIO
 import HeraldScheduler
 import HeraldStore
 import JSONRPC
-import WebPush
+import HeraldNet
 
 /// The Prometheus text exposition format (version 0.0.4): `# HELP` and
 /// `# TYPE` once per family, then its samples.

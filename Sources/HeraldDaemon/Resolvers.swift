@@ -1,5 +1,5 @@
 import HeraldIO
-import WebPush
+import HeraldNet
 
 /// The daemon's name lookups (SPEC.md Revision 3, "Shared bounds": name
 /// lookups never hold a thread per hung query): one c-ares thread, and three

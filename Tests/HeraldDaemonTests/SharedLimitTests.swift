@@ -5,6 +5,7 @@ import HeraldIO
 import HeraldStore
 import HeraldStoreTestSupport
 import HeraldJSON
+import HeraldNet
 import JSONRPC
 import Testing
 import WebPush

@@ -1,5 +1,7 @@
 import Foundation
-import HeraldNet
+import HeraldCore
+@testable import HeraldNet
+import HeraldTestSupport
 import Testing
 @testable import WebPush
 
@@ -57,46 +59,6 @@ final class ScriptedResolver: NonBlockingResolver, @unchecked Sendable {
             return out
         }
         for (name, completion) in ending { completion(.failure(.failed(host: name, reason: "released"))) }
-    }
-}
-
-/// Collects asynchronous answers.
-final class Answers: @unchecked Sendable {
-    private let lock = NSCondition()
-    private var results: [String: Result<[IPAddress], ResolverError>] = [:]
-    private var order: [String] = []
-
-    func record(_ name: String) -> @Sendable (Result<[IPAddress], ResolverError>) -> Void {
-        { result in
-            self.lock.lock()
-            self.results[name] = result
-            self.order.append(name)
-            self.lock.broadcast()
-            self.lock.unlock()
-        }
-    }
-
-    /// Waits (up to `seconds`) until `count` answers came; true if they did.
-    func wait(for count: Int, seconds: Double = 10) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        lock.lock()
-        defer { lock.unlock() }
-        while results.count < count {
-            if !lock.wait(until: deadline) { return results.count >= count }
-        }
-        return true
-    }
-
-    subscript(_ name: String) -> Result<[IPAddress], ResolverError>? {
-        lock.lock()
-        defer { lock.unlock() }
-        return results[name]
-    }
-
-    var arrivalOrder: [String] {
-        lock.lock()
-        defer { lock.unlock() }
-        return order
     }
 }
 

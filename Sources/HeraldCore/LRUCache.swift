@@ -5,11 +5,11 @@
 /// A value type without locking: its owner keeps it under a `Locked`.
 /// `get` and `set` count as a use; `peek` does not. Every operation is O(1)
 /// except `removeAll(where:)`.
-struct LRUCache<Key: Hashable, Value> {
+package struct LRUCache<Key: Hashable, Value> {
     /// The default bound of every per-origin or per-host map in Web Push.
-    static var defaultCapacity: Int { 4096 }
+    package static var defaultCapacity: Int { 4096 }
 
-    let capacity: Int
+    package let capacity: Int
 
     private struct Node {
         var key: Key
@@ -24,28 +24,28 @@ struct LRUCache<Key: Hashable, Value> {
     private var newest = -1
     private var oldest = -1
 
-    init(capacity: Int = LRUCache.defaultCapacity) {
+    package init(capacity: Int = LRUCache.defaultCapacity) {
         self.capacity = max(1, capacity)
     }
 
-    var count: Int { index.count }
-    var isEmpty: Bool { index.isEmpty }
+    package var count: Int { index.count }
+    package var isEmpty: Bool { index.isEmpty }
 
     /// The value for `key`, which becomes the most recently used.
-    mutating func get(_ key: Key) -> Value? {
+    package mutating func get(_ key: Key) -> Value? {
         guard let slot = index[key] else { return nil }
         touch(slot)
         return nodes[slot].value
     }
 
     /// The value for `key`, leaving the order as it is.
-    func peek(_ key: Key) -> Value? {
+    package func peek(_ key: Key) -> Value? {
         index[key].map { nodes[$0].value }
     }
 
     /// Stores `value` as the most recently used; returns the entry evicted to make room, if any.
     @discardableResult
-    mutating func set(_ key: Key, _ value: Value) -> (key: Key, value: Value)? {
+    package mutating func set(_ key: Key, _ value: Value) -> (key: Key, value: Value)? {
         if let slot = index[key] {
             nodes[slot].value = value
             touch(slot)
@@ -75,7 +75,7 @@ struct LRUCache<Key: Hashable, Value> {
 
     /// Forgets `key`; returns its value.
     @discardableResult
-    mutating func remove(_ key: Key) -> Value? {
+    package mutating func remove(_ key: Key) -> Value? {
         guard let slot = index.removeValue(forKey: key) else { return nil }
         unlink(slot)
         free.append(slot)
@@ -88,17 +88,17 @@ struct LRUCache<Key: Hashable, Value> {
     }
 
     /// Forgets every entry `predicate` accepts.
-    mutating func removeAll(where predicate: (Key, Value) -> Bool) {
+    package mutating func removeAll(where predicate: (Key, Value) -> Bool) {
         let doomed = index.compactMap { key, slot in predicate(key, nodes[slot].value) ? key : nil }
         for key in doomed { remove(key) }
     }
 
-    mutating func removeAll() {
+    package mutating func removeAll() {
         self = LRUCache(capacity: capacity)
     }
 
     /// The keys from least to most recently used.
-    var keysOldestFirst: [Key] {
+    package var keysOldestFirst: [Key] {
         var out: [Key] = []
         out.reserveCapacity(count)
         var slot = oldest

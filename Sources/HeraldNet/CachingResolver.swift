@@ -1,6 +1,5 @@
 internal import Dispatch
 internal import Foundation
-public import HeraldNet
 import HeraldCore
 import HeraldIO
 

@@ -1,5 +1,3 @@
-public import HeraldNet
-
 /// A resolver that answers from a fixed table, for tests: no network, no
 /// `/etc/hosts`. Names are matched case-insensitively; a name missing from
 /// the table is `ResolverError.notFound`.

@@ -1,5 +1,4 @@
 import Glibc
-public import HeraldNet
 
 /// Turns a hostname into the addresses a connection to it could reach.
 ///

@@ -1,7 +1,6 @@
 internal import CAres
 internal import Foundation
 internal import Glibc
-public import HeraldNet
 import HeraldCore
 import HeraldIO
 

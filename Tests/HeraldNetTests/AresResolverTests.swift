@@ -1,8 +1,8 @@
 import Foundation
 import Glibc
-import HeraldNet
+import HeraldTestSupport
 import Testing
-@testable import WebPush
+@testable import HeraldNet
 
 /// A UDP socket on 127.0.0.1 that is never read: a name server that never answers.
 private final class SilentNameServer {

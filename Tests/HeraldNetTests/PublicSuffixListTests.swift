@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import WebPush
+@testable import HeraldNet
 
 /// A few rules of the real list, in its format: the cases below come from the
 /// list's own test file (publicsuffix.org's tests/test_psl.txt).
