@@ -73,6 +73,7 @@ let package = Package(
             name: "WebPush",
             dependencies: [
                 "HeraldCore", "HeraldJSON", "HeraldCrypto", "HTTPClient", "HTTP2", "HeraldIO", "HeraldNet",
+                "HeraldTransport",
             ],
             swiftSettings: strictSwift),
         .target(name: "HeraldDelivery", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
@@ -84,12 +85,18 @@ let package = Package(
             name: "HTTP2", dependencies: ["HeraldCore", "HeraldIO", "CHeraldH2", "CHeraldSys", "HeraldNet"],
             swiftSettings: strictSwift),
         .target(
+            name: "HeraldTransport", dependencies: ["HeraldCore", "HeraldIO", "HeraldNet", "HTTP2", "HTTPClient"],
+            swiftSettings: strictSwift),
+        .target(
             name: "APNs",
             dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldIO", "HTTP2"],
             swiftSettings: strictSwift),
         .target(
             name: "FCM",
-            dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HTTPClient", "HTTP2", "HeraldIO", "HeraldNet"],
+            dependencies: [
+                "HeraldCore", "HeraldJSON", "HeraldCrypto", "HTTPClient", "HTTP2", "HeraldIO", "HeraldNet",
+                "HeraldTransport",
+            ],
             swiftSettings: strictSwift),
         .target(
             name: "HeraldStore",
@@ -151,7 +158,7 @@ let package = Package(
             name: "SenderTests",
             dependencies: [
                 "FCM", "WebPush", "HTTPClient", "HTTP2", "HeraldCrypto", "HeraldCore",
-                "HeraldTestSupport", "HeraldIO", "HeraldNet",
+                "HeraldTestSupport", "HeraldIO", "HeraldNet", "HeraldTransport",
             ],
             swiftSettings: strictSwift),
         .target(

@@ -3,6 +3,7 @@ public import HTTP2
 public import HeraldCore
 public import HeraldCrypto
 public import HeraldNet
+import HeraldTransport
 internal import HeraldJSON
 import HeraldIO
 
@@ -52,7 +53,8 @@ public struct HTTPStatusInfo: Sendable, Hashable {
 /// a request), whatever the service account: the access token is a header of
 /// each request. An origin that does not offer HTTP/2 in ALPN is sent through
 /// the libcurl `client` (the request that found out included) for the next
-/// ``http1Memory``. The OAuth token exchange always goes through libcurl.
+/// ``http1Memory``: the ``OriginTransport`` every provider shares decides.
+/// The OAuth token exchange always goes through libcurl.
 /// Requests carried by `http2` have that client's `requestTimeout`.
 public final class FCMSender: Sendable {
     public typealias Completion = @Sendable (Outcome, HTTPStatusInfo?) -> Void
@@ -60,30 +62,26 @@ public final class FCMSender: Sendable {
     /// The HTTP/2 lane of the FCM origin closes its connection after this long without a request.
     public static let idleTimeout: Duration = .seconds(120)
     /// How long an origin that refused HTTP/2 is sent through libcurl.
-    public static let http1Memory: Duration = .seconds(3600)
+    public static let http1Memory: Duration = OriginTransport.memory
 
     public let account: FCMServiceAccount
     public let tokens: FCMAccessTokenCache
     public let sendURL: String
     /// Carries the sends when the origin speaks HTTP/2; nil sends everything through libcurl.
     public let http2: HTTP2Client?
-    private let client: HTTPClient
     private let clock: any WallClock
     private let requestTimeout: Duration
-    /// Where `http2` sends: set when there is a client and the base URL is `https`.
-    private let route: Route?
-    /// Wall-clock ms until which the origin, which did not offer HTTP/2, goes through libcurl.
-    private let http1Until = Locked<Int64>(0)
+    /// HTTP/2 first, libcurl for an origin that does not offer it.
+    private let transport: OriginTransport
+    /// The origin's text and the request path on it.
+    private let origin: String
+    private let path: String
+    /// The FCM origin's HTTP/2 lane, when there is a client and the base URL
+    /// is `https`. Taken once: a lane the client forgot while idle comes back
+    /// when it is sent on.
+    private let lane: HTTP2LaneHandle?
     /// The last access token and its `authorization` value.
     private let lastBearer = Locked<(token: String, header: String)?>(nil)
-
-    /// The FCM origin's lane and the request path on it.
-    private struct Route: Sendable {
-        /// Taken once: a lane the client forgot while idle comes back
-        /// when it is sent on.
-        let lane: HTTP2LaneHandle
-        let path: String
-    }
 
     public init(
         account: FCMServiceAccount,
@@ -95,7 +93,6 @@ public final class FCMSender: Sendable {
         requestTimeout: Duration = .seconds(15)
     ) {
         self.account = account
-        self.client = client
         self.http2 = http2
         self.clock = clock
         self.requestTimeout = requestTimeout
@@ -103,16 +100,17 @@ public final class FCMSender: Sendable {
         while prefix.hasSuffix("/") { prefix.removeLast() }
         let origin = baseURL.origin
         let path = prefix + "/v1/projects/" + account.projectID + "/messages:send"
+        self.origin = origin.description
+        self.path = path
         self.sendURL = origin.description + path
+        self.transport = OriginTransport(http1: client, clock: clock)
         // The HTTP/2 client speaks TLS only.
-        self.route =
+        self.lane =
             if let http2, origin.usesTLS {
-                Route(
-                    lane: http2.lane(
-                        HTTP2LaneKey("fcm:\(origin.bracketedHost):\(origin.port)"),
-                        endpoint: HTTP2Endpoint(host: origin.host, port: origin.port),
-                        options: HTTP2LaneOptions(idleTimeout: Self.idleTimeout)),
-                    path: path)
+                http2.lane(
+                    HTTP2LaneKey("fcm:\(origin.bracketedHost):\(origin.port)"),
+                    endpoint: HTTP2Endpoint(host: origin.host, port: origin.port),
+                    options: HTTP2LaneOptions(idleTimeout: Self.idleTimeout))
             } else {
                 nil
             }
@@ -145,10 +143,7 @@ public final class FCMSender: Sendable {
     }
 
     /// Whether sends currently go through libcurl because the origin refused HTTP/2.
-    public var usesHTTP1: Bool {
-        let now = clock.nowMilliseconds()
-        return http1Until.withLock { now < $0 }
-    }
+    public var usesHTTP1: Bool { transport.usesHTTP1(origin) }
 
     /// What a `messages:send` request got, whichever client carried it.
     private enum Answer {
@@ -185,58 +180,21 @@ public final class FCMSender: Sendable {
                 completion(outcome, info)
             }
         }
-        if let route, !usesHTTP1 {
-            postHTTP2(route, body: body, token: token, notAfter: notAfter, answered: answered)
-        } else {
-            postCurl(body: body, token: token, notAfter: notAfter, answered: answered)
-        }
-    }
-
-    private func postHTTP2(
-        _ route: Route, body: [UInt8], token: String, notAfter: Int64?,
-        answered: @escaping @Sendable (Answer) -> Void
-    ) {
-        let lane = route.lane
-        let request = HTTP2Request(
-            path: route.path,
-            headers: [
-                ("authorization", bearer(token)), ("content-type", "application/json; charset=UTF-8"),
-                ("content-length", String(body.count)),
-            ],
-            body: body, notAfter: notAfter)
-        lane.send(request) { [self] result in
+        let request = OriginRequest(
+            origin: origin, url: sendURL, path: path,
+            headers: [("authorization", bearer(token)), ("content-type", "application/json; charset=UTF-8")],
+            body: body, notAfter: notAfter, timeout: requestTimeout)
+        transport.send(request, lane: { lane }) { [self] result in
             switch result {
             case .success(let response):
                 let (outcome, info) = Self.classify(response, now: clock.nowMilliseconds())
                 answered(.answered(outcome, info))
-            case .failure(.noHTTP2):
-                // The origin speaks HTTP/1.1 only: libcurl carries it (and this request).
-                rememberHTTP1()
-                postCurl(body: body, token: token, notAfter: notAfter, answered: answered)
-            case .failure(let error):
+            case .failure(.http2(let error)):
                 answered(.unanswered(Self.outcome(for: error)))
-            }
-        }
-    }
-
-    private func postCurl(
-        body: [UInt8], token: String, notAfter: Int64?, answered: @escaping @Sendable (Answer) -> Void
-    ) {
-        if let notAfter, clock.nowMilliseconds() > notAfter {
-            answered(.unanswered(.transient(reason: .timeout)))
-            return
-        }
-        let request = HTTPRequest(
-            method: "POST", url: sendURL,
-            headers: [("authorization", "Bearer " + token), ("content-type", "application/json; charset=UTF-8")],
-            body: body, timeout: requestTimeout)
-        client.send(request) { [self] result in
-            switch result {
-            case .failure(let error):
+            case .failure(.http1(let error)):
                 answered(.unanswered(Self.outcome(for: error)))
-            case .success(let response):
-                let (outcome, info) = Self.classify(response, now: clock.nowMilliseconds())
-                answered(.answered(outcome, info))
+            case .failure(.expired):
+                answered(.unanswered(.transient(reason: .timeout)))
             }
         }
     }
@@ -250,23 +208,13 @@ public final class FCMSender: Sendable {
         return header
     }
 
-    private func rememberHTTP1() {
-        let until = clock.nowMilliseconds() + Self.http1Memory.wholeMilliseconds
-        http1Until.withLock { $0 = max($0, until) }
-    }
-
     // MARK: - Mapping
 
-    /// Classifies one `messages:send` answer carried by libcurl.
-    static func classify(_ response: HTTPResponse, now: Int64) -> (Outcome, HTTPStatusInfo) {
+    /// Classifies one `messages:send` answer, whichever client carried it.
+    static func classify(_ response: OriginResponse, now: Int64) -> (Outcome, HTTPStatusInfo) {
         classify(
             status: response.status, httpVersion: response.httpVersion, header: response.header, body: response.body,
             now: now)
-    }
-
-    /// Classifies one `messages:send` answer carried by the HTTP/2 client.
-    static func classify(_ response: HTTP2Response, now: Int64) -> (Outcome, HTTPStatusInfo) {
-        classify(status: response.status, httpVersion: "2", header: response.header, body: response.body, now: now)
     }
 
     /// Classifies one `messages:send` answer, whichever client carried it.
@@ -329,7 +277,7 @@ public final class FCMSender: Sendable {
     }
 
     /// A failure of the HTTP/2 client: always worth a retry, with the reasons
-    /// Web Push uses. (`noHTTP2` is handled before: the send goes through libcurl.)
+    /// Web Push uses. (`noHTTP2` never reaches it: `OriginTransport` sends through libcurl then.)
     public static func outcome(for error: HTTP2ClientError) -> Outcome {
         .transient(reason: ProviderReason(error))
     }

@@ -5,6 +5,7 @@ public import HTTP2
 internal import Dispatch
 internal import Foundation
 import HeraldIO
+import HeraldTransport
 
 /// Sends one sealed Web Push record to one subscription (webpush.md §3.4).
 ///
@@ -76,9 +77,9 @@ public final class WebPushSender: Sendable {
     /// By default, an HTTP/2 lane with no request for this long closes its connection.
     public static let idleTimeout: Duration = .seconds(120)
     /// How long an origin that refused HTTP/2 is sent through libcurl.
-    public static let http1Memory: Duration = .seconds(3600)
+    public static let http1Memory: Duration = OriginTransport.memory
     /// The most origins remembered as HTTP/1.1-only (LRU).
-    static let maxRememberedHTTP1Origins = 4096
+    static let maxRememberedHTTP1Origins = OriginTransport.defaultCapacity
 
     public let endpointGuard: EndpointGuard
     public let client: HTTPClient
@@ -106,8 +107,8 @@ public final class WebPushSender: Sendable {
     /// Idle sealers; each is used under its own lock (never contended: one
     /// send at a time takes it from the pool).
     private let sealers = Locked<[Locked<WebPushSealer>]>([])
-    /// Origins that did not offer HTTP/2, until when (wall-clock ms) they go through libcurl.
-    private let http1Origins = Locked(LRUCache<String, Int64>(capacity: WebPushSender.maxRememberedHTTP1Origins))
+    /// HTTP/2 first, libcurl for an origin that does not offer it (remembered per origin).
+    private let transport: OriginTransport
     /// Sends not yet taken by a worker, and how many workers run.
     private let backlog = Locked(Backlog())
     /// The most sends one worker checks and seals before handing them over.
@@ -186,6 +187,8 @@ public final class WebPushSender: Sendable {
         self.timeout = timeout
         self.connectTimeout = connectTimeout
         self.http2IdleTimeout = http2IdleTimeout
+        self.transport = OriginTransport(
+            http1: client, clock: clock, capacity: WebPushSender.maxRememberedHTTP1Origins)
     }
 
     /// Sends with the subscription's keys as a browser gives them (base64url).
@@ -415,94 +418,43 @@ public final class WebPushSender: Sendable {
                 completion(outcome, status)
             }
         }
-        if let http2, !sendsHTTP1(checked.origin) {
-            outgoing.append(
-                requestHTTP2(
-                    http2, checked, headers: headers, authorization: authorization, body: body, notAfter: notAfter,
-                    answered: answered))
-        } else {
-            sendCurl(
-                checked, headers: headers, authorization: authorization, body: body, notAfter: notAfter,
-                answered: answered)
-        }
-    }
-
-    private func requestHTTP2(
-        _ http2: HTTP2Client, _ checked: CheckedEndpoint, headers: WebPushHeaders, authorization: String,
-        body: [UInt8], notAfter: Int64?, answered: @escaping @Sendable (ServiceAnswer) -> Void
-    ) -> HTTP2Send {
+        var fields = headers.fields
+        fields.append(("Authorization", authorization))
         // Sorted: a resolver that rotates its answers must not open a new
         // connection (lane) per order.
         let addresses = checked.addresses.map(\.description).sorted()
-        let lane = http2.lane(
-            HTTP2LaneKey("web:\(checked.origin)@\(addresses.joined(separator: ","))"),
-            endpoint: HTTP2Endpoint(host: checked.host, port: checked.port, addresses: addresses),
-            options: HTTP2LaneOptions(idleTimeout: http2IdleTimeout))
-        var fields: [(name: String, value: String)] = headers.fields.map { ($0.name.lowercased(), $0.value) }
-        fields.append(("content-length", String(body.count)))
-        fields.append(("authorization", authorization))
-        return HTTP2Send(
-            lane: lane,
-            request: HTTP2Request(path: checked.pathAndQuery, headers: fields, body: body, notAfter: notAfter)
-        ) {
-            [self] result in
+        let request = OriginRequest(
+            origin: checked.origin, url: checked.url, path: checked.pathAndQuery, headers: fields, body: body,
+            notAfter: notAfter, timeout: timeout, connectTimeout: connectTimeout,
+            pinnedAddresses: checked.addresses.map(\.description))
+        let send = transport.http2Send(
+            request,
+            lane: {
+                http2?.lane(
+                    HTTP2LaneKey("web:\(checked.origin)@\(addresses.joined(separator: ","))"),
+                    endpoint: HTTP2Endpoint(host: checked.host, port: checked.port, addresses: addresses),
+                    options: HTTP2LaneOptions(idleTimeout: http2IdleTimeout))
+            }
+        ) { result in
             switch result {
             case .success(let response):
                 answered(.answered(status: response.status, retryAfter: response.header("retry-after")))
-            case .failure(.noHTTP2):
-                // This origin speaks HTTP/1.1 only: libcurl carries it (and this request).
-                rememberHTTP1(checked.origin)
-                sendCurl(
-                    checked, headers: headers, authorization: authorization, body: body, notAfter: notAfter,
-                    answered: answered)
-            case .failure(let error):
+            case .failure(.http2(let error)):
                 answered(.unanswered(ProviderReason(error)))
+            case .failure(.http1(let error)):
+                answered(.unanswered(Self.reason(for: error)))
+            case .failure(.expired):
+                answered(.unanswered(.timeout))
             }
         }
-    }
-
-    private func sendCurl(
-        _ checked: CheckedEndpoint, headers: WebPushHeaders, authorization: String, body: [UInt8], notAfter: Int64?,
-        answered: @escaping @Sendable (ServiceAnswer) -> Void
-    ) {
-        if let notAfter, clock.nowMilliseconds() > notAfter {
-            answered(.unanswered(.timeout))
-            return
-        }
-        var fields: [(String, String)] = headers.fields.map { ($0.name, $0.value) }
-        fields.append(("Authorization", authorization))
-        let request = HTTPRequest(
-            method: "POST", url: checked.url, headers: fields, body: body, timeout: timeout,
-            connectTimeout: connectTimeout, pinnedAddresses: checked.addresses.map(\.description))
-        client.send(request) { result in
-            switch result {
-            case .failure(let error): answered(.unanswered(Self.reason(for: error)))
-            case .success(let response):
-                answered(.answered(status: response.status, retryAfter: response.header("retry-after")))
-            }
-        }
-    }
-
-    private func sendsHTTP1(_ origin: String) -> Bool {
-        let now = clock.nowMilliseconds()
-        return http1Origins.withLock { known in
-            guard let until = known.get(origin) else { return false }
-            if now < until { return true }
-            known.remove(origin)
-            return false
-        }
-    }
-
-    private func rememberHTTP1(_ origin: String) {
-        let now = clock.nowMilliseconds()
-        _ = http1Origins.withLock { $0.set(origin, now + Self.http1Memory.wholeMilliseconds) }
+        if let send { outgoing.append(send) }
     }
 
     /// Whether `origin` is currently sent through libcurl because it refused HTTP/2.
-    public func usesHTTP1(_ origin: String) -> Bool { sendsHTTP1(origin) }
+    public func usesHTTP1(_ origin: String) -> Bool { transport.usesHTTP1(origin) }
 
     /// How many origins are remembered as HTTP/1.1-only (at most `maxRememberedHTTP1Origins`).
-    public var rememberedHTTP1Origins: Int { http1Origins.withLock { $0.count } }
+    public var rememberedHTTP1Origins: Int { transport.rememberedHTTP1Origins }
 
     private func seal(_ plaintext: [UInt8], for subscriber: WebPushSubscriber, bodySize: Int) -> [UInt8]? {
         let sealer: Locked<WebPushSealer>
