@@ -106,9 +106,14 @@ let package = Package(
             swiftSettings: strictSwift
         ),
         .target(
+            name: "HeraldConfiguration",
+            dependencies: ["HeraldCore", "HeraldIO", "HeraldNet", "HeraldCrypto", "Postgres", "CInih"],
+            swiftSettings: strictSwift
+        ),
+        .target(
             name: "HeraldDaemon",
             dependencies: [
-                "HeraldCore", "HeraldCrypto", "HeraldJSON", "JSONRPC", "WebPush", "HeraldStore", "CInih",
+                "HeraldCore", "HeraldCrypto", "HeraldJSON", "JSONRPC", "WebPush", "HeraldStore", "HeraldConfiguration",
                 "CHeraldSys", "HeraldIO", "APNs", "FCM", "HTTPClient", "HeraldDelivery", "HeraldScheduler",
                 "CHeraldHTTPD", "HTTP2", "Postgres", "HeraldNet",
             ],
@@ -116,7 +121,9 @@ let package = Package(
         ),
         .executableTarget(
             name: "herald",
-            dependencies: ["HeraldCrypto", "HeraldDaemon", "HeraldJSON", "JSONRPC", "HeraldIO", "HeraldNet"],
+            dependencies: [
+                "HeraldCrypto", "HeraldDaemon", "HeraldConfiguration", "HeraldJSON", "JSONRPC", "HeraldIO", "HeraldNet",
+            ],
             swiftSettings: strictSwift
         ),
         .target(
@@ -195,7 +202,7 @@ let package = Package(
             dependencies: [
                 "HeraldDaemon", "HeraldCore", "HeraldJSON", "JSONRPC", "herald", "HeraldTestSupport", "HeraldStore",
                 "HeraldCrypto",
-                "HeraldStoreTestSupport", "HeraldIO", "WebPush", "HeraldNet",
+                "HeraldStoreTestSupport", "HeraldIO", "WebPush", "HeraldNet", "HeraldConfiguration",
             ],
             swiftSettings: strictSwift
         ),

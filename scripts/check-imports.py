@@ -6,10 +6,13 @@ the modules its row of that table names, plus the system modules below; a
 folder under Sources/ with no row fails, and so does a row for a folder
 that is gone. Package.swift's `dependencies:` of each Herald target must be
 within its row too (SwiftPM lets a target import what it reaches only
-through another one, so the imports alone would not hold the graph).
+through another one, so the imports alone would not hold the graph). An
+import listed under "Imports limited to files" may appear in those files of
+its module only.
 
 Run by `make lint`. `--self-test` checks that the check fails where it must
-(a forbidden import, a module with no row, a forbidden dependency) on a
+(a forbidden import, a module with no row, a forbidden dependency, an
+import outside the one file allowed it) on a
 copy of the tree made in a temporary folder.
 """
 
@@ -45,6 +48,24 @@ def allowed_table(doc_path):
     if not table:
         raise SystemExit(f"{doc_path}: the 'Module imports' section has no rows")
     return table
+
+
+def file_limits(doc_path):
+    """(module, import) -> the file names it may appear in, from "Imports limited to files"."""
+    with open(doc_path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    limits = {}
+    start = next((i for i, line in enumerate(lines) if line.strip() == "### Imports limited to files"), None)
+    if start is None:
+        return limits
+    for line in lines[start + 1:]:
+        if line.startswith("#"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        names = [re.findall(r"`([A-Za-z0-9_.]+)`", c) for c in cells]
+        if len(names) == 3 and len(names[0]) == 1 and len(names[1]) == 1 and names[2]:
+            limits[(names[0][0], names[1][0])] = set(names[2])
+    return limits
 
 
 def imports_of(folder):
@@ -83,6 +104,7 @@ def package_dependencies(package_path):
 def check(root):
     """The problems found in the tree at root (empty when the graph holds)."""
     table = allowed_table(os.path.join(root, "docs", "architecture.md"))
+    limits = file_limits(os.path.join(root, "docs", "architecture.md"))
     sources = os.path.join(root, "Sources")
     modules = sorted(d for d in os.listdir(sources) if os.path.isdir(os.path.join(sources, d)))
     problems = []
@@ -91,9 +113,12 @@ def check(root):
             problems.append(f"Sources/{module}: no row in docs/architecture.md 'Module imports'")
             continue
         for path, n, imported in imports_of(os.path.join(sources, module)):
+            rel = os.path.relpath(path, root)
             if imported != module and imported not in SYSTEM and imported not in table[module]:
-                rel = os.path.relpath(path, root)
                 problems.append(f"{rel}:{n}: {module} may not import {imported} (docs/architecture.md, 'Module imports')")
+            elif (module, imported) in limits and os.path.basename(path) not in limits[(module, imported)]:
+                problems.append(f"{rel}:{n}: {module} imports {imported} only in "
+                                f"{', '.join(sorted(limits[(module, imported)]))} (docs/architecture.md)")
     for module in sorted(set(table) - set(modules)):
         problems.append(f"docs/architecture.md 'Module imports': row for {module}, which Sources/ does not have")
     for target, deps in sorted(package_dependencies(os.path.join(root, "Package.swift")).items()):
@@ -131,7 +156,13 @@ def self_test(root):
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         assert any("HeraldCore depends on HeraldStore" in p for p in check(broken)), "a forbidden dependency passed"
-    print("check-imports self-test: a forbidden import, an unlisted module and a forbidden dependency each fail")
+
+        broken = copy()
+        with open(os.path.join(broken, "Sources", "herald", "ZZOther.swift"), "w") as f:
+            f.write("import HeraldDaemon\n")
+        assert any("herald imports HeraldDaemon only in" in p for p in check(broken)), "a file-limited import passed"
+    print("check-imports self-test: a forbidden import, an unlisted module, a forbidden dependency and an import "
+          "outside its file each fail")
 
 
 def main():

@@ -1,5 +1,6 @@
 public import HeraldStore
 import Postgres
+public import HeraldConfiguration
 
 #if canImport(Glibc)
     import Glibc

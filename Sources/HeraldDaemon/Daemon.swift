@@ -8,6 +8,7 @@ import HeraldScheduler
 import HeraldStore
 import Synchronization
 import WebPush
+import HeraldConfiguration
 
 #if canImport(Glibc)
     import Glibc

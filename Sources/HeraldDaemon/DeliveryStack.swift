@@ -9,6 +9,7 @@ import HeraldNet
 import HeraldScheduler
 import HeraldStore
 import WebPush
+import HeraldConfiguration
 
 /// The transports of every app and the scheduler that drives them, built
 /// from the configuration and the loaded credentials.

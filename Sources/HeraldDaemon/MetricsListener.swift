@@ -3,6 +3,7 @@ import Dispatch
 import Foundation
 import HeraldCrypto
 import HeraldIO
+import HeraldConfiguration
 
 #if canImport(Glibc)
     import Glibc

@@ -1,6 +1,7 @@
 import Dispatch
 import HeraldCore
 import HeraldIO
+import HeraldConfiguration
 
 /// SIGHUP: reads the configuration file and every credential again and, if
 /// all of it is good, puts it into effect without touching client
@@ -91,7 +92,6 @@ final class Reloader: Sendable {
 
     /// The settings of `next` that differ from `running` but only take effect at a restart.
     static func restartOnlyChanges(from running: HeraldConfig, to next: HeraldConfig) -> [String] {
-        ConfigKeys.all.filter { $0.reload == .restart && $0.value(in: running) != $0.value(in: next) }
-            .map(\.qualifiedName)
+        running.restartOnlyChanges(to: next)
     }
 }

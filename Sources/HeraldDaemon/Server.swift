@@ -3,6 +3,7 @@ import CHeraldSys
 import Foundation
 import HeraldJSON
 import JSONRPC
+import HeraldConfiguration
 
 #if canImport(Glibc)
     import Glibc

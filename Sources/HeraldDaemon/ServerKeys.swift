@@ -1,5 +1,6 @@
 import HeraldIO
 import HeraldStore
+import HeraldConfiguration
 
 extension Daemon {
     /// At startup: Web Push subscriptions registered before Herald recorded

@@ -10,6 +10,7 @@ import HeraldJSON
 import JSONRPC
 import Synchronization
 import WebPush
+import HeraldConfiguration
 
 /// Per-app state the methods need: limits, who may call, credentials.
 struct AppRuntime: Sendable {

@@ -1,6 +1,6 @@
 import HeraldIO
 import Foundation
-import HeraldDaemon
+import HeraldConfiguration
 import HeraldJSON
 import JSONRPC
 

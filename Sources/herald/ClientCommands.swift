@@ -1,5 +1,4 @@
 import Foundation
-import HeraldDaemon
 import HeraldJSON
 import JSONRPC
 
@@ -98,11 +97,5 @@ enum ClientCommands {
         try options.noPositional()
         let client = try RPCClient(socketPath: socketPath(options))
         return output(try client.call("system.stats", [:]))
-    }
-
-    static func serve(_ arguments: [String]) throws(CommandFailure) -> Int32 {
-        let options = try Options(arguments, values: ["config"])
-        try options.noPositional()
-        return Daemon.run(configPath: options.value("config"))
     }
 }

@@ -1,6 +1,6 @@
 import Foundation
 import HeraldCrypto
-import HeraldDaemon
+import HeraldConfiguration
 import HeraldNet
 
 /// `herald vapid …`: generate, inspect and use VAPID keys.

@@ -51,7 +51,7 @@ func dispatch(_ arguments: [String]) throws(CommandFailure) -> Int32 {
     }
     let rest = Array(arguments.dropFirst())
     switch command {
-    case "serve": return try ClientCommands.serve(rest)
+    case "serve": return try ServeCommand.serve(rest)
     case "call": return try ClientCommands.call(rest)
     case "register": return try ClientCommands.register(rest)
     case "devices": return try ClientCommands.devices(rest)

@@ -4,6 +4,7 @@ import HeraldTestSupport
 import Testing
 
 @testable import HeraldDaemon
+@testable import HeraldConfiguration
 
 /// `apns_topics`: several bundle ids per app, the first the default, next to
 /// the older single `apns_topic`.

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import HeraldDaemon
+@testable import HeraldConfiguration
 
 // Every configuration key is declared once, in ConfigKeys: the parser, the
 // effective configuration and the reload check read that table, and the

@@ -5,6 +5,7 @@ import HeraldNet
 import Testing
 
 @testable import HeraldDaemon
+@testable import HeraldConfiguration
 
 #if canImport(Glibc)
     import Glibc

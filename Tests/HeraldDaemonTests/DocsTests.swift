@@ -2,6 +2,7 @@ import Foundation
 import HeraldTestSupport
 import Testing
 @testable import HeraldDaemon
+@testable import HeraldConfiguration
 
 // The README and docs/ describe the product as it is: every make target,
 // config key and CLI subcommand they name exists, every one that exists is

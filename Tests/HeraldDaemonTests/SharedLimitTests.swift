@@ -11,6 +11,7 @@ import Testing
 import WebPush
 
 @testable import HeraldDaemon
+@testable import HeraldConfiguration
 
 #if canImport(Glibc)
     import Glibc

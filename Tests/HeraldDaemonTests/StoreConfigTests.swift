@@ -4,6 +4,7 @@ import HeraldTestSupport
 import Testing
 
 @testable import HeraldDaemon
+@testable import HeraldConfiguration
 
 #if canImport(Glibc)
     import Glibc

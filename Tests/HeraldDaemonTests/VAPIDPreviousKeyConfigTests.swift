@@ -4,6 +4,7 @@ import HeraldTestSupport
 import Testing
 
 @testable import HeraldDaemon
+@testable import HeraldConfiguration
 
 @Suite("Configuration: vapid_key_previous (VAPID key rotation)")
 struct VAPIDPreviousKeyConfigTests {

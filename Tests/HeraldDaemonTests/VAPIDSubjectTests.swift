@@ -2,6 +2,7 @@ import Foundation
 @testable import HeraldDaemon
 import HeraldCrypto
 import Testing
+@testable import HeraldConfiguration
 
 #if canImport(Glibc)
     import Glibc

@@ -28,7 +28,7 @@ struct BackendBoundaryTests {
             for word in Self.sqliteOnly {
                 #expect(!text.contains(word), "\(file) names \(word)")
             }
-            opened = opened || text.contains("StoreLocation.")
+            opened = opened || text.contains("-> StoreLocation")
         }
         #expect(opened, "the daemon opens its store through StoreLocation")
     }

@@ -10,6 +10,7 @@ import HeraldJSON
 import JSONRPC
 import Synchronization
 import WebPush
+import HeraldConfiguration
 
 // device.register, device.unregister, device.list, session.end, user.forget.
 extension HeraldService {

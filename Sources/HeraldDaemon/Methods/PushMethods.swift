@@ -6,6 +6,7 @@ import HeraldStore
 import HeraldJSON
 import JSONRPC
 import WebPush
+import HeraldConfiguration
 
 /// Limits of `push.send` params.
 enum PushLimits {

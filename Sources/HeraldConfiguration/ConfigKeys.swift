@@ -533,3 +533,12 @@ enum ConfigKeys {
         ]
     }
 }
+
+extension HeraldConfig {
+    /// The settings of `next` that differ from this configuration but take
+    /// effect only at a restart, by their qualified names (`server.socket`).
+    public func restartOnlyChanges(to next: HeraldConfig) -> [String] {
+        ConfigKeys.all.filter { $0.reload == .restart && $0.value(in: self) != $0.value(in: next) }
+            .map(\.qualifiedName)
+    }
+}

@@ -69,21 +69,21 @@ public struct SecretResolver: Sendable, Equatable {
 }
 
 /// Path arithmetic on strings (no normalisation beyond what callers need).
-enum ConfigPath {
-    static func absolute(_ path: String) -> String {
+package enum ConfigPath {
+    package static func absolute(_ path: String) -> String {
         if path.hasPrefix("/") { return path }
         guard let cwd = getcwd(nil, 0) else { return path }
         defer { free(cwd) }
         return join(String(cString: cwd), path)
     }
 
-    static func directory(of path: String) -> String {
+    package static func directory(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         if slash == path.startIndex { return "/" }
         return String(path[..<slash])
     }
 
-    static func join(_ base: String, _ name: String) -> String {
+    package static func join(_ base: String, _ name: String) -> String {
         var name = Substring(name)
         while name.hasPrefix("./") { name = name.dropFirst(2) }
         return base.hasSuffix("/") ? base + name : base + "/" + name

@@ -353,6 +353,11 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)" }
 
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
     static func parse(_ text: String) throws(ConfigValueProblem) -> ListenAddress {
         let problem = ConfigValueProblem(
             "must be IP:port with a numeric address, e.g. 127.0.0.1:9464 or [::1]:9464 \(ConfigValue.got(text))")
@@ -616,7 +621,7 @@ struct ConfigValueProblem: Error {
 }
 
 /// Parsers and printers for the value types the config file uses.
-enum ConfigValue {
+package enum ConfigValue {
     /// ` (got "value")`, quoted and escaped.
     static func got(_ value: String) -> String { "(got \(String(reflecting: value)))" }
 
@@ -660,7 +665,7 @@ enum ConfigValue {
         return mode
     }
 
-    static func octal(_ mode: mode_t) -> String {
+    package static func octal(_ mode: mode_t) -> String {
         let digits = String(mode, radix: 8)
         return String(repeating: "0", count: max(0, 4 - digits.count)) + digits
     }
