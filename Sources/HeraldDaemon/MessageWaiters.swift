@@ -37,7 +37,7 @@ actor MessageWaiters {
         let reply: Reply
     }
 
-    private let store: any DeliveryStore
+    private let store: any DeliveryQueue
     private let log: Logger
     private var waiting: [String: Entry] = [:]
 
@@ -53,7 +53,7 @@ actor MessageWaiters {
     static let tickMs = 50
 
     /// Call `startTicking()` once to begin checking deadlines.
-    init(store: any DeliveryStore, log: Logger) {
+    init(store: any DeliveryQueue, log: Logger) {
         self.store = store
         self.log = log
     }

@@ -11,7 +11,7 @@ extension Daemon {
     /// previous key too: such a row may have been made under either, and a
     /// guess would be recorded for good. A failure is logged; rows left NULL
     /// are sent with the current key, as before.
-    static func recordServerKeys(_ credentials: [String: LoadedCredentials], store: any DeliveryStore, log: Logger) {
+    static func recordServerKeys(_ credentials: [String: LoadedCredentials], store: any DeviceRegistry, log: Logger) {
         for (app, c) in credentials.sorted(by: { $0.key < $1.key }) {
             guard let vapid = c.webPush.value, vapid.previous == nil else { continue }
             store.recordServerKey(app: app, key: vapid.publicKey) { result in

@@ -54,11 +54,11 @@ final class StoreFiguresCache: Sendable {
         var reads = 0
     }
 
-    private let store: any DeliveryStore
+    private let store: any StoreAdministration
     let maxAgeMs: Int64
     private let state = Mutex(State())
 
-    init(store: any DeliveryStore, maxAgeMs: Int64 = 1000) {
+    init(store: any StoreAdministration, maxAgeMs: Int64 = 1000) {
         self.store = store
         self.maxAgeMs = maxAgeMs
     }

@@ -39,7 +39,7 @@ public import HeraldStore
 /// figures other threads read are in ``Health``, under its lock.
 // @unchecked: `rng` and the parts are touched on `owner`'s queue only (each part's functions check it); the rest is immutable or `Health`'s, under its lock.
 public final class Scheduler: @unchecked Sendable {
-    let store: any DeliveryStore
+    let store: any DeliveryQueue & StoreInstances
     let settings: SchedulerSettings
     let clock: any WallClock
     let log: Logger?
@@ -80,7 +80,8 @@ public final class Scheduler: @unchecked Sendable {
     public static let sharedRecordGapInFlight = 64
 
     public init(
-        store: any DeliveryStore, transports: [QueueLane: any PushTransport], settings: SchedulerSettings,
+        store: any DeliveryQueue & StoreInstances, transports: [QueueLane: any PushTransport],
+        settings: SchedulerSettings,
         clock: any WallClock = SystemClock(), log: Logger? = nil,
         random: any RandomNumberGenerator = SystemRandomNumberGenerator()
     ) {
@@ -112,7 +113,7 @@ public final class Scheduler: @unchecked Sendable {
     }
 
     /// Tells a shared store the lanes whose raw-token registrations this
-    /// instance can send (see ``DeliveryStore/publish(lanes:)``).
+    /// instance can send (see ``StoreInstances/publish(lanes:)``).
     public func publish(lanes: Set<QueueLane>) {
         store.publish(lanes: lanes)
     }

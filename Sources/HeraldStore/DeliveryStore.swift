@@ -2,38 +2,12 @@ import Foundation
 public import HeraldCore
 import HeraldIO
 
-/// The registry and the delivery queue, whatever database holds them. The
-/// daemon and the scheduler see the store only through this protocol;
-/// ``StoreLocation/open(keySupply:keyFile:instance:clock:)`` picks the backend
-/// (``SQLiteStore`` today).
-///
-/// Every operation is asynchronous: it queues its work and answers through
-/// `completion`, which runs on a thread of the store and must hand work
-/// elsewhere quickly. An implementation keeps these promises:
-/// - a write answered with success is committed (`register`, `enqueue` and
-///   the other caller-facing writes durably; claims and attempt results may
-///   wait for the next durable commit);
-/// - a read of an app's user (`list`) or of a message (`status`) sees every
-///   write of that user or message queued before it, answered or not (a
-///   client that pipelines a write and a read reads its own write);
-/// - after `close()` every call fails at once with an error.
-public protocol DeliveryStore: AnyObject, Sendable {
-    /// What the store did with its key at open.
-    var keyOutcome: StoreKeyOutcome { get }
+/// What every part of the store's interface shares: a class, callable from
+/// any thread (see ``DeliveryStore`` for the promises its calls keep).
+public protocol StoreService: AnyObject, Sendable {}
 
-    /// Deliveries found in flight at open (a stop or crash interrupted them),
-    /// now queued again.
-    var recoveredDeliveries: Int { get }
-
-    /// Messages a stop or crash caught between two of their parts (SQLite
-    /// writes a message of many devices in parts), written whole at open.
-    var unfinishedCompleted: Int { get }
-
-    /// Stops taking work, finishes what is queued, and closes the database.
-    func close()
-
-    // MARK: Registry
-
+/// The device registry: what the device methods use.
+public protocol DeviceRegistry: StoreService {
     /// Every rule of `device.register`: ordering by registration version,
     /// in-place refresh, cross-user reclaim, eviction over `deviceCap`.
     func register(
@@ -55,15 +29,6 @@ public protocol DeliveryStore: AnyObject, Sendable {
     /// Deletes the user's devices, tombstones and deliveries; answers how many devices.
     func forget(app: String, user: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
 
-    /// Devices per platform.
-    func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void)
-
-    /// Devices per app and platform.
-    func deviceCountsByApp(completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void)
-
-    /// Web Push subscriptions per app and recorded VAPID public key.
-    func webSubscriptionsByKey(completion: @escaping @Sendable (Result<[ServerKeyCount], any Error>) -> Void)
-
     /// Records `key` as the VAPID key of the app's Web Push devices that
     /// record none (registered before Herald recorded keys); answers how many.
     func recordServerKey(app: String, key: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
@@ -80,9 +45,11 @@ public protocol DeliveryStore: AnyObject, Sendable {
     /// such device (`device.update` and the CLI without a user).
     func deviceOwner(
         app: String, deviceID: String, completion: @escaping @Sendable (Result<String?, any Error>) -> Void)
+}
 
-    // MARK: Delivery queue
-
+/// The delivery queue: messages accepted, claimed, recorded and read back;
+/// what `push.*` and the delivery engine use.
+public protocol DeliveryQueue: StoreService {
     /// Commits a message and its deliveries (or finds it by idempotency key).
     func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void)
 
@@ -142,22 +109,11 @@ public protocol DeliveryStore: AnyObject, Sendable {
         deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason,
         windowCap: Int,
         completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void)
+}
 
-    /// Deletes messages (and their deliveries) older than `retention` whose
-    /// deliveries are all final; answers how many.
-    func purgeMessages(olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
-
-    /// Deliveries waiting and in flight.
-    func queueDepth(completion: @escaping @Sendable (Result<QueueDepth, any Error>) -> Void)
-
-    /// Deliveries waiting and in flight, per app.
-    func queueDepthByApp(completion: @escaping @Sendable (Result<[String: QueueDepth], any Error>) -> Void)
-
-    /// A quick read that proves the database answers, for `system.health`.
-    func ping(completion: @escaping @Sendable (Result<Void, any Error>) -> Void)
-
-    // MARK: Several instances
-
+/// What several instances sharing one database need of each other (a
+/// store of one instance answers with the defaults below).
+public protocol StoreInstances: StoreService {
     /// Whether other Herald instances may use this store at the same time
     /// (PostgreSQL): then limits that must hold across instances are asked
     /// of the store, and other instances' work arrives through the work
@@ -190,7 +146,65 @@ public protocol DeliveryStore: AnyObject, Sendable {
     func publish(lanes: Set<QueueLane>)
 }
 
-/// What became of a stale device (see ``DeliveryStore/removeStale``).
+/// The store's life and figures: open outcome, close, health, purge, counts.
+public protocol StoreAdministration: StoreService {
+    /// What the store did with its key at open.
+    var keyOutcome: StoreKeyOutcome { get }
+
+    /// Deliveries found in flight at open (a stop or crash interrupted them),
+    /// now queued again.
+    var recoveredDeliveries: Int { get }
+
+    /// Messages a stop or crash caught between two of their parts (SQLite
+    /// writes a message of many devices in parts), written whole at open.
+    var unfinishedCompleted: Int { get }
+
+    /// Stops taking work, finishes what is queued, and closes the database.
+    func close()
+
+    /// Devices per platform.
+    func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void)
+
+    /// Devices per app and platform.
+    func deviceCountsByApp(completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void)
+
+    /// Web Push subscriptions per app and recorded VAPID public key.
+    func webSubscriptionsByKey(completion: @escaping @Sendable (Result<[ServerKeyCount], any Error>) -> Void)
+
+    /// Deletes messages (and their deliveries) older than `retention` whose
+    /// deliveries are all final; answers how many.
+    func purgeMessages(olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
+
+    /// Deliveries waiting and in flight.
+    func queueDepth(completion: @escaping @Sendable (Result<QueueDepth, any Error>) -> Void)
+
+    /// Deliveries waiting and in flight, per app.
+    func queueDepthByApp(completion: @escaping @Sendable (Result<[String: QueueDepth], any Error>) -> Void)
+
+    /// A quick read that proves the database answers, for `system.health`.
+    func ping(completion: @escaping @Sendable (Result<Void, any Error>) -> Void)
+}
+
+/// The registry and the delivery queue, whatever database holds them: all
+/// four parts of the store's interface. The daemon and the scheduler see the
+/// store only through these protocols, each caller through the parts it
+/// uses;
+/// ``StoreLocation/open(keySupply:keyFile:instance:clock:)`` picks the backend
+/// (``SQLiteStore`` today).
+///
+/// Every operation is asynchronous: it queues its work and answers through
+/// `completion`, which runs on a thread of the store and must hand work
+/// elsewhere quickly. An implementation keeps these promises:
+/// - a write answered with success is committed (`register`, `enqueue` and
+///   the other caller-facing writes durably; claims and attempt results may
+///   wait for the next durable commit);
+/// - a read of an app's user (`list`) or of a message (`status`) sees every
+///   write of that user or message queued before it, answered or not (a
+///   client that pipelines a write and a read reads its own write);
+/// - after `close()` every call fails at once with an error.
+public protocol DeliveryStore: DeviceRegistry, DeliveryQueue, StoreInstances, StoreAdministration {}
+
+/// What became of a stale device (see ``DeliveryQueue/removeStale``).
 public enum StaleRemoval: Sendable, Equatable {
     /// Deleted; the delivery is `removed_stale`.
     case removed
@@ -204,13 +218,15 @@ public enum StaleRemoval: Sendable, Equatable {
 /// The sliding window of the stale-deletion cap.
 public let staleWindowMs: Int64 = 60_000
 
-extension DeliveryStore {
+extension StoreInstances {
     /// A store of one instance renews no leases: nothing to forget.
     public func forget(deliveryIDs: [Int64]) {}
 
     /// A store of one instance has no one to tell.
     public func publish(lanes: Set<QueueLane>) {}
+}
 
+extension DeliveryQueue {
     /// Commits a message and hands deliveries over at the commit (no early sends).
     public func enqueue(
         _ e: Enqueue, handoff: [QueueLane: Int], limit: Int,
@@ -230,7 +246,9 @@ extension DeliveryStore {
     ) {
         claimDue(lanes: lanes, others: others, counted: [], completion: completion)
     }
+}
 
+extension StoreService {
     /// Runs a job synchronously (for tools and tests).
     public func sync<T: Sendable>(
         _ body: (Self, @escaping @Sendable (Result<T, any Error>) -> Void) -> Void
