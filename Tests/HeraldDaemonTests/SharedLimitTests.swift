@@ -19,8 +19,7 @@ import WebPush
 
 /// A real SQLite store that says it is shared, and whose shared rate buckets
 /// answer as the test scripts them (recording what was asked).
-final class SharedBucketStore: DeliveryStore, @unchecked Sendable {
-    let inner: any DeliveryStore
+final class SharedBucketStore: ForwardingStore, @unchecked Sendable {
     let shared: Bool
     private let answer: @Sendable (String, Int) -> Result<Int64?, any Error>
     private let asked = Locked<[(bucket: String, perMinute: Int)]>([])
@@ -29,15 +28,15 @@ final class SharedBucketStore: DeliveryStore, @unchecked Sendable {
         _ inner: any DeliveryStore, shared: Bool = true,
         answer: @escaping @Sendable (String, Int) -> Result<Int64?, any Error>
     ) {
-        self.inner = inner
         self.shared = shared
         self.answer = answer
+        super.init(inner)
     }
 
     var buckets: [(bucket: String, perMinute: Int)] { asked.withLock { $0 } }
 
-    var isShared: Bool { shared }
-    func takeSharedToken(
+    override var isShared: Bool { shared }
+    override func takeSharedToken(
         _ bucket: String, perMinute: Int, completion: @escaping @Sendable (Result<Int64?, any Error>) -> Void
     ) {
         asked.withLock { $0.append((bucket, perMinute)) }
@@ -46,104 +45,8 @@ final class SharedBucketStore: DeliveryStore, @unchecked Sendable {
         DispatchQueue.global().async { completion(result) }
     }
 
-    var keyOutcome: StoreKeyOutcome { inner.keyOutcome }
-    var recoveredDeliveries: Int { inner.recoveredDeliveries }
-    var unfinishedCompleted: Int { inner.unfinishedCompleted }
-    func close() { inner.close() }
-    func setWorkObserver(_ observer: @escaping @Sendable () -> Void) {}
-    func register(
-        _ r: Registration, deviceCap: Int,
-        completion: @escaping @Sendable (Result<RegistrationOutcome, any Error>) -> Void
-    ) { inner.register(r, deviceCap: deviceCap, completion: completion) }
-    func unregister(
-        app: String, user: String, _ s: UnregisterSelector,
-        completion: @escaping @Sendable (Result<Int, any Error>) -> Void
-    ) { inner.unregister(app: app, user: user, s, completion: completion) }
-    func list(app: String, user: String, completion: @escaping @Sendable (Result<[DeviceSummary], any Error>) -> Void) {
-        inner.list(app: app, user: user, completion: completion)
-    }
-    func endSession(
-        app: String, user: String, session: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
-    ) { inner.endSession(app: app, user: user, session: session, completion: completion) }
-    func forget(app: String, user: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
-        inner.forget(app: app, user: user, completion: completion)
-    }
-    func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void) {
-        inner.deviceCounts(completion: completion)
-    }
-    func deviceCountsByApp(completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void) {
-        inner.deviceCountsByApp(completion: completion)
-    }
-    func webSubscriptionsByKey(completion: @escaping @Sendable (Result<[ServerKeyCount], any Error>) -> Void) {
-        inner.webSubscriptionsByKey(completion: completion)
-    }
-    func recordServerKey(app: String, key: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
-        inner.recordServerKey(app: app, key: key, completion: completion)
-    }
-    func updateDevice(
-        app: String, user: String, deviceID: String, name: String?, enabled: Bool?,
-        completion: @escaping @Sendable (Result<DeviceSummary?, any Error>) -> Void
-    ) {
-        inner.updateDevice(
-            app: app, user: user, deviceID: deviceID, name: name, enabled: enabled, completion: completion)
-    }
-    func deviceOwner(
-        app: String, deviceID: String, completion: @escaping @Sendable (Result<String?, any Error>) -> Void
-    ) { inner.deviceOwner(app: app, deviceID: deviceID, completion: completion) }
-    func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void) {
-        inner.enqueue(e, completion: completion)
-    }
-    func enqueue(
-        _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?,
-        completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
-    ) { inner.enqueue(e, handoff: handoff, limit: limit, early: early, completion: completion) }
-    func status(
-        app: String, messageID: String, detail: Bool,
-        completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void
-    ) { inner.status(app: app, messageID: messageID, detail: detail, completion: completion) }
-    func cancel(app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void) {
-        inner.cancel(app: app, messageID: messageID, completion: completion)
-    }
-    func claimDue(
-        lanes: [QueueLane: Int], others: Int, counted: Set<BatchKey>,
-        completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
-    ) {
-        inner.claimDue(lanes: lanes, others: others, counted: counted, completion: completion)
-    }
-    func record(
-        deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: RecordedReason?, nextAttemptAt: Int64?,
-        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
-    ) {
-        inner.record(
-            deliveryID: deliveryID, state: state, httpStatus: httpStatus, reason: reason, nextAttemptAt: nextAttemptAt,
-            completion: completion)
-    }
-    func record(_ records: [DeliveryRecord], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
-        inner.record(records, completion: completion)
-    }
-    func releaseCredentialWaits(lanes: [QueueLane], completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
-        inner.releaseCredentialWaits(lanes: lanes, completion: completion)
-    }
-    func removeStale(
-        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason,
-        windowCap: Int,
-        completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void
-    ) {
-        inner.removeStale(
-            deliveryID: deliveryID, deviceID: deviceID, tokenHash: tokenHash, httpStatus: httpStatus, reason: reason,
-            windowCap: windowCap, completion: completion)
-    }
-    func purgeMessages(olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
-    {
-        inner.purgeMessages(olderThan: retention, completion: completion)
-    }
-    func queueDepth(completion: @escaping @Sendable (Result<QueueDepth, any Error>) -> Void) {
-        inner.queueDepth(completion: completion)
-    }
-    func queueDepthByApp(completion: @escaping @Sendable (Result<[String: QueueDepth], any Error>) -> Void) {
-        inner.queueDepthByApp(completion: completion)
-    }
-    func ping(completion: @escaping @Sendable (Result<Void, any Error>) -> Void) { inner.ping(completion: completion) }
+    /// No other instance tells this one of work.
+    override func setWorkObserver(_ observer: @escaping @Sendable () -> Void) {}
 }
 
 /// `device.register` and `device.unregister` on a store several instances share.

@@ -14,14 +14,13 @@ import Testing
 /// of a hand-over enqueue waits (a commit that takes its time) until
 /// `releaseCommits`, which can turn it into a failure (a commit that failed).
 /// Every delivery id a result write names is kept in `writtenIDs`.
-final class OutageStore: DeliveryStore, @unchecked Sendable {
+final class OutageStore: ForwardingStore, @unchecked Sendable {
     struct Outage: Error, CustomStringConvertible {
         var description: String { "database unreachable (test outage)" }
     }
 
     typealias HandoffResult = Result<(accepted: Enqueued, claim: Claim), any Error>
 
-    let inner: any DeliveryStore
     private let state = Locked((failing: false, failedWrites: 0, observer: (@Sendable () -> Void)?.none))
     private let commits = Locked(
         (holding: false, held: [@Sendable (_ fail: Bool) -> Void](), written: [Int64](), early: 0))
@@ -57,8 +56,8 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
 
     /// `shared`: answers `isShared` as a store shared by several instances does.
     init(_ inner: any DeliveryStore, shared: Bool = false) {
-        self.inner = inner
         self.shared = shared
+        super.init(inner)
     }
 
     private let shared: Bool
@@ -89,14 +88,12 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
         }
     }
 
-    var keyOutcome: StoreKeyOutcome { inner.keyOutcome }
-    var recoveredDeliveries: Int { inner.recoveredDeliveries }
-    var unfinishedCompleted: Int { inner.unfinishedCompleted }
-    var isShared: Bool { shared }
-    func close() { inner.close() }
-    func setWorkObserver(_ observer: @escaping @Sendable () -> Void) { state.withLock { $0.observer = observer } }
+    override var isShared: Bool { shared }
+    override func setWorkObserver(_ observer: @escaping @Sendable () -> Void) {
+        state.withLock { $0.observer = observer }
+    }
 
-    func record(
+    override func record(
         deliveryID: Int64, state: DeliveryState, httpStatus: Int?, reason: RecordedReason?, nextAttemptAt: Int64?,
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) {
@@ -107,7 +104,8 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
             completion: completion)
     }
 
-    func record(_ records: [DeliveryRecord], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+    override func record(_ records: [DeliveryRecord], completion: @escaping @Sendable (Result<Void, any Error>) -> Void)
+    {
         writes.withLock { $0.append((DispatchTime.now().uptimeNanoseconds, records.count)) }
         tracer?("record")
         if refused() { return completion(.failure(Outage())) }
@@ -115,7 +113,7 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
         inner.record(records, completion: completion)
     }
 
-    func removeStale(
+    override func removeStale(
         deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason,
         windowCap: Int,
         completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void
@@ -127,50 +125,7 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
             windowCap: windowCap, completion: completion)
     }
 
-    // Everything else goes straight through.
-    func register(
-        _ r: Registration, deviceCap: Int,
-        completion: @escaping @Sendable (Result<RegistrationOutcome, any Error>) -> Void
-    ) { inner.register(r, deviceCap: deviceCap, completion: completion) }
-    func unregister(
-        app: String, user: String, _ s: UnregisterSelector,
-        completion: @escaping @Sendable (Result<Int, any Error>) -> Void
-    ) { inner.unregister(app: app, user: user, s, completion: completion) }
-    func list(app: String, user: String, completion: @escaping @Sendable (Result<[DeviceSummary], any Error>) -> Void) {
-        inner.list(app: app, user: user, completion: completion)
-    }
-    func endSession(
-        app: String, user: String, session: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
-    ) { inner.endSession(app: app, user: user, session: session, completion: completion) }
-    func forget(app: String, user: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
-        inner.forget(app: app, user: user, completion: completion)
-    }
-    func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void) {
-        inner.deviceCounts(completion: completion)
-    }
-    func deviceCountsByApp(completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void) {
-        inner.deviceCountsByApp(completion: completion)
-    }
-    func webSubscriptionsByKey(completion: @escaping @Sendable (Result<[ServerKeyCount], any Error>) -> Void) {
-        inner.webSubscriptionsByKey(completion: completion)
-    }
-    func recordServerKey(app: String, key: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
-        inner.recordServerKey(app: app, key: key, completion: completion)
-    }
-    func updateDevice(
-        app: String, user: String, deviceID: String, name: String?, enabled: Bool?,
-        completion: @escaping @Sendable (Result<DeviceSummary?, any Error>) -> Void
-    ) {
-        inner.updateDevice(
-            app: app, user: user, deviceID: deviceID, name: name, enabled: enabled, completion: completion)
-    }
-    func deviceOwner(
-        app: String, deviceID: String, completion: @escaping @Sendable (Result<String?, any Error>) -> Void
-    ) { inner.deviceOwner(app: app, deviceID: deviceID, completion: completion) }
-    func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void) {
-        inner.enqueue(e, completion: completion)
-    }
-    func enqueue(
+    override func enqueue(
         _ e: Enqueue, handoff: [QueueLane: Int], limit: Int, early: (@Sendable (Claim) -> Void)?,
         completion: @escaping @Sendable (Result<(accepted: Enqueued, claim: Claim), any Error>) -> Void
     ) {
@@ -194,36 +149,6 @@ final class OutageStore: DeliveryStore, @unchecked Sendable {
             if !held { answer(false) }
         }
     }
-    func status(
-        app: String, messageID: String, detail: Bool,
-        completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void
-    ) { inner.status(app: app, messageID: messageID, detail: detail, completion: completion) }
-    func cancel(app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void) {
-        inner.cancel(app: app, messageID: messageID, completion: completion)
-    }
-    func claimDue(
-        lanes: [QueueLane: Int], others: Int, counted: Set<BatchKey>,
-        completion: @escaping @Sendable (Result<Claim, any Error>) -> Void
-    ) {
-        inner.claimDue(lanes: lanes, others: others, counted: counted, completion: completion)
-    }
-    func releaseCredentialWaits(lanes: [QueueLane], completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
-        inner.releaseCredentialWaits(lanes: lanes, completion: completion)
-    }
-    func purgeMessages(olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
-    {
-        inner.purgeMessages(olderThan: retention, completion: completion)
-    }
-    func queueDepth(completion: @escaping @Sendable (Result<QueueDepth, any Error>) -> Void) {
-        inner.queueDepth(completion: completion)
-    }
-    func queueDepthByApp(completion: @escaping @Sendable (Result<[String: QueueDepth], any Error>) -> Void) {
-        inner.queueDepthByApp(completion: completion)
-    }
-    func ping(completion: @escaping @Sendable (Result<Void, any Error>) -> Void) { inner.ping(completion: completion) }
-    func takeSharedToken(
-        _ bucket: String, perMinute: Int, completion: @escaping @Sendable (Result<Int64?, any Error>) -> Void
-    ) { inner.takeSharedToken(bucket, perMinute: perMinute, completion: completion) }
 }
 
 @Suite("Scheduler: results the store fails to take")
