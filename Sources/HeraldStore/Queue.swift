@@ -325,7 +325,7 @@ final class Queue {
     }
 
     /// What becomes of each target: queued, or skipped and why.
-    private func plan(_ targets: [Target], firstID: Int64, a: Assembly) -> [PlannedDelivery] {
+    private func plan(_ targets: [DeviceTarget], firstID: Int64, a: Assembly) -> [PlannedDelivery] {
         let e = a.enqueue
         var planned: [PlannedDelivery] = []
         planned.reserveCapacity(targets.count)
@@ -368,8 +368,8 @@ final class Queue {
             // flight: one that does not open stays queued, and the claim
             // that takes it fails it alone (`unreadable_row`).
             guard
-                let secrets = unseal(
-                    token: p.target.tokenSealed, keys: p.target.keysSealed, deviceID: p.target.deviceID)
+                let secrets = DeviceSecrets.open(
+                    token: p.target.tokenSealed, keys: p.target.keysSealed, deviceID: p.target.deviceID, key: key)
             else { continue }
             planned[i].handed = true
             a.room[lane]! -= 1
@@ -527,7 +527,7 @@ final class Queue {
     /// One delivery of a message being enqueued, decided before its row is written.
     private struct PlannedDelivery {
         let id: Int64
-        let target: Target
+        let target: DeviceTarget
         /// Why it is skipped; nil: it is sent.
         let skip: String?
         var handed = false
@@ -566,32 +566,17 @@ final class Queue {
         return Base64URL.encode(SHA256.hash(Array(source.utf8)).prefix(24))
     }
 
-    private struct Target {
-        let deviceID: String
-        let user: String
-        let platform: Platform
-        let tokenHash: String
-        let environment: APNsEnvironment?
-        let tokenSealed: [UInt8]
-        let keysSealed: [UInt8]?
-        let registeredAt: Int64
-        let bundleID: String?
-        let serverKey: String?
-        /// False for a device turned off by `device.update`: its delivery is skipped.
-        let enabled: Bool
-    }
-
     /// The app's devices of the named users, or the named devices of the app
     /// (unknown ones are left out), each once.
-    private func resolve(_ recipients: Recipients, app: String) throws(StoreError) -> [Target] {
-        var out: [Target] = []
+    private func resolve(_ recipients: Recipients, app: String) throws(StoreError) -> [DeviceTarget] {
+        var out: [DeviceTarget] = []
         var seen = Set<String>()
         func collect(_ stmt: Statement) throws(StoreError) {
             while try stmt.step() {
                 let id = stmt.text(0)
                 guard seen.insert(id).inserted, let platform = Platform(rawValue: stmt.text(2)) else { continue }
                 out.append(
-                    Target(
+                    DeviceTarget(
                         deviceID: id, user: stmt.text(1), platform: platform, tokenHash: stmt.text(3),
                         environment: stmt.optionalText(4).flatMap(APNsEnvironment.init(rawValue:)),
                         tokenSealed: stmt.blob(5), keysSealed: stmt.isNull(6) ? nil : stmt.blob(6),
@@ -803,8 +788,8 @@ final class Queue {
                 }
                 let deviceID = stmt.text(3)
                 guard
-                    let secrets = unseal(
-                        token: stmt.blob(10), keys: stmt.isNull(11) ? nil : stmt.blob(11), deviceID: deviceID)
+                    let secrets = DeviceSecrets.open(
+                        token: stmt.blob(10), keys: stmt.isNull(11) ? nil : stmt.blob(11), deviceID: deviceID, key: key)
                 else {
                     // A row that does not open (damaged, or sealed under
                     // another key) fails this delivery alone.
@@ -1031,19 +1016,6 @@ final class Queue {
 
     /// The reason a delivery ends `failed` when its device row does not open.
     static let unreadableRowReason = "unreadable_row"
-
-    /// A device row's token and Web Push keys, opened with the store key;
-    /// nil when either does not open (a damaged row, or one sealed under
-    /// another key).
-    private func unseal(token: [UInt8], keys: [UInt8]?, deviceID: String) -> (token: String, keys: WebPushKeys?)? {
-        guard let raw = try? key.open(token, context: Identity.tokenContext(deviceID)) else { return nil }
-        guard let keys else { return (String(decoding: raw, as: UTF8.self), nil) }
-        guard let pair = try? key.open(keys, context: Identity.keysContext(deviceID)) else { return nil }
-        return (
-            String(decoding: raw, as: UTF8.self),
-            WebPushKeys(p256dh: Array(pair.prefix(65)), auth: Array(pair.dropFirst(65)))
-        )
-    }
 
     /// Fails a delivery whose device row does not open, and says so on the
     /// device (`device.list` shows `last_failure_reason`).

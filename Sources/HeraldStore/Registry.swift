@@ -25,26 +25,20 @@ final class Registry {
         return sequence
     }
 
-    private struct Row {
-        let deviceID: String
-        let user: String
-        let bindingHash: [UInt8]
-        let version: Int64?
-    }
-
     private static let rowColumns = "device_id, user, binding_hash, version"
 
-    private func row(_ stmt: Statement) -> Row {
-        Row(deviceID: stmt.text(0), user: stmt.text(1), bindingHash: stmt.blob(2), version: stmt.optionalInt64(3))
+    private func row(_ stmt: Statement) -> BindingRow {
+        BindingRow(
+            deviceID: stmt.text(0), user: stmt.text(1), bindingHash: stmt.blob(2), version: stmt.optionalInt64(3))
     }
 
-    private func findByBinding(_ hash: [UInt8]) throws(StoreError) -> Row? {
+    private func findByBinding(_ hash: [UInt8]) throws(StoreError) -> BindingRow? {
         let stmt = try db.statement("SELECT \(Self.rowColumns) FROM devices WHERE binding_hash = ?")
         try stmt.bind(.blob(hash))
         return try stmt.step() ? row(stmt) : nil
     }
 
-    private func findByRegistration(app: String, user: String, id: String) throws(StoreError) -> Row? {
+    private func findByRegistration(app: String, user: String, id: String) throws(StoreError) -> BindingRow? {
         let stmt = try db.statement(
             "SELECT \(Self.rowColumns) FROM devices WHERE app = ? AND user = ? AND registration_id = ?")
         try stmt.bind(.text(app), .text(user), .text(id))
@@ -63,10 +57,8 @@ final class Registry {
     }
 
     private func seal(_ r: Registration, deviceID: String) throws(CryptoError) -> (token: [UInt8], keys: StoreValue) {
-        let token = try key.seal(Array(r.token.utf8), context: Identity.tokenContext(deviceID))
-        guard let keys = r.keys else { return (token, .null) }
-        let sealed = try key.seal(keys.p256dh + keys.auth, context: Identity.keysContext(deviceID))
-        return (token, .blob(sealed))
+        let sealed = try DeviceSecrets.seal(r, deviceID: deviceID, key: key)
+        return (sealed.token, sealed.keys.map { .blob($0) } ?? .null)
     }
 
     /// Every rule of `device.register`: ordering by registration version,
@@ -120,11 +112,7 @@ final class Registry {
             reclaimed = true
         }
 
-        let deviceID =
-            r.registrationID.map { Identity.deviceID(user: r.user, app: r.app, registrationID: $0) }
-            ?? Identity.deviceID(
-                user: r.user, app: r.app, platform: r.platform, environment: r.environment, token: r.token,
-                appID: r.appID)
+        let deviceID = Identity.deviceID(for: r)
         let sealed = try seal(r, deviceID: deviceID)
         try db.statement(
             """

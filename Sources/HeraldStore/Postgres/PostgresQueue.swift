@@ -247,7 +247,7 @@ final class PostgresQueue: Sendable {
         try admit(c, e, adding: targets.count, now: now)
 
         struct Row {
-            let target: PostgresTarget
+            let target: DeviceTarget
             var state: DeliveryState
             var reason: String?
             var secrets: (token: String, keys: WebPushKeys?)?
@@ -311,7 +311,8 @@ final class PostgresQueue: Sendable {
             // Handed to this instance only what it can send itself; what only
             // another instance can send stays queued for it.
             guard (room[lane] ?? 0) > 0, e.disabled[target.keysSealed != nil ? .web : target.platform] == nil,
-                let secrets = unseal(token: target.tokenSealed, keys: target.keysSealed, deviceID: target.deviceID)
+                let secrets = DeviceSecrets.open(
+                    token: target.tokenSealed, keys: target.keysSealed, deviceID: target.deviceID, key: key)
             else { continue }
             rows[i].secrets = secrets
             rows[i].state = .inFlight
@@ -455,7 +456,7 @@ final class PostgresQueue: Sendable {
     }
 
     private func job(
-        _ deliveryID: Int64, _ t: PostgresTarget, _ secrets: (token: String, keys: WebPushKeys?), app: String,
+        _ deliveryID: Int64, _ t: DeviceTarget, _ secrets: (token: String, keys: WebPushKeys?), app: String,
         messageID: String, message: PushMessage, now: Int64, expires: Int64
     ) -> DeliveryJob {
         DeliveryJob(
@@ -516,21 +517,6 @@ final class PostgresQueue: Sendable {
     /// the first ``Queue/firstEarlyChunk`` go in claims of this many.
     static let heldEarlyChunk = 128
 
-    struct PostgresTarget {
-        let deviceID: String
-        let user: String
-        let platform: Platform
-        let tokenHash: String
-        let environment: APNsEnvironment?
-        let tokenSealed: [UInt8]
-        let keysSealed: [UInt8]?
-        let registeredAt: Int64
-        let bundleID: String?
-        let serverKey: String?
-        /// False for a device turned off by `device.update`: its delivery is skipped.
-        let enabled: Bool
-    }
-
     /// The recipients' devices, in the order of their users (by name) and
     /// registration, or of the device ids given. With `message` (the
     /// message's row, as ``Statements/insertMessage`` takes it), the same
@@ -538,7 +524,7 @@ final class PostgresQueue: Sendable {
     /// delivery: `ids[i]` is the id of the `i`th device's.
     private func resolve(
         _ c: PostgresConnection, _ recipients: Recipients, app: String, writing message: [PostgresValue]? = nil
-    ) throws -> (targets: [PostgresTarget], ids: [Int64]) {
+    ) throws -> (targets: [DeviceTarget], ids: [Int64]) {
         let result: PostgresResult
         switch (recipients, message) {
         case (.users(let users), nil):
@@ -553,7 +539,7 @@ final class PostgresQueue: Sendable {
         case (.devices(let ids), let message?):
             result = try c.execute(Statements.resolveDevicesWritingMessage, message + [.array(.text(ids))])
         }
-        var out: [PostgresTarget] = []
+        var out: [DeviceTarget] = []
         var ids: [Int64] = []
         out.reserveCapacity(result.rows.count)
         var seen = Set<String>()
@@ -561,7 +547,7 @@ final class PostgresQueue: Sendable {
             let id = try r.text(0)
             guard seen.insert(id).inserted, let platform = Platform(rawValue: try r.text(2)) else { continue }
             out.append(
-                PostgresTarget(
+                DeviceTarget(
                     deviceID: id, user: try PostgresRegistry.string(r, 1), platform: platform, tokenHash: try r.text(3),
                     environment: try r.optionalText(4).flatMap(APNsEnvironment.init(rawValue:)),
                     tokenSealed: try r.bytes(5), keysSealed: try r.optionalBytes(6), registeredAt: try r.int64(7),
@@ -792,7 +778,10 @@ final class PostgresQueue: Sendable {
                 continue
             }
             let deviceID = try r.text(3)
-            guard let secrets = unseal(token: tokenSealed, keys: try r.optionalBytes(11), deviceID: deviceID) else {
+            guard
+                let secrets = DeviceSecrets.open(
+                    token: tokenSealed, keys: try r.optionalBytes(11), deviceID: deviceID, key: key)
+            else {
                 unreadable.append((id, batch))
                 unreadableDevices.append((id, deviceID))
                 continue
@@ -1052,16 +1041,6 @@ final class PostgresQueue: Sendable {
             UPDATE devices SET last_failure_at = $1, last_failure_reason = $2
             WHERE device_id = (SELECT device_id FROM deliveries WHERE delivery_id = $3)
             """, [.int(now), .text(Queue.unreadableRowReason), .int(id)])
-    }
-
-    private func unseal(token: [UInt8], keys: [UInt8]?, deviceID: String) -> (token: String, keys: WebPushKeys?)? {
-        guard let raw = try? key.open(token, context: Identity.tokenContext(deviceID)) else { return nil }
-        guard let keys else { return (String(decoding: raw, as: UTF8.self), nil) }
-        guard let pair = try? key.open(keys, context: Identity.keysContext(deviceID)) else { return nil }
-        return (
-            String(decoding: raw, as: UTF8.self),
-            WebPushKeys(p256dh: Array(pair.prefix(65)), auth: Array(pair.dropFirst(65)))
-        )
     }
 
     /// Deliveries waiting and in flight, every instance's: two counts that

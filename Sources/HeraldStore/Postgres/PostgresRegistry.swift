@@ -53,26 +53,21 @@ struct PostgresRegistry {
         try c.execute(Statements.advisoryLock, [.int(key)])
     }
 
-    private struct Row {
-        let deviceID: String
-        let user: String
-        let bindingHash: [UInt8]
-        let version: Int64?
-    }
-
     private static let rowColumns = "device_id, user_name, binding_hash, version"
 
-    private func row(_ r: PostgresRow) throws -> Row {
-        Row(
+    private func row(_ r: PostgresRow) throws -> BindingRow {
+        BindingRow(
             deviceID: try r.text(0), user: try Self.string(r, 1), bindingHash: try r.bytes(2),
             version: try r.optionalInt64(3))
     }
 
-    private func findByBinding(_ c: PostgresConnection, _ hash: [UInt8]) throws -> Row? {
+    private func findByBinding(_ c: PostgresConnection, _ hash: [UInt8]) throws -> BindingRow? {
         try c.execute(Statements.findByBinding, [.bytes(hash)]).first.map(row)
     }
 
-    private func findByRegistration(_ c: PostgresConnection, app: String, user: String, id: String) throws -> Row? {
+    private func findByRegistration(
+        _ c: PostgresConnection, app: String, user: String, id: String
+    ) throws -> BindingRow? {
         try c.execute(Statements.findByRegistration, [.text(app), Self.bytes(user), Self.bytes(id)]).first.map(row)
     }
 
@@ -87,16 +82,14 @@ struct PostgresRegistry {
     }
 
     /// Deletes `row` as it was read: the same device holding the same binding.
-    private func delete(_ c: PostgresConnection, _ row: Row) throws {
+    private func delete(_ c: PostgresConnection, _ row: BindingRow) throws {
         let deleted = try c.execute(Statements.deleteDevice, [.text(row.deviceID), .bytes(row.bindingHash)])
         guard deleted.affectedRows == 1 else { throw RegistrationRaceLost(deviceID: row.deviceID) }
     }
 
     private func seal(_ r: Registration, deviceID: String) throws -> (token: [UInt8], keys: PostgresValue) {
-        let token = try key.seal(Array(r.token.utf8), context: Identity.tokenContext(deviceID))
-        guard let keys = r.keys else { return (token, .null) }
-        let sealed = try key.seal(keys.p256dh + keys.auth, context: Identity.keysContext(deviceID))
-        return (token, .bytes(sealed))
+        let sealed = try DeviceSecrets.seal(r, deviceID: deviceID, key: key)
+        return (sealed.token, sealed.keys.map { .bytes($0) } ?? .null)
     }
 
     /// Every rule of `device.register` (see ``Registry/register(_:deviceCap:now:)``).
@@ -149,11 +142,7 @@ struct PostgresRegistry {
             reclaimed = true
         }
 
-        let deviceID =
-            r.registrationID.map { Identity.deviceID(user: r.user, app: r.app, registrationID: $0) }
-            ?? Identity.deviceID(
-                user: r.user, app: r.app, platform: r.platform, environment: r.environment, token: r.token,
-                appID: r.appID)
+        let deviceID = Identity.deviceID(for: r)
         let sealed = try seal(r, deviceID: deviceID)
         try c.execute(
             Statements.insertDevice,
@@ -172,7 +161,7 @@ struct PostgresRegistry {
 
     /// Rewrites `row` as it was read (same device, same binding) with `r`.
     private func update(
-        _ c: PostgresConnection, _ row: Row, with r: Registration, binding: [UInt8], tokenHash: String,
+        _ c: PostgresConnection, _ row: BindingRow, with r: Registration, binding: [UInt8], tokenHash: String,
         now: Int64, newID: String? = nil
     ) throws {
         let id = newID ?? row.deviceID
