@@ -33,17 +33,7 @@ public struct Origin: Sendable, Hashable, CustomStringConvertible {
     /// parse: endpoints are checked and normalised when registered, and this
     /// runs per delivery.
     public static func text(ofEndpoint endpoint: String) -> String? {
-        let bytes = endpoint.utf8
-        var index = bytes.startIndex
-        var schemeEnd: String.Index?
-        while index != bytes.endIndex {
-            if bytes[index] == UInt8(ascii: ":"), bytes[index...].starts(with: "://".utf8) {
-                schemeEnd = bytes.index(index, offsetBy: 3)
-                break
-            }
-            index = bytes.index(after: index)
-        }
-        guard let schemeEnd else { return nil }
+        guard let schemeEnd = endpoint.firstRange(of: "://")?.upperBound else { return nil }
         let rest = endpoint[schemeEnd...]
         let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
         guard !authority.isEmpty else { return nil }

@@ -372,10 +372,11 @@ public final class WebPushSender: Sendable {
         // Sealed: from here every answer says what the record's content needed.
         let shrink = steppedDown ? payload.minimalShrink : payload.shrink
         let completion: @Sendable (Outcome, Int?) -> Void = { outcome, status in finished(outcome, status, shrink) }
+        let origin = checked.origin
         let authorization: String
         do {
             authorization = try tokens.authorization(
-                app: app, origin: checked.origin, key: signing.key, keyID: signing.keyID, subject: subject)
+                app: app, origin: origin, key: signing.key, keyID: signing.keyID, subject: subject)
         } catch {
             completion(.failed(reason: Self.vapidFailure), nil)
             return
@@ -398,7 +399,7 @@ public final class WebPushSender: Sendable {
                         return
                     }
                     // The service refused the VAPID token: sign a fresh one for the next send.
-                    tokens.remove(app: app, origin: checked.origin, keyID: signing.keyID)
+                    tokens.remove(app: app, origin: origin, keyID: signing.keyID)
                 }
                 if outcome == .tooLarge && !steppedDown {
                     guard payload.minimalFits else {
@@ -420,18 +421,19 @@ public final class WebPushSender: Sendable {
         }
         var fields = headers.fields
         fields.append(("Authorization", authorization))
-        // Sorted: a resolver that rotates its answers must not open a new
-        // connection (lane) per order.
-        let addresses = checked.addresses.map(\.description).sorted()
+        let pinned = checked.addresses.map(\.description)
         let request = OriginRequest(
-            origin: checked.origin, url: checked.url, path: checked.pathAndQuery, headers: fields, body: body,
-            notAfter: notAfter, timeout: timeout, connectTimeout: connectTimeout,
-            pinnedAddresses: checked.addresses.map(\.description))
+            origin: origin, url: checked.url, path: checked.pathAndQuery, headers: fields, body: body,
+            notAfter: notAfter, timeout: timeout, connectTimeout: connectTimeout, pinnedAddresses: pinned)
         let send = transport.http2Send(
             request,
             lane: {
-                http2?.lane(
-                    HTTP2LaneKey("web:\(checked.origin)@\(addresses.joined(separator: ","))"),
+                guard let http2 else { return nil }
+                // Sorted: a resolver that rotates its answers must not open a
+                // new connection (lane) per order.
+                let addresses = pinned.sorted()
+                return http2.lane(
+                    HTTP2LaneKey("web:\(origin)@\(addresses.joined(separator: ","))"),
                     endpoint: HTTP2Endpoint(host: checked.host, port: checked.port, addresses: addresses),
                     options: HTTP2LaneOptions(idleTimeout: http2IdleTimeout))
             }
