@@ -3,7 +3,7 @@ import HeraldCore
 import HeraldCrypto
 
 /// The durable delivery queue, on the store thread, inside its transactions.
-final class Queue {
+final class Queue: ClaimStatements, StaleStatements {
     private let db: Database
     private let key: StoreKey
     /// This instance's name, recorded on every delivery it claims (`sent_by`).
@@ -741,79 +741,18 @@ final class Queue {
             queries.append((sql + " ORDER BY d.next_attempt_at LIMIT ?", binds + [.int(Int64(others))]))
         }
 
-        var jobs: [DeliveryJob] = []
-        var expired: [(Int64, BatchKey)] = []
-        var gone: [(Int64, BatchKey)] = []
-        var disabled: [(Int64, BatchKey)] = []
-        var unreadable: [(Int64, BatchKey)] = []
-        var unreadableDevices: [(deliveryID: Int64, deviceID: String)] = []
-        var messages: [String: PushMessage?] = [:]
+        var sorting = ClaimSorting(key: key, now: now)
         for (sql, binds) in queries {
             let stmt = try db.statement(sql)
             try stmt.bind(binds)
-            while try stmt.step() {
-                let id = stmt.int64(0)
-                let messageID = stmt.text(1)
-                let platform = Platform(rawValue: stmt.text(5)) ?? .apns
-                let batch = BatchKey(messageID: messageID, platform: platform)
-                let expiresAt = stmt.int64(7)
-                // Never sent past `accepted_at + ttl + 2 s`, attempted before or
-                // not (a backlog, a restart after downtime).
-                if now > DeliveryJob.sendDeadline(expiresAt: expiresAt) {
-                    expired.append((id, batch))
-                    continue
-                }
-                if stmt.isNull(10) {
-                    gone.append((id, batch))
-                    continue
-                }
-                if stmt.int64(17) == 0 {
-                    // Turned off by device.update since the message was accepted.
-                    disabled.append((id, batch))
-                    continue
-                }
-                if messages[messageID] == nil {
-                    var decoded = MessageCodec.decode(stmt.text(8), messageID: messageID, key: key)
-                    if var m = decoded, m.collapseKey?.isEmpty ?? true, m.collapseID == nil {
-                        // Stored before messages carried their own collapse id.
-                        m.collapseID = Self.collapseID(app: stmt.text(2), idempotencyKey: nil, messageID: messageID)
-                        decoded = m
-                    }
-                    messages[messageID] = decoded
-                }
-                guard let message = messages[messageID] ?? nil else {
-                    // A payload this version cannot read: fail it rather than retry forever.
-                    try mark(id, .failed, reason: "unreadable stored message", now: now)
-                    continue
-                }
-                let deviceID = stmt.text(3)
-                guard
-                    let secrets = DeviceSecrets.open(
-                        token: stmt.blob(10), keys: stmt.isNull(11) ? nil : stmt.blob(11), deviceID: deviceID, key: key)
-                else {
-                    // A row that does not open (damaged, or sealed under
-                    // another key) fails this delivery alone.
-                    unreadable.append((id, batch))
-                    unreadableDevices.append((id, deviceID))
-                    continue
-                }
-                jobs.append(
-                    DeliveryJob(
-                        deliveryID: id, messageID: messageID, app: stmt.text(2), deviceID: deviceID,
-                        user: stmt.text(4), platform: platform,
-                        environment: stmt.optionalText(9).flatMap(APNsEnvironment.init(rawValue:)),
-                        token: secrets.token, keys: secrets.keys, tokenHash: stmt.text(12),
-                        registeredAt: stmt.int64(13), message: message, acceptedAt: stmt.int64(14),
-                        expiresAt: expiresAt,
-                        previousAttempts: Int(stmt.int64(6)), bundleID: stmt.optionalText(15),
-                        serverKey: stmt.optionalText(16)))
-            }
+            while try stmt.step() { try sorting.sort(SQLiteRow(stmt)) }
         }
-        // Batch sizes before anything changes state, so that every delivery
-        // counted here is later reported once.
+        return try sorting.finish(counted: counted, self)
+    }
+
+    func batchSizes(_ messageIDs: [String]) throws(StoreError) -> [BatchKey: Int] {
         var sizes: [BatchKey: Int] = [:]
-        for messageID in Self.uncounted(jobs.map(\.batch) + (expired + gone + disabled + unreadable).map(\.1), counted)
-        {
+        for messageID in messageIDs {
             if let census = assemblingSizes[messageID] {
                 sizes.merge(census) { _, counted in counted }
                 continue
@@ -830,23 +769,21 @@ final class Queue {
                 }
             }
         }
-        for (id, _) in expired { try mark(id, .expired, reason: "ttl elapsed", now: now) }
-        for (id, _) in gone { try mark(id, .skipped, reason: "device removed", now: now) }
-        for (id, _) in disabled { try mark(id, .skipped, reason: DeliveryReason.deviceDisabled, now: now) }
-        for (id, _) in unreadable { try markUnreadable(id, now: now) }
-        if !jobs.isEmpty {
-            try db.statement(
-                """
-                UPDATE deliveries SET state = 'in_flight', attempts = attempts + 1, updated_at = ?, sent_by = ?
-                WHERE delivery_id IN (SELECT value FROM json_each(?))
-                """
-            ).bind(.int(now), .text(instance), .text(Self.jsonList(jobs.map(\.deliveryID)))).run()
-        }
+        return sizes
+    }
+
+    func take(_ ids: [Int64], now: Int64) throws(StoreError) {
+        try db.statement(
+            """
+            UPDATE deliveries SET state = 'in_flight', attempts = attempts + 1, updated_at = ?, sent_by = ?
+            WHERE delivery_id IN (SELECT value FROM json_each(?))
+            """
+        ).bind(.int(now), .text(instance), .text(Self.jsonList(ids))).run()
+    }
+
+    func nextDueAt() throws(StoreError) -> Int64? {
         let next = try db.statement("SELECT min(next_attempt_at) FROM deliveries WHERE state IN ('queued', 'retrying')")
-        let nextDueAt = try next.step() ? next.optionalInt64(0) : nil
-        return Claim(
-            jobs: jobs, finished: (expired + gone + disabled + unreadable).map(\.1), batchSizes: sizes,
-            nextDueAt: nextDueAt, unreadable: unreadableDevices)
+        return try next.step() ? next.optionalInt64(0) : nil
     }
 
     /// Records an attempt's result: a final state, or `retrying` at
@@ -979,22 +916,28 @@ final class Queue {
         "[" + ids.map { "\"\($0)\"" }.joined(separator: ",") + "]"
     }
 
-    /// A provider called the device's token stale and the guards allowed the
-    /// deletion: delete the device if it still holds `tokenHash` (a device
-    /// that registered a new token meanwhile is kept) and record the
-    /// delivery. Returns whether the device was deleted.
-    func removeStale(
-        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason, now: Int64
-    ) throws(StoreError) -> Bool {
+    // MARK: Stale tokens (the rule: ``StaleRules``)
+
+    func platform(deviceID: String, tokenHash: String) throws(StoreError) -> String? {
+        let stmt = try db.statement("SELECT platform FROM devices WHERE device_id = ? AND token_hash = ?")
+        try stmt.bind(.text(deviceID), .text(tokenHash))
+        return try stmt.step() ? stmt.text(0) : nil
+    }
+
+    /// Nil: the scheduler's stale guard counts exactly what one instance deletes.
+    func recentDeletions(platform: String, since: Int64) -> Int? { nil }
+
+    func deleteDevice(deviceID: String, tokenHash: String) throws(StoreError) {
         try db.statement("DELETE FROM devices WHERE device_id = ? AND token_hash = ?")
             .bind(.text(deviceID), .text(tokenHash)).run()
-        let removed = db.changes > 0
+    }
+
+    func noteDeletion(platform: String, at: Int64) {}
+
+    func recordResult(_ r: DeliveryRecord, now: Int64) throws(StoreError) {
         try record(
-            deliveryID: deliveryID, deviceID: deviceID, state: removed ? .removedStale : .failed,
-            httpStatus: httpStatus,
-            reason: RecordedReason(reason, removed ? nil : .deviceKept), nextAttemptAt: nil,
-            now: now)
-        return removed
+            deliveryID: r.deliveryID, deviceID: r.deviceID, state: r.state, httpStatus: r.httpStatus,
+            reason: r.reason, nextAttemptAt: r.nextAttemptAt, now: now)
     }
 
     /// Deletes messages older than `before` whose deliveries are all final.
@@ -1009,7 +952,7 @@ final class Queue {
         return db.changes
     }
 
-    private func mark(_ id: Int64, _ state: DeliveryState, reason: String, now: Int64) throws(StoreError) {
+    func mark(_ id: Int64, _ state: DeliveryState, reason: String, now: Int64) throws(StoreError) {
         try db.statement("UPDATE deliveries SET state = ?, reason = ?, updated_at = ? WHERE delivery_id = ?")
             .bind(.text(state.rawValue), .text(reason), .int(now), .int(id)).run()
     }
@@ -1017,9 +960,7 @@ final class Queue {
     /// The reason a delivery ends `failed` when its device row does not open.
     static let unreadableRowReason = "unreadable_row"
 
-    /// Fails a delivery whose device row does not open, and says so on the
-    /// device (`device.list` shows `last_failure_reason`).
-    private func markUnreadable(_ id: Int64, now: Int64) throws(StoreError) {
+    func markUnreadable(_ id: Int64, now: Int64) throws(StoreError) {
         try mark(id, .failed, reason: Self.unreadableRowReason, now: now)
         try db.statement(
             """

@@ -1,14 +1,12 @@
 import HeraldCore
 import HeraldCrypto
 
-/// The device registry on one SQLite connection. Not thread-safe: the
-/// `SQLiteStore` runs it on its own thread, inside its transactions.
-final class Registry {
+/// The device registry's statements on one SQLite connection (its rules
+/// are ``RegistryStatements``'). Not thread-safe: the `SQLiteStore` runs it
+/// on its own thread, inside its transactions.
+final class Registry: RegistryStatements {
     private let db: Database
-    private let key: StoreKey
-
-    static let tombstoneBound = 1024
-    static let tombstoneLifetimeMs: Int64 = 30 * 24 * 3600 * 1000
+    let key: StoreKey
 
     /// The last registration sequence number handed out (store thread only).
     private var sequence: Int64
@@ -25,95 +23,41 @@ final class Registry {
         return sequence
     }
 
-    private static let rowColumns = "device_id, user, binding_hash, version"
+    private static let rowColumns = BindingRow.columns(user: "user")
 
-    private func row(_ stmt: Statement) -> BindingRow {
-        BindingRow(
-            deviceID: stmt.text(0), user: stmt.text(1), bindingHash: stmt.blob(2), version: stmt.optionalInt64(3))
-    }
+    /// One writer: no other transaction changes a row between its read and its write.
+    func lockUser(app: String, user: String) {}
 
-    private func findByBinding(_ hash: [UInt8]) throws(StoreError) -> BindingRow? {
-        let stmt = try db.statement("SELECT \(Self.rowColumns) FROM devices WHERE binding_hash = ?")
-        try stmt.bind(.blob(hash))
-        return try stmt.step() ? row(stmt) : nil
-    }
-
-    private func findByRegistration(app: String, user: String, id: String) throws(StoreError) -> BindingRow? {
-        let stmt = try db.statement(
-            "SELECT \(Self.rowColumns) FROM devices WHERE app = ? AND user = ? AND registration_id = ?")
-        try stmt.bind(.text(app), .text(user), .text(id))
-        return try stmt.step() ? row(stmt) : nil
-    }
-
-    private func tombstoneVersion(app: String, user: String, id: String, now: Int64) throws(StoreError) -> Int64? {
+    func tombstoneVersion(
+        app: String, user: String, registrationID: String, since: Int64
+    ) throws(StoreError)
+        -> Int64?
+    {
         let stmt = try db.statement(
             "SELECT version FROM tombstones WHERE app = ? AND user = ? AND registration_id = ? AND created_at >= ?")
-        try stmt.bind(.text(app), .text(user), .text(id), .int(now - Self.tombstoneLifetimeMs))
+        try stmt.bind(.text(app), .text(user), .text(registrationID), .int(since))
         return try stmt.step() ? stmt.int64(0) : nil
     }
 
-    private func delete(deviceID: String) throws(StoreError) {
-        try db.statement("DELETE FROM devices WHERE device_id = ?").bind(.text(deviceID)).run()
+    func device(app: String, user: String, registrationID: String) throws -> BindingRow? {
+        let stmt = try db.statement(
+            "SELECT \(Self.rowColumns) FROM devices WHERE app = ? AND user = ? AND registration_id = ?")
+        try stmt.bind(.text(app), .text(user), .text(registrationID))
+        return try stmt.step() ? BindingRow(read: SQLiteRow(stmt)) : nil
     }
 
-    private func seal(_ r: Registration, deviceID: String) throws(CryptoError) -> (token: [UInt8], keys: StoreValue) {
-        let sealed = try DeviceSecrets.seal(r, deviceID: deviceID, key: key)
-        return (sealed.token, sealed.keys.map { .blob($0) } ?? .null)
+    func device(binding: [UInt8]) throws -> BindingRow? {
+        let stmt = try db.statement("SELECT \(Self.rowColumns) FROM devices WHERE binding_hash = ?")
+        try stmt.bind(.blob(binding))
+        return try stmt.step() ? BindingRow(read: SQLiteRow(stmt)) : nil
     }
 
-    /// Every rule of `device.register`: ordering by registration version,
-    /// in-place refresh, cross-user reclaim, eviction over the cap.
-    func register(_ r: Registration, deviceCap: Int, now: Int64) throws -> RegistrationOutcome {
-        let binding = Identity.bindingHash(
-            app: r.app, platform: r.platform, environment: r.environment, token: r.token, appID: r.appID)
-        let tokenHash = Identity.tokenHash(r.token)
-        var reclaimed = false
+    func delete(_ row: BindingRow) throws(StoreError) {
+        try db.statement("DELETE FROM devices WHERE device_id = ?").bind(.text(row.deviceID)).run()
+    }
 
-        if let rid = r.registrationID {
-            if let version = r.version,
-                let tomb = try tombstoneVersion(app: r.app, user: r.user, id: rid, now: now), tomb >= version
-            {
-                throw RegistrationConflict(
-                    storedVersion: tomb, reason: "registration was unregistered at version \(tomb)")
-            }
-            if let existing = try findByRegistration(app: r.app, user: r.user, id: rid) {
-                if let version = r.version, let stored = existing.version {
-                    if version < stored {
-                        throw RegistrationConflict(storedVersion: stored, reason: "a newer version is registered")
-                    }
-                    if version == stored && existing.bindingHash != binding {
-                        throw RegistrationConflict(
-                            storedVersion: stored, reason: "the same version is registered with another token")
-                    }
-                }
-                if existing.bindingHash != binding, let other = try findByBinding(binding) {
-                    // The new token belongs to another row: it moves here.
-                    reclaimed = other.user != r.user
-                    try delete(deviceID: other.deviceID)
-                }
-                try update(existing.deviceID, with: r, binding: binding, tokenHash: tokenHash, now: now)
-                return RegistrationOutcome(
-                    deviceID: existing.deviceID, tokenHash: tokenHash, created: false, reclaimed: reclaimed, evicted: []
-                )
-            }
-        }
-
-        if let existing = try findByBinding(binding) {
-            if existing.user == r.user {
-                // A registration_id given now names the installation: the id follows it.
-                let id =
-                    r.registrationID.map { Identity.deviceID(user: r.user, app: r.app, registrationID: $0) }
-                    ?? existing.deviceID
-                try update(existing.deviceID, with: r, binding: binding, tokenHash: tokenHash, now: now, newID: id)
-                return RegistrationOutcome(
-                    deviceID: id, tokenHash: tokenHash, created: false, reclaimed: false, evicted: [])
-            }
-            try delete(deviceID: existing.deviceID)
-            reclaimed = true
-        }
-
-        let deviceID = Identity.deviceID(for: r)
-        let sealed = try seal(r, deviceID: deviceID)
+    func insert(_ d: DeviceFields, now: Int64) throws(StoreError) {
+        let r = d.registration
         try db.statement(
             """
             INSERT INTO devices (device_id, app, user, platform, environment, binding_hash, token_hash,
@@ -122,37 +66,17 @@ final class Registry {
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """
         ).bind(
-            .text(deviceID), .text(r.app), .text(r.user), .text(r.platform.rawValue),
-            .optional(r.environment?.rawValue), .blob(binding), .text(tokenHash), .blob(sealed.token), sealed.keys,
-            .optional(r.name), .optional(r.appVersion), r.session.map { .blob(Identity.sessionHash($0)) } ?? .null,
-            .optional(r.registrationID), .optional(r.version), .int(now), .int(now), .int(nextSequence()),
-            .optional(r.platform.hasEnvironment ? r.bundleID : nil), .optional(Self.serverKey(r)), .text(r.appID),
-            .optional(r.userAgent)
+            .text(d.deviceID), .text(r.app), .text(r.user), .text(r.platform.rawValue),
+            .optional(r.environment?.rawValue), .blob(d.bindingHash), .text(d.tokenHash), .blob(d.tokenSealed),
+            d.keysSealed.map { .blob($0) } ?? .null, .optional(r.name), .optional(r.appVersion),
+            d.sessionHash.map { .blob($0) } ?? .null, .optional(r.registrationID), .optional(r.version), .int(now),
+            .int(now), .int(nextSequence()), .optional(d.keepsBundleID ? r.bundleID : nil), .optional(d.serverKey),
+            .text(r.appID), .optional(r.userAgent)
         ).run()
-        let evicted = try evict(app: r.app, user: r.user, keep: deviceCap)
-        return RegistrationOutcome(
-            deviceID: deviceID, tokenHash: tokenHash, created: true, reclaimed: reclaimed, evicted: evicted)
     }
 
-    /// The VAPID key a row records: a Web Push registration's, as given
-    /// (every refresh writes it again: a subscription made anew may have been
-    /// made under another key); NULL for a raw-token (legacy) registration.
-    static func serverKey(_ r: Registration) -> String? {
-        r.isWebPushForm ? r.serverKey : nil
-    }
-
-    /// Refreshes a row in place: the binding and every field the call gives;
-    /// a field left out keeps its stored value. Web Push keys always follow
-    /// the platform (a move away from web drops them), and so does the VAPID
-    /// key the subscription was made with; the bundle id follows the platform
-    /// too (a move away from APNs drops it). With `newID` the row
-    /// is re-keyed, and its secrets re-sealed under the new id.
-    private func update(
-        _ deviceID: String, with r: Registration, binding: [UInt8], tokenHash: String, now: Int64,
-        newID: String? = nil
-    ) throws {
-        let id = newID ?? deviceID
-        let sealed = try seal(r, deviceID: id)
+    func refresh(_ row: BindingRow, to d: DeviceFields, now: Int64) throws(StoreError) {
+        let r = d.registration
         try db.statement(
             """
             UPDATE devices SET device_id = ?, platform = ?, environment = ?, binding_hash = ?, token_hash = ?,
@@ -165,17 +89,16 @@ final class Registry {
             WHERE device_id = ?
             """
         ).bind(
-            .text(id), .text(r.platform.rawValue), .optional(r.environment?.rawValue), .blob(binding),
-            .text(tokenHash), .blob(sealed.token), sealed.keys, .optional(r.name), .optional(r.appVersion),
-            r.session.map { .blob(Identity.sessionHash($0)) } ?? .null, .optional(r.registrationID),
-            .optional(r.version), .int(now), .int(nextSequence()), .int(r.platform.hasEnvironment ? 1 : 0),
-            .optional(r.bundleID), .optional(Self.serverKey(r)), .text(r.appID), .optional(r.userAgent),
-            .text(deviceID)
+            .text(d.deviceID), .text(r.platform.rawValue), .optional(r.environment?.rawValue), .blob(d.bindingHash),
+            .text(d.tokenHash), .blob(d.tokenSealed), d.keysSealed.map { .blob($0) } ?? .null, .optional(r.name),
+            .optional(r.appVersion), d.sessionHash.map { .blob($0) } ?? .null, .optional(r.registrationID),
+            .optional(r.version), .int(now), .int(nextSequence()), .int(d.keepsBundleID ? 1 : 0),
+            .optional(r.bundleID), .optional(d.serverKey), .text(r.appID), .optional(r.userAgent),
+            .text(row.deviceID)
         ).run()
     }
 
-    /// Deletes the least recently registered devices beyond the cap.
-    private func evict(app: String, user: String, keep: Int) throws(StoreError) -> [String] {
+    func evict(app: String, user: String, keep: Int) throws(StoreError) -> [String] {
         let stmt = try db.statement(
             """
             SELECT device_id FROM devices WHERE app = ? AND user = ?
@@ -184,52 +107,64 @@ final class Registry {
         try stmt.bind(.text(app), .text(user), .int(Int64(keep)))
         var evicted: [String] = []
         while try stmt.step() { evicted.append(stmt.text(0)) }
-        for id in evicted { try delete(deviceID: id) }
+        for id in evicted {
+            try db.statement("DELETE FROM devices WHERE device_id = ?").bind(.text(id)).run()
+        }
         return evicted
     }
 
-    /// Deletes the named device(s) of this user only; returns how many.
-    func unregister(app: String, user: String, _ selector: UnregisterSelector, now: Int64) throws(StoreError) -> Int {
-        switch selector {
-        case .deviceID(let id):
-            try db.statement("DELETE FROM devices WHERE app = ? AND user = ? AND device_id = ?")
-                .bind(.text(app), .text(user), .text(id)).run()
-            return db.changes
-        case .binding(let platform, let environment, let token, let appID):
-            let hash = Identity.bindingHash(
-                app: app, platform: platform, environment: environment, token: token, appID: appID)
-            try db.statement("DELETE FROM devices WHERE binding_hash = ? AND user = ?")
-                .bind(.blob(hash), .text(user)).run()
-            return db.changes
-        case .registration(let id, let version):
-            try db.statement(
-                """
-                INSERT INTO tombstones (app, user, registration_id, version, created_at) VALUES (?, ?, ?, ?, ?)
-                ON CONFLICT (app, user, registration_id) DO UPDATE SET
-                    version = max(version, excluded.version), created_at = excluded.created_at
-                """
-            ).bind(.text(app), .text(user), .text(id), .int(version), .int(now)).run()
-            try db.statement(
-                """
-                DELETE FROM tombstones WHERE app = ? AND user = ? AND rowid NOT IN (
-                    SELECT rowid FROM tombstones WHERE app = ? AND user = ?
-                    ORDER BY created_at DESC LIMIT ?)
-                """
-            ).bind(.text(app), .text(user), .text(app), .text(user), .int(Int64(Self.tombstoneBound))).run()
-            try db.statement(
-                "DELETE FROM devices WHERE app = ? AND user = ? AND registration_id = ? AND (version IS NULL OR version <= ?)"
-            ).bind(.text(app), .text(user), .text(id), .int(version)).run()
-            return db.changes
-        }
-    }
-
-    func endSession(app: String, user: String, session: String) throws(StoreError) -> Int {
-        try db.statement("DELETE FROM devices WHERE app = ? AND user = ? AND session_hash = ?")
-            .bind(.text(app), .text(user), .blob(Identity.sessionHash(session))).run()
+    func deleteDevice(app: String, user: String, deviceID: String) throws(StoreError) -> Int {
+        try db.statement("DELETE FROM devices WHERE app = ? AND user = ? AND device_id = ?")
+            .bind(.text(app), .text(user), .text(deviceID)).run()
         return db.changes
     }
 
-    func forget(app: String, user: String) throws(StoreError) -> Int {
+    func deleteDevices(binding: [UInt8], user: String) throws(StoreError) -> Int {
+        try db.statement("DELETE FROM devices WHERE binding_hash = ? AND user = ?")
+            .bind(.blob(binding), .text(user)).run()
+        return db.changes
+    }
+
+    func deleteDevices(app: String, user: String, sessionHash: [UInt8]) throws(StoreError) -> Int {
+        try db.statement("DELETE FROM devices WHERE app = ? AND user = ? AND session_hash = ?")
+            .bind(.text(app), .text(user), .blob(sessionHash)).run()
+        return db.changes
+    }
+
+    func deleteDevices(
+        app: String, user: String, registrationID: String, upTo version: Int64
+    ) throws(StoreError)
+        -> Int
+    {
+        try db.statement(
+            "DELETE FROM devices WHERE app = ? AND user = ? AND registration_id = ? AND (version IS NULL OR version <= ?)"
+        ).bind(.text(app), .text(user), .text(registrationID), .int(version)).run()
+        return db.changes
+    }
+
+    func keepTombstone(
+        app: String, user: String, registrationID: String, version: Int64, now: Int64
+    ) throws(StoreError) {
+        try db.statement(
+            """
+            INSERT INTO tombstones (app, user, registration_id, version, created_at) VALUES (?, ?, ?, ?, ?)
+            ON CONFLICT (app, user, registration_id) DO UPDATE SET
+                version = max(version, excluded.version), created_at = excluded.created_at
+            """
+        ).bind(.text(app), .text(user), .text(registrationID), .int(version), .int(now)).run()
+    }
+
+    func trimTombstones(app: String, user: String, keep: Int) throws(StoreError) {
+        try db.statement(
+            """
+            DELETE FROM tombstones WHERE app = ? AND user = ? AND rowid NOT IN (
+                SELECT rowid FROM tombstones WHERE app = ? AND user = ?
+                ORDER BY created_at DESC LIMIT ?)
+            """
+        ).bind(.text(app), .text(user), .text(app), .text(user), .int(Int64(keep))).run()
+    }
+
+    func deleteUser(app: String, user: String) throws(StoreError) -> Int {
         try db.statement("DELETE FROM devices WHERE app = ? AND user = ?").bind(.text(app), .text(user)).run()
         let removed = db.changes
         try db.statement("DELETE FROM tombstones WHERE app = ? AND user = ?").bind(.text(app), .text(user)).run()
@@ -239,37 +174,11 @@ final class Registry {
         return removed
     }
 
-    func list(app: String, user: String) throws(StoreError) -> [DeviceSummary] {
-        let stmt = try db.statement(
-            """
-            SELECT device_id, platform, environment, name, app_version, token_hash, created_at, registered_at,
-                last_success_at, last_failure_at, last_failure_reason, bundle_id, enabled, app_id, user_agent,
-                keys_sealed IS NOT NULL
-            FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq DESC
-            """)
-        try stmt.bind(.text(app), .text(user))
-        var out: [DeviceSummary] = []
-        while try stmt.step() {
-            out.append(
-                DeviceSummary(
-                    deviceID: stmt.text(0), platform: Platform(rawValue: stmt.text(1)) ?? .apns,
-                    environment: stmt.optionalText(2).flatMap(APNsEnvironment.init(rawValue:)),
-                    name: stmt.optionalText(3), appVersion: stmt.optionalText(4), tokenHash: stmt.text(5),
-                    createdAt: stmt.int64(6), registeredAt: stmt.int64(7), lastSuccessAt: stmt.optionalInt64(8),
-                    lastFailureAt: stmt.optionalInt64(9), lastFailureReason: stmt.optionalText(10),
-                    bundleID: stmt.optionalText(11), enabled: stmt.int64(12) != 0, appID: stmt.text(13),
-                    userAgent: stmt.optionalText(14), webPushForm: stmt.int64(15) != 0))
-        }
-        return out
-    }
-
-    /// `device.update`: the name and/or the enabled flag of this user's
-    /// device (nil keeps the stored value). The registration itself (token,
-    /// `registered_at`, the eviction order) stays as it is. nil when the user
-    /// has no such device in the app.
-    func updateDevice(
+    func setDevice(
         app: String, user: String, deviceID: String, name: String?, enabled: Bool?
-    ) throws(StoreError) -> DeviceSummary? {
+    ) throws(StoreError)
+        -> Int
+    {
         try db.statement(
             """
             UPDATE devices SET name = COALESCE(?, name), enabled = COALESCE(?, enabled)
@@ -279,9 +188,16 @@ final class Registry {
             .optional(name), enabled.map { StoreValue.int($0 ? 1 : 0) } ?? .null, .text(app), .text(user),
             .text(deviceID)
         ).run()
-        guard db.changes > 0 else { return nil }
-        // As device.list shows it (a user has at most device_cap devices).
-        return try list(app: app, user: user).first { $0.deviceID == deviceID }
+        return db.changes
+    }
+
+    func list(app: String, user: String) throws -> [DeviceSummary] {
+        let stmt = try db.statement(
+            "SELECT \(DeviceSummary.listColumns) FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq DESC")
+        try stmt.bind(.text(app), .text(user))
+        var out: [DeviceSummary] = []
+        while try stmt.step() { out.append(try DeviceSummary(listed: SQLiteRow(stmt))) }
+        return out
     }
 
     /// The user `deviceID` belongs to in `app`, or nil.
@@ -343,6 +259,8 @@ final class Registry {
 
     /// Drops tombstones older than their lifetime.
     func expireTombstones(now: Int64) throws(StoreError) {
-        try db.statement("DELETE FROM tombstones WHERE created_at < ?").bind(.int(now - Self.tombstoneLifetimeMs)).run()
+        try db.statement("DELETE FROM tombstones WHERE created_at < ?").bind(
+            .int(now - RegistryLimits.tombstoneLifetimeMs)
+        ).run()
     }
 }

@@ -20,13 +20,9 @@ public enum Synchronous: String, Sendable {
 /// Completions run on the store thread; they must hand work elsewhere quickly.
 /// The connection and its tables belong to the store thread (handed to it
 /// whole when it starts).
-public final class SQLiteStore: DeliveryStore, Sendable {
-    /// What the callers and the store thread share; its condition wakes the
-    /// thread when a job comes, and `close()` when the thread is done.
-    private struct Shared {
-        var queue: [any QueuedCall<Tables>] = []
-        var stopping = false
-        var stopped = false
+public final class SQLiteStore: DeliveryStore, RegistryHost, QueueHost, Sendable {
+    /// What the callers and the store thread share beside the queue, under its lock.
+    struct WriterState {
         /// Writes queued or being committed, per key (an app's user, a
         /// message): a read of that key waits behind them on the writer's
         /// thread, so a client that pipelines a write and a read of the same
@@ -36,12 +32,13 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         /// Messages waiting for one being written in parts (by its id) that
         /// holds their idempotency key; asked again when it is done.
         var parked = KeyWaiters()
-        /// Durable jobs (acceptances) in `queue`: a transaction of bulk
+        /// Durable jobs (acceptances) in the queue: a transaction of bulk
         /// work ends early, between two jobs, when one comes.
         var durableQueued = 0
     }
 
-    private let shared = Locked(Shared())
+    /// The store thread, which owns the write connection.
+    private let writer = JobThread(WriterState())
     private let clock: any WallClock
     private let path: String
     /// Reads that promise nothing durable, on a connection of their own.
@@ -74,9 +71,6 @@ public final class SQLiteStore: DeliveryStore, Sendable {
 
     /// The most jobs one transaction takes, to bound commit latency.
     static let maxBatch = 512
-
-    static func userFence(app: String, user: String) -> String { "u\u{1F}\(app)\u{1F}\(user)" }
-    static func messageFence(_ messageID: String) -> String { "m\u{1F}\(messageID)" }
 
     /// The configured `synchronous`, used for commits holding a durable job.
     private let synchronous: Synchronous
@@ -139,9 +133,9 @@ public final class SQLiteStore: DeliveryStore, Sendable {
             throw error
         }
         checkpointer.attach(to: db)
-        startOwnerThread(named: "herald-store") { [self] in
-            run(db: db, tables: tables, current: synchronous)
-        }
+        writer.start(
+            named: "herald-store",
+            Writes(db: db, tables: tables, clock: clock, synchronous: synchronous, current: synchronous, path: path))
     }
 
     /// A connection to the database at `path`, set up as the store's.
@@ -169,9 +163,7 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         reader.close()
         figuresReader.close()
         checkpointer.close()
-        shared.withLock { $0.stopping = true }
-        shared.broadcast()
-        shared.withLock(when: { $0.stopped }) { _ in }
+        writer.close()
     }
 
     /// Queues a job. `durable: false` for work whose loss in a power cut
@@ -185,18 +177,11 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         let job = StoreCall(work: work, completion: completion, durable: durable, fence: fence)
-        let queued = shared.withLock { s in
-            if s.stopping { return false }
-            if let fence { s.fences[fence, default: 0] += 1 }
-            if front { s.queue.insert(job, at: 0) } else { s.queue.append(job) }
-            if durable { s.durableQueued += 1 }
-            return true
+        let queued = writer.submit(job, front: front) { w in
+            if let fence { w.fences[fence, default: 0] += 1 }
+            if durable { w.durableQueued += 1 }
         }
-        guard queued else {
-            completion(.failure(StoreError(code: 0, message: "store is closed")))
-            return
-        }
-        shared.signal()
+        if !queued { completion(.failure(StoreError(code: 0, message: "store is closed"))) }
     }
 
     /// Queues a read on the reader connection (see `StoreReader`), or
@@ -207,13 +192,13 @@ public final class SQLiteStore: DeliveryStore, Sendable {
     ) {
         let job = StoreCall(work: { tables, _ in try work(tables) }, completion: completion, durable: false, fence: nil)
         if let fence {
-            let behind = shared.withLock { s in
-                guard s.fences[fence] != nil, !s.stopping else { return false }
-                s.queue.append(job)
+            let behind = writer.withLock { q in
+                guard q.extra.fences[fence] != nil, !q.stopping else { return false }
+                q.calls.append(job)
                 return true
             }
             if behind {
-                shared.signal()
+                writer.signal()
                 return
             }
         }
@@ -223,27 +208,39 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         }
     }
 
-    /// The store thread: `current` is what the connection's `synchronous` is set to now.
-    private func run(db: Database, tables: Tables, current: Synchronous) {
-        var current = current
+    /// The store thread's work: batches taken in turns, each committed in
+    /// one transaction, a savepoint per job.
+    private struct Writes: JobWorker {
+        let db: Database
+        let tables: Tables
+        let clock: any WallClock
+        /// The configured `synchronous`, used for commits holding a durable job.
+        let synchronous: Synchronous
+        /// What the connection's `synchronous` is set to now.
+        var current: Synchronous
         var turns = WriterTurns()
-        var writeback = WALWriteback(path: path + "-wal")
-        defer { writeback.close() }
-        while true {
-            let batch = shared.withLock(when: { !$0.queue.isEmpty || $0.stopping }) { s in
-                let batch = turns.next(from: &s.queue, max: Self.maxBatch) { $0.durable }
-                s.durableQueued -= batch.count(where: \.durable)
-                return batch
-            }
-            if batch.isEmpty {
-                // Fold the write-ahead log into the database: a stopped
-                // daemon leaves herald.db whole and an empty -wal.
-                db.checkpoint()
-                shared.withLock { $0.stopped = true }
-                shared.broadcast()
-                return
-            }
-            commit(batch, db: db, tables: tables, current: &current)
+        var writeback: WALWriteback
+
+        init(
+            db: Database, tables: Tables, clock: any WallClock, synchronous: Synchronous, current: Synchronous,
+            path: String
+        ) {
+            self.db = db
+            self.tables = tables
+            self.clock = clock
+            self.synchronous = synchronous
+            self.current = current
+            writeback = WALWriteback(path: path + "-wal")
+        }
+
+        mutating func take(from queue: inout JobQueue<WriterState>) -> [any QueuedCall<Tables>] {
+            let batch = turns.next(from: &queue.calls, max: SQLiteStore.maxBatch) { $0.durable }
+            queue.extra.durableQueued -= batch.count(where: \.durable)
+            return batch
+        }
+
+        mutating func run(_ batch: [any QueuedCall<Tables>], on thread: JobThread<WriterState>) {
+            commit(batch, on: thread)
             // A commit that did not sync the log (no acceptance in it) has
             // its pages written out now, without waiting: the next
             // acceptance's sync then has only its own to wait for, not the
@@ -251,166 +248,104 @@ public final class SQLiteStore: DeliveryStore, Sendable {
             // last one.
             if current == .normal && synchronous != .normal { writeback.start() }
         }
-    }
 
-    /// Transaction control goes through cached prepared statements: a
-    /// fan-out's commits run hundreds of savepoints, each parsed once.
-    private func commit(
-        _ batch: [any QueuedCall<Tables>], db: Database, tables: Tables, current currentSynchronous: inout Synchronous
-    ) {
-        let now = clock.nowMilliseconds()
-        let wanted: Synchronous = batch.contains(where: \.durable) ? synchronous : .normal
-        if wanted != currentSynchronous,
-            (try? db.execute("PRAGMA synchronous = \(wanted.rawValue.uppercased())")) != nil
-        {
-            currentSynchronous = wanted
+        /// Folds the write-ahead log into the database: a stopped daemon
+        /// leaves herald.db whole and an empty -wal.
+        mutating func stop() {
+            db.checkpoint()
+            writeback.close()
         }
-        var outcomes: [CallOutcome] = []
-        outcomes.reserveCapacity(batch.count)
-        do {
-            try db.statement("BEGIN IMMEDIATE").run()
-        } catch {
-            lift(batch[...])
-            for job in batch { job.fail(error) }
-            return
-        }
-        // A transaction of bulk work alone ends between two jobs when an
-        // acceptance comes: the jobs not run go back to the front of the
-        // queue, and the acceptance waits for one job, not for them all.
-        let preemptible = !batch.contains(where: \.durable)
-        var ran = batch.count
-        for (i, job) in batch.enumerated() {
-            if preemptible && i > 0 && shared.withLock({ $0.durableQueued > 0 }) {
-                ran = i
-                break
+
+        /// Transaction control goes through cached prepared statements: a
+        /// fan-out's commits run hundreds of savepoints, each parsed once.
+        private mutating func commit(_ batch: [any QueuedCall<Tables>], on thread: JobThread<WriterState>) {
+            let now = clock.nowMilliseconds()
+            let wanted: Synchronous = batch.contains(where: \.durable) ? synchronous : .normal
+            if wanted != current, (try? db.execute("PRAGMA synchronous = \(wanted.rawValue.uppercased())")) != nil {
+                current = wanted
             }
+            var outcomes: [CallOutcome] = []
+            outcomes.reserveCapacity(batch.count)
             do {
-                try db.statement("SAVEPOINT job").run()
+                try db.statement("BEGIN IMMEDIATE").run()
             } catch {
-                outcomes.append(CallOutcome(error: error) { _ in job.fail(error) })
-                continue
+                Self.lift(batch[...], on: thread)
+                for job in batch { job.fail(error) }
+                return
             }
-            let outcome = job.run(tables, now: now)
+            // A transaction of bulk work alone ends between two jobs when an
+            // acceptance comes: the jobs not run go back to the front of the
+            // queue, and the acceptance waits for one job, not for them all.
+            let preemptible = !batch.contains(where: \.durable)
+            var ran = batch.count
+            for (i, job) in batch.enumerated() {
+                if preemptible && i > 0 && thread.withLock({ $0.extra.durableQueued > 0 }) {
+                    ran = i
+                    break
+                }
+                do {
+                    try db.statement("SAVEPOINT job").run()
+                } catch {
+                    outcomes.append(CallOutcome(error: error) { _ in job.fail(error) })
+                    continue
+                }
+                let outcome = job.run(tables, now: now)
+                do {
+                    if outcome.error != nil { throw outcome.error! }
+                    try db.statement("RELEASE job").run()
+                    outcomes.append(outcome)
+                } catch {
+                    try? db.statement("ROLLBACK TO job").run()
+                    try? db.statement("RELEASE job").run()
+                    outcomes.append(outcome.error != nil ? outcome : CallOutcome(error: error) { _ in job.fail(error) })
+                }
+            }
+            // Statements left on a row would hold a read transaction past the
+            // commit and keep every later checkpoint from shrinking the WAL.
+            db.resetActive()
+            var commitFailure: (any Error)?
             do {
-                if outcome.error != nil { throw outcome.error! }
-                try db.statement("RELEASE job").run()
-                outcomes.append(outcome)
+                try db.statement("COMMIT").run()
             } catch {
-                try? db.statement("ROLLBACK TO job").run()
-                try? db.statement("RELEASE job").run()
-                outcomes.append(outcome.error != nil ? outcome : CallOutcome(error: error) { _ in job.fail(error) })
+                try? db.statement("ROLLBACK").run()
+                // Nothing of this batch is durable: no job may report success.
+                commitFailure = error
             }
+            if ran < batch.count {
+                let rest = batch[ran...]
+                thread.withLock { $0.calls.insert(contentsOf: rest, at: 0) }
+            }
+            Self.lift(batch[..<ran], on: thread)
+            for outcome in outcomes { outcome.answer(commitFailure) }
         }
-        // Statements left on a row would hold a read transaction past the
-        // commit and keep every later checkpoint from shrinking the WAL.
-        db.resetActive()
-        var commitFailure: (any Error)?
-        do {
-            try db.statement("COMMIT").run()
-        } catch {
-            try? db.statement("ROLLBACK").run()
-            // Nothing of this batch is durable: no job may report success.
-            commitFailure = error
-        }
-        if ran < batch.count {
-            let rest = batch[ran...]
-            shared.withLock { $0.queue.insert(contentsOf: rest, at: 0) }
-        }
-        lift(batch[..<ran])
-        for outcome in outcomes { outcome.answer(commitFailure) }
-    }
 
-    /// The batch's writes are committed (or failed): reads of their keys
-    /// may go to the reader again.
-    private func lift(_ batch: ArraySlice<any QueuedCall<Tables>>) {
-        guard batch.contains(where: { $0.fence != nil }) else { return }
-        shared.withLock { s in
-            for case let fence? in batch.map(\.fence) {
-                let left = (s.fences[fence] ?? 1) - 1
-                s.fences[fence] = left > 0 ? left : nil
+        /// The batch's writes are committed (or failed): reads of their keys
+        /// may go to the reader again.
+        private static func lift(_ batch: ArraySlice<any QueuedCall<Tables>>, on thread: JobThread<WriterState>) {
+            guard batch.contains(where: { $0.fence != nil }) else { return }
+            thread.withLock { q in
+                for case let fence? in batch.map(\.fence) {
+                    let left = (q.extra.fences[fence] ?? 1) - 1
+                    q.extra.fences[fence] = left > 0 ? left : nil
+                }
             }
         }
     }
 
-    // MARK: Registry operations
+    // MARK: Registry operations (the calls themselves: ``RegistryHost``)
 
-    public func register(
-        _ registration: Registration, deviceCap: Int,
-        completion: @escaping @Sendable (Result<RegistrationOutcome, any Error>) -> Void
+    func writeRows<T>(
+        durable: Bool, fence: String?, _ work: @escaping @Sendable (Registry, Int64) throws -> T,
+        _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
-        submit(
-            fence: Self.userFence(app: registration.app, user: registration.user),
-            { t, now in try t.registry.register(registration, deviceCap: deviceCap, now: now) }, completion)
+        submit(durable: durable, fence: fence, { t, now in try work(t.registry, now) }, completion)
     }
 
-    public func unregister(
-        app: String, user: String, _ selector: UnregisterSelector,
-        completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    func readRows<T>(
+        fence: String?, figures: Bool, _ work: @escaping @Sendable (Registry) throws -> T,
+        _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
-        submit(
-            fence: Self.userFence(app: app, user: user),
-            { t, now in try t.registry.unregister(app: app, user: user, selector, now: now) }, completion)
-    }
-
-    public func list(
-        app: String, user: String, completion: @escaping @Sendable (Result<[DeviceSummary], any Error>) -> Void
-    ) {
-        read(
-            fence: Self.userFence(app: app, user: user), { t in try t.registry.list(app: app, user: user) }, completion)
-    }
-
-    public func endSession(
-        app: String, user: String, session: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
-    ) {
-        submit(
-            fence: Self.userFence(app: app, user: user),
-            { t, _ in try t.registry.endSession(app: app, user: user, session: session) }, completion)
-    }
-
-    public func forget(app: String, user: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
-        submit(
-            fence: Self.userFence(app: app, user: user), { t, _ in try t.registry.forget(app: app, user: user) },
-            completion)
-    }
-
-    public func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void) {
-        read({ t in try t.registry.deviceCounts() }, completion)
-    }
-
-    /// Devices per app and platform.
-    public func deviceCountsByApp(
-        completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void
-    ) {
-        read(figures: true, { t in try t.registry.deviceCountsByApp() }, completion)
-    }
-
-    public func webSubscriptionsByKey(
-        completion: @escaping @Sendable (Result<[ServerKeyCount], any Error>) -> Void
-    ) {
-        read(figures: true, { t in try t.registry.webSubscriptionsByKey() }, completion)
-    }
-
-    public func recordServerKey(
-        app: String, key: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
-    ) {
-        submit({ t, _ in try t.registry.recordServerKey(app: app, key: key) }, completion)
-    }
-
-    public func updateDevice(
-        app: String, user: String, deviceID: String, name: String?, enabled: Bool?,
-        completion: @escaping @Sendable (Result<DeviceSummary?, any Error>) -> Void
-    ) {
-        submit(
-            fence: Self.userFence(app: app, user: user),
-            { t, _ in
-                try t.registry.updateDevice(app: app, user: user, deviceID: deviceID, name: name, enabled: enabled)
-            }, completion)
-    }
-
-    public func deviceOwner(
-        app: String, deviceID: String, completion: @escaping @Sendable (Result<String?, any Error>) -> Void
-    ) {
-        read({ t in try t.registry.deviceOwner(app: app, deviceID: deviceID) }, completion)
+        read(fence: fence, figures: figures, { t in try work(t.registry) }, completion)
     }
 
     /// Deliveries waiting and in flight, per app.
@@ -440,10 +375,10 @@ public final class SQLiteStore: DeliveryStore, Sendable {
     /// Whether a write of one of the message's users (or any write, for a
     /// message to devices by id) is queued or being committed.
     private func writesPending(for e: Enqueue) -> Bool {
-        shared.withLock { s in
-            guard !s.fences.isEmpty else { return false }
+        writer.withLock { q in
+            guard !q.extra.fences.isEmpty else { return false }
             guard case .users(let users) = e.recipients else { return true }
-            return users.contains { s.fences[Self.userFence(app: e.app, user: $0)] != nil }
+            return users.contains { q.extra.fences[StoreFences.user(app: e.app, user: $0)] != nil }
         }
     }
 
@@ -484,12 +419,12 @@ public final class SQLiteStore: DeliveryStore, Sendable {
             case .success(.whole(let accepted, let claim)): completion(.success((accepted, claim)))
             case .success(.partial(let a)): assemble(a, completion)
             case .success(.waitFor(let first)):
-                let parked: Result<Void, any Error> = shared.withLock { s in
-                    guard !s.stopping else { return .failure(StoreError(code: 0, message: "store is closed")) }
-                    let held = s.parked.park(behind: first) { [self] in
+                let parked: Result<Void, any Error> = writer.withLock { q in
+                    guard !q.stopping else { return .failure(StoreError(code: 0, message: "store is closed")) }
+                    let held = q.extra.parked.park(behind: first) { [self] in
                         accept(e, handoff: handoff, limit: limit, early: early, census: nil, completion)
                     }
-                    return held ? .success(()) : .failure(EnqueueError.keyWaitersFull(limit: s.parked.limit))
+                    return held ? .success(()) : .failure(EnqueueError.keyWaitersFull(limit: q.extra.parked.limit))
                 }
                 if case .failure(let error) = parked { completion(.failure(error)) }
             }
@@ -525,7 +460,7 @@ public final class SQLiteStore: DeliveryStore, Sendable {
     /// Asks again the messages that waited for `messageID` (the same
     /// idempotency key) now that it is whole or dropped.
     private func release(_ messageID: String) {
-        let waiting = shared.withLock { $0.parked.release(messageID) }
+        let waiting = writer.withLock { $0.extra.parked.release(messageID) }
         for retry in waiting { retry() }
     }
 
@@ -534,7 +469,7 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void
     ) {
         read(
-            fence: Self.messageFence(messageID),
+            fence: StoreFences.message(messageID),
             { t in try t.queue.status(app: app, messageID: messageID, detail: detail) }, completion)
     }
 
@@ -542,7 +477,7 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void
     ) {
         submit(
-            fence: Self.messageFence(messageID),
+            fence: StoreFences.message(messageID),
             { t, now in try t.queue.cancel(app: app, messageID: messageID, now: now) }, completion)
     }
 
@@ -586,20 +521,12 @@ public final class SQLiteStore: DeliveryStore, Sendable {
         submit({ t, now in try t.queue.releaseCredentialWaits(lanes: lanes, now: now) }, completion)
     }
 
-    /// Deletes a stale device if it still holds `tokenHash`, and records the
-    /// delivery (`removed_stale`, or `failed` when the device moved on).
-    public func removeStale(
-        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason,
-        windowCap: Int,
-        completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void
+    /// A result's job (``QueueHost``: `removeStale`).
+    func writeResults<T>(
+        settling settled: [Int64], _ work: @escaping @Sendable (Queue, Int64) throws -> T,
+        _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
-        submit(
-            durable: false,
-            { t, now in
-                try t.queue.removeStale(
-                    deliveryID: deliveryID, deviceID: deviceID, tokenHash: tokenHash, httpStatus: httpStatus,
-                    reason: reason, now: now) ? .removed : .kept
-            }, completion)
+        submit(durable: false, { t, now in try work(t.queue, now) }, completion)
     }
 
     /// Deletes messages (and their deliveries) older than `retention` whose

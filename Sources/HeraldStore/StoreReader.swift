@@ -1,4 +1,3 @@
-internal import CHeraldSys
 import Foundation
 import HeraldCrypto
 import HeraldIO
@@ -15,15 +14,7 @@ import HeraldIO
 /// connection and its tables belong to the reader thread (handed to it whole
 /// when it starts).
 final class StoreReader: Sendable {
-    /// What the callers and the reader thread share; its condition wakes the
-    /// thread when a read comes, and `close()` when the thread is done.
-    private struct Shared {
-        var queue: [any QueuedCall<Tables>] = []
-        var stopping = false
-        var stopped = false
-    }
-
-    private let shared = Locked(Shared())
+    private let thread = JobThread(())
 
     /// The most reads one read transaction takes.
     static let maxBatch = 256
@@ -43,59 +34,39 @@ final class StoreReader: Sendable {
         let tables = Tables(
             registry: try Registry(db: db, key: key), queue: try Queue(db: db, key: key, instance: instance))
         db.resetActive()
-        startOwnerThread(named: name) { [self] in
-            if nice != 0 { _ = hs_set_thread_nice(nice) }
-            run(db: db, tables: tables)
-        }
+        thread.start(named: name, nice: nice, Reads(db: db, tables: tables))
     }
 
     /// Finishes the reads queued and closes the connection.
-    func close() {
-        shared.withLock { $0.stopping = true }
-        shared.broadcast()
-        shared.withLock(when: { $0.stopped }) { _ in }
-    }
+    func close() { thread.close() }
 
     /// Queues a read; `false` when the reader is closed.
-    func submit(_ job: any QueuedCall<Tables>) -> Bool {
-        let queued = shared.withLock { s in
-            if s.stopping { return false }
-            s.queue.append(job)
-            return true
-        }
-        if queued { shared.signal() }
-        return queued
-    }
+    func submit(_ job: any QueuedCall<Tables>) -> Bool { thread.submit(job) }
 
-    /// The reader thread.
-    private func run(db: Database, tables: Tables) {
-        while true {
-            let batch = shared.withLock(when: { !$0.queue.isEmpty || $0.stopping }) { s in
-                let take = min(s.queue.count, Self.maxBatch)
-                defer { s.queue.removeFirst(take) }
-                return Array(s.queue.prefix(take))
-            }
-            if batch.isEmpty {
-                shared.withLock { $0.stopped = true }
-                shared.broadcast()
-                return
-            }
-            read(batch, db: db, tables: tables)
-        }
-    }
+    /// The reader thread's work.
+    private struct Reads: JobWorker {
+        let db: Database
+        let tables: Tables
 
-    /// One read transaction for the batch: every read in it sees the same
-    /// committed state, and the snapshot is let go at once.
-    private func read(_ batch: [any QueuedCall<Tables>], db: Database, tables: Tables) {
-        let began = (try? db.statement("BEGIN").run()) != nil
-        var outcomes: [CallOutcome] = []
-        outcomes.reserveCapacity(batch.count)
-        for job in batch {
-            outcomes.append(job.run(tables, now: 0))
-            db.resetActive()
+        func take(from queue: inout JobQueue<Void>) -> [any QueuedCall<Tables>] {
+            let take = min(queue.calls.count, StoreReader.maxBatch)
+            defer { queue.calls.removeFirst(take) }
+            return Array(queue.calls.prefix(take))
         }
-        if began { try? db.statement("COMMIT").run() }
-        // A read answers with what it read, whatever the end of its snapshot.
-        for outcome in outcomes { outcome.answer(nil) }
+
+        /// One read transaction for the batch: every read in it sees the same
+        /// committed state, and the snapshot is let go at once.
+        func run(_ batch: [any QueuedCall<Tables>], on thread: JobThread<Void>) {
+            let began = (try? db.statement("BEGIN").run()) != nil
+            var outcomes: [CallOutcome] = []
+            outcomes.reserveCapacity(batch.count)
+            for job in batch {
+                outcomes.append(job.run(tables, now: 0))
+                db.resetActive()
+            }
+            if began { try? db.statement("COMMIT").run() }
+            // A read answers with what it read, whatever the end of its snapshot.
+            for outcome in outcomes { outcome.answer(nil) }
+        }
     }
 }

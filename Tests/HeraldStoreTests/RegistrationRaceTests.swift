@@ -56,7 +56,7 @@ private final class Race: @unchecked Sendable {
     func registerHeld(_ r: Registration, cap: Int = 1000) throws -> RegistrationOutcome {
         try held.begin()
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        return try PostgresRegistry(key: key).register(held, r, deviceCap: cap, now: now)
+        return try PostgresRegistry(held, key: key).register(r, deviceCap: cap, now: now)
     }
 
     func commitHeld() throws { try held.commit() }

@@ -548,7 +548,7 @@ final class PostgresQueue: Sendable {
             guard seen.insert(id).inserted, let platform = Platform(rawValue: try r.text(2)) else { continue }
             out.append(
                 DeviceTarget(
-                    deviceID: id, user: try PostgresRegistry.string(r, 1), platform: platform, tokenHash: try r.text(3),
+                    deviceID: id, user: try r.clientText(1), platform: platform, tokenHash: try r.text(3),
                     environment: try r.optionalText(4).flatMap(APNsEnvironment.init(rawValue:)),
                     tokenSealed: try r.bytes(5), keysSealed: try r.optionalBytes(6), registeredAt: try r.int64(7),
                     bundleID: try r.optionalText(8), serverKey: try r.optionalText(9), enabled: try r.bool(10)))
@@ -713,7 +713,7 @@ final class PostgresQueue: Sendable {
         }
         // Lanes whose raw-token registrations this instance cannot send and no
         // live instance can: those are skipped at the claim.
-        var noSender = Set<String>()
+        var noSender = Set<QueueLane>()
         for lane in named where lanes[lane]! > 0 {
             // A lane whose raw-token registrations only another live instance
             // can send: take its Web Push-form ones only, leave the rest to it.
@@ -721,7 +721,7 @@ final class PostgresQueue: Sendable {
             let lacks = own.map { !$0.contains(name) } == true
             // Until the others' lanes are known, assume one of them can send.
             let webOnly = lacks && (!othersKnown || elsewhere.contains(name))
-            if lacks && !webOnly { noSender.insert(name) }
+            if lacks && !webOnly { noSender.insert(lane) }
             results.append(
                 try c.execute(
                     Statements.claimLane,
@@ -737,91 +737,76 @@ final class PostgresQueue: Sendable {
             results.append(try c.execute(Statements.claimOthers, [.int(now), .text(excluded), .int(Int64(others))]))
         }
 
-        var jobs: [DeliveryJob] = []
-        var expired: [(Int64, BatchKey)] = []
-        var gone: [(Int64, BatchKey)] = []
-        var disabled: [(Int64, BatchKey)] = []
-        var unsendable: [(Int64, BatchKey)] = []
-        var unreadable: [(Int64, BatchKey)] = []
-        var unreadableDevices: [(deliveryID: Int64, deviceID: String)] = []
-        var messages: [String: PushMessage?] = [:]
-        for r in results.flatMap(\.rows) {
-            let id = try r.int64(0)
-            let messageID = try r.text(1)
-            let platform = Platform(rawValue: try r.text(5)) ?? .apns
-            let batch = BatchKey(messageID: messageID, platform: platform)
-            let expiresAt = try r.int64(7)
-            if now > DeliveryJob.sendDeadline(expiresAt: expiresAt) {
-                expired.append((id, batch))
-                continue
-            }
-            guard let tokenSealed = try r.optionalBytes(10) else {
-                gone.append((id, batch))
-                continue
-            }
-            if try r.optionalBool(17) == false {
-                // Turned off by device.update since the message was accepted.
-                disabled.append((id, batch))
-                continue
-            }
-            if try r.optionalBytes(11) == nil,
-                noSender.contains(Self.laneName(QueueLane(app: try r.text(2), platform: platform)))
-            {
-                unsendable.append((id, batch))
-                continue
-            }
-            if messages[messageID] == nil {
-                messages[messageID] = MessageCodec.decode(try r.text(8), messageID: messageID, key: key)
-            }
-            guard let message = messages[messageID] ?? nil else {
-                try mark(c, id, .failed, reason: "unreadable stored message", now: now)
-                continue
-            }
-            let deviceID = try r.text(3)
-            guard
-                let secrets = DeviceSecrets.open(
-                    token: tokenSealed, keys: try r.optionalBytes(11), deviceID: deviceID, key: key)
-            else {
-                unreadable.append((id, batch))
-                unreadableDevices.append((id, deviceID))
-                continue
-            }
-            jobs.append(
-                DeliveryJob(
-                    deliveryID: id, messageID: messageID, app: try r.text(2), deviceID: deviceID,
-                    user: try PostgresRegistry.string(r, 4), platform: platform,
-                    environment: try r.optionalText(9).flatMap(APNsEnvironment.init(rawValue:)),
-                    token: secrets.token, keys: secrets.keys, tokenHash: try r.text(12), registeredAt: try r.int64(13),
-                    message: message, acceptedAt: try r.int64(14), expiresAt: expiresAt,
-                    previousAttempts: Int(try r.int64(6)), bundleID: try r.optionalText(15),
-                    serverKey: try r.optionalText(16)))
-        }
-        var sizes: [BatchKey: Int] = [:]
-        let touched = Queue.uncounted(
-            jobs.map(\.batch) + (expired + gone + disabled + unsendable + unreadable).map(\.1), counted)
-        if !touched.isEmpty {
-            for r in try c.execute(Statements.batchSizes, [.text(Self.textArray(touched))]).rows {
+        var sorting = ClaimSorting(key: key, now: now, noSender: noSender)
+        for r in results.flatMap(\.rows) { try sorting.sort(r) }
+        return try sorting.finish(counted: counted, Rows(queue: self, c: c))
+    }
+
+    /// The queue's statements on one connection, for the rules written once
+    /// (``ClaimSorting``, ``StaleRules``).
+    struct Rows: ClaimStatements, StaleStatements {
+        let queue: PostgresQueue
+        let c: PostgresConnection
+
+        func batchSizes(_ messageIDs: [String]) throws -> [BatchKey: Int] {
+            var sizes: [BatchKey: Int] = [:]
+            for r in try c.execute(Statements.batchSizes, [.text(PostgresQueue.textArray(messageIDs))]).rows {
                 if let p = Platform(rawValue: try r.text(1)) {
                     sizes[BatchKey(messageID: try r.text(0), platform: p)] = Int(try r.int64(2))
                 }
             }
+            return sizes
         }
-        for (id, _) in expired { try mark(c, id, .expired, reason: "ttl elapsed", now: now) }
-        for (id, _) in gone { try mark(c, id, .skipped, reason: "device removed", now: now) }
-        for (id, _) in disabled { try mark(c, id, .skipped, reason: DeliveryReason.deviceDisabled, now: now) }
-        for (id, _) in unsendable {
-            try mark(c, id, .skipped, reason: "transport_disabled: no live instance can send it", now: now)
+
+        func mark(_ id: Int64, _ state: DeliveryState, reason: String, now: Int64) throws {
+            try queue.mark(c, id, state, reason: reason, now: now)
         }
-        for (id, _) in unreadable { try markUnreadable(c, id, now: now) }
-        if !jobs.isEmpty {
+
+        func markUnreadable(_ id: Int64, now: Int64) throws {
+            try queue.markUnreadable(c, id, now: now)
+        }
+
+        func take(_ ids: [Int64], now: Int64) throws {
             try c.execute(
                 Statements.lease,
-                [.int(now), .text(instance), leaseParameter, .text(Self.bigintArray(jobs.map(\.deliveryID)))])
+                [.int(now), .text(queue.instance), queue.leaseParameter, .text(PostgresQueue.bigintArray(ids))])
         }
-        let nextDueAt = try c.execute(Statements.nextDue).first?.optionalInt64(0)
-        return Claim(
-            jobs: jobs, finished: (expired + gone + disabled + unsendable + unreadable).map(\.1), batchSizes: sizes,
-            nextDueAt: nextDueAt, unreadable: unreadableDevices)
+
+        func nextDueAt() throws -> Int64? {
+            try c.execute(Statements.nextDue).first?.optionalInt64(0)
+        }
+
+        func platform(deviceID: String, tokenHash: String) throws -> String? {
+            try c.execute(
+                "SELECT platform FROM devices WHERE device_id = $1 AND token_hash = $2",
+                [.text(deviceID), .text(tokenHash)]
+            ).first?.text(0)
+        }
+
+        /// Counted under a transaction lock per platform, so that two
+        /// instances never both take the window's last deletion.
+        func recentDeletions(platform: String, since: Int64) throws -> Int? {
+            try PostgresRegistry.lock(c, PostgresRegistry.lockKey("stale", platform))
+            try c.execute(
+                "DELETE FROM stale_deletions WHERE platform = $1 AND deleted_at <= $2", [.text(platform), .int(since)])
+            let recent = try c.execute("SELECT count(*) FROM stale_deletions WHERE platform = $1", [.text(platform)])
+            return Int(try recent.first?.int64(0) ?? 0)
+        }
+
+        func deleteDevice(deviceID: String, tokenHash: String) throws {
+            try c.execute(
+                "DELETE FROM devices WHERE device_id = $1 AND token_hash = $2", [.text(deviceID), .text(tokenHash)])
+        }
+
+        func noteDeletion(platform: String, at: Int64) throws {
+            try c.execute(
+                "INSERT INTO stale_deletions (platform, deleted_at) VALUES ($1, $2)", [.text(platform), .int(at)])
+        }
+
+        /// Through the batch record: only a delivery this instance holds changes.
+        func recordResult(_ r: DeliveryRecord, now: Int64) throws {
+            try queue.record(c, [r], now: now)
+        }
     }
 
     // MARK: Results
@@ -897,51 +882,6 @@ final class PostgresQueue: Sendable {
                 ])
         }
         recentSuccesses.wrote(succeeded, at: now)
-    }
-
-    /// A stale device is deleted if it still holds `tokenHash` and the
-    /// deletions of the last window on its platform, across every instance,
-    /// are below `windowCap` (counted under a transaction lock per platform).
-    func removeStale(
-        _ c: PostgresConnection, deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?,
-        reason: ProviderReason, windowCap: Int, now: Int64
-    ) throws -> StaleRemoval {
-        let holds = try c.execute(
-            "SELECT platform FROM devices WHERE device_id = $1 AND token_hash = $2",
-            [.text(deviceID), .text(tokenHash)]
-        ).first
-        func finish(_ state: DeliveryState, _ why: RecordedReason) throws {
-            try record(
-                c,
-                [
-                    DeliveryRecord(
-                        deliveryID: deliveryID, deviceID: deviceID, state: state, httpStatus: httpStatus, reason: why,
-                        nextAttemptAt: nil)
-                ], now: now)
-        }
-        guard let holds else {
-            try finish(.failed, RecordedReason(reason, .deviceKept))
-            return .kept
-        }
-        let platform = try holds.text(0)
-        try PostgresRegistry.lock(c, PostgresRegistry.lockKey("stale", platform))
-        try c.execute(
-            "DELETE FROM stale_deletions WHERE platform = $1 AND deleted_at <= $2",
-            [.text(platform), .int(now - staleWindowMs)])
-        let recent =
-            try c.execute(
-                "SELECT count(*) FROM stale_deletions WHERE platform = $1", [.text(platform)]
-            ).first?.int64(0) ?? 0
-        guard recent < windowCap else {
-            try finish(.failed, RecordedReason(reason, .staleNotDeleted("window_cap_reached")))
-            return .refusedWindowCap
-        }
-        try c.execute(
-            "DELETE FROM devices WHERE device_id = $1 AND token_hash = $2", [.text(deviceID), .text(tokenHash)])
-        try c.execute(
-            "INSERT INTO stale_deletions (platform, deleted_at) VALUES ($1, $2)", [.text(platform), .int(now)])
-        try finish(.removedStale, RecordedReason(reason))
-        return .removed
     }
 
     /// Takes a token of a rate bucket shared by every instance: nil when

@@ -26,7 +26,7 @@ import HeraldIO
 /// scheduler are moved to this host's clock (and back) by the offset
 /// measured at each batch. Every call has a deadline (``CallDeadlines``).
 /// Completions run on the store's threads; they must hand work elsewhere quickly.
-public final class PostgresStore: DeliveryStore, Sendable {
+public final class PostgresStore: DeliveryStore, RegistryHost, QueueHost, Sendable {
     private typealias Job = any QueuedCall<PostgresConnection>
 
     /// What the callers and the pool's threads share.
@@ -51,7 +51,8 @@ public final class PostgresStore: DeliveryStore, Sendable {
 
     private let pool: PostgresPool
     private let queueTables: PostgresQueue
-    private let registry: PostgresRegistry
+    /// The store key, which the registry's rules seal and open devices with.
+    private let storeKey: StoreKey
     private let clock: any WallClock
     private let options: PostgresStoreOptions
     private let listener: Listener
@@ -117,7 +118,7 @@ public final class PostgresStore: DeliveryStore, Sendable {
         queueTables = PostgresQueue(
             key: key, instance: instance, leaseMs: leaseMs, maxAgeMs: options.leaseMaxAge.wholeMillisecondsValue,
             shift: shift)
-        registry = PostgresRegistry(key: key)
+        storeKey = key
         // The identity first: a second live instance of this name must not
         // take back the first one's work below.
         let identity = InstanceIdentity(name: instance, version: options.version)
@@ -140,11 +141,11 @@ public final class PostgresStore: DeliveryStore, Sendable {
             own.close()
             throw error
         }
-        let (tables, registry) = (queueTables, registry)
+        let tables = queueTables
         do {
             recoveredDeliveries = try setup.transaction { c in
                 let now = clock is SystemClock ? try Self.databaseNow(c) : clock.nowMilliseconds()
-                try registry.expireTombstones(c, now: now)
+                try PostgresRegistry(c, key: key).expireTombstones(now: now)
                 let own = try tables.releaseOwn(c, now: now, reason: "instance restarted")
                 _ = try tables.rescue(c, now: now, gone: [])
                 return own
@@ -593,87 +594,26 @@ public final class PostgresStore: DeliveryStore, Sendable {
         }
     }
 
-    // MARK: Registry
+    // MARK: Registry (the calls themselves: ``RegistryHost``)
 
-    public func register(
-        _ registration: Registration, deviceCap: Int,
-        completion: @escaping @Sendable (Result<RegistrationOutcome, any Error>) -> Void
+    func writeRows<T>(
+        durable: Bool, fence: String?, _ work: @escaping @Sendable (PostgresRegistry, Int64) throws -> T,
+        _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         submit(
-            fence: SQLiteStore.userFence(app: registration.app, user: registration.user),
-            { [registry] c, now in try registry.register(c, registration, deviceCap: deviceCap, now: now) }, completion)
+            durable: durable, fence: fence, { [storeKey] c, now in try work(PostgresRegistry(c, key: storeKey), now) },
+            completion)
     }
 
-    public func unregister(
-        app: String, user: String, _ selector: UnregisterSelector,
-        completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    /// A read on the pool, after the writes of its fence (the figures too:
+    /// every pool connection reads without holding up the others).
+    func readRows<T>(
+        fence: String?, figures: Bool, _ work: @escaping @Sendable (PostgresRegistry) throws -> T,
+        _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         submit(
-            fence: SQLiteStore.userFence(app: app, user: user),
-            { [registry] c, now in try registry.unregister(c, app: app, user: user, selector, now: now) }, completion)
-    }
-
-    public func list(
-        app: String, user: String, completion: @escaping @Sendable (Result<[DeviceSummary], any Error>) -> Void
-    ) {
-        submit(
-            durable: false, fence: SQLiteStore.userFence(app: app, user: user),
-            { [registry] c, _ in try registry.list(c, app: app, user: user) }, completion)
-    }
-
-    public func endSession(
-        app: String, user: String, session: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
-    ) {
-        submit(
-            fence: SQLiteStore.userFence(app: app, user: user),
-            { [registry] c, _ in try registry.endSession(c, app: app, user: user, session: session) }, completion)
-    }
-
-    public func forget(app: String, user: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
-        submit(
-            fence: SQLiteStore.userFence(app: app, user: user),
-            { [registry] c, _ in try registry.forget(c, app: app, user: user) }, completion)
-    }
-
-    public func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void) {
-        submit(durable: false, { [registry] c, _ in try registry.deviceCounts(c) }, completion)
-    }
-
-    public func deviceCountsByApp(
-        completion: @escaping @Sendable (Result<[String: [Platform: Int]], any Error>) -> Void
-    ) {
-        submit(durable: false, { [registry] c, _ in try registry.deviceCountsByApp(c) }, completion)
-    }
-
-    public func webSubscriptionsByKey(
-        completion: @escaping @Sendable (Result<[ServerKeyCount], any Error>) -> Void
-    ) {
-        submit(durable: false, { [registry] c, _ in try registry.webSubscriptionsByKey(c) }, completion)
-    }
-
-    public func recordServerKey(
-        app: String, key: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
-    ) {
-        submit({ [registry] c, _ in try registry.recordServerKey(c, app: app, key: key) }, completion)
-    }
-
-    public func updateDevice(
-        app: String, user: String, deviceID: String, name: String?, enabled: Bool?,
-        completion: @escaping @Sendable (Result<DeviceSummary?, any Error>) -> Void
-    ) {
-        submit(
-            fence: SQLiteStore.userFence(app: app, user: user),
-            { [registry] c, _ in
-                try registry.updateDevice(c, app: app, user: user, deviceID: deviceID, name: name, enabled: enabled)
-            }, completion)
-    }
-
-    public func deviceOwner(
-        app: String, deviceID: String, completion: @escaping @Sendable (Result<String?, any Error>) -> Void
-    ) {
-        submit(
-            durable: false, { [registry] c, _ in try registry.deviceOwner(c, app: app, deviceID: deviceID) }, completion
-        )
+            durable: false, fence: fence, { [storeKey] c, _ in try work(PostgresRegistry(c, key: storeKey)) },
+            completion)
     }
 
     // MARK: Delivery queue
@@ -752,7 +692,7 @@ public final class PostgresStore: DeliveryStore, Sendable {
         completion: @escaping @Sendable (Result<MessageStatus?, any Error>) -> Void
     ) {
         submit(
-            durable: false, fence: SQLiteStore.messageFence(messageID),
+            durable: false, fence: StoreFences.message(messageID),
             { [queueTables] c, _ in try queueTables.status(c, app: app, messageID: messageID, detail: detail) },
             completion)
     }
@@ -761,7 +701,7 @@ public final class PostgresStore: DeliveryStore, Sendable {
         app: String, messageID: String, completion: @escaping @Sendable (Result<Int?, any Error>) -> Void
     ) {
         submit(
-            fence: SQLiteStore.messageFence(messageID),
+            fence: StoreFences.message(messageID),
             { [queueTables] c, now in try queueTables.cancel(c, app: app, messageID: messageID, now: now) }, completion)
     }
 
@@ -838,20 +778,16 @@ public final class PostgresStore: DeliveryStore, Sendable {
             { [queueTables] c, now in try queueTables.releaseCredentialWaits(c, lanes: lanes, now: now) }, completion)
     }
 
-    public func removeStale(
-        deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason,
-        windowCap: Int,
-        completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void
+    /// A result's job (``QueueHost``: `removeStale`): once it is written,
+    /// the settled deliveries are no longer held (their leases not renewed).
+    func writeResults<T>(
+        settling settled: [Int64], _ work: @escaping @Sendable (PostgresQueue.Rows, Int64) throws -> T,
+        _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         submit(
-            durable: false,
-            { [queueTables] c, now in
-                try queueTables.removeStale(
-                    c, deliveryID: deliveryID, deviceID: deviceID, tokenHash: tokenHash, httpStatus: httpStatus,
-                    reason: reason, windowCap: windowCap, now: now)
-            },
+            durable: false, { [queueTables] c, now in try work(PostgresQueue.Rows(queue: queueTables, c: c), now) },
             { [held] result in
-                if case .success = result { held.remove([deliveryID]) }
+                if case .success = result { held.remove(settled) }
                 completion(result)
             })
     }
