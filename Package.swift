@@ -72,8 +72,7 @@ let package = Package(
         .target(
             name: "WebPush",
             dependencies: [
-                "HeraldCore", "HeraldJSON", "HeraldCrypto", "HTTPClient", "HTTP2", "HeraldIO", "HeraldNet",
-                "HeraldTransport",
+                "HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldIO", "HeraldNet", "HeraldTransport",
             ],
             swiftSettings: strictSwift),
         .target(name: "HeraldDelivery", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
@@ -94,8 +93,7 @@ let package = Package(
         .target(
             name: "FCM",
             dependencies: [
-                "HeraldCore", "HeraldJSON", "HeraldCrypto", "HTTPClient", "HTTP2", "HeraldIO", "HeraldNet",
-                "HeraldTransport",
+                "HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldIO", "HeraldNet", "HeraldTransport",
             ],
             swiftSettings: strictSwift),
         .target(
@@ -115,7 +113,7 @@ let package = Package(
             dependencies: [
                 "HeraldCore", "HeraldCrypto", "HeraldJSON", "JSONRPC", "WebPush", "HeraldStore", "HeraldConfiguration",
                 "CHeraldSys", "HeraldIO", "APNs", "FCM", "HTTPClient", "HeraldDelivery", "HeraldScheduler",
-                "CHeraldHTTPD", "HTTP2", "Postgres", "HeraldNet",
+                "CHeraldHTTPD", "HTTP2", "Postgres", "HeraldNet", "HeraldTransport",
             ],
             swiftSettings: strictSwift
         ),

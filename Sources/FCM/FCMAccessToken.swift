@@ -1,15 +1,15 @@
-public import HTTPClient
 public import HeraldCore
 public import HeraldCrypto
 internal import HeraldJSON
 import HeraldIO
+public import HeraldTransport
 
 /// Why an OAuth2 access token could not be obtained.
 public enum FCMAccessTokenError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The JWT-bearer assertion could not be signed.
     case assertion(CryptoError)
     /// The token request got no HTTP answer.
-    case transport(HTTPError)
+    case transport(OriginFailure)
     /// The token endpoint answered with a status other than 200. `error` is the
     /// OAuth `error` member (`invalid_grant`, …) when the body had one.
     case status(Int, error: String?, retryAfter: String?)
@@ -36,7 +36,7 @@ public enum FCMAccessTokenError: Error, Sendable, Equatable, CustomStringConvert
 ///   next call exchanges again.
 ///
 /// Completions run either on the caller's thread (cache hit) or on the
-/// ``HTTPClient`` network thread: they must not block.
+/// transport's libcurl thread: they must not block.
 public final class FCMAccessTokenCache: Sendable {
     public typealias Completion = @Sendable (Result<String, FCMAccessTokenError>) -> Void
 
@@ -44,7 +44,7 @@ public final class FCMAccessTokenCache: Sendable {
     public static let scope = "https://www.googleapis.com/auth/firebase.messaging"
 
     public let account: FCMServiceAccount
-    private let client: HTTPClient
+    private let transport: OriginTransport
     private let clock: any WallClock
     private let refreshMarginMs: Int64
     private let assertionLifetime: Int64
@@ -63,14 +63,14 @@ public final class FCMAccessTokenCache: Sendable {
 
     public init(
         account: FCMServiceAccount,
-        client: HTTPClient,
+        transport: OriginTransport,
         clock: any WallClock = SystemClock(),
         refreshMargin: Duration = .seconds(300),
         assertionLifetime: Int64 = 3600,
         requestTimeout: Duration = .seconds(15)
     ) {
         self.account = account
-        self.client = client
+        self.transport = transport
         self.clock = clock
         self.refreshMarginMs = refreshMargin.wholeMilliseconds
         self.assertionLifetime = assertionLifetime
@@ -153,11 +153,11 @@ public final class FCMAccessTokenCache: Sendable {
         let body =
             "grant_type=" + Self.formEncode("urn:ietf:params:oauth:grant-type:jwt-bearer")
             + "&assertion=" + Self.formEncode(assertion)
-        let request = HTTPRequest(
-            method: "POST", url: account.tokenURI,
+        let request = OriginRequest(
+            origin: account.tokenURI, url: account.tokenURI, path: "",
             headers: [("content-type", "application/x-www-form-urlencoded"), ("accept", "application/json")],
-            body: Array(body.utf8), timeout: requestTimeout)
-        client.send(request) { [self] result in
+            body: Array(body.utf8), notAfter: nil, timeout: requestTimeout)
+        transport.sendHTTP1(request) { [self] result in
             switch result {
             case .failure(let e):
                 finish(.failure(.transport(e)), expiresAt: 0)
@@ -187,7 +187,7 @@ public final class FCMAccessTokenCache: Sendable {
         for w in waiters { w(result) }
     }
 
-    static func parse(_ response: HTTPResponse) -> Result<(String, Int64), FCMAccessTokenError> {
+    static func parse(_ response: OriginResponse) -> Result<(String, Int64), FCMAccessTokenError> {
         let json = try? JSONParser.parse(response.body)
         guard response.status == 200 else {
             return .failure(

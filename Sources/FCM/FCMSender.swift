@@ -1,9 +1,7 @@
-public import HTTPClient
-public import HTTP2
 public import HeraldCore
 public import HeraldCrypto
 public import HeraldNet
-import HeraldTransport
+public import HeraldTransport
 internal import HeraldJSON
 import HeraldIO
 
@@ -47,15 +45,15 @@ public struct HTTPStatusInfo: Sendable, Hashable {
 /// a new one, and a 401 is sent once more at once with a fresh token.
 /// Transport failures are `Outcome.transient` with Herald's reason.
 ///
-/// With an ``HTTP2Client`` (and an `https` base URL) the sends go on one lane
-/// of that client for the FCM origin (`fcm:<host>:<port>`: long-lived HTTP/2
-/// connections, resolved by the client, closed after ``idleTimeout`` without
-/// a request), whatever the service account: the access token is a header of
-/// each request. An origin that does not offer HTTP/2 in ALPN is sent through
-/// the libcurl `client` (the request that found out included) for the next
-/// ``http1Memory``: the ``OriginTransport`` every provider shares decides.
-/// The OAuth token exchange always goes through libcurl.
-/// Requests carried by `http2` have that client's `requestTimeout`.
+/// The requests go through `transport` (an ``OriginTransport``): with an
+/// HTTP/2 client (and an `https` base URL) on one lane for the FCM origin
+/// (`fcm:<host>:<port>`: long-lived HTTP/2 connections, closed after
+/// ``idleTimeout`` without a request), whatever the service account: the
+/// access token is a header of each request. An origin that does not offer
+/// HTTP/2 is sent through libcurl for the next ``http1Memory``: the
+/// transport decides, for every provider alike. The OAuth token exchange
+/// always goes through libcurl. Requests carried over HTTP/2 have that
+/// client's `requestTimeout`.
 public final class FCMSender: Sendable {
     public typealias Completion = @Sendable (Outcome, HTTPStatusInfo?) -> Void
 
@@ -67,8 +65,6 @@ public final class FCMSender: Sendable {
     public let account: FCMServiceAccount
     public let tokens: FCMAccessTokenCache
     public let sendURL: String
-    /// Carries the sends when the origin speaks HTTP/2; nil sends everything through libcurl.
-    public let http2: HTTP2Client?
     private let clock: any WallClock
     private let requestTimeout: Duration
     /// HTTP/2 first, libcurl for an origin that does not offer it.
@@ -79,21 +75,19 @@ public final class FCMSender: Sendable {
     /// The FCM origin's HTTP/2 lane, when there is a client and the base URL
     /// is `https`. Taken once: a lane the client forgot while idle comes back
     /// when it is sent on.
-    private let lane: HTTP2LaneHandle?
+    private let lane: OriginLane?
     /// The last access token and its `authorization` value.
     private let lastBearer = Locked<(token: String, header: String)?>(nil)
 
     public init(
         account: FCMServiceAccount,
         baseURL: HTTPURL = HTTPURL(origin: Origin(scheme: .https, host: "fcm.googleapis.com"), target: ""),
-        client: HTTPClient,
-        http2: HTTP2Client? = nil,
+        transport: OriginTransport,
         clock: any WallClock = SystemClock(),
         refreshMargin: Duration = .seconds(300),
         requestTimeout: Duration = .seconds(15)
     ) {
         self.account = account
-        self.http2 = http2
         self.clock = clock
         self.requestTimeout = requestTimeout
         var prefix = baseURL.target
@@ -103,19 +97,15 @@ public final class FCMSender: Sendable {
         self.origin = origin.description
         self.path = path
         self.sendURL = origin.description + path
-        self.transport = OriginTransport(http1: client, clock: clock)
+        self.transport = transport
         // The HTTP/2 client speaks TLS only.
         self.lane =
-            if let http2, origin.usesTLS {
-                http2.lane(
-                    HTTP2LaneKey("fcm:\(origin.bracketedHost):\(origin.port)"),
-                    endpoint: HTTP2Endpoint(host: origin.host, port: origin.port),
-                    options: HTTP2LaneOptions(idleTimeout: Self.idleTimeout))
-            } else {
-                nil
-            }
+            origin.usesTLS
+            ? transport.lane(
+                "fcm:\(origin.bracketedHost):\(origin.port)", host: origin.host, port: origin.port,
+                idleTimeout: Self.idleTimeout) : nil
         self.tokens = FCMAccessTokenCache(
-            account: account, client: client, clock: clock, refreshMargin: refreshMargin,
+            account: account, transport: transport, clock: clock, refreshMargin: refreshMargin,
             requestTimeout: requestTimeout)
     }
 
@@ -144,6 +134,9 @@ public final class FCMSender: Sendable {
 
     /// Whether sends currently go through libcurl because the origin refused HTTP/2.
     public var usesHTTP1: Bool { transport.usesHTTP1(origin) }
+
+    /// Whether an HTTP/2 client carries the sends (else libcurl does).
+    public var carriesHTTP2: Bool { lane != nil }
 
     /// What a `messages:send` request got, whichever client carried it.
     private enum Answer {
@@ -189,12 +182,8 @@ public final class FCMSender: Sendable {
             case .success(let response):
                 let (outcome, info) = Self.classify(response, now: clock.nowMilliseconds())
                 answered(.answered(outcome, info))
-            case .failure(.http2(let error)):
-                answered(.unanswered(Self.outcome(for: error)))
-            case .failure(.http1(let error)):
-                answered(.unanswered(Self.outcome(for: error)))
-            case .failure(.expired):
-                answered(.unanswered(.transient(reason: .timeout)))
+            case .failure(let failure):
+                answered(.unanswered(failure.outcome))
             }
         }
     }
@@ -257,39 +246,14 @@ public final class FCMSender: Sendable {
         return nil
     }
 
-    /// A transport failure: always worth a retry, with Herald's reason.
-    public static func outcome(for error: HTTPError) -> Outcome {
-        switch error {
-        case .timeout: return .transient(reason: .timeout)
-        case .connectFailed: return .transient(reason: .connectFailure)
-        case .dnsFailure: return .transient(reason: .dnsFailure)
-        case .tls: return .transient(reason: .tlsFailure)
-        case .http2Stream(let message):
-            let upper = message.uppercased()
-            if upper.contains("REFUSED") { return .transient(reason: .refusedStream) }
-            if upper.contains("GOAWAY") { return .transient(reason: .goAway) }
-            return .transient(reason: .connectionReset)
-        case .bodyTooLarge: return .transient(reason: .unknown("response_too_large"))
-        case .invalidRequest: return .failed(reason: .unknown("invalid_request"))
-        case .shutdown: return .transient(reason: .shutdown)
-        case .other: return .transient(reason: .connectionReset)
-        }
-    }
-
-    /// A failure of the HTTP/2 client: always worth a retry, with the reasons
-    /// Web Push uses. (`noHTTP2` never reaches it: `OriginTransport` sends through libcurl then.)
-    public static func outcome(for error: HTTP2ClientError) -> Outcome {
-        .transient(reason: ProviderReason(error))
-    }
-
     /// No access token: a token-endpoint 4xx is a credential problem
     /// (`authRejected`), a 429/5xx or a garbled answer a transient one.
     static func outcome(for error: FCMAccessTokenError, now: Int64) -> (Outcome, HTTPStatusInfo?) {
         switch error {
         case .assertion:
             return (.authRejected(reason: .unknown("assertion_failed")), nil)
-        case .transport(let e):
-            return (outcome(for: e), nil)
+        case .transport(let failure):
+            return (failure.outcome, nil)
         case .status(let status, let code, let retryHeader):
             let info = HTTPStatusInfo(status: status, httpVersion: "", errorCode: code, retryAfter: retryHeader)
             let reason = code.map { ProviderReason($0) } ?? .httpStatus(status)

@@ -8,6 +8,7 @@ import HeraldIO
 import HeraldNet
 import HeraldScheduler
 import HeraldStore
+import HeraldTransport
 import WebPush
 import HeraldConfiguration
 
@@ -210,7 +211,8 @@ final class ProviderClients: Sendable {
                 off[.fcm] = reason
             case .ready(let account):
                 let sender = FCMSender(
-                    account: account, baseURL: endpoints.fcm, client: c.fcm!, http2: c.fcmHTTP2)
+                    account: account, baseURL: endpoints.fcm,
+                    transport: OriginTransport(http1: c.fcm!, http2: c.fcmHTTP2, clock: SystemClock()))
                 built.transports[QueueLane(app: name, platform: .fcm)] = FCMTransport(
                     sender: sender,
                     settings: FCMAppSettings(channelID: app.androidChannelID, defaultAlertLocKey: app.alertLocKey))
@@ -221,7 +223,10 @@ final class ProviderClients: Sendable {
                 off[.unifiedPush] = reason
             case .ready(let vapid):
                 let sender = WebPushSender(
-                    guard: endpointGuard, client: c.web!, http2: c.webHTTP2, vapidKey: vapid.key,
+                    guard: endpointGuard,
+                    transport: OriginTransport(
+                        http1: c.web!, http2: c.webHTTP2, clock: SystemClock(),
+                        capacity: WebPushSender.maxRememberedHTTP1Origins), vapidKey: vapid.key,
                     subject: vapid.subject, app: name, timeout: webPushTimeouts.request,
                     connectTimeout: webPushTimeouts.connect, previousVapidKey: vapid.previous)
                 built.transports[QueueLane(app: name, platform: .web)] = WebPushTransport(sender: sender)

@@ -1,11 +1,9 @@
 public import HeraldCore
 public import HeraldCrypto
-public import HTTPClient
-public import HTTP2
 internal import Dispatch
 internal import Foundation
 import HeraldIO
-import HeraldTransport
+public import HeraldTransport
 
 /// Sends one sealed Web Push record to one subscription (webpush.md §3.4).
 ///
@@ -36,8 +34,9 @@ import HeraldTransport
 /// 3. `POST` with `TTL`, `Urgency`, `Topic` (when set), `Content-Encoding:
 ///    aes128gcm`, `Content-Type: application/octet-stream` and the VAPID
 ///    `Authorization` from the ``VAPIDTokenCache`` (per app and origin),
-///    pinned to the vetted addresses. With an ``HTTP2Client`` the request
-///    goes on the lane of its origin and addresses (long-lived HTTP/2
+///    pinned to the vetted addresses. With an HTTP/2 client in its
+///    ``OriginTransport`` the request goes on the lane of its origin and
+///    addresses (long-lived HTTP/2
 ///    connections, closed after `http2IdleTimeout`, by default `idleTimeout`,
 ///    without a request); an origin that does not offer HTTP/2 in ALPN is
 ///    sent through the libcurl client (HTTP/1.1 or HTTP/2) for the next
@@ -46,7 +45,8 @@ import HeraldTransport
 ///    the cached VAPID token of that origin and key. The first 413 makes the
 ///    sender seal `payload.minimalPlaintext` to `payload.stepDownBodySize` and
 ///    send once more (`steppedDown: true`; a second 413 is `.failed`).
-///    Transport errors are `Outcome.transient`.
+///    A request that got no answer ends as ``OriginFailure/outcome`` says
+///    (the same for every provider): transient, with Herald's reason.
 ///
 /// VAPID key rotation: a subscription is bound to the key it was made with
 /// (``Prepared/serverKey``). One made under the current key, or recording
@@ -79,21 +79,18 @@ public final class WebPushSender: Sendable {
     /// How long an origin that refused HTTP/2 is sent through libcurl.
     public static let http1Memory: Duration = OriginTransport.memory
     /// The most origins remembered as HTTP/1.1-only (LRU).
-    static let maxRememberedHTTP1Origins = OriginTransport.defaultCapacity
+    public static let maxRememberedHTTP1Origins = OriginTransport.defaultCapacity
 
     public let endpointGuard: EndpointGuard
-    public let client: HTTPClient
-    /// Carries requests to origins that speak HTTP/2; nil sends everything through `client`.
-    public let http2: HTTP2Client?
     public let app: String
     public let subject: String
     public let clock: any WallClock
     public let tokens: VAPIDTokenCache
-    /// The per-request deadline of libcurl sends; requests carried by
-    /// `http2` have that client's `requestTimeout`.
+    /// The per-request deadline of libcurl sends; requests carried over
+    /// HTTP/2 have that client's `requestTimeout`.
     public let timeout: Duration
-    /// The connect and TLS handshake deadline of libcurl sends (`http2`
-    /// has its client's `connectTimeout`).
+    /// The connect and TLS handshake deadline of libcurl sends (the HTTP/2
+    /// client has its own `connectTimeout`).
     public let connectTimeout: Duration
     /// An HTTP/2 connection (and lane) of an origin that carried no request for this long is closed.
     public let http2IdleTimeout: Duration
@@ -168,14 +165,12 @@ public final class WebPushSender: Sendable {
     }
 
     public init(
-        guard endpointGuard: EndpointGuard, client: HTTPClient, http2: HTTP2Client? = nil, vapidKey: P256PrivateKey,
+        guard endpointGuard: EndpointGuard, transport: OriginTransport, vapidKey: P256PrivateKey,
         subject: String, app: String, clock: any WallClock = SystemClock(), tokens: VAPIDTokenCache? = nil,
         timeout: Duration = .seconds(15), connectTimeout: Duration = .seconds(5),
         http2IdleTimeout: Duration = WebPushSender.idleTimeout, previousVapidKey: P256PrivateKey? = nil
     ) {
         self.endpointGuard = endpointGuard
-        self.client = client
-        self.http2 = http2
         self.vapidKey = vapidKey
         currentKeyID = vapidKey.publicKeyBase64URL
         self.previousVapidKey = previousVapidKey
@@ -187,8 +182,7 @@ public final class WebPushSender: Sendable {
         self.timeout = timeout
         self.connectTimeout = connectTimeout
         self.http2IdleTimeout = http2IdleTimeout
-        self.transport = OriginTransport(
-            http1: client, clock: clock, capacity: WebPushSender.maxRememberedHTTP1Origins)
+        self.transport = transport
     }
 
     /// Sends with the subscription's keys as a browser gives them (base64url).
@@ -286,14 +280,13 @@ public final class WebPushSender: Sendable {
             }
             guard !chunk.isEmpty else { return }
             limit = min(Self.chunk, limit * 2)
-            var outgoing: [HTTP2Send] = []
-            outgoing.reserveCapacity(chunk.count)
+            var outgoing = OriginBatch()
             for w in chunk { process(w, into: &outgoing) }
-            http2?.send(outgoing)
+            transport.send(outgoing)
         }
     }
 
-    private func process(_ w: Work, into outgoing: inout [HTTP2Send]) {
+    private func process(_ w: Work, into outgoing: inout OriginBatch) {
         let checked: CheckedEndpoint
         if let known = w.checked {
             checked = known
@@ -356,7 +349,7 @@ public final class WebPushSender: Sendable {
     /// `outgoing` for the caller to hand over, libcurl's go at once.
     private func attempt(
         _ checked: CheckedEndpoint, subscriber: WebPushSubscriber, payload: WebPushPayload, headers: WebPushHeaders,
-        notAfter: Int64?, steppedDown: Bool, signing: Signing, outgoing: inout [HTTP2Send],
+        notAfter: Int64?, steppedDown: Bool, signing: Signing, outgoing: inout OriginBatch,
         completion finished: @escaping Completion
     ) {
         if let notAfter, clock.nowMilliseconds() > notAfter {
@@ -384,8 +377,8 @@ public final class WebPushSender: Sendable {
         let answered: @Sendable (ServiceAnswer) -> Void = {
             [self] result in
             switch result {
-            case .unanswered(let reason):
-                completion(.transient(reason: reason), nil)
+            case .unanswered(let failure):
+                completion(failure.outcome, nil)
             case .answered(let status, let retryAfterField):
                 let retryAfter = retryAfterField.flatMap { RetryAfter.parse($0, now: clock.nowMilliseconds()) }
                 let outcome = WebPushClassifier.classify(
@@ -408,11 +401,11 @@ public final class WebPushSender: Sendable {
                         return
                     }
                     queue.async { [self] in
-                        var again: [HTTP2Send] = []
+                        var again = OriginBatch()
                         attempt(
                             checked, subscriber: subscriber, payload: payload, headers: headers, notAfter: notAfter,
                             steppedDown: true, signing: signing, outgoing: &again, completion: finished)
-                        http2?.send(again)
+                        transport.send(again)
                     }
                     return
                 }
@@ -425,31 +418,25 @@ public final class WebPushSender: Sendable {
         let request = OriginRequest(
             origin: origin, url: checked.url, path: checked.pathAndQuery, headers: fields, body: body,
             notAfter: notAfter, timeout: timeout, connectTimeout: connectTimeout, pinnedAddresses: pinned)
-        let send = transport.http2Send(
+        transport.add(
             request,
-            lane: {
-                guard let http2 else { return nil }
+            lane: { [transport, http2IdleTimeout] in
+                guard transport.carriesHTTP2 else { return nil }
                 // Sorted: a resolver that rotates its answers must not open a
                 // new connection (lane) per order.
                 let addresses = pinned.sorted()
-                return http2.lane(
-                    HTTP2LaneKey("web:\(origin)@\(addresses.joined(separator: ","))"),
-                    endpoint: HTTP2Endpoint(host: checked.host, port: checked.port, addresses: addresses),
-                    options: HTTP2LaneOptions(idleTimeout: http2IdleTimeout))
-            }
+                return transport.lane(
+                    "web:\(origin)@\(addresses.joined(separator: ","))", host: checked.host, port: checked.port,
+                    addresses: addresses, idleTimeout: http2IdleTimeout)
+            }, to: &outgoing
         ) { result in
             switch result {
             case .success(let response):
                 answered(.answered(status: response.status, retryAfter: response.header("retry-after")))
-            case .failure(.http2(let error)):
-                answered(.unanswered(ProviderReason(error)))
-            case .failure(.http1(let error)):
-                answered(.unanswered(Self.reason(for: error)))
-            case .failure(.expired):
-                answered(.unanswered(.timeout))
+            case .failure(let failure):
+                answered(.unanswered(failure))
             }
         }
-        if let send { outgoing.append(send) }
     }
 
     /// Whether `origin` is currently sent through libcurl because it refused HTTP/2.
@@ -483,23 +470,10 @@ public final class WebPushSender: Sendable {
             .failed(reason: endpointRefused)
         }
     }
-
-    static func reason(for error: HTTPError) -> ProviderReason {
-        switch error {
-        case .timeout: .timeout
-        case .connectFailed: .connectFailure
-        case .dnsFailure: .dnsFailure
-        case .tls: .tlsFailure
-        case .http2Stream: .connectionReset
-        case .shutdown: .shutdown
-        case .bodyTooLarge, .invalidRequest, .other: .connectionReset
-        }
-    }
-
 }
 
 /// What a push service said to one request, whichever client carried it.
 enum ServiceAnswer: Sendable {
     case answered(status: Int, retryAfter: String?)
-    case unanswered(ProviderReason)
+    case unanswered(OriginFailure)
 }

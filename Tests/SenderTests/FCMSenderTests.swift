@@ -4,6 +4,7 @@ import HTTP2
 import HeraldTestSupport
 import HTTPClient
 import HeraldCore
+import HeraldTransport
 import HeraldCrypto
 import HeraldIO
 import Testing
@@ -36,13 +37,13 @@ struct FCMSenderTests {
             #expect(sends[0]["conn"] as? Int == sends[1]["conn"] as? Int, "one connection carried both")
             #expect(!sender.usesHTTP1)
             if let http2 = g.http2 {
-                #expect(sender.http2 === http2)
+                #expect(sender.carriesHTTP2)
                 #expect(http2.laneCount == 1)
                 #expect(http2.stats.connectionsOpened == 1)
                 #expect(http2.stats.connectionsOpen == 1, "the lane keeps its connection (120 s idle timeout)")
                 #expect(FCMSender.idleTimeout == .seconds(120))
             } else {
-                #expect(sender.http2 == nil)
+                #expect(!sender.carriesHTTP2)
             }
         }
     }
@@ -233,7 +234,8 @@ struct FCMSenderTests {
     func tokenEndpointErrorReachesEveryWaiter(_ carrier: Carrier) async throws {
         try await withFCMGateways(carrier) { g in
             try await g.programTokenEndpoint([["status": 400, "error": "invalid_grant", "message": "nope"]])
-            let cache = FCMAccessTokenCache(account: try g.account(), client: g.client)
+            let cache = FCMAccessTokenCache(
+                account: try g.account(), transport: OriginTransport(http1: g.client, clock: SystemClock()))
             let results = await withTaskGroup(of: Result<String, FCMAccessTokenError>.self) { group in
                 for _ in 0..<10 {
                     group.addTask {
@@ -281,29 +283,6 @@ struct FCMSenderTests {
                 #expect(!sender.usesHTTP1)
             }
         }
-    }
-
-    @Test func transportErrorMapping() {
-        #expect(FCMSender.outcome(for: HTTPError.timeout("t")) == .transient(reason: .timeout))
-        #expect(FCMSender.outcome(for: HTTPError.dnsFailure("d")) == .transient(reason: .dnsFailure))
-        #expect(FCMSender.outcome(for: HTTPError.tls("x")) == .transient(reason: .tlsFailure))
-        #expect(FCMSender.outcome(for: HTTPError.connectFailed("c")) == .transient(reason: .connectFailure))
-        #expect(FCMSender.outcome(for: HTTPError.http2Stream("REFUSED_STREAM")) == .transient(reason: .refusedStream))
-        #expect(FCMSender.outcome(for: HTTPError.http2Stream("GOAWAY")) == .transient(reason: .goAway))
-        #expect(FCMSender.outcome(for: HTTPError.http2Stream("reset")) == .transient(reason: .connectionReset))
-        #expect(FCMSender.outcome(for: HTTPError.shutdown) == .transient(reason: .shutdown))
-    }
-
-    @Test("HTTP/2 client failures map to the reasons Web Push uses")
-    func http2ErrorMapping() {
-        #expect(FCMSender.outcome(for: HTTP2ClientError.timeout("t")) == .transient(reason: .timeout))
-        #expect(FCMSender.outcome(for: HTTP2ClientError.dnsFailure("d")) == .transient(reason: .dnsFailure))
-        #expect(FCMSender.outcome(for: HTTP2ClientError.connectFailed("c")) == .transient(reason: .connectFailure))
-        #expect(FCMSender.outcome(for: HTTP2ClientError.tls("x")) == .transient(reason: .tlsFailure))
-        #expect(FCMSender.outcome(for: HTTP2ClientError.connectionReset("r")) == .transient(reason: .connectionReset))
-        #expect(FCMSender.outcome(for: HTTP2ClientError.refusedStream) == .transient(reason: .refusedStream))
-        #expect(FCMSender.outcome(for: HTTP2ClientError.goAway(reason: "Shutdown")) == .transient(reason: .goAway))
-        #expect(FCMSender.outcome(for: HTTP2ClientError.shutdown) == .transient(reason: .shutdown))
     }
 }
 

@@ -3,6 +3,7 @@ import Foundation
 import HTTP2
 import HTTPClient
 import HeraldCore
+import HeraldTransport
 import HeraldCrypto
 import HeraldTestSupport
 import HeraldIO
@@ -73,8 +74,8 @@ final class FCMGateways: @unchecked Sendable {
         baseURL: String? = nil, clock: any WallClock = SystemClock(), refreshMargin: Duration = .seconds(300)
     ) throws -> FCMSender {
         FCMSender(
-            account: try account(), baseURL: try HTTPURL(parsing: baseURL ?? fcmBase), client: client, http2: http2,
-            clock: clock,
+            account: try account(), baseURL: try HTTPURL(parsing: baseURL ?? fcmBase),
+            transport: OriginTransport(http1: client, http2: http2, clock: clock), clock: clock,
             refreshMargin: refreshMargin)
     }
 

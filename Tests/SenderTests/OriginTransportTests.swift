@@ -10,7 +10,7 @@ import Testing
 @Suite("OriginTransport: HTTP/2 first, libcurl for an origin without it")
 struct OriginTransportTests {
     static func send(
-        _ t: OriginTransport, _ r: OriginRequest, lane: HTTP2LaneHandle?
+        _ t: OriginTransport, _ r: OriginRequest, lane: OriginLane?
     ) async -> Result<OriginResponse, OriginFailure> {
         await withCheckedContinuation { c in t.send(r, lane: { lane }) { c.resume(returning: $0) } }
     }
@@ -34,10 +34,9 @@ struct OriginTransportTests {
         try await withFCMGateways(.http2) { g in
             let http2 = try #require(g.http2)
             let clock = OffsetClock()
-            let t = OriginTransport(http1: g.client, clock: clock, memory: .seconds(60))
-            let lane = http2.lane(
-                HTTP2LaneKey("test:h1"), endpoint: HTTP2Endpoint(host: "127.0.0.1", port: g.gateways.fcmH1),
-                options: HTTP2LaneOptions(idleTimeout: .seconds(5)))
+            let t = OriginTransport(http1: g.client, http2: http2, clock: clock, memory: .seconds(60))
+            let lane = t.lane("test:h1", host: "127.0.0.1", port: g.gateways.fcmH1, idleTimeout: .seconds(5))
+            #expect(lane != nil)
             let r = Self.request(g)
             #expect(!t.usesHTTP1(r.origin))
             #expect(Self.version(await Self.send(t, r, lane: lane)) == "1.1", "the refused request itself is carried")
@@ -59,6 +58,8 @@ struct OriginTransportTests {
     func noLane() async throws {
         try await withFCMGateways(.http2) { g in
             let t = OriginTransport(http1: g.client, clock: SystemClock())
+            #expect(!t.carriesHTTP2)
+            #expect(t.lane("test:none", host: "127.0.0.1", port: g.gateways.fcmH1, idleTimeout: .seconds(5)) == nil)
             let r = Self.request(g)
             #expect(Self.version(await Self.send(t, r, lane: nil)) == "1.1")
             #expect(!t.usesHTTP1(r.origin) && t.rememberedHTTP1Origins == 0)
@@ -83,10 +84,8 @@ struct OriginTransportTests {
     func bounded() async throws {
         try await withFCMGateways(.http2) { g in
             let http2 = try #require(g.http2)
-            let t = OriginTransport(http1: g.client, clock: SystemClock(), capacity: 2)
-            let lane = http2.lane(
-                HTTP2LaneKey("test:h1:bounded"), endpoint: HTTP2Endpoint(host: "127.0.0.1", port: g.gateways.fcmH1),
-                options: HTTP2LaneOptions(idleTimeout: .seconds(5)))
+            let t = OriginTransport(http1: g.client, http2: http2, clock: SystemClock(), capacity: 2)
+            let lane = t.lane("test:h1:bounded", host: "127.0.0.1", port: g.gateways.fcmH1, idleTimeout: .seconds(5))
             for origin in ["https://a.example", "https://b.example", "https://c.example"] {
                 _ = await Self.send(t, Self.request(g, origin: origin), lane: lane)
             }
@@ -94,5 +93,34 @@ struct OriginTransportTests {
             #expect(!t.usesHTTP1("https://a.example"))
             #expect(t.usesHTTP1("https://b.example") && t.usesHTTP1("https://c.example"))
         }
+    }
+
+    @Test("a request that got no answer means the same for every provider: libcurl's failures")
+    func http1FailureOutcomes() {
+        #expect(OriginFailure.http1(.timeout("t")).outcome == .transient(reason: .timeout))
+        #expect(OriginFailure.http1(.dnsFailure("d")).outcome == .transient(reason: .dnsFailure))
+        #expect(OriginFailure.http1(.tls("x")).outcome == .transient(reason: .tlsFailure))
+        #expect(OriginFailure.http1(.connectFailed("c")).outcome == .transient(reason: .connectFailure))
+        #expect(OriginFailure.http1(.http2Stream("REFUSED_STREAM")).outcome == .transient(reason: .refusedStream))
+        #expect(OriginFailure.http1(.http2Stream("GOAWAY")).outcome == .transient(reason: .goAway))
+        #expect(OriginFailure.http1(.http2Stream("reset")).outcome == .transient(reason: .connectionReset))
+        #expect(OriginFailure.http1(.shutdown).outcome == .transient(reason: .shutdown))
+        #expect(
+            OriginFailure.http1(.bodyTooLarge(limit: 1)).outcome == .transient(reason: .unknown("response_too_large")))
+        #expect(OriginFailure.http1(.invalidRequest("bad")).outcome == .failed(reason: .unknown("invalid_request")))
+        #expect(OriginFailure.http1(.other(code: 1, message: "o")).outcome == .transient(reason: .connectionReset))
+        #expect(OriginFailure.expired.outcome == .transient(reason: .timeout))
+    }
+
+    @Test("a request that got no answer means the same for every provider: the HTTP/2 client's failures")
+    func http2FailureOutcomes() {
+        #expect(OriginFailure.http2(.timeout("t")).outcome == .transient(reason: .timeout))
+        #expect(OriginFailure.http2(.dnsFailure("d")).outcome == .transient(reason: .dnsFailure))
+        #expect(OriginFailure.http2(.connectFailed("c")).outcome == .transient(reason: .connectFailure))
+        #expect(OriginFailure.http2(.tls("x")).outcome == .transient(reason: .tlsFailure))
+        #expect(OriginFailure.http2(.connectionReset("r")).outcome == .transient(reason: .connectionReset))
+        #expect(OriginFailure.http2(.refusedStream).outcome == .transient(reason: .refusedStream))
+        #expect(OriginFailure.http2(.goAway(reason: "Shutdown")).outcome == .transient(reason: .goAway))
+        #expect(OriginFailure.http2(.shutdown).outcome == .transient(reason: .shutdown))
     }
 }

@@ -3,6 +3,7 @@ import HTTP2
 import HeraldTestSupport
 import HTTPClient
 import HeraldCore
+import HeraldTransport
 import HeraldCrypto
 import HeraldNet
 import Testing
@@ -77,7 +78,8 @@ private func withHarness(
     defer { http2?.shutdown() }
     let sender = WebPushSender(
         guard: resolver.map { EndpointGuard(allowPrivate: allowPrivate, resolver: $0) }
-            ?? EndpointGuard(allowPrivate: allowPrivate), client: client, http2: http2, vapidKey: key,
+            ?? EndpointGuard(allowPrivate: allowPrivate),
+        transport: OriginTransport(http1: client, http2: http2, clock: SystemClock()), vapidKey: key,
         subject: "mailto:ops@example.com", app: "app1", clock: SystemClock(), http2IdleTimeout: http2IdleTimeout)
     let h = Harness(
         carrier: carrier, gateways: g, client: client, http2: http2, sender: sender, subscription: subscription)
