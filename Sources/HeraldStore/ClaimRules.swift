@@ -84,7 +84,7 @@ struct ClaimSorting {
             var decoded = MessageCodec.decode(try r.text(8), messageID: messageID, key: key)
             if var m = decoded, m.collapseKey?.isEmpty ?? true, m.collapseID == nil {
                 // Stored before messages carried their own collapse id.
-                m.collapseID = Queue.collapseID(app: try r.text(2), idempotencyKey: nil, messageID: messageID)
+                m.collapseID = MessageRules.collapseID(app: try r.text(2), idempotencyKey: nil, messageID: messageID)
                 decoded = m
             }
             messages[messageID] = decoded

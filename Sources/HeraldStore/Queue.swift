@@ -3,7 +3,7 @@ import HeraldCore
 import HeraldCrypto
 
 /// The durable delivery queue, on the store thread, inside its transactions.
-final class Queue: ClaimStatements, StaleStatements {
+final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
     private let db: Database
     private let key: StoreKey
     /// This instance's name, recorded on every delivery it claims (`sent_by`).
@@ -26,9 +26,6 @@ final class Queue: ClaimStatements, StaleStatements {
     /// part counted them: a claim that takes some of their rows meanwhile
     /// reports these, not the rows written so far.
     private var assemblingSizes: [String: [BatchKey: Int]] = [:]
-
-    static let idempotencyWindowMs: Int64 = 24 * 3600 * 1000
-    static let maxDevicesPerMessage = 10_000
 
     init(db: Database, key: StoreKey, instance: String) throws(StoreError) {
         self.db = db
@@ -94,7 +91,7 @@ final class Queue: ClaimStatements, StaleStatements {
     ) throws -> EnqueueStep {
         var idempotency: [UInt8]?
         if let k = e.idempotencyKey {
-            let hash = SHA256.hash(Array(("idem:" + k).utf8))
+            let hash = MessageRules.idempotencyHash(k)
             idempotency = hash
             if let first = assemblingKeys[e.app + "\u{1F}" + hash.hexString] {
                 let listed = try db.statement("SELECT 1 FROM assembling WHERE message_id = ?")
@@ -108,32 +105,14 @@ final class Queue: ClaimStatements, StaleStatements {
                 assemblingKeys[e.app + "\u{1F}" + hash.hexString] = nil
                 assemblingSizes[first] = nil
             }
-            let found = try db.statement(
-                "SELECT message_id, created_at FROM messages WHERE app = ? AND idempotency_hash = ?")
-            try found.bind(.text(e.app), .blob(hash))
-            if try found.step() {
-                let id = found.text(0)
-                if now - found.int64(1) < Self.idempotencyWindowMs {
-                    let counts = try stateCounts(id)
-                    let skipped = counts[.skipped] ?? 0
-                    return .whole(
-                        accepted: Enqueued(
-                            messageID: id, devices: counts.values.reduce(0, +) - skipped, skipped: skipped,
-                            duplicate: true),
-                        claim: Claim(jobs: [], finished: [], batchSizes: [:], nextDueAt: nil))
-                }
-                try db.statement("UPDATE messages SET idempotency_hash = NULL WHERE message_id = ?").bind(.text(id))
-                    .run()
+            if let accepted = try duplicate(app: e.app, idempotencyHash: hash, now: now) {
+                return .whole(accepted: accepted, claim: Claim(jobs: [], finished: [], batchSizes: [:], nextDueAt: nil))
             }
         }
         let messageID = try SecureRandom.bytes(16).hexString
-        var message = e.message
-        if message.collapseKey?.isEmpty ?? true {
-            message.collapseID = Self.collapseID(app: e.app, idempotencyKey: e.idempotencyKey, messageID: messageID)
-        }
         var a = Assembly(
-            enqueue: e, messageID: messageID, message: message, acceptedAt: now,
-            expiresAt: now + Int64(e.message.ttlSeconds) * 1000, idempotency: idempotency,
+            enqueue: e, messageID: messageID, message: MessageRules.stored(e, messageID: messageID), acceptedAt: now,
+            expiresAt: MessageRules.expiresAt(e, now: now), idempotency: idempotency,
             recipients: Self.distinct(e.recipients), room: handoff, roomLeft: handoffLimit,
             earlyChunk: early == nil ? Int.max : Self.firstEarlyChunk, early: early)
 
@@ -154,9 +133,7 @@ final class Queue: ClaimStatements, StaleStatements {
         guard inParts, let census, census.rows > Self.partThreshold else {
             // Whole: every target now, the batch sizes from them.
             let targets = try resolve(a.recipients, app: e.app)
-            guard targets.count <= Self.maxDevicesPerMessage else {
-                throw EnqueueError.tooManyDevices(count: targets.count, limit: Self.maxDevicesPerMessage)
-            }
+            try MessageRules.checkSize(targets.count)
             let planned = plan(targets, firstID: try nextDeliveryID(), a: a)
             var sizes: [BatchKey: Int] = [:]
             for p in planned where p.skip == nil {
@@ -171,9 +148,7 @@ final class Queue: ClaimStatements, StaleStatements {
             pendingByApp[e.app, default: 0] += devices
             return .whole(accepted: a.accepted, claim: a.claim)
         }
-        guard census.rows <= Self.maxDevicesPerMessage else {
-            throw EnqueueError.tooManyDevices(count: census.rows, limit: Self.maxDevicesPerMessage)
-        }
+        try MessageRules.checkSize(census.rows)
         let devices = census.sizes.values.reduce(0, +)
         try admit(e, adding: devices)
         a.sizes = Dictionary(
@@ -333,19 +308,11 @@ final class Queue: ClaimStatements, StaleStatements {
             planned.append(
                 PlannedDelivery(
                     id: firstID + Int64(i), target: target,
-                    skip: Self.skipReason(
+                    skip: MessageRules.skipReason(
                         enabled: target.enabled, platform: target.platform, webPushForm: target.keysSealed != nil,
                         e)))
         }
         return planned
-    }
-
-    /// Why a device is skipped by the message, or nil when it is sent to.
-    static func skipReason(enabled: Bool, platform: Platform, webPushForm: Bool, _ e: Enqueue) -> String? {
-        if !enabled { return DeliveryReason.deviceDisabled }
-        if !e.message.kind.reaches(platform, webPushForm: webPushForm) { return "kind_not_for_platform" }
-        if let why = e.disabled[webPushForm ? .web : platform] { return "transport_disabled: \(why)" }
-        return nil
     }
 
     /// Hands over what the room allows of `planned` (sent early, or kept for
@@ -487,7 +454,8 @@ final class Queue: ClaimStatements, StaleStatements {
                 let n = Int(stmt.int64(3))
                 rows += n
                 guard let platform = Platform(rawValue: stmt.text(0)) else { continue }
-                if Self.skipReason(enabled: stmt.int64(2) != 0, platform: platform, webPushForm: stmt.int64(1) != 0, e)
+                if MessageRules.skipReason(
+                    enabled: stmt.int64(2) != 0, platform: platform, webPushForm: stmt.int64(1) != 0, e)
                     == nil
                 {
                     sizes[platform, default: 0] += n
@@ -553,19 +521,6 @@ final class Queue: ClaimStatements, StaleStatements {
         return max(stmt.int64(0), reservedNext)
     }
 
-    /// A message's own collapse id (for one without a collapse key): 32
-    /// base64url characters of SHA-256 over the app and its idempotency key,
-    /// else its message id. The same key gives the same id, so a resend of
-    /// the same notification (Herald's after an ambiguous failure, or the
-    /// caller's with its idempotency key) replaces the first on the device.
-    static func collapseID(app: String, idempotencyKey: String?, messageID: String) -> String {
-        let source =
-            if let k = idempotencyKey { "herald-collapse:idem:\(app.utf8.count):\(app):\(k)" } else {
-                "herald-collapse:msg:\(messageID)"
-            }
-        return Base64URL.encode(SHA256.hash(Array(source.utf8)).prefix(24))
-    }
-
     /// The app's devices of the named users, or the named devices of the app
     /// (unknown ones are left out), each once.
     private func resolve(_ recipients: Recipients, app: String) throws(StoreError) -> [DeviceTarget] {
@@ -623,7 +578,19 @@ final class Queue: ClaimStatements, StaleStatements {
         return out
     }
 
-    private func stateCounts(_ messageID: String) throws(StoreError) -> [DeliveryState: Int] {
+    func message(app: String, idempotencyHash: [UInt8]) throws(StoreError) -> (id: String, acceptedAt: Int64)? {
+        let found = try db.statement(
+            "SELECT message_id, created_at FROM messages WHERE app = ? AND idempotency_hash = ?")
+        try found.bind(.text(app), .blob(idempotencyHash))
+        return try found.step() ? (found.text(0), found.int64(1)) : nil
+    }
+
+    func clearIdempotencyKey(messageID: String) throws(StoreError) {
+        try db.statement("UPDATE messages SET idempotency_hash = NULL WHERE message_id = ?").bind(.text(messageID))
+            .run()
+    }
+
+    func stateCounts(_ messageID: String) throws(StoreError) -> [DeliveryState: Int] {
         let stmt = try db.statement("SELECT state, count(*) FROM deliveries WHERE message_id = ? GROUP BY state")
         try stmt.bind(.text(messageID))
         var counts: [DeliveryState: Int] = [:]

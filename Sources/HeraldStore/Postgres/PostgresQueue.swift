@@ -198,32 +198,18 @@ final class PostgresQueue: Sendable {
     ) throws -> (accepted: Enqueued, claim: Claim) {
         var idempotency: PostgresValue = .null
         if let k = e.idempotencyKey {
-            let hash = SHA256.hash(Array(("idem:" + k).utf8))
+            let hash = MessageRules.idempotencyHash(k)
             idempotency = .bytes(hash)
             // Taken in turn with any instance sending the same key: the
             // second finds the first's message once it commits.
             try PostgresRegistry.lock(c, PostgresRegistry.lockKey("idem", e.app, hash.hexString))
-            if let found = try c.execute(Statements.findIdempotent, [.text(e.app), .bytes(hash)]).first {
-                let id = try found.text(0)
-                if now - (try found.int64(1)) < Queue.idempotencyWindowMs {
-                    let counts = try stateCounts(c, id)
-                    let skipped = counts[.skipped] ?? 0
-                    return (
-                        Enqueued(
-                            messageID: id, devices: counts.values.reduce(0, +) - skipped, skipped: skipped,
-                            duplicate: true),
-                        Claim(jobs: [], finished: [], batchSizes: [:], nextDueAt: nil)
-                    )
-                }
-                try c.execute("UPDATE messages SET idempotency_hash = NULL WHERE message_id = $1", [.text(id)])
+            if let accepted = try Rows(queue: self, c: c).duplicate(app: e.app, idempotencyHash: hash, now: now) {
+                return (accepted, Claim(jobs: [], finished: [], batchSizes: [:], nextDueAt: nil))
             }
         }
         let messageID = try plan.messageID ?? SecureRandom.bytes(16).hexString
-        let expires = now + Int64(e.message.ttlSeconds) * 1000
-        var message = e.message
-        if message.collapseKey?.isEmpty ?? true {
-            message.collapseID = Queue.collapseID(app: e.app, idempotencyKey: e.idempotencyKey, messageID: messageID)
-        }
+        let expires = MessageRules.expiresAt(e, now: now)
+        let message = MessageRules.stored(e, messageID: messageID)
         // Early sends only where nothing after them can wait on another
         // transaction: a message without a collapse key (whose queued rows
         // another instance's uncommitted message could hold up in the unique
@@ -241,9 +227,7 @@ final class PostgresQueue: Sendable {
         // Sent early: the devices, the message's row and the ids of its
         // deliveries (taken ahead, under the table's lock) in one round trip.
         let (targets, taken) = try resolve(c, e.recipients, app: e.app, writing: sendsEarly ? messageRow : nil)
-        guard targets.count <= Queue.maxDevicesPerMessage else {
-            throw EnqueueError.tooManyDevices(count: targets.count, limit: Queue.maxDevicesPerMessage)
-        }
+        try MessageRules.checkSize(targets.count)
         try admit(c, e, adding: targets.count, now: now)
 
         struct Row {
@@ -265,18 +249,12 @@ final class PostgresQueue: Sendable {
         let sendableElsewhere = e.disabled.isEmpty ? [] : try liveLanesOfOthers(c)
         for target in targets {
             var row = Row(target: target, state: .queued, reason: nil, secrets: nil, id: plan.id(of: target.deviceID))
-            if !target.enabled {
-                row.state = .skipped
-                row.reason = DeliveryReason.deviceDisabled
-            } else if !e.message.kind.reaches(target.platform, webPushForm: target.keysSealed != nil) {
-                row.state = .skipped
-                row.reason = "kind_not_for_platform"
-            } else if let why = e.disabled[target.keysSealed != nil ? .web : target.platform],
-                !sendableElsewhere.contains(Self.laneName(QueueLane(app: e.app, platform: target.platform)))
+            if let why = MessageRules.skipReason(
+                enabled: target.enabled, platform: target.platform, webPushForm: target.keysSealed != nil, e,
+                sentElsewhere: { sendableElsewhere.contains(Self.laneName(QueueLane(app: e.app, platform: $0))) })
             {
-                // Skipped only when no live instance can send it either.
                 row.state = .skipped
-                row.reason = "transport_disabled: \(why)"
+                row.reason = why
             }
             if row.state == .skipped {
                 skipped += 1
@@ -744,9 +722,23 @@ final class PostgresQueue: Sendable {
 
     /// The queue's statements on one connection, for the rules written once
     /// (``ClaimSorting``, ``StaleRules``).
-    struct Rows: ClaimStatements, StaleStatements {
+    struct Rows: ClaimStatements, StaleStatements, IdempotencyStatements {
         let queue: PostgresQueue
         let c: PostgresConnection
+
+        func message(app: String, idempotencyHash: [UInt8]) throws -> (id: String, acceptedAt: Int64)? {
+            guard let found = try c.execute(Statements.findIdempotent, [.text(app), .bytes(idempotencyHash)]).first
+            else { return nil }
+            return (try found.text(0), try found.int64(1))
+        }
+
+        func clearIdempotencyKey(messageID: String) throws {
+            try c.execute("UPDATE messages SET idempotency_hash = NULL WHERE message_id = $1", [.text(messageID)])
+        }
+
+        func stateCounts(_ messageID: String) throws -> [DeliveryState: Int] {
+            try queue.stateCounts(c, messageID)
+        }
 
         func batchSizes(_ messageIDs: [String]) throws -> [BatchKey: Int] {
             var sizes: [BatchKey: Int] = [:]
