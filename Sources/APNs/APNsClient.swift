@@ -137,6 +137,8 @@ public struct APNsResponse: Sendable, Hashable {
     public let status: Int
     /// The `apns-id` response header.
     public let apnsID: String?
+    /// The `apns-unique-id` response header (APNs' development environment).
+    public let uniqueID: String?
     /// The body's `reason` (error answers only).
     public let reason: String?
     /// The body's `timestamp`, ms since the epoch (410 only).
@@ -246,7 +248,8 @@ enum APNsAnswer {
             return nil
         }
         return APNsResponse(
-            status: r.status, apnsID: r.header("apns-id"), reason: json?["reason"]?.stringValue,
+            status: r.status, apnsID: r.header("apns-id"), uniqueID: r.header("apns-unique-id"),
+            reason: json?["reason"]?.stringValue,
             timestamp: timestamp, retryAfter: r.status >= 300 ? r.header("retry-after") : nil)
     }
 }

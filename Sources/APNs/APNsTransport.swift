@@ -9,6 +9,9 @@ public final class APNsTransport: PushTransport {
     private let settings: APNsAppSettings
     private let production: APNsLaneHandle
     private let development: APNsLaneHandle
+    /// Each environment's origin, as receipts name it.
+    private let productionOrigin: String
+    private let developmentOrigin: String
     private let clock: any WallClock
     /// The requests of the messages being sent (see ``RecentlyBuilt``).
     private let requests = RecentlyBuilt<RequestKey, Result<Built, APNsRequestError>>()
@@ -44,6 +47,26 @@ public final class APNsTransport: PushTransport {
         }
         self.production = lane(.production, production)
         self.development = lane(.development, development)
+        productionOrigin = Self.origin(production)
+        developmentOrigin = Self.origin(development)
+    }
+
+    static func origin(_ e: APNsEndpoint) -> String {
+        let host = e.host.contains(":") ? "[\(e.host)]" : e.host
+        return e.port == 443 ? "https://\(host)" : "https://\(host):\(e.port)"
+    }
+
+    /// The `apns-id` of a delivery: a UUID (version 8, RFC 9562) of the
+    /// first 16 bytes of SHA-256 over its message and device, so every
+    /// attempt of it carries the same one and no two deliveries share it.
+    public static func apnsID(messageID: String, deviceID: String) -> String {
+        var b = Array(SHA256.hash(Array("herald-apns-id:\(messageID):\(deviceID)".utf8)).prefix(16))
+        b[6] = (b[6] & 0x0F) | 0x80
+        b[8] = (b[8] & 0x3F) | 0x80
+        let hex = b.hexString
+        let cut = [8, 12, 16, 20].map { hex.index(hex.startIndex, offsetBy: $0) }
+        return
+            "\(hex[..<cut[0]])-\(hex[cut[0]..<cut[1]])-\(hex[cut[1]..<cut[2]])-\(hex[cut[2]..<cut[3]])-\(hex[cut[3]...])"
     }
 
     public func send(_ job: DeliveryJob, completion: @escaping @Sendable (AttemptReport) -> Void) {
@@ -66,21 +89,29 @@ public final class APNsTransport: PushTransport {
             completion(AttemptReport(outcome: .failed(reason: .requestInvalid)))
             return
         }
-        let lane = job.environment == .development ? development : production
+        let development = job.environment == .development
+        let lane = development ? self.development : production
+        let origin = development ? developmentOrigin : productionOrigin
         let registeredAt = job.registeredAt
         let clock = self.clock
+        let apnsID = Self.apnsID(messageID: job.messageID, deviceID: job.deviceID)
         let push = APNsPush(
-            deviceToken: job.token, headers: request.headers, payload: request.payload, notAfter: job.sendDeadline)
+            deviceToken: job.token, headers: request.headers + [("apns-id", apnsID)], payload: request.payload,
+            notAfter: job.sendDeadline)
+        let started = monotonicMilliseconds()
         lane.send(push) { result in
+            var receipt = ProviderReceipt(
+                apnsID: apnsID, origin: origin, elapsedMs: monotonicMilliseconds() - started)
             switch result {
             case .success(let r):
+                receipt.apnsUniqueID = r.uniqueID
                 let retryAfter = r.retryAfter.flatMap { RetryAfter.parse($0, now: clock.nowMilliseconds()) }
                 let outcome = APNsClassifier.classify(
                     status: r.status, reason: r.reason, timestamp: r.timestamp, registeredAt: registeredAt,
                     retryAfter: retryAfter)
-                completion(AttemptReport(outcome: outcome, httpStatus: r.status))
+                completion(AttemptReport(outcome: outcome, httpStatus: r.status, receipt: receipt))
             case .failure(let error):
-                completion(AttemptReport(outcome: .transient(reason: ProviderReason(error))))
+                completion(AttemptReport(outcome: .transient(reason: ProviderReason(error)), receipt: receipt))
             }
         }
     }

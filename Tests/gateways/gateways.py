@@ -545,6 +545,10 @@ def handle_apns(req: Request) -> Response:
         if resp is None:
             apns_id = req.header("apns-id") or str(uuid.uuid4())
             resp = Response(200, [("apns-id", apns_id)], b"")
+    if gw == "apns_dev" and resp.status == 200 and not resp.hang and resp.reset is None:
+        # Apple's development environment names each push it accepted for
+        # its delivery log (production does not).
+        resp.headers.append(("apns-unique-id", str(uuid.uuid4())))
     rec["valid"] = not errors
     _finish_record(gw, rec, resp)
     return resp
