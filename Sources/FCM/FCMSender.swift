@@ -69,8 +69,9 @@ public final class FCMSender: Sendable {
     private let requestTimeout: Duration
     /// HTTP/2 first, libcurl for an origin that does not offer it.
     private let transport: OriginTransport
-    /// The origin's text and the request path on it.
-    private let origin: String
+    /// The origin's text (`https://host[:port]`), as receipts name it.
+    public let origin: String
+    /// The request path on it.
     private let path: String
     /// The FCM origin's HTTP/2 lane, when there is a client and the base URL
     /// is `https`. Taken once: a lane the client forgot while idle comes back

@@ -47,8 +47,12 @@ public final class FCMTransport: PushTransport {
             return
         }
         let body = FCMMessage(template, token: job.token).body
+        let origin = sender.origin
+        let started = monotonicMilliseconds()
         sender.send(body: body, notAfter: job.sendDeadline) { outcome, info in
-            completion(AttemptReport(outcome: outcome, httpStatus: info?.status))
+            let receipt = ProviderReceipt(
+                fcmName: info?.messageName, origin: origin, elapsedMs: monotonicMilliseconds() - started)
+            completion(AttemptReport(outcome: outcome, httpStatus: info?.status, receipt: receipt))
         }
     }
 }

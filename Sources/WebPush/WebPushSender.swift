@@ -128,9 +128,10 @@ public final class WebPushSender: Sendable {
         var checked: CheckedEndpoint?
     }
 
-    /// The outcome, the HTTP status of the last answer, and what the sealed
-    /// record's `web_payload` needed (nil: none sealed, or Herald's own form).
-    typealias Completion = @Sendable (Outcome, Int?, ShrinkOutcome?) -> Void
+    /// The outcome, the HTTP status of the last answer, what the sealed
+    /// record's `web_payload` needed (nil: none sealed, or Herald's own
+    /// form), and the last request's receipt (nil: none was sent).
+    typealias Completion = @Sendable (Outcome, Int?, ShrinkOutcome?, ProviderReceipt?) -> Void
 
     /// What `prepare` of ``send(endpoint:prepare:completion:)`` gives: the
     /// push, or the outcome to report instead of sending it.
@@ -218,7 +219,8 @@ public final class WebPushSender: Sendable {
     ) {
         enqueue(
             Work(
-                endpoint: endpoint, prepare: prepare, completion: { outcome, status, _ in completion(outcome, status) })
+                endpoint: endpoint, prepare: prepare,
+                completion: { outcome, status, _, _ in completion(outcome, status) })
         )
     }
 
@@ -232,8 +234,8 @@ public final class WebPushSender: Sendable {
         enqueue(
             Work(
                 endpoint: endpoint, prepare: prepare,
-                completion: { outcome, status, shrink in
-                    report(AttemptReport(outcome: outcome, httpStatus: status, shrink: shrink))
+                completion: { outcome, status, shrink, receipt in
+                    report(AttemptReport(outcome: outcome, httpStatus: status, shrink: shrink, receipt: receipt))
                 }))
     }
 
@@ -299,7 +301,7 @@ public final class WebPushSender: Sendable {
                     again.checked = checked
                     enqueue(again)
                 case .failure(let error):
-                    w.completion(Self.outcome(refusedBy: error), nil, nil)
+                    w.completion(Self.outcome(refusedBy: error), nil, nil, nil)
                 }
             }
             // The lookup is under way: this worker goes on with the next send.
@@ -307,7 +309,7 @@ public final class WebPushSender: Sendable {
             switch now {
             case .success(let c): checked = c
             case .failure(let error):
-                w.completion(Self.outcome(refusedBy: error), nil, nil)
+                w.completion(Self.outcome(refusedBy: error), nil, nil, nil)
                 return
             }
         }
@@ -315,7 +317,7 @@ public final class WebPushSender: Sendable {
         switch w.prepare() {
         case .ready(let p): prepared = p
         case .refused(let outcome):
-            w.completion(outcome, nil, nil)
+            w.completion(outcome, nil, nil, nil)
             return
         }
         attempt(
@@ -353,32 +355,34 @@ public final class WebPushSender: Sendable {
         completion finished: @escaping Completion
     ) {
         if let notAfter, clock.nowMilliseconds() > notAfter {
-            finished(.transient(reason: .timeout), nil, nil)
+            finished(.transient(reason: .timeout), nil, nil, nil)
             return
         }
         let plaintext = steppedDown ? payload.minimalPlaintext : payload.plaintext
         let bodySize = steppedDown ? payload.stepDownBodySize : payload.bodySize
         guard let body = seal(plaintext, for: subscriber, bodySize: bodySize) else {
-            finished(.failed(reason: Self.sealFailure), nil, nil)
+            finished(.failed(reason: Self.sealFailure), nil, nil, nil)
             return
         }
         // Sealed: from here every answer says what the record's content needed.
         let shrink = steppedDown ? payload.minimalShrink : payload.shrink
-        let completion: @Sendable (Outcome, Int?) -> Void = { outcome, status in finished(outcome, status, shrink) }
+        let completion: @Sendable (Outcome, Int?, ProviderReceipt?) -> Void = { outcome, status, receipt in
+            finished(outcome, status, shrink, receipt)
+        }
         let origin = checked.origin
         let authorization: String
         do {
             authorization = try tokens.authorization(
                 app: app, origin: origin, key: signing.key, keyID: signing.keyID, subject: subject)
         } catch {
-            completion(.failed(reason: Self.vapidFailure), nil)
+            completion(.failed(reason: Self.vapidFailure), nil, nil)
             return
         }
-        let answered: @Sendable (ServiceAnswer) -> Void = {
-            [self] result in
+        let answered: @Sendable (ServiceAnswer, ProviderReceipt) -> Void = {
+            [self] result, receipt in
             switch result {
             case .unanswered(let failure):
-                completion(failure.outcome, nil)
+                completion(failure.outcome, nil, receipt)
             case .answered(let status, let retryAfterField):
                 let retryAfter = retryAfterField.flatMap { RetryAfter.parse($0, now: clock.nowMilliseconds()) }
                 let outcome = WebPushClassifier.classify(
@@ -388,7 +392,7 @@ public final class WebPushSender: Sendable {
                         // The subscription is bound to a key Herald no longer
                         // holds: this delivery cannot succeed, and neither the
                         // service nor the current key's token is at fault.
-                        completion(.failed(reason: Self.vapidKeyRetired), status)
+                        completion(.failed(reason: Self.vapidKeyRetired), status, receipt)
                         return
                     }
                     // The service refused the VAPID token: sign a fresh one for the next send.
@@ -397,7 +401,7 @@ public final class WebPushSender: Sendable {
                 if outcome == .tooLarge && !steppedDown {
                     guard payload.minimalFits else {
                         // No shrink step brings web_payload under the smaller record.
-                        completion(.failed(reason: Self.webPayloadTooLarge), status)
+                        completion(.failed(reason: Self.webPayloadTooLarge), status, receipt)
                         return
                     }
                     queue.async { [self] in
@@ -409,12 +413,13 @@ public final class WebPushSender: Sendable {
                     }
                     return
                 }
-                completion(outcome, status)
+                completion(outcome, status, receipt)
             }
         }
         var fields = headers.fields
         fields.append(("Authorization", authorization))
         let pinned = checked.addresses.map(\.description)
+        let started = monotonicMilliseconds()
         let request = OriginRequest(
             origin: origin, url: checked.url, path: checked.pathAndQuery, headers: fields, body: body,
             notAfter: notAfter, timeout: timeout, connectTimeout: connectTimeout, pinnedAddresses: pinned)
@@ -430,11 +435,14 @@ public final class WebPushSender: Sendable {
                     addresses: addresses, idleTimeout: http2IdleTimeout)
             }, to: &outgoing
         ) { result in
+            var receipt = ProviderReceipt(origin: origin, elapsedMs: monotonicMilliseconds() - started)
             switch result {
             case .success(let response):
-                answered(.answered(status: response.status, retryAfter: response.header("retry-after")))
+                // RFC 8030 §5: the push message's URL, on a 201.
+                receipt.location = response.header("location")
+                answered(.answered(status: response.status, retryAfter: response.header("retry-after")), receipt)
             case .failure(let failure):
-                answered(.unanswered(failure))
+                answered(.unanswered(failure), receipt)
             }
         }
     }

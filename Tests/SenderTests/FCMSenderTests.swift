@@ -48,6 +48,31 @@ struct FCMSenderTests {
         }
     }
 
+    @Test(
+        "an attempt's receipt carries the message name FCM answered with, the origin and the time taken",
+        arguments: Carrier.allCases)
+    func receiptCarriesTheMessageName(_ carrier: Carrier) async throws {
+        try await withFCMGateways(carrier) { g in
+            let transport = FCMTransport(sender: try g.sender(), settings: FCMAppSettings())
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            let job = DeliveryJob(
+                deliveryID: 1, messageID: "m1", app: "default", deviceID: "d1", user: "u", platform: .fcm,
+                environment: nil, token: "device-r", keys: nil, tokenHash: "h", registeredAt: now - 1000,
+                message: PushMessage(kind: .notification, badge: 1), acceptedAt: now, expiresAt: now + 60_000,
+                previousAttempts: 0)
+            let report = await withCheckedContinuation { (c: CheckedContinuation<AttemptReport, Never>) in
+                transport.send(job) { c.resume(returning: $0) }
+            }
+            #expect(report.outcome == .delivered)
+            let record = try #require(try await g.sends(token: "device-r").last)
+            let name = ((record["response"] as? [String: Any])?["body"] as? [String: Any])?["name"] as? String
+            #expect(name != nil)
+            #expect(report.receipt?.fcmName == name)
+            #expect(report.receipt?.origin == transport.sender.origin)
+            #expect((report.receipt?.elapsedMs ?? -1) >= 0)
+        }
+    }
+
     @Test(arguments: Carrier.allCases)
     func fiftyConcurrentSendsShareOneTokenRequest(_ carrier: Carrier) async throws {
         try await withFCMGateways(carrier) { g in

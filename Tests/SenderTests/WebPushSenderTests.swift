@@ -296,6 +296,31 @@ struct WebPushSenderTests {
         }
     }
 
+    @Test(
+        "the report's receipt names the push service's Location for the push, the origin and the time taken",
+        arguments: Carrier.allCases)
+    func receiptCarriesLocation(_ carrier: Carrier) async throws {
+        try await withHarness(carrier) { h in
+            let msg = message()
+            let payload = try WebPushPayload(message: msg, user: "u1")
+            let subscriber = try WebPushSubscriber(p256dh: h.subscription.p256dh, auth: h.subscription.auth)
+            let ready = WebPushSender.Prepared(
+                subscriber: subscriber, payload: payload, headers: WebPushHeaders(message: msg))
+            let report = await withCheckedContinuation { (c: CheckedContinuation<AttemptReport, Never>) in
+                h.sender.send(endpoint: h.subscription.endpoint, prepare: { .ready(ready) }) { c.resume(returning: $0) }
+            }
+            #expect(report.outcome == .delivered && report.httpStatus == 201)
+            let record = try #require(try await h.gateways.received().last)
+            let response = record["response"] as? [String: Any] ?? [:]
+            let location = (response["headers"] as? [String: Any])?["location"] as? String
+            #expect(location != nil)
+            #expect(report.receipt?.location == location)
+            let endpoint = try HTTPURL(parsing: h.subscription.endpoint)
+            #expect(report.receipt?.origin == endpoint.origin.description)
+            #expect((report.receipt?.elapsedMs ?? -1) >= 0)
+        }
+    }
+
     @Test("Two 413s: failed with PayloadTooLarge, no third request", arguments: Carrier.allCases)
     func stepDownFails(_ carrier: Carrier) async throws {
         try await withHarness(carrier) { h in
