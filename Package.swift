@@ -88,7 +88,7 @@ let package = Package(
             swiftSettings: strictSwift),
         .target(
             name: "APNs",
-            dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldIO", "HTTP2"],
+            dependencies: ["HeraldCore", "HeraldJSON", "HeraldCrypto", "HeraldIO", "HeraldNet", "HTTP2"],
             swiftSettings: strictSwift),
         .target(
             name: "FCM",

@@ -1,6 +1,7 @@
 public import HeraldCore
 import HeraldCrypto
 import HeraldIO
+import HeraldNet
 
 /// APNs as a ``PushTransport`` for one app: builds each request with
 /// ``APNsRequest`` and sends it on the lane of the device's environment.
@@ -52,8 +53,7 @@ public final class APNsTransport: PushTransport {
     }
 
     static func origin(_ e: APNsEndpoint) -> String {
-        let host = e.host.contains(":") ? "[\(e.host)]" : e.host
-        return e.port == 443 ? "https://\(host)" : "https://\(host):\(e.port)"
+        Origin(scheme: .https, host: e.host, port: e.port).description
     }
 
     /// The `apns-id` of a delivery: a UUID (version 8, RFC 9562) of the
@@ -63,10 +63,12 @@ public final class APNsTransport: PushTransport {
         var b = Array(SHA256.hash(Array("herald-apns-id:\(messageID):\(deviceID)".utf8)).prefix(16))
         b[6] = (b[6] & 0x0F) | 0x80
         b[8] = (b[8] & 0x3F) | 0x80
-        let hex = b.hexString
-        let cut = [8, 12, 16, 20].map { hex.index(hex.startIndex, offsetBy: $0) }
-        return
-            "\(hex[..<cut[0]])-\(hex[cut[0]..<cut[1]])-\(hex[cut[1]..<cut[2]])-\(hex[cut[2]..<cut[3]])-\(hex[cut[3]...])"
+        var uuid = ""
+        for (i, digit) in b.hexString.enumerated() {
+            if i == 8 || i == 12 || i == 16 || i == 20 { uuid.append("-") }
+            uuid.append(digit)
+        }
+        return uuid
     }
 
     public func send(_ job: DeliveryJob, completion: @escaping @Sendable (AttemptReport) -> Void) {

@@ -26,7 +26,7 @@ enum StoreKeyCheck {
     ) throws -> (key: StoreKey, outcome: StoreKeyOutcome) {
         try db.execute("BEGIN IMMEDIATE")
         do {
-            let settled = try decide(db, supply: supply, keyFile: keyFile, database: database)
+            let settled = try decide(supply: supply, keyFile: keyFile, database: database, SQLiteKeyCheck(db: db))
             db.resetActive()
             try db.execute("COMMIT")
             return settled
@@ -35,12 +35,6 @@ enum StoreKeyCheck {
             try? db.execute("ROLLBACK")
             throw error
         }
-    }
-
-    private static func decide(
-        _ db: Database, supply: StoreKeySupply, keyFile: String, database: String
-    ) throws -> (key: StoreKey, outcome: StoreKeyOutcome) {
-        try decide(supply: supply, keyFile: keyFile, database: database, SQLiteKeyCheck(db: db))
     }
 
     /// The check's rules, for every backend: a recorded check value must

@@ -18,6 +18,15 @@ struct APNsReceiptTests {
             expiresAt: now + 60_000, previousAttempts: 0)
     }
 
+    /// A transport of the suite's key and topic, both environments on loopback ports.
+    static func transport(_ client: APNsClient, production: Int, development: Int) -> APNsTransport {
+        APNsTransport(
+            client: client, app: "default",
+            signer: APNsSigner(key: SharedGateways.shared.key, keyID: apnsKeyID, teamID: apnsTeamID),
+            settings: APNsAppSettings(topic: apnsTopic), production: APNsEndpoint(host: "127.0.0.1", port: production),
+            development: APNsEndpoint(host: "127.0.0.1", port: development))
+    }
+
     static func send(_ t: APNsTransport, _ job: DeliveryJob) async -> AttemptReport {
         await withCheckedContinuation { c in t.send(job) { c.resume(returning: $0) } }
     }
@@ -43,11 +52,7 @@ struct APNsReceiptTests {
         let settings = APNsClientSettings(caFile: g.ca) { _, _ in ["127.0.0.1"] }
         let client = try APNsClient(settings: settings)
         defer { client.shutdown() }
-        let transport = APNsTransport(
-            client: client, app: "default",
-            signer: APNsSigner(key: SharedGateways.shared.key, keyID: apnsKeyID, teamID: apnsTeamID),
-            settings: APNsAppSettings(topic: apnsTopic), production: APNsEndpoint(host: "127.0.0.1", port: g.apns),
-            development: APNsEndpoint(host: "127.0.0.1", port: g.apnsDev))
+        let transport = Self.transport(client, production: g.apns, development: g.apnsDev)
 
         let production = Self.job(1, environment: .production)
         let first = await Self.send(transport, production)
@@ -84,12 +89,7 @@ struct APNsReceiptTests {
         defer { client.shutdown() }
         // Port 1 on loopback: nothing listens, the connection fails.
         let closedPort = 1
-        let transport = APNsTransport(
-            client: client, app: "default",
-            signer: APNsSigner(key: SharedGateways.shared.key, keyID: apnsKeyID, teamID: apnsTeamID),
-            settings: APNsAppSettings(topic: apnsTopic),
-            production: APNsEndpoint(host: "127.0.0.1", port: closedPort),
-            development: APNsEndpoint(host: "127.0.0.1", port: closedPort))
+        let transport = Self.transport(client, production: closedPort, development: closedPort)
         let report = await Self.send(transport, Self.job(3, environment: .production))
         #expect(report.httpStatus == nil)
         #expect(report.receipt?.apnsID == APNsTransport.apnsID(messageID: "m1", deviceID: "device-3"))

@@ -15,14 +15,8 @@ enum PostgresKeyCheck {
     ) throws -> (key: StoreKey, outcome: StoreKeyOutcome) {
         try c.transaction { c in
             try c.execute("SELECT pg_advisory_xact_lock($1)", [.int(lock)])
-            return try decide(c, supply: supply, keyFile: keyFile, database: database)
+            return try StoreKeyCheck.decide(supply: supply, keyFile: keyFile, database: database, Statements(c: c))
         }
-    }
-
-    private static func decide(
-        _ c: PostgresConnection, supply: StoreKeySupply, keyFile: String, database: String
-    ) throws -> (key: StoreKey, outcome: StoreKeyOutcome) {
-        try StoreKeyCheck.decide(supply: supply, keyFile: keyFile, database: database, Statements(c: c))
     }
 
     /// The key check's statements on one connection.
