@@ -16,10 +16,12 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # systemd: systemd-analyze, systemd-sysusers and systemd-tmpfiles for test-units; iproute2: the
 # reliability checks set up loopback addresses in network namespaces they create. postgresql and
 # libpq-dev: the Postgres module links libpq; its tests start throw-away servers of their own
-# (scripts/pg-test-server.sh) and never use the system one.
+# (scripts/pg-test-server.sh) and never use the system one. prometheus (for promtool) and python3-yaml:
+# the dashboard and alert checks (Tests/reliability/test_dashboards.py) check and unit-test
+# deploy/prometheus/herald-alerts.yml; they never start the Prometheus server.
 DEBIAN_PACKAGES := libssl-dev libsodium-dev libnghttp2-dev libjansson-dev \
 	libcurl4-openssl-dev libsqlite3-dev libinih-dev libmicrohttpd-dev openssl pkg-config python3 python3-venv \
-	nginx nghttp2-client systemd iproute2 postgresql libpq-dev libc-ares-dev publicsuffix
+	nginx nghttp2-client systemd iproute2 postgresql libpq-dev libc-ares-dev publicsuffix prometheus python3-yaml
 
 VENV := .venv
 VENV_STAMP := $(VENV)/.requirements-installed

@@ -1,5 +1,6 @@
 # Reliability checks (Tests/reliability): provider faults per transport, hostile input for every
-# method and the SSRF corpus, socket/app access and secrets at rest, slow and failing name servers. Python pytest suites against a
+# method and the SSRF corpus, socket/app access and secrets at rest, slow and failing name servers; the
+# dashboard and alerting rules of deploy/ against the metrics a daemon exports (promtool). Python pytest suites against a
 # real daemon ($(HERALD)) and the test gateways, all on loopback or in namespaces they create (run
 # as root: unshare, nsenter, setuid peers). About 2 minutes on 2 cores. The summary line (faults
 # injected, hostile inputs tried, SSRF cases) is printed and written to build/reliability/checks.json.
@@ -10,7 +11,8 @@ RELIABILITY_SUITES := Tests/reliability/test_faults.py Tests/reliability/test_ho
 	Tests/reliability/test_dns.py Tests/reliability/test_provider_rules.py Tests/reliability/test_store_outage.py \
 	Tests/reliability/test_pg_server.py Tests/reliability/test_shared_bounds.py \
 	Tests/reliability/test_figures.py Tests/reliability/test_process_budgets.py \
-	Tests/reliability/test_send_slots.py Tests/reliability/test_dns_starvation.py
+	Tests/reliability/test_send_slots.py Tests/reliability/test_dns_starvation.py \
+	Tests/reliability/test_dashboards.py
 
 .PHONY: test-reliability-checks
 
