@@ -40,6 +40,11 @@ public struct ProviderReceipt: Sendable, Hashable {
     /// From the request handed to the client to its answer (or failure), ms.
     public var elapsedMs: Int64?
 
+    /// What the provider named the push in its answer: the
+    /// `apns-unique-id`, the FCM message `name` or the Web Push `Location`
+    /// (the store keeps it; the `apns-id` is derived from the delivery).
+    public var providerID: String? { apnsUniqueID ?? fcmName ?? location }
+
     public init(
         apnsID: String? = nil, apnsUniqueID: String? = nil, fcmName: String? = nil, location: String? = nil,
         origin: String? = nil, elapsedMs: Int64? = nil

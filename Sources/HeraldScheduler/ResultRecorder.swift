@@ -52,7 +52,8 @@ final class ResultRecorder {
     func finish(
         _ job: DeliveryJob, state: DeliveryState, httpStatus: Int?, reason: RecordedReason?,
         nextAttemptAt: Int64? = nil,
-        countsAsAttempt: Bool = true, inFlight counted: Bool = true, shrink: ShrinkOutcome? = nil
+        countsAsAttempt: Bool = true, inFlight counted: Bool = true, shrink: ShrinkOutcome? = nil,
+        receipt: ProviderReceipt? = nil
     ) {
         s.owner.check()
         if counted { s.slots.release(job) }
@@ -66,7 +67,8 @@ final class ResultRecorder {
         }
         let record = DeliveryRecord(
             deliveryID: job.deliveryID, deviceID: job.deviceID, state: state, httpStatus: httpStatus,
-            reason: reason, nextAttemptAt: nextAttemptAt, countsAsAttempt: countsAsAttempt, shrink: shrink)
+            reason: reason, nextAttemptAt: nextAttemptAt, countsAsAttempt: countsAsAttempt, shrink: shrink,
+            receipt: receipt)
         if let entry = uncommitted[job.messageID] {
             if entry.box?.offer(record) == true {
                 awaitCommit(job.messageID) { $0.written += 1 }

@@ -18,6 +18,7 @@ final class RetryPlanner {
         let now = s.clock.nowMilliseconds()
         let status = report.httpStatus
         let shrink = report.shrink
+        let receipt = report.receipt
         let webForm = job.platform == .web || job.keys != nil
         switch report.outcome {
         case .delivered:
@@ -28,7 +29,7 @@ final class RetryPlanner {
             if webForm, let origin = Origin.text(ofEndpoint: job.token) {
                 s.health.clearOriginDegraded(origin, lane: lane)
             }
-            s.recorder.finish(job, state: .delivered, httpStatus: status, reason: nil, shrink: shrink)
+            s.recorder.finish(job, state: .delivered, httpStatus: status, reason: nil, shrink: shrink, receipt: receipt)
             s.stale.reportNotStale(job, now: now)
         case .retry(let after, let reason):
             // A probe of an unresponsive origin that timed out again: tried
@@ -37,7 +38,7 @@ final class RetryPlanner {
             if reason == .timeout, let origin = Scheduler.webPushOrigin(of: job), s.origins.isUnresponsive(origin) {
                 after = max(after ?? .zero, .milliseconds(s.origins.retryDelay()))
             }
-            retry(job, after: after, reason: reason, httpStatus: status, now: now, shrink: shrink)
+            retry(job, after: after, reason: reason, httpStatus: status, now: now, shrink: shrink, receipt: receipt)
         case .authRejected(let reason):
             s.tally.add(job.platform, \.authRejected)
             if webForm {
@@ -48,30 +49,34 @@ final class RetryPlanner {
                 if let origin = Origin.text(ofEndpoint: job.token) {
                     s.health.markOriginDegraded(origin, lane: lane, reason: reason)
                 }
-                retry(job, after: nil, reason: reason, httpStatus: status, now: now, shrink: shrink)
+                retry(job, after: nil, reason: reason, httpStatus: status, now: now, shrink: shrink, receipt: receipt)
             } else {
                 let first = !s.health.isDegraded(lane)
                 s.health.markDegraded(lane, reason: reason)
-                waitForCredential(job, reason: reason, httpStatus: status, now: now, soon: first, shrink: shrink)
+                waitForCredential(
+                    job, reason: reason, httpStatus: status, now: now, soon: first, shrink: shrink, receipt: receipt)
             }
         case .failed(let reason):
             s.tally.add(job.platform, \.failed)
-            s.recorder.finish(job, state: .failed, httpStatus: status, reason: RecordedReason(reason), shrink: shrink)
+            s.recorder.finish(
+                job, state: .failed, httpStatus: status, reason: RecordedReason(reason), shrink: shrink,
+                receipt: receipt)
             s.stale.reportNotStale(job, now: now)
         case .tooLarge:
             s.tally.add(job.platform, \.failed)
             s.recorder.finish(
-                job, state: .failed, httpStatus: status, reason: RecordedReason(.payloadTooLarge), shrink: shrink
+                job, state: .failed, httpStatus: status, reason: RecordedReason(.payloadTooLarge), shrink: shrink,
+                receipt: receipt
             )
             s.stale.reportNotStale(job, now: now)
         case .stale(let reason):
-            s.stale.hold(job, httpStatus: status, reason: reason, now: now)
+            s.stale.hold(job, httpStatus: status, reason: reason, now: now, receipt: receipt)
         }
     }
 
     private func retry(
         _ job: DeliveryJob, after: Duration?, reason: ProviderReason, httpStatus: Int?, now: Int64,
-        shrink: ShrinkOutcome? = nil
+        shrink: ShrinkOutcome? = nil, receipt: ProviderReceipt? = nil
     ) {
         let decision = s.settings.backoff.next(
             attempt: job.previousAttempts, retryAfter: after, now: now, deadline: job.expiresAt, random: &s.rng)
@@ -80,19 +85,19 @@ final class RetryPlanner {
             s.tally.add(job.platform, \.retried)
             s.recorder.finish(
                 job, state: .retrying, httpStatus: httpStatus, reason: RecordedReason(reason), nextAttemptAt: at,
-                shrink: shrink)
+                shrink: shrink, receipt: receipt)
             s.claims.arm(afterMs: at - now)
         case .giveUp(.exhausted):
             s.tally.add(job.platform, \.failed)
             s.recorder.finish(
                 job, state: .failed, httpStatus: httpStatus, reason: RecordedReason(reason, .retriesExhausted),
-                shrink: shrink)
+                shrink: shrink, receipt: receipt)
             s.stale.reportNotStale(job, now: now)
         case .giveUp(.expired):
             s.tally.add(job.platform, \.expired)
             s.recorder.finish(
                 job, state: .expired, httpStatus: httpStatus, reason: RecordedReason(reason, .ttlElapsed),
-                shrink: shrink
+                shrink: shrink, receipt: receipt
             )
             s.stale.reportNotStale(job, now: now)
         }
@@ -105,14 +110,14 @@ final class RetryPlanner {
     /// (the claim after it finds it expired).
     private func waitForCredential(
         _ job: DeliveryJob, reason: ProviderReason, httpStatus: Int?, now: Int64, soon: Bool = false,
-        shrink: ShrinkOutcome? = nil
+        shrink: ShrinkOutcome? = nil, receipt: ProviderReceipt? = nil
     ) {
         let deadline = job.sendDeadline
         guard now <= deadline else {
             s.tally.add(job.platform, \.expired)
             s.recorder.finish(
                 job, state: .expired, httpStatus: httpStatus, reason: RecordedReason(reason, .ttlElapsed),
-                shrink: shrink
+                shrink: shrink, receipt: receipt
             )
             s.stale.reportNotStale(job, now: now)
             return
@@ -122,7 +127,7 @@ final class RetryPlanner {
         s.tally.add(job.platform, \.retried)
         s.recorder.finish(
             job, state: .retrying, httpStatus: httpStatus, reason: RecordedReason(.credentialRejected),
-            nextAttemptAt: at, countsAsAttempt: false, shrink: shrink)
+            nextAttemptAt: at, countsAsAttempt: false, shrink: shrink, receipt: receipt)
         s.claims.arm(afterMs: at - now)
     }
 }

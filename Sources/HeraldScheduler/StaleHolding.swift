@@ -8,6 +8,8 @@ struct HeldStale {
     let job: DeliveryJob
     let httpStatus: Int?
     let reason: ProviderReason
+    /// What named the attempt at the provider (written with its result).
+    var receipt: ProviderReceipt? = nil
 }
 
 /// Stale devices held for the ``StaleGuard``'s verdict (batch breaker,
@@ -101,11 +103,13 @@ final class StaleHolding {
     /// The provider called the device stale: it waits for the batch's
     /// verdict outside the in-flight count, so that a large stale batch
     /// cannot starve the claims that will settle it.
-    func hold(_ job: DeliveryJob, httpStatus: Int?, reason: ProviderReason, now: Int64) {
+    func hold(
+        _ job: DeliveryJob, httpStatus: Int?, reason: ProviderReason, now: Int64, receipt: ProviderReceipt? = nil
+    ) {
         s.owner.check()
         s.slots.release(job)
         held[Key(messageID: job.messageID, deviceID: job.deviceID)] = HeldStale(
-            job: job, httpStatus: httpStatus, reason: reason)
+            job: job, httpStatus: httpStatus, reason: reason, receipt: receipt)
         // Answered, but not a result its enqueue could write.
         s.recorder.offerNothing(job.messageID)
         touch(job)
@@ -144,7 +148,8 @@ final class StaleHolding {
                     ["device": h.job.deviceID, "platform": h.job.platform.rawValue, "why": why.rawValue])
                 s.recorder.finish(
                     h.job, state: .failed, httpStatus: h.httpStatus,
-                    reason: RecordedReason(h.reason, .staleNotDeleted(why.rawValue)), inFlight: false)
+                    reason: RecordedReason(h.reason, .staleNotDeleted(why.rawValue)), inFlight: false,
+                    receipt: h.receipt)
             }
         }
     }
@@ -156,7 +161,7 @@ final class StaleHolding {
         let job = h.job
         s.store.removeStale(
             deliveryID: job.deliveryID, deviceID: job.deviceID, tokenHash: job.tokenHash,
-            httpStatus: h.httpStatus, reason: h.reason, windowCap: s.settings.stale.windowCap
+            httpStatus: h.httpStatus, reason: h.reason, windowCap: s.settings.stale.windowCap, receipt: h.receipt
         ) { [s] result in
             switch result {
             case .success(.refusedWindowCap):

@@ -107,7 +107,7 @@ public protocol DeliveryQueue: StoreService {
     /// instance leaves the cap to the caller's own guard, which is exact.
     func removeStale(
         deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason,
-        windowCap: Int,
+        windowCap: Int, receipt: ProviderReceipt?,
         completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void)
 }
 
@@ -202,7 +202,7 @@ public protocol StoreAdministration: StoreService {
 ///   write of that user or message queued before it, answered or not (a
 ///   client that pipelines a write and a read reads its own write);
 /// - after `close()` every call fails at once with an error.
-public protocol DeliveryStore: DeviceRegistry, DeliveryQueue, StoreInstances, StoreAdministration {}
+public protocol DeliveryStore: DeviceRegistry, DeliveryQueue, StoreInstances, StoreAdministration, EventLog {}
 
 /// What became of a stale device (see ``DeliveryQueue/removeStale``).
 public enum StaleRemoval: Sendable, Equatable {

@@ -4,7 +4,7 @@ import HeraldCrypto
 
 /// The durable delivery queue, on the store thread, inside its transactions.
 final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
-    private let db: Database
+    let db: Database
     private let key: StoreKey
     /// This instance's name, recorded on every delivery it claims (`sent_by`).
     private let instance: String
@@ -401,6 +401,12 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
                 .int(a.acceptedAt), handed ? .text(instance) : .null
             ).run()
         }
+        if last {
+            // Every delivery final as written (skipped): the message is
+            // complete now, and no later change of a delivery says so.
+            try db.statement(EventSQL.sqliteMessageCompleteIfDone).bind(.int(a.acceptedAt), .text(a.messageID))
+                .run()
+        }
     }
 
     /// A newer message's delivery to `device` with `collapse`, still to be sent.
@@ -601,7 +607,7 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
     }
 
     /// nil when the message is unknown to this app.
-    func status(app: String, messageID: String, detail: Bool) throws(StoreError) -> MessageStatus? {
+    func status(app: String, messageID: String, detail: Bool) throws -> MessageStatus? {
         let m = try db.statement("SELECT created_at FROM messages WHERE app = ? AND message_id = ?")
         try m.bind(.text(app), .text(messageID))
         guard try m.step() else { return nil }
@@ -626,8 +632,17 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
             }
             devices = list
         }
-        return MessageStatus(
+        var status = MessageStatus(
             messageID: messageID, createdAt: createdAt, counts: try stateCounts(messageID), devices: devices)
+        if detail {
+            let stmt = try db.statement(MessageStatus.Attempt.query(message: "?"))
+            try stmt.bind(.text(messageID))
+            var numbering = MessageStatus.Attempt.Numbering()
+            var attempts: [MessageStatus.Attempt] = []
+            while try stmt.step() { attempts.append(try numbering.take(SQLiteRow(stmt))) }
+            status.attempts = attempts
+        }
+        return status
     }
 
     /// Drops the message's deliveries not yet sent; returns how many.
@@ -801,6 +816,7 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
     /// result (state, status, reason, retry time), so a fan-out's 500
     /// deliveries cost a handful of statements rather than a thousand.
     func record(_ records: [DeliveryRecord], now: Int64) throws(StoreError) {
+        try insertAttempts(records, now: now)
         for (result, ids) in RecordedResult.grouping(records) {
             let update = try db.statement(
                 """
@@ -846,6 +862,26 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
         }
     }
 
+    /// The attempts a provider saw (or that failed on their way), before
+    /// their deliveries' results: a delivery's final event carries its last
+    /// attempt's provider id.
+    private func insertAttempts(_ records: [DeliveryRecord], now: Int64) throws(StoreError) {
+        for r in records {
+            guard let receipt = r.receipt else { continue }
+            try db.statement(
+                """
+                INSERT INTO attempts (delivery_id, at, state, http_status, reason, provider_id, origin, elapsed_ms,
+                    sent_by)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """
+            ).bind(
+                .int(r.deliveryID), .int(now), .text(r.state.rawValue), .optional(r.httpStatus.map(Int64.init)),
+                .optional(r.reason?.text), .optional(receipt.providerID), .optional(receipt.origin),
+                .optional(receipt.elapsedMs), .text(instance)
+            ).run()
+        }
+    }
+
     /// How stale `last_success_at` may be: a success within this much of the
     /// stored one does not rewrite the device row (failures are always written).
     static let successResolutionMs: Int64 = 60_000
@@ -885,10 +921,29 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
 
     // MARK: Stale tokens (the rule: ``StaleRules``)
 
-    func platform(deviceID: String, tokenHash: String) throws(StoreError) -> String? {
-        let stmt = try db.statement("SELECT platform FROM devices WHERE device_id = ? AND token_hash = ?")
+    func owner(deviceID: String, tokenHash: String) throws(StoreError) -> (app: String, device: RemovedDevice)? {
+        let stmt = try db.statement("SELECT app, user, platform FROM devices WHERE device_id = ? AND token_hash = ?")
         try stmt.bind(.text(deviceID), .text(tokenHash))
-        return try stmt.step() ? stmt.text(0) : nil
+        guard try stmt.step() else { return nil }
+        return (stmt.text(0), RemovedDevice(deviceID: deviceID, user: stmt.text(1), platform: stmt.text(2)))
+    }
+
+    func noteRemoved(app: String, _ devices: [RemovedDevice], reason: RemovalReason, now: Int64) throws(StoreError) {
+        try Self.noteRemoved(db, app: app, devices, reason: reason, now: now)
+    }
+
+    static func noteRemoved(
+        _ db: Database, app: String, _ devices: [RemovedDevice], reason: RemovalReason, now: Int64
+    ) throws(StoreError) {
+        for d in devices {
+            try db.statement(
+                """
+                INSERT INTO events (at, app, kind, device_id, user, platform, reason)
+                VALUES (?, ?, 'device_removed', ?, ?, ?, ?)
+                """
+            ).bind(.int(now), .text(app), .text(d.deviceID), .text(d.user), .text(d.platform), .text(reason.rawValue))
+                .run()
+        }
     }
 
     /// Nil: the scheduler's stale guard counts exactly what one instance deletes.
@@ -902,6 +957,7 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
     func noteDeletion(platform: String, at: Int64) {}
 
     func recordResult(_ r: DeliveryRecord, now: Int64) throws(StoreError) {
+        try insertAttempts([r], now: now)
         try record(
             deliveryID: r.deliveryID, deviceID: r.deviceID, state: r.state, httpStatus: r.httpStatus,
             reason: r.reason, nextAttemptAt: r.nextAttemptAt, now: now)

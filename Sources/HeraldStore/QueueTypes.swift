@@ -85,10 +85,68 @@ public struct MessageStatus: Sendable {
         public var shrunk: Int? = nil
     }
 
+    /// One attempt a provider saw (or that failed on its way), as `attempts` records it.
+    public struct Attempt: Sendable {
+        public let deviceID: String
+        public let platform: Platform
+        /// 1 for the delivery's first attempt recorded.
+        public let number: Int
+        /// Unix ms the result was written.
+        public let at: Int64
+        /// What the attempt came to: a final state, or `retrying`.
+        public let state: String
+        public let httpStatus: Int?
+        public let reason: String?
+        /// The `apns-unique-id`, the FCM message `name`, the Web Push `Location`.
+        public let providerID: String?
+        public let origin: String?
+        public let elapsedMs: Int64?
+        public let sentBy: String?
+
+        init(_ r: some StoreRow, number: Int) throws {
+            deviceID = try r.text(1)
+            platform = Platform(rawValue: try r.text(2)) ?? .apns
+            self.number = number
+            at = try r.int64(3)
+            state = try r.text(4)
+            httpStatus = try r.optionalInt64(5).map { Int($0) }
+            reason = try r.optionalText(6)
+            providerID = try r.optionalText(7)
+            origin = try r.optionalText(8)
+            elapsedMs = try r.optionalInt64(9)
+            sentBy = try r.optionalText(10)
+        }
+
+        /// The query both backends run: every attempt of `message`, by delivery then in order.
+        static func query(message: String) -> String {
+            """
+            SELECT a.delivery_id, d.device_id, d.platform, a.at, a.state, a.http_status, a.reason, a.provider_id,
+                a.origin, a.elapsed_ms, a.sent_by
+            FROM attempts a JOIN deliveries d ON d.delivery_id = a.delivery_id
+            WHERE d.message_id = \(message) ORDER BY a.delivery_id, a.attempt_id
+            """
+        }
+
+        /// Numbers the rows of ``query(message:)`` per delivery, in order.
+        struct Numbering {
+            private var last: Int64 = -1
+            private var n = 0
+
+            mutating func take(_ r: some StoreRow) throws -> Attempt {
+                let id = try r.int64(0)
+                n = id == last ? n + 1 : 1
+                last = id
+                return try Attempt(r, number: n)
+            }
+        }
+    }
+
     public let messageID: String
     public let createdAt: Int64
     public let counts: [DeliveryState: Int]
     public let devices: [Device]?
+    /// With `detail`: every attempt recorded, by device.
+    public var attempts: [Attempt]? = nil
 
     /// complete when every delivery is final.
     public var isComplete: Bool {
@@ -155,12 +213,17 @@ public struct DeliveryRecord: Sendable {
     /// Set when the attempt sealed a record of `web_payload`: written to
     /// `deliveries.shrunk` (NULL for `.whole`). Nil leaves it as it was.
     public let shrink: ShrinkOutcome?
+    /// Set when a provider was asked (or the request failed on its way):
+    /// the attempt is written to `attempts` with what names it there.
+    public let receipt: ProviderReceipt?
 
     public init(
         deliveryID: Int64, deviceID: String, state: DeliveryState, httpStatus: Int?, reason: RecordedReason?,
-        nextAttemptAt: Int64?, countsAsAttempt: Bool = true, shrink: ShrinkOutcome? = nil
+        nextAttemptAt: Int64?, countsAsAttempt: Bool = true, shrink: ShrinkOutcome? = nil,
+        receipt: ProviderReceipt? = nil
     ) {
         self.shrink = shrink
+        self.receipt = receipt
         self.deliveryID = deliveryID
         self.deviceID = deviceID
         self.state = state

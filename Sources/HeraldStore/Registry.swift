@@ -98,19 +98,23 @@ final class Registry: RegistryStatements {
         ).run()
     }
 
-    func evict(app: String, user: String, keep: Int) throws(StoreError) -> [String] {
+    func evict(app: String, user: String, keep: Int) throws(StoreError) -> [(String, String)] {
         let stmt = try db.statement(
             """
-            SELECT device_id FROM devices WHERE app = ? AND user = ?
+            SELECT device_id, platform FROM devices WHERE app = ? AND user = ?
             ORDER BY registered_seq DESC LIMIT -1 OFFSET ?
             """)
         try stmt.bind(.text(app), .text(user), .int(Int64(keep)))
-        var evicted: [String] = []
-        while try stmt.step() { evicted.append(stmt.text(0)) }
-        for id in evicted {
+        var evicted: [(String, String)] = []
+        while try stmt.step() { evicted.append((stmt.text(0), stmt.text(1))) }
+        for (id, _) in evicted {
             try db.statement("DELETE FROM devices WHERE device_id = ?").bind(.text(id)).run()
         }
         return evicted
+    }
+
+    func noteRemoved(app: String, _ devices: [RemovedDevice], reason: RemovalReason, now: Int64) throws(StoreError) {
+        try Queue.noteRemoved(db, app: app, devices, reason: reason, now: now)
     }
 
     func deleteDevice(app: String, user: String, deviceID: String) throws(StoreError) -> Int {

@@ -38,7 +38,7 @@ struct DeviceFields {
 /// transaction: one conformance per backend, with its SQL and its locks.
 /// The rules themselves (``register(_:deviceCap:now:)`` and the rest) are
 /// written once, in the extension below.
-protocol RegistryStatements {
+protocol RegistryStatements: EventStatements {
     var key: StoreKey { get }
 
     /// Orders one user's writes against another instance's (PostgreSQL: a
@@ -61,8 +61,8 @@ protocol RegistryStatements {
     /// only on a platform with an environment.
     func refresh(_ row: BindingRow, to device: DeviceFields, now: Int64) throws
     /// Deletes the user's least recently registered devices beyond `keep`;
-    /// their ids, newest first.
-    func evict(app: String, user: String, keep: Int) throws -> [String]
+    /// their ids and platforms, newest first.
+    func evict(app: String, user: String, keep: Int) throws -> [(String, String)]
 
     func deleteDevice(app: String, user: String, deviceID: String) throws -> Int
     func deleteDevices(binding: [UInt8], user: String) throws -> Int
@@ -132,6 +132,7 @@ extension RegistryStatements {
                     // The new token belongs to another row: it moves here.
                     reclaimed = other.user != r.user
                     try delete(other)
+                    if reclaimed { try noteReclaimed(other, r, now: now) }
                 }
                 try refresh(existing, to: try fields(existing.deviceID), now: now)
                 return RegistrationOutcome(
@@ -152,13 +153,23 @@ extension RegistryStatements {
             }
             try delete(existing)
             reclaimed = true
+            try noteReclaimed(existing, r, now: now)
         }
 
         let deviceID = Identity.deviceID(for: r)
         try insert(try fields(deviceID), now: now)
         let evicted = try evict(app: r.app, user: r.user, keep: deviceCap)
+        try noteRemoved(app: r.app, user: r.user, ids: evicted, reason: .cap, now: now)
         return RegistrationOutcome(
-            deviceID: deviceID, tokenHash: tokenHash, created: true, reclaimed: reclaimed, evicted: evicted)
+            deviceID: deviceID, tokenHash: tokenHash, created: true, reclaimed: reclaimed, evicted: evicted.map(\.0))
+    }
+
+    /// Another user's device whose token registered here is gone from them.
+    private func noteReclaimed(_ row: BindingRow, _ r: Registration, now: Int64) throws {
+        // The binding includes the platform: the row's is the registration's.
+        try noteRemoved(
+            app: r.app, [RemovedDevice(deviceID: row.deviceID, user: row.user, platform: r.platform.rawValue)],
+            reason: .reclaimed, now: now)
     }
 
     /// Deletes the named device(s) of this user only; returns how many. By
@@ -185,8 +196,11 @@ extension RegistryStatements {
         return try deleteDevices(app: app, user: user, sessionHash: Identity.sessionHash(session))
     }
 
-    func forget(app: String, user: String) throws -> Int {
+    func forget(app: String, user: String, now: Int64) throws -> Int {
         try lockUser(app: app, user: user)
+        let devices = try list(app: app, user: user)
+        try noteRemoved(
+            app: app, user: user, ids: devices.map { ($0.deviceID, $0.platform.rawValue) }, reason: .forget, now: now)
         return try deleteUser(app: app, user: user)
     }
 
@@ -310,7 +324,7 @@ extension RegistryHost {
     public func forget(app: String, user: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
         writeRows(
             durable: true, fence: StoreFences.user(app: app, user: user),
-            { rows, _ in try rows.forget(app: app, user: user) }, completion)
+            { rows, now in try rows.forget(app: app, user: user, now: now) }, completion)
     }
 
     public func updateDevice(

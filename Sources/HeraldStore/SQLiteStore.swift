@@ -186,7 +186,7 @@ public final class SQLiteStore: DeliveryStore, RegistryHost, QueueHost, Sendable
 
     /// Queues a read on the reader connection (see `StoreReader`), or
     /// behind the writes pending on `fence` on the writer's thread.
-    private func read<T>(
+    func read<T>(
         fence: String? = nil, figures: Bool = false, _ work: @escaping @Sendable (Tables) throws -> T,
         _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {

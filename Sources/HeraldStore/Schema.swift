@@ -125,6 +125,87 @@ enum Schema {
             ids_end INTEGER NOT NULL
         );
         """,
+        // 10: what happened, as it happens. `attempts`: one row per attempt
+        // a provider saw (or that failed on the way), with what names the
+        // push there (`provider_id`: the `apns-unique-id`, the FCM message
+        // `name`, the Web Push `Location`; the `apns-id` is derived from the
+        // delivery). `events`: the stream `events.subscribe` reads, written by
+        // the triggers below in the transaction of the change they report
+        // (a delivery's final outcome; a message complete, counted by
+        // `messages.open`, its deliveries not final) or by the code that
+        // removes a device or judges a credential. `cursor` only grows
+        // (AUTOINCREMENT: never reused once the newest row is purged).
+        """
+        CREATE TABLE attempts (
+            attempt_id INTEGER PRIMARY KEY,
+            delivery_id INTEGER NOT NULL REFERENCES deliveries (delivery_id) ON DELETE CASCADE,
+            at INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            http_status INTEGER,
+            reason TEXT,
+            provider_id TEXT,
+            origin TEXT,
+            elapsed_ms INTEGER,
+            sent_by TEXT
+        ) STRICT;
+        CREATE INDEX attempts_by_delivery ON attempts (delivery_id);
+        CREATE TABLE events (
+            cursor INTEGER PRIMARY KEY AUTOINCREMENT,
+            at INTEGER NOT NULL,
+            app TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            message_id TEXT,
+            device_id TEXT,
+            user TEXT,
+            platform TEXT,
+            state TEXT,
+            reason TEXT,
+            http_status INTEGER,
+            provider_id TEXT,
+            detail TEXT
+        ) STRICT;
+        CREATE INDEX events_by_age ON events (at);
+        ALTER TABLE messages ADD COLUMN open INTEGER NOT NULL DEFAULT 0;
+        UPDATE messages SET open = (
+            SELECT count(*) FROM deliveries d
+            WHERE d.message_id = messages.message_id AND d.state IN ('queued', 'retrying', 'in_flight'));
+        CREATE TRIGGER deliveries_inserted_live AFTER INSERT ON deliveries
+            WHEN NEW.state IN ('queued', 'retrying', 'in_flight')
+        BEGIN
+            UPDATE messages SET open = open + 1 WHERE message_id = NEW.message_id;
+        END;
+        CREATE TRIGGER deliveries_inserted_final AFTER INSERT ON deliveries
+            WHEN NEW.state NOT IN ('queued', 'retrying', 'in_flight')
+        BEGIN
+            INSERT INTO events (at, app, kind, message_id, device_id, user, platform, state, reason, http_status)
+            SELECT NEW.updated_at, app, 'delivery', NEW.message_id, NEW.device_id, NEW.user, NEW.platform, NEW.state,
+                NEW.reason, NEW.http_status
+            FROM messages WHERE message_id = NEW.message_id;
+        END;
+        CREATE TRIGGER deliveries_finished AFTER UPDATE OF state ON deliveries
+            WHEN NEW.state NOT IN ('queued', 'retrying', 'in_flight') AND OLD.state IN ('queued', 'retrying', 'in_flight')
+        BEGIN
+            INSERT INTO events (at, app, kind, message_id, device_id, user, platform, state, reason, http_status,
+                provider_id)
+            SELECT NEW.updated_at, app, 'delivery', NEW.message_id, NEW.device_id, NEW.user, NEW.platform, NEW.state,
+                NEW.reason, NEW.http_status,
+                (SELECT provider_id FROM attempts WHERE delivery_id = NEW.delivery_id
+                    ORDER BY attempt_id DESC LIMIT 1)
+            FROM messages WHERE message_id = NEW.message_id;
+            UPDATE messages SET open = open - 1 WHERE message_id = NEW.message_id;
+            INSERT INTO events (at, app, kind, message_id, detail)
+            SELECT NEW.updated_at, app, 'message_complete', message_id,
+                (SELECT json_group_object(state, n) FROM (
+                    SELECT state, count(*) AS n FROM deliveries WHERE message_id = NEW.message_id GROUP BY state))
+            FROM messages WHERE message_id = NEW.message_id AND open = 0
+                AND NOT EXISTS (SELECT 1 FROM assembling WHERE message_id = NEW.message_id);
+        END;
+        CREATE TRIGGER deliveries_reopened AFTER UPDATE OF state ON deliveries
+            WHEN NEW.state IN ('queued', 'retrying', 'in_flight') AND OLD.state NOT IN ('queued', 'retrying', 'in_flight')
+        BEGIN
+            UPDATE messages SET open = open + 1 WHERE message_id = NEW.message_id;
+        END;
+        """,
     ]
 
     /// Brings the database to the newest version inside one transaction each.

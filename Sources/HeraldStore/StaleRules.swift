@@ -2,9 +2,10 @@ import HeraldCore
 
 /// What removing a stale device runs, inside the caller's transaction: one
 /// conformance per backend.
-protocol StaleStatements {
-    /// The platform of `deviceID` while it still holds the token `tokenHash`.
-    func platform(deviceID: String, tokenHash: String) throws -> String?
+protocol StaleStatements: EventStatements {
+    /// The app, user and platform of `deviceID` while it still holds the
+    /// token `tokenHash`.
+    func owner(deviceID: String, tokenHash: String) throws -> (app: String, device: RemovedDevice)?
     /// The stale deletions on `platform` since `since`, across every
     /// instance, counted under a lock that orders them; nil where the
     /// caller's own guard is exact (one instance owns the store).
@@ -25,22 +26,24 @@ enum StaleRules {
     /// `removed_stale`, or `failed` with the reason it was kept.
     static func remove(
         deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason,
-        windowCap: Int, now: Int64, _ s: some StaleStatements
+        windowCap: Int, receipt: ProviderReceipt?, now: Int64, _ s: some StaleStatements
     ) throws -> StaleRemoval {
         func finish(_ state: DeliveryState, _ why: RecordedReason) throws {
             try s.recordResult(
                 DeliveryRecord(
                     deliveryID: deliveryID, deviceID: deviceID, state: state, httpStatus: httpStatus, reason: why,
-                    nextAttemptAt: nil), now: now)
+                    nextAttemptAt: nil, receipt: receipt), now: now)
         }
-        guard let platform = try s.platform(deviceID: deviceID, tokenHash: tokenHash) else {
+        guard let owner = try s.owner(deviceID: deviceID, tokenHash: tokenHash) else {
             try finish(.failed, RecordedReason(reason, .deviceKept))
             return .kept
         }
+        let platform = owner.device.platform
         if let recent = try s.recentDeletions(platform: platform, since: now - staleWindowMs), recent >= windowCap {
             try finish(.failed, RecordedReason(reason, .staleNotDeleted("window_cap_reached")))
             return .refusedWindowCap
         }
+        try s.noteRemoved(app: owner.app, [owner.device], reason: .stale, now: now)
         try s.deleteDevice(deviceID: deviceID, tokenHash: tokenHash)
         try s.noteDeletion(platform: platform, at: now)
         try finish(.removedStale, RecordedReason(reason))
@@ -66,7 +69,7 @@ protocol QueueHost: DeliveryQueue {
 extension QueueHost {
     public func removeStale(
         deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason,
-        windowCap: Int,
+        windowCap: Int, receipt: ProviderReceipt?,
         completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void
     ) {
         writeResults(
@@ -74,7 +77,7 @@ extension QueueHost {
             { rows, now in
                 try StaleRules.remove(
                     deliveryID: deliveryID, deviceID: deviceID, tokenHash: tokenHash, httpStatus: httpStatus,
-                    reason: reason, windowCap: windowCap, now: now, rows)
+                    reason: reason, windowCap: windowCap, receipt: receipt, now: now, rows)
             }, completion)
     }
 }

@@ -115,14 +115,14 @@ final class OutageStore: ForwardingStore, @unchecked Sendable {
 
     override func removeStale(
         deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason,
-        windowCap: Int,
+        windowCap: Int, receipt: ProviderReceipt?,
         completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void
     ) {
         if refused() { return completion(.failure(Outage())) }
         wrote([deliveryID])
         inner.removeStale(
             deliveryID: deliveryID, deviceID: deviceID, tokenHash: tokenHash, httpStatus: httpStatus, reason: reason,
-            windowCap: windowCap, completion: completion)
+            windowCap: windowCap, receipt: receipt, completion: completion)
     }
 
     override func enqueue(

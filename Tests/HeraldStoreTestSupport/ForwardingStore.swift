@@ -101,12 +101,28 @@ open class ForwardingStore: DeliveryStore, @unchecked Sendable {
     }
     open func removeStale(
         deliveryID: Int64, deviceID: String, tokenHash: String, httpStatus: Int?, reason: ProviderReason,
-        windowCap: Int,
+        windowCap: Int, receipt: ProviderReceipt?,
         completion: @escaping @Sendable (Result<StaleRemoval, any Error>) -> Void
     ) {
         inner.removeStale(
             deliveryID: deliveryID, deviceID: deviceID, tokenHash: tokenHash, httpStatus: httpStatus, reason: reason,
-            windowCap: windowCap, completion: completion)
+            windowCap: windowCap, receipt: receipt, completion: completion)
+    }
+    open func events(
+        after cursor: EventCursor?, limit: Int, completion: @escaping @Sendable (Result<EventPage, any Error>) -> Void
+    ) {
+        inner.events(after: cursor, limit: limit, completion: completion)
+    }
+    open func eventsHead(completion: @escaping @Sendable (Result<EventCursor?, any Error>) -> Void) {
+        inner.eventsHead(completion: completion)
+    }
+    open func append(_ events: [NewEvent], completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+        inner.append(events, completion: completion)
+    }
+    open func purgeEvents(
+        olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    ) {
+        inner.purgeEvents(olderThan: retention, completion: completion)
     }
     open func purgeMessages(
         olderThan retention: Duration, completion: @escaping @Sendable (Result<Int, any Error>) -> Void

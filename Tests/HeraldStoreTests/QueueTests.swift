@@ -543,7 +543,7 @@ struct QueueTests {
         let kept = try t.store.sync { s, done in
             s.removeStale(
                 deliveryID: job.deliveryID, deviceID: job.deviceID, tokenHash: job.tokenHash, httpStatus: 404,
-                reason: "UNREGISTERED", windowCap: 500, completion: done)
+                reason: "UNREGISTERED", windowCap: 500, receipt: nil, completion: done)
         }
         #expect(kept == .kept)
         _ = dev
@@ -558,7 +558,7 @@ struct QueueTests {
         let removed = try t.store.sync { s, done in
             s.removeStale(
                 deliveryID: job2.deliveryID, deviceID: job2.deviceID, tokenHash: job2.tokenHash, httpStatus: 404,
-                reason: "UNREGISTERED", windowCap: 500, completion: done)
+                reason: "UNREGISTERED", windowCap: 500, receipt: nil, completion: done)
         }
         #expect(removed == .removed)
         #expect(try t.status(m2.messageID)?.counts[.removedStale] == 1)

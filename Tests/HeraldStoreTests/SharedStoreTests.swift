@@ -532,7 +532,7 @@ struct SharedStoreTests {
                 try s.sync { s, done in
                     s.removeStale(
                         deliveryID: job.deliveryID, deviceID: job.deviceID, tokenHash: job.tokenHash, httpStatus: 404,
-                        reason: "UNREGISTERED", windowCap: 4, completion: done)
+                        reason: "UNREGISTERED", windowCap: 4, receipt: nil, completion: done)
                 })
         }
         #expect(outcomes == [.removed, .removed, .removed, .removed, .refusedWindowCap, .refusedWindowCap])
@@ -546,7 +546,7 @@ struct SharedStoreTests {
         let removal = try t.b.sync { s, done in
             s.removeStale(
                 deliveryID: job.deliveryID, deviceID: job.deviceID, tokenHash: job.tokenHash, httpStatus: 404,
-                reason: "UNREGISTERED", windowCap: 4, completion: done)
+                reason: "UNREGISTERED", windowCap: 4, receipt: nil, completion: done)
         }
         #expect(removal == .removed)
     }

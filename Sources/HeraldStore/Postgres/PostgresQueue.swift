@@ -387,6 +387,11 @@ final class PostgresQueue: Sendable {
         }
         let rest = written.isEmpty ? rows : rows.filter { $0.id.map { !written.contains($0) } ?? true }
         let inserted = rest.isEmpty ? nil : try insert(rest, final: kept)
+        if rows.allSatisfy({ $0.state.isFinal }) {
+            // Every delivery final as written (skipped, or answered before
+            // the commit): complete now, and no later change says so.
+            try c.execute(EventSQL.postgresMessageCompleteIfDone, [.int(now), .text(messageID)])
+        }
         let idsKnown = rows.allSatisfy { $0.id != nil }
         if !kept.isEmpty {
             // Their devices' last success, as ``record(_:_:now:)`` writes it.
@@ -575,7 +580,15 @@ final class PostgresQueue: Sendable {
                     shrunk: try r.optionalInt64(8).map { Int($0) })
             }
         }
-        return MessageStatus(messageID: messageID, createdAt: try first.int64(0), counts: counts, devices: devices)
+        var status = MessageStatus(
+            messageID: messageID, createdAt: try first.int64(0), counts: counts, devices: devices)
+        if detail {
+            var numbering = MessageStatus.Attempt.Numbering()
+            status.attempts = try c.execute(MessageStatus.Attempt.query(message: "$1"), [.text(messageID)]).rows.map {
+                try numbering.take($0)
+            }
+        }
+        return status
     }
 
     func cancel(_ c: PostgresConnection, app: String, messageID: String, now: Int64) throws -> Int? {
@@ -768,11 +781,21 @@ final class PostgresQueue: Sendable {
             try c.execute(Statements.nextDue).first?.optionalInt64(0)
         }
 
-        func platform(deviceID: String, tokenHash: String) throws -> String? {
-            try c.execute(
-                "SELECT platform FROM devices WHERE device_id = $1 AND token_hash = $2",
-                [.text(deviceID), .text(tokenHash)]
-            ).first?.text(0)
+        func owner(deviceID: String, tokenHash: String) throws -> (app: String, device: RemovedDevice)? {
+            guard
+                let row = try c.execute(
+                    "SELECT app, user_name, platform FROM devices WHERE device_id = $1 AND token_hash = $2",
+                    [.text(deviceID), .text(tokenHash)]
+                ).first
+            else { return nil }
+            return (
+                try row.text(0),
+                RemovedDevice(deviceID: deviceID, user: try row.clientText(1), platform: try row.text(2))
+            )
+        }
+
+        func noteRemoved(app: String, _ devices: [RemovedDevice], reason: RemovalReason, now: Int64) throws {
+            try PostgresRegistry.noteRemoved(c, app: app, devices, reason: reason, now: now)
         }
 
         /// Counted under a transaction lock per platform, so that two
@@ -815,6 +838,7 @@ final class PostgresQueue: Sendable {
     /// other result in one `UPDATE … FROM unnest(…)`.
     func record(_ c: PostgresConnection, _ records: [DeliveryRecord], now: Int64) throws {
         guard !records.isEmpty else { return }
+        try insertAttempts(c, records, now: now)
         // The devices of deliveries delivered whose last success this
         // instance did not write within its resolution.
         let succeeded = recentSuccesses.due(
@@ -874,6 +898,25 @@ final class PostgresQueue: Sendable {
                 ])
         }
         recentSuccesses.wrote(succeeded, at: now)
+    }
+
+    /// The attempts a provider saw (or that failed on their way), before
+    /// their deliveries' results: a delivery's final event carries its last
+    /// attempt's provider id.
+    private func insertAttempts(_ c: PostgresConnection, _ records: [DeliveryRecord], now: Int64) throws {
+        let attempted = records.filter { $0.receipt != nil }
+        guard !attempted.isEmpty else { return }
+        try c.execute(
+            Statements.insertAttempts,
+            [
+                .int(now), .text(instance), .array(.bigint(attempted.map(\.deliveryID))),
+                .array(.text(attempted.map { $0.state.rawValue })),
+                .array(.integer(attempted.map { $0.httpStatus.map { Int32(clamping: $0) } })),
+                .array(.text(attempted.map { $0.reason?.text })),
+                .array(.text(attempted.map { $0.receipt?.providerID })),
+                .array(.text(attempted.map { $0.receipt?.origin })),
+                .array(.bigint(attempted.map { $0.receipt?.elapsedMs })),
+            ])
     }
 
     /// Takes a token of a rate bucket shared by every instance: nil when
@@ -1191,6 +1234,16 @@ final class PostgresQueue: Sendable {
                 SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM succeeded), (SELECT count(*) FROM failed)
                 """)
         /// Deliveries delivered with nothing more to say (``DeliveryRecord/isPlainDelivery``), by id.
+        static let insertAttempts = PostgresStatement(
+            name: "q_attempts",
+            sql: """
+                INSERT INTO attempts (delivery_id, at, state, http_status, reason, provider_id, origin, elapsed_ms,
+                    sent_by)
+                SELECT t.id, $1, t.state, t.http, t.reason, t.provider_id, t.origin, t.elapsed, $2
+                FROM unnest($3::bigint[], $4::text[], $5::integer[], $6::text[], $7::text[], $8::text[], $9::bigint[])
+                    WITH ORDINALITY AS t(id, state, http, reason, provider_id, origin, elapsed, n)
+                ORDER BY t.n
+                """)
         static let recordDelivered = PostgresStatement(
             name: "q_record_delivered",
             sql: """

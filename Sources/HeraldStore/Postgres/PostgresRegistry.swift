@@ -107,8 +107,31 @@ struct PostgresRegistry: RegistryStatements {
         guard updated.affectedRows == 1 else { throw RegistrationRaceLost(deviceID: row.deviceID) }
     }
 
-    func evict(app: String, user: String, keep: Int) throws -> [String] {
-        try c.execute(Statements.evict, [.text(app), Self.bytes(user), .int(Int64(keep))]).rows.map { try $0.text(0) }
+    func evict(app: String, user: String, keep: Int) throws -> [(String, String)] {
+        try c.execute(Statements.evict, [.text(app), Self.bytes(user), .int(Int64(keep))]).rows.map {
+            (try $0.text(0), try $0.text(1))
+        }
+    }
+
+    func noteRemoved(app: String, _ devices: [RemovedDevice], reason: RemovalReason, now: Int64) throws {
+        try Self.noteRemoved(c, app: app, devices, reason: reason, now: now)
+    }
+
+    static func noteRemoved(
+        _ c: PostgresConnection, app: String, _ devices: [RemovedDevice], reason: RemovalReason, now: Int64
+    ) throws {
+        guard !devices.isEmpty else { return }
+        try c.execute(
+            """
+            INSERT INTO events (at, app, kind, device_id, user_name, platform, reason)
+            SELECT $1, $2, 'device_removed', d.id, d.user_name, d.platform, $3
+            FROM unnest($4::text[], $5::bytea[], $6::text[]) WITH ORDINALITY AS d(id, user_name, platform, n)
+            ORDER BY d.n
+            """,
+            [
+                .int(now), .text(app), .text(reason.rawValue), .array(.text(devices.map(\.deviceID))),
+                .array(.bytea(devices.map { Array($0.user.utf8) })), .array(.text(devices.map(\.platform))),
+            ])
     }
 
     func deleteDevice(app: String, user: String, deviceID: String) throws -> Int {
@@ -272,11 +295,11 @@ struct PostgresRegistry: RegistryStatements {
             name: "reg_evict",
             sql: """
                 WITH gone AS (
-                    SELECT device_id, registered_seq FROM devices WHERE app = $1 AND user_name = $2
+                    SELECT device_id, registered_seq, platform FROM devices WHERE app = $1 AND user_name = $2
                         AND (SELECT count(*) FROM devices WHERE app = $1 AND user_name = $2) > $3
                     ORDER BY registered_seq DESC OFFSET $3 FOR UPDATE),
                 deleted AS (DELETE FROM devices WHERE device_id IN (SELECT device_id FROM gone))
-                SELECT device_id FROM gone ORDER BY registered_seq DESC
+                SELECT device_id, platform FROM gone ORDER BY registered_seq DESC
                 """)
         static let list = PostgresStatement(
             name: "reg_list",

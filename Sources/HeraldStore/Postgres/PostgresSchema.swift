@@ -342,6 +342,118 @@ enum PostgresSchema {
             CREATE UNIQUE INDEX deliveries_one_queued_per_collapse ON deliveries_live (device_id, collapse_key)
                 WHERE state = 'queued' AND collapse_key IS NOT NULL;
             """),
+        // 6: what happened, as it happens (SQLite's 10). `attempts`: one row per
+        // attempt a provider saw, with what names the push there; deleted with
+        // their deliveries. `events`: the stream `events.subscribe` reads,
+        // written in the transaction of the change it reports: a delivery's
+        // final outcome and a message's completion by the statement triggers
+        // below (so that a release before this one writes them too), the rest
+        // by the code that removes a device or judges a credential. An event
+        // is ordered by the id of the transaction that wrote it (`xid`), then
+        // its own; readers read only below the oldest transaction still
+        // running, so that no event can commit behind a cursor already read.
+        // `messages.open` counts a message's deliveries not final, under the
+        // message row's lock (taken in message order), so that the last one
+        // to finish, on whichever instance, writes its completion.
+        .expand(
+            """
+            CREATE TABLE attempts (
+                attempt_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                delivery_id bigint NOT NULL,
+                at bigint NOT NULL,
+                state text NOT NULL,
+                http_status integer,
+                reason text,
+                provider_id text,
+                origin text,
+                elapsed_ms bigint,
+                sent_by text
+            );
+            CREATE INDEX attempts_by_delivery ON attempts (delivery_id);
+            CREATE TABLE events (
+                xid bigint NOT NULL DEFAULT (pg_current_xact_id()::text::bigint),
+                id bigint GENERATED ALWAYS AS IDENTITY,
+                at bigint NOT NULL,
+                app text NOT NULL,
+                kind text NOT NULL,
+                message_id text,
+                device_id text,
+                user_name bytea,
+                platform text,
+                state text,
+                reason text,
+                http_status integer,
+                provider_id text,
+                detail text,
+                PRIMARY KEY (xid, id)
+            );
+            CREATE INDEX events_by_age ON events (at);
+            ALTER TABLE messages ADD COLUMN open integer NOT NULL DEFAULT 0;
+            UPDATE messages m SET open = c.n
+            FROM (SELECT message_id, count(*) AS n FROM deliveries_live GROUP BY message_id) c
+            WHERE m.message_id = c.message_id;
+            CREATE FUNCTION deliveries_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO events (at, app, kind, message_id, device_id, user_name, platform, state, reason,
+                    http_status)
+                SELECT n.updated_at, n.app, 'delivery', n.message_id, n.device_id, n.user_name, n.platform, n.state,
+                    n.reason, n.http_status
+                FROM inserted_deliveries n WHERE n.state NOT IN ('queued', 'retrying', 'in_flight')
+                ORDER BY n.delivery_id;
+                UPDATE messages m SET open = m.open + c.n
+                FROM (SELECT message_id, count(*) AS n FROM inserted_deliveries
+                    WHERE state IN ('queued', 'retrying', 'in_flight') GROUP BY message_id) c
+                WHERE m.message_id = c.message_id;
+                RETURN NULL;
+            END $$;
+            CREATE FUNCTION deliveries_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO events (at, app, kind, message_id, device_id, user_name, platform, state, reason,
+                    http_status, provider_id)
+                SELECT n.updated_at, n.app, 'delivery', n.message_id, n.device_id, n.user_name, n.platform, n.state,
+                    n.reason, n.http_status,
+                    (SELECT a.provider_id FROM attempts a WHERE a.delivery_id = n.delivery_id
+                        ORDER BY a.attempt_id DESC LIMIT 1)
+                FROM updated_new n JOIN updated_old o ON o.delivery_id = n.delivery_id
+                WHERE n.state NOT IN ('queued', 'retrying', 'in_flight') AND o.state IN ('queued', 'retrying', 'in_flight')
+                ORDER BY n.delivery_id;
+                PERFORM 1 FROM messages m WHERE m.message_id IN (
+                    SELECT n.message_id FROM updated_new n JOIN updated_old o ON o.delivery_id = n.delivery_id
+                    WHERE (n.state IN ('queued', 'retrying', 'in_flight')) <> (o.state IN ('queued', 'retrying', 'in_flight')))
+                ORDER BY m.message_id FOR UPDATE;
+                WITH c AS (
+                    SELECT n.message_id,
+                        sum(CASE WHEN n.state IN ('queued', 'retrying', 'in_flight') THEN 1 ELSE -1 END) AS d,
+                        max(n.updated_at) AS at
+                    FROM updated_new n JOIN updated_old o ON o.delivery_id = n.delivery_id
+                    WHERE (n.state IN ('queued', 'retrying', 'in_flight')) <> (o.state IN ('queued', 'retrying', 'in_flight'))
+                    GROUP BY n.message_id),
+                done AS (
+                    UPDATE messages m SET open = m.open + c.d FROM c WHERE m.message_id = c.message_id
+                    RETURNING m.message_id, m.app, m.open, c.d, c.at)
+                INSERT INTO events (at, app, kind, message_id, detail)
+                SELECT d.at, d.app, 'message_complete', d.message_id,
+                    (SELECT json_object_agg(s.state, s.n)::text FROM (
+                        SELECT state, count(*) AS n FROM deliveries WHERE message_id = d.message_id GROUP BY state) s)
+                FROM done d WHERE d.open = 0 AND d.d < 0
+                ORDER BY d.message_id;
+                RETURN NULL;
+            END $$;
+            CREATE FUNCTION deliveries_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                DELETE FROM attempts a USING deleted_deliveries o WHERE a.delivery_id = o.delivery_id;
+                RETURN NULL;
+            END $$;
+            CREATE TRIGGER deliveries_insert_events AFTER INSERT ON deliveries
+                REFERENCING NEW TABLE AS inserted_deliveries FOR EACH STATEMENT
+                EXECUTE FUNCTION deliveries_inserted();
+            CREATE TRIGGER deliveries_update_events AFTER UPDATE ON deliveries
+                REFERENCING OLD TABLE AS updated_old NEW TABLE AS updated_new FOR EACH STATEMENT
+                EXECUTE FUNCTION deliveries_updated();
+            CREATE TRIGGER deliveries_delete_attempts AFTER DELETE ON deliveries
+                REFERENCING OLD TABLE AS deleted_deliveries FOR EACH STATEMENT
+                EXECUTE FUNCTION deliveries_deleted();
+            """),
     ]
 
     /// Brings the database to the newest schema this binary knows; applies

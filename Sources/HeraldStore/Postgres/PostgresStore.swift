@@ -50,7 +50,7 @@ public final class PostgresStore: DeliveryStore, RegistryHost, QueueHost, Sendab
     private let shared: Locked<Shared>
 
     private let pool: PostgresPool
-    private let queueTables: PostgresQueue
+    let queueTables: PostgresQueue
     /// The store key, which the registry's rules seal and open devices with.
     private let storeKey: StoreKey
     private let clock: any WallClock
@@ -247,7 +247,7 @@ public final class PostgresStore: DeliveryStore, RegistryHost, QueueHost, Sendab
 
     // MARK: Jobs
 
-    private func submit<T>(
+    func submit<T>(
         durable: Bool = true, fence: String? = nil, timeout: Duration? = nil,
         _ work: @escaping @Sendable (PostgresConnection, Int64) throws -> T,
         _ completion: @escaping @Sendable (Result<T, any Error>) -> Void
