@@ -57,6 +57,10 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         public var maxBatch = 1000
         /// Answers owed to one connection (bytes) before more become `overloaded`.
         public var maxReplyBytes = 16 * 1024 * 1024
+        /// `event_buffer_bytes`: events one `events.subscribe` connection
+        /// may have waiting to be written; past it the subscriber skips ahead
+        /// and is sent a `gap` event with the cursor to replay from.
+        public var eventBufferBytes = 1 << 20
         /// Client connections one peer uid may hold at once (the daemon holds 512 in all).
         public var maxConnectionsPerUID = 64
         /// `system.*` calls one peer uid may make a minute (the same number at once).
@@ -152,6 +156,8 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         /// A whole Web Push request, from its hand-off (waiting for a stream
         /// or a connection included) to its answer.
         public var webPushTimeout = Duration.seconds(15)
+        /// `event_retention`: how long events are kept for `events.subscribe`'s `since`.
+        public var eventRetention = Duration.seconds(86_400)
 
         public init() {}
     }

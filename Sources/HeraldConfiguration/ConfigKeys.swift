@@ -222,6 +222,10 @@ enum ConfigKeys {
                 .server, "max_reply_bytes", \.server.maxReplyBytes, 65536...(1 << 30), default: 16 * 1024 * 1024,
                 doc: "answers owed to one connection before more are 1007 overloaded (65536-1073741824)"),
             integer(
+                .server, "event_buffer_bytes", \.server.eventBufferBytes, 65536...(64 << 20), default: 1 << 20,
+                doc: "events one events.subscribe connection may have waiting before it skips ahead with a gap "
+                    + "event (65536-67108864)"),
+            integer(
                 .server, "max_connections_per_uid", \.server.maxConnectionsPerUID, 1...512, default: 64,
                 doc: "client connections one peer uid may hold (1-512; 512 in all)"),
             integer(
@@ -393,6 +397,9 @@ enum ConfigKeys {
             seconds(
                 .delivery, "webpush_timeout", \.delivery.webPushTimeout, 100...300_000, default: "15",
                 doc: "s (decimals allowed, 0.1-300): a whole Web Push request, waiting and connecting included"),
+            seconds(
+                .delivery, "event_retention", \.delivery.eventRetention, 60_000...2_592_000_000, default: "86400",
+                doc: "s (60-2592000): how long events are kept for events.subscribe's since"),
         ]
     }
 

@@ -172,6 +172,12 @@ public enum Daemon {
         delivery.scheduler.onProgress = { finals in waiters.recorded(finals) }
         let server = RPCServer(
             loop: loop, listener: listener, handler: service, log: log, limits: ServerLimits(config.server))
+        let events = EventStream(
+            store: store, sink: server, loop: loop, log: log, bufferBytes: config.server.eventBufferBytes)
+        server.streamDrained = { [unowned events] in events.drained($0) }
+        server.streamClosed = { [unowned events] in events.closed($0) }
+        service.events = events
+        events.start()
         // The server owns the listener from here: its connections close first, then the socket.
         services.handedOver("listener")
         services.started("server") {
@@ -241,6 +247,12 @@ public enum Daemon {
             }
         }
         loop.every(milliseconds: 60_000) { service.expireLimiters() }
+        let eventRetention = config.delivery.eventRetention
+        loop.every(milliseconds: 600_000) {
+            store.purgeEvents(olderThan: eventRetention) { result in
+                if case .success(let n) = result, n > 0 { log.info("events_purged", ["count": String(n)]) }
+            }
+        }
         loop.every(milliseconds: 3_600_000) {
             store.purgeMessages(olderThan: Daemon.messageRetention) { result in
                 if case .success(let n) = result, n > 0 { log.info("messages_purged", ["count": String(n)]) }

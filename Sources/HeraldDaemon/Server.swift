@@ -17,6 +17,8 @@ public struct CallContext: Sendable {
     public let pid: Int32
     /// Supplementary groups of the peer when it connected (may include `gid`).
     public var groups: [UInt32] = []
+    /// The connection the call came on (an event subscription streams to it).
+    var connectionID: UInt64 = 0
 }
 
 /// Answers one request. `reply` may be called from any thread, exactly once.
@@ -177,6 +179,11 @@ final class RPCServer: @unchecked Sendable {
 
     /// Bytes every connection holds: answers owed and decoded calls not yet run.
     var heldBytes: Int { clientBudget.value }
+    /// A streaming connection's unsent output fell below ``EventStream/lowWater``
+    /// after the stream asked (loop thread).
+    var streamDrained: ((UInt64) -> Void)?
+    /// A streaming connection closed (loop thread).
+    var streamClosed: ((UInt64) -> Void)?
 
     init(
         loop: EventLoop, listener: Listener, handler: any RequestHandler, log: Logger,
@@ -307,6 +314,7 @@ final class RPCServer: @unchecked Sendable {
             }
             var context = CallContext(uid: uid, gid: gid, pid: pid)
             context.groups = Self.peerGroups(fd)
+            context.connectionID = nextID
             let uidBudget =
                 uidBudgets[uid]
                 ?? ClientBudget(limit: limits.maxUIDBytes, parent: clientBudget)
@@ -818,6 +826,10 @@ final class RPCServer: @unchecked Sendable {
             updateInterest(conn)
         }
         if conn.readPaused && conn.shouldResume(limits) { resumeReading(conn) }
+        if conn.drainWanted && conn.outputBytes < EventStream.lowWater {
+            conn.drainWanted = false
+            streamDrained?(conn.id)
+        }
         maybeClose(conn)
     }
 
@@ -954,6 +966,7 @@ final class RPCServer: @unchecked Sendable {
             trimWanted = true
         }
         log.debug("connection_closed", ["conn": String(conn.id)])
+        if conn.streaming { streamClosed?(conn.id) }
     }
 
     private func sweep() {
@@ -961,7 +974,9 @@ final class RPCServer: @unchecked Sendable {
         resumeAccepting()
         let now = monotonicMilliseconds()
         for conn in Array(connections.values) {
-            if conn.outputBytes > 0 && now - conn.lastWriteProgress > limits.stalledWriteTimeoutMs {
+            // A subscriber that stops reading holds what its stream bounds
+            // (`event_buffer_bytes`, a batch unsent): it may read again.
+            if conn.outputBytes > 0 && !conn.streaming && now - conn.lastWriteProgress > limits.stalledWriteTimeoutMs {
                 log.info("connection_stalled", ["conn": String(conn.id), "unsent_bytes": String(conn.outputBytes)])
                 close(conn)
             } else if let since = conn.partialSince, !conn.closing, !conn.readPaused, !conn.backlogged,
@@ -980,7 +995,7 @@ final class RPCServer: @unchecked Sendable {
                 updateInterest(conn)
                 flush(conn)
             } else if conn.pending == 0 && conn.output.isEmpty && conn.idleOfWork && conn.partialSince == nil
-                && now - conn.lastActivity > limits.idleTimeoutMs
+                && !conn.streaming && now - conn.lastActivity > limits.idleTimeoutMs
             {
                 log.debug("connection_idle", ["conn": String(conn.id)])
                 close(conn)
@@ -1168,6 +1183,11 @@ final class Connection {
     /// When the first byte of the message not yet complete was read.
     var partialSince: Int64?
     var lastWriteProgress = monotonicMilliseconds()
+    /// An event subscription streams to it: not closed for idling or for
+    /// output it does not read (its stream bounds what it holds).
+    var streaming = false
+    /// The stream waits for its unsent output to fall below ``EventStream/lowWater``.
+    var drainWanted = false
 
     init(
         id: UInt64, fd: Int32, context: CallContext, maxMessageBytes: Int, maxReplyBytes: Int, shared: ClientBudget
@@ -1272,5 +1292,44 @@ final class ParseWorker: Sendable {
             let job = state.withLock(when: { !$0.jobs.isEmpty }) { $0.jobs.removeFirst() }
             job()
         }
+    }
+}
+
+extension RPCServer: StreamSink {
+    func streamWrite(_ connID: UInt64, _ bytes: [UInt8]) -> Bool {
+        loop.preconditionInLoop()
+        guard let conn = connections[connID], !conn.closing else { return false }
+        enqueue(conn, bytes)
+        enqueue(conn, [10])
+        return true
+    }
+
+    func streamUnsent(_ connID: UInt64) -> Int? {
+        connections[connID]?.outputBytes
+    }
+
+    func streamReserve(_ connID: UInt64, _ n: Int) -> Bool {
+        connections[connID]?.budget.reserve(n) ?? false
+    }
+
+    func streamRelease(_ connID: UInt64, _ n: Int) {
+        connections[connID]?.budget.release(n)
+    }
+
+    func streamStart(_ connID: UInt64) -> Bool {
+        guard let conn = connections[connID], !conn.closing else { return false }
+        conn.streaming = true
+        return true
+    }
+
+    func streamStop(_ connID: UInt64) {
+        guard let conn = connections[connID] else { return }
+        conn.streaming = false
+        conn.drainWanted = false
+        conn.lastActivity = monotonicMilliseconds()
+    }
+
+    func streamWantsDrain(_ connID: UInt64) {
+        connections[connID]?.drainWanted = true
     }
 }

@@ -72,6 +72,8 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     let log: Logger
     /// Set before the server starts.
     var delivery: DeliveryWiring?
+    /// `events.subscribe`'s stream (set before the server starts; loop thread only).
+    var events: EventStream?
     /// The store's figures, read at most once a second (`system.stats`, the metrics).
     let figures: StoreFiguresCache
     /// Where `system.stats` and the metrics text are made from them, off the loop.
@@ -145,6 +147,8 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
         "push.status": { s, p, c, r throws(RPCError) in try s.pushStatus(&p, c, r) },
         "push.cancel": { s, p, c, r throws(RPCError) in try s.pushCancel(&p, c, r) },
         "user.forget": { s, p, c, r throws(RPCError) in try s.forget(&p, c, r) },
+        "events.subscribe": { s, p, c, r throws(RPCError) in try s.subscribe(&p, c, r) },
+        "events.unsubscribe": { s, p, c, r throws(RPCError) in try s.unsubscribe(&p, c, r) },
         "system.health": { s, p, c, r throws(RPCError) in r(.success(try s.health(&p, c))) },
         "system.stats": { s, p, c, r throws(RPCError) in try s.stats(&p, c, r) },
         "system.metrics": { s, p, c, r throws(RPCError) in

@@ -80,6 +80,8 @@ public struct StoredEvent: Sendable {
     public let state: String?
     public let reason: String?
     public let httpStatus: Int?
+    /// The final attempt's request id Herald set (the `apns-id`).
+    public let requestID: String?
     /// The final attempt's identifier at the provider: the `apns-unique-id`,
     /// the FCM message `name`, the Web Push `Location`.
     public let providerID: String?
@@ -90,7 +92,7 @@ public struct StoredEvent: Sendable {
     public init(
         cursor: EventCursor, at: Int64, app: String, kind: String, messageID: String? = nil, deviceID: String? = nil,
         user: String? = nil, platform: String? = nil, state: String? = nil, reason: String? = nil,
-        httpStatus: Int? = nil, providerID: String? = nil, detail: String? = nil
+        httpStatus: Int? = nil, requestID: String? = nil, providerID: String? = nil, detail: String? = nil
     ) {
         self.cursor = cursor
         self.at = at
@@ -103,6 +105,7 @@ public struct StoredEvent: Sendable {
         self.state = state
         self.reason = reason
         self.httpStatus = httpStatus
+        self.requestID = requestID
         self.providerID = providerID
         self.detail = detail
     }
@@ -114,8 +117,8 @@ public struct StoredEvent: Sendable {
             cursor: EventCursor(high: high, low: low), at: try r.int64(2), app: try r.text(3), kind: try r.text(4),
             messageID: try r.optionalText(5), deviceID: try r.optionalText(6), user: try r.optionalClientText(7),
             platform: try r.optionalText(8), state: try r.optionalText(9), reason: try r.optionalText(10),
-            httpStatus: try r.optionalInt64(11).map { Int($0) }, providerID: try r.optionalText(12),
-            detail: try r.optionalText(13))
+            httpStatus: try r.optionalInt64(11).map { Int($0) }, requestID: try r.optionalText(12),
+            providerID: try r.optionalText(13), detail: try r.optionalText(14))
     }
 }
 
@@ -225,7 +228,7 @@ extension Queue {
         let stmt = try db.statement(
             """
             SELECT 0, cursor, at, app, kind, message_id, device_id, user, platform, state, reason, http_status,
-                provider_id, detail
+                request_id, provider_id, detail
             FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?
             """)
         try stmt.bind(.int(cursor?.low ?? 0), .int(Int64(limit)))

@@ -870,13 +870,14 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
             guard let receipt = r.receipt else { continue }
             try db.statement(
                 """
-                INSERT INTO attempts (delivery_id, at, state, http_status, reason, provider_id, origin, elapsed_ms,
-                    sent_by)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO attempts (delivery_id, at, state, http_status, reason, request_id, provider_id, origin,
+                    elapsed_ms, sent_by)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
             ).bind(
                 .int(r.deliveryID), .int(now), .text(r.state.rawValue), .optional(r.httpStatus.map(Int64.init)),
-                .optional(r.reason?.text), .optional(receipt.providerID), .optional(receipt.origin),
+                .optional(r.reason?.text), .optional(receipt.apnsID), .optional(receipt.providerID),
+                .optional(receipt.origin),
                 .optional(receipt.elapsedMs), .text(instance)
             ).run()
         }

@@ -97,6 +97,8 @@ public struct MessageStatus: Sendable {
         public let state: String
         public let httpStatus: Int?
         public let reason: String?
+        /// The request id Herald set (the `apns-id`).
+        public let requestID: String?
         /// The `apns-unique-id`, the FCM message `name`, the Web Push `Location`.
         public let providerID: String?
         public let origin: String?
@@ -111,17 +113,18 @@ public struct MessageStatus: Sendable {
             state = try r.text(4)
             httpStatus = try r.optionalInt64(5).map { Int($0) }
             reason = try r.optionalText(6)
-            providerID = try r.optionalText(7)
-            origin = try r.optionalText(8)
-            elapsedMs = try r.optionalInt64(9)
-            sentBy = try r.optionalText(10)
+            requestID = try r.optionalText(7)
+            providerID = try r.optionalText(8)
+            origin = try r.optionalText(9)
+            elapsedMs = try r.optionalInt64(10)
+            sentBy = try r.optionalText(11)
         }
 
         /// The query both backends run: every attempt of `message`, by delivery then in order.
         static func query(message: String) -> String {
             """
-            SELECT a.delivery_id, d.device_id, d.platform, a.at, a.state, a.http_status, a.reason, a.provider_id,
-                a.origin, a.elapsed_ms, a.sent_by
+            SELECT a.delivery_id, d.device_id, d.platform, a.at, a.state, a.http_status, a.reason, a.request_id,
+                a.provider_id, a.origin, a.elapsed_ms, a.sent_by
             FROM attempts a JOIN deliveries d ON d.delivery_id = a.delivery_id
             WHERE d.message_id = \(message) ORDER BY a.delivery_id, a.attempt_id
             """

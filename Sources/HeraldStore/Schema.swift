@@ -143,6 +143,7 @@ enum Schema {
             state TEXT NOT NULL,
             http_status INTEGER,
             reason TEXT,
+            request_id TEXT,
             provider_id TEXT,
             origin TEXT,
             elapsed_ms INTEGER,
@@ -161,6 +162,7 @@ enum Schema {
             state TEXT,
             reason TEXT,
             http_status INTEGER,
+            request_id TEXT,
             provider_id TEXT,
             detail TEXT
         ) STRICT;
@@ -186,12 +188,13 @@ enum Schema {
             WHEN NEW.state NOT IN ('queued', 'retrying', 'in_flight') AND OLD.state IN ('queued', 'retrying', 'in_flight')
         BEGIN
             INSERT INTO events (at, app, kind, message_id, device_id, user, platform, state, reason, http_status,
-                provider_id)
-            SELECT NEW.updated_at, app, 'delivery', NEW.message_id, NEW.device_id, NEW.user, NEW.platform, NEW.state,
-                NEW.reason, NEW.http_status,
-                (SELECT provider_id FROM attempts WHERE delivery_id = NEW.delivery_id
-                    ORDER BY attempt_id DESC LIMIT 1)
-            FROM messages WHERE message_id = NEW.message_id;
+                request_id, provider_id)
+            SELECT NEW.updated_at, m.app, 'delivery', NEW.message_id, NEW.device_id, NEW.user, NEW.platform,
+                NEW.state, NEW.reason, NEW.http_status, a.request_id, a.provider_id
+            FROM messages m LEFT JOIN (
+                SELECT request_id, provider_id FROM attempts WHERE delivery_id = NEW.delivery_id
+                ORDER BY attempt_id DESC LIMIT 1) a
+            WHERE m.message_id = NEW.message_id;
             UPDATE messages SET open = open - 1 WHERE message_id = NEW.message_id;
             INSERT INTO events (at, app, kind, message_id, detail)
             SELECT NEW.updated_at, app, 'message_complete', message_id,

@@ -467,6 +467,25 @@ extension HeraldService {
                         ]
                     }))
         }
+        if let attempts = s.attempts {
+            o.append(
+                "attempts",
+                .array(
+                    attempts.map { a in
+                        var entry: JSONObject = [
+                            "device_id": .string(a.deviceID), "platform": .string(a.platform.rawValue),
+                            "attempt": .int(a.number), "at": .string(Timestamp.rfc3339(a.at)),
+                            "state": .string(a.state), "http_status": a.httpStatus.map { .int($0) } ?? .null,
+                            "reason": a.reason.map { .string($0) } ?? .null,
+                        ]
+                        if let id = a.requestID { entry.append("apns_id", .string(id)) }
+                        entry.append("provider_id", a.providerID.map { .string($0) } ?? .null)
+                        entry.append("origin", a.origin.map { .string($0) } ?? .null)
+                        entry.append("elapsed_ms", a.elapsedMs.map { .int(Int($0)) } ?? .null)
+                        entry.append("sent_by", a.sentBy.map { .string($0) } ?? .null)
+                        return .object(entry)
+                    }))
+        }
         return .object(o)
     }
 

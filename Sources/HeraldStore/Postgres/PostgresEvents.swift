@@ -78,7 +78,7 @@ extension PostgresQueue {
             name: "ev_read",
             sql: """
                 SELECT xid, id, at, app, kind, message_id, device_id, user_name, platform, state, reason, http_status,
-                    provider_id, detail
+                    request_id, provider_id, detail
                 FROM events
                 WHERE (xid, id) > ($1, $2) AND xid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint
                 ORDER BY xid, id LIMIT $3

@@ -913,6 +913,7 @@ final class PostgresQueue: Sendable {
                 .array(.text(attempted.map { $0.state.rawValue })),
                 .array(.integer(attempted.map { $0.httpStatus.map { Int32(clamping: $0) } })),
                 .array(.text(attempted.map { $0.reason?.text })),
+                .array(.text(attempted.map { $0.receipt?.apnsID })),
                 .array(.text(attempted.map { $0.receipt?.providerID })),
                 .array(.text(attempted.map { $0.receipt?.origin })),
                 .array(.bigint(attempted.map { $0.receipt?.elapsedMs })),
@@ -1237,11 +1238,12 @@ final class PostgresQueue: Sendable {
         static let insertAttempts = PostgresStatement(
             name: "q_attempts",
             sql: """
-                INSERT INTO attempts (delivery_id, at, state, http_status, reason, provider_id, origin, elapsed_ms,
-                    sent_by)
-                SELECT t.id, $1, t.state, t.http, t.reason, t.provider_id, t.origin, t.elapsed, $2
-                FROM unnest($3::bigint[], $4::text[], $5::integer[], $6::text[], $7::text[], $8::text[], $9::bigint[])
-                    WITH ORDINALITY AS t(id, state, http, reason, provider_id, origin, elapsed, n)
+                INSERT INTO attempts (delivery_id, at, state, http_status, reason, request_id, provider_id, origin,
+                    elapsed_ms, sent_by)
+                SELECT t.id, $1, t.state, t.http, t.reason, t.request_id, t.provider_id, t.origin, t.elapsed, $2
+                FROM unnest($3::bigint[], $4::text[], $5::integer[], $6::text[], $7::text[], $8::text[], $9::text[],
+                        $10::bigint[])
+                    WITH ORDINALITY AS t(id, state, http, reason, request_id, provider_id, origin, elapsed, n)
                 ORDER BY t.n
                 """)
         static let recordDelivered = PostgresStatement(

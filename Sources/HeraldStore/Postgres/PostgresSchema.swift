@@ -364,6 +364,7 @@ enum PostgresSchema {
                 state text NOT NULL,
                 http_status integer,
                 reason text,
+                request_id text,
                 provider_id text,
                 origin text,
                 elapsed_ms bigint,
@@ -383,6 +384,7 @@ enum PostgresSchema {
                 state text,
                 reason text,
                 http_status integer,
+                request_id text,
                 provider_id text,
                 detail text,
                 PRIMARY KEY (xid, id)
@@ -409,12 +411,13 @@ enum PostgresSchema {
             CREATE FUNCTION deliveries_updated() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
                 INSERT INTO events (at, app, kind, message_id, device_id, user_name, platform, state, reason,
-                    http_status, provider_id)
+                    http_status, request_id, provider_id)
                 SELECT n.updated_at, n.app, 'delivery', n.message_id, n.device_id, n.user_name, n.platform, n.state,
-                    n.reason, n.http_status,
-                    (SELECT a.provider_id FROM attempts a WHERE a.delivery_id = n.delivery_id
-                        ORDER BY a.attempt_id DESC LIMIT 1)
+                    n.reason, n.http_status, a.request_id, a.provider_id
                 FROM updated_new n JOIN updated_old o ON o.delivery_id = n.delivery_id
+                    LEFT JOIN LATERAL (
+                        SELECT request_id, provider_id FROM attempts WHERE delivery_id = n.delivery_id
+                        ORDER BY attempt_id DESC LIMIT 1) a ON true
                 WHERE n.state NOT IN ('queued', 'retrying', 'in_flight') AND o.state IN ('queued', 'retrying', 'in_flight')
                 ORDER BY n.delivery_id;
                 PERFORM 1 FROM messages m WHERE m.message_id IN (

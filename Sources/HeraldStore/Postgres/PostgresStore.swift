@@ -952,7 +952,7 @@ final class ClockOffset: Sendable {
         guard let next = r.nextAttemptAt else { return r }
         return DeliveryRecord(
             deliveryID: r.deliveryID, deviceID: r.deviceID, state: r.state, httpStatus: r.httpStatus, reason: r.reason,
-            nextAttemptAt: next + value, countsAsAttempt: r.countsAsAttempt, shrink: r.shrink)
+            nextAttemptAt: next + value, countsAsAttempt: r.countsAsAttempt, shrink: r.shrink, receipt: r.receipt)
     }
 
     func toLocal(_ claim: Claim) -> Claim {
