@@ -39,6 +39,8 @@ final class EventStream: @unchecked Sendable {
     static let batchEvents = 256
     /// Events read from the store in one page.
     static let pageLimit = 512
+    /// Before every event: where a stream starts when there is none yet.
+    static let origin = EventCursor(low: 0)
     /// How often the feed looks for new events while anyone subscribes.
     static let pollMs: Int64 = 100
 
@@ -62,8 +64,9 @@ final class EventStream: @unchecked Sendable {
         let kinds: Set<String>?
         /// The last event examined: the next read starts after it.
         var cursor: EventCursor?
-        /// The last cursor written to the connection: a gap resumes from it.
-        var sent: EventCursor?
+        /// The cursor through which the connection was written what it
+        /// wants (from its start cursor on): a gap resumes from it.
+        var sent: EventCursor
         var mode: Mode
         var queue: [Rendered] = []
         var queueHead = 0
@@ -78,6 +81,7 @@ final class EventStream: @unchecked Sendable {
             self.apps = apps
             self.kinds = kinds
             self.cursor = cursor
+            sent = cursor ?? EventStream.origin
             self.mode = mode
             retentionChecked = mode != .replaying
         }
@@ -148,9 +152,10 @@ final class EventStream: @unchecked Sendable {
         let s = Subscriber(connID: connID, apps: apps, kinds: kinds, cursor: nil, mode: .starting)
         subscribers[connID] = s
         if headKnown {
-            s.cursor = head
+            s.cursor = head ?? Self.origin
+            s.sent = s.cursor!
             s.mode = .live
-            started(head)
+            started(s.cursor)
         } else {
             waitingForHead.append((s, started))
             askHead()
@@ -211,9 +216,10 @@ final class EventStream: @unchecked Sendable {
                     let waiting = waitingForHead
                     waitingForHead.removeAll()
                     for (s, started) in waiting where subscribers[s.connID] === s {
-                        s.cursor = cursor
+                        s.cursor = cursor ?? Self.origin
+                        s.sent = s.cursor!
                         s.mode = .live
-                        started(cursor)
+                        started(s.cursor)
                     }
                 case .failure(let error):
                     log.warning("events_head_failed", ["error": String(describing: error)])
@@ -265,7 +271,9 @@ final class EventStream: @unchecked Sendable {
 
     private func enqueue(_ r: Rendered, to s: Subscriber) {
         let n = r.bytes.count
-        guard s.queuedBytes + n <= bufferBytes, sink.streamReserve(s.connID, n) else {
+        // Written first, what the connection takes now.
+        if s.queuedBytes + n > bufferBytes { pump(s) }
+        guard s.mode == .live, s.queuedBytes + n <= bufferBytes, sink.streamReserve(s.connID, n) else {
             // Past its buffer: what waits is dropped, and the subscriber is
             // told where to replay from once it reads again.
             drop(s)
@@ -287,14 +295,13 @@ final class EventStream: @unchecked Sendable {
     private func pump(_ s: Subscriber) {
         while let unsent = sink.streamUnsent(s.connID), unsent < Self.lowWater {
             if s.mode == .gapped {
-                let resume = s.sent ?? s.cursor
+                let resume = s.sent
                 gaps += 1
-                log.info(
-                    "events_gap",
-                    ["conn": String(s.connID), "resume": resume?.description ?? "", "reason": "slow"])
+                log.info("events_gap", ["conn": String(s.connID), "resume": resume.description, "reason": "slow"])
                 _ = sink.streamWrite(s.connID, Self.notification(cursor: resume, [Self.gap(resume, reason: "slow")]))
                 // Live again from the newest event the feed handed out.
-                s.cursor = head
+                s.cursor = head ?? Self.origin
+                s.sent = s.cursor!
                 s.mode = .live
                 continue
             }

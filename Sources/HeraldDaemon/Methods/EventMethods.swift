@@ -53,6 +53,8 @@ extension HeraldService {
     }
 
     func unsubscribe(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        // `app`, as every method takes it: checked to exist and to admit the peer.
+        _ = try app(&p, context)
         try p.finish()
         let ended = events?.remove(context.connectionID) ?? false
         reply(.success(["unsubscribed": .bool(ended)]))
