@@ -128,6 +128,10 @@ def _method_calls(app, user):
         ("system.metrics", {}),
         ("vapid.public_key", {}),
         ("rpc.discover", {}),
+        # Subscribed to a kind this fixture never writes, then unsubscribed: the calls after it
+        # read no notification.
+        ("events.subscribe", {"kinds": ["transport"]}),
+        ("events.unsubscribe", {}),
     ]
 
 
@@ -206,7 +210,51 @@ def test_allow_lists_for_every_method(locked, label, uid, gid, groups, allowed):
     assert set(fig["stats"].get("apps", allowed)) == mine and ("apps" in fig["stats"]) == (len(mine) < len(allowed))
     shown = set(re.findall(r'herald_transport_state\{app="([^"]+)"', fig["metrics"]))
     assert shown == mine, (label, shown)
-    record_counts(SUITE, access_checks=len(allowed) * 2 * 13)
+    record_counts(SUITE, access_checks=len(allowed) * 2 * 15)
+
+
+def test_a_subscriber_sees_only_the_events_of_its_apps(locked):
+    """Events of an app the peer may not call never reach it, from `since` or live; a peer the
+    app admits sees them."""
+    def send_to_nobody(app):
+        # A message to a user without devices: complete at once, one message_complete event.
+        def fn():
+            with RPC(locked.socket) as c:
+                return c.call("push.send", {"app": app, "to": {"users": ["acl-events-nobody"]}})["message_id"]
+        return fn
+
+    locked_message = _peer(APP_UID, NOBODY, send_to_nobody("uidlocked"))
+    open_message = _peer(0, 0, send_to_nobody("default"))
+
+    def completions(app=None):
+        def fn():
+            seen = []
+            with RPC(locked.socket, timeout=10) as c:
+                params = {"since": "0", "kinds": ["message_complete"]}
+                if app:
+                    params["app"] = app
+                r = c.request("events.subscribe", params)
+                if "error" in r:
+                    return {"error": r["error"]["code"]}
+                deadline = time.monotonic() + 3
+                while time.monotonic() < deadline:
+                    try:
+                        msg = c.read_json(timeout=0.5)
+                    except TimeoutError:
+                        continue
+                    seen += [(e["app"], e["message_id"]) for e in msg["params"]["events"]]
+            return {"apps": r["result"]["apps"], "seen": seen}
+        return fn
+
+    as_root = _peer(0, 0, completions())
+    assert "uidlocked" not in as_root["apps"] and "default" in as_root["apps"], as_root
+    assert ("default", open_message) in [tuple(x) for x in as_root["seen"]], as_root
+    assert all(app != "uidlocked" for app, _ in as_root["seen"]), as_root
+    assert _peer(0, 0, completions("uidlocked")) == {"error": 1006}
+    as_app = _peer(APP_UID, NOBODY, completions("uidlocked"))
+    seen = [tuple(x) for x in as_app["seen"]]
+    assert ("uidlocked", locked_message) in seen and all(app == "uidlocked" for app, _ in seen), as_app
+    record_counts(SUITE, access_checks=4)
 
 
 def test_reload_changes_the_allow_lists_without_dropping_the_connection(locked):

@@ -498,3 +498,59 @@ def test_idempotency_and_rate_limits_across_instances(pg, fresh_gw):
         record_counts(SUITE, idempotent_pairs=20, rate_limited_across=len(refused))
         c.a.shutdown()
         c.b.shutdown()
+
+
+def _collect_events(d: Daemon, since: str, until, timeout=120, kinds=("delivery", "message_complete")):
+    """Subscribes on ``d`` from ``since`` and reads events until ``until(events)`` holds."""
+    out = []
+    with RPC(d.socket, timeout=timeout) as c:
+        c.call("events.subscribe", {"since": since, "kinds": list(kinds)})
+        deadline = time.monotonic() + timeout
+        while not until(out):
+            left = deadline - time.monotonic()
+            assert left > 0, f"events from {d.dir} incomplete after {timeout} s: {len(out)}"
+            try:
+                msg = c.read_json(timeout=min(left, 5))
+            except TimeoutError:
+                continue
+            if msg.get("method") == "events":
+                out += msg["params"]["events"]
+    return out
+
+
+def test_a_subscriber_on_either_instance_sees_every_instances_events(pg, fresh_gw):
+    """Two messages, one accepted (and sent) by each instance; a subscriber on each sees every
+    delivery of both, once, in one cursor order; and the same order on both."""
+    gw = fresh_gw
+    fleet = Fleet(gw, "events", 100)
+    with Cluster(pg, gw) as c:
+        register_fleet(fleet, [c.a, c.b])
+        half = len(fleet.users) // 2
+        first, second = send_concurrently([
+            (c.a, message("ev-a", fleet.users[:half])), (c.b, message("ev-b", fleet.users[half:]))])
+        statuses = wait_all_complete(c.a, [first["message_id"], second["message_id"]])
+        senders = set()
+        want = set()
+        for mid, status in statuses.items():
+            for x in status["devices"]:
+                want.add((mid, x["device_id"], x["state"]))
+                senders.add(x["sent_by"])
+        assert senders == {"host-a", "host-b"}, senders
+
+        def complete(events):
+            done = {e["message_id"] for e in events if e["kind"] == "message_complete"}
+            return {first["message_id"], second["message_id"]} <= done
+
+        seen = {}
+        for name in ("host-a", "host-b"):
+            events = _collect_events(c[name], "0", complete)
+            got = [(e["message_id"], e["device_id"], e["state"]) for e in events if e["kind"] == "delivery"]
+            assert len(got) == len(set(got)), f"{name}: an outcome twice"
+            assert set(got) == want, (name, len(set(got) ^ want))
+            keys = [tuple(int(x) for x in e["cursor"].split("-")) for e in events]
+            assert keys == sorted(keys), f"{name}: not in cursor order"
+            seen[name] = [e["cursor"] for e in events]
+        assert seen["host-a"] == seen["host-b"], "both instances read one order"
+        record_counts(SUITE, events_checked=sum(len(v) for v in seen.values()))
+        c.a.shutdown()
+        c.b.shutdown()

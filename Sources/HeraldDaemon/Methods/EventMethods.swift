@@ -10,18 +10,18 @@ extension HeraldService {
     /// by default), from `since` (a cursor an earlier notification carried)
     /// or from now.
     func subscribe(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
-        let named = try p.string("app", maxBytes: 64)
-        let kindNames = try p.stringArray(
-            "kinds", minCount: 1, maxCount: EventKind.allCases.count, maxBytes: 32, content: .text)
-        let sinceText = try p.string("since", maxBytes: 64, content: .text)
-        try p.finish()
+        // The app first, as every method checks it: a peer it does not admit hears only that.
         var apps: Set<String>?
-        if let named {
+        if let named = try p.string("app", maxBytes: 64) {
             apps = [try runtime(named: named, context).config.name]
         } else {
             apps = visibleApps(context)
             if apps?.isEmpty == true { throw RPCError(.forbidden(app: "default")) }
         }
+        let kindNames = try p.stringArray(
+            "kinds", minCount: 1, maxCount: EventKind.allCases.count, maxBytes: 32, content: .text)
+        let sinceText = try p.string("since", maxBytes: 64, content: .text)
+        try p.finish()
         var kinds: Set<String>?
         if let kindNames {
             for (i, name) in kindNames.enumerated() where EventKind(rawValue: name) == nil {
