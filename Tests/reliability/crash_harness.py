@@ -59,7 +59,12 @@ Checks, judged by the gateways' records (each failure is listed and the exit sta
   - at least one kill found deliveries in retry (their last copy answered with a transient
     error) at the gateways;
   - an unanswered push.send retried with its idempotency key returns the message the
-    store had committed (no second message for one key).
+    store had committed (no second message for one key);
+  - the event stream: a subscriber (its own connection, subscribed from the start with
+    `events.subscribe`) reads `delivery` and `message_complete` events, and each time herald is
+    killed it connects again and subscribes `since` the last cursor it read. Every delivery
+    checked above must have reached it as a `delivery` event with its final state (once, or
+    more across a reconnect: at least once), every message as a `message_complete`.
 
 Register-burst mode (--bursts, default 3): --burst-size registrations (default 2,000,
 10 per fresh user, mixed platforms, each with a name and app_version) pipelined on 4
@@ -146,6 +151,75 @@ class Failures:
 # ---------------------------------------------------------------- the harness
 
 
+class EventWatcher:
+    """A subscriber to herald's event stream that resumes by cursor across kills (its own thread):
+    every delivery's final outcome it read, as (message_id, device_id) -> [state, ...]."""
+
+    KINDS = ["delivery", "message_complete"]
+
+    def __init__(self, socket_path):
+        self.socket_path = socket_path
+        self.cursor = None
+        self.finals = {}
+        self.complete = set()
+        self.events = 0
+        self.subscriptions = 0
+        self.gaps = []
+        self.lock = threading.Lock()
+        self.stopping = False
+        self.thread = threading.Thread(target=self.run, name="event-watcher", daemon=True)
+
+    def start(self):
+        self.thread.start()
+
+    def stop(self):
+        self.stopping = True
+        self.thread.join(timeout=10)
+
+    def run(self):
+        while not self.stopping:
+            try:
+                with RPC(self.socket_path, timeout=5) as c:
+                    params = {"kinds": self.KINDS, "since": self.cursor or "0"}
+                    c.call("events.subscribe", params)
+                    with self.lock:
+                        self.subscriptions += 1
+                    while not self.stopping:
+                        try:
+                            msg = c.read_json(timeout=1)
+                        except TimeoutError:
+                            continue
+                        if msg.get("method") == "events":
+                            self.take(msg["params"])
+            except (OSError, EOFError, ValueError, ConnectionError):
+                time.sleep(0.2)   # killed: subscribe again since the last cursor once it is back
+            except Exception:  # noqa: BLE001 - an RPC error while it starts: try again
+                time.sleep(0.2)
+
+    def take(self, params):
+        with self.lock:
+            for e in params["events"]:
+                self.events += 1
+                if e["kind"] == "gap":
+                    self.gaps.append(e)
+                elif e["kind"] == "delivery":
+                    self.finals.setdefault((e["message_id"], e["device_id"]), []).append(e["state"])
+                elif e["kind"] == "message_complete":
+                    self.complete.add(e["message_id"])
+            # Resume after the notification's cursor (past the last event, or at it).
+            if params["events"] and params["events"][-1]["kind"] != "gap":
+                self.cursor = params["cursor"]
+
+    def wait_for(self, message_ids, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if set(message_ids) <= self.complete:
+                    return True
+            time.sleep(0.1)
+        return False
+
+
 class Harness:
     def __init__(self, args):
         self.args = args
@@ -180,6 +254,7 @@ class Harness:
         self.rounds = []
         self.timings = {}
         self.accept_s = 0.2        # last time from writing a round's push.send to its last answer
+        self.watcher = None        # the event stream's subscriber (EventWatcher)
 
     # ------------------------------------------------------------ plumbing
 
@@ -206,6 +281,8 @@ class Harness:
         self.daemon = Daemon(binary=self.args.herald, directory=self.work, gateways=self.gw, delivery=DELIVERY,
                              store=store, server=server, log_level="info", start=False)
         self.start()
+        self.watcher = EventWatcher(self.daemon.socket)
+        self.watcher.start()
         log(f"herald {self.args.herald} on {self.work} (pid {self.daemon.pid}), gateways pid {self.gw.pid}, "
             f"seed {self.args.seed}")
         per_user = sum(n for _, n in PER_USER)
@@ -937,6 +1014,7 @@ class Harness:
                                 f"{cur['life']} (record {cur['seq']}) after the gateway had answered "
                                 f"{prev['status']} to record {prev['seq']} in the same life: a duplicate no crash "
                                 f"explains (copies {[(x['life'], x['status']) for x in copies]})")
+        events = self.verify_events()
         for pair in self.copies:
             if pair not in listed_pairs:
                 self.failures.add(f"{pair[0]}: gateway received it for device {pair[1]}, which push.status "
@@ -971,7 +1049,36 @@ class Harness:
                 "transient_answers": sum(1 for v in self.copies.values() for x in v if x["cls"] == "transient"),
                 "retrying_at_kills": sum(k["retrying_at_kill"] for k in self.kills),
                 "receipts": sum(len(v) for v in self.receipts.values()),
-                "invalid_records": len(self.invalid_records), "stray_records": self.stray_records}
+                "invalid_records": len(self.invalid_records), "stray_records": self.stray_records,
+                **events}
+
+    def verify_events(self):
+        """Every delivery push.status lists reached the subscriber as an event with its final state."""
+        ids = [m["message_id"] for m in self.messages.values()]
+        if not self.watcher.wait_for(ids, timeout=60):
+            missing = sorted(set(ids) - self.watcher.complete)
+            self.failures.add(f"event stream: no message_complete for {len(missing)} message(s), e.g. {missing[:3]}")
+        checked = missing = again = 0
+        with self.rpc() as c, self.watcher.lock:
+            for tag, m in self.messages.items():
+                s = c.ok("push.status", {"message_id": m["message_id"], "detail": True})
+                for d in s.get("devices") or []:
+                    states = self.watcher.finals.get((m["message_id"], d["device_id"]), [])
+                    checked += 1
+                    if d["state"] not in states:
+                        missing += 1
+                        if missing <= 10:
+                            self.failures.add(f"event stream: {tag} device {d['device_id']} ended {d['state']} "
+                                              f"but the subscriber read {states or 'no event'}")
+                    elif len(states) > 1:
+                        again += 1
+            if missing > 10:
+                self.failures.add(f"... {missing} deliveries without their event in all")
+            for g in self.watcher.gaps:
+                self.failures.add(f"event stream: a gap the subscriber did not expect: {g}")
+            return {"events_read": self.watcher.events, "event_deliveries_checked": checked,
+                    "event_deliveries_missing": missing, "event_deliveries_seen_again": again,
+                    "event_subscriptions": self.watcher.subscriptions}
 
     # ------------------------------------------------------------ run
 
@@ -1006,6 +1113,8 @@ class Harness:
             self.failures.add(f"harness error: {e!r}\n{traceback.format_exc()}")
         finally:
             status = None
+            if self.watcher is not None:
+                self.watcher.stop()
             if self.daemon is not None:
                 status = self.daemon.stop(timeout=30) if self.daemon.running else None
             summary["herald_exit_status_at_end"] = status
@@ -1048,6 +1157,9 @@ class Harness:
                 f"answered or whose connection herald then PINGed as silent")
             log(f"  transient errors answered: {s['transient_answers']}; deliveries in retry at the kills "
                 f"(gateway view): {s['retrying_at_kills']}")
+            log(f"  event stream: {s['event_deliveries_checked']} deliveries checked against {s['events_read']} "
+                f"events read over {s['event_subscriptions']} subscriptions (resumed by cursor after each kill), "
+                f"{s['event_deliveries_missing']} missing, {s['event_deliveries_seen_again']} seen again")
         log(f"  unanswered push.send retried with their idempotency key: {s['unanswered_sends_retried']} "
             f"({s['unanswered_sends_committed']} had been committed before the kill: the retry named that message)")
         log(f"  registrations checked: {s['registrations_checked']} ({s['registrations_answered_before_kill']} "

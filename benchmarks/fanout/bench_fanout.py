@@ -41,6 +41,12 @@ scenario above runs on the store as before):
                      (users with 20 devices each, the app's device_cap),
                      `--size-messages` (10) after 2 warm-up; each row also has
                      devices and us_per_device (p50 / devices)
+  stalled_subscriber the largest size again, `--size-messages` times, while an
+                     events.subscribe connection reads nothing for a minute
+                     (the phase, if longer; --quick: the phase): the row has
+                     the p50 next to the size's (vs_unstalled), peak RSS, and
+                     what the subscriber got once it read: gap_events (1) and
+                     event_deliveries_missing after a replay from the gap (0)
   accept_under_load  push.send (no wait: answered at its commit) to one user's
                      5 APNs devices on a second connection, one call every
                      2 ms: 300 on the idle daemon, then as many as fit while
@@ -55,7 +61,7 @@ scenario above runs on the store as before):
 
 --quick runs size_100 and size_2000 (2 messages after 1), accept_under_load
 (60 idle calls, one 2,000-device message) and both 4c scenarios in 2 s phases;
---only names any scenario (accept_under_load needs a size_ one with it).
+--only names any scenario (accept_under_load and stalled_subscriber need a size_ one with it).
 
 Time to first push: every Herald row of a scenario whose messages go one at
 a time (the 500-device ones on every store, and the size curve) has
@@ -81,6 +87,7 @@ import bisect
 import collections
 import datetime
 import json
+import socket
 import math
 import os
 import pathlib
@@ -140,6 +147,8 @@ ACCEPT_GAP_S = 0.002
 ACCEPT_CALLS, ACCEPT_CALLS_QUICK = 300, 60
 ACCEPT_BIG_MESSAGES, ACCEPT_BIG_MESSAGES_QUICK = 3, 1
 SIZES_QUICK = ["size_100", "size_2000"]  # what --quick runs unless --only names others
+# stalled_subscriber: how long the subscriber reads nothing (at least the phase), full run and --quick
+STALL_S, STALL_S_QUICK = 60.0, 0.0
 SENDERS = ["herald", "herald_pg", "herald_pg_x2", "pywebpush_seq", "pywebpush_threads", "aioapns", "h2load"]
 # Herald on PostgreSQL, by instances on the one database.
 PG_SENDERS = {1: "herald_pg", 2: "herald_pg_x2"}
@@ -544,6 +553,56 @@ def herald_size(store, name, users, receipts, sink, warmup, messages, log):
     r, probs = herald_latency(store, name, users, receipts, sink, warmup, messages, log, per_user=SIZE_PER_USER,
                               devices=devices)
     r["us_per_device"] = round(r["p50_ms"] * 1000 / devices, 2) if r.get("p50_ms") is not None else None
+    return r, probs
+
+
+def herald_stalled_subscriber(store, big, users, receipts, sink, warmup, messages, log, base, stall_s):
+    """The size curve's largest message sent `messages` times while an events.subscribe connection
+    reads nothing for `stall_s` (a minute; the phase's length if longer): its row has the delivery
+    p50 next to the same message without the subscriber (vs_unstalled), the daemon's peak RSS, and
+    what the subscriber got once it read again: one gap event, then a replay from the gap's cursor
+    that must hold every delivery of the phase (event_deliveries_missing 0)."""
+    herald = store.herald
+    sub = fixture.Client(herald.instances[0].proc.socket_path, timeout=120)
+    # A small receive buffer: what waits is the daemon's to bound, not the kernel's to hide.
+    sub.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    started = sub.call("events.subscribe", {"kinds": ["delivery"]})["result"]
+    t0 = time.monotonic()
+    name = "stalled_subscriber"
+    r, probs = herald_latency(store, name, users, receipts, sink, warmup, messages, log, per_user=SIZE_PER_USER,
+                              devices=SIZES[big])
+    time.sleep(max(0.0, stall_s - (time.monotonic() - t0)))
+    expected = SIZES[big] * (warmup + messages)
+    seen, gaps = set(), []
+    deadline = time.monotonic() + 60
+    while not gaps and time.monotonic() < deadline:
+        msg = json.loads(sub.reader.line())
+        for e in (msg.get("params") or {}).get("events", []):
+            if e["kind"] == "gap":
+                gaps.append(e)
+            else:
+                seen.add((e["message_id"], e["device_id"]))
+    sub.close()
+    t1 = time.monotonic()
+    if gaps:
+        replay = fixture.Client(herald.instances[0].proc.socket_path, timeout=120)
+        replay.call("events.subscribe", {"kinds": ["delivery"], "since": gaps[0]["cursor"]})
+        while len(seen) < expected and time.monotonic() < deadline + 120:
+            msg = json.loads(replay.reader.line())
+            seen.update((e["message_id"], e["device_id"]) for e in msg["params"]["events"] if e["kind"] == "delivery")
+        replay.close()
+    r.update(base_p50_ms=base.get("p50_ms") if base else None,
+             vs_unstalled=round(r["p50_ms"] / base["p50_ms"], 3) if base and base.get("p50_ms") and r["p50_ms"]
+             else None,
+             base_peak_rss_mb=base.get("peak_rss_mb") if base else None, stall_s=round(stall_s, 1),
+             start_cursor=started["cursor"], gap_events=len(gaps), event_deliveries=len(seen),
+             event_deliveries_missing=expected - len(seen), replay_s=round(time.monotonic() - t1, 2))
+    log(f"{name}: p50 {r['p50_ms']} ms (without the subscriber {r['base_p50_ms']} ms, x{r['vs_unstalled']}), "
+        f"peak RSS {r['peak_rss_mb']} MB, {len(gaps)} gap event(s), {len(seen)}/{expected} deliveries in the events "
+        f"after the replay")
+    if expected != len(seen) or len(gaps) != 1:
+        probs.append({"scenario": name, "sender": store.label, "gap_events": len(gaps),
+                      "event_deliveries_missing": expected - len(seen)})
     return r, probs
 
 
@@ -1053,12 +1112,15 @@ def machine_info(herald_version, peers):
 def summary_rows(rows):
     """fanout.json: one object per scenario and sender (db_cpu_s_per_1000: PostgreSQL rows only),
     plus, where the row has them, first_push_p50_ms and first_push_p90_ms (Herald's rows of the
-    scenarios whose messages go one at a time), devices and us_per_device (the size curve)."""
+    scenarios whose messages go one at a time), devices and us_per_device (the size curve), and
+    stalled_subscriber's figures."""
     out = []
     for r in rows:
         o = {k: r.get(k) for k in ("scenario", "sender", "p50_ms", "p90_ms", "p99_ms", "pushes_per_s",
                                    "cpu_s_per_1000", "db_cpu_s_per_1000", "peak_rss_mb", "delivered_all")}
-        o.update({k: r[k] for k in ("first_push_p50_ms", "first_push_p90_ms", "devices", "us_per_device")
+        o.update({k: r[k] for k in ("first_push_p50_ms", "first_push_p90_ms", "devices", "us_per_device",
+                                    "vs_unstalled", "base_p50_ms", "base_peak_rss_mb", "stall_s", "gap_events",
+                                    "event_deliveries", "event_deliveries_missing")
                   if k in r})
         out.append(o)
     return out
@@ -1101,7 +1163,8 @@ def main():
         raise SystemExit(f"--postgres: '1', '2', '1,2' or 'none', not {args.postgres!r}")
     pg_variants = [int(v) for v in pg_variants]
     pg_durable = (args.pg_durable or ("off" if args.quick else "on")) == "on"
-    unknown = only - set(SCENARIOS) - set(SUSTAINED) - set(SUSTAINED_4C) - set(SIZES) - {"accept_under_load"}
+    unknown = (only - set(SCENARIOS) - set(SUSTAINED) - set(SUSTAINED_4C) - set(SIZES)
+               - {"accept_under_load", "stalled_subscriber"})
     if unknown:
         raise SystemExit(f"--only: unknown {sorted(unknown)} (known: "
                          f"{', '.join(list(SCENARIOS) + list(SUSTAINED) + list(SUSTAINED_4C) + list(SIZES))})")
@@ -1286,6 +1349,18 @@ def main():
                 f"each) in {time.perf_counter() - t0:.1f} s")
         for name in sizes:
             r, probs = herald_size(stores[0], name, users, receipts, sink, size_warmup, size_messages, log)
+            rows.append(r)
+            problems += probs
+
+        # ---- the largest message again, while an event subscriber reads nothing for a minute
+        if sizes and (not only or "stalled_subscriber" in only):
+            big = max(sizes, key=lambda n: SIZES[n])
+            users["stalled_subscriber"] = users[big]
+            devices["stalled_subscriber"] = devices[big]
+            receipts.set_devices(devices, user_devices(users, devices))
+            base = next((x for x in rows if x["scenario"] == big and x["sender"] == stores[0].label), None)
+            r, probs = herald_stalled_subscriber(stores[0], big, users, receipts, sink, size_warmup, size_messages,
+                                                 log, base, STALL_S_QUICK if args.quick else STALL_S)
             rows.append(r)
             problems += probs
 

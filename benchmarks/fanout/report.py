@@ -163,6 +163,15 @@ def summarise(results):
         add("size curve: µs per device at 10,000 vs size_500's", "<= 1.1x",
             f"{ratio:.2f}x ({large['us_per_device']:.1f} vs {small['us_per_device']:.1f} µs)", ratio <= 1.1,
             "met" if ratio <= 1.1 else f"{ratio / 1.1:.2f}x over")
+    st = by.get(("stalled_subscriber", "herald"))
+    if st and st.get("vs_unstalled") is not None:
+        ratio = st["vs_unstalled"]
+        ok = ratio <= 1.1 and st.get("gap_events") == 1 and st.get("event_deliveries_missing") == 0
+        add(f"{st.get('devices', 0):,}-device send with an event subscriber not reading for {st.get('stall_s', 0):g} s",
+            "<= 1.1x the p50 without it; one gap event; nothing missed after the replay",
+            f"{ratio:.2f}x ({st['p50_ms']:.1f} vs {st['base_p50_ms']:.1f} ms), {st.get('gap_events')} gap, "
+            f"{st.get('event_deliveries_missing')} missed, peak RSS {st.get('peak_rss_mb')} MB", ok,
+            "met" if ok else "see the row")
     a = by.get(("accept_under_load", "herald"))
     if a and a.get("p99_vs_idle") is not None:
         ratio = a["p99_vs_idle"]
