@@ -204,7 +204,10 @@ struct StoreKeyTests {
             DROP TABLE store_meta; ALTER TABLE deliveries DROP COLUMN sent_by; ALTER TABLE devices DROP COLUMN enabled;
             ALTER TABLE devices DROP COLUMN bundle_id; ALTER TABLE devices DROP COLUMN server_key;
             ALTER TABLE devices DROP COLUMN app_id; ALTER TABLE devices DROP COLUMN user_agent;
-            ALTER TABLE deliveries DROP COLUMN shrunk; DROP TABLE assembling; PRAGMA user_version = 4;
+            ALTER TABLE deliveries DROP COLUMN shrunk; DROP TABLE assembling;
+            DROP TRIGGER deliveries_inserted_live; DROP TRIGGER deliveries_inserted_final;
+            DROP TRIGGER deliveries_finished; DROP TRIGGER deliveries_reopened; DROP TABLE attempts;
+            DROP TABLE events; ALTER TABLE messages DROP COLUMN open; PRAGMA user_version = 4;
             UPDATE devices SET token_sealed = zeroblob(length(token_sealed)) WHERE device_id = '\(ids[0])';
             """)
 

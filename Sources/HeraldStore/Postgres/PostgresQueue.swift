@@ -856,6 +856,12 @@ final class PostgresQueue: Sendable {
         var counts: [Kind: Int] = [:]
         for case let k? in kinds { counts[k, default: 0] += 1 }
         let common = counts.max { $0.value < $1.value }
+        if let common, common.value < records.count {
+            // Two statements: each locks the message rows whose deliveries it ends (their
+            // completion count, in message order); taken for both first, in that order, so
+            // that two instances writing results of the same messages cannot deadlock.
+            try c.execute(Statements.lockMessages, [.array(.bigint(records.map(\.deliveryID)))])
+        }
         var plain: [Int64] = []
         var rest: [DeliveryRecord] = []
         if let common {
@@ -1235,6 +1241,13 @@ final class PostgresQueue: Sendable {
                 SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM succeeded), (SELECT count(*) FROM failed)
                 """)
         /// Deliveries delivered with nothing more to say (``DeliveryRecord/isPlainDelivery``), by id.
+        static let lockMessages = PostgresStatement(
+            name: "q_lock_messages",
+            sql: """
+                SELECT 1 FROM messages WHERE message_id IN (
+                    SELECT message_id FROM deliveries WHERE delivery_id = ANY($1::bigint[]))
+                ORDER BY message_id FOR UPDATE
+                """)
         static let insertAttempts = PostgresStatement(
             name: "q_attempts",
             sql: """
