@@ -112,6 +112,8 @@ final class EventStream: @unchecked Sendable {
     private var waitingForHead: [(Subscriber, @Sendable (EventCursor?) -> Void)] = []
     /// Gap events sent (slow subscribers skipped ahead), for the log and stats.
     private(set) var gaps = 0
+    /// The store failed the last read: logged once, until one succeeds.
+    private var failing = false
 
     init(store: any EventLog, sink: any StreamSink, loop: EventLoop, log: Logger, bufferBytes: Int) {
         self.store = store
@@ -222,7 +224,7 @@ final class EventStream: @unchecked Sendable {
                         started(s.cursor)
                     }
                 case .failure(let error):
-                    log.warning("events_head_failed", ["error": String(describing: error)])
+                    readFailed(error)
                 }
             }
         }
@@ -239,14 +241,28 @@ final class EventStream: @unchecked Sendable {
                 polling = false
                 switch result {
                 case .success(let page):
+                    readSucceeded()
                     feed(page.events)
                     // A full page: more is waiting.
                     if page.events.count == Self.pageLimit { poll() }
                 case .failure(let error):
-                    log.warning("events_read_failed", ["error": String(describing: error)])
+                    readFailed(error)
                 }
             }
         }
+    }
+
+    /// Logs the first of a run of failed reads (tried again every ``pollMs``), and the recovery.
+    private func readFailed(_ error: any Error) {
+        guard !failing else { return }
+        failing = true
+        log.warning("events_read_failed", ["error": String(describing: error)])
+    }
+
+    private func readSucceeded() {
+        guard failing else { return }
+        failing = false
+        log.info("events_read_recovered", [:])
     }
 
     /// Hands new events to the live subscribers.
@@ -342,7 +358,7 @@ final class EventStream: @unchecked Sendable {
                     replayed(s, page)
                 case .failure(let error):
                     // Read again on the feed's next turn.
-                    log.warning("events_read_failed", ["error": String(describing: error)])
+                    readFailed(error)
                 }
             }
         }
