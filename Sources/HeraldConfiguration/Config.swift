@@ -152,6 +152,9 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         /// A whole Web Push request, from its hand-off (waiting for a stream
         /// or a connection included) to its answer.
         public var webPushTimeout = Duration.seconds(15)
+        /// How often each app's credentials are proven (besides at start and
+        /// at each reload); zero: only then.
+        public var credentialCheckInterval = Duration.seconds(900)
 
         public init() {}
     }
