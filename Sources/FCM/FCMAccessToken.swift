@@ -150,23 +150,13 @@ public final class FCMAccessTokenCache: Sendable {
         }
     }
 
-    /// Exchanges the assertion now, outside the single flight and whatever
-    /// is cached (a credential check: a revoked key is found at the token
-    /// endpoint while an access token it issued still works). A token it
-    /// gets replaces the cached one if it lasts longer; a failure leaves the
-    /// cached one alone. Not counted in ``exchangeCount``.
+    /// Exchanges the assertion now, outside the single flight and apart from
+    /// the cache (a credential check: a revoked key is found at the token
+    /// endpoint while an access token it issued still works). Its token is
+    /// the caller's alone: the sends' cached token, and what they see of the
+    /// endpoint, stay as they were. Not counted in ``exchangeCount``.
     public func exchangeAfresh(completion: @escaping Completion) {
-        request(now: clock.nowMilliseconds()) { [self] result in
-            if case .success(let (token, expiresAt)) = result {
-                state.withLock { s in
-                    if expiresAt > s.expiresAt {
-                        s.token = token
-                        s.expiresAt = expiresAt
-                    }
-                }
-            }
-            completion(result.map(\.0))
-        }
+        request(now: clock.nowMilliseconds()) { result in completion(result.map(\.0)) }
     }
 
     /// One token request: the token and when it stops being valid (ms since the epoch).
