@@ -12,7 +12,8 @@ RELIABILITY_SUITES := Tests/reliability/test_faults.py Tests/reliability/test_ho
 	Tests/reliability/test_pg_server.py Tests/reliability/test_shared_bounds.py \
 	Tests/reliability/test_figures.py Tests/reliability/test_process_budgets.py \
 	Tests/reliability/test_send_slots.py Tests/reliability/test_dns_starvation.py \
-	Tests/reliability/test_dashboards.py Tests/reliability/test_events.py
+	Tests/reliability/test_dashboards.py Tests/reliability/test_events.py \
+	Tests/reliability/test_credential_health.py
 
 .PHONY: test-reliability-checks
 

@@ -8,12 +8,12 @@ import HeraldNet
 public final class APNsTransport: PushTransport {
     public let concurrencyLimit: Int
     private let settings: APNsAppSettings
-    private let production: APNsLaneHandle
+    let production: APNsLaneHandle
     private let development: APNsLaneHandle
     /// Each environment's origin, as receipts name it.
     private let productionOrigin: String
     private let developmentOrigin: String
-    private let clock: any WallClock
+    let clock: any WallClock
     /// The requests of the messages being sent (see ``RecentlyBuilt``).
     private let requests = RecentlyBuilt<RequestKey, Result<Built, APNsRequestError>>()
 
@@ -51,6 +51,9 @@ public final class APNsTransport: PushTransport {
         productionOrigin = Self.origin(production)
         developmentOrigin = Self.origin(development)
     }
+
+    /// The app's bundle id (`apns-topic`).
+    var topic: String { settings.topic }
 
     static func origin(_ e: APNsEndpoint) -> String {
         Origin(scheme: .https, host: e.host, port: e.port).description

@@ -142,12 +142,33 @@ public final class FCMAccessTokenCache: Sendable {
     // MARK: - Exchange
 
     private func exchange(now: Int64) {
+        request(now: now) { [self] result in
+            switch result {
+            case .failure(let e): finish(.failure(e), expiresAt: 0)
+            case .success(let (token, expiresAt)): finish(.success(token), expiresAt: expiresAt)
+            }
+        }
+    }
+
+    /// Exchanges the assertion now, outside the single flight and apart from
+    /// the cache (a credential check: a revoked key is found at the token
+    /// endpoint while an access token it issued still works). Its token is
+    /// the caller's alone: the sends' cached token, and what they see of the
+    /// endpoint, stay as they were. Not counted in ``exchangeCount``.
+    public func exchangeAfresh(completion: @escaping Completion) {
+        request(now: clock.nowMilliseconds()) { result in completion(result.map(\.0)) }
+    }
+
+    /// One token request: the token and when it stops being valid (ms since the epoch).
+    private func request(
+        now: Int64, completion: @escaping @Sendable (Result<(String, Int64), FCMAccessTokenError>) -> Void
+    ) {
         let assertion: String
         do {
             assertion = try account.assertion(
                 scope: Self.scope, issuedAt: now / 1000, lifetime: assertionLifetime)
         } catch {
-            finish(.failure(.assertion(error)), expiresAt: 0)
+            completion(.failure(.assertion(error)))
             return
         }
         let body =
@@ -157,18 +178,13 @@ public final class FCMAccessTokenCache: Sendable {
             origin: account.tokenURI, url: account.tokenURI, path: "",
             headers: [("content-type", "application/x-www-form-urlencoded"), ("accept", "application/json")],
             body: Array(body.utf8), notAfter: nil, timeout: requestTimeout)
-        transport.sendHTTP1(request) { [self] result in
+        transport.sendHTTP1(request) { result in
             switch result {
             case .failure(let e):
-                finish(.failure(.transport(e)), expiresAt: 0)
+                completion(.failure(.transport(e)))
             case .success(let response):
-                switch Self.parse(response) {
-                case .failure(let e):
-                    finish(.failure(e), expiresAt: 0)
-                case .success(let (token, expiresIn)):
-                    // Measured from when the exchange started: errs on the early side.
-                    finish(.success(token), expiresAt: now + expiresIn * 1000)
-                }
+                // Measured from when the exchange started: errs on the early side.
+                completion(Self.parse(response).map { token, expiresIn in (token, now + expiresIn * 1000) })
             }
         }
     }

@@ -65,18 +65,18 @@ public final class FCMSender: Sendable {
     public let account: FCMServiceAccount
     public let tokens: FCMAccessTokenCache
     public let sendURL: String
-    private let clock: any WallClock
+    let clock: any WallClock
     private let requestTimeout: Duration
     /// HTTP/2 first, libcurl for an origin that does not offer it.
-    private let transport: OriginTransport
+    let transport: OriginTransport
     /// The origin's text (`https://host[:port]`), as receipts name it.
     public let origin: String
     /// The request path on it.
-    private let path: String
+    let path: String
     /// The FCM origin's HTTP/2 lane, when there is a client and the base URL
     /// is `https`. Taken once: a lane the client forgot while idle comes back
     /// when it is sent on.
-    private let lane: OriginLane?
+    let lane: OriginLane?
     /// The last access token and its `authorization` value.
     private let lastBearer = Locked<(token: String, header: String)?>(nil)
 

@@ -158,6 +158,9 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         public var webPushTimeout = Duration.seconds(15)
         /// `event_retention`: how long events are kept for `events.subscribe`'s `since`.
         public var eventRetention = Duration.seconds(86_400)
+        /// How often each app's credentials are proven (besides at start and
+        /// at each reload); zero: only then.
+        public var credentialCheckInterval = Duration.seconds(900)
 
         public init() {}
     }

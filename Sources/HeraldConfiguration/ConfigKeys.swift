@@ -400,6 +400,20 @@ enum ConfigKeys {
             seconds(
                 .delivery, "event_retention", \.delivery.eventRetention, 60_000...2_592_000_000, default: "86400",
                 doc: "s (60-2592000): how long events are kept for events.subscribe's since"),
+            Key(
+                section: .delivery, name: "credential_check_interval", kind: .seconds(0...86_400_000),
+                defaultValue: "900", reload: .live, backend: nil,
+                doc:
+                    "s between checks of each app's credentials (also at start and reload); 0: only then (0 or 10-86400)",
+                apply: { i, text, _ throws(ConfigValueProblem) in
+                    let interval = try ConfigValue.seconds(text, 0...86_400_000)
+                    guard interval == .zero || interval >= .seconds(10) else {
+                        throw ConfigValueProblem(
+                            "must be 0 (no periodic checks) or from 10 to 86400 seconds (got \(text))")
+                    }
+                    i.config.delivery.credentialCheckInterval = interval
+                },
+                show: .global { ConfigValue.seconds($0.delivery.credentialCheckInterval) }),
         ]
     }
 

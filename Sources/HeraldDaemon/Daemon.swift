@@ -266,7 +266,33 @@ public enum Daemon {
             log.info("unfinished_messages_completed", ["count": String(store.unfinishedCompleted)])
         }
         recordServerKeys(credentials, store: store, log: log)
+        delivery.scheduler.observeLaneHealth { lane, change in
+            let event: NewEvent
+            switch change {
+            case .degraded(let reason):
+                event = NewEvent(
+                    app: lane.app, kind: .transport, platform: lane.platform.rawValue, state: "degraded",
+                    reason: reason.rawValue)
+            case .recovered:
+                event = NewEvent(app: lane.app, kind: .transport, platform: lane.platform.rawValue, state: "recovered")
+            }
+            store.append([event]) { result in
+                if case .failure(let error) = result {
+                    log.warning(
+                        "event_write_failed",
+                        ["kind": "transport", "app": lane.app, "platform": lane.platform.rawValue, "error": "\(error)"])
+                }
+            }
+        }
         delivery.scheduler.start()
+        // Proven at start without holding readiness back: the first verdicts
+        // come as the providers answer (`unknown` until then).
+        let credentialChecks = CredentialMonitor(events: { store.append($0, completion: $1) }, log: log)
+        credentialChecks.replace(probes: delivery.initialProbes)
+        credentialChecks.setInterval(config.delivery.credentialCheckInterval)
+        service.credentialHealth = credentialChecks
+        services.started("credential checks") { credentialChecks.stop() }
+        credentialChecks.checkAll()
 
         stopper.attach(
             loop: loop, server: server, log: log,
@@ -278,7 +304,7 @@ public enum Daemon {
             isIdle: { delivery.scheduler.inFlightCount == 0 })
         let reloader = Reloader(
             path: path, environment: environment, running: config, loop: loop, service: service, delivery: delivery,
-            log: log, notifier: notifier)
+            credentialChecks: credentialChecks, log: log, notifier: notifier)
         hangups.attach { [stopper] in
             if stopper.isStopping {
                 log.info("reload_ignored", ["why": "stopping"])

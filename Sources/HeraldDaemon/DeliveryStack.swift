@@ -24,6 +24,8 @@ final class DeliveryStack: Sendable {
     let providers: ProviderClients
     /// The disabled platforms of the configuration the stack was made with.
     let initialDisabled: [String: [Platform: String]]
+    /// What proves the credentials of the configuration the stack was made with.
+    let initialProbes: [CredentialKey: any CredentialProbe]
 
     init(
         config: HeraldConfig, credentials: [String: LoadedCredentials], store: any DeliveryStore,
@@ -34,6 +36,7 @@ final class DeliveryStack: Sendable {
             webPushTimeouts: (config.delivery.webPushConnectTimeout, config.delivery.webPushTimeout), log: log)
         let built = try providers.transports(apps: config.apps, credentials: credentials)
         initialDisabled = built.disabled
+        initialProbes = built.probes
         let d = config.delivery
         var settings = SchedulerSettings(
             maxInflight: config.server.maxInflight,
@@ -58,6 +61,8 @@ final class DeliveryStack: Sendable {
 struct BuiltTransports {
     var transports: [QueueLane: any PushTransport] = [:]
     var disabled: [String: [Platform: String]] = [:]
+    /// What proves each configured credential (``CredentialMonitor``).
+    var probes: [CredentialKey: any CredentialProbe] = [:]
 
     /// The lanes whose raw-token registrations this instance can send (a
     /// lane may have a transport for its Web Push-form registrations only):
@@ -201,6 +206,7 @@ final class ProviderClients: Sendable {
                         production: production, development: development)
                     built.transports[QueueLane(app: name, platform: .apns)] = transport
                     built.transports[QueueLane(app: name, platform: .apnsVoIP)] = transport
+                    built.probes[CredentialKey(app: name, platform: "apns")] = transport
                 } else {
                     off[.apns] = "APNs endpoints must be https URLs"
                     off[.apnsVoIP] = off[.apns]
@@ -213,9 +219,11 @@ final class ProviderClients: Sendable {
                 let sender = FCMSender(
                     account: account, baseURL: endpoints.fcm,
                     transport: OriginTransport(http1: c.fcm!, http2: c.fcmHTTP2, clock: SystemClock()))
-                built.transports[QueueLane(app: name, platform: .fcm)] = FCMTransport(
+                let transport = FCMTransport(
                     sender: sender,
                     settings: FCMAppSettings(channelID: app.androidChannelID, defaultAlertLocKey: app.alertLocKey))
+                built.transports[QueueLane(app: name, platform: .fcm)] = transport
+                built.probes[CredentialKey(app: name, platform: "fcm")] = transport
             }
             switch creds.webPush {
             case .disabled(let reason):
@@ -230,6 +238,8 @@ final class ProviderClients: Sendable {
                     subject: vapid.subject, app: name, timeout: webPushTimeouts.request,
                     connectTimeout: webPushTimeouts.connect, previousVapidKey: vapid.previous)
                 built.transports[QueueLane(app: name, platform: .web)] = WebPushTransport(sender: sender)
+                built.probes[CredentialKey(app: name, platform: "web")] = VAPIDProbe(
+                    key: vapid.key, subject: vapid.subject)
             }
             // The Web Push form on the other platforms: their lanes send a
             // registration with keys through the app's Web Push sender.

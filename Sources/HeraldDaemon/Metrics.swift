@@ -97,6 +97,7 @@ extension HeraldService {
                 states.append((name, transport, transportState(apps[name]!, platforms, degraded: degraded).kind))
             }
         }
+        let credentials = (credentialHealth?.states ?? [:]).filter { only?.contains($0.key.app) ?? true }
         let daemonWide =
             only == nil
             ? (
@@ -104,7 +105,7 @@ extension HeraldService {
                 connections: delivery?.providers.connectionStats ?? [:],
                 dns: delivery?.providers.resolvers.stats ?? []
             ) : nil
-        storeFigures(for: "metrics", failure: { completion(.failure($0)) }) { [states] figures in
+        storeFigures(for: "metrics", failure: { completion(.failure($0)) }) { [states, credentials] figures in
             var m = PrometheusText()
             m.family("herald_build_info", .gauge, "Herald's version and this instance's name; always 1.")
             m.sample("herald_build_info", ["version": Self.version, "herald_instance": instance], 1)
@@ -175,6 +176,8 @@ extension HeraldService {
                 }
             }
 
+            Self.credentialMetrics(credentials, perApp: appFigures, into: &m)
+
             if let daemonWide {
                 Self.schedulerMetrics(daemonWide.scheduler, into: &m)
                 Self.connectionMetrics(daemonWide.connections, into: &m)
@@ -192,6 +195,53 @@ extension HeraldService {
                 m.sample("herald_devices", ["platform": platform.rawValue], counts[platform] ?? 0)
             }
             completion(.success(m.text))
+        }
+    }
+
+    /// `herald_credential_ok` and `herald_credential_last_success_seconds`,
+    /// declared even before any check. `perApp`: per app and platform;
+    /// otherwise per platform over every app (the least proven one), so a
+    /// scraper does not learn the apps' names. A credential not yet checked
+    /// has no `ok` sample, one never proven no `last_success` sample.
+    static func credentialMetrics(
+        _ credentials: [CredentialKey: CredentialState], perApp: Bool, into m: inout PrometheusText
+    ) {
+        m.family(
+            "herald_credential_ok", .gauge,
+            "1 when the credential's last check proved it, 0 when the provider refused it or could not be reached.")
+        if perApp {
+            for (key, state) in credentials.sorted(by: { $0.key < $1.key }) where state.checkedAt != nil {
+                m.sample(
+                    "herald_credential_ok", ["app": key.app, "platform": key.platform], state.status == "ok" ? 1 : 0)
+            }
+        } else {
+            for platform in Set(credentials.keys.map(\.platform)).sorted() {
+                let checked = credentials.filter { $0.key.platform == platform && $0.value.checkedAt != nil }
+                guard !checked.isEmpty else { continue }
+                m.sample(
+                    "herald_credential_ok", ["platform": platform],
+                    checked.allSatisfy { $0.value.status == "ok" } ? 1 : 0)
+            }
+        }
+        m.family(
+            "herald_credential_last_success_seconds", .gauge,
+            "Unix time of the credential's last successful check; absent before the first.")
+        if perApp {
+            for (key, state) in credentials.sorted(by: { $0.key < $1.key }) {
+                guard let at = state.lastSuccessAt else { continue }
+                m.sample(
+                    "herald_credential_last_success_seconds", ["app": key.app, "platform": key.platform], Int(at / 1000)
+                )
+            }
+        } else {
+            for platform in Set(credentials.keys.map(\.platform)).sorted() {
+                let times = credentials.filter { $0.key.platform == platform }.map { $0.value.lastSuccessAt }
+                // The oldest success over the apps, once every app has one.
+                guard !times.isEmpty, times.allSatisfy({ $0 != nil }) else { continue }
+                m.sample(
+                    "herald_credential_last_success_seconds", ["platform": platform],
+                    Int(times.compactMap { $0 }.min()! / 1000))
+            }
         }
     }
 

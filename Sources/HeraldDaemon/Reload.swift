@@ -9,11 +9,12 @@ import HeraldConfiguration
 /// unreadable key file) is refused with a log line; the running one stays.
 ///
 /// What takes effect: every `[app.*]` section (apps added or removed, peers
-/// allowed, device caps, APNs/FCM/VAPID credentials and their other keys) and
-/// `[server] log_level`. Settings bound at startup (the socket, the state
-/// directory, the store, `max_inflight`, `[delivery]`, `[endpoints]`,
-/// `[metrics]`) keep their running values; a change to one is logged as
-/// needing a restart.
+/// allowed, device caps, APNs/FCM/VAPID credentials and their other keys),
+/// `[server] log_level` and `[delivery] credential_check_interval`; every
+/// credential is checked again. Settings bound at startup (the socket, the
+/// state directory, the store, `max_inflight`, the rest of `[delivery]`,
+/// `[endpoints]`, `[metrics]`) keep their running values; a change to one is
+/// logged as needing a restart.
 final class Reloader: Sendable {
     private let queue = DispatchQueue(label: "herald.reload")
     private let path: String
@@ -21,6 +22,7 @@ final class Reloader: Sendable {
     private let loop: EventLoop
     private let service: HeraldService
     private let delivery: DeliveryStack
+    private let credentialChecks: CredentialMonitor
     private let log: Logger
     private let notifier: SystemdNotifier
     /// The configuration in effect (read and written by the reload queue).
@@ -28,8 +30,9 @@ final class Reloader: Sendable {
 
     init(
         path: String, environment: [String: String], running: HeraldConfig, loop: EventLoop, service: HeraldService,
-        delivery: DeliveryStack, log: Logger, notifier: SystemdNotifier
+        delivery: DeliveryStack, credentialChecks: CredentialMonitor, log: Logger, notifier: SystemdNotifier
     ) {
+        self.credentialChecks = credentialChecks
         self.path = path
         self.environment = environment
         current = Locked(running)
@@ -84,7 +87,12 @@ final class Reloader: Sendable {
         current.withLock {
             $0.apps = next.apps
             $0.server.logLevel = next.server.logLevel
+            $0.delivery.credentialCheckInterval = next.delivery.credentialCheckInterval
         }
+        // Every credential proven again, the new ones first time.
+        credentialChecks.replace(probes: built.probes)
+        credentialChecks.setInterval(next.delivery.credentialCheckInterval)
+        credentialChecks.checkAll()
         Daemon.logApps(credentials, log: log)
         log.info("config_reloaded", ["config": path, "apps": next.apps.keys.sorted().joined(separator: ",")])
         notifier.notify("READY=1\nSTATUS=serving (configuration reloaded)")

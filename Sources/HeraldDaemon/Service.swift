@@ -74,6 +74,8 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
     var delivery: DeliveryWiring?
     /// `events.subscribe`'s stream (set before the server starts; loop thread only).
     var events: EventStream?
+    /// The credential checks' verdicts (set before the loop runs; read under their lock).
+    var credentialHealth: CredentialMonitor?
     /// The store's figures, read at most once a second (`system.stats`, the metrics).
     let figures: StoreFiguresCache
     /// Where `system.stats` and the metrics text are made from them, off the loop.

@@ -20,6 +20,9 @@ final class Health: Sendable {
     private let state = Locked(State())
     private let log: Logger?
     private let originLimit: Int
+    /// Told of each lane that degrades (`degraded`, the reason) or recovers
+    /// (`recovered`), after the change; any thread.
+    let observer = Locked<(@Sendable (QueueLane, LaneChange) -> Void)?>(nil)
 
     init(log: Logger?, originLimit: Int) {
         self.log = log
@@ -45,6 +48,7 @@ final class Health: Sendable {
         if changed {
             log?.warning(
                 "transport_degraded", ["app": lane.app, "platform": lane.platform.rawValue, "reason": reason.rawValue])
+            observer.withLock { $0 }?(lane, .degraded(reason))
         }
     }
 
@@ -53,6 +57,7 @@ final class Health: Sendable {
         let was = state.withLock { $0.degraded.removeValue(forKey: lane) }
         guard was != nil else { return false }
         log?.info("transport_recovered", ["app": lane.app, "platform": lane.platform.rawValue])
+        observer.withLock { $0 }?(lane, .recovered)
         return true
     }
 

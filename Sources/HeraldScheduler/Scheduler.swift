@@ -70,6 +70,12 @@ public final class Scheduler: @unchecked Sendable {
     /// claim, a stale device removed); set before `start`.
     public var onProgress: (@Sendable ([String: Int]) -> Void)?
 
+    /// Tells `observer` of each lane that is marked degraded (a credential
+    /// rejected) or recovers, once per change, on any thread; it must not block.
+    public func observeLaneHealth(_ observer: @escaping @Sendable (QueueLane, LaneChange) -> Void) {
+        health.observer.withLock { $0 = observer }
+    }
+
     /// A progress count meaning "changed by an unknown number: read the message".
     public static let unknownProgress = Int.max
 

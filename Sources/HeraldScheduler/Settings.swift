@@ -132,3 +132,11 @@ public struct SchedulerStats: Sendable {
 
     public init() {}
 }
+
+/// A lane's change of health, as ``Scheduler/observeLaneHealth(_:)`` reports it.
+public enum LaneChange: Sendable, Hashable {
+    /// Marked degraded: the provider refused the credential (its reason).
+    case degraded(ProviderReason)
+    /// Its provider took a send again.
+    case recovered
+}

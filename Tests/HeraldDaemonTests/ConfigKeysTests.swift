@@ -156,6 +156,7 @@ struct ConfigKeysTests {
             "delivery.webpush_origin_timeouts": "7",
             "delivery.webpush_connect_timeout": "7", "delivery.webpush_timeout": "7",
             "delivery.event_retention": "700", "server.event_buffer_bytes": "70000",
+            "delivery.credential_check_interval": "60",
             "endpoints.apns_production": "https://apns.example",
             "endpoints.apns_development": "https://apns-dev.example", "endpoints.fcm": "https://fcm.example",
             "endpoints.ca_file": "/etc/ca.pem", "endpoints.webpush_allow_private": "true",

@@ -87,9 +87,9 @@ final class FCMGateways: @unchecked Sendable {
     }
 
     /// The service-account JSON, its token_uri pointing at the gateway.
-    func account() throws -> FCMServiceAccount {
+    func account(projectID: String? = nil) throws -> FCMServiceAccount {
         let json: [String: Any] = [
-            "type": "service_account", "project_id": projectID, "private_key_id": "test-key",
+            "type": "service_account", "project_id": projectID ?? self.projectID, "private_key_id": "test-key",
             "private_key": fcmTestKey.privatePEM, "client_email": clientEmail,
             "token_uri": "\(fcmBase)/token",
         ]

@@ -554,6 +554,11 @@ def handle_apns(req: Request) -> Response:
     return resp
 
 
+# A device token no device can have (all zeros): APNs answers BadDeviceToken once the provider
+# token passed. Requests to it are credential probes (`probe: true` in the record).
+APNS_NEVER_ISSUED_RE = re.compile(r"(?:00){32,}")
+
+
 def _apns_validate(req, rec, errors, k):
     def err(status, reason):
         errors.append(reason)
@@ -566,6 +571,8 @@ def _apns_validate(req, rec, errors, k):
         return err(404, "BadPath")
     token = urllib.parse.unquote(m.group(1))
     rec["token"] = token
+    if APNS_NEVER_ISSUED_RE.fullmatch(token):
+        rec["probe"] = True
     if not token:
         return err(400, "MissingDeviceToken")
     names = [n for n, _ in req.headers]
@@ -579,6 +586,10 @@ def _apns_validate(req, rec, errors, k):
         return auth_resp
     req.conn.valid_auth_seen = True
     if k["strict_token"] and not re.fullmatch(r"(?:[0-9a-fA-F]{2})+", token):
+        return err(400, "BadDeviceToken")
+    if APNS_NEVER_ISSUED_RE.fullmatch(token):
+        # A well-formed token Apple never issued (all zeros): judged after the provider token,
+        # as at Apple, so a credential check learns whether its JWT was accepted.
         return err(400, "BadDeviceToken")
     issued_by = STATE.apns_device_env.get(token.lower())
     if issued_by is not None and issued_by != req.gateway:
@@ -731,10 +742,15 @@ def _unprocessed_record(gw, info, pseudo, hdrs, body, sid):
     if gw in ("apns", "apns_dev"):
         m = APNS_PATH_RE.match(path)
         rec["token"] = urllib.parse.unquote(m.group(1)) if m else None
+        if rec["token"] and APNS_NEVER_ISSUED_RE.fullmatch(rec["token"]):
+            rec["probe"] = True
     elif gw == "fcm":
         rec["kind"] = "token" if path.split("?")[0] in ("/token", "/oauth2/v4/token") else "send"
         try:
-            rec["token"] = (json.loads(body).get("message") or {}).get("token")
+            parsed = json.loads(body)
+            rec["token"] = (parsed.get("message") or {}).get("token")
+            if parsed.get("validate_only") is True:
+                rec["validate_only"] = rec["probe"] = True
         except (ValueError, AttributeError):
             rec["token"] = None
     else:
@@ -819,6 +835,10 @@ def handle_fcm(req: Request) -> Response:
     rec.update(decode_body(req.body))
     errors = []
     rec["errors"] = errors
+    if isinstance(rec.get("body"), dict) and rec["body"].get("validate_only") is True:
+        # A dry run (`validate_only: true`): authenticated and checked, never delivered.
+        rec["validate_only"] = True
+        rec["probe"] = True
 
     def fail(resp, why):
         errors.append(why)
@@ -861,6 +881,13 @@ def handle_fcm(req: Request) -> Response:
     bad = _fcm_message_problems(msg, targets[0])
     if bad:
         return fail(fcm_error_response("INVALID_ARGUMENT", message=bad), bad)
+    if rec.get("validate_only"):
+        # Checked as a send would be, never delivered, no program used up: FCM's dry run
+        # answers a fixed name.
+        resp = Response.json(200, {"name": f"projects/{rec['project']}/messages/fake_message_id"})
+        rec["valid"] = True
+        _finish_record("fcm", rec, resp)
+        return resp
     prog = STATE.next_program("fcm", token)
     if token in (k.get("hang_tokens") or []):
         prog = {"hang": True}
@@ -981,6 +1008,10 @@ def handle_fcm_token(req: Request) -> Response:
         key = STATE.fcm_keys.get(claims.get("iss"))
         if key is None:
             raise JWTError(f"Invalid issuer {claims.get('iss')!r}")
+        if key.get("revoked"):
+            # Google's answer for an assertion signed with a deleted or disabled key.
+            rec["key_revoked"] = True
+            raise JWTError("Invalid JWT Signature.")
         verify_rs256(key["pub"], signing_input, sig)
         scopes = set(str(claims.get("scope", "")).split())
         if not scopes & FCM_SCOPES:
@@ -1756,6 +1787,13 @@ def ctl_fcm_key(b):
 
 
 def ctl_fcm_revoke(b):
+    if b.get("key"):
+        # The service account's key itself (deleted in the console): its access tokens stop
+        # working and every later exchange is refused, until the key is registered again.
+        email = b.get("client_email")
+        if email not in STATE.fcm_keys:
+            raise ControlError(404, f"no FCM key registered for {email!r}")
+        STATE.fcm_keys[email]["revoked"] = True
     n = 0
     for tok, info in STATE.fcm_tokens.items():
         if b.get("all") or b.get("access_token") == tok or b.get("client_email") == info["client_email"]:
@@ -1850,9 +1888,13 @@ def ctl_received(q):
     since = int(q.get("since", 0))
     token = q.get("token")
     kind = q.get("kind")
+    probes = q.get("probes", "exclude")
+    if probes not in ("exclude", "include", "only"):
+        raise ControlError(400, "probes must be exclude, include or only")
     out = [r for r in recs if r["seq"] > since and (token is None or r.get("token") == token)
            and (kind is None or r.get("kind", "send") == kind)
-           and (listener is None or r.get("listener") == listener)]
+           and (listener is None or r.get("listener") == listener)
+           and (probes == "include" or bool(r.get("probe")) == (probes == "only"))]
     return {"gateway": q.get("gateway"), "count": len(out), "requests": out}
 
 

@@ -232,6 +232,27 @@ def test_apns_bad_jwt(apns):
     assert "signature" in recs[0]["jwt_error"]
 
 
+def test_apns_never_issued_token_is_judged_after_the_provider_token(apns):
+    """A token of zeros is BadDeviceToken with a good JWT and InvalidProviderToken with a bad one
+    (Apple authenticates first); such requests are probes, left out of `received` unless asked."""
+    zeros = "0" * 64
+    other = ec.generate_private_key(ec.SECP256R1())
+    bad = jwt_es256(other, {"alg": "ES256", "kid": KID}, {"iss": TEAM, "iat": int(time.time())})
+    bg = {"apns-push-type": "background", "apns-priority": "5"}
+    body = json.dumps({"aps": {"content-available": 1}}).encode()
+    with apns.client() as c:
+        r = c.post(f"{apns.apns}/3/device/{zeros}", content=body, headers=apns_headers(apns.jwt, **bg))
+        assert r.status_code == 400 and r.json()["reason"] == "BadDeviceToken"
+        r = c.post(f"{apns.apns}/3/device/{zeros}", content=body, headers=apns_headers(bad, **bg))
+        assert r.status_code == 403 and r.json()["reason"] == "InvalidProviderToken"
+        r = c.post(f"{apns.apns}/3/device/{TOKEN}", content=PAYLOAD, headers=apns_headers(apns.jwt))
+        assert r.status_code == 200
+    assert [x["token"] for x in apns.received("apns")] == [TOKEN]
+    probes = apns.received("apns", probes="only")
+    assert [x["response"]["status"] for x in probes] == [400, 403] and all(x["probe"] for x in probes)
+    assert len(apns.received("apns", probes="include")) == 3
+
+
 def test_apns_header_and_payload_checks(apns):
     with apns.client() as c:
         def post(token=TOKEN, body=PAYLOAD, **h):
@@ -473,6 +494,34 @@ def test_fcm_token_send_and_errors(fcm):
     assert stats["fcm_token_requests"] == 1 and stats["fcm_tokens_issued"] == 1
     sends = fcm.received("fcm", kind="send")
     assert sends[0]["body"]["message"]["token"] == "dev1" and sends[0]["valid"]
+
+
+def test_fcm_validate_only_and_revoked_key(fcm):
+    """validate_only: authenticated and checked, answered with FCM's fixed name, never delivered
+    (a probe record, no program used up). A revoked key: invalid_grant at the token endpoint and
+    401 for the access tokens it issued, until the key is registered again."""
+    email = "sa@p.iam.gserviceaccount.com"
+    fcm.post("/control/program", {"gateway": "fcm", "token": "*", "responses": [{"error": "UNAVAILABLE"}]})
+    dry = {"validate_only": True, "message": {"topic": "herald-credential-check", "data": {"k": "v"}}}
+    with fcm.client() as c:
+        tok = fcm_token(c, fcm, fcm_assertion(fcm.rsa)).json()["access_token"]
+        auth = {"authorization": f"Bearer {tok}"}
+        r = c.post(f"{fcm.fcm}/v1/projects/p1/messages:send", json=dry, headers=auth)
+        assert r.status_code == 200 and r.json() == {"name": "projects/p1/messages/fake_message_id"}
+        r = c.post(f"{fcm.fcm}/v1/projects/p1/messages:send", json=dry, headers={"authorization": "Bearer nope"})
+        assert r.status_code == 401 and r.json()["error"]["status"] == "UNAUTHENTICATED"
+        fcm.post("/control/fcm-revoke", {"client_email": email, "key": True})
+        r = fcm_token(c, fcm, fcm_assertion(fcm.rsa))
+        assert r.status_code == 400 and r.json()["error"] == "invalid_grant"
+        assert r.json()["error_description"] == "Invalid JWT Signature."
+        assert c.post(f"{fcm.fcm}/v1/projects/p1/messages:send", json=dry, headers=auth).status_code == 401
+        fcm.post("/control/fcm-key", {"client_email": email, "public_key_pem": pem(fcm.rsa.public_key())})
+        assert fcm_token(c, fcm, fcm_assertion(fcm.rsa)).status_code == 200
+    assert fcm.received("fcm", kind="send") == []
+    probes = fcm.received("fcm", kind="send", probes="only")
+    assert [x["response"]["status"] for x in probes] == [200, 401, 401]
+    assert all(x["validate_only"] and x["probe"] for x in probes)
+    assert [x.get("key_revoked", False) for x in fcm.received("fcm", kind="token")] == [False, True, False]
 
 
 def test_fcm_bad_assertions(fcm):

@@ -32,7 +32,9 @@ extension HeraldService {
         }
         try p.finish()
         let degraded = delivery?.scheduler.degradedLanes ?? [:]
+        let checked = credentialHealth?.states ?? [:]
         var transports = JSONObject()
+        var credentials = JSONObject()
         var anyDegraded = false
         for name in apps.keys.sorted()
         where (only == nil || only == name)
@@ -40,17 +42,27 @@ extension HeraldService {
         {
             let runtime = apps[name]!
             var states = JSONObject()
+            var proven = JSONObject()
             for (transport, platforms) in [
                 ("apns", [Platform.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web, .unifiedPush]),
             ] {
                 let state = transportState(runtime, platforms, degraded: degraded)
                 if case .degraded = state { anyDegraded = true }
                 states.append(transport, .string(state.wire))
+                if let credential = checked[CredentialKey(app: name, platform: transport)] {
+                    // A credential the provider refused is an alert: degraded.
+                    if credential.status == CredentialVerdict.Status.rejected.rawValue { anyDegraded = true }
+                    proven.append(transport, CredentialMonitor.json(credential))
+                }
             }
             transports.append(name, .object(states))
+            credentials.append(name, .object(proven))
         }
         let status = storeHealth.isOK && !anyDegraded ? "ok" : "degraded"
-        return ["status": .string(status), "store": .string(storeHealth.wire), "transports": .object(transports)]
+        return [
+            "status": .string(status), "store": .string(storeHealth.wire), "transports": .object(transports),
+            "credentials": .object(credentials),
+        ]
     }
 
     /// The apps this peer may call, or nil when it may call every app (it sees all figures then).

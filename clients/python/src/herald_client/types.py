@@ -216,13 +216,27 @@ class Cancelled(TypedDict):
     cancelled: int
 
 
+class CredentialHealth(TypedDict):
+    """The last check of one app's credential for one platform: ``ok``,
+    ``rejected`` (``reason``: the provider's answer), ``unreachable`` or
+    ``unknown`` (not checked yet); times as RFC 3339 UTC, ``None`` before the first."""
+
+    status: Literal["ok", "rejected", "unreachable", "unknown"]
+    reason: NotRequired[str]
+    checked_at: str | None
+    last_success_at: str | None
+
+
 class Health(TypedDict):
     """``system.health``: ``store`` is ``ok`` or ``degraded:<why>``; each transport
-    ``ready``, ``disabled:<why>`` or ``degraded:<why>``, per app."""
+    ``ready``, ``disabled:<why>`` or ``degraded:<why>``, per app; ``credentials``
+    per app and platform (``apns``, ``fcm``, ``web``). A rejected credential makes
+    ``status`` ``degraded``."""
 
     status: Literal["ok", "degraded"]
     store: str
     transports: dict[str, dict[str, str]]
+    credentials: dict[str, dict[str, CredentialHealth]]
 
 
 class Metrics(TypedDict):
