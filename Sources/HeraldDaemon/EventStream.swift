@@ -62,7 +62,8 @@ final class EventStream: @unchecked Sendable {
         let kinds: Set<String>?
         /// The last event examined: the next read starts after it.
         var cursor: EventCursor?
-        /// The last cursor written to the connection: a gap resumes from it.
+        /// The last cursor written to the connection, or where the
+        /// subscription started: a gap resumes from it (nil: from the first event).
         var sent: EventCursor?
         var mode: Mode
         var queue: [Rendered] = []
@@ -78,6 +79,7 @@ final class EventStream: @unchecked Sendable {
             self.apps = apps
             self.kinds = kinds
             self.cursor = cursor
+            self.sent = cursor
             self.mode = mode
             retentionChecked = mode != .replaying
         }
@@ -149,6 +151,7 @@ final class EventStream: @unchecked Sendable {
         subscribers[connID] = s
         if headKnown {
             s.cursor = head
+            s.sent = head
             s.mode = .live
             started(head)
         } else {
@@ -212,6 +215,7 @@ final class EventStream: @unchecked Sendable {
                     waitingForHead.removeAll()
                     for (s, started) in waiting where subscribers[s.connID] === s {
                         s.cursor = cursor
+                        s.sent = cursor
                         s.mode = .live
                         started(cursor)
                     }
@@ -287,11 +291,13 @@ final class EventStream: @unchecked Sendable {
     private func pump(_ s: Subscriber) {
         while let unsent = sink.streamUnsent(s.connID), unsent < Self.lowWater {
             if s.mode == .gapped {
-                let resume = s.sent ?? s.cursor
+                // Not `s.cursor`: that is the event that did not fit, and those
+                // queued before it were dropped too.
+                let resume = s.sent ?? EventCursor(low: 0)
                 gaps += 1
                 log.info(
                     "events_gap",
-                    ["conn": String(s.connID), "resume": resume?.description ?? "", "reason": "slow"])
+                    ["conn": String(s.connID), "resume": resume.description, "reason": "slow"])
                 _ = sink.streamWrite(s.connID, Self.notification(cursor: resume, [Self.gap(resume, reason: "slow")]))
                 // Live again from the newest event the feed handed out.
                 s.cursor = head
