@@ -69,8 +69,7 @@ enum EventsCommand {
                 incoming = try client.receive(timeoutMs: sliceMs)
             } catch {
                 if StopSignal.requested { break }
-                let resume = cursor.map { " (resume with --since \($0))" } ?? ""
-                throw CommandFailure(error.message + resume, status: 1)
+                throw CommandFailure(error.message + " (resume with --since \(cursor))", status: 1)
             }
             guard let incoming else {
                 if !follow && monotonicMilliseconds() - lastEventAt >= quietMs { break }
@@ -79,10 +78,10 @@ enum EventsCommand {
             guard case .notification("events", let batch) = incoming else { continue }
             lastEventAt = monotonicMilliseconds()
             var lines: [UInt8] = []
-            var fellBehind: String??
+            var fellBehind = false
             for event in batch["events"]?.arrayValue ?? [] {
                 if event["kind"]?.stringValue == "gap", event["reason"]?.stringValue == "slow" {
-                    fellBehind = .some(event["cursor"]?.stringValue)
+                    fellBehind = true
                     break
                 }
                 lines += event.serialized()
@@ -90,27 +89,28 @@ enum EventsCommand {
                 if let c = event["cursor"]?.stringValue { cursor = c }
             }
             if !lines.isEmpty { Terminal.writeOut(lines) }
-            if let fellBehind {
-                // Everything up to the gap's cursor was printed: a new subscription
-                // from there reads what was skipped, then goes on live.
-                let from = fellBehind ?? "0"
-                Terminal.err("herald: events fell behind; reading them again from \(from)")
-                (client, cursor) = try subscribe(path, params, since: from)
+            if fellBehind {
+                // Everything before the gap was printed: a new subscription from the
+                // last event printed (the gap's cursor) reads what was skipped, then
+                // goes on live.
+                Terminal.err("herald: events fell behind; reading them again from \(cursor)")
+                (client, cursor) = try subscribe(path, params, since: cursor)
             }
         }
         return 0
     }
 
-    /// A new connection subscribed from `since`; the cursor it starts from.
+    /// A new connection subscribed from `since`; the cursor it starts from
+    /// ("0" when the daemon has no event yet: every event comes after it).
     static func subscribe(
         _ path: String, _ params: JSONObject, since: String?
-    ) throws(CommandFailure) -> (RPCClient, String?) {
+    ) throws(CommandFailure) -> (RPCClient, String) {
         var params = params
         if let since { params.append("since", .string(since)) }
         let client = try RPCClient(socketPath: path)
         switch try client.call("events.subscribe", params) {
         case .success(let result):
-            return (client, result["cursor"]?.stringValue ?? since)
+            return (client, result["cursor"]?.stringValue ?? since ?? "0")
         case .failure(let error):
             throw CommandFailure(ClientCommands.describe(error), status: 1)
         }

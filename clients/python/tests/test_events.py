@@ -111,6 +111,65 @@ def test_a_daemon_restart_mid_stream_misses_nothing(gateways, tmp_path):
         d.cleanup()
 
 
+def test_a_reader_that_falls_behind_still_gets_every_event(tmp_path):
+    """The daemon's smallest buffer and a stream not read while 60 pushes to 20 devices are
+    accepted (skipped at once: no credentials): past the socket's buffers the daemon drops what
+    waits and sends a slow gap, and the stream reads the skipped events again."""
+    d = Daemon(transports=(), server={"event_buffer_bytes": 65536}, directory=str(tmp_path / "d"))
+    try:
+        with Client(d.socket) as herald:
+            for i in range(20):
+                herald.device_register(user="e-slow", platform="fcm", token=f"e-slow-{i}")
+            with herald.events(kinds=["delivery", "message_complete"]) as stream:
+                with herald.pipeline() as p:
+                    calls = [p.push_send(to={"users": ["e-slow"]}) for _ in range(60)]
+                sent = {c.result()["message_id"] for c in calls}
+                seen = until_complete(stream, sent)
+                assert d.log_lines("events_gap"), "the stream never fell behind: the test proves nothing"
+                assert stream.resubscribed >= 1
+        per_message: dict[str, set[str]] = {}
+        for e in seen:
+            if e["kind"] == "delivery":
+                per_message.setdefault(e["message_id"], set()).add(e["device_id"])
+        assert set(per_message) == sent and all(len(devices) == 20 for devices in per_message.values())
+        d.shutdown()
+    finally:
+        d.cleanup()
+
+
+def test_the_daemons_slow_gap_names_the_last_event_written_before_it(tmp_path):
+    """What a reader of the bare protocol relies on to replay from a slow gap: its cursor is
+    that of the last event the connection got before it ("0" when it got none)."""
+    d = Daemon(transports=(), server={"event_buffer_bytes": 65536}, directory=str(tmp_path / "d"))
+    try:
+        with Client(d.socket) as herald:
+            for i in range(20):
+                herald.device_register(user="e-gap", platform="fcm", token=f"e-gap-{i}")
+            raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            raw.connect(d.socket)
+            raw.sendall(b'{"jsonrpc":"2.0","id":1,"method":"events.subscribe","params":{}}\n')
+            reader = raw.makefile("rb")
+            started = json.loads(reader.readline())["result"]["cursor"]
+            with herald.pipeline() as p:
+                for _ in range(60):
+                    p.push_send(to={"users": ["e-gap"]})
+            raw.settimeout(10)
+            last, gap = started or "0", None
+            while gap is None:
+                batch = json.loads(reader.readline())["params"]["events"]
+                for e in batch:
+                    if e["kind"] == "gap":
+                        assert len(batch) == 1 and e["reason"] == "slow", batch
+                        gap = e
+                    else:
+                        last = e["cursor"]
+            assert gap["cursor"] == last
+            raw.close()
+        d.shutdown()
+    finally:
+        d.cleanup()
+
+
 # ----------------------------------------------------------------------------- a scripted socket
 
 def event(cursor: int, kind: str = "delivery") -> dict:

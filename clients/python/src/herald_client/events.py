@@ -113,12 +113,11 @@ class EventStream:
             if self._events:
                 event = self._events.popleft()
                 if event.get("kind") == "gap" and event.get("reason") == "slow":
-                    # Everything before the gap was yielded; what the daemon skipped is read
-                    # again from there on a new connection, and what this one holds after the
-                    # gap comes again in that replay.
-                    resume = event.get("cursor") or self.cursor or _FIRST
+                    # What the daemon skipped is read again on a new connection from the last
+                    # event yielded (the gap's cursor: everything before the gap was yielded),
+                    # and what this one holds after the gap comes again in that replay.
                     self._disconnect()
-                    self._resubscribe(resume, deadline)
+                    self._resubscribe(self.cursor or _FIRST, deadline)
                     continue
                 if isinstance(event.get("cursor"), str):
                     self.cursor = event["cursor"]
