@@ -13,11 +13,16 @@ enum ClientCommands {
             Terminal.out(String(decoding: value.serialized(), as: UTF8.self))
             return 0
         case .failure(let error):
-            var line = "herald: error \(error.code): \(error.message)"
-            if let data = error.data { line += " " + String(decoding: data.serialized(), as: UTF8.self) }
-            Terminal.err(line)
+            Terminal.err("herald: " + describe(error))
             return 1
         }
+    }
+
+    /// `error CODE: MESSAGE DATA`, as a failed call is reported.
+    static func describe(_ error: RPCError) -> String {
+        var line = "error \(error.code): \(error.message)"
+        if let data = error.data { line += " " + String(decoding: data.serialized(), as: UTF8.self) }
+        return line
     }
 
     static func call(_ arguments: [String]) throws(CommandFailure) -> Int32 {

@@ -26,6 +26,9 @@ let usage = """
                   [--wait [--timeout-ms N]] [--app A] [--interruption-level L] [--relevance-score N]
                   [--thread-id T] [--category C] [--android-channel-id C]
       herald status MESSAGE_ID [--detail] [--watch [--interval-ms N]] [--app A]
+      herald events [--follow] [--since CURSOR] [--kinds K,K...] [--app A]
+                    (one JSON event a line; without --follow, from the oldest kept until
+                    caught up; 'herald events --help' for more)
       herald health [--app A]      (exit 0 only when healthy)
       herald stats
 
@@ -58,6 +61,7 @@ func dispatch(_ arguments: [String]) throws(CommandFailure) -> Int32 {
     case "device": return try DeviceCommand.run(rest)
     case "send": return try PushCommands.send(rest)
     case "status": return try PushCommands.status(rest)
+    case "events": return try EventsCommand.run(rest)
     case "health": return try ClientCommands.health(rest)
     case "stats": return try ClientCommands.stats(rest)
     case "vapid": return try VapidCommand.run(rest)

@@ -2,7 +2,8 @@
 
 Web Push bodies are decrypted with `http_ece` (the reference aes128gcm
 implementation used by pywebpush), VAPID JWTs are verified and keys are made
-and read with `cryptography` (OpenSSL).
+and read with `cryptography` (OpenSSL). `herald events` is run against a scripted
+socket that sends the gaps of the event stream.
 
 The binary is $HERALD_BIN, or <repo>/.build/debug/herald (run `swift build`).
 Run:  .venv/bin/python -m pytest Tests/interop -q
@@ -11,8 +12,10 @@ Run:  .venv/bin/python -m pytest Tests/interop -q
 import base64
 import json
 import os
+import socket
 import stat
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -356,3 +359,69 @@ def test_encrypted_pem_refused(tmp_path):
                                        serialization.PrivateFormat.PKCS8,
                                        serialization.BestAvailableEncryption(b"pw")))
     assert_bad_input(run("vapid", "public-key", "--key", path))
+
+
+# --------------------------------------------------------------------------
+# (f) herald events against a scripted socket: the gaps of the event stream
+
+
+class ScriptedDaemon:
+    """A Unix socket that answers each connection's events.subscribe (recorded) and sends the
+    next lines of ``script``, keeping the connection open."""
+
+    def __init__(self, path, script):
+        self.script, self.subscriptions, self.open = list(script), [], []
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(path))
+        self.listener.listen(4)
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def close(self):
+        self.listener.close()
+        for c in self.open:
+            c.close()
+
+    def serve(self):
+        while self.script:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            line = b""
+            while not line.endswith(b"\n"):
+                line += conn.recv(4096)
+            request = json.loads(line)
+            self.subscriptions.append(request["params"])
+            answer = {"jsonrpc": "2.0", "id": request["id"],
+                      "result": {"cursor": request["params"].get("since"), "apps": ["default"], "kinds": []}}
+            conn.sendall(b"".join(json.dumps(m).encode() + b"\n" for m in [answer, *self.script.pop(0)]))
+            self.open.append(conn)
+
+
+def event_line(*cursors_or_events):
+    events = [{"cursor": str(c), "kind": "delivery", "at": "2026-12-07T10:00:00.000Z", "app": "default"}
+              if isinstance(c, int) else c for c in cursors_or_events]
+    return {"jsonrpc": "2.0", "method": "events", "params": {"cursor": events[-1]["cursor"], "events": events}}
+
+
+def test_events_reads_again_from_a_slow_gap_and_prints_a_retention_gap(tmp_path):
+    path = tmp_path / "s.sock"
+    retention = {"kind": "gap", "cursor": "4", "reason": "retention"}
+    fake = ScriptedDaemon(path, [
+        # From "0": events up to 4 were purged; 5 and 6; the daemon skips 7 and 8 (slow), 9 live.
+        [event_line(retention), event_line(5, 6), event_line({"kind": "gap", "cursor": "6", "reason": "slow"}),
+         event_line(9)],
+        # The replay from 6.
+        [event_line(7, 8, 9), event_line(10)],
+    ])
+    try:
+        proc = run("events", "--kinds", "delivery", "--socket", path)
+    finally:
+        fake.close()
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert lines[0] == retention
+    assert [e["cursor"] for e in lines[1:]] == ["5", "6", "7", "8", "9", "10"]
+    assert all(e["kind"] == "delivery" for e in lines[1:])
+    assert "fell behind" in proc.stderr.decode() and "from 6" in proc.stderr.decode()
+    assert fake.subscriptions == [{"kinds": ["delivery"], "since": "0"}, {"kinds": ["delivery"], "since": "6"}]

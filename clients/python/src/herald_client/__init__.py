@@ -11,6 +11,7 @@ Standard library only. See README.md beside this package, and docs/interface.md 
 """
 
 from .client import DEFAULT_SOCKET, Client, Pending, Pipeline
+from .events import EventStream
 from .errors import (
     CallTimeout,
     Conflict,
@@ -41,6 +42,7 @@ __all__ = [
     "Client",
     "Pending",
     "Pipeline",
+    "EventStream",
     "HeraldError",
     "ConnectFailed",
     "ConnectionLost",

@@ -29,12 +29,14 @@ from .errors import (
     RPCError,
     error_from_response,
 )
+from .events import EventStream
 from .types import (
     Accepted,
     Alert,
     Cancelled,
     DeviceList,
     Environment,
+    EventKind,
     Health,
     InterruptionLevel,
     Kind,
@@ -498,6 +500,39 @@ class Client:
         Each call's ``timeout`` (default the client's) runs from when its answer is first
         waited for: at the block's end, or at ``result()`` inside it."""
         return Pipeline(self, self.timeout if isinstance(timeout, _Unset) else timeout)
+
+    def events(
+        self,
+        *,
+        app: str | None = None,
+        kinds: Sequence[EventKind] | None = None,
+        since: str | None = None,
+        idle_timeout: float | None = None,
+    ) -> EventStream:
+        """The daemon's events (``events.subscribe``) on a connection of their own, as an
+        iterator of dicts that resumes by cursor::
+
+            with herald.events(kinds=["delivery", "message_complete"], since=saved) as stream:
+                for event in stream:
+                    handle(event)
+                    saved = stream.cursor
+
+        Subscribes at once: every app the caller may use, or ``app`` (default the client's);
+        the ``kinds`` given (default all); after the cursor ``since`` (default from now).
+        ``stream.cursor`` is the cursor of the last event yielded. A lost connection is made
+        again with backoff and subscribed from that cursor; a ``gap`` with reason ``slow`` is
+        read again from the gap's cursor; so nothing is missed (an event may come twice). A
+        ``gap`` with reason ``retention`` (events purged unread) is yielded. With
+        ``idle_timeout``, iteration ends when no event came for that many seconds."""
+        return EventStream(
+            self.socket_path,
+            app=self.app if app is None else app,
+            kinds=kinds,
+            since=since,
+            idle_timeout=idle_timeout,
+            connect_timeout=self.connect_timeout,
+            timeout=self.timeout,
+        )
 
     def wait(
         self,

@@ -34,6 +34,8 @@ __all__ = [
     "DeliveryDetail",
     "MessageStatus",
     "Cancelled",
+    "EventKind",
+    "Event",
     "Health",
     "Stats",
     "Metrics",
@@ -225,6 +227,37 @@ class CredentialHealth(TypedDict):
     reason: NotRequired[str]
     checked_at: str | None
     last_success_at: str | None
+
+
+#: What an event reports (``events.subscribe``'s ``kinds``); a ``gap`` is never asked for.
+EventKind = Literal["delivery", "device_removed", "message_complete", "credential", "transport"]
+
+
+class Event(TypedDict, total=False):
+    """One event of ``Client.events``: ``cursor``, ``kind``, ``at`` and ``app`` always (but a
+    ``gap``: ``kind``, ``cursor``, ``reason``), the other members as the kind has them.
+
+    delivery: ``message_id``, ``device_id``, ``user``, ``platform``, ``state`` (final),
+    ``reason``, ``http_status``, ``apns_id`` (APNs), ``provider_id``. device_removed:
+    ``device_id``, ``user``, ``platform``, ``reason`` (stale, cap, reclaimed, forget).
+    message_complete: ``message_id``, ``counts`` (final states only). credential and
+    transport: ``platform``, ``state``, ``reason``, ``detail``."""
+
+    cursor: str
+    kind: str
+    at: str
+    app: str
+    message_id: str
+    device_id: str
+    user: str
+    platform: Platform
+    state: str
+    reason: str | None
+    http_status: int | None
+    apns_id: str
+    provider_id: str | None
+    counts: dict[str, int]
+    detail: Any
 
 
 class Health(TypedDict):
