@@ -21,7 +21,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # deploy/prometheus/herald-alerts.yml; they never start the Prometheus server.
 DEBIAN_PACKAGES := libssl-dev libsodium-dev libnghttp2-dev libjansson-dev \
 	libcurl4-openssl-dev libsqlite3-dev libinih-dev libmicrohttpd-dev openssl pkg-config python3 python3-venv \
-	nginx nghttp2-client systemd iproute2 postgresql libpq-dev libc-ares-dev publicsuffix prometheus python3-yaml
+	nginx nghttp2-client systemd iproute2 postgresql libpq-dev libc-ares-dev publicsuffix python3-yaml
+# Installed without what they recommend: promtool needs nothing of prometheus-node-exporter.
+DEBIAN_PACKAGES_LEAN := prometheus
 
 VENV := .venv
 VENV_STAMP := $(VENV)/.requirements-installed
@@ -54,10 +56,18 @@ debian-deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
+	lean=""; for p in $(DEBIAN_PACKAGES_LEAN); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || lean="$$lean $$p"; \
+	done; \
+	if [ -n "$$missing$$lean" ]; then \
+		echo "installing Debian packages:$$missing$$lean"; \
+		$(SUDO) apt-get update -qq; \
+	fi; \
 	if [ -n "$$missing" ]; then \
-		echo "installing Debian packages:$$missing"; \
-		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing || exit 1; \
+	fi; \
+	if [ -n "$$lean" ]; then \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$lean || exit 1; \
 	fi
 
 python-deps: $(VENV_STAMP)
