@@ -205,7 +205,9 @@ enum EventSQL {
         SELECT ?1, app, 'message_complete', message_id,
             (SELECT json_group_object(state, n) FROM (
                 SELECT state, count(*) AS n FROM deliveries WHERE message_id = ?2 GROUP BY state))
-        FROM messages WHERE message_id = ?2 AND open = 0
+        FROM messages WHERE message_id = ?2 AND NOT EXISTS (
+            SELECT 1 FROM deliveries INDEXED BY deliveries_live_by_message
+            WHERE message_id = ?2 AND state IN ('queued', 'retrying', 'in_flight'))
         """
 
     /// The same on PostgreSQL (`$1` now, `$2` the message).
@@ -214,7 +216,7 @@ enum EventSQL {
         SELECT $1, app, 'message_complete', message_id,
             (SELECT json_object_agg(state, n)::text FROM (
                 SELECT state, count(*) AS n FROM deliveries WHERE message_id = $2 GROUP BY state) s)
-        FROM messages WHERE message_id = $2 AND open = 0
+        FROM messages WHERE message_id = $2 AND NOT EXISTS (SELECT 1 FROM deliveries_live WHERE message_id = $2)
         """
 
     /// Events read in one page at the most.

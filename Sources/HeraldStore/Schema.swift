@@ -131,8 +131,9 @@ enum Schema {
         // `name`, the Web Push `Location`; the `apns-id` is derived from the
         // delivery). `events`: the stream `events.subscribe` reads, written by
         // the triggers below in the transaction of the change they report
-        // (a delivery's final outcome; a message complete, counted by
-        // `messages.open`, its deliveries not final) or by the code that
+        // (a delivery's final outcome; a message complete: the trigger that
+        // ends its last delivery not final finds none left, through
+        // `deliveries_live_by_message`) or by the code that
         // removes a device or judges a credential. `cursor` only grows
         // (AUTOINCREMENT: never reused once the newest row is purged).
         """
@@ -167,15 +168,8 @@ enum Schema {
             detail TEXT
         ) STRICT;
         CREATE INDEX events_by_age ON events (at);
-        ALTER TABLE messages ADD COLUMN open INTEGER NOT NULL DEFAULT 0;
-        UPDATE messages SET open = (
-            SELECT count(*) FROM deliveries d
-            WHERE d.message_id = messages.message_id AND d.state IN ('queued', 'retrying', 'in_flight'));
-        CREATE TRIGGER deliveries_inserted_live AFTER INSERT ON deliveries
-            WHEN NEW.state IN ('queued', 'retrying', 'in_flight')
-        BEGIN
-            UPDATE messages SET open = open + 1 WHERE message_id = NEW.message_id;
-        END;
+        CREATE INDEX deliveries_live_by_message ON deliveries (message_id)
+            WHERE state IN ('queued', 'retrying', 'in_flight');
         CREATE TRIGGER deliveries_inserted_final AFTER INSERT ON deliveries
             WHEN NEW.state NOT IN ('queued', 'retrying', 'in_flight')
         BEGIN
@@ -195,18 +189,15 @@ enum Schema {
                 SELECT request_id, provider_id FROM attempts WHERE delivery_id = NEW.delivery_id
                 ORDER BY attempt_id DESC LIMIT 1) a
             WHERE m.message_id = NEW.message_id;
-            UPDATE messages SET open = open - 1 WHERE message_id = NEW.message_id;
             INSERT INTO events (at, app, kind, message_id, detail)
             SELECT NEW.updated_at, app, 'message_complete', message_id,
                 (SELECT json_group_object(state, n) FROM (
                     SELECT state, count(*) AS n FROM deliveries WHERE message_id = NEW.message_id GROUP BY state))
-            FROM messages WHERE message_id = NEW.message_id AND open = 0
+            FROM messages WHERE message_id = NEW.message_id
+                AND NOT EXISTS (
+                    SELECT 1 FROM deliveries INDEXED BY deliveries_live_by_message
+                    WHERE message_id = NEW.message_id AND state IN ('queued', 'retrying', 'in_flight'))
                 AND NOT EXISTS (SELECT 1 FROM assembling WHERE message_id = NEW.message_id);
-        END;
-        CREATE TRIGGER deliveries_reopened AFTER UPDATE OF state ON deliveries
-            WHEN NEW.state IN ('queued', 'retrying', 'in_flight') AND OLD.state NOT IN ('queued', 'retrying', 'in_flight')
-        BEGIN
-            UPDATE messages SET open = open + 1 WHERE message_id = NEW.message_id;
         END;
         """,
     ]

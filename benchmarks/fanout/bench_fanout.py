@@ -748,7 +748,7 @@ class Receipts:
     devices, none answered otherwise. In any phase a request to a path that is
     no registered device is a problem; in the start, registration and idle
     phases any request is. h2load's requests and the OAuth token requests are
-    not logged (sink.py)."""
+    not logged (sink.py); Herald's credential checks (PROBE_KEYS) are counted apart."""
 
     QUIET = ("start", "register", "idle")
 
@@ -773,6 +773,10 @@ class Receipts:
             return ("fcm", d["token"])
         u = urllib.parse.urlsplit(d["token"])
         return ("web", u.hostname, u.port, u.path)
+
+    # Herald's credential checks (docs/operations.md, "Credential checks"): an APNs push to a token
+    # no device has, an FCM validate_only send to a topic (no token). Counted apart, in no phase.
+    PROBE_KEYS = {("apns", "0" * 64), ("fcm", "")}
 
     def record_key(self, r):
         port, path = r["p"], r["u"]
@@ -899,12 +903,16 @@ class Receipts:
         per_phase = [collections.Counter() for _ in self.phases]
         bad_status = [collections.Counter() for _ in self.phases]
         problems, early = [], 0
+        self.probes = 0
         for r in recs:
             i = bisect.bisect_right(starts, r["t"]) - 1
             if i < 0:
                 early += 1
                 continue
             key = self.record_key(r)
+            if key in self.PROBE_KEYS:
+                self.probes += 1
+                continue
             if 200 <= r["s"] < 300:
                 per_phase[i][key] += 1
             else:
@@ -1516,7 +1524,8 @@ def main():
           f"{sum(x['expected'] for x in herald_phases)} requests expected, "
           f"{sum(x['requests_2xx'] for x in herald_phases)} logged with 2xx; "
           + ("every device got each push exactly once" if completed and not receiver_problems else
-             f"{len(receiver_problems)} mismatch(es)" if completed else "not checked (the run did not complete)"))
+             f"{len(receiver_problems)} mismatch(es)" if completed else "not checked (the run did not complete)")
+          + f"; {getattr(receipts, 'probes', 0)} credential check request(s) apart")
     for p in receiver_problems:
         print(f"  RECEIVER MISMATCH {p.get('scenario')} {p.get('sender')}: {p['receiver']}", file=sys.stderr)
     if args.check and problems:

@@ -352,9 +352,12 @@ enum PostgresSchema {
         // is ordered by the id of the transaction that wrote it (`xid`), then
         // its own; readers read only below the oldest transaction still
         // running, so that no event can commit behind a cursor already read.
-        // `messages.open` counts a message's deliveries not final, under the
-        // message row's lock (taken in message order), so that the last one
-        // to finish, on whichever instance, writes its completion.
+        // A statement that ends deliveries locks their messages' rows (in
+        // message order) and then, in a statement of its own and so with a
+        // snapshot taken after the lock, writes the completion of each whose
+        // deliveries are all final: of two instances ending a message's last
+        // two deliveries at once, the second to take the lock sees the
+        // first's and writes it, once.
         .expand(
             """
             CREATE TABLE attempts (
@@ -390,10 +393,6 @@ enum PostgresSchema {
                 PRIMARY KEY (xid, id)
             );
             CREATE INDEX events_by_age ON events (at);
-            ALTER TABLE messages ADD COLUMN open integer NOT NULL DEFAULT 0;
-            UPDATE messages m SET open = c.n
-            FROM (SELECT message_id, count(*) AS n FROM deliveries_live GROUP BY message_id) c
-            WHERE m.message_id = c.message_id;
             CREATE FUNCTION deliveries_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
                 INSERT INTO events (at, app, kind, message_id, device_id, user_name, platform, state, reason,
@@ -402,10 +401,6 @@ enum PostgresSchema {
                     n.reason, n.http_status
                 FROM inserted_deliveries n WHERE n.state NOT IN ('queued', 'retrying', 'in_flight')
                 ORDER BY n.delivery_id;
-                UPDATE messages m SET open = m.open + c.n
-                FROM (SELECT message_id, count(*) AS n FROM inserted_deliveries
-                    WHERE state IN ('queued', 'retrying', 'in_flight') GROUP BY message_id) c
-                WHERE m.message_id = c.message_id;
                 RETURN NULL;
             END $$;
             CREATE FUNCTION deliveries_updated() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -422,24 +417,20 @@ enum PostgresSchema {
                 ORDER BY n.delivery_id;
                 PERFORM 1 FROM messages m WHERE m.message_id IN (
                     SELECT n.message_id FROM updated_new n JOIN updated_old o ON o.delivery_id = n.delivery_id
-                    WHERE (n.state IN ('queued', 'retrying', 'in_flight')) <> (o.state IN ('queued', 'retrying', 'in_flight')))
+                    WHERE n.state NOT IN ('queued', 'retrying', 'in_flight') AND o.state IN ('queued', 'retrying', 'in_flight'))
                 ORDER BY m.message_id FOR UPDATE;
-                WITH c AS (
-                    SELECT n.message_id,
-                        sum(CASE WHEN n.state IN ('queued', 'retrying', 'in_flight') THEN 1 ELSE -1 END) AS d,
-                        max(n.updated_at) AS at
-                    FROM updated_new n JOIN updated_old o ON o.delivery_id = n.delivery_id
-                    WHERE (n.state IN ('queued', 'retrying', 'in_flight')) <> (o.state IN ('queued', 'retrying', 'in_flight'))
-                    GROUP BY n.message_id),
-                done AS (
-                    UPDATE messages m SET open = m.open + c.d FROM c WHERE m.message_id = c.message_id
-                    RETURNING m.message_id, m.app, m.open, c.d, c.at)
                 INSERT INTO events (at, app, kind, message_id, detail)
-                SELECT d.at, d.app, 'message_complete', d.message_id,
+                SELECT c.at, m.app, 'message_complete', m.message_id,
                     (SELECT json_object_agg(s.state, s.n)::text FROM (
-                        SELECT state, count(*) AS n FROM deliveries WHERE message_id = d.message_id GROUP BY state) s)
-                FROM done d WHERE d.open = 0 AND d.d < 0
-                ORDER BY d.message_id;
+                        SELECT state, count(*) AS n FROM deliveries WHERE message_id = m.message_id GROUP BY state) s)
+                FROM (
+                    SELECT n.message_id, max(n.updated_at) AS at
+                    FROM updated_new n JOIN updated_old o ON o.delivery_id = n.delivery_id
+                    WHERE n.state NOT IN ('queued', 'retrying', 'in_flight') AND o.state IN ('queued', 'retrying', 'in_flight')
+                    GROUP BY n.message_id) c
+                JOIN messages m ON m.message_id = c.message_id
+                WHERE NOT EXISTS (SELECT 1 FROM deliveries_live l WHERE l.message_id = c.message_id)
+                ORDER BY m.message_id;
                 RETURN NULL;
             END $$;
             CREATE FUNCTION deliveries_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
