@@ -817,23 +817,29 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
     /// deliveries cost a handful of statements rather than a thousand.
     func record(_ records: [DeliveryRecord], now: Int64) throws(StoreError) {
         try insertAttempts(records, now: now)
+        // The deliveries this batch ended: their events are written for the batch at once
+        // (`evented` keeps the row trigger off them), after every update.
+        var ended: [Int64] = []
         for (result, ids) in RecordedResult.grouping(records) {
             let update = try db.statement(
                 """
                 UPDATE deliveries SET state = ?, http_status = ?, reason = ?,
                     next_attempt_at = COALESCE(?, next_attempt_at), updated_at = ?, attempts = max(0, attempts - ?),
-                    shrunk = CASE WHEN ? = 1 THEN ? ELSE shrunk END
+                    shrunk = CASE WHEN ? = 1 THEN ? ELSE shrunk END, evented = ?
                 WHERE delivery_id IN (SELECT value FROM json_each(?)) AND state = 'in_flight'
-                RETURNING device_id
+                RETURNING device_id, delivery_id
                 """)
             try update.bind(
                 .text(result.state.rawValue), .optional(result.httpStatus.map(Int64.init)),
                 .optional(result.reason?.text),
                 .optional(result.nextAttemptAt), .int(now), .int(result.counted ? 0 : 1),
                 .int(result.shrink == nil ? 0 : 1), .optional(result.shrink?.index.map(Int64.init)),
-                .text(Self.jsonList(ids)))
+                result.state.isFinal ? .int(1) : .null, .text(Self.jsonList(ids)))
             var devices: [String] = []
-            while try update.step() { devices.append(update.text(0)) }
+            while try update.step() {
+                devices.append(update.text(0))
+                if result.state.isFinal { ended.append(update.int64(1)) }
+            }
             guard !devices.isEmpty else { continue }
             let ids = Self.jsonList(devices)
             switch result.state {
@@ -860,27 +866,73 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
                 break
             }
         }
+        try writeEvents(ended: ended)
+    }
+
+    /// The events of deliveries a batch of results ended, as the row trigger
+    /// writes them one by one for every other change: one per delivery with
+    /// its last attempt's ids, in delivery order, then the completion of each
+    /// message none of whose deliveries is left.
+    private func writeEvents(ended: [Int64]) throws(StoreError) {
+        guard !ended.isEmpty else { return }
+        let list = Self.jsonList(ended.sorted())
+        try db.statement(
+            """
+            INSERT INTO events (at, app, kind, message_id, device_id, user, platform, state, reason, http_status,
+                request_id, provider_id)
+            SELECT d.updated_at, m.app, 'delivery', d.message_id, d.device_id, d.user, d.platform, d.state,
+                d.reason, d.http_status, a.request_id, a.provider_id
+            FROM json_each(?1) j JOIN deliveries d ON d.delivery_id = j.value
+                JOIN messages m ON m.message_id = d.message_id
+                LEFT JOIN attempts a ON a.attempt_id = (
+                    SELECT max(attempt_id) FROM attempts WHERE delivery_id = d.delivery_id)
+            ORDER BY j.key
+            """
+        ).bind(.text(list)).run()
+        try db.statement(
+            """
+            INSERT INTO events (at, app, kind, message_id, detail)
+            SELECT x.at, m.app, 'message_complete', m.message_id,
+                (SELECT json_group_object(state, n) FROM (
+                    SELECT state, count(*) AS n FROM deliveries WHERE message_id = m.message_id GROUP BY state))
+            FROM (
+                SELECT d.message_id, max(d.updated_at) AS at FROM json_each(?1) j
+                JOIN deliveries d ON d.delivery_id = j.value GROUP BY d.message_id) x
+            JOIN messages m ON m.message_id = x.message_id
+            WHERE NOT EXISTS (
+                    SELECT 1 FROM deliveries INDEXED BY deliveries_live_by_message
+                    WHERE message_id = x.message_id AND state IN ('queued', 'retrying', 'in_flight'))
+                AND NOT EXISTS (SELECT 1 FROM assembling WHERE message_id = x.message_id)
+            ORDER BY m.message_id
+            """
+        ).bind(.text(list)).run()
     }
 
     /// The attempts a provider saw (or that failed on their way), before
-    /// their deliveries' results: a delivery's final event carries its last
-    /// attempt's provider id.
+    /// their deliveries' results, in one statement: a delivery's final event
+    /// carries its last attempt's provider id.
     private func insertAttempts(_ records: [DeliveryRecord], now: Int64) throws(StoreError) {
+        var rows: [String] = []
         for r in records {
             guard let receipt = r.receipt else { continue }
-            try db.statement(
-                """
-                INSERT INTO attempts (delivery_id, at, state, http_status, reason, request_id, provider_id, origin,
-                    elapsed_ms, sent_by)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """
-            ).bind(
-                .int(r.deliveryID), .int(now), .text(r.state.rawValue), .optional(r.httpStatus.map(Int64.init)),
-                .optional(r.reason?.text), .optional(receipt.apnsID), .optional(receipt.providerID),
-                .optional(receipt.origin),
-                .optional(receipt.elapsedMs), .text(instance)
-            ).run()
+            let fields: [String?] = [
+                r.state.rawValue, r.reason?.text, receipt.apnsID, receipt.providerID, receipt.origin,
+            ]
+            var row = "[\(r.deliveryID),\(r.httpStatus.map(String.init) ?? "null"),"
+            row += receipt.elapsedMs.map(String.init) ?? "null"
+            for f in fields { row += "," + (f.map { Self.jsonString($0) } ?? "null") }
+            rows.append(row + "]")
         }
+        guard !rows.isEmpty else { return }
+        try db.statement(
+            """
+            INSERT INTO attempts (delivery_id, at, state, http_status, reason, request_id, provider_id, origin,
+                elapsed_ms, sent_by)
+            SELECT value ->> 0, ?1, value ->> 3, value ->> 1, value ->> 4, value ->> 5, value ->> 6, value ->> 7,
+                value ->> 2, ?2
+            FROM json_each(?3)
+            """
+        ).bind(.int(now), .text(instance), .text("[" + rows.joined(separator: ",") + "]")).run()
     }
 
     /// How stale `last_success_at` may be: a success within this much of the
@@ -895,24 +947,24 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
     /// A JSON array of arbitrary strings without NUL, for `json_each`: every
     /// control character escaped, so each names exactly what was stored.
     static func jsonTextList(_ values: [String]) -> String {
-        var out = "["
-        out.reserveCapacity(values.reduce(2) { $0 + $1.utf8.count + 3 })
-        for (i, value) in values.enumerated() {
-            if i > 0 { out.append(",") }
-            out.append("\"")
-            for scalar in value.unicodeScalars {
-                switch scalar {
-                case "\"": out.append("\\\"")
-                case "\\": out.append("\\\\")
-                case _ where scalar.value < 0x20:
-                    let hex = String(scalar.value, radix: 16)
-                    out.append("\\u" + String(repeating: "0", count: 4 - hex.count) + hex)
-                default: out.unicodeScalars.append(scalar)
-                }
+        "[" + values.map(jsonString).joined(separator: ",") + "]"
+    }
+
+    /// One string as a JSON string, every control character escaped.
+    static func jsonString(_ value: String) -> String {
+        var out = "\""
+        out.reserveCapacity(value.utf8.count + 2)
+        for scalar in value.unicodeScalars {
+            switch scalar {
+            case "\"": out.append("\\\"")
+            case "\\": out.append("\\\\")
+            case _ where scalar.value < 0x20:
+                let hex = String(scalar.value, radix: 16)
+                out.append("\\u" + String(repeating: "0", count: 4 - hex.count) + hex)
+            default: out.unicodeScalars.append(scalar)
             }
-            out.append("\"")
         }
-        out.append("]")
+        out.append("\"")
         return out
     }
 

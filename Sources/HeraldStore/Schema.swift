@@ -133,7 +133,9 @@ enum Schema {
         // the triggers below in the transaction of the change they report
         // (a delivery's final outcome; a message complete: the trigger that
         // ends its last delivery not final finds none left, through
-        // `deliveries_live_by_message`) or by the code that
+        // `deliveries_live_by_message`; the attempts' results write theirs a
+        // batch at a time, marking their rows `evented` so that the trigger
+        // passes over them) or by the code that
         // removes a device or judges a credential. `cursor` only grows
         // (AUTOINCREMENT: never reused once the newest row is purged).
         """
@@ -170,6 +172,7 @@ enum Schema {
         CREATE INDEX events_by_age ON events (at);
         CREATE INDEX deliveries_live_by_message ON deliveries (message_id)
             WHERE state IN ('queued', 'retrying', 'in_flight');
+        ALTER TABLE deliveries ADD COLUMN evented INTEGER;
         CREATE TRIGGER deliveries_inserted_final AFTER INSERT ON deliveries
             WHEN NEW.state NOT IN ('queued', 'retrying', 'in_flight')
         BEGIN
@@ -180,6 +183,7 @@ enum Schema {
         END;
         CREATE TRIGGER deliveries_finished AFTER UPDATE OF state ON deliveries
             WHEN NEW.state NOT IN ('queued', 'retrying', 'in_flight') AND OLD.state IN ('queued', 'retrying', 'in_flight')
+                AND NEW.evented IS NULL
         BEGIN
             INSERT INTO events (at, app, kind, message_id, device_id, user, platform, state, reason, http_status,
                 request_id, provider_id)
