@@ -104,10 +104,10 @@ struct LimitsTests {
 
     @Test("answers past max_reply_bytes become 1007 overloaded, in a batch and pipelined")
     func replyBudget() throws {
-        let d = try DaemonProcess(server: "max_reply_bytes = 65536")
+        let d = try DaemonProcess(server: "max_reply_bytes = 262144")
         defer { d.cleanup() }
 
-        // A batch of ten rpc.discover (about 36 KB each): what fits is answered, the rest is overloaded.
+        // A batch of ten rpc.discover (about 67 KB each): what fits is answered, the rest is overloaded.
         let c = try d.connect()
         defer { c.close() }
         try c.send("[" + (1...10).map { request($0, "rpc.discover") }.joined(separator: ",") + "]\n")
@@ -117,14 +117,14 @@ struct LimitsTests {
         let results = answers.filter { $0["result"] != nil }.count
         let overloaded = answers.filter { code($0) == 1007 && reason($0) == "overloaded" }
         #expect(results >= 1 && results + overloaded.count == 10, "results \(results), overloaded \(overloaded.count)")
-        #expect(!overloaded.isEmpty, "ten 36 KB answers fitted in 64 KiB")
+        #expect(!overloaded.isEmpty, "ten 67 KB answers fitted in 256 KiB")
         #expect(overloaded.allSatisfy { ($0["error"]?["data"]?["retry_after_ms"]?.numberValue?.int64 ?? -1) >= 0 })
-        #expect(line.utf8.count <= 65536 + 10 * 512, "the batch's answer is \(line.utf8.count) bytes")
+        #expect(line.utf8.count <= 262_144 + 10 * 512, "the batch's answer is \(line.utf8.count) bytes")
         let metrics = try #require((try d.call("system.metrics").result)?["text"] as? String)
         #expect(metrics.contains("herald_rpc_overloaded_total \(overloaded.count)"), "\(metrics)")
 
-        // 100 pipelined rpc.discover, not read until all are sent: about 3.6 MB of answers
-        // against 64 KiB owed (plus what the socket holds): the daemon stops reading
+        // 100 pipelined rpc.discover, not read until all are sent: about 6.7 MB of answers
+        // against 256 KiB owed (plus what the socket holds): the daemon stops reading
         // the requests while it is owed half the budget.
         let p = try d.connect()
         defer { p.close() }
