@@ -700,6 +700,7 @@ def nul_refused_cases(witness):
         ("push.send", "interruption_level", _send(interruption_level="active\u0000"), -32602, "interruption_level"),
         ("push.status", "message_id", {"message_id": MSG[:31] + "\u0000"}, -32602, "message_id"),
         ("push.cancel", "message_id", {"message_id": MSG[:31] + "\u0000"}, -32602, "message_id"),
+        ("events.subscribe", "since", {"since": "1\u0000"}, -32602, "since"),
     ] + [
         # `app` must name a configured app: a NUL never does.
         (m, "app", dict(base_for(m, "app", witness), app="default\u0000"), 1004, None)
