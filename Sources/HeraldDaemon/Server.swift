@@ -206,9 +206,14 @@ final class RPCServer: @unchecked Sendable {
 
     var openConnections: Int { connections.count }
 
-    /// True when every request is answered and every answer written out.
+    /// True when every request is answered and every answer written out. An
+    /// event subscriber's unsent notifications are not waited for: a stop
+    /// would otherwise wait its whole budget for one that does not read (it
+    /// resubscribes from its cursor).
     var isQuiescent: Bool {
-        connections.values.allSatisfy { $0.pending == 0 && $0.outputBytes == 0 && $0.idleOfWork }
+        connections.values.allSatisfy {
+            $0.pending == 0 && ($0.outputBytes == 0 || $0.streaming) && $0.idleOfWork
+        }
     }
 
     /// Registers the listener and the idle sweep (call on the loop thread or before `run`).

@@ -146,12 +146,15 @@ def test_the_daemons_slow_gap_names_the_last_event_written_before_it(tmp_path):
             for i in range(20):
                 herald.device_register(user="e-gap", platform="fcm", token=f"e-gap-{i}")
             raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            # A small buffer on this side; the 4,200 events below are several times what the
+            # daemon's socket buffer, its unsent output and event_buffer_bytes hold together.
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             raw.connect(d.socket)
             raw.sendall(b'{"jsonrpc":"2.0","id":1,"method":"events.subscribe","params":{}}\n')
             reader = raw.makefile("rb")
             started = json.loads(reader.readline())["result"]["cursor"]
             with herald.pipeline() as p:
-                for _ in range(60):
+                for _ in range(200):
                     p.push_send(to={"users": ["e-gap"]})
             raw.settimeout(10)
             last, gap = started or "0", None
@@ -164,6 +167,7 @@ def test_the_daemons_slow_gap_names_the_last_event_written_before_it(tmp_path):
                     else:
                         last = e["cursor"]
             assert gap["cursor"] == last
+            reader.close()
             raw.close()
         d.shutdown()
     finally:
