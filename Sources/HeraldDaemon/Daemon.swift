@@ -175,7 +175,7 @@ public enum Daemon {
         let events = EventStream(
             store: store, sink: server, loop: loop, log: log, bufferBytes: config.server.eventBufferBytes)
         server.streamDrained = { [unowned events] in events.drained($0) }
-        server.streamClosed = { [unowned events] in events.closed($0) }
+        server.streamClosed = { [unowned events] in events.remove($0) }
         service.events = events
         events.start()
         // The server owns the listener from here: its connections close first, then the socket.

@@ -110,8 +110,6 @@ final class EventStream: @unchecked Sendable {
     private var polling = false
     /// Subscriptions waiting for the head before they are answered.
     private var waitingForHead: [(Subscriber, @Sendable (EventCursor?) -> Void)] = []
-    /// Gap events sent (slow subscribers skipped ahead), for the log and stats.
-    private(set) var gaps = 0
     /// The store failed the last read: logged once, until one succeeds.
     private var failing = false
 
@@ -127,8 +125,6 @@ final class EventStream: @unchecked Sendable {
     func start() {
         loop.every(milliseconds: Self.pollMs) { [self] in poll() }
     }
-
-    var subscriberCount: Int { subscribers.count }
 
     // MARK: Subscribing
 
@@ -164,7 +160,9 @@ final class EventStream: @unchecked Sendable {
         }
     }
 
-    /// Ends the connection's subscription (unsubscribe or close).
+    /// Ends the connection's subscription: unsubscribed, or the connection
+    /// closed (its budgets and output are gone with it; what is released
+    /// here then touches nothing).
     @discardableResult
     func remove(_ connID: UInt64) -> Bool {
         loop.preconditionInLoop()
@@ -187,18 +185,6 @@ final class EventStream: @unchecked Sendable {
         case .replaying: readBacklog(s)
         case .live, .gapped: pump(s)
         case .starting: break
-        }
-    }
-
-    /// The connection closed.
-    func closed(_ connID: UInt64) {
-        loop.preconditionInLoop()
-        guard let s = subscribers.removeValue(forKey: connID) else { return }
-        s.queue.removeAll()
-        s.queuedBytes = 0
-        if subscribers.isEmpty {
-            headKnown = false
-            waitingForHead.removeAll()
         }
     }
 
@@ -312,7 +298,6 @@ final class EventStream: @unchecked Sendable {
         while let unsent = sink.streamUnsent(s.connID), unsent < Self.lowWater {
             if s.mode == .gapped {
                 let resume = s.sent
-                gaps += 1
                 log.info("events_gap", ["conn": String(s.connID), "resume": resume.description, "reason": "slow"])
                 _ = sink.streamWrite(s.connID, Self.notification(cursor: resume, [Self.gap(resume, reason: "slow")]))
                 // Live again from the newest event the feed handed out.
@@ -369,7 +354,6 @@ final class EventStream: @unchecked Sendable {
             s.retentionChecked = true
             if let purged = page.purgedThrough, let since = s.cursor, since < purged {
                 // Events between `since` and the oldest kept are gone.
-                gaps += 1
                 _ = sink.streamWrite(
                     s.connID, Self.notification(cursor: purged, [Self.gap(purged, reason: "retention")]))
             }

@@ -1,4 +1,4 @@
-public import HeraldCore
+import HeraldCore
 
 // The event stream as the store keeps it (`events.subscribe`): each event is
 // written in the transaction of the change it reports, a delivery's final
@@ -218,9 +218,6 @@ enum EventSQL {
                 SELECT state, count(*) AS n FROM deliveries WHERE message_id = $2 GROUP BY state) s)
         FROM messages WHERE message_id = $2 AND NOT EXISTS (SELECT 1 FROM deliveries_live WHERE message_id = $2)
         """
-
-    /// Events read in one page at the most.
-    static let pageLimit = 512
 }
 
 // MARK: SQLite
