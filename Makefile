@@ -18,10 +18,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # libpq-dev: the Postgres module links libpq; its tests start throw-away servers of their own
 # (scripts/pg-test-server.sh) and never use the system one. prometheus (for promtool) and python3-yaml:
 # the dashboard and alert checks (Tests/reliability/test_dashboards.py) check and unit-test
-# deploy/prometheus/herald-alerts.yml; they never start the Prometheus server.
+# deploy/prometheus/herald-alerts.yml; they never start the Prometheus server. tzdata: HeraldTime reads its
+# zone files (/usr/share/zoneinfo); a slim container image may leave it out.
 DEBIAN_PACKAGES := libssl-dev libsodium-dev libnghttp2-dev libjansson-dev \
 	libcurl4-openssl-dev libsqlite3-dev libinih-dev libmicrohttpd-dev openssl pkg-config python3 python3-venv \
-	nginx nghttp2-client systemd iproute2 postgresql libpq-dev libc-ares-dev publicsuffix python3-yaml
+	nginx nghttp2-client systemd iproute2 postgresql libpq-dev libc-ares-dev publicsuffix python3-yaml tzdata
 # Installed without what they recommend: promtool needs nothing of prometheus-node-exporter.
 DEBIAN_PACKAGES_LEAN := prometheus
 

@@ -68,6 +68,7 @@ let package = Package(
         ),
         .target(name: "HeraldCore", swiftSettings: strictSwift),
         .target(name: "HeraldJSON", swiftSettings: strictSwift),
+        .target(name: "HeraldTime", swiftSettings: strictSwift),
         .target(name: "JSONRPC", dependencies: ["HeraldJSON"], swiftSettings: strictSwift),
         .target(
             name: "WebPush",
@@ -100,6 +101,7 @@ let package = Package(
             name: "HeraldStore",
             dependencies: [
                 "HeraldCore", "HeraldCrypto", "HeraldJSON", "CSQLite", "CHeraldSys", "Postgres", "HeraldIO",
+                "HeraldTime",
             ],
             swiftSettings: strictSwift
         ),
@@ -113,7 +115,7 @@ let package = Package(
             dependencies: [
                 "HeraldCore", "HeraldCrypto", "HeraldJSON", "JSONRPC", "WebPush", "HeraldStore", "HeraldConfiguration",
                 "CHeraldSys", "HeraldIO", "APNs", "FCM", "HTTPClient", "HeraldDelivery", "HeraldScheduler",
-                "CHeraldHTTPD", "HTTP2", "Postgres", "HeraldNet", "HeraldTransport",
+                "CHeraldHTTPD", "HTTP2", "Postgres", "HeraldNet", "HeraldTransport", "HeraldTime",
             ],
             swiftSettings: strictSwift
         ),
@@ -178,6 +180,7 @@ let package = Package(
             ],
             swiftSettings: strictSwift),
         .testTarget(name: "HeraldCoreTests", dependencies: ["HeraldCore"], swiftSettings: strictSwift),
+        .testTarget(name: "HeraldTimeTests", dependencies: ["HeraldTime"], swiftSettings: strictSwift),
         .testTarget(
             name: "HeraldDeliveryTests", dependencies: ["HeraldDelivery", "HeraldCore", "HeraldTestSupport"],
             swiftSettings: strictSwift),

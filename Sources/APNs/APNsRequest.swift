@@ -142,8 +142,13 @@ public struct APNsRequest: Sendable, Hashable {
             if !alert.isEmpty { aps["alert"] = .object(alert) }
             if let badge { aps["badge"] = .int(badge) }
             aps["mutable-content"] = 1
-            aps["sound"] = "default"
-            if let level = message.interruptionLevel { aps["interruption-level"] = .string(level.rawValue) }
+            if message.silent {
+                // The device's quiet hours: listed, without sound or a lit screen.
+                aps["interruption-level"] = .string(InterruptionLevel.passive.rawValue)
+            } else {
+                aps["sound"] = "default"
+                if let level = message.interruptionLevel { aps["interruption-level"] = .string(level.rawValue) }
+            }
             if let score = message.relevanceScore { aps["relevance-score"] = .double(score) }
             if let threadID = message.threadID { aps["thread-id"] = .string(threadID) }
             if let category = message.category { aps["category"] = .string(category) }

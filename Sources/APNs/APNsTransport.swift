@@ -24,6 +24,7 @@ public final class APNsTransport: PushTransport {
         let platform: Platform
         let bundleID: String?
         let badge: Int?
+        let silent: Bool
     }
 
     /// A request's headers and body, as every device of its key gets them.
@@ -80,12 +81,14 @@ public final class APNsTransport: PushTransport {
         // size checked) once for all of them.
         let key = RequestKey(
             messageID: job.messageID, acceptedAt: job.acceptedAt, platform: job.platform, bundleID: job.bundleID,
-            badge: job.message.badge(for: job.user))
+            badge: job.message.badge(for: job.user), silent: job.silent)
         let built = requests.value(for: key) {
             // Expiration counts from acceptance: a retry never stretches the TTL.
             Result { () throws(APNsRequestError) in
+                var message = job.message
+                message.silent = job.silent
                 let request = try APNsRequest(
-                    message: job.message, platform: job.platform, user: job.user, settings: settings,
+                    message: message, platform: job.platform, user: job.user, settings: settings,
                     now: job.acceptedAt / 1000, bundleID: job.bundleID)
                 return Built(headers: request.headers, payload: request.payload)
             }

@@ -161,6 +161,10 @@ extension FCMMessage {
                     notification.append("body_loc_args", .array(args.map(JSON.string)))
                     size += "body_loc_args".utf8.count + args.reduce(0) { $0 + $1.utf8.count }
                 }
+                if message.silent {
+                    // The device's quiet hours: shown without sound or a heads-up banner.
+                    notification.append("notification_priority", .string("PRIORITY_MIN"))
+                }
                 if !notification.isEmpty { android.append("notification", .object(notification)) }
             }
             guard size <= FCMMessage.payloadLimit else {

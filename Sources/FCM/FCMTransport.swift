@@ -18,6 +18,7 @@ public final class FCMTransport: PushTransport {
         let acceptedAt: Int64
         let ttlSeconds: Int
         let badge: Int?
+        let silent: Bool
     }
 
     public init(
@@ -36,7 +37,7 @@ public final class FCMTransport: PushTransport {
         let message = job.message(sentAt: clock.nowMilliseconds())
         let key = TemplateKey(
             messageID: job.messageID, acceptedAt: job.acceptedAt, ttlSeconds: message.ttlSeconds,
-            badge: message.badge(for: job.user))
+            badge: message.badge(for: job.user), silent: job.silent)
         let template = templates.value(for: key) {
             Result { () throws(FCMMessageError) in
                 try FCMMessage.Template(message: message, user: job.user, settings: settings)

@@ -283,6 +283,9 @@ public struct AppConfig: Sendable, Equatable, CustomStringConvertible {
     /// `apns_topics`: the bundle ids devices may register under, the first
     /// being the default; empty when the section sets only `apns_topic`.
     public var apnsTopics: [String] = []
+    /// `quiet_hours_bypass_topics`: message topics that reach a device
+    /// during its quiet hours as if it had none.
+    public var quietHoursBypassTopics: [String] = []
 
     public init(name: String) { self.name = name }
 
@@ -765,6 +768,28 @@ package enum ConfigValue {
     }
 
     /// `apns_topics`: comma-separated bundle IDs, each once; empty for none.
+    /// A comma-separated list of message topics (each 1 to 64 bytes without
+    /// spaces, commas or control characters); empty: none.
+    static func topics(_ text: String) throws(ConfigValueProblem) -> [String] {
+        if text.isEmpty { return [] }
+        var out: [String] = []
+        for item in text.split(separator: ",", omittingEmptySubsequences: false) {
+            let topic = item.trimmingCharacters(in: .whitespaces)
+            guard !topic.isEmpty, topic.utf8.count <= 64,
+                !topic.unicodeScalars.contains(where: {
+                    $0.value <= 0x20 || (0x7F...0x9F).contains($0.value) || $0.properties.isWhitespace
+                })
+            else {
+                throw ConfigValueProblem(
+                    "must be a comma-separated list of topics (1 to 64 bytes each, no spaces), such as mention, urgent \(got(text))"
+                )
+            }
+            if out.contains(topic) { throw ConfigValueProblem("lists \(topic) twice") }
+            out.append(topic)
+        }
+        return out
+    }
+
     static func bundleIDs(_ text: String) throws(ConfigValueProblem) -> [String] {
         if text.isEmpty { return [] }
         var out: [String] = []

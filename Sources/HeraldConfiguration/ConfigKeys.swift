@@ -551,6 +551,12 @@ enum ConfigKeys {
                     "comma-separated bundle IDs devices may register under, the first the default, e.g. com.example.app, com.example.app.dev (in place of apns_topic)",
                 { a, text, _, _ throws(ConfigValueProblem) in a.apnsTopics = try ConfigValue.bundleIDs(text) },
                 show: { $0.apnsTopics.joined(separator: ", ") }),
+            app(
+                "quiet_hours_bypass_topics", .text,
+                doc:
+                    "comma-separated message topics that reach a device during its quiet hours, e.g. security, urgent; empty: none",
+                { a, text, _, _ throws(ConfigValueProblem) in a.quietHoursBypassTopics = try ConfigValue.topics(text) },
+                show: { $0.quietHoursBypassTopics.joined(separator: ", ") }),
         ]
     }
 }

@@ -28,6 +28,11 @@ public struct DeliveryJob: Sendable {
     /// Web Push: the VAPID public key (base64url) the subscription was made
     /// with, as `device.register` recorded it; nil: the app's current key.
     public let serverKey: String?
+    /// Sent without sound or banner where the platform allows (the device's
+    /// quiet hours, `during: silent`): APNs `interruption-level: passive`,
+    /// FCM minimum notification priority, Web Push `Urgency: low` and a
+    /// `silent` member in the record.
+    public var silent = false
 
     public init(
         deliveryID: Int64, messageID: String, app: String, deviceID: String, user: String, platform: Platform,
@@ -80,6 +85,7 @@ extension DeliveryJob {
         var m = message
         let left = expiresAt - now
         m.ttlSeconds = left <= 0 ? 0 : min(m.ttlSeconds, Int((left + 999) / 1000))
+        m.silent = silent
         return m
     }
 }

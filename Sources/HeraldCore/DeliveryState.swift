@@ -1,6 +1,9 @@
 /// Where one device's delivery of a message stands, as `push.status` reports it.
 public enum DeliveryState: String, Sendable, Hashable, CaseIterable {
     case queued
+    /// Queued, and waiting for its time (`not_before`, `at_local`, the
+    /// device's quiet hours): the status shows when it is due.
+    case held
     case inFlight = "in_flight"
     case delivered
     case retrying
@@ -13,7 +16,7 @@ public enum DeliveryState: String, Sendable, Hashable, CaseIterable {
     /// Whether no further attempt will be made.
     public var isFinal: Bool {
         switch self {
-        case .queued, .inFlight, .retrying: false
+        case .queued, .held, .inFlight, .retrying: false
         case .delivered, .failed, .expired, .superseded, .skipped, .removedStale: true
         }
     }

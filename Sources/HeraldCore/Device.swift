@@ -66,6 +66,9 @@ public struct Registration: Sendable {
     public var appID: String
     /// The client's user agent as it gave it (nil: not given).
     public var userAgent: String?
+    /// Its time zone, quiet hours and topics as given: what is not named is
+    /// kept from the stored registration (a new one starts without).
+    public var preferences = PreferenceChanges()
 
     public init(
         app: String, user: String, platform: Platform, environment: APNsEnvironment?,
@@ -143,6 +146,8 @@ public struct DeviceSummary: Sendable, Equatable {
     public let userAgent: String?
     /// True for the Web Push form (endpoint and keys), false for a raw token.
     public let webPushForm: Bool
+    /// Its time zone, quiet hours and topics.
+    public var preferences = DevicePreferences.none
 
     public init(
         deviceID: String, platform: Platform, environment: APNsEnvironment?, name: String?,

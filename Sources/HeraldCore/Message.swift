@@ -111,6 +111,20 @@ public struct PushMessage: Sendable, Equatable {
     /// `web_payload` and `shrink`: what a Web Push-form record carries
     /// instead of `{kind, data, badge}`. Legacy-form devices never get it.
     public var webContent: WebContent?
+    /// What the message is about (`push.send` `topics`): a device with its
+    /// own `topics` gets it only when one is shared. nil: about nothing in
+    /// particular, so every device gets it.
+    public var topics: [String]?
+    /// When it is sent (`not_before`, `at_local`); nil: at once.
+    public var sendTime: SendTime?
+    /// Why the message ignores quiet hours (`call_ring`, `critical`,
+    /// `time-sensitive`, `topic:<name>` for one of the app's bypassing
+    /// topics); nil: quiet hours apply. Set when it is accepted.
+    public var quietBypass: String?
+    /// This delivery goes without sound or banner (the device's quiet
+    /// hours, `during: silent`): set per delivery as it is sent, never stored
+    /// with the message.
+    public var silent = false
 
     public init(
         kind: PushKind, data: [(key: String, value: String)] = [], alert: PushAlert? = nil, badge: Int? = nil,
@@ -148,6 +162,19 @@ public struct PushMessage: Sendable, Equatable {
             && a.collapseKey == b.collapseKey && a.priority == b.priority && a.ttlSeconds == b.ttlSeconds
             && a.interruptionLevel == b.interruptionLevel && a.relevanceScore == b.relevanceScore
             && a.threadID == b.threadID && a.category == b.category && a.androidChannelID == b.androidChannelID
-            && a.webContent == b.webContent
+            && a.webContent == b.webContent && a.topics == b.topics && a.sendTime == b.sendTime
+            && a.quietBypass == b.quietBypass
+    }
+
+    /// Why a message of this kind, level and topics breaks through quiet
+    /// hours, or nil: a call ring, a critical or time-sensitive
+    /// interruption level, or a topic among the app's `bypassTopics`.
+    public static func quietBypass(
+        kind: PushKind, interruptionLevel: InterruptionLevel?, topics: [String]?, bypassTopics: [String]
+    ) -> String? {
+        if kind == .callRing { return "call_ring" }
+        if let level = interruptionLevel, level == .critical || level == .timeSensitive { return level.rawValue }
+        if let topic = topics?.first(where: { bypassTopics.contains($0) }) { return "topic:" + topic }
+        return nil
     }
 }

@@ -430,7 +430,14 @@ final class EventStream: @unchecked Sendable {
             o.append("provider_id", e.providerID.map { .string($0) } ?? .null)
         }
         if let detail = e.detail, let parsed = try? JSONParser.parse(Array(detail.utf8)) {
-            if e.kind == EventKind.messageComplete.rawValue {
+            if e.kind == EventKind.delivery.rawValue {
+                // A held delivery: when it is due, and why it waits.
+                if let due = parsed["due_at"]?.numberValue?.int64 {
+                    o.append("due_at", .string(Timestamp.rfc3339(due)))
+                }
+                let notes = parsed["timing"]?.stringValue?.split(separator: ",").map { JSON.string(String($0)) }
+                o.append("timing", .array(notes ?? []))
+            } else if e.kind == EventKind.messageComplete.rawValue {
                 o.append("counts", parsed)
             } else {
                 o.append("detail", parsed)

@@ -284,6 +284,8 @@ final class HeraldService: RequestHandler, @unchecked Sendable {
             case .success(let value): reply(.success(body(value)))
             case .failure(let error as RegistrationConflict):
                 reply(.failure(RPCError(.conflict(reason: error.reason, storedVersion: error.storedVersion))))
+            case .failure(let error as PreferenceConflict):
+                reply(.failure(.invalidParams(field: error.field, reason: error.reason)))
             case .failure(let error):
                 log.error("store_failed", ["error": String(describing: error)])
                 reply(.failure(.storeUnavailable))

@@ -33,6 +33,83 @@ enum Timestamp {
         return String(decoding: bytes, as: UTF8.self)
     }
 
+    /// The instant an RFC 3339 date-time names, in milliseconds since the
+    /// Unix epoch: `YYYY-MM-DDTHH:MM:SS`, an optional fraction (digits past
+    /// the millisecond are dropped), then `Z` or an offset `±HH:MM`. nil for
+    /// anything else (a date alone, a local time without offset, `24:00:00`,
+    /// a day the month does not have). A leap second (`:60`) reads as the
+    /// next second's start.
+    static func parse(_ text: String) -> Int64? {
+        let b = Array(text.utf8)
+        guard b.count >= 20, b.count <= 40 else { return nil }
+        func digits(_ at: Int, _ n: Int) -> Int? {
+            guard at + n <= b.count else { return nil }
+            var v = 0
+            for i in at..<(at + n) {
+                guard (0x30...0x39).contains(b[i]) else { return nil }
+                v = v * 10 + Int(b[i] - 0x30)
+            }
+            return v
+        }
+        guard let year = digits(0, 4), b[4] == UInt8(ascii: "-"), let month = digits(5, 2),
+            b[7] == UInt8(ascii: "-"), let day = digits(8, 2), b[10] == UInt8(ascii: "T") || b[10] == UInt8(ascii: "t"),
+            let hour = digits(11, 2), b[13] == UInt8(ascii: ":"), let minute = digits(14, 2),
+            b[16] == UInt8(ascii: ":"), let second = digits(17, 2)
+        else { return nil }
+        guard (1...12).contains(month), day >= 1, day <= daysIn(month: month, year: year), hour < 24, minute < 60,
+            second <= 60
+        else { return nil }
+        var i = 19
+        var millis = 0
+        if i < b.count, b[i] == UInt8(ascii: ".") {
+            i += 1
+            let start = i
+            while i < b.count, (0x30...0x39).contains(b[i]) {
+                if i - start < 3 { millis = millis * 10 + Int(b[i] - 0x30) }
+                i += 1
+            }
+            guard i > start else { return nil }
+            for _ in min(3, i - start)..<3 { millis *= 10 }
+        }
+        guard i < b.count else { return nil }
+        var offsetMinutes = 0
+        switch b[i] {
+        case UInt8(ascii: "Z"), UInt8(ascii: "z"):
+            i += 1
+        case UInt8(ascii: "+"), UInt8(ascii: "-"):
+            guard let oh = digits(i + 1, 2), i + 3 < b.count, b[i + 3] == UInt8(ascii: ":"),
+                let om = digits(i + 4, 2), oh < 24, om < 60
+            else { return nil }
+            offsetMinutes = (oh * 60 + om) * (b[i] == UInt8(ascii: "-") ? -1 : 1)
+            i += 6
+        default:
+            return nil
+        }
+        guard i == b.count else { return nil }
+        let days = daysFromCivil(year: Int64(year), month: month, day: day)
+        let seconds = days * 86_400 + Int64(hour * 3600 + minute * 60 + second) - Int64(offsetMinutes * 60)
+        return seconds * 1000 + Int64(millis)
+    }
+
+    private static func daysIn(month: Int, year: Int) -> Int {
+        switch month {
+        case 2: (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 ? 29 : 28
+        case 4, 6, 9, 11: 30
+        default: 31
+        }
+    }
+
+    /// Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
+    private static func daysFromCivil(year: Int64, month: Int, day: Int) -> Int64 {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let m = Int64(month)
+        let doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + Int64(day) - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146_097 + doe - 719_468
+    }
+
     /// Quotient rounded toward minus infinity, and a remainder in 0..<divisor.
     private static func floorDivision(_ value: Int64, _ divisor: Int64) -> (Int64, Int64) {
         let q = value / divisor

@@ -5,8 +5,9 @@ import HeraldCrypto
 /// transaction: one conformance per backend.
 protocol ClaimStatements {
     /// The deliveries of each batch of these messages not yet final
-    /// (queued, retrying or in flight).
-    func batchSizes(_ messageIDs: [String]) throws -> [BatchKey: Int]
+    /// (queued, retrying or in flight), but for those held past `now` (a
+    /// held delivery joins its batch when it is claimed).
+    func batchSizes(_ messageIDs: [String], now: Int64) throws -> [BatchKey: Int]
     /// Ends a delivery that is not sent: `state` with `reason`.
     func mark(_ id: Int64, _ state: DeliveryState, reason: String, now: Int64) throws
     /// Fails a delivery whose device row does not open, and says so on the
@@ -27,7 +28,8 @@ protocol ClaimStatements {
 /// device id, user, platform, attempts, `expires_at`, the message's payload,
 /// then the device's (NULL when it is gone): environment, sealed token,
 /// sealed keys, token hash, `registered_at`; then the message's
-/// `created_at`, and the device's bundle id, VAPID key and enabled flag.
+/// `created_at`, and the device's bundle id, VAPID key and enabled flag;
+/// then the delivery's `timing` notes (a silent send among them).
 struct ClaimSorting {
     private let key: StoreKey
     private let now: Int64
@@ -103,15 +105,16 @@ struct ClaimSorting {
             unreadableDevices.append((id, deviceID))
             return
         }
-        jobs.append(
-            DeliveryJob(
-                deliveryID: id, messageID: messageID, app: try r.text(2), deviceID: deviceID,
-                user: try r.clientText(4), platform: platform,
-                environment: try r.optionalText(9).flatMap(APNsEnvironment.init(rawValue:)),
-                token: secrets.token, keys: secrets.keys, tokenHash: try r.text(12), registeredAt: try r.int64(13),
-                message: message, acceptedAt: try r.int64(14), expiresAt: expiresAt,
-                previousAttempts: Int(try r.int64(6)), bundleID: try r.optionalText(15),
-                serverKey: try r.optionalText(16)))
+        var job = DeliveryJob(
+            deliveryID: id, messageID: messageID, app: try r.text(2), deviceID: deviceID,
+            user: try r.clientText(4), platform: platform,
+            environment: try r.optionalText(9).flatMap(APNsEnvironment.init(rawValue:)),
+            token: secrets.token, keys: secrets.keys, tokenHash: try r.text(12), registeredAt: try r.int64(13),
+            message: message, acceptedAt: try r.int64(14), expiresAt: expiresAt,
+            previousAttempts: Int(try r.int64(6)), bundleID: try r.optionalText(15),
+            serverKey: try r.optionalText(16))
+        job.silent = TimingRules.isSilent(try r.optionalText(18))
+        jobs.append(job)
     }
 
     /// Writes the verdicts and answers the claim. The batch sizes are read
@@ -120,7 +123,7 @@ struct ClaimSorting {
     func finish(counted: Set<BatchKey>, _ s: some ClaimStatements) throws -> Claim {
         let finished = (expired + gone + disabled + unsendable + unreadable).map(\.1)
         let touched = Queue.uncounted(jobs.map(\.batch) + finished, counted)
-        let sizes = touched.isEmpty ? [:] : try s.batchSizes(touched)
+        let sizes = touched.isEmpty ? [:] : try s.batchSizes(touched, now: now)
         for id in unreadableMessages { try s.mark(id, .failed, reason: "unreadable stored message", now: now) }
         for (id, _) in expired { try s.mark(id, .expired, reason: "ttl elapsed", now: now) }
         for (id, _) in gone { try s.mark(id, .skipped, reason: "device removed", now: now) }

@@ -34,11 +34,13 @@ public protocol DeviceRegistry: StoreService {
     func recordServerKey(app: String, key: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
 
     /// `device.update`: renames this user's device and/or turns it off or on
-    /// (nil leaves that field as it is), without touching its registration
-    /// (token, recency, eviction order). Answers the device as `list` shows
-    /// it, or nil when the user has no such device in the app.
+    /// (nil leaves that field as it is) and changes its preferences, without
+    /// touching its registration (token, recency, eviction order). Answers
+    /// the device as `list` shows it, or nil when the user has no such device
+    /// in the app; fails with ``PreferenceConflict`` (nothing changed) when
+    /// quiet hours would be left without a time zone.
     func updateDevice(
-        app: String, user: String, deviceID: String, name: String?, enabled: Bool?,
+        app: String, user: String, deviceID: String, name: String?, enabled: Bool?, preferences: PreferenceChanges,
         completion: @escaping @Sendable (Result<DeviceSummary?, any Error>) -> Void)
 
     /// The user a device id belongs to in the app, or nil when the app has no

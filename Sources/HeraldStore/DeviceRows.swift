@@ -49,6 +49,8 @@ struct DeviceTarget {
     let serverKey: String?
     /// False for a device turned off by `device.update`: its delivery is skipped.
     let enabled: Bool
+    /// Its time zone, quiet hours and topics, as stored.
+    var preferences = StoredPreferences.none
 }
 
 /// What the registry's rules read of a device row before they change it:

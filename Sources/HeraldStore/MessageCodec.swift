@@ -8,8 +8,10 @@ import HeraldJSON
 /// (`collapse_id`: the message's own collapse id, written since Revision 2;
 /// a message stored before has none and gets one from its message id),
 /// then, when the message has them, `"interruption_level"`, `"relevance_score"`,
-/// `"thread_id"`, `"category"` and `"android_channel_id"`: optional members
-/// of version 1, so a message stored before them reads as one without them.
+/// `"thread_id"`, `"category"`, `"android_channel_id"`, `"topics"`,
+/// `"not_before"` (milliseconds), `"at_local"` (a minute of the day) and
+/// `"quiet_bypass"`: optional members of version 1, so a message stored
+/// before them reads as one without them.
 /// A message with `web_payload` adds `"web"`: the payload sealed with the
 /// store key (bound to the message id, like a device's token to its row),
 /// base64url, so the database never holds the content in the clear; and
@@ -80,6 +82,13 @@ enum MessageCodec {
         if let v = m.threadID { o.append("thread_id", .string(v)) }
         if let v = m.category { o.append("category", .string(v)) }
         if let v = m.androidChannelID { o.append("android_channel_id", .string(v)) }
+        if let v = m.topics { o.append("topics", .array(v.map(JSON.string))) }
+        switch m.sendTime {
+        case .notBefore(let at)?: o.append("not_before", .int(at))
+        case .atLocal(let minutes)?: o.append("at_local", .int(minutes))
+        case nil: break
+        }
+        if let v = m.quietBypass { o.append("quiet_bypass", .string(v)) }
         if let sealedWebPayload, let web = m.webContent {
             o.append("web", .string(sealedWebPayload))
             o.append(
@@ -127,6 +136,13 @@ enum MessageCodec {
         message.threadID = json["thread_id"]?.stringValue
         message.category = json["category"]?.stringValue
         message.androidChannelID = json["android_channel_id"]?.stringValue
+        message.topics = json["topics"]?.arrayValue?.compactMap(\.stringValue)
+        if let at = json["not_before"]?.numberValue?.int64 {
+            message.sendTime = .notBefore(at)
+        } else if let minutes = json["at_local"]?.numberValue?.int64 {
+            message.sendTime = .atLocal(Int(minutes))
+        }
+        message.quietBypass = json["quiet_bypass"]?.stringValue
         return message
     }
 }

@@ -136,10 +136,14 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
             try MessageRules.checkSize(targets.count)
             let planned = plan(targets, firstID: try nextDeliveryID(), a: a)
             var sizes: [BatchKey: Int] = [:]
+            var devices = 0
             for p in planned where p.skip == nil {
-                sizes[BatchKey(messageID: messageID, platform: p.target.platform), default: 0] += 1
+                devices += 1
+                // A held delivery joins its batch when it is claimed.
+                if p.timing.heldUntil == nil {
+                    sizes[BatchKey(messageID: messageID, platform: p.target.platform), default: 0] += 1
+                }
             }
-            let devices = sizes.values.reduce(0, +)
             try admit(e, adding: devices)
             a.sizes = sizes
             try insertMessage(a, idempotency: idempotency)
@@ -305,12 +309,14 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
         var planned: [PlannedDelivery] = []
         planned.reserveCapacity(targets.count)
         for (i, target) in targets.enumerated() {
-            planned.append(
-                PlannedDelivery(
-                    id: firstID + Int64(i), target: target,
-                    skip: MessageRules.skipReason(
-                        enabled: target.enabled, platform: target.platform, webPushForm: target.keysSealed != nil,
-                        e)))
+            var skip = MessageRules.skipReason(
+                enabled: target.enabled, platform: target.platform, webPushForm: target.keysSealed != nil, e)
+            var timing = DeliveryTiming.now
+            if skip == nil {
+                timing = TimingRules.decide(a.message, target.preferences, now: a.acceptedAt)
+                skip = timing.skip
+            }
+            planned.append(PlannedDelivery(id: firstID + Int64(i), target: target, skip: skip, timing: timing))
         }
         return planned
     }
@@ -328,7 +334,8 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
         // message already committed, and resent after a crash by the rows
         // the next open writes; the engine claims those parts' rows instead.
         let handing = a.parts == 0 ? a.roomLeft : 0
-        for (i, p) in planned.enumerated() where p.skip == nil && a.roomLeft > 0 && handing > 0 {
+        for (i, p) in planned.enumerated()
+        where p.skip == nil && p.timing.heldUntil == nil && a.roomLeft > 0 && handing > 0 {
             let lane = QueueLane(app: e.app, platform: p.target.platform)
             guard (a.room[lane] ?? 0) > 0 else { continue }
             // A handed delivery's row is opened before it is written in
@@ -342,13 +349,14 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
             a.room[lane]! -= 1
             a.roomLeft -= 1
             let t = p.target
-            a.jobs.append(
-                DeliveryJob(
-                    deliveryID: p.id, messageID: a.messageID, app: e.app, deviceID: t.deviceID, user: t.user,
-                    platform: t.platform, environment: t.environment, token: secrets.token, keys: secrets.keys,
-                    tokenHash: t.tokenHash, registeredAt: t.registeredAt, message: a.message,
-                    acceptedAt: a.acceptedAt, expiresAt: a.expiresAt, previousAttempts: 0, bundleID: t.bundleID,
-                    serverKey: t.serverKey))
+            var job = DeliveryJob(
+                deliveryID: p.id, messageID: a.messageID, app: e.app, deviceID: t.deviceID, user: t.user,
+                platform: t.platform, environment: t.environment, token: secrets.token, keys: secrets.keys,
+                tokenHash: t.tokenHash, registeredAt: t.registeredAt, message: a.message,
+                acceptedAt: a.acceptedAt, expiresAt: a.expiresAt, previousAttempts: 0, bundleID: t.bundleID,
+                serverKey: t.serverKey)
+            job.silent = p.timing.silent
+            a.jobs.append(job)
             // With `early`, the first few go as soon as they are ready (so
             // the first push does not wait for the whole message's tokens),
             // the rest at the end of the part; the batch sizes travel with
@@ -391,14 +399,16 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
             try db.statement(
                 """
                 INSERT INTO deliveries (delivery_id, message_id, device_id, user, platform, token_hash, collapse_key,
-                    state, attempts, next_attempt_at, reason, updated_at, sent_by)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    state, attempts, next_attempt_at, reason, updated_at, sent_by, held_until, timing)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
             ).bind(
                 .int(p.id), .text(a.messageID), .text(p.target.deviceID), .text(p.target.user),
                 .text(p.target.platform.rawValue), .text(p.target.tokenHash), .optional(e.message.collapseKey),
-                .text(state.rawValue), .int(handed ? 1 : 0), .int(a.acceptedAt), .optional(reason),
-                .int(a.acceptedAt), handed ? .text(instance) : .null
+                .text(state.rawValue), .int(handed ? 1 : 0),
+                .int(p.timing.nextAttemptAt(acceptedAt: a.acceptedAt, expiresAt: a.expiresAt)), .optional(reason),
+                .int(a.acceptedAt), handed ? .text(instance) : .null,
+                state == .queued ? .optional(p.timing.heldUntil) : .null, .optional(p.timing.stored)
             ).run()
         }
         if last {
@@ -504,6 +514,8 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
         let target: DeviceTarget
         /// Why it is skipped; nil: it is sent.
         let skip: String?
+        /// The device's own rules: held, silent, and the notes.
+        let timing: DeliveryTiming
         var handed = false
     }
 
@@ -536,13 +548,18 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
             while try stmt.step() {
                 let id = stmt.text(0)
                 guard seen.insert(id).inserted, let platform = Platform(rawValue: stmt.text(2)) else { continue }
-                out.append(
-                    DeviceTarget(
-                        deviceID: id, user: stmt.text(1), platform: platform, tokenHash: stmt.text(3),
-                        environment: stmt.optionalText(4).flatMap(APNsEnvironment.init(rawValue:)),
-                        tokenSealed: stmt.blob(5), keysSealed: stmt.isNull(6) ? nil : stmt.blob(6),
-                        registeredAt: stmt.int64(7), bundleID: stmt.optionalText(8), serverKey: stmt.optionalText(9),
-                        enabled: stmt.int64(10) != 0))
+                var target = DeviceTarget(
+                    deviceID: id, user: stmt.text(1), platform: platform, tokenHash: stmt.text(3),
+                    environment: stmt.optionalText(4).flatMap(APNsEnvironment.init(rawValue:)),
+                    tokenSealed: stmt.blob(5), keysSealed: stmt.isNull(6) ? nil : stmt.blob(6),
+                    registeredAt: stmt.int64(7), bundleID: stmt.optionalText(8), serverKey: stmt.optionalText(9),
+                    enabled: stmt.int64(10) != 0)
+                if !(stmt.isNull(11) && stmt.isNull(12) && stmt.isNull(13)) {
+                    target.preferences = StoredPreferences(
+                        timeZone: stmt.optionalText(11), quietHours: stmt.optionalText(12),
+                        topics: stmt.optionalText(13))
+                }
+                out.append(target)
             }
         }
         switch recipients {
@@ -555,7 +572,7 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
             let stmt = try db.statement(
                 """
                 SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at,
-                    bundle_id, server_key, enabled
+                    bundle_id, server_key, enabled, time_zone, quiet_hours, topics
                 FROM devices WHERE app = ? AND user IN (SELECT value FROM json_each(?)) ORDER BY user, registered_seq
                 """)
             try stmt.bind(.text(app), .text(Self.jsonTextList(plain)))
@@ -564,7 +581,7 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
                 let one = try db.statement(
                     """
                     SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at,
-                        bundle_id, server_key, enabled
+                        bundle_id, server_key, enabled, time_zone, quiet_hours, topics
                     FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq
                     """)
                 try one.bind(.text(app), .text(user))
@@ -575,7 +592,8 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
                 let stmt = try db.statement(
                     """
                     SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at,
-                        bundle_id, server_key, enabled FROM devices WHERE app = ? AND device_id = ?
+                        bundle_id, server_key, enabled, time_zone, quiet_hours, topics
+                    FROM devices WHERE app = ? AND device_id = ?
                     """)
                 try stmt.bind(.text(app), .text(id))
                 try collect(stmt)
@@ -597,7 +615,8 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
     }
 
     func stateCounts(_ messageID: String) throws(StoreError) -> [DeliveryState: Int] {
-        let stmt = try db.statement("SELECT state, count(*) FROM deliveries WHERE message_id = ? GROUP BY state")
+        let stmt = try db.statement(
+            "SELECT \(Self.reportedState), count(*) FROM deliveries d WHERE message_id = ? GROUP BY 1")
         try stmt.bind(.text(messageID))
         var counts: [DeliveryState: Int] = [:]
         while try stmt.step() {
@@ -605,6 +624,12 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
         }
         return counts
     }
+
+    /// A delivery's state as `push.status` reports it: a queued row waiting
+    /// for its time is `held` (one queued again after its time, by a
+    /// recovery, is queued). Over `deliveries d`.
+    static let reportedState =
+        "CASE WHEN d.state = 'queued' AND d.held_until > d.updated_at THEN 'held' ELSE d.state END"
 
     /// nil when the message is unknown to this app.
     func status(app: String, messageID: String, detail: Bool) throws -> MessageStatus? {
@@ -616,19 +641,22 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
         if detail {
             let stmt = try db.statement(
                 """
-                SELECT device_id, platform, state, attempts, http_status, reason, updated_at, sent_by, shrunk
-                FROM deliveries WHERE message_id = ? ORDER BY delivery_id
+                SELECT device_id, platform, \(Self.reportedState), attempts, http_status, reason, updated_at, sent_by,
+                    shrunk, held_until, timing
+                FROM deliveries d WHERE message_id = ? ORDER BY delivery_id
                 """)
             try stmt.bind(.text(messageID))
             var list: [MessageStatus.Device] = []
             while try stmt.step() {
-                list.append(
-                    MessageStatus.Device(
-                        deviceID: stmt.text(0), platform: Platform(rawValue: stmt.text(1)) ?? .apns,
-                        state: DeliveryState(rawValue: stmt.text(2)) ?? .failed, attempts: Int(stmt.int64(3)),
-                        httpStatus: stmt.optionalInt64(4).map { Int($0) }, reason: stmt.optionalText(5),
-                        updatedAt: stmt.int64(6), sentBy: stmt.optionalText(7),
-                        shrunk: stmt.optionalInt64(8).map { Int($0) }))
+                var device = MessageStatus.Device(
+                    deviceID: stmt.text(0), platform: Platform(rawValue: stmt.text(1)) ?? .apns,
+                    state: DeliveryState(rawValue: stmt.text(2)) ?? .failed, attempts: Int(stmt.int64(3)),
+                    httpStatus: stmt.optionalInt64(4).map { Int($0) }, reason: stmt.optionalText(5),
+                    updatedAt: stmt.int64(6), sentBy: stmt.optionalText(7),
+                    shrunk: stmt.optionalInt64(8).map { Int($0) })
+                device.heldUntil = stmt.optionalInt64(9)
+                device.timing = stmt.optionalText(10)
+                list.append(device)
             }
             devices = list
         }
@@ -698,7 +726,7 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
         let select = """
             SELECT d.delivery_id, d.message_id, m.app, d.device_id, d.user, d.platform, d.attempts, m.expires_at,
                 m.payload, v.environment, v.token_sealed, v.keys_sealed, v.token_hash, v.registered_at, m.created_at,
-                v.bundle_id, v.server_key, v.enabled
+                v.bundle_id, v.server_key, v.enabled, d.timing
             FROM deliveries d JOIN messages m ON m.message_id = d.message_id
             LEFT JOIN devices v ON v.device_id = d.device_id
             WHERE d.state IN ('queued', 'retrying') AND d.next_attempt_at <= ?
@@ -732,7 +760,7 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
         return try sorting.finish(counted: counted, self)
     }
 
-    func batchSizes(_ messageIDs: [String]) throws(StoreError) -> [BatchKey: Int] {
+    func batchSizes(_ messageIDs: [String], now: Int64) throws(StoreError) -> [BatchKey: Int] {
         var sizes: [BatchKey: Int] = [:]
         for messageID in messageIDs {
             if let census = assemblingSizes[messageID] {
@@ -742,9 +770,11 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
             let count = try db.statement(
                 """
                 SELECT platform, count(*) FROM deliveries
-                WHERE message_id = ? AND state IN ('queued', 'retrying', 'in_flight') GROUP BY platform
+                WHERE message_id = ? AND state IN ('queued', 'retrying', 'in_flight')
+                    AND (held_until IS NULL OR held_until <= ?)
+                GROUP BY platform
                 """)
-            try count.bind(.text(messageID))
+            try count.bind(.text(messageID), .int(now))
             while try count.step() {
                 if let p = Platform(rawValue: count.text(0)) {
                     sizes[BatchKey(messageID: messageID, platform: p)] = Int(count.int64(1))

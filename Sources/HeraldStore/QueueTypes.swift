@@ -83,6 +83,10 @@ public struct MessageStatus: Sendable {
         /// The last shrink step the delivery's sealed `web_payload` needed;
         /// nil when none was (or nothing was sealed with one).
         public var shrunk: Int? = nil
+        /// When a held delivery is (or was) due; nil: it was never held.
+        public var heldUntil: Int64? = nil
+        /// The notes of its timing (``TimingNote``), comma-separated.
+        public var timing: String? = nil
     }
 
     /// One attempt a provider saw (or that failed on its way), as `attempts` records it.

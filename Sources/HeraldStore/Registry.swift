@@ -195,6 +195,23 @@ final class Registry: RegistryStatements {
         return db.changes
     }
 
+    func applyPreferences(deviceID: String, _ changes: PreferenceChanges) throws(StoreError) -> StoredPreferences? {
+        let c = changes.columns
+        let stmt = try db.statement(
+            """
+            UPDATE devices SET time_zone = CASE WHEN ? THEN time_zone ELSE ? END,
+                quiet_hours = CASE WHEN ? THEN quiet_hours ELSE ? END, topics = CASE WHEN ? THEN topics ELSE ? END
+            WHERE device_id = ? RETURNING time_zone, quiet_hours, topics
+            """)
+        try stmt.bind(
+            .int(c[0].keep ? 1 : 0), .optional(c[0].value), .int(c[1].keep ? 1 : 0), .optional(c[1].value),
+            .int(c[2].keep ? 1 : 0), .optional(c[2].value), .text(deviceID))
+        defer { stmt.reset() }
+        guard try stmt.step() else { return nil }
+        return StoredPreferences(
+            timeZone: stmt.optionalText(0), quietHours: stmt.optionalText(1), topics: stmt.optionalText(2))
+    }
+
     func list(app: String, user: String) throws -> [DeviceSummary] {
         let stmt = try db.statement(
             "SELECT \(DeviceSummary.listColumns) FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq DESC")

@@ -79,6 +79,10 @@ protocol RegistryStatements: EventStatements {
     func deleteUser(app: String, user: String) throws -> Int
     /// Sets a device's name and enabled flag (nil keeps it); how many rows changed.
     func setDevice(app: String, user: String, deviceID: String, name: String?, enabled: Bool?) throws -> Int
+    /// Applies `changes` to the device's time zone, quiet hours and topics
+    /// (``PreferenceChanges/columns``); answers them as they now stand, or
+    /// nil when there is no such device.
+    func applyPreferences(deviceID: String, _ changes: PreferenceChanges) throws -> StoredPreferences?
     /// The user's devices, most recently registered first.
     func list(app: String, user: String) throws -> [DeviceSummary]
     /// The user `deviceID` belongs to in `app`, or nil.
@@ -135,6 +139,7 @@ extension RegistryStatements {
                     if reclaimed { try noteReclaimed(other, r, now: now) }
                 }
                 try refresh(existing, to: try fields(existing.deviceID), now: now)
+                try settlePreferences(existing.deviceID, r.preferences)
                 return RegistrationOutcome(
                     deviceID: existing.deviceID, tokenHash: tokenHash, created: false, reclaimed: reclaimed, evicted: []
                 )
@@ -148,6 +153,7 @@ extension RegistryStatements {
                     r.registrationID.map { Identity.deviceID(user: r.user, app: r.app, registrationID: $0) }
                     ?? existing.deviceID
                 try refresh(existing, to: try fields(id), now: now)
+                try settlePreferences(id, r.preferences)
                 return RegistrationOutcome(
                     deviceID: id, tokenHash: tokenHash, created: false, reclaimed: false, evicted: [])
             }
@@ -158,10 +164,23 @@ extension RegistryStatements {
 
         let deviceID = Identity.deviceID(for: r)
         try insert(try fields(deviceID), now: now)
+        try settlePreferences(deviceID, r.preferences)
         let evicted = try evict(app: r.app, user: r.user, keep: deviceCap)
         try noteRemoved(app: r.app, user: r.user, ids: evicted, reason: .cap, now: now)
         return RegistrationOutcome(
             deviceID: deviceID, tokenHash: tokenHash, created: true, reclaimed: reclaimed, evicted: evicted.map(\.0))
+    }
+
+    /// Writes a call's preference changes on the device, and refuses (with
+    /// ``PreferenceConflict``, undoing the call) quiet hours left without a
+    /// time zone to read them in.
+    private func settlePreferences(_ deviceID: String, _ changes: PreferenceChanges) throws {
+        guard !changes.isEmpty, let stored = try applyPreferences(deviceID: deviceID, changes) else { return }
+        if stored.quietHours != nil && stored.timeZone == nil {
+            throw PreferenceConflict(
+                field: changes.quietHours.isKeep ? "time_zone" : "quiet_hours",
+                reason: "quiet hours need the device's time_zone (give both, or keep the time zone)")
+        }
     }
 
     /// Another user's device whose token registered here is gone from them.
@@ -205,16 +224,19 @@ extension RegistryStatements {
     }
 
     /// `device.update`: the name and/or the enabled flag of this user's
-    /// device (nil keeps the stored value). The registration itself (token,
+    /// device (nil keeps the stored value), and its preferences as
+    /// `preferences` changes them. The registration itself (token,
     /// `registered_at`, the eviction order) stays as it is. nil when the user
     /// has no such device in the app.
     func updateDevice(
-        app: String, user: String, deviceID: String, name: String?, enabled: Bool?
+        app: String, user: String, deviceID: String, name: String?, enabled: Bool?,
+        preferences: PreferenceChanges = PreferenceChanges()
     ) throws -> DeviceSummary? {
         try lockUser(app: app, user: user)
         guard try setDevice(app: app, user: user, deviceID: deviceID, name: name, enabled: enabled) > 0 else {
             return nil
         }
+        try settlePreferences(deviceID, preferences)
         // As device.list shows it (a user has at most device_cap devices).
         return try list(app: app, user: user).first { $0.deviceID == deviceID }
     }
@@ -228,12 +250,29 @@ enum RegistryLimits {
     static let tombstoneLifetimeMs: Int64 = 30 * 24 * 3600 * 1000
 }
 
+extension PreferenceChanges {
+    /// Per column (`time_zone`, `quiet_hours`, `topics`): whether the stored
+    /// value stays, and otherwise the value written (nil: cleared).
+    var columns: [(keep: Bool, value: String?)] {
+        func column<V>(_ c: PreferenceChange<V>, _ text: (V) -> String) -> (keep: Bool, value: String?) {
+            switch c {
+            case .keep: (true, nil)
+            case .clear: (false, nil)
+            case .set(let v): (false, text(v))
+            }
+        }
+        return [
+            column(timeZone) { $0 }, column(quietHours) { $0.stored }, column(topics, StoredPreferences.topicsText),
+        ]
+    }
+}
+
 extension DeviceSummary {
     /// The columns a device list reads, in the order ``init(listed:)`` reads them.
     static let listColumns = """
         device_id, platform, environment, name, app_version, token_hash, created_at, registered_at,
             last_success_at, last_failure_at, last_failure_reason, bundle_id, enabled, app_id, user_agent,
-            keys_sealed IS NOT NULL
+            keys_sealed IS NOT NULL, time_zone, quiet_hours, topics
         """
 
     /// A row of ``listColumns``.
@@ -246,6 +285,10 @@ extension DeviceSummary {
             lastFailureAt: try r.optionalInt64(9), lastFailureReason: try r.optionalText(10),
             bundleID: try r.optionalText(11), enabled: try r.flag(12), appID: try r.clientText(13),
             userAgent: try r.optionalClientText(14), webPushForm: try r.flag(15))
+        preferences =
+            StoredPreferences(
+                timeZone: try r.optionalText(16), quietHours: try r.optionalText(17), topics: try r.optionalText(18)
+            ).preferences
     }
 }
 
@@ -328,13 +371,14 @@ extension RegistryHost {
     }
 
     public func updateDevice(
-        app: String, user: String, deviceID: String, name: String?, enabled: Bool?,
+        app: String, user: String, deviceID: String, name: String?, enabled: Bool?, preferences: PreferenceChanges,
         completion: @escaping @Sendable (Result<DeviceSummary?, any Error>) -> Void
     ) {
         writeRows(
             durable: true, fence: StoreFences.user(app: app, user: user),
             { rows, _ in
-                try rows.updateDevice(app: app, user: user, deviceID: deviceID, name: name, enabled: enabled)
+                try rows.updateDevice(
+                    app: app, user: user, deviceID: deviceID, name: name, enabled: enabled, preferences: preferences)
             }, completion)
     }
 

@@ -204,6 +204,30 @@ enum Schema {
                 AND NOT EXISTS (SELECT 1 FROM assembling WHERE message_id = NEW.message_id);
         END;
         """,
+        // 11: each device's own rules and sends at a time. A device's
+        // `time_zone` (an IANA name), `quiet_hours` (`"22:00 07:00 hold"`,
+        // then the days when listed: `" fri,sat"`) and `topics` (a JSON
+        // array; NULL: every message). A held delivery is a queued row whose
+        // `next_attempt_at` is its due time (so the claims, which read only
+        // what is due, pass over it at no cost) with `held_until` set;
+        // `timing` keeps the notes `push.status` shows (why it waited, or why
+        // quiet hours did not hold it). A held delivery writes a `delivery`
+        // event with state `held` and its due time when it is accepted.
+        """
+        ALTER TABLE devices ADD COLUMN time_zone TEXT;
+        ALTER TABLE devices ADD COLUMN quiet_hours TEXT;
+        ALTER TABLE devices ADD COLUMN topics TEXT;
+        ALTER TABLE deliveries ADD COLUMN held_until INTEGER;
+        ALTER TABLE deliveries ADD COLUMN timing TEXT;
+        CREATE TRIGGER deliveries_inserted_held AFTER INSERT ON deliveries
+            WHEN NEW.state = 'queued' AND NEW.held_until IS NOT NULL
+        BEGIN
+            INSERT INTO events (at, app, kind, message_id, device_id, user, platform, state, detail)
+            SELECT NEW.updated_at, app, 'delivery', NEW.message_id, NEW.device_id, NEW.user, NEW.platform, 'held',
+                json_object('due_at', NEW.held_until, 'timing', NEW.timing)
+            FROM messages WHERE message_id = NEW.message_id;
+        END;
+        """,
     ]
 
     /// Brings the database to the newest version inside one transaction each.

@@ -63,7 +63,9 @@ public struct WebPushHeaders: Sendable, Hashable {
     /// 32 base64url characters) is the `Topic`, so a resend replaces the
     /// first push.
     public init(message: PushMessage) {
-        self.init(ttl: message.ttlSeconds, priority: message.priority, collapseKey: message.collapseKey)
+        self.init(
+            ttl: message.ttlSeconds, priority: message.silent ? .low : message.priority,
+            collapseKey: message.collapseKey)
         if topic == nil { topic = message.ownCollapseID }
     }
 

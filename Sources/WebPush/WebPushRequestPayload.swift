@@ -7,8 +7,9 @@ internal import HeraldJSON
 ///
 /// Full form: `{"kind":…,"data":{…},"badge":n}` — `data` always present (`{}`
 /// when empty), string values in the caller's order; `badge` a JSON number, left
-/// out when the user has none. The service worker reads the JSON itself, so
-/// there are no reserved data keys.
+/// out when the user has none; `"silent":true` when the device's quiet hours
+/// ask for a silent delivery (in every form, the step-down ones too). The
+/// service worker reads the JSON itself, so there are no reserved data keys.
 ///
 /// Every record is padded to one fixed body size (2816 bytes by default, which
 /// holds 2713 bytes of plaintext) so that its length says nothing about what it
@@ -135,19 +136,26 @@ public struct WebPushPayload: Sendable, Hashable {
         let kind = JSON.string(message.kind.rawValue)
         var full: JSONObject = ["kind": kind, "data": .object(data)]
         if let badge = message.badge(for: user) { full.append("badge", .int(badge)) }
+        // The device's quiet hours: a hint for the service worker to show
+        // the notification without sound or vibration.
+        if message.silent { full.append("silent", true) }
         let plaintext = JSON.object(full).serialized()
         guard plaintext.count <= capacity else {
             throw .payloadTooLarge(PayloadTooLarge(platform: .web, limit: capacity, size: plaintext.count))
         }
 
-        let withData = JSON.object(["kind": kind, "data": .object(data)]).serialized()
+        var stepDown: JSONObject = ["kind": kind, "data": .object(data)]
+        if message.silent { stepDown.append("silent", true) }
+        let withData = JSON.object(stepDown).serialized()
         let keepsData = withData.count <= stepDownCapacity
         self.kind = message.kind
         self.bodySize = bodySize
         self.plaintext = plaintext
         self.stepDownBodySize = stepDownBodySize
         self.minimalKeepsData = keepsData
-        self.minimalPlaintext = keepsData ? withData : JSON.object(["kind": kind]).serialized()
+        var bare: JSONObject = ["kind": kind]
+        if message.silent { bare.append("silent", true) }
+        self.minimalPlaintext = keepsData ? withData : JSON.object(bare).serialized()
         self.shrink = nil
         self.minimalShrink = nil
         self.minimalFits = true

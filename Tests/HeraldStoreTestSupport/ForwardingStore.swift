@@ -53,11 +53,12 @@ open class ForwardingStore: DeliveryStore, @unchecked Sendable {
         inner.recordServerKey(app: app, key: key, completion: completion)
     }
     open func updateDevice(
-        app: String, user: String, deviceID: String, name: String?, enabled: Bool?,
+        app: String, user: String, deviceID: String, name: String?, enabled: Bool?, preferences: PreferenceChanges,
         completion: @escaping @Sendable (Result<DeviceSummary?, any Error>) -> Void
     ) {
         inner.updateDevice(
-            app: app, user: user, deviceID: deviceID, name: name, enabled: enabled, completion: completion)
+            app: app, user: user, deviceID: deviceID, name: name, enabled: enabled, preferences: preferences,
+            completion: completion)
     }
     open func deviceOwner(
         app: String, deviceID: String, completion: @escaping @Sendable (Result<String?, any Error>) -> Void

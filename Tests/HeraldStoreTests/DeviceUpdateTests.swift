@@ -10,7 +10,9 @@ extension TestStore {
         _ user: String, _ deviceID: String, name: String? = nil, enabled: Bool? = nil, app: String = "default"
     ) throws -> DeviceSummary? {
         try store.sync { s, done in
-            s.updateDevice(app: app, user: user, deviceID: deviceID, name: name, enabled: enabled, completion: done)
+            s.updateDevice(
+                app: app, user: user, deviceID: deviceID, name: name, enabled: enabled,
+                preferences: PreferenceChanges(), completion: done)
         }
     }
 
@@ -252,7 +254,10 @@ struct SharedDeviceUpdateTests {
         #expect(queued.devices == 2)
 
         let off = try a.sync { s, done in
-            s.updateDevice(app: "default", user: "ann", deviceID: phone, name: nil, enabled: false, completion: done)
+            s.updateDevice(
+                app: "default", user: "ann", deviceID: phone, name: nil, enabled: false,
+                preferences: PreferenceChanges(),
+                completion: done)
         }
         #expect(off?.enabled == false)
         // Instance b sees it at once: listed off, skipped at accept and at claim.

@@ -82,14 +82,17 @@ extension HeraldService {
         }
         let appID = try Self.appID(&p)
         let userAgent = try Self.userAgent(&p)
+        let preferences = try Self.preferenceChanges(&p)
         try p.finish()
         try limit(registerLimiter, app: runtime.config.name, user: user)
 
-        let registration = Registration(
+        var built = Registration(
             app: runtime.config.name, user: user, platform: platform, environment: environment, token: token,
             keys: keys, name: name, appVersion: appVersion, session: session, registrationID: registrationID,
             version: version.map(Int64.init), bundleID: bundleID, serverKey: serverKey, appID: appID,
             userAgent: userAgent)
+        built.preferences = preferences
+        let registration = built
         let cap = runtime.config.deviceCap
         let store = self.store
         let done = finish(reply) { (o: RegistrationOutcome) -> JSON in
@@ -344,7 +347,7 @@ extension HeraldService {
     /// own, else the app's default topic (`defaultBundleID`).
     static func deviceJSON(_ d: DeviceSummary, defaultBundleID: String? = nil) -> JSON {
         let bundleID = d.platform.hasEnvironment ? d.bundleID ?? defaultBundleID : nil
-        return [
+        var o: JSONObject = [
             "device_id": .string(d.deviceID), "platform": .string(d.platform.rawValue),
             "environment": d.environment.map { .string($0.rawValue) } ?? .null,
             "name": d.name.map { .string($0) } ?? .null, "app_version": d.appVersion.map { .string($0) } ?? .null,
@@ -358,6 +361,8 @@ extension HeraldService {
             "form": .string(d.webPushForm ? "webpush" : "legacy"), "app_id": .string(d.appID),
             "user_agent": d.userAgent.map { .string($0) } ?? .null,
         ]
+        preferencesJSON(d.preferences, into: &o)
+        return .object(o)
     }
 
     func endSession(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
@@ -394,8 +399,11 @@ extension HeraldService {
         // The limits of device.register's name.
         let name = try p.string("name", maxBytes: 256, allowEmpty: true)
         let enabled = try p.bool("enabled")
+        let preferences = try Self.preferenceChanges(&p)
         try p.finish()
-        if name == nil && enabled == nil { throw p.invalid("name", "give name, enabled or both") }
+        if name == nil && enabled == nil && preferences.isEmpty {
+            throw p.invalid("name", "give at least one of name, enabled, time_zone, quiet_hours, topics")
+        }
         let app = runtime.config.name
         // As device.list shows it: an APNs device without its own bundle id has the app's default.
         let defaultBundleID = runtime.config.defaultAPNsTopic
@@ -406,7 +414,7 @@ extension HeraldService {
                 case .success(let owner?):
                     update(
                         app: app, user: owner, deviceID: deviceID, name: name, enabled: enabled,
-                        defaultBundleID: defaultBundleID, reply)
+                        preferences: preferences, defaultBundleID: defaultBundleID, reply)
                 case .success(nil):
                     reply(.failure(RPCError(.deviceNotFound(deviceID: deviceID))))
                 case .failure(let error):
@@ -417,15 +425,17 @@ extension HeraldService {
             return
         }
         update(
-            app: app, user: user, deviceID: deviceID, name: name, enabled: enabled, defaultBundleID: defaultBundleID,
-            reply)
+            app: app, user: user, deviceID: deviceID, name: name, enabled: enabled, preferences: preferences,
+            defaultBundleID: defaultBundleID, reply)
     }
 
     private func update(
-        app: String, user: String, deviceID: String, name: String?, enabled: Bool?, defaultBundleID: String?,
-        _ reply: @escaping Reply
+        app: String, user: String, deviceID: String, name: String?, enabled: Bool?, preferences: PreferenceChanges,
+        defaultBundleID: String?, _ reply: @escaping Reply
     ) {
-        store.updateDevice(app: app, user: user, deviceID: deviceID, name: name, enabled: enabled) { [log] result in
+        store.updateDevice(
+            app: app, user: user, deviceID: deviceID, name: name, enabled: enabled, preferences: preferences
+        ) { [log] result in
             switch result {
             case .success(let device?):
                 // Never the name: it is the user's label, not the operator's.
@@ -434,10 +444,13 @@ extension HeraldService {
                     [
                         "app": app, "device": deviceID, "renamed": String(name != nil),
                         "enabled": enabled.map { String($0) } ?? "unchanged",
+                        "preferences": String(!preferences.isEmpty),
                     ])
                 reply(.success(["device": Self.deviceJSON(device, defaultBundleID: defaultBundleID)]))
             case .success(nil):
                 reply(.failure(RPCError(.deviceNotFound(deviceID: deviceID))))
+            case .failure(let error as PreferenceConflict):
+                reply(.failure(.invalidParams(field: error.field, reason: error.reason)))
             case .failure(let error):
                 log.error("store_failed", ["error": String(describing: error)])
                 reply(.failure(.storeUnavailable))

@@ -84,6 +84,8 @@ extension HeraldService {
         if timeout != nil && !wait { throw p.invalid("timeout_ms", "requires wait: true") }
         let presentation = try Self.presentation(&p, kind: kind)
         let webContent = try Self.webContent(&p)
+        let topics = try Self.topics(&p, "topics", maxCount: PreferenceLimits.maxMessageTopics)
+        let sendTime = try Self.sendTime(&p, kind: kind, now: SystemClock().nowMilliseconds())
         try p.finish()
 
         var message = PushMessage(
@@ -91,6 +93,11 @@ extension HeraldService {
             priority: priority, ttlSeconds: ttl)
         presentation.apply(to: &message)
         message.webContent = webContent
+        message.topics = topics
+        message.sendTime = sendTime
+        message.quietBypass = PushMessage.quietBypass(
+            kind: kind, interruptionLevel: message.interruptionLevel, topics: topics,
+            bypassTopics: runtime.config.quietHoursBypassTopics)
         try checkPayloads(message, runtime)
         guard let scheduler = delivery?.scheduler else {
             throw RPCError(.overloaded("delivery is not running", retryAfterMs: 1000))
@@ -464,6 +471,9 @@ extension HeraldService {
                             "updated_at": .string(Timestamp.rfc3339(d.updatedAt)),
                             "sent_by": d.sentBy.map { .string($0) } ?? .null,
                             "shrunk": d.shrunk.map { .int($0) } ?? .null,
+                            "due_at": d.heldUntil.map { .string(Timestamp.rfc3339($0)) } ?? .null,
+                            "timing": .array(
+                                (d.timing?.split(separator: ",").map { .string(String($0)) }) ?? []),
                         ]
                     }))
         }

@@ -234,6 +234,7 @@ final class PostgresQueue: Sendable {
             let target: DeviceTarget
             var state: DeliveryState
             var reason: String?
+            var timing = DeliveryTiming.now
             var secrets: (token: String, keys: WebPushKeys?)?
             var id: Int64?
         }
@@ -255,9 +256,18 @@ final class PostgresQueue: Sendable {
             {
                 row.state = .skipped
                 row.reason = why
+            } else {
+                row.timing = TimingRules.decide(message, target.preferences, now: now)
+                if let why = row.timing.skip {
+                    row.state = .skipped
+                    row.reason = why
+                }
             }
             if row.state == .skipped {
                 skipped += 1
+            } else if row.timing.heldUntil != nil {
+                // Held: it joins its batch when it is claimed.
+                devices += 1
             } else {
                 devices += 1
                 sizes[BatchKey(messageID: messageID, platform: target.platform), default: 0] += 1
@@ -283,7 +293,7 @@ final class PostgresQueue: Sendable {
         var jobs: [DeliveryJob] = []
         var earlyChunk = sendsEarly ? Queue.firstEarlyChunk : Int.max
         var sentEarly = false
-        for i in rows.indices where rows[i].state == .queued && roomLeft > 0 {
+        for i in rows.indices where rows[i].state == .queued && rows[i].timing.heldUntil == nil && roomLeft > 0 {
             let target = rows[i].target
             let lane = QueueLane(app: e.app, platform: target.platform)
             // Handed to this instance only what it can send itself; what only
@@ -298,7 +308,9 @@ final class PostgresQueue: Sendable {
             roomLeft -= 1
             guard sendsEarly, let id = rows[i].id else { continue }
             jobs.append(
-                job(id, target, secrets, app: e.app, messageID: messageID, message: message, now: now, expires: expires)
+                job(
+                    id, target, secrets, app: e.app, messageID: messageID, message: message, now: now,
+                    expires: expires, silent: rows[i].timing.silent)
             )
             plan.sent(target.deviceID)
             if let early, jobs.count >= earlyChunk {
@@ -356,6 +368,15 @@ final class PostgresQueue: Sendable {
                     .array(.text(rows.map(\.reason))),
                     .array(.bigint(rows.map(\.id))),
                     .array(.integer(http)),
+                    .array(
+                        .bigint(
+                            rows.map { r in
+                                r.timing.heldUntil.map { _ in
+                                    r.timing.nextAttemptAt(acceptedAt: now, expiresAt: expires)
+                                }
+                            })),
+                    .array(.bigint(rows.map { r in r.state == .queued ? r.timing.heldUntil : nil })),
+                    .array(.text(rows.map(\.timing.stored))),
                 ])
         }
         // A caller that waits for the outcome: the answers of the early sends
@@ -422,7 +443,7 @@ final class PostgresQueue: Sendable {
                 jobs.append(
                     job(
                         deliveryID, row.target, secrets, app: e.app, messageID: messageID, message: message, now: now,
-                        expires: expires))
+                        expires: expires, silent: row.timing.silent))
             }
         } else {
             queuedLeft = rows.contains { $0.state == .queued }
@@ -440,13 +461,15 @@ final class PostgresQueue: Sendable {
 
     private func job(
         _ deliveryID: Int64, _ t: DeviceTarget, _ secrets: (token: String, keys: WebPushKeys?), app: String,
-        messageID: String, message: PushMessage, now: Int64, expires: Int64
+        messageID: String, message: PushMessage, now: Int64, expires: Int64, silent: Bool
     ) -> DeliveryJob {
-        DeliveryJob(
+        var job = DeliveryJob(
             deliveryID: deliveryID, messageID: messageID, app: app, deviceID: t.deviceID, user: t.user,
             platform: t.platform, environment: t.environment, token: secrets.token, keys: secrets.keys,
             tokenHash: t.tokenHash, registeredAt: t.registeredAt, message: message, acceptedAt: now,
             expiresAt: expires, previousAttempts: 0, bundleID: t.bundleID, serverKey: t.serverKey)
+        job.silent = silent
+        return job
     }
 
     /// Refuses `adding` more deliveries when the queue (every instance's)
@@ -529,13 +552,15 @@ final class PostgresQueue: Sendable {
         for r in result.rows {
             let id = try r.text(0)
             guard seen.insert(id).inserted, let platform = Platform(rawValue: try r.text(2)) else { continue }
-            out.append(
-                DeviceTarget(
-                    deviceID: id, user: try r.clientText(1), platform: platform, tokenHash: try r.text(3),
-                    environment: try r.optionalText(4).flatMap(APNsEnvironment.init(rawValue:)),
-                    tokenSealed: try r.bytes(5), keysSealed: try r.optionalBytes(6), registeredAt: try r.int64(7),
-                    bundleID: try r.optionalText(8), serverKey: try r.optionalText(9), enabled: try r.bool(10)))
-            if message != nil { ids.append(try r.int64(11)) }
+            var target = DeviceTarget(
+                deviceID: id, user: try r.clientText(1), platform: platform, tokenHash: try r.text(3),
+                environment: try r.optionalText(4).flatMap(APNsEnvironment.init(rawValue:)),
+                tokenSealed: try r.bytes(5), keysSealed: try r.optionalBytes(6), registeredAt: try r.int64(7),
+                bundleID: try r.optionalText(8), serverKey: try r.optionalText(9), enabled: try r.bool(10))
+            target.preferences = StoredPreferences(
+                timeZone: try r.optionalText(11), quietHours: try r.optionalText(12), topics: try r.optionalText(13))
+            out.append(target)
+            if message != nil { ids.append(try r.int64(14)) }
         }
         return (out, ids)
     }
@@ -554,9 +579,9 @@ final class PostgresQueue: Sendable {
         // The message and its counts in one statement (a poll of `wait: true` costs one).
         let summary = try c.execute(
             """
-            SELECT m.created_at, d.state, count(d.state) FROM messages m
+            SELECT m.created_at, \(Queue.reportedState), count(d.state) FROM messages m
             LEFT JOIN deliveries d ON d.message_id = m.message_id
-            WHERE m.app = $1 AND m.message_id = $2 GROUP BY m.created_at, d.state
+            WHERE m.app = $1 AND m.message_id = $2 GROUP BY 1, 2
             """, [.text(app), .text(messageID)]
         ).rows
         guard let first = summary.first else { return nil }
@@ -568,16 +593,20 @@ final class PostgresQueue: Sendable {
         if detail {
             devices = try c.execute(
                 """
-                SELECT device_id, platform, state, attempts, http_status, reason, updated_at, sent_by, shrunk
-                FROM deliveries WHERE message_id = $1 ORDER BY delivery_id
+                SELECT device_id, platform, \(Queue.reportedState), attempts, http_status, reason, updated_at,
+                    sent_by, shrunk, held_until, timing
+                FROM deliveries d WHERE message_id = $1 ORDER BY delivery_id
                 """, [.text(messageID)]
             ).rows.map { r in
-                MessageStatus.Device(
+                var device = MessageStatus.Device(
                     deviceID: try r.text(0), platform: Platform(rawValue: try r.text(1)) ?? .apns,
                     state: DeliveryState(rawValue: try r.text(2)) ?? .failed, attempts: Int(try r.int64(3)),
                     httpStatus: try r.optionalInt64(4).map { Int($0) }, reason: try r.optionalText(5),
                     updatedAt: try r.int64(6), sentBy: try r.optionalText(7),
                     shrunk: try r.optionalInt64(8).map { Int($0) })
+                device.heldUntil = try r.optionalInt64(9)
+                device.timing = try r.optionalText(10)
+                return device
             }
         }
         var status = MessageStatus(
@@ -753,9 +782,10 @@ final class PostgresQueue: Sendable {
             try queue.stateCounts(c, messageID)
         }
 
-        func batchSizes(_ messageIDs: [String]) throws -> [BatchKey: Int] {
+        func batchSizes(_ messageIDs: [String], now: Int64) throws -> [BatchKey: Int] {
             var sizes: [BatchKey: Int] = [:]
-            for r in try c.execute(Statements.batchSizes, [.text(PostgresQueue.textArray(messageIDs))]).rows {
+            for r in try c.execute(Statements.batchSizes, [.text(PostgresQueue.textArray(messageIDs)), .int(now)]).rows
+            {
                 if let p = Platform(rawValue: try r.text(1)) {
                     sizes[BatchKey(messageID: try r.text(0), platform: p)] = Int(try r.int64(2))
                 }
@@ -1087,17 +1117,18 @@ final class PostgresQueue: Sendable {
         static let insertDeliveriesSQL = """
             INSERT INTO deliveries (delivery_id, message_id, app, device_id, user_name, platform, token_hash,
                 collapse_key, state, attempts, next_attempt_at, reason, updated_at, sent_by, lease_expires_at,
-                http_status)
+                http_status, held_until, timing)
             SELECT coalesce(t.id, nextval('deliveries_delivery_id_seq')), $1, $2, t.device_id, t.user_name,
                 t.platform, t.token_hash, $3, t.state,
-                CASE WHEN t.state IN ('in_flight', 'delivered') THEN 1 ELSE 0 END, $4, t.reason,
+                CASE WHEN t.state IN ('in_flight', 'delivered') THEN 1 ELSE 0 END, coalesce(t.next_at, $4), t.reason,
                 CASE WHEN t.state = 'delivered' THEN \(databaseNowOnce) ELSE $4 END,
                 CASE WHEN t.state IN ('in_flight', 'delivered') THEN $5 END,
                 CASE WHEN t.state = 'in_flight' THEN \(databaseNowOnce) + $6::bigint END,
-                t.http
+                t.http, t.held_until, t.timing
             FROM unnest($7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[],
-                    $14::integer[])
-                WITH ORDINALITY AS t(device_id, user_name, platform, token_hash, state, reason, id, http, n)
+                    $14::integer[], $15::bigint[], $16::bigint[], $17::text[])
+                WITH ORDINALITY AS t(device_id, user_name, platform, token_hash, state, reason, id, http, next_at,
+                    held_until, timing, n)
             ORDER BY t.n
             """
         static let resolveUsers = PostgresStatement(
@@ -1139,14 +1170,15 @@ final class PostgresQueue: Sendable {
                 """)
         private static let resolveColumns = """
             v.device_id, v.user_name, v.platform, v.token_hash, v.environment, v.token_sealed, v.keys_sealed,
-                v.registered_at, v.bundle_id, v.server_key, v.enabled
+                v.registered_at, v.bundle_id, v.server_key, v.enabled, v.time_zone, v.quiet_hours, v.topics
             """
         private static let messageAndLock = """
             m AS (\(insertMessageSQL) RETURNING 1),
                 locked AS (SELECT count(*) FROM take_delivery_ids(0))
             """
         static let stateCounts = PostgresStatement(
-            name: "q_state_counts", sql: "SELECT state, count(*) FROM deliveries WHERE message_id = $1 GROUP BY state")
+            name: "q_state_counts",
+            sql: "SELECT \(Queue.reportedState), count(*) FROM deliveries d WHERE message_id = $1 GROUP BY 1")
         static let rescue = PostgresStatement(
             name: "q_rescue",
             sql: """
@@ -1167,7 +1199,7 @@ final class PostgresQueue: Sendable {
         static let claimColumns = """
             SELECT d.delivery_id, d.message_id, d.app, d.device_id, d.user_name, d.platform, d.attempts, m.expires_at,
                 m.payload, v.environment, v.token_sealed, v.keys_sealed, v.token_hash, v.registered_at, m.created_at,
-                v.bundle_id, v.server_key, v.enabled
+                v.bundle_id, v.server_key, v.enabled, d.timing
             FROM picked p JOIN deliveries d ON d.delivery_id = p.delivery_id
             JOIN messages m ON m.message_id = d.message_id
             LEFT JOIN devices v ON v.device_id = d.device_id
@@ -1199,6 +1231,7 @@ final class PostgresQueue: Sendable {
             sql: """
                 SELECT message_id, platform, count(*) FROM deliveries
                 WHERE message_id = ANY($1::text[]) AND state IN ('queued', 'retrying', 'in_flight')
+                    AND (held_until IS NULL OR held_until <= $2)
                 GROUP BY message_id, platform
                 """)
         static let lease = PostgresStatement(

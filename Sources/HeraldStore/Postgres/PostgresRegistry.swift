@@ -200,6 +200,25 @@ struct PostgresRegistry: RegistryStatements {
         ).affectedRows
     }
 
+    func applyPreferences(deviceID: String, _ changes: PreferenceChanges) throws -> StoredPreferences? {
+        let cols = changes.columns
+        let rows = try c.execute(
+            """
+            UPDATE devices SET time_zone = CASE WHEN $1 THEN time_zone ELSE $2 END,
+                quiet_hours = CASE WHEN $3 THEN quiet_hours ELSE $4 END, topics = CASE WHEN $5 THEN topics ELSE $6 END
+            WHERE device_id = $7 RETURNING time_zone, quiet_hours, topics
+            """,
+            [
+                .bool(cols[0].keep), .optional(cols[0].value), .bool(cols[1].keep), .optional(cols[1].value),
+                .bool(cols[2].keep),
+                .optional(cols[2].value), .text(deviceID),
+            ])
+        return try rows.rows.first.map {
+            StoredPreferences(
+                timeZone: try $0.optionalText(0), quietHours: try $0.optionalText(1), topics: try $0.optionalText(2))
+        }
+    }
+
     func list(app: String, user: String) throws -> [DeviceSummary] {
         try c.execute(Statements.list, [.text(app), Self.bytes(user)]).rows.map(DeviceSummary.init(listed:))
     }

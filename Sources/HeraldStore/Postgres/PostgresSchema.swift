@@ -448,6 +448,33 @@ enum PostgresSchema {
                 REFERENCING OLD TABLE AS deleted_deliveries FOR EACH STATEMENT
                 EXECUTE FUNCTION deliveries_deleted();
             """),
+        // 7: each device's own rules and sends at a time (SQLite's 11): a
+        // device's `time_zone`, `quiet_hours` and `topics`; a held delivery
+        // is a queued row due at `held_until` (its `next_attempt_at`), with
+        // the notes of its `timing`; its acceptance writes a `delivery` event
+        // with state `held` and its due time. Columns that older binaries
+        // leave NULL, and a trigger function that writes what it wrote before
+        // and the held rows' events besides.
+        .expand(
+            """
+            ALTER TABLE devices ADD COLUMN time_zone text, ADD COLUMN quiet_hours text, ADD COLUMN topics text;
+            ALTER TABLE deliveries ADD COLUMN held_until bigint, ADD COLUMN timing text;
+            CREATE OR REPLACE FUNCTION deliveries_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO events (at, app, kind, message_id, device_id, user_name, platform, state, reason,
+                    http_status)
+                SELECT n.updated_at, n.app, 'delivery', n.message_id, n.device_id, n.user_name, n.platform, n.state,
+                    n.reason, n.http_status
+                FROM inserted_deliveries n WHERE n.state NOT IN ('queued', 'retrying', 'in_flight')
+                ORDER BY n.delivery_id;
+                INSERT INTO events (at, app, kind, message_id, device_id, user_name, platform, state, detail)
+                SELECT n.updated_at, n.app, 'delivery', n.message_id, n.device_id, n.user_name, n.platform, 'held',
+                    json_build_object('due_at', n.held_until, 'timing', n.timing)::text
+                FROM inserted_deliveries n WHERE n.state = 'queued' AND n.held_until IS NOT NULL
+                ORDER BY n.delivery_id;
+                RETURN NULL;
+            END $$;
+            """),
     ]
 
     /// Brings the database to the newest schema this binary knows; applies
