@@ -959,12 +959,14 @@ final class ClockOffset: Sendable {
         let d = value
         guard d != 0 else { return claim }
         let jobs = claim.jobs.map { j in
-            DeliveryJob(
+            var moved = DeliveryJob(
                 deliveryID: j.deliveryID, messageID: j.messageID, app: j.app, deviceID: j.deviceID, user: j.user,
                 platform: j.platform, environment: j.environment, token: j.token, keys: j.keys, tokenHash: j.tokenHash,
                 registeredAt: j.registeredAt, message: j.message, acceptedAt: j.acceptedAt - d,
                 expiresAt: j.expiresAt == .max ? .max : j.expiresAt - d, previousAttempts: j.previousAttempts,
                 bundleID: j.bundleID, serverKey: j.serverKey)
+            moved.silent = j.silent
+            return moved
         }
         var moved = Claim(
             jobs: jobs, finished: claim.finished, batchSizes: claim.batchSizes,
