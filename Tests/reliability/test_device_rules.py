@@ -156,8 +156,21 @@ def test_not_before_holds_each_delivery_until_its_time(gw):
         ids = {d.register("nb", "apns", t)["device_id"]: t for t in tokens}
         fcm_id = d.register("nb", "fcm", "dr-nb-fcm", time_zone="Europe/Paris")["device_id"]
         ids[fcm_id] = "dr-nb-fcm"
+        watcher = d.connect()
+        watcher.call("events.subscribe", {"kinds": ["delivery"]})
         due = time.time() + 3.0
         sent = d.call("push.send", {"to": {"users": ["nb"]}, "not_before": rfc3339(due)})
+        # Its acceptance is an event per held delivery, with the time it is due.
+        held_events = {}
+        while len(held_events) < 4:
+            msg = watcher.read_json(timeout=10)
+            for e in msg.get("params", {}).get("events", []) if msg.get("method") == "events" else []:
+                if e["message_id"] == sent["message_id"]:
+                    assert e["state"] == "held" and e["due_at"] == rfc3339(due), e
+                    assert e["timing"] == ["not_before"], e
+                    held_events[e["device_id"]] = e
+        assert set(held_events) == set(ids), (held_events, ids)
+        watcher.close()
         expiring = d.call("push.send", {"to": {"devices": [fcm_id]}, "not_before": rfc3339(due), "ttl": 0,
                                         "kind": "clear"})
         status = d.status(sent["message_id"])
