@@ -518,6 +518,33 @@ def _collect_events(d: Daemon, since: str, until, timeout=120, kinds=("delivery"
     return out
 
 
+def test_a_timed_send_accepted_by_one_goes_out_once_at_its_time_from_the_other(pg, fresh_gw):
+    """A message held until `not_before` is rows in the shared store: host-a accepts it and is
+    killed before its time; host-b sends every delivery once, none before its time."""
+    gw = fresh_gw
+    ledger = Ledger(gw)
+    fleet = Fleet(gw, "timed", 40)
+    with Cluster(pg, gw) as c:
+        register_fleet(fleet, [c.a, c.b])
+        due = time.time() + 4.0
+        at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(due)) + f".{int(due * 1000) % 1000:03d}Z"
+        sent = c.a.call("push.send", message("timed", fleet.users, not_before=at), timeout=60)
+        assert sent["devices"] == 40, sent
+        status = c.b.status(sent["message_id"])
+        assert status["counts"]["held"] == 40, status["counts"]
+        assert {x["due_at"] for x in status["devices"]} == {at}, status["devices"][:2]
+        c.a.kill9()
+        status = wait_all_complete(c.b, [sent["message_id"]])[sent["message_id"]]
+        states, sent_by = detail_summary(status)
+        assert states == {"delivered": 40} and set(sent_by) == {"host-b"}, (states, sent_by)
+        result = ledger.judge(fleet.expected(fleet.users, "timed"))
+        assert not result["problems"], result["problems"][:10]
+        assert result["duplicates"] == 0 and result["copies"] == 40, result
+        early = [copy for copies in ledger.copies.values() for copy in copies if copy["time"] < due - 0.05]
+        assert not early, f"{len(early)} copies reached the gateways before their time: {early[:3]}"
+        c.b.shutdown()
+
+
 def test_a_subscriber_on_either_instance_sees_every_instances_events(pg, fresh_gw):
     """Two messages, one accepted (and sent) by each instance; a subscriber on each sees every
     delivery of both, once, in one cursor order; and the same order on both."""
