@@ -47,7 +47,7 @@ enum ClientCommands {
             values: clientOptions.union([
                 "app", "user", "platform", "token", "environment", "p256dh", "auth", "name", "app-version", "session",
                 "registration-id", "version", "bundle-id", "application-server-key", "app-id", "user-agent",
-            ]))
+            ]).union(PreferenceOptions.deviceValues))
         try options.noPositional()
         var params = JSONObject()
         if let app = options.value("app") { params.append("app", .string(app)) }
@@ -71,6 +71,7 @@ enum ClientCommands {
                 "keys",
                 ["p256dh": .string(try options.required("p256dh")), "auth": .string(try options.required("auth"))])
         }
+        try PreferenceOptions.appendDeviceRules(options, to: &params)
         let client = try RPCClient(socketPath: socketPath(options))
         return output(try client.call("device.register", params))
     }

@@ -14,11 +14,16 @@ enum PushCommands {
                    [--wait [--timeout-ms N]] [--app A]
                    [--interruption-level passive|active|time-sensitive|critical] [--relevance-score 0..1]
                    [--thread-id T] [--category C] [--android-channel-id C]
-                   [--web-payload JSON [--shrink JSON]]
+                   [--web-payload JSON [--shrink JSON]] [--topics T,T...] [--not-before TIME | --at-local HH:MM]
           --web-payload JSON  a JSON object: the content of Web Push-form records
                               (never sent to APNs or FCM legacy-form devices)
           --shrink JSON       a JSON array of steps that bring it under the record, in order:
                               [{"drop":["/media"]},{"shorten":"/body"},{"keep":["/type"]}]
+          --topics T,T...     what the message is about: a device with topics gets it only when
+                              they share one (the others are skipped, not_subscribed)
+          --not-before TIME   held until then: RFC 3339 with Z or an offset, 2026-12-24T09:00:00+01:00
+          --at-local HH:MM    held until each device's own clock next reads HH:MM (a device
+                              without a time zone is sent at once)
         """
 
     static func send(_ arguments: [String]) throws(CommandFailure) -> Int32 {
@@ -28,7 +33,7 @@ enum PushCommands {
                 "app", "kind", "badge", "loc-key", "collapse-key", "priority", "ttl", "idempotency-key", "timeout-ms",
                 "interruption-level", "relevance-score", "thread-id", "category", "android-channel-id",
                 "web-payload", "shrink",
-            ]), flags: ["wait"], repeated: ["user", "device", "data"])
+            ]).union(PreferenceOptions.sendValues), flags: ["wait"], repeated: ["user", "device", "data"])
         try options.noPositional()
         let users = options.all("user")
         let devices = options.all("device")
@@ -75,6 +80,7 @@ enum PushCommands {
             }
             params.append(key, value)
         }
+        try PreferenceOptions.appendSendRules(options, to: &params)
         if options.value("ttl") != nil {
             params.append("ttl", .int(try options.integer("ttl", default: 0, in: 0...2_419_200)))
         }
@@ -132,7 +138,7 @@ enum PushCommands {
         let counts = status["counts"]?.objectValue ?? JSONObject()
         func n(_ key: String) -> Int { Int(counts[key]?.numberValue?.int64 ?? 0) }
         let final = ["delivered", "failed", "expired", "superseded", "skipped", "removed_stale"]
-        let open = ["queued", "in_flight", "retrying"]
+        let open = ["queued", "held", "in_flight", "retrying"]
         let done = final.reduce(0) { $0 + n($1) }
         let total = done + open.reduce(0) { $0 + n($1) }
         let parts = (final + open).filter { n($0) > 0 }.map { "\($0) \(n($0))" }

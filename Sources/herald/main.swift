@@ -13,18 +13,26 @@ let usage = """
       herald register --user U --platform apns|apns_voip|fcm|web|unified_push --token T [--environment E]
                       [--p256dh B64 --auth B64] [--name N] [--app-version V] [--session S]
                       [--registration-id R --version N] [--bundle-id B] [--application-server-key B64]
-                      [--app-id BUILD] [--user-agent UA] [--app A]
+                      [--app-id BUILD] [--user-agent UA] [--app A] [--time-zone TZ]
+                      [--quiet-hours HH:MM-HH:MM [--quiet-days D,D...] [--during hold|silent|drop]]
+                      [--topics T,T...]
                       (--p256dh and --auth with an https endpoint as --token: the Web Push form,
                       for web and unified_push always, for fcm and apns_voip optionally;
-                      --app-id: the client build, default stable, part of the registration's identity)
-      herald devices USER [--app A]  (each device's form, app_id and user_agent too)
+                      --app-id: the client build, default stable, part of the registration's identity;
+                      the device's own rules: 'herald device help')
+      herald devices USER [--app A]  (each device's form, app_id, user_agent, time_zone, quiet_hours
+                      and topics too)
       herald device rename DEVICE_ID NAME [--user U] [--app A]
       herald device disable DEVICE_ID [--user U] [--app A] (kept; sends skip it)
       herald device enable DEVICE_ID [--user U] [--app A]
+      herald device prefs DEVICE_ID [--user U] [--app A] [--time-zone TZ | --clear-time-zone]
+                  [--quiet-hours HH:MM-HH:MM [--quiet-days D,D...] [--during M] | --clear-quiet-hours]
+                  [--topics T,T... | --clear-topics]
       herald send (--user U ... | --device ID ...) [--kind K] [--data KEY=VALUE ...] [--badge N]
                   [--loc-key K] [--collapse-key K] [--priority P] [--ttl S] [--idempotency-key K]
                   [--wait [--timeout-ms N]] [--app A] [--interruption-level L] [--relevance-score N]
-                  [--thread-id T] [--category C] [--android-channel-id C]
+                  [--thread-id T] [--category C] [--android-channel-id C] [--topics T,T...]
+                  [--not-before TIME | --at-local HH:MM]
       herald status MESSAGE_ID [--detail] [--watch [--interval-ms N]] [--app A]
       herald events [--follow] [--since CURSOR] [--kinds K,K...] [--app A]
                     (one JSON event a line; without --follow, from the oldest kept until

@@ -7,15 +7,15 @@ struct DeliveryStateTests {
     func rawValues() {
         #expect(
             DeliveryState.allCases.map(\.rawValue) == [
-                "queued", "in_flight", "delivered", "retrying", "failed", "expired", "superseded", "skipped",
+                "queued", "held", "in_flight", "delivered", "retrying", "failed", "expired", "superseded", "skipped",
                 "removed_stale",
             ])
         #expect(DeliveryState(rawValue: "removed_stale") == .removedStale)
         #expect(DeliveryState(rawValue: "in-flight") == nil)
     }
 
-    @Test("only queued, in_flight and retrying are not final")
+    @Test("only queued, held, in_flight and retrying are not final")
     func final() {
-        #expect(DeliveryState.allCases.filter { !$0.isFinal } == [.queued, .inFlight, .retrying])
+        #expect(DeliveryState.allCases.filter { !$0.isFinal } == [.queued, .held, .inFlight, .retrying])
     }
 }

@@ -625,7 +625,7 @@ struct RegistrySemanticsTests {
             let expectedKeys: Set<String> = [
                 "device_id", "platform", "environment", "name", "app_version", "token_hash", "created_at",
                 "registered_at", "last_success_at", "last_failure_at", "last_failure_reason", "bundle_id",
-                "enabled", "form", "app_id", "user_agent",
+                "enabled", "form", "app_id", "user_agent", "time_zone", "quiet_hours", "topics",
             ]
             for d in devices { #expect(Set(d.keys) == expectedKeys) }
 

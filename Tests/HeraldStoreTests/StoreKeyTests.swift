@@ -206,6 +206,9 @@ struct StoreKeyTests {
             ALTER TABLE devices DROP COLUMN app_id; ALTER TABLE devices DROP COLUMN user_agent;
             ALTER TABLE deliveries DROP COLUMN shrunk; DROP TABLE assembling;
             DROP TRIGGER deliveries_inserted_final; DROP TRIGGER deliveries_finished; DROP TABLE attempts;
+            DROP TRIGGER deliveries_inserted_held; ALTER TABLE devices DROP COLUMN time_zone;
+            ALTER TABLE devices DROP COLUMN quiet_hours; ALTER TABLE devices DROP COLUMN topics;
+            ALTER TABLE deliveries DROP COLUMN held_until; ALTER TABLE deliveries DROP COLUMN timing;
             DROP TABLE events; DROP INDEX deliveries_live_by_message; ALTER TABLE deliveries DROP COLUMN evented;
             PRAGMA user_version = 4;
             UPDATE devices SET token_sealed = zeroblob(length(token_sealed)) WHERE device_id = '\(ids[0])';

@@ -106,10 +106,13 @@ extension HeraldService {
 
     /// A list of topics: each 1 to 64 bytes of printable characters, no
     /// spaces; each once.
-    static func topics(_ p: inout ParamReader, _ name: String, maxCount: Int) throws(RPCError) -> [String]? {
+    static func topics(
+        _ p: inout ParamReader, _ name: String, minCount: Int = 0, maxCount: Int
+    ) throws(RPCError) -> [String]? {
         guard
             let list = try p.stringArray(
-                name, maxCount: maxCount, maxBytes: PreferenceLimits.maxTopicBytes, allowEmpty: true, content: .text)
+                name, minCount: minCount, maxCount: maxCount, maxBytes: PreferenceLimits.maxTopicBytes,
+                allowEmpty: true, content: .text)
         else { return nil }
         var seen = Set<String>()
         for (i, topic) in list.enumerated() {

@@ -84,7 +84,8 @@ extension HeraldService {
         if timeout != nil && !wait { throw p.invalid("timeout_ms", "requires wait: true") }
         let presentation = try Self.presentation(&p, kind: kind)
         let webContent = try Self.webContent(&p)
-        let topics = try Self.topics(&p, "topics", maxCount: PreferenceLimits.maxMessageTopics)
+        // A message about no topic at all says so by leaving `topics` out.
+        let topics = try Self.topics(&p, "topics", minCount: 1, maxCount: PreferenceLimits.maxMessageTopics)
         let sendTime = try Self.sendTime(&p, kind: kind, now: SystemClock().nowMilliseconds())
         try p.finish()
 

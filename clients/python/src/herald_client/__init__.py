@@ -10,7 +10,7 @@
 Standard library only. See README.md beside this package, and docs/interface.md of Herald.
 """
 
-from .client import DEFAULT_SOCKET, Client, Pending, Pipeline
+from .client import DEFAULT_SOCKET, UNSET, Client, Pending, Pipeline, Unset
 from .events import EventStream
 from .errors import (
     CallTimeout,
@@ -39,6 +39,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_SOCKET",
+    "UNSET",
+    "Unset",
     "Client",
     "Pending",
     "Pipeline",

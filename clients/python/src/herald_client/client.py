@@ -8,6 +8,7 @@ time, or many written before their answers are read (``Client.pipeline``).
 
 from __future__ import annotations
 
+import datetime
 import enum
 import heapq
 import itertools
@@ -18,7 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Final, Generic, TypeVar, cast
 
 from .errors import (
     CallTimeout,
@@ -35,6 +36,7 @@ from .types import (
     Alert,
     Cancelled,
     DeviceList,
+    During,
     Environment,
     EventKind,
     Health,
@@ -45,6 +47,7 @@ from .types import (
     OpenRPCDocument,
     Platform,
     Priority,
+    QuietHours,
     Registration,
     Removed,
     ShrinkStep,
@@ -55,7 +58,7 @@ from .types import (
     WebPushKeys,
 )
 
-__all__ = ["Client", "Pipeline", "Pending", "DEFAULT_SOCKET"]
+__all__ = ["Client", "Pipeline", "Pending", "DEFAULT_SOCKET", "UNSET", "Unset"]
 
 T = TypeVar("T")
 
@@ -77,6 +80,25 @@ class _Unset(enum.Enum):
     TIMEOUT = 0
 
 
+class Unset(enum.Enum):
+    """The type of ``UNSET``."""
+
+    UNSET = 0
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: The default of the device rules (``time_zone``, ``quiet_hours``, ``topics``) of
+#: ``device_register`` and ``device_update``: left out of the call, so the stored value stays.
+#: ``None`` given for one of them is sent as null and clears it.
+UNSET: Final = Unset.UNSET
+
+# device.register's and device.update's params whose None is sent (as null): the device rules,
+# which null clears.
+_DEVICE_RULES = frozenset({"time_zone", "quiet_hours", "topics"})
+
+
 def _json_default(value: Any) -> Any:
     # Mappings and sequences that are not dicts and lists (MappingProxyType, tuples of tuples...).
     if isinstance(value, Mapping):
@@ -86,9 +108,26 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def _given(arguments: dict[str, Any]) -> dict[str, Any]:
-    """A method's keyword arguments (its ``locals()``) as params: the ones given, not None."""
-    return {k: v for k, v in arguments.items() if k != "self" and v is not None}
+def _given(arguments: dict[str, Any], clearable: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """A method's keyword arguments (its ``locals()``) as params: the ones given, not UNSET and
+    not None (but those in ``clearable``, whose None is sent as null); ``not_before`` as RFC
+    3339."""
+    params = {
+        k: v
+        for k, v in arguments.items()
+        if k != "self" and v is not UNSET and (v is not None or k in clearable)
+    }
+    if isinstance(params.get("not_before"), datetime.datetime):
+        params["not_before"] = _rfc3339(params["not_before"])
+    return params
+
+
+def _rfc3339(moment: datetime.datetime) -> str:
+    """An aware datetime as RFC 3339 UTC with milliseconds (what the daemon keeps)."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("not_before must be an aware datetime (with a tzinfo), or an RFC 3339 string")
+    utc = moment.astimezone(datetime.timezone.utc)
+    return utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Pending(Generic[T]):
@@ -409,7 +448,10 @@ class Client:
     sent twice by the client.
 
     Methods take keyword arguments named as the RPC's params; only the ones given (not None)
-    are sent. Results are the daemon's JSON objects; errors raise ``RPCError`` subclasses.
+    are sent. The device rules of ``device_register`` and ``device_update`` (``time_zone``,
+    ``quiet_hours``, ``topics``) default to ``UNSET`` instead, and ``None`` given for one is
+    sent as null, which clears it. Results are the daemon's JSON objects; errors raise
+    ``RPCError`` subclasses.
     One Client may be shared by threads (calls take turns on the connection)."""
 
     def __init__(
@@ -580,6 +622,10 @@ class Client:
         app: str | None = None,
         app_id: str | None = None,
         user_agent: str | None = None,
+        time_zone: str | None | Unset = UNSET,
+        quiet_hours: QuietHours | Mapping[str, Any] | None | Unset = UNSET,
+        during: During | None = None,
+        topics: Sequence[str] | None | Unset = UNSET,
     ) -> Registration:
         """Registers or refreshes a device of ``user`` (``device.register``).
 
@@ -590,8 +636,12 @@ class Client:
         left out, the current key. ``keys`` with an https endpoint as ``token`` is the Web Push
         form: always for ``web`` and ``unified_push``, optional for ``fcm`` and ``apns_voip``.
         ``app_id``: the client build (``stable`` when left out), part of the registration's
-        identity; ``user_agent``: 1 to 1024 characters, stored and listed."""
-        return cast(Registration, self.call("device.register", _given(locals())))
+        identity; ``user_agent``: 1 to 1024 characters, stored and listed.
+
+        The device's own rules, as ``device_update`` takes them: ``time_zone``, ``quiet_hours``
+        (with ``during``) and ``topics``; left out (``UNSET``), the stored ones stay, ``None``
+        clears one."""
+        return cast(Registration, self.call("device.register", _given(locals(), _DEVICE_RULES)))
 
     def device_unregister(
         self,
@@ -622,17 +672,34 @@ class Client:
         user: str | None = None,
         name: str | None = None,
         enabled: bool | None = None,
+        time_zone: str | None | Unset = UNSET,
+        quiet_hours: QuietHours | Mapping[str, Any] | None | Unset = UNSET,
+        during: During | None = None,
+        topics: Sequence[str] | None | Unset = UNSET,
         app: str | None = None,
     ) -> UpdatedDevice:
-        """Renames a device and/or turns it off or on, by its ``device_id`` (``device.update``);
-        give ``name``, ``enabled`` or both. With ``user`` the device must be that user's;
+        """Renames a device, turns it off or on, or sets its own rules, by its ``device_id``
+        (``device.update``); give at least one of ``name``, ``enabled``, ``time_zone``,
+        ``quiet_hours`` and ``topics``. With ``user`` the device must be that user's;
         without it, the app's device of that id. ``enabled=False`` keeps the
         device (listed with ``enabled: False``) and makes sends skip it (``skipped``, reason
         ``device_disabled``) until ``enabled=True``; ``name=""`` is an empty name. Neither
         changes its registration (``registered_at``, eviction order). An id not found that way
         raises ``NotFound`` (1003, ``data.device_id``). Returns
-        ``{"device": ...}`` as ``device_list`` shows it."""
-        return cast(UpdatedDevice, self.call("device.update", _given(locals())))
+        ``{"device": ...}`` as ``device_list`` shows it.
+
+        The device's own rules (docs/interface.md, "Each device's own rules"); each left out
+        (``UNSET``, the default) keeps what is stored, and ``None`` clears it (sent as null):
+
+        - ``time_zone``: an IANA name (``"Europe/Paris"``) of the daemon's tz database.
+        - ``quiet_hours``: ``{"start": "22:00", "end": "07:00", "days": ["fri", "sat"],
+          "during": "hold"}`` (``days`` and ``during`` optional; ``during`` may instead be given
+          as the ``during`` argument): ``hold`` keeps a push until the period ends, ``silent``
+          sends it without sound or banner, ``drop`` skips it (``quiet_hours``). Needs a
+          ``time_zone``, given here or stored (``InvalidParams`` otherwise).
+        - ``topics``: the message topics the device wants (``[]``: none); a ``push_send`` with
+          ``topics`` reaches it only when they share one (else ``skipped``, ``not_subscribed``)."""
+        return cast(UpdatedDevice, self.call("device.update", _given(locals(), _DEVICE_RULES)))
 
     def session_end(self, *, user: str, session: str, app: str | None = None) -> Removed:
         """Deletes the user's devices registered with ``session`` (``session.end``)."""
@@ -663,6 +730,9 @@ class Client:
         android_channel_id: str | None = None,
         web_payload: Mapping[str, Any] | None = None,
         shrink: Sequence[ShrinkStep | Mapping[str, Any]] | None = None,
+        topics: Sequence[str] | None = None,
+        not_before: datetime.datetime | str | None = None,
+        at_local: str | None = None,
         app: str | None = None,
     ) -> Accepted:
         """Sends a content-free notification to ``to={"users": [...]}`` or
@@ -676,7 +746,15 @@ class Client:
         ``web_payload`` (a JSON object, at most 16384 bytes) is the content of Web Push-form
         records, sealed to each device; ``shrink`` lists the steps that bring it under the
         record's 2713 bytes, in order: ``{"drop": [pointers]}``, ``{"shorten": pointer}``,
-        ``{"keep": [pointers]}``. APNs and FCM legacy-form devices never receive it."""
+        ``{"keep": [pointers]}``. APNs and FCM legacy-form devices never receive it.
+
+        ``topics`` (up to 16): what the message is about; a device with topics gets it only when
+        they share one (the others are ``skipped``, reason ``not_subscribed``). ``not_before``:
+        every delivery is held (state ``held``) until then, an aware ``datetime`` (sent as RFC
+        3339 UTC) or an RFC 3339 string with ``Z`` or an offset, at most 28 days ahead;
+        ``at_local``: ``"HH:MM"``, each delivery held until the device's own clock next reads it
+        (a device without a ``time_zone`` is sent at once). Not both; neither for ``call_ring``.
+        The TTL counts from acceptance, so give a timed send one that covers its wait."""
         return cast(Accepted, self.call("push.send", _given(locals())))
 
     def push_status(self, *, message_id: str, detail: bool | None = None, app: str | None = None) -> MessageStatus:
@@ -799,8 +877,12 @@ class Pipeline:
         app: str | None = None,
         app_id: str | None = None,
         user_agent: str | None = None,
+        time_zone: str | None | Unset = UNSET,
+        quiet_hours: QuietHours | Mapping[str, Any] | None | Unset = UNSET,
+        during: During | None = None,
+        topics: Sequence[str] | None | Unset = UNSET,
     ) -> Pending[Registration]:
-        return self.call("device.register", _given(locals()))
+        return self.call("device.register", _given(locals(), _DEVICE_RULES))
 
     def device_unregister(
         self,
@@ -827,9 +909,13 @@ class Pipeline:
         user: str | None = None,
         name: str | None = None,
         enabled: bool | None = None,
+        time_zone: str | None | Unset = UNSET,
+        quiet_hours: QuietHours | Mapping[str, Any] | None | Unset = UNSET,
+        during: During | None = None,
+        topics: Sequence[str] | None | Unset = UNSET,
         app: str | None = None,
     ) -> Pending[UpdatedDevice]:
-        return self.call("device.update", _given(locals()))
+        return self.call("device.update", _given(locals(), _DEVICE_RULES))
 
     def session_end(self, *, user: str, session: str, app: str | None = None) -> Pending[Removed]:
         return self.call("session.end", _given(locals()))
@@ -858,6 +944,9 @@ class Pipeline:
         android_channel_id: str | None = None,
         web_payload: Mapping[str, Any] | None = None,
         shrink: Sequence[ShrinkStep | Mapping[str, Any]] | None = None,
+        topics: Sequence[str] | None = None,
+        not_before: datetime.datetime | str | None = None,
+        at_local: str | None = None,
         app: str | None = None,
     ) -> Pending[Accepted]:
         return self.call("push.send", _given(locals()))

@@ -15,6 +15,9 @@ __all__ = [
     "Kind",
     "Priority",
     "InterruptionLevel",
+    "During",
+    "Weekday",
+    "QuietHours",
     "MessageState",
     "DeliveryState",
     "WebPushKeys",
@@ -51,9 +54,23 @@ Kind = Literal["notification", "clear", "call_ring"]
 Priority = Literal["high", "normal", "low"]
 #: ``push.send``'s ``interruption_level`` (APNs ``interruption-level``).
 InterruptionLevel = Literal["passive", "active", "time-sensitive", "critical"]
+#: What a push due inside a device's quiet hours does: wait for their end, go without sound or
+#: banner, or be skipped (reason ``quiet_hours``).
+During = Literal["hold", "silent", "drop"]
+Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 MessageState = Literal["pending", "complete"]
+#: ``held``: waiting for its time (``not_before``, ``at_local``, or quiet hours with ``hold``).
 DeliveryState = Literal[
-    "queued", "in_flight", "delivered", "retrying", "failed", "expired", "superseded", "skipped", "removed_stale"
+    "queued",
+    "held",
+    "in_flight",
+    "delivered",
+    "retrying",
+    "failed",
+    "expired",
+    "superseded",
+    "skipped",
+    "removed_stale",
 ]
 
 
@@ -103,6 +120,17 @@ class KeepStep(TypedDict):
 ShrinkStep = DropStep | ShortenStep | KeepStep
 
 
+class QuietHours(TypedDict):
+    """A device's quiet hours: from ``start`` to ``end`` (``"HH:MM"``; ``"22:00"`` to
+    ``"07:00"`` spans midnight) on the device's clock, every day or on the ``days`` a period
+    starts on. ``device_list`` always shows ``days`` (None: every day) and ``during``."""
+
+    start: str
+    end: str
+    days: NotRequired[list[Weekday] | None]
+    during: NotRequired[During]
+
+
 class Registration(TypedDict):
     """``device.register``: what the call did."""
 
@@ -148,6 +176,11 @@ class Device(TypedDict):
     app_id: str
     #: The user agent given at registration; None if none.
     user_agent: str | None
+    #: The device's own rules (``device_update``), each None when not set: its IANA time zone,
+    #: its quiet hours, and the message topics it wants (None: every message; ``[]``: none).
+    time_zone: str | None
+    quiet_hours: QuietHours | None
+    topics: list[str] | None
 
 
 class UpdatedDevice(TypedDict):
@@ -166,6 +199,7 @@ class Counts(TypedDict):
     """A message's deliveries per state (every state is present)."""
 
     queued: int
+    held: int
     in_flight: int
     delivered: int
     retrying: int
@@ -200,6 +234,11 @@ class DeliveryDetail(TypedDict):
     sent_by: str | None
     #: The last ``shrink`` step the delivery's Web Push record needed; None when none was.
     shrunk: NotRequired[int | None]
+    #: When a held delivery is (or was) due (RFC 3339 UTC); None when it never waited.
+    due_at: NotRequired[str | None]
+    #: What its timing rules did: ``not_before``, ``at_local``, ``at_local:no_time_zone``,
+    #: ``quiet_hours:hold``, ``quiet_hours:bypassed:critical``... (empty when none applied).
+    timing: NotRequired[list[str]]
 
 
 class MessageStatus(TypedDict):
@@ -237,8 +276,9 @@ class Event(TypedDict, total=False):
     """One event of ``Client.events``: ``cursor``, ``kind``, ``at`` and ``app`` always (but a
     ``gap``: ``kind``, ``cursor``, ``reason``), the other members as the kind has them.
 
-    delivery: ``message_id``, ``device_id``, ``user``, ``platform``, ``state`` (final),
-    ``reason``, ``http_status``, ``apns_id`` (APNs), ``provider_id``. device_removed:
+    delivery: ``message_id``, ``device_id``, ``user``, ``platform``, ``state`` (final, or
+    ``held`` when it was accepted to wait, with ``due_at`` and ``timing``), ``reason``,
+    ``http_status``, ``apns_id`` (APNs), ``provider_id``. device_removed:
     ``device_id``, ``user``, ``platform``, ``reason`` (stale, cap, reclaimed, forget).
     message_complete: ``message_id``, ``counts`` (final states only). credential and
     transport: ``platform``, ``state``, ``reason``, ``detail``."""
@@ -256,6 +296,8 @@ class Event(TypedDict, total=False):
     http_status: int | None
     apns_id: str
     provider_id: str | None
+    due_at: str
+    timing: list[str]
     counts: dict[str, int]
     detail: Any
 
