@@ -20,7 +20,10 @@ struct DeviceUpdateTests {
         let id = try #require(registered["device_id"] as? String)
 
         let cases: [(params: [String: Any], field: String, reason: String?)] = [
-            (["user": "ann", "device_id": id], "name", "give at least one of name, enabled, time_zone, quiet_hours, topics"),
+            (
+                ["user": "ann", "device_id": id], "name",
+                "give at least one of name, enabled, time_zone, quiet_hours, topics"
+            ),
             (["user": "ann", "device_id": id, "name": NSNull(), "enabled": NSNull()], "name", nil),
             (["user": "ann", "device_id": id, "enabled": "no"], "enabled", "must be a boolean"),
             (["user": "ann", "device_id": id, "enabled": 0], "enabled", "must be a boolean"),
