@@ -41,12 +41,17 @@ public final class TimeZoneDatabase: Sendable {
     public init(directory: String? = nil, cacheLimit: Int = 256) {
         if let directory, !directory.isEmpty {
             self.directory = directory
-        } else if let value = getenv("TZDIR"), value.pointee != 0 {
-            self.directory = String(cString: value)
         } else {
-            self.directory = "/usr/share/zoneinfo"
+            self.directory = Self.defaultDirectory(tzdir: getenv("TZDIR").map { String(cString: $0) })
         }
         self.cacheLimit = Swift.max(0, cacheLimit)
+    }
+
+    /// The folder a database without one of its own reads: `tzdir` (the
+    /// value of `$TZDIR`) when set and not empty, else /usr/share/zoneinfo.
+    public static func defaultDirectory(tzdir: String?) -> String {
+        if let tzdir, !tzdir.isEmpty { return tzdir }
+        return "/usr/share/zoneinfo"
     }
 
     /// How many zones are loaded now (never more than `cacheLimit`).

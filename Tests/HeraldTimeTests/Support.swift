@@ -1,6 +1,6 @@
 import Foundation
 import HeraldTime
-import XCTest
+import Testing
 
 /// The system tz database, named explicitly so that a TZDIR in the test environment changes nothing.
 let systemDatabase = TimeZoneDatabase(directory: "/usr/share/zoneinfo")
@@ -16,7 +16,7 @@ func utc(_ year: Int, _ month: Int, _ day: Int, _ hour: Int = 0, _ minute: Int =
     calendar.timeZone = TimeZone(secondsFromGMT: 0) ?? calendar.timeZone
     let components = DateComponents(year: year, month: month, day: day, hour: hour, minute: minute, second: second)
     guard let date = calendar.date(from: components) else {
-        XCTFail("no date for \(components)")
+        Issue.record("no date for \(components)")
         return 0
     }
     return Int64(date.timeIntervalSince1970.rounded()) * 1000
@@ -25,8 +25,8 @@ func utc(_ year: Int, _ month: Int, _ day: Int, _ hour: Int = 0, _ minute: Int =
 let hour: Int64 = 3_600_000
 let minute: Int64 = 60_000
 
-/// A temporary folder for zone files, removed by `remove()`.
-struct TemporaryDirectory {
+/// A temporary folder for zone files, removed when the value goes away.
+final class TemporaryDirectory: Sendable {
     let path: String
 
     init() throws {
@@ -50,7 +50,7 @@ struct TemporaryDirectory {
         try FileManager.default.removeItem(atPath: path + "/" + name)
     }
 
-    func remove() {
+    deinit {
         try? FileManager.default.removeItem(atPath: path)
     }
 }
@@ -108,15 +108,16 @@ struct TZifWriter {
     }
 }
 
+/// Where `zdump` is installed, if it is.
+let zdumpPath = ["/usr/bin/zdump", "/usr/sbin/zdump"].first(where: {
+    FileManager.default.isExecutableFile(atPath: $0)
+})
+
 /// The offsets `zdump -v` (libc-bin: glibc's reading of the same files) reports
 /// at each transition it lists between two years, as (UTC milliseconds, offset);
 /// nil when zdump is not installed.
 func zdumpOffsets(zone: String, fromYear: Int, toYear: Int) throws -> [(instant: Int64, offset: Int)]? {
-    guard
-        let path = ["/usr/bin/zdump", "/usr/sbin/zdump"].first(where: {
-            FileManager.default.isExecutableFile(atPath: $0)
-        })
-    else { return nil }
+    guard let path = zdumpPath else { return nil }
     let process = Process()
     process.executableURL = URL(fileURLWithPath: path)
     process.arguments = ["-v", "-c", "\(fromYear),\(toYear)", zone]
@@ -138,7 +139,7 @@ func zdumpOffsets(zone: String, fromYear: Int, toYear: Int) throws -> [(instant:
             let day = Int(words[ut - 3]), let year = Int(words[ut - 1]),
             let gmtoff = words.last.flatMap({ $0.hasPrefix("gmtoff=") ? Int($0.dropFirst(7)) : nil })
         else {
-            XCTFail("unexpected zdump line: \(line)")
+            Issue.record("unexpected zdump line: \(line)")
             continue
         }
         let clock = words[ut - 2].split(separator: ":").compactMap { Int($0) }

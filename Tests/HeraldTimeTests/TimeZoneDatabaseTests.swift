@@ -1,65 +1,72 @@
 import Foundation
 import HeraldTime
-import XCTest
+import Testing
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
-final class TimeZoneDatabaseTests: XCTestCase {
-    private var directory: TemporaryDirectory!
+@Suite("The tz database: names, files and cache")
+struct TimeZoneDatabaseTests {
+    private let directory: TemporaryDirectory
 
-    override func setUpWithError() throws {
+    init() throws {
         directory = try TemporaryDirectory()
     }
 
-    override func tearDown() {
-        directory.remove()
-    }
-
-    private func assertError(
-        _ database: TimeZoneDatabase, _ name: String, _ expected: TimeZoneError, file: StaticString = #filePath,
-        line: UInt = #line
+    private func expectError(
+        _ database: TimeZoneDatabase, _ name: String, _ expected: TimeZoneError,
+        sourceLocation: SourceLocation = #_sourceLocation
     ) {
         do {
             _ = try database.zone(name)
-            XCTFail("\(name.debugDescription) loaded", file: file, line: line)
+            Issue.record("\(name.debugDescription) loaded", sourceLocation: sourceLocation)
         } catch {
-            XCTAssertEqual(error, expected, file: file, line: line)
+            #expect(error == expected, sourceLocation: sourceLocation)
         }
     }
 
-    func testLoadsZonesByName() throws {
-        for name in ["Europe/Paris", "Asia/Kolkata", "UTC", "Etc/GMT+5", "America/Argentina/Buenos_Aires"] {
-            XCTAssertEqual(try systemDatabase.zone(name).name, name)
-        }
-        XCTAssertEqual(try systemDatabase.zone("Etc/GMT+5").offsetSeconds(at: 0), -18000)
-        XCTAssertEqual(try systemDatabase.zone("UTC").offsetSeconds(at: utc(2026, 6, 1)), 0)
+    @Test(
+        "a zone loads by its name, at any depth",
+        arguments: ["Europe/Paris", "Asia/Kolkata", "UTC", "Etc/GMT+5", "America/Argentina/Buenos_Aires"])
+    func loadsZonesByName(_ name: String) throws {
+        #expect(try systemDatabase.zone(name).name == name)
     }
 
-    func testRefusesNamesBeforeOpeningAFile() {
-        let tooLong = String(repeating: "A", count: 65)
-        XCTAssertEqual(tooLong.utf8.count, 65)
-        for name in [
+    @Test("Etc/GMT+5 is five hours behind UTC, and UTC is UTC")
+    func fixedOffsetZones() throws {
+        #expect(try systemDatabase.zone("Etc/GMT+5").offsetSeconds(at: 0) == -18000)
+        #expect(try systemDatabase.zone("UTC").offsetSeconds(at: utc(2026, 6, 1)) == 0)
+    }
+
+    static let tooLong = String(repeating: "A", count: 65)
+
+    @Test(
+        "a name of the wrong shape is refused before a file is opened",
+        arguments: [
             "../etc/passwd", "/etc/passwd", "Europe/../UTC", "", tooLong, "Europe/Paris\0", "Europe//Paris", "Europe/",
             "./UTC", "Europe/.", "..", ".", "zone.tab", "Europe/Paris ", "Europe\\Paris", "Éurope/Paris",
-        ] {
-            assertError(systemDatabase, name, .invalidName(name))
-        }
-        // 64 bytes is a valid shape: merely unknown.
+        ])
+    func refusesNamesBeforeOpeningAFile(_ name: String) {
+        expectError(systemDatabase, name, .invalidName(name))
+    }
+
+    @Test("a name of 64 bytes is a valid shape, merely unknown; one of 65 is too long")
+    func longestName() {
+        #expect(Self.tooLong.utf8.count == 65)
         let longest = String(repeating: "A", count: 64)
-        assertError(systemDatabase, longest, .unknown(longest))
+        expectError(systemDatabase, longest, .unknown(longest))
     }
 
-    func testUnknownNames() {
-        assertError(systemDatabase, "Mars/Olympus", .unknown("Mars/Olympus"))
-        assertError(systemDatabase, "Europe/Paris/Left_Bank", .unknown("Europe/Paris/Left_Bank"))
-        // A folder is no zone.
-        assertError(systemDatabase, "Europe", .unknown("Europe"))
-        assertError(systemDatabase, "right", .unknown("right"))
+    @Test(
+        "a well-formed name with no zone file, or naming a folder, is unknown",
+        arguments: ["Mars/Olympus", "Europe/Paris/Left_Bank", "Europe", "right"])
+    func unknownNames(_ name: String) {
+        expectError(systemDatabase, name, .unknown(name))
     }
 
-    func testFilesThatAreNotTZif() throws {
+    @Test("a file that is not TZif is unreadable, among them the tz folder's own text files")
+    func filesThatAreNotTZif() throws {
         let database = TimeZoneDatabase(directory: directory.path)
         try directory.write(Array("not a zone\n".utf8), to: "Text")
         try directory.write([], to: "Empty")
@@ -73,53 +80,55 @@ final class TimeZoneDatabaseTests: XCTestCase {
         // A TZif header over 1 MiB of padding.
         try directory.write(Array(paris) + [UInt8](repeating: 0, count: 1 << 20), to: "Huge")
 
-        XCTAssertEqual(try database.zone("Paris").offsetSeconds(at: utc(2026, 7, 1)), 7200)
+        #expect(try database.zone("Paris").offsetSeconds(at: utc(2026, 7, 1)) == 7200)
         for name in ["Text", "Empty", "Truncated", "Header_Only", "Bad_Magic", "Huge"] {
-            assertError(database, name, .unreadable(name))
+            expectError(database, name, .unreadable(name))
         }
         // The tz folder's own text files: the text "leapseconds" and, with dots, "zone.tab".
-        assertError(systemDatabase, "leapseconds", .unreadable("leapseconds"))
+        expectError(systemDatabase, "leapseconds", .unreadable("leapseconds"))
     }
 
-    func testAFifoIsRefusedWithoutBlocking() throws {
-        XCTAssertEqual(mkfifo(directory.path + "/Pipe", 0o600), 0)
-        assertError(TimeZoneDatabase(directory: directory.path), "Pipe", .unreadable("Pipe"))
+    @Test("a FIFO is refused without blocking")
+    func aFifoIsRefusedWithoutBlocking() throws {
+        #expect(mkfifo(directory.path + "/Pipe", 0o600) == 0)
+        expectError(TimeZoneDatabase(directory: directory.path), "Pipe", .unreadable("Pipe"))
     }
 
-    func testTZDIRChoosesTheDefaultFolder() throws {
-        let saved = getenv("TZDIR").map { String(cString: $0) }
-        defer {
-            if let saved { setenv("TZDIR", saved, 1) } else { unsetenv("TZDIR") }
-        }
-        setenv("TZDIR", directory.path, 1)
-        XCTAssertEqual(TimeZoneDatabase().directory, directory.path)
-        XCTAssertEqual(TimeZoneDatabase(directory: "/usr/share/zoneinfo").directory, "/usr/share/zoneinfo")
-        unsetenv("TZDIR")
-        XCTAssertEqual(TimeZoneDatabase().directory, "/usr/share/zoneinfo")
+    @Test("TZDIR chooses the default folder; a folder given explicitly wins")
+    func tzdirChoosesTheDefaultFolder() throws {
+        // The environment is left alone (tests run in parallel, and setenv races getenv):
+        // the rule is checked on the value it reads.
+        #expect(TimeZoneDatabase.defaultDirectory(tzdir: directory.path) == directory.path)
+        #expect(TimeZoneDatabase.defaultDirectory(tzdir: "") == "/usr/share/zoneinfo")
+        #expect(TimeZoneDatabase.defaultDirectory(tzdir: nil) == "/usr/share/zoneinfo")
+        #expect(TimeZoneDatabase(directory: "/usr/share/zoneinfo").directory == "/usr/share/zoneinfo")
+        #expect(TimeZoneDatabase(directory: directory.path).directory == directory.path)
     }
 
-    func testCacheStaysWithinItsLimitAndEvictsTheLeastRecentlyUsed() throws {
+    @Test("the cache stays within its limit and evicts the least recently used zone")
+    func cacheStaysWithinItsLimitAndEvictsTheLeastRecentlyUsed() throws {
         let names = ["A", "B", "C", "D", "E", "F"]
         for name in names { try directory.copySystemZone("Europe/Paris", as: name) }
         let database = TimeZoneDatabase(directory: directory.path, cacheLimit: 3)
         for name in ["A", "B", "C"] { _ = try database.zone(name) }
-        XCTAssertEqual(database.cachedCount, 3)
+        #expect(database.cachedCount == 3)
         _ = try database.zone("A")  // B is now the least recently used
         _ = try database.zone("D")
-        XCTAssertEqual(database.cachedCount, 3)
+        #expect(database.cachedCount == 3)
         // With the files gone, only what the cache holds still loads.
         for name in names { try directory.remove(name) }
-        XCTAssertNoThrow(try database.zone("A"))
-        XCTAssertNoThrow(try database.zone("C"))
-        XCTAssertNoThrow(try database.zone("D"))
-        assertError(database, "B", .unknown("B"))
+        #expect(throws: Never.self) { try database.zone("A") }
+        #expect(throws: Never.self) { try database.zone("C") }
+        #expect(throws: Never.self) { try database.zone("D") }
+        expectError(database, "B", .unknown("B"))
 
         let uncached = TimeZoneDatabase(directory: "/usr/share/zoneinfo", cacheLimit: 0)
         _ = try uncached.zone("UTC")
-        XCTAssertEqual(uncached.cachedCount, 0)
+        #expect(uncached.cachedCount == 0)
     }
 
-    func testConcurrentLoads() throws {
+    @Test("concurrent loads each get the zone they asked for, within the cache's limit")
+    func concurrentLoads() throws {
         let names = ZoneOffsetTests.sweepZones + ["Europe/Berlin", "Asia/Shanghai", "Africa/Cairo", "America/Chicago"]
         let database = TimeZoneDatabase(directory: "/usr/share/zoneinfo", cacheLimit: 5)
         let failures = Failures()
@@ -134,12 +143,13 @@ final class TimeZoneDatabaseTests: XCTestCase {
                 }
             }
         }
-        XCTAssertEqual(failures.all, [])
-        XCTAssertLessThanOrEqual(database.cachedCount, 5)
+        #expect(failures.all == [])
+        #expect(database.cachedCount <= 5)
     }
 
-    func testSharedDatabase() throws {
-        XCTAssertEqual(try TimeZoneDatabase.shared.zone("UTC").offsetSeconds(at: 0), 0)
+    @Test("the shared database loads UTC")
+    func sharedDatabase() throws {
+        #expect(try TimeZoneDatabase.shared.zone("UTC").offsetSeconds(at: 0) == 0)
     }
 }
 
