@@ -16,7 +16,9 @@ Fan-out rounds (--rounds, default 10). Each round:
     FCM UNAVAILABLE/INTERNAL/QUOTA_EXCEEDED, Web Push 429/500/503; some with Retry-After)
     before they accept, so that deliveries are `retrying` with a backoff pending at the kills;
   - sends 1 to 3 `push.send` messages that together reach every device (the users
-    split at random), pipelined on one connection, each with an idempotency key and
+    split at random), and 1 or 2 timed messages (`not_before` 2-8 s after they are written, given
+    in Z or with an offset) to a random few hundred devices, all pipelined on one connection in a
+    random order, each with an idempotency key and
     `data` = {hx: its tag, pz: a random value, u: non-ASCII text} (the gateways see it in the
     APNs body, the FCM `message.data` and the decrypted Web Push plaintext: the tag ties a
     record to its message; the device comes from the APNs path token, FCM `message.token`
@@ -24,14 +26,20 @@ Fan-out rounds (--rounds, default 10). Each round:
   - kills herald with SIGKILL mid-enqueue (0.2-1.5 x the last accept time after the
     requests were written, answers possibly lost), mid-send (once the gateways have received
     a random fraction of the round's pushes) or mid-retry (once the gateways have answered
-    some of the round's programmed transient errors); sometimes kills it again in the middle
-    of its recovery, once the gateways have received a random part of what it resends;
+    some of the round's programmed transient errors) or mid-hold (one round of every run, and
+    about a tenth of the others: at a random moment before the round's timed messages are due,
+    restarted only once all of them are overdue, so that the restart must send them); sometimes
+    kills it again in the middle of its recovery, once the gateways have received a random part
+    of what it resends;
   - after each kill: waits until the gateways saw every connection close, reads their
     new records, copies herald.db (+ WAL) aside and reads which deliveries the store
     held `in_flight` (reported, and checked against the restart's `deliveries_recovered`),
     restarts herald on the same state, and sends every unanswered push.send again with its
     idempotency key (it must name the message the store committed before the kill, if it did);
-  - then either waits for every message so far to complete or goes straight on.
+  - checks once, before its due time, that push.status shows every device of a timed message
+    `held` with `due_at` its not_before (to the millisecond) and `timing` naming not_before;
+  - then either waits for every message so far to complete (but timed messages not due yet,
+    which the next round's kill may find held) or goes straight on.
 At the end: every message must reach `complete`.
 
 Checks, judged by the gateways' records (each failure is listed and the exit status is 1):
@@ -58,6 +66,19 @@ Checks, judged by the gateways' records (each failure is listed and the exit sta
     The store's `in_flight` rows are not used for this allowance;
   - at least one kill found deliveries in retry (their last copy answered with a transient
     error) at the gateways;
+  - timed messages (judged by the time each gateway record was received; gateways and herald
+    share the host clock): no copy was received before its not_before (50 ms allowed for clock
+    granularity); the first copy is not late: from when it could go, max(not_before, the start of
+    the life that sent it, the write of the push.send that made the message), to its receipt,
+    herald never sat idle (no gateway receiving anything) for more than 5 s + the gateway delay
+    then in effect. (It may wait longer behind deliveries due before it, as claims go by due time
+    and a restart has a whole fan-out to send: reported as waited_behind_earlier, with the
+    latest first copy.) Each ended as any other delivery (once, with the same duplicate rule across
+    kills); its final push.status still has `due_at` = not_before and `timing` with not_before
+    (when accepted before its time), and the event stream carried its `held` event (those seen
+    held). At least one kill found timed deliveries held in the store (queued, due after the
+    kill), at least one restart found some overdue, and the held state was read before a due
+    time at least once;
   - an unanswered push.send retried with its idempotency key returns the message the
     store had committed (no second message for one key);
   - the event stream: a subscriber (its own connection, subscribed from the start with
@@ -84,12 +105,15 @@ flight, the states, the committed messages) rather than from a copy of herald.db
 runs it with fewer rounds (make test-crash-postgres).
 
 Prints rounds, kills, deliveries checked, payload copies compared, duplicates against their
-bound, deliveries in retry at the kills, registrations checked; writes a JSON summary (--out). The daemon's stderr (all starts)
+bound, deliveries in retry at the kills, timed deliveries (held at kills, early, latest),
+registrations checked; writes a JSON summary (--out). The daemon's stderr (all starts)
 is kept in the work directory and copied next to the summary.
 
     HERALD_BIN=.build/debug/herald .venv/bin/python Tests/reliability/crash_harness.py
 """
 import argparse
+import bisect
+import datetime
 import json
 import os
 import random
@@ -133,6 +157,39 @@ TRANSIENT_PROGRAM = {
             {"status": 201}),
 }
 TRANSIENT_STATUS = (429, 500, 502, 503, 504)
+# Timed sends: in every round 1 or 2 messages with `not_before` 2-8 s after they are written (kills
+# land before, around and after their time), each to TIMED_USERS users (at most a quarter of them).
+TIMED_AHEAD_S = (2.0, 8.0)
+TIMED_USERS = 40
+TIMED_OFFSETS_MIN = (0, 0, 0, 330, -240, 60)   # not_before in Z, or the same instant with an offset
+# A gateway record of a timed message received before its not_before - EARLY_TOLERANCE_S is early;
+# its first copy later than LATE_BOUND_S (+ the gateway delay in effect) after it could go is late.
+EARLY_TOLERANCE_S = 0.05
+LATE_BOUND_S = 5.0
+HOLD_SHARE = 0.1    # rounds killed mid-hold besides the one every run has
+# Per message, its deliveries the store holds queued with a due time (a held delivery is a queued row
+# with held_until: docs/interface.md, "Each device's own rules"); the same on both backends.
+QUEUED_TIMED_SQL = ("SELECT message_id, count(*) FROM deliveries WHERE state = 'queued' AND held_until IS NOT NULL "
+                    "GROUP BY message_id")
+
+
+def rfc3339_ms(ms, offset_min=0):
+    """The instant `ms` (ms since the epoch) as RFC 3339 with milliseconds, in Z or at an offset."""
+    tz = datetime.timezone(datetime.timedelta(minutes=offset_min))
+    dt = datetime.datetime.fromtimestamp(ms // 1000, tz).replace(microsecond=(ms % 1000) * 1000)
+    text = dt.isoformat(timespec="milliseconds")
+    return text[:-6] + "Z" if offset_min == 0 else text
+
+
+def epoch_ms(text):
+    """An RFC 3339 instant as ms since the epoch (None when it is not one)."""
+    try:
+        dt = datetime.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if dt.tzinfo is None:
+        return None
+    return (dt - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)) // datetime.timedelta(milliseconds=1)
 
 
 class Failures:
@@ -255,6 +312,14 @@ class Harness:
         self.timings = {}
         self.accept_s = 0.2        # last time from writing a round's push.send to its last answer
         self.watcher = None        # the event stream's subscriber (EventWatcher)
+        # timed messages (not_before)
+        self.life_start = []       # per life: the wall time its daemon answered system.health
+        self.delays = [(0.0, 0)]   # (wall time, gateway delay_ms set then)
+        self.hold_round = None     # the round killed mid-hold in every run
+        self.held_seen = set()     # (message_id, device_id) push.status showed held before its time
+        self.held_status_checked = 0
+        self.held_status_unjudged = 0   # checks answered after the due time: states not judged
+        self.record_times = []     # every gateway record's receive time (sorted at verify: herald's idle gaps)
 
     # ------------------------------------------------------------ plumbing
 
@@ -281,6 +346,7 @@ class Harness:
         self.daemon = Daemon(binary=self.args.herald, directory=self.work, gateways=self.gw, delivery=DELIVERY,
                              store=store, server=server, log_level="info", start=False)
         self.start()
+        self.life_start.append(time.time())
         self.watcher = EventWatcher(self.daemon.socket)
         self.watcher.start()
         log(f"herald {self.args.herald} on {self.work} (pid {self.daemon.pid}), gateways pid {self.gw.pid}, "
@@ -306,6 +372,16 @@ class Harness:
         log(f"registered {len(self.devices)} devices over {len(users)} users in {self.timings['setup_s']} s "
             f"({len(failing)} programmed to fail permanently, {self.transient_n} more in every round to answer "
             f"transient errors first)")
+
+    def set_delay(self, ms):
+        self.gw.set_delay(ms)
+        self.delays.append((time.time(), ms))
+
+    def delay_between(self, t0, t1):
+        """The largest gateway delay (ms) in effect at some moment of [t0, t1]."""
+        inside = [ms for t, ms in self.delays if t0 <= t <= t1]
+        before = [ms for t, ms in self.delays if t < t0]
+        return max(inside + before[-1:] or [0])
 
     def program_transients(self):
         """A fresh set of devices answers 1 or 2 transient errors (429/500/503, with or without
@@ -393,6 +469,8 @@ class Harness:
             recs = self.gw.received(g, since=self.seq[g], kind="send" if g == "fcm" else None)
             for r in recs:
                 self.seq[g] = max(self.seq[g], r["seq"])
+                if r.get("time") is not None:
+                    self.record_times.append(r["time"])
                 if g == "fcm" and r.get("kind", "send") != "send":
                     continue
                 n += 1
@@ -503,7 +581,9 @@ class Harness:
 
     def snapshot_in_flight(self, index):
         """Copies herald.db (+WAL) of the dead daemon and reads what the store holds (on
-        PostgreSQL: reads it from the database, which outlives the daemon)."""
+        PostgreSQL: reads it from the database, which outlives the daemon): the deliveries in flight,
+        the count per state, the committed messages by tag, and per message the queued rows with a
+        due time (held, or due and not yet claimed)."""
         if self.pg is not None:
             return self.snapshot_postgres()
         snap = os.path.join(self.work, f"snap-{index}")
@@ -516,6 +596,7 @@ class Harness:
         try:
             in_flight = set(db.execute("SELECT message_id, device_id FROM deliveries WHERE state = 'in_flight'"))
             states = dict(db.execute("SELECT state, count(*) FROM deliveries GROUP BY state"))
+            queued_timed = dict(db.execute(QUEUED_TIMED_SQL))
             committed = {}
             for mid, payload in db.execute("SELECT message_id, payload FROM messages"):
                 try:
@@ -527,7 +608,7 @@ class Harness:
         finally:
             db.close()
         shutil.rmtree(snap, ignore_errors=True)
-        return in_flight, states, committed
+        return in_flight, states, committed, queued_timed
 
     def snapshot_postgres(self):
         q = self.pg.query
@@ -540,13 +621,14 @@ class Harness:
                           self.database):
             if tag:
                 committed.setdefault(tag, []).append(mid)
-        return in_flight, states, committed
+        queued_timed = {m: int(n) for m, n in q(QUEUED_TIMED_SQL, self.database)}
+        return in_flight, states, committed, queued_timed
 
     # ------------------------------------------------------------ kill and restart
 
-    def kill_and_restart(self, round_no, mode, conn=None, stats_before=None, extra=None):
-        """SIGKILL now; collect what the gateways saw and what the store held; restart;
-        retry the unanswered sends."""
+    def kill_and_restart(self, round_no, mode, conn=None, stats_before=None, extra=None, restart_at=None):
+        """SIGKILL now; collect what the gateways saw and what the store held; restart (not before
+        the wall time `restart_at`, when given); retry the unanswered sends."""
         t_kill = time.time()
         self.daemon.kill9()
         answered_late = []
@@ -568,9 +650,23 @@ class Harness:
         retrying = sum(1 for cps in self.copies.values()
                        if cps[-1]["life"] == self.life and cps[-1]["cls"] == "transient" and cps[-1]["answered"])
         files = self.store_files()
-        in_flight, states, committed = self.snapshot_in_flight(index)
+        in_flight, states, committed, queued_timed = self.snapshot_in_flight(index)
+        # timed messages' deliveries the store held queued with a due time: held (due after the kill),
+        # or due and not claimed yet
+        timed_queued = {}
+        for tag, mids in committed.items():
+            m = self.messages.get(tag)
+            if m is not None and m.get("not_before") is not None:
+                n = sum(queued_timed.get(mid, 0) for mid in mids)
+                if n:
+                    timed_queued[tag] = n
+        held = sum(n for tag, n in timed_queued.items() if self.messages[tag]["not_before"] > t_kill)
+        if restart_at is not None and restart_at > time.time():
+            time.sleep(restart_at - time.time())
+        t_restart = time.time()
         self.life += 1
         restart_s = self.start()
+        self.life_start.append(time.time())
         recovered = self.daemon.log_lines("deliveries_recovered", current_start_only=True)
         rec_count = 0
         if recovered:
@@ -584,7 +680,11 @@ class Harness:
              "recovered_logged": rec_count, "restart_s": round(restart_s, 2),
              "gateways_idle_s": None if idle_s is None else round(idle_s, 2),
              "records_fetched": got, "committed_tags": committed, "store_files_bytes": files,
-             "retrying_at_kill": retrying}
+             "retrying_at_kill": retrying, "held_at_kill": held,
+             "held_due_unclaimed_at_kill": sum(timed_queued.values()) - held,
+             "held_overdue_at_restart": sum(n for tag, n in timed_queued.items()
+                                            if self.messages[tag]["not_before"] <= t_restart),
+             "down_s": round(t_restart - t_kill, 2)}
         if extra:
             k.update(extra)
         if rec_count is not None and rec_count != len(in_flight):
@@ -599,9 +699,11 @@ class Harness:
             return 0
         tags = list(self.unanswered)
         self.unanswered = []
+        t_written = time.time()
         with self.rpc() as c:
             answers = c.pipelined("push.send", [self.messages[t]["params"] for t in tags])
         for tag, a in zip(tags, answers):
+            self.messages[tag]["retry_written_at"] = t_written
             if "result" not in a:
                 raise HarnessFailure(f"retry of {tag} failed: {a}")
             self.accept(tag, a["result"], retried=True)
@@ -635,7 +737,7 @@ class Harness:
 
     # ------------------------------------------------------------ fan-out rounds
 
-    def new_message(self, tag, users, round_no):
+    def new_message(self, tag, users, round_no, not_before_ms=None):
         expected = {d for u in users for d in self.user_devices[u]}
         # the tag ties a record to its message; the rest must come back unchanged in every copy
         data = {"hx": tag, "pz": f"{self.rng.getrandbits(64):016x}", "u": f"\u00fc\u2713 {tag} \"q\""}
@@ -643,12 +745,16 @@ class Harness:
                   "collapse_key": f"ck-{tag}"}
         self.messages[tag] = {"tag": tag, "users": users, "expected": expected, "round": round_no,
                               "params": params, "message_id": None}
+        if not_before_ms is not None:
+            # a timed message: held until not_before (given in Z or with an offset: the same instant)
+            params["not_before"] = rfc3339_ms(not_before_ms, self.rng.choice(TIMED_OFFSETS_MIN))
+            self.messages[tag].update(not_before=not_before_ms / 1000, not_before_ms=not_before_ms)
         return params
 
     def fanout_round(self, r):
         rng = self.rng
         delay = rng.choice(DELAYS_MS)
-        self.gw.set_delay(delay)
+        self.set_delay(delay)
         self.program_transients()
         k = rng.choice((1, 1, 2, 3))
         users = list(self.fan_users)
@@ -657,17 +763,35 @@ class Harness:
         tags = [f"r{r:02d}m{j}" for j in range(k)]
         params = [self.new_message(t, g, r) for t, g in zip(tags, groups)]
         total = sum(len(self.messages[t]["expected"]) for t in tags)
+        hold = r == self.hold_round or rng.random() < HOLD_SHARE
         x = rng.random()
-        mode = "enqueue" if x < 0.3 else "retry" if x < 0.55 else "send"
+        mode = "hold" if hold else "enqueue" if x < 0.3 else "retry" if x < 0.55 else "send"
+        # timed messages: 1 or 2, each to a random few hundred devices, due 2-8 s after they are written
+        # (at least 3 s when killed mid-hold: time for the answers before the kill)
+        per = min(TIMED_USERS, max(1, len(self.fan_users) // 4))
+        timed = [f"r{r:02d}t{j}" for j in range(rng.choice((1, 2)))]
+        ahead = (max(3.0, TIMED_AHEAD_S[0]), TIMED_AHEAD_S[1]) if hold else TIMED_AHEAD_S
+        now_ms = int(time.time() * 1000)
+        params += [self.new_message(t, rng.sample(self.fan_users, per), r,
+                                    not_before_ms=now_ms + int(rng.uniform(*ahead) * 1000)) for t in timed]
+        sends = list(zip(tags + timed, params))
+        rng.shuffle(sends)
         base = self.received_total()
         base_transient = self.transient_answers()
         mon = self.rpc(timeout=30)
         c = self.rpc(timeout=60)
         t0 = time.monotonic()
-        ids = c.send_many("push.send", params)
-        id_tag = dict(zip(ids, tags))
+        t_written = time.time()
+        ids = c.send_many("push.send", [p for _, p in sends])
+        id_tag = dict(zip(ids, [t for t, _ in sends]))
+        for t in tags + timed:
+            self.messages[t]["written_at"] = t_written
         stats = None
-        info = {"delay_ms": delay, "messages": k}
+        restart_at = None
+        info = {"delay_ms": delay, "messages": k,
+                "timed": [{"tag": t, "devices": len(self.messages[t]["expected"]),
+                           "due_in_s": round(self.messages[t]["not_before"] - t_written, 3),
+                           "not_before": self.messages[t]["params"]["not_before"]} for t in timed]}
         if mode == "enqueue":
             # somewhere between writing the requests and the last answer (as last measured)
             time.sleep(rng.uniform(0.2, 1.5) * self.accept_s)
@@ -676,9 +800,20 @@ class Harness:
             answered = [c.read() for _ in ids]
             self.accept_s = time.monotonic() - t0
             info["accept_s"] = round(self.accept_s, 3)
+            # the timed messages wait for their time: push.status says so (checked before it)
+            self.check_held_status([(id_tag[a["id"]], a["result"]["message_id"]) for a in answered
+                                    if id_tag[a["id"]] in timed and "result" in a], mon)
             frac = rng.uniform(0.02, 0.95)
             deadline = time.monotonic() + 60
-            if mode == "retry":
+            if mode == "hold":
+                # mid-hold: at a random moment before the first timed message is due; the restart comes
+                # only once every one of them is overdue, so it must send them (and only then)
+                first = min(self.messages[t]["not_before"] for t in timed)
+                now = time.time()
+                time.sleep(max(0.0, rng.uniform(now, max(now, first - 0.3)) - time.time()))
+                info["kill_before_due_s"] = round(first - time.time(), 3)
+                restart_at = max(self.messages[t]["not_before"] for t in timed) + rng.uniform(0.2, 1.0)
+            elif mode == "retry":
                 # once the gateways have answered some of this round's programmed transient errors:
                 # those deliveries wait in `retrying` (backoff or Retry-After pending) at the kill
                 want = rng.randint(1, max(1, len(self.transient_devices) // 10))
@@ -698,7 +833,7 @@ class Harness:
                 stats = {"error": repr(e)}
         mon.close()
         info["kill_after_s"] = round(time.monotonic() - t0, 3)
-        kill, late = self.kill_and_restart(r, mode, conn=c, stats_before=stats, extra=info)
+        kill, late = self.kill_and_restart(r, mode, conn=c, stats_before=stats, extra=info, restart_at=restart_at)
         answered += late
         got = set()
         for a in answered:
@@ -707,11 +842,12 @@ class Harness:
                 raise HarnessFailure(f"push.send {tag} failed: {a}")
             self.accept(tag, a["result"])
             got.add(tag)
-        unans = [t for t in tags if t not in got]
+        unans = [t for t in tags + timed if t not in got]
         self.unanswered += unans
         kill["unanswered"] = len(unans)
         kill["answered"] = len(got)
         retried = self.retry_unanswered(kill)
+        self.check_held_status([(t, self.messages[t]["message_id"]) for t in timed if self.messages[t]["message_id"]])
         committed_unanswered = sum(1 for t in unans if self.messages[t].get("committed_before_kill"))
         double = rng.random() < 0.3
         kills = [kill]
@@ -733,25 +869,71 @@ class Harness:
             kills.append(k2)
         wait = rng.random() < 0.5 or r == self.args.rounds
         if wait:
-            self.wait_complete(timeout=self.args.timeout)
+            self.wait_complete(timeout=self.args.timeout, due_only=r != self.args.rounds)
         row = {"round": r, "delay_ms": delay, "messages": k, "devices": total, "mode": mode,
                "kills": [x["index"] for x in kills], "unanswered_at_kill": len(unans), "retried": retried,
                "unanswered_but_committed": committed_unanswered,
                "in_flight_at_kills": [x["in_flight_n"] for x in kills],
                "stats_in_flight_before_kill": [x.get("stats_in_flight") for x in kills],
                "received_at_kill": info.get("received_at_kill"), "kill_after_s": info["kill_after_s"],
-               "waited_for_complete": wait}
+               "waited_for_complete": wait, "timed": info["timed"],
+               "held_at_kills": [x["held_at_kill"] for x in kills],
+               "held_overdue_at_restarts": [x["held_overdue_at_restart"] for x in kills]}
         self.rounds.append(row)
         log(f"round {r:2d}: {k} msg / {total} devices, delay {delay:3d} ms, kill {mode:7s} after "
             f"{info['kill_after_s']:.2f} s (gateways had {info.get('received_at_kill', '-')}), "
             f"in flight at kill {'/'.join(str(x['in_flight_n']) for x in kills)}"
             f"{' (double kill)' if double else ''}, unanswered {len(unans)} ({committed_unanswered} committed), "
-            f"restart {'/'.join(str(x['restart_s']) for x in kills)} s")
+            f"restart {'/'.join(str(x['restart_s']) for x in kills)} s; timed "
+            f"{'/'.join(str(x['devices']) for x in info['timed'])} devices due after "
+            f"{'/'.join(str(x['due_in_s']) for x in info['timed'])} s, held at kill "
+            f"{'/'.join(str(x['held_at_kill']) for x in kills)}, overdue at restart "
+            f"{'/'.join(str(x['held_overdue_at_restart']) for x in kills)}")
 
-    def pending_messages(self):
+    def check_held_status(self, pairs, conn=None):
+        """Before its time, push.status shows every device of a timed message `held`, with `due_at` its
+        not_before (to the millisecond) and `timing` naming not_before; counts agree. Once per message,
+        skipped when its time is (nearly) there; an answer that comes after it is not judged."""
+        todo = [(t, mid) for t, mid in pairs if not self.messages[t].get("held_checked")
+                and time.time() < self.messages[t]["not_before"] - 0.2]
+        if not todo:
+            return
+        c = conn or self.rpc(timeout=30)
+        try:
+            for tag, mid in todo:
+                m = self.messages[tag]
+                s = c.ok("push.status", {"message_id": mid, "detail": True})
+                m["held_checked"] = True
+                if time.time() >= m["not_before"]:
+                    self.held_status_unjudged += 1
+                    continue
+                devs = s.get("devices") or []
+                held = [d for d in devs if d["state"] == "held"]
+                self.held_status_checked += len(held)
+                self.held_seen.update((mid, d["device_id"]) for d in held)
+                if len(held) != len(devs) or len(devs) != len(m["expected"]) or s["counts"].get("held") != len(devs):
+                    self.failures.add(f"{tag} ({mid}), due {m['params']['not_before']}: push.status before its time "
+                                      f"shows {len(held)} of {len(devs)} devices held (expected "
+                                      f"{len(m['expected'])}), counts {s['counts']}, states "
+                                      f"{sorted({d['state'] for d in devs})}")
+                bad = [d for d in devs if epoch_ms(d.get("due_at")) != m["not_before_ms"]
+                       or "not_before" not in (d.get("timing") or [])]
+                if bad:
+                    d = bad[0]
+                    self.failures.add(f"{tag} ({mid}): before its time, {len(bad)} device(s) show due_at/timing other "
+                                      f"than not_before {m['params']['not_before']} / [not_before], e.g. "
+                                      f"{d['device_id']}: due_at {d.get('due_at')!r}, timing {d.get('timing')!r}")
+        finally:
+            if conn is None:
+                c.close()
+
+    def pending_messages(self, due_only=False):
+        """Messages not complete (due_only: but timed messages whose time has not come)."""
         out = []
         with self.rpc() as c:
             for tag, m in self.messages.items():
+                if due_only and m.get("not_before", 0) > time.time():
+                    continue
                 if m["message_id"] is None:
                     out.append((tag, None))
                     continue
@@ -760,10 +942,10 @@ class Harness:
                     out.append((tag, s["counts"]))
         return out
 
-    def wait_complete(self, timeout):
+    def wait_complete(self, timeout, due_only=False):
         t0 = time.monotonic()
         while True:
-            pend = self.pending_messages()
+            pend = self.pending_messages(due_only)
             if not pend:
                 return time.monotonic() - t0
             if time.monotonic() - t0 > timeout:
@@ -944,9 +1126,14 @@ class Harness:
         for g in GATEWAY_NAMES:
             for conn in self.gw.connections(g)["connections"]:
                 pings[conn["id"]] = conn.get("pings") or []
+        self.index_idle()
+        timed = {"held_messages": 0, "held_deliveries": 0, "held_early": 0, "held_late": 0, "held_late_max_ms": None,
+                 "held_waited_behind_earlier": 0, "held_idle_max_ms": None, "held_duplicates": 0,
+                 "held_final_status_wrong": 0, "held_sent_after_restart": 0, "held_rows": {}}
         with self.rpc() as c:
             for tag, m in self.messages.items():
                 s = c.ok("push.status", {"message_id": m["message_id"], "detail": True})
+                timed["held_messages"] += m.get("not_before") is not None
                 if s["state"] != "complete":
                     self.failures.add(f"{tag} ({m['message_id']}) is {s['state']}: {s['counts']}")
                 devs = s.get("devices") or []
@@ -988,6 +1175,8 @@ class Harness:
                                           f"gateway answered its copies {[x['status'] for x in copies]}")
                     if n > 1:
                         dup_total += n - 1
+                    if m.get("not_before") is not None:
+                        self.judge_timed(tag, m, d, copies, timed)
                     # every copy after one the gateway answered finally is a resend of a finished delivery
                     for prev, cur in zip(copies, copies[1:]):
                         if prev["cls"] == "transient":
@@ -1038,6 +1227,29 @@ class Harness:
                                   f"again after it, more than max_inflight {MAX_INFLIGHT} could have been out")
         if any(k["mode"] == "retry" for k in self.kills) and not any(k["retrying_at_kill"] for k in self.kills):
             self.failures.add("no kill found a delivery in retry at the gateways (the retry state was never killed)")
+        for what in ("held_early", "held_late", "held_final_status_wrong"):
+            if timed[what] > 10:
+                self.failures.add(f"... {timed[what]} timed deliveries "
+                                  f"{what.split('_', 1)[1].replace('_', ' ')} in all")
+        rows = []
+        for row in timed["held_rows"].values():
+            late = sorted(row.pop("late"))
+            if late:
+                row["late_max_ms"], row["late_p50_ms"] = round(1000 * late[-1]), round(1000 * late[len(late) // 2])
+            rows.append(row)
+        timed["held_rows"] = rows
+        timed["held_kills"] = sum(1 for k in self.kills if k.get("held_at_kill"))
+        timed["held_at_kills"] = sum(k.get("held_at_kill", 0) for k in self.kills)
+        timed["held_overdue_restarts"] = sum(1 for k in self.kills if k.get("held_overdue_at_restart"))
+        timed["held_status_checked"] = self.held_status_checked
+        timed["held_status_unjudged"] = self.held_status_unjudged
+        if timed["held_messages"]:
+            if not timed["held_kills"]:
+                self.failures.add("no kill happened while the store held a timed delivery (queued, due after it)")
+            if not timed["held_overdue_restarts"]:
+                self.failures.add("no restart found a held delivery overdue (the mid-hold kill never took effect)")
+            if not self.held_status_checked:
+                self.failures.add("push.status was never read before a timed message's due time (held not checked)")
         for row in self.rounds:
             row["duplicates"] = sum(self.kills[i]["duplicates"] for i in row["kills"])
             row["duplicate_bound"] = sum(self.kills[i]["duplicate_bound"] for i in row["kills"])
@@ -1050,7 +1262,102 @@ class Harness:
                 "retrying_at_kills": sum(k["retrying_at_kill"] for k in self.kills),
                 "receipts": sum(len(v) for v in self.receipts.values()),
                 "invalid_records": len(self.invalid_records), "stray_records": self.stray_records,
-                **events}
+                **timed, **events}
+
+    def judge_timed(self, tag, m, d, copies, fig):
+        """A timed message's delivery, by the gateways' records (their receive times): none before its
+        not_before; the first one not late: it could go at max(not_before, the start of the life that
+        sent it, the write of the push.send that made the message), and herald may not sit idle (the
+        gateways receiving nothing) for more than LATE_BOUND_S + the gateway delay while it waits (it
+        may wait longer behind deliveries due before it: claims go by due time). Its end state and
+        duplicates are judged with every other delivery's."""
+        fig["held_deliveries"] += 1
+        nb = m["not_before"]
+        did = d["device_id"]
+        row = fig["held_rows"].setdefault(tag, {"tag": tag, "message_id": m["message_id"], "round": m["round"],
+                                                 "not_before": m["params"]["not_before"], "devices": 0,
+                                                 "late_max_ms": None, "late_p50_ms": None, "late": [],
+                                                 "first_sent_after_restart": 0, "early": 0, "resent": 0})
+        row["devices"] += 1
+        finals = [x for x in copies if x["cls"] != "transient"]
+        if len(finals) > 1:
+            fig["held_duplicates"] += len(finals) - 1
+            row["resent"] += len(finals) - 1
+        early = [x for x in copies if x["time"] < nb - EARLY_TOLERANCE_S]
+        if early:
+            fig["held_early"] += 1
+            row["early"] += 1
+            x = early[0]
+            if fig["held_early"] <= 10:
+                self.failures.add(f"{tag} ({m['message_id']}) device {did}: the gateway received a copy (record "
+                                  f"{x['seq']}, life {x['life']}, answered {x['status']}) "
+                                  f"{1000 * (nb - x['time']):.0f} ms before its not_before "
+                                  f"{m['params']['not_before']} ({len(early)} early of {len(copies)} copies)")
+        # the message as herald holds it was made by the first write, or by the retry after a kill that
+        # left the store without it
+        made = m.get("retry_written_at") if m.get("uncommitted_at_kill") is not None else m.get("written_at")
+        if copies:
+            first = copies[0]
+            ref = max(nb, self.life_start[first["life"]], made or 0)
+            late = first["time"] - ref
+            if first["life"] > 0 and self.life_start[first["life"]] > nb:
+                fig["held_sent_after_restart"] += 1
+                row["first_sent_after_restart"] += 1
+            row["late"].append(late)
+            fig["held_late_max_ms"] = max(fig["held_late_max_ms"] or 0, round(1000 * late))
+            bound = LATE_BOUND_S + self.delay_between(ref, first["time"]) / 1000
+            # herald's longest idle stretch (no gateway received anything) while this one was due
+            idle = self.longest_idle(ref, first["time"])
+            fig["held_idle_max_ms"] = max(fig["held_idle_max_ms"] or 0, round(1000 * idle))
+            if late > bound:
+                if idle <= bound:
+                    fig["held_waited_behind_earlier"] += 1
+                else:
+                    fig["held_late"] += 1
+                    if fig["held_late"] <= 10:
+                        self.failures.add(f"{tag} ({m['message_id']}) device {did}: first copy (record "
+                                          f"{first['seq']}, life {first['life']}) received {late:.2f} s after it "
+                                          f"could go (not_before {m['params']['not_before']}, life started "
+                                          f"{self.life_start[first['life']] - nb:+.2f} s from it), herald idle "
+                                          f"{idle:.2f} s of it, more than {bound:.2f} s")
+        # accepted before its time: the final status still says when it was due and why
+        if made is not None and made < nb - EARLY_TOLERANCE_S and (
+                epoch_ms(d.get("due_at")) != m["not_before_ms"] or "not_before" not in (d.get("timing") or [])):
+            fig["held_final_status_wrong"] += 1
+            if fig["held_final_status_wrong"] <= 10:
+                self.failures.add(f"{tag} ({m['message_id']}) device {did} ended {d['state']} with due_at "
+                                  f"{d.get('due_at')!r}, timing {d.get('timing')!r}; not_before was "
+                                  f"{m['params']['not_before']}")
+
+    def index_idle(self):
+        """Sorts the gateways' receive times and builds a sparse table of the gaps between them, so that
+        longest_idle answers in O(1)."""
+        times = self.record_times
+        times.sort()
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        self.gap_levels = [gaps]
+        w = 1
+        while 2 * w <= len(gaps):
+            prev = self.gap_levels[-1]
+            self.gap_levels.append([max(prev[k], prev[k + w]) for k in range(len(prev) - w)])
+            w *= 2
+
+    def longest_idle(self, t0, t1):
+        """The longest stretch of [t0, t1] in which no gateway received anything (0 when t1 <= t0)."""
+        if t1 <= t0:
+            return 0.0
+        times = self.record_times
+        i = bisect.bisect_right(times, t0)
+        j = bisect.bisect_left(times, t1)
+        if i >= j:
+            return t1 - t0
+        idle = max(times[i] - t0, t1 - times[j - 1])
+        if j - 1 > i:   # the gaps between times[i] .. times[j - 1]: gap indices i .. j - 2
+            n = j - 1 - i
+            p = n.bit_length() - 1
+            lvl = self.gap_levels[p]
+            idle = max(idle, lvl[i], lvl[j - 1 - (1 << p)])
+        return idle
 
     def verify_events(self):
         """Every delivery push.status lists reached the subscriber as an event with its final state."""
@@ -1058,13 +1365,20 @@ class Harness:
         if not self.watcher.wait_for(ids, timeout=60):
             missing = sorted(set(ids) - self.watcher.complete)
             self.failures.add(f"event stream: no message_complete for {len(missing)} message(s), e.g. {missing[:3]}")
-        checked = missing = again = 0
+        checked = missing = again = held_missing = 0
         with self.rpc() as c, self.watcher.lock:
             for tag, m in self.messages.items():
                 s = c.ok("push.status", {"message_id": m["message_id"], "detail": True})
                 for d in s.get("devices") or []:
                     states = self.watcher.finals.get((m["message_id"], d["device_id"]), [])
                     checked += 1
+                    # a held delivery's acceptance is an event of its own (state held), before its outcome
+                    if (m["message_id"], d["device_id"]) in self.held_seen and "held" not in states:
+                        held_missing += 1
+                        if held_missing <= 10:
+                            self.failures.add(f"event stream: {tag} device {d['device_id']} was held (push.status), "
+                                              f"but the subscriber read no held event: {states or 'no event'}")
+                    states = [x for x in states if x != "held"]
                     if d["state"] not in states:
                         missing += 1
                         if missing <= 10:
@@ -1074,10 +1388,13 @@ class Harness:
                         again += 1
             if missing > 10:
                 self.failures.add(f"... {missing} deliveries without their event in all")
+            if held_missing > 10:
+                self.failures.add(f"... {held_missing} held deliveries without their held event in all")
             for g in self.watcher.gaps:
                 self.failures.add(f"event stream: a gap the subscriber did not expect: {g}")
             return {"events_read": self.watcher.events, "event_deliveries_checked": checked,
                     "event_deliveries_missing": missing, "event_deliveries_seen_again": again,
+                    "event_held_missing": held_missing,
                     "event_subscriptions": self.watcher.subscriptions}
 
     # ------------------------------------------------------------ run
@@ -1090,15 +1407,16 @@ class Harness:
             self.setup()
             if self.args.mode in ("all", "fanout"):
                 t0 = time.monotonic()
+                self.hold_round = self.rng.randint(1, max(1, self.args.rounds))   # killed mid-hold
                 for r in range(1, self.args.rounds + 1):
                     self.fanout_round(r)
-                self.gw.set_delay(0)
+                self.set_delay(0)
                 waited = self.wait_complete(timeout=self.args.timeout)
                 self.timings["fanout_s"] = round(time.monotonic() - t0, 1)
                 log(f"fan-out rounds done in {self.timings['fanout_s']} s (final wait {waited:.1f} s)")
             if self.args.mode in ("all", "burst"):
                 t0 = time.monotonic()
-                self.gw.set_delay(0)
+                self.set_delay(0)
                 for b in range(1, self.args.bursts + 1):
                     self.burst(b)
                 self.wait_complete(timeout=self.args.timeout)
@@ -1123,6 +1441,7 @@ class Harness:
         summary.update({
             "rounds": len(self.rounds), "kills": len(self.kills),
             "fanout_kills": sum(1 for k in self.kills if k["mode"] != "register"),
+            "hold_kills": sum(1 for k in self.kills if k["mode"] == "hold"),
             "register_kills": sum(1 for k in self.kills if k["mode"] == "register"),
             "devices": len(self.devices), "messages": len(self.messages),
             "registrations_checked": sum(b["registrations"] for b in self.bursts),
@@ -1157,6 +1476,21 @@ class Harness:
                 f"answered or whose connection herald then PINGed as silent")
             log(f"  transient errors answered: {s['transient_answers']}; deliveries in retry at the kills "
                 f"(gateway view): {s['retrying_at_kills']}")
+            log(f"  timed (not_before): {s['held_messages']} messages, {s['held_deliveries']} deliveries; "
+                f"{s['held_status_checked']} seen held before their time ({s['held_status_unjudged']} status reads too "
+                f"late to judge); {s['held_kills']} kills with deliveries held in the store ({s['held_at_kills']} in "
+                f"all), {s['held_overdue_restarts']} restarts finding some overdue; "
+                f"{s['held_sent_after_restart']} first sent by a restart after their time; early {s['held_early']}, "
+                f"late {s['held_late']} (latest {s['held_late_max_ms']} ms after it could go; bound "
+                f"{LATE_BOUND_S:.0f} s + gateway delay of herald idle: {s['held_waited_behind_earlier']} waited longer "
+                f"behind earlier work, longest idle {s['held_idle_max_ms']} ms), "
+                f"resent {s['held_duplicates']}, final status wrong {s['held_final_status_wrong']}, held events "
+                f"missing {s['event_held_missing']}")
+            for row in s["held_rows"]:
+                log(f"    {row['tag']}: {row['devices']} devices, not_before {row['not_before']}: first copy "
+                    f"{row['late_p50_ms']}/{row['late_max_ms']} ms (median/max) after it could go, "
+                    f"{row['first_sent_after_restart']} first sent by a restart after it, {row['resent']} resent, "
+                    f"{row['early']} early")
             log(f"  event stream: {s['event_deliveries_checked']} deliveries checked against {s['events_read']} "
                 f"events read over {s['event_subscriptions']} subscriptions (resumed by cursor after each kill), "
                 f"{s['event_deliveries_missing']} missing, {s['event_deliveries_seen_again']} seen again")
@@ -1165,12 +1499,13 @@ class Harness:
         log(f"  registrations checked: {s['registrations_checked']} ({s['registrations_answered_before_kill']} "
             f"answered before their kill)")
         log("  per round: devices, kill mode, in flight at kill (store) / herald stats just before, in retry at "
-            "the kills (gateway), duplicates/bound")
+            "the kills (gateway), held at the kills (store), duplicates/bound")
         for r in self.rounds:
             sb = ", ".join(str((x or {}).get("queue_in_flight", "-")) for x in r["stats_in_flight_before_kill"])
             log(f"    round {r['round']:2d}: {r['devices']} devices, {r['mode']:7s}, in flight "
                 f"{'/'.join(map(str, r['in_flight_at_kills']))} (stats {sb}), in retry "
-                f"{'/'.join(str(self.kills[i]['retrying_at_kill']) for i in r['kills'])}, duplicates "
+                f"{'/'.join(str(self.kills[i]['retrying_at_kill']) for i in r['kills'])}, held "
+                f"{'/'.join(str(self.kills[i]['held_at_kill']) for i in r['kills'])}, duplicates "
                 f"{r.get('duplicates', '-')}/{r.get('duplicate_bound', '-')}")
         warn = s["log_events"].get("<3>", {}) | s["log_events"].get("<4>", {})
         if warn:
