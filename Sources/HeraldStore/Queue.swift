@@ -710,8 +710,14 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
 
     /// Deliveries interrupted by a stop or crash go back to the queue.
     func recoverInFlight(now: Int64) throws(StoreError) -> Int {
+        // Due when it was claimed (never later than now): it keeps its place
+        // ahead of what was queued after it (a held delivery claimed at its
+        // time does not go behind the next fan-out).
         try db.statement(
-            "UPDATE deliveries SET state = 'retrying', next_attempt_at = ?, updated_at = ? WHERE state = 'in_flight'"
+            """
+            UPDATE deliveries SET state = 'retrying', next_attempt_at = min(next_attempt_at, ?), updated_at = ?
+            WHERE state = 'in_flight'
+            """
         ).bind(.int(now), .int(now)).run()
         return db.changes
     }

@@ -650,15 +650,15 @@ final class PostgresQueue: Sendable {
 
     // MARK: Leases
 
-    /// This instance's deliveries in flight go back to the queue, due now,
+    /// This instance's deliveries in flight go back to the queue, due at once (keeping the time they were due, so they stay ahead of later work),
     /// with `reason`: at open, what its previous run left (a stop or
     /// crash), and at a graceful stop, what it did not send. Other instances
     /// are woken to take them. Returns how many.
     func releaseOwn(_ c: PostgresConnection, now: Int64, reason: String) throws -> Int {
         let n = try c.execute(
             """
-            UPDATE deliveries SET state = 'retrying', next_attempt_at = $1, updated_at = $1, lease_expires_at = NULL,
-                reason = $3
+            UPDATE deliveries SET state = 'retrying', next_attempt_at = LEAST(next_attempt_at, $1), updated_at = $1,
+                lease_expires_at = NULL, reason = $3
             WHERE state = 'in_flight' AND sent_by = $2
             """, [.int(now), .text(instance), .text(reason)]
         ).affectedRows
@@ -667,7 +667,7 @@ final class PostgresQueue: Sendable {
     }
 
     /// Deliveries in flight that nobody holds any more go back to the queue,
-    /// due now: a lease that ran out (its instance stopped renewing it, or
+    /// due at once (keeping the time they were due): a lease that ran out (its instance stopped renewing it, or
     /// never held it: a result lost in an ambiguous commit), none at all, one
     /// older than the maximum age, or one of an instance in `gone` (its
     /// process is dead: its sessions closed). Returns how many; the other
@@ -698,8 +698,8 @@ final class PostgresQueue: Sendable {
         guard !ids.isEmpty else { return 0 }
         let n = try c.execute(
             """
-            UPDATE deliveries SET state = 'retrying', next_attempt_at = $1, updated_at = $1, lease_expires_at = NULL,
-                reason = 'claim not confirmed'
+            UPDATE deliveries SET state = 'retrying', next_attempt_at = LEAST(next_attempt_at, $1), updated_at = $1,
+                lease_expires_at = NULL, reason = 'claim not confirmed'
             WHERE delivery_id = ANY($2::bigint[]) AND state = 'in_flight' AND sent_by = $3
             """, [.int(now), .text(Self.bigintArray(ids)), .text(instance)]
         ).affectedRows
@@ -1182,8 +1182,8 @@ final class PostgresQueue: Sendable {
         static let rescue = PostgresStatement(
             name: "q_rescue",
             sql: """
-                UPDATE deliveries SET state = 'retrying', next_attempt_at = $1, updated_at = $1, lease_expires_at = NULL,
-                    reason = CASE WHEN sent_by = ANY($3::text[]) THEN 'instance gone'
+                UPDATE deliveries SET state = 'retrying', next_attempt_at = LEAST(next_attempt_at, $1), updated_at = $1,
+                    lease_expires_at = NULL, reason = CASE WHEN sent_by = ANY($3::text[]) THEN 'instance gone'
                         WHEN updated_at < $2 THEN 'lease past its maximum age' ELSE 'lease expired' END
                 WHERE delivery_id IN (
                     SELECT delivery_id FROM deliveries WHERE state = 'in_flight' AND (lease_expires_at IS NULL
