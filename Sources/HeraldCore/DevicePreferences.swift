@@ -172,6 +172,9 @@ public enum TimingNote {
     /// `at_local` for a device whose time zone the system's tz database no
     /// longer has: sent at once.
     public static let atLocalUnknownTimeZone = "at_local:unknown_time_zone"
+    /// Quiet hours stored with a time zone the system's tz database no
+    /// longer has: not applied.
+    public static let quietUnknownTimeZone = "quiet_hours:unknown_time_zone"
     /// Held to the end of the device's quiet period.
     public static let quietHold = "quiet_hours:hold"
     /// Sent during the quiet period without sound or banner.

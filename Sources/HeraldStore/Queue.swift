@@ -777,7 +777,7 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
                 """
                 SELECT platform, count(*) FROM deliveries
                 WHERE message_id = ? AND state IN ('queued', 'retrying', 'in_flight')
-                    AND (held_until IS NULL OR held_until <= ?)
+                    AND (held_until IS NULL OR next_attempt_at <= ?)
                 GROUP BY platform
                 """)
             try count.bind(.text(messageID), .int(now))

@@ -96,6 +96,13 @@ final class Registry: RegistryStatements {
             .optional(r.bundleID), .optional(d.serverKey), .text(r.appID), .optional(r.userAgent),
             .text(row.deviceID)
         ).run()
+        if d.deviceID != row.deviceID {
+            // The installation's id now names it: what waits for it (held
+            // deliveries may wait for hours) follows.
+            try db.statement(
+                "UPDATE deliveries SET device_id = ? WHERE device_id = ? AND state IN ('queued', 'retrying')"
+            ).bind(.text(d.deviceID), .text(row.deviceID)).run()
+        }
     }
 
     func evict(app: String, user: String, keep: Int) throws(StoreError) -> [(String, String)] {

@@ -86,7 +86,11 @@ enum TimingRules {
                 return t
             }
         }
-        let zone: Zone? = p.timeZone.flatMap { try? zones.zone($0) }
+        // The zone is read only when a rule needs it (a device may keep a
+        // time zone without quiet hours, and most messages are not timed).
+        var needsZone = p.quietHours != nil
+        if case .atLocal? = m.sendTime { needsZone = true }
+        let zone: Zone? = needsZone ? p.timeZone.flatMap { try? zones.zone($0) } : nil
         var due = now
         switch m.sendTime {
         case .notBefore(let at)?:
@@ -103,6 +107,10 @@ enum TimingRules {
             }
         case nil:
             break
+        }
+        if p.quietHours != nil && zone == nil {
+            // Stored with a zone the tz database no longer has: not applied, and said.
+            t.notes.append(TimingNote.quietUnknownTimeZone)
         }
         if let rule = p.quietHours.flatMap(QuietHoursRule.init(stored:)), let zone,
             let quiet = Self.quietHours(rule), let end = quiet.periodEnd(containing: due, in: zone)
@@ -137,6 +145,6 @@ enum TimingRules {
     /// Whether the stored notes ask for a silent send.
     static func isSilent(_ stored: String?) -> Bool {
         guard let stored else { return false }
-        return stored.contains(TimingNote.quietSilent)
+        return stored.split(separator: ",").contains { $0 == TimingNote.quietSilent }
     }
 }

@@ -38,7 +38,7 @@ public final class TimeZoneDatabase: Sendable {
 
     /// A database reading `directory` (nil: `$TZDIR` when set and not empty,
     /// else /usr/share/zoneinfo), keeping at most `cacheLimit` zones loaded.
-    public init(directory: String? = nil, cacheLimit: Int = 256) {
+    public init(directory: String? = nil, cacheLimit: Int = 1024) {
         if let directory, !directory.isEmpty {
             self.directory = directory
         } else {

@@ -257,6 +257,24 @@ struct DeviceRulesTests {
         #expect(try t.claim().map(\.messageID) == [newer.messageID])
     }
 
+    @Test(
+        "held deliveries follow a device whose id changes when it registers again with a registration id",
+        arguments: StoreBackend.allCases)
+    func followTheDevice(_ backend: StoreBackend) throws {
+        let t = try TestStore(backend)
+        defer { t.close() }
+        let first = try t.register(fcmDevice("ann", "m1"))
+        let sent = try t.enqueue(send(message(sendTime: .notBefore(start + minute)), to: .users(["ann"])))
+        var again = fcmDevice("ann", "m1")
+        again.registrationID = "install-1"
+        again.version = 1
+        let moved = try t.register(again)
+        #expect(moved.deviceID != first.deviceID && !moved.created)
+        t.clock.advance(minute)
+        let jobs = try t.claim()
+        #expect(jobs.map(\.deviceID) == [moved.deviceID] && jobs.map(\.messageID) == [sent.messageID])
+    }
+
     @Test("held deliveries survive a restart and go out once at their time", arguments: StoreBackend.allCases)
     func restart(_ backend: StoreBackend) throws {
         let t = try TestStore(backend)

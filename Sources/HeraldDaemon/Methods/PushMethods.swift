@@ -350,6 +350,14 @@ extension HeraldService {
     /// Builds the payload of every enabled platform the kind reaches, with the
     /// widest badge any recipient gets, and refuses what a transport would.
     private func checkPayloads(_ message: PushMessage, _ runtime: AppRuntime) throws(RPCError) {
+        // A device's quiet hours may send it silently: that form (APNs
+        // `interruption-level` for `sound`, the record's `silent` member) must
+        // fit as well.
+        if !message.silent && message.kind == .notification {
+            var silent = message
+            silent.silent = true
+            try checkPayloads(silent, runtime)
+        }
         // web_payload goes to every Web Push-form record, whatever its
         // platform: refused up front when not even the last shrink step
         // brings it under the record.

@@ -250,6 +250,18 @@ final class PostgresQueue: Sendable {
         let sendableElsewhere = e.disabled.isEmpty ? [] : try liveLanesOfOthers(c)
         for target in targets {
             var row = Row(target: target, state: .queued, reason: nil, secrets: nil, id: plan.id(of: target.deviceID))
+            if plan.wasSent(target.deviceID) {
+                // Sent early by an earlier run of this job: in flight, in the
+                // room it took then, whatever this run's rules would say now
+                // (a quiet period begun or a device turned off in between).
+                devices += 1
+                sizes[BatchKey(messageID: messageID, platform: target.platform), default: 0] += 1
+                row.state = .inFlight
+                room[QueueLane(app: e.app, platform: target.platform), default: 0] -= 1
+                roomLeft -= 1
+                rows.append(row)
+                continue
+            }
             if let why = MessageRules.skipReason(
                 enabled: target.enabled, platform: target.platform, webPushForm: target.keysSealed != nil, e,
                 sentElsewhere: { sendableElsewhere.contains(Self.laneName(QueueLane(app: e.app, platform: $0))) })
@@ -271,13 +283,6 @@ final class PostgresQueue: Sendable {
             } else {
                 devices += 1
                 sizes[BatchKey(messageID: messageID, platform: target.platform), default: 0] += 1
-                // Sent early by an earlier run of this job: in flight, in the
-                // room it took then, not handed again.
-                if plan.wasSent(target.deviceID) {
-                    row.state = .inFlight
-                    room[QueueLane(app: e.app, platform: target.platform), default: 0] -= 1
-                    roomLeft -= 1
-                }
             }
             rows.append(row)
         }
@@ -1231,7 +1236,7 @@ final class PostgresQueue: Sendable {
             sql: """
                 SELECT message_id, platform, count(*) FROM deliveries
                 WHERE message_id = ANY($1::text[]) AND state IN ('queued', 'retrying', 'in_flight')
-                    AND (held_until IS NULL OR held_until <= $2)
+                    AND (held_until IS NULL OR next_attempt_at <= $2)
                 GROUP BY message_id, platform
                 """)
         static let lease = PostgresStatement(

@@ -105,6 +105,19 @@ struct PostgresRegistry: RegistryStatements {
                 .optional(d.serverKey), Self.bytes(r.appID), Self.bytes(r.userAgent), .bytes(row.bindingHash),
             ])
         guard updated.affectedRows == 1 else { throw RegistrationRaceLost(deviceID: row.deviceID) }
+        if d.deviceID != row.deviceID {
+            // The installation's id now names it: what waits for it (held
+            // deliveries may wait for hours) follows.
+            // (Not a queued one whose collapse key the id already has queued:
+            // the index that keeps one per key would refuse the move.)
+            try c.execute(
+                """
+                UPDATE deliveries d SET device_id = $1 WHERE d.device_id = $2 AND d.state IN ('queued', 'retrying')
+                    AND NOT (d.state = 'queued' AND d.collapse_key IS NOT NULL AND EXISTS (
+                        SELECT 1 FROM deliveries o WHERE o.device_id = $1 AND o.collapse_key = d.collapse_key
+                            AND o.state = 'queued'))
+                """, [.text(d.deviceID), .text(row.deviceID)])
+        }
     }
 
     func evict(app: String, user: String, keep: Int) throws -> [(String, String)] {
