@@ -218,11 +218,16 @@ public enum Daemon {
             // From the main loop: a wedged loop stops the pings and systemd restarts the daemon.
             loop.every(milliseconds: max(1, interval / 1000)) { notifier.notify("WATCHDOG=1") }
         }
-        loop.every(milliseconds: 5000) {
-            let clients = server.openConnections
-            store.queueDepth { result in
-                guard case .success(let depth) = result else { return }
-                notifier.notify("STATUS=serving: queue=\(depth.waiting) in_flight=\(depth.inFlight) clients=\(clients)")
+        // The STATUS= line counts the queue: only when systemd listens (the
+        // count reads every waiting row, held ones too, and is wasted otherwise).
+        if notifier.path != nil {
+            loop.every(milliseconds: 5000) {
+                let clients = server.openConnections
+                store.queueDepth { result in
+                    guard case .success(let depth) = result else { return }
+                    notifier.notify(
+                        "STATUS=serving: queue=\(depth.waiting) in_flight=\(depth.inFlight) clients=\(clients)")
+                }
             }
         }
         // Every 2 s: a store whose calls are stuck is reported within seconds
