@@ -53,6 +53,15 @@ scenario above runs on the store as before):
                      the first connection sends the size curve's largest
                      message (10,000 devices) 3 times; the row holds the
                      loaded p50/p99, the idle p50/p99 and p99_vs_idle
+  held_million       a Herald of its own ([delivery] max_queued 2,000,000) holds
+                     1,000,000 deliveries (500 push.send to 2,000 APNs devices
+                     with not_before a week ahead; --quick: 20): the acceptance
+                     rate, its idle CPU over 10 s with them and, before, with
+                     none (--quick: 2 s), and a 500-device APNs message with
+                     them next to the same without (vs_unheld); checked, not
+                     timed: push.status says held with due_at, and the sink got
+                     nothing for a held device. SQLite, then PostgreSQL with one
+                     instance (a new database) when the run has PostgreSQL
   web_sustained_4c, apns_sustained_4c
                      4 client connections to one Herald, one thread each,
                      each sending 500-device messages to its own 100 users back
@@ -60,7 +69,8 @@ scenario above runs on the store as before):
                      next to them as for the one-connection rows
 
 --quick runs size_100 and size_2000 (2 messages after 1), accept_under_load
-(60 idle calls, one 2,000-device message) and both 4c scenarios in 2 s phases;
+(60 idle calls, one 2,000-device message), both 4c scenarios in 2 s phases and
+held_million with 40,000 held;
 --only names any scenario (accept_under_load and stalled_subscriber need a size_ one with it).
 
 Time to first push: every Herald row of a scenario whose messages go one at
@@ -149,6 +159,19 @@ ACCEPT_BIG_MESSAGES, ACCEPT_BIG_MESSAGES_QUICK = 3, 1
 SIZES_QUICK = ["size_100", "size_2000"]  # what --quick runs unless --only names others
 # stalled_subscriber: how long the subscriber reads nothing (at least the phase), full run and --quick
 STALL_S, STALL_S_QUICK = 60.0, 0.0
+# held_million: a Herald of its own holding deliveries for a week (push.send not_before), [delivery] max_queued
+# raised past them. Each message goes to HELD_USERS users with SIZE_PER_USER APNs devices each (2,000 devices):
+# HELD_MESSAGES of them hold 1,000,000 deliveries (quick: 40,000, 4-8 s of the debug build's acceptance per
+# store). Idle windows of HELD_IDLE_S with and without them, each after HELD_SETTLE_S of nothing; the fan-out
+# beside them is apns500's shape on users of its own.
+HELD_USERS = 100
+HELD_MESSAGES, HELD_MESSAGES_QUICK = 500, 20
+HELD_DAYS = 7
+HELD_TTL_S = 8 * 86400  # the TTL counts from acceptance: it covers the wait
+HELD_MAX_QUEUED = 2_000_000
+HELD_IDLE_S, HELD_IDLE_S_QUICK = 10.0, 2.0
+HELD_SETTLE_S, HELD_SETTLE_S_QUICK = 5.0, 0.5
+HELD_SCENARIO_INDEX = 20  # its APNs tokens apart from every other scenario's (fixture.apns_token)
 SENDERS = ["herald", "herald_pg", "herald_pg_x2", "pywebpush_seq", "pywebpush_threads", "aioapns", "h2load"]
 # Herald on PostgreSQL, by instances on the one database.
 PG_SENDERS = {1: "herald_pg", 2: "herald_pg_x2"}
@@ -275,12 +298,12 @@ class Instance:
     """One `herald serve` on `directory` (SQLite by default; `store`: other [store] keys), with one
     client connection (`conn`); `connect()` opens more."""
 
-    def __init__(self, binary, directory, sink, keys, store=None, instance_id=None, key=None):
+    def __init__(self, binary, directory, sink, keys, store=None, instance_id=None, key=None, delivery=None):
         os.makedirs(directory, exist_ok=True)
         if key is not None:
             write_key(os.path.join(directory, "store.key"), key)
         self.proc = HeraldProcess(binary, directory, fixture.herald_config(
-            directory, sink, keys, store=store, instance_id=instance_id), start_timeout=60)
+            directory, sink, keys, store=store, instance_id=instance_id, delivery=delivery), start_timeout=60)
         self.pid = self.proc.proc.pid
         self.name = instance_id or "herald"
         self.conn = Connection(self.proc.socket_path, self.name)
@@ -466,18 +489,18 @@ def user_devices(users, devices):
     return out
 
 
-def start_pg_herald(binary, tmp, sink, keys, pg, n):
-    """`n` instances (bench-a, bench-b) on a new database of `pg`, each with its own
-    directory and socket and a copy of one store key."""
-    database = pg.create_database(f"bench_{n}x")
+def start_pg_herald(binary, tmp, sink, keys, pg, n, tag="bench", delivery=None):
+    """`n` instances (bench-a, bench-b) on a new database of `pg` (`tag`_`n`x), each with its own
+    directory and socket and a copy of one store key; `delivery`: their [delivery] keys."""
+    database = pg.create_database(f"{tag}_{n}x")
     key = os.urandom(32)
     store = pg.store_config(database, pool_size=PG_POOL_SIZE, lease=PG_LEASE_S)
     instances = []
     try:
         for k in range(n):
-            name = f"bench-{'ab'[k]}"
+            name = f"{tag}-{'ab'[k]}"
             instances.append(Instance(binary, os.path.join(tmp, f"pg{n}-{name}"), sink, keys, store=store,
-                                      instance_id=name, key=key))
+                                      instance_id=name, key=key, delivery=delivery))
     except BaseException:
         for inst in instances:
             inst.stop()
@@ -689,6 +712,270 @@ def herald_accept_under_load(store, big, users, receipts, log, calls, big_messag
     return r, problems
 
 
+def proc_rss_kb(pid):
+    """VmRSS (resident set size now, KiB) of a process, from /proc/PID/status; None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def rfc3339(t):
+    """A UTC datetime as RFC 3339 with milliseconds and Z, as Herald writes its timestamps."""
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+class SpanStatements(StatementCounter):
+    """Statements on one database, counted by difference only: a reset would clear every database's
+    counts, the other variants' top statements with them."""
+
+    def reset(self):
+        pass
+
+
+class HeldStore:
+    """held_million's Herald: one instance of its own (SQLite, or one on a new PostgreSQL database) with
+    [delivery] max_queued raised past the held deliveries, as a Store, plus what the idle windows read
+    of its database: the server's CPU, its own connections' CPU (Herald's pool: autovacuum and the other
+    variants' connections left out) and the statements run on it."""
+
+    def __init__(self, binary, tmp, sink, keys, pg=None):
+        delivery = {"max_queued": HELD_MAX_QUEUED}
+        if pg is None:
+            self.dir = os.path.join(tmp, "held-sqlite")
+            self.store = Store("herald", Herald([Instance(binary, self.dir, sink, keys, delivery=delivery)]),
+                               "sqlite")
+            self.database = None
+        else:
+            h = start_pg_herald(binary, tmp, sink, keys, pg, 1, tag="held", delivery=delivery)
+            self.store = Store("herald_pg", h, "postgres", pg)
+            self.store.db_statements = SpanStatements(pg, h.database)
+            self.dir, self.database = h.instances[0].proc.dir, h.database
+        self.pg = pg
+
+    def backends(self):
+        """The pids of the client connections to this Herald's database (its pool)."""
+        rows = self.pg.query(f"SELECT pid FROM pg_stat_activity WHERE datname = '{self.database}' "
+                             "AND backend_type = 'client backend' AND pid <> pg_backend_pid()", "postgres")
+        return [int(r[0]) for r in rows if r and r[0]]
+
+    def statements(self):
+        return self.pg.statements(self.database) if self.pg else None
+
+    def statement_times(self):
+        """{statement's first 100 characters: (calls, ms)} run on this Herald's database so far."""
+        rows = self.pg.query("SELECT left(regexp_replace(s.query, '\\s+', ' ', 'g'), 100), sum(s.calls), "
+                             "sum(s.total_exec_time) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+                             f"WHERE d.datname = '{self.database}' GROUP BY 1", "postgres")
+        return {q: (int(c), float(t)) for q, c, t in rows}
+
+    def store_mb(self):
+        """The store's size: the SQLite files (database, WAL), or the queue's tables and indexes."""
+        if self.pg:
+            return round(sum(self.pg.table_sizes(self.database).values()) / 1e6, 1)
+        total = sum(e.stat().st_size for e in os.scandir(self.dir)
+                    if e.is_file() and (".db" in e.name or ".sqlite" in e.name))
+        return round(total / 1e6, 1)
+
+    def idle(self, seconds):
+        """Herald's CPU (ms per s) over `seconds` in which nothing is asked of it, and each second's
+        (per_second_ms: what recurs shows), its RSS at the end, and on PostgreSQL the server's CPU, its
+        pool connections' CPU and the statements run on its database (per s)."""
+        herald = self.store.herald
+        pids = self.backends() if self.pg else []
+        t_0 = self.statement_times() if self.pg else {}
+        s0 = self.statements()
+        d0 = self.store.db_cpu() if self.store.db_cpu else None
+        b0 = sum(proc_cpu_seconds(p) for p in pids)
+        c0, t0 = herald.cpu_seconds(), time.perf_counter()
+        per_second, last = [], c0
+        while time.perf_counter() - t0 < seconds - 1e-3:
+            time.sleep(min(1.0, seconds - (time.perf_counter() - t0)))
+            now = herald.cpu_seconds()
+            per_second.append(round((now - last) * 1000))
+            last = now
+        cpu, wall = herald.cpu_seconds() - c0, time.perf_counter() - t0
+        out = {"cpu_ms_per_s": round(cpu * 1000 / wall, 2), "seconds": round(wall, 2), "per_second_ms": per_second,
+               "rss_mb": round((proc_rss_kb(herald.pid) or 0) / 1024, 1)}
+        if self.pg:
+            b1 = sum(proc_cpu_seconds(p) for p in pids)
+            d1 = self.store.db_cpu()
+            s1 = self.statements()
+            spent = {q: (c - t_0.get(q, (0, 0.0))[0], t - t_0.get(q, (0, 0.0))[1])
+                     for q, (c, t) in self.statement_times().items()}
+            # the statements that took the most time in the window: what an idle Herald asks of its database
+            top = sorted(((t, c, q) for q, (c, t) in spent.items() if c > 0), reverse=True)[:3]
+            out.update(top_statements=[{"statement": q, "calls": c, "ms": round(t, 1)} for t, c, q in top])
+            out.update(db_cpu_ms_per_s=round((d1 - d0) * 1000 / wall, 2),
+                       db_pool_cpu_ms_per_s=round((b1 - b0) * 1000 / wall, 2), db_pool_connections=len(pids),
+                       statements_per_s=round((s1 - s0) / wall, 2))
+        return out
+
+    def fan_out(self, users, receipts, sink, warmup, messages, log):
+        """held_fanout's 500-device APNs message, `messages` times after `warmup`: herald_latency's row."""
+        return herald_latency(self.store, "held_fanout", users, receipts, sink, warmup, messages, log)
+
+
+def herald_held_million(held, users, devices, receipts, sink, warmup, messages, held_messages, idle_s, settle_s,
+                        log):
+    """held_million on one store: what a million deliveries held for a week cost while they wait.
+
+    On `held` (a HeldStore: a Herald of its own): registers held's users (2,000 APNs devices) and
+    held_fanout's (500); an idle window of `idle_s` with nothing queued; held_fanout's message
+    `messages` times (after `warmup`); then `held_messages` push.send calls to held's users with
+    not_before a week ahead (one at a time, each answered at its commit: the acceptance rate); the same
+    idle window with them waiting; the same fan-out beside them. The row: Herald's idle CPU with and
+    without them (ms per s, and the difference), the fan-out's p50 and CPU per push with them over
+    without (vs_unheld, cpu_vs_unheld), and, checked: push.status of the first and last held message
+    says held with due_at at not_before, and the sink logged nothing for a held device (held_at_sink 0).
+    No timing is checked."""
+    store = held.store
+    herald, label = store.herald, store.label
+    name = "held_million"
+    problems = []
+    offset = sink.log_size()
+    receipts.phase("register", name)
+    t0 = time.perf_counter()
+    for scen, index, n_users, per_user in (("held", HELD_SCENARIO_INDEX, HELD_USERS, (0, SIZE_PER_USER, 0)),
+                                           ("held_fanout", HELD_SCENARIO_INDEX + 1, USERS, (0, PER_USER_DEVICES, 0))):
+        us, devs = fixture.register(herald.client, sink, scen, index, n_users, per_user)
+        if users.get(scen, us) != us or devices.get(scen, devs) != devs:
+            raise RuntimeError(f"{label}: {scen} registered other users or devices than on the first store")
+        users[scen], devices[scen] = us, devs
+    receipts.set_devices(devices, user_devices(users, devices))
+    log(f"{name} {label}: registered {len(devices['held']) + len(devices['held_fanout'])} APNs devices in "
+        f"{time.perf_counter() - t0:.1f} s (pid {herald.pid}, [delivery] max_queued {HELD_MAX_QUEUED:,})")
+
+    # ---- nothing held: the idle window, then the fan-out
+    receipts.phase("held", name)
+    time.sleep(settle_s)
+    idle_none = held.idle(idle_s)
+    base, probs = held.fan_out(users, receipts, sink, warmup, messages, log)
+    problems += probs
+
+    # ---- hold the deliveries: not_before a week ahead, the TTL covering it
+    receipts.phase("held", name)
+    due = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=HELD_DAYS)).replace(microsecond=0)
+    not_before = rfc3339(due)
+    per_message = len(devices["held"])
+    client = fixture.Client(herald.instances[0].proc.socket_path, timeout=300)
+    ids, calls, accepted = [], [], 0
+    c0, t0 = herald.cpu_seconds(), time.perf_counter()
+    for i in range(held_messages):
+        t = time.perf_counter()
+        answer = client.call("push.send", {"to": {"users": users["held"]}, "data": {"msg": f"held-{i}"},
+                                           "not_before": not_before, "ttl": HELD_TTL_S})
+        calls.append(time.perf_counter() - t)
+        result = answer.get("result")
+        if result is None or result.get("devices") != per_message:
+            problems.append({"scenario": name, "sender": label, "message": i, "devices": (result or {}).get("devices"),
+                             "error": answer.get("error")})
+            if result is None:
+                break
+        ids.append(result["message_id"])
+        accepted += result.get("devices") or 0
+    accept_wall, accept_cpu = time.perf_counter() - t0, herald.cpu_seconds() - c0
+    queue = ((client.call("system.stats").get("result") or {}).get("queue")) or {}
+    log(f"{name} {label}: {accepted:,} deliveries held ({len(ids)} push.send to {per_message:,} devices) in "
+        f"{accept_wall:.1f} s: {accepted / accept_wall:,.0f} deliveries/s, push.send p50 "
+        f"{ms_percentile(calls, 0.5)} ms (first tenth {ms_percentile(calls[:max(1, len(calls) // 10)], 0.5)}, last "
+        f"{ms_percentile(calls[-max(1, len(calls) // 10):], 0.5)}); system.stats queue {queue}")
+
+    # ---- held: the same idle window, then the same fan-out beside them
+    time.sleep(settle_s)
+    idle_held = held.idle(idle_s)
+    r, probs = held.fan_out(users, receipts, sink, warmup, messages, log)
+    problems += probs
+
+    # ---- checked: still held, due at not_before, nothing of them at the sink
+    receipts.phase("held", name)
+    status_problems = []
+    first = (client.call("push.status", {"message_id": ids[0], "detail": True}).get("result") or {}) if ids else {}
+    last = (client.call("push.status", {"message_id": ids[-1]}).get("result") or {}) if ids else {}
+    entries = first.get("devices") or []
+    for what, st in (("first", first), ("last", last)):
+        counts = st.get("counts") or {}
+        if counts.get("held") != per_message or any(v for k, v in counts.items() if k != "held"):
+            status_problems.append(f"{what} held message's counts {({k: v for k, v in counts.items() if v})}")
+    wrong = [e for e in entries if e.get("state") != "held" or not e.get("due_at") or
+             datetime.datetime.fromisoformat(e["due_at"].replace("Z", "+00:00")) != due]
+    if len(entries) != per_message or wrong:
+        status_problems.append(f"first held message: {len(entries)} devices in its detail, {len(wrong)} not held "
+                               f"due at {not_before}, e.g. {wrong[:1]}")
+    client.close()
+    time.sleep(1.5)  # nginx writes its access log out every second
+    held_keys = {receipts.device_key(d) for d in devices["held"]}
+    at_sink = sum(1 for rec in sink.records(offset) if receipts.record_key(rec) in held_keys)
+    if at_sink:
+        status_problems.append(f"the sink logged {at_sink} request(s) to held devices, held until {not_before}")
+    problems += [{"scenario": name, "sender": label, "held": p} for p in status_problems]
+    store_mb = held.store_mb()
+
+    def ratio(a, b, digits=3):
+        return round(a / b, digits) if a is not None and b else None
+    out = {
+        "scenario": name, "sender": label, "backend": store.backend, "instances": 1,
+        "held": accepted, "held_messages": len(ids), "held_devices_per_message": per_message,
+        "not_before": not_before, "held_days": HELD_DAYS, "max_queued": HELD_MAX_QUEUED,
+        "accept_s": round(accept_wall, 2), "accept_per_s": round(accepted / accept_wall, 0) if accept_wall else None,
+        "accept_p50_ms": ms_percentile(calls, 0.5), "accept_p99_ms": ms_percentile(calls, 0.99),
+        # does acceptance slow down as the held rows grow? the first tenth of the calls next to the last
+        "accept_p50_ms_first_tenth": ms_percentile(calls[:max(1, len(calls) // 10)], 0.5),
+        "accept_p50_ms_last_tenth": ms_percentile(calls[-max(1, len(calls) // 10):], 0.5),
+        "accept_cpu_s_per_1000": round(accept_cpu * 1000 / accepted, 4) if accepted else None,
+        "queue_after_accept": queue, "store_mb": store_mb,
+        "idle_s": idle_held["seconds"], "idle_none": idle_none, "idle_held": idle_held,
+        "idle_cpu_ms_per_s_none": idle_none["cpu_ms_per_s"], "idle_cpu_ms_per_s_held": idle_held["cpu_ms_per_s"],
+        "idle_cpu_ms_per_s_diff": round(idle_held["cpu_ms_per_s"] - idle_none["cpu_ms_per_s"], 2),
+        "rss_mb_none": idle_none["rss_mb"], "rss_mb_held": idle_held["rss_mb"],
+        "fanout_devices": len(devices["held_fanout"]), "messages": r["messages"],
+        "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "base_p50_ms": base["p50_ms"],
+        "vs_unheld": ratio(r["p50_ms"], base["p50_ms"]),
+        "cpu_s_per_1000": r["cpu_s_per_1000"], "base_cpu_s_per_1000": base["cpu_s_per_1000"],
+        "cpu_vs_unheld": ratio(r["cpu_s_per_1000"], base["cpu_s_per_1000"]),
+        "pushes_per_s": r["pushes_per_s"], "peak_rss_mb": r["peak_rss_mb"],
+        "samples_ms": r["samples_ms"], "base_samples_ms": base["samples_ms"],
+        "delivered": base["delivered"] + r["delivered"], "expected": base["expected"] + r["expected"],
+        "held_at_sink": at_sink,
+        "status_held_first": (first.get("counts") or {}).get("held"),
+        "status_held_last": (last.get("counts") or {}).get("held"),
+        "status_due_at": entries[0].get("due_at") if entries else None,
+        "status_timing": entries[0].get("timing") if entries else None,
+        "held_ok": not status_problems,
+        "load_1min": (machine.load_average() or [None])[0],
+    }
+    out["delivered_all"] = (base["delivered_all"] and r["delivered_all"] and out["held"] == per_message * held_messages
+                            and not status_problems)
+    if held.pg:
+        out.update(idle_db_cpu_ms_per_s_none=idle_none["db_cpu_ms_per_s"],
+                   idle_db_cpu_ms_per_s_held=idle_held["db_cpu_ms_per_s"],
+                   idle_db_pool_cpu_ms_per_s_none=idle_none["db_pool_cpu_ms_per_s"],
+                   idle_db_pool_cpu_ms_per_s_held=idle_held["db_pool_cpu_ms_per_s"],
+                   idle_statements_per_s_none=idle_none["statements_per_s"],
+                   idle_statements_per_s_held=idle_held["statements_per_s"],
+                   db_cpu_s_per_1000=r.get("db_cpu_s_per_1000"), base_db_cpu_s_per_1000=base.get("db_cpu_s_per_1000"),
+                   statements_per_message=r.get("statements_per_message"),
+                   base_statements_per_message=base.get("statements_per_message"))
+    log(f"{name} {label}: idle CPU {out['idle_cpu_ms_per_s_held']} ms/s with {accepted:,} held vs "
+        f"{out['idle_cpu_ms_per_s_none']} ms/s with none ({out['idle_cpu_ms_per_s_diff']:+} ms/s, over "
+        f"{idle_s:g} s each)"
+        + (f"; database {out['idle_db_cpu_ms_per_s_held']} vs {out['idle_db_cpu_ms_per_s_none']} ms/s "
+           f"(its pool {out['idle_db_pool_cpu_ms_per_s_held']} vs {out['idle_db_pool_cpu_ms_per_s_none']} ms/s, "
+           f"{out['idle_statements_per_s_held']} vs {out['idle_statements_per_s_none']} statements/s; the costliest "
+           f"with them held: {idle_held['top_statements'][:1]})" if held.pg else "")
+        + f"; RSS {out['rss_mb_held']} vs {out['rss_mb_none']} MB; {out['fanout_devices']}-device fan-out p50 "
+        f"{out['p50_ms']} vs {out['base_p50_ms']} ms (x{out['vs_unheld']}), CPU/push x{out['cpu_vs_unheld']}; "
+        f"held message status: {out['status_held_first']} held, due_at {out['status_due_at']}; "
+        f"{at_sink} request(s) at the sink for held devices; store {store_mb} MB")
+    if not herald.alive():
+        raise RuntimeError(f"{label} exited during {name}")
+    return out, problems
+
+
 def herald_sustained_4c(store, name, groups, receipts, sink, sustained_s, log):
     """One sustained scenario with CONNECTIONS_4C client connections to one Herald, each
     sending to its own users' devices (500 a message) back to back, all at once."""
@@ -748,9 +1035,11 @@ class Receipts:
     devices, none answered otherwise. In any phase a request to a path that is
     no registered device is a problem; in the start, registration and idle
     phases any request is. h2load's requests and the OAuth token requests are
-    not logged (sink.py); Herald's credential checks (PROBE_KEYS) are counted apart."""
+    not logged (sink.py); Herald's credential checks (PROBE_KEYS) are counted apart. A held
+    phase (held_million: deliveries accepted to wait a week, and idle windows beside them) is
+    quiet too."""
 
-    QUIET = ("start", "register", "idle")
+    QUIET = ("start", "register", "idle", "held")
 
     def __init__(self, sink):
         self.sink = sink
@@ -1120,15 +1409,18 @@ def machine_info(herald_version, peers):
 def summary_rows(rows):
     """fanout.json: one object per scenario and sender (db_cpu_s_per_1000: PostgreSQL rows only),
     plus, where the row has them, first_push_p50_ms and first_push_p90_ms (Herald's rows of the
-    scenarios whose messages go one at a time), devices and us_per_device (the size curve), and
-    stalled_subscriber's figures."""
+    scenarios whose messages go one at a time), devices and us_per_device (the size curve),
+    stalled_subscriber's figures, and held_million's."""
     out = []
     for r in rows:
         o = {k: r.get(k) for k in ("scenario", "sender", "p50_ms", "p90_ms", "p99_ms", "pushes_per_s",
                                    "cpu_s_per_1000", "db_cpu_s_per_1000", "peak_rss_mb", "delivered_all")}
         o.update({k: r[k] for k in ("first_push_p50_ms", "first_push_p90_ms", "devices", "us_per_device",
                                     "vs_unstalled", "base_p50_ms", "base_peak_rss_mb", "stall_s", "gap_events",
-                                    "event_deliveries", "event_deliveries_missing")
+                                    "event_deliveries", "event_deliveries_missing", "held", "accept_per_s",
+                                    "idle_cpu_ms_per_s_none", "idle_cpu_ms_per_s_held", "idle_cpu_ms_per_s_diff",
+                                    "idle_db_cpu_ms_per_s_none", "idle_db_cpu_ms_per_s_held", "base_p50_ms",
+                                    "vs_unheld", "cpu_vs_unheld", "held_at_sink", "held_ok")
                   if k in r})
         out.append(o)
     return out
@@ -1172,10 +1464,11 @@ def main():
     pg_variants = [int(v) for v in pg_variants]
     pg_durable = (args.pg_durable or ("off" if args.quick else "on")) == "on"
     unknown = (only - set(SCENARIOS) - set(SUSTAINED) - set(SUSTAINED_4C) - set(SIZES)
-               - {"accept_under_load", "stalled_subscriber"})
+               - {"accept_under_load", "stalled_subscriber", "held_million"})
     if unknown:
         raise SystemExit(f"--only: unknown {sorted(unknown)} (known: "
-                         f"{', '.join(list(SCENARIOS) + list(SUSTAINED) + list(SUSTAINED_4C) + list(SIZES))})")
+                         f"{', '.join(list(SCENARIOS) + list(SUSTAINED) + list(SUSTAINED_4C) + list(SIZES))}, "
+                         "accept_under_load, stalled_subscriber, held_million)")
     size_messages = args.size_messages or (2 if args.quick else 10)
     size_warmup = 1 if args.quick else 2
     sizes = [n for n in SIZES if (n in only if only else (n in SIZES_QUICK if args.quick else True))]
@@ -1411,6 +1704,28 @@ def main():
             if not all(st.herald.alive() for st in stores):
                 raise RuntimeError(f"a herald exited during {name}")
 
+        # ---- deliveries held for a week, on a Herald of their own per store (SQLite; PostgreSQL with one
+        # instance when the run has PostgreSQL): what they cost while they wait
+        if not only or "held_million" in only:
+            for held_pg in [None] + ([pg] if pg_variants else []):
+                held = HeldStore(os.path.abspath(args.herald), tmp, sink, keys, held_pg)
+                try:
+                    r, probs = herald_held_million(
+                        held, users, devices, receipts, sink, warmup, messages,
+                        HELD_MESSAGES_QUICK if args.quick else HELD_MESSAGES,
+                        HELD_IDLE_S_QUICK if args.quick else HELD_IDLE_S,
+                        HELD_SETTLE_S_QUICK if args.quick else HELD_SETTLE_S, log)
+                except BaseException:
+                    print(f"held_million {held.store.label} stderr (tail):\n" + held.store.herald.stderr_tail(),
+                          file=sys.stderr)
+                    raise
+                finally:
+                    status = held.store.herald.stop()
+                rows.append(r)
+                problems += probs
+                if any(x != 0 for x in status):
+                    problems.append({"scenario": "held_million", "sender": held.store.label, "exit_status": status})
+
         stats = (herald.client.call("system.stats").get("result")) or {}
         herald_status = herald.stop()[0]
         herald_log = tail(herald.instances[0].proc.log_path, 40)
@@ -1487,6 +1802,13 @@ def main():
                                     "devices_per_message": DEVICES, "scenarios": runs_4c},
                    "sizes": {"scenarios": {n: SIZES[n] for n in sizes}, "devices_per_user": SIZE_PER_USER,
                              "messages": size_messages, "warmup": size_warmup, "platform": "apns"},
+                   "held_million": {"held_messages": HELD_MESSAGES_QUICK if args.quick else HELD_MESSAGES,
+                                    "devices_per_message": HELD_USERS * SIZE_PER_USER, "days_ahead": HELD_DAYS,
+                                    "ttl_s": HELD_TTL_S, "max_queued": HELD_MAX_QUEUED,
+                                    "idle_s": HELD_IDLE_S_QUICK if args.quick else HELD_IDLE_S,
+                                    "settle_s": HELD_SETTLE_S_QUICK if args.quick else HELD_SETTLE_S,
+                                    "fanout_devices": DEVICES, "platform": "apns"}
+                   if not only or "held_million" in only else None,
                    "first_push": "sink: nginx $msec - $request_time (whole ms, cached at its event-loop "
                                  "wake-up) + 0.5 ms, minus the driver's time.time() right before sendall",
                    "nginx_workers": 2},

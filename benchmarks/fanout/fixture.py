@@ -49,12 +49,14 @@ def provider_keys(directory, sink):
     return paths
 
 
-def herald_config(directory, sink, keys, log_level="warning", store=None, instance_id=None):
+def herald_config(directory, sink, keys, log_level="warning", store=None, instance_id=None, delivery=None):
     """Herald's configuration against the sink. `store`: the [store] keys other
     than `key` (default: SQLite with `synchronous = full`; a PostgreSQL backend
-    gives backend, dsn, password_file...); `instance_id`: [server] instance_id."""
+    gives backend, dsn, password_file...); `instance_id`: [server] instance_id;
+    `delivery`: [delivery] keys (default: none, every default)."""
     store = {"synchronous": "full"} if store is None else store
     store_lines = "".join(f"{k} = {v}\n" for k, v in store.items())
+    delivery_lines = "".join(f"{k} = {v}\n" for k, v in (delivery or {}).items())
     instance = f"instance_id = {instance_id}\n" if instance_id else ""
     return f"""[server]
 socket = {directory}/herald.sock
@@ -67,7 +69,7 @@ max_inflight = 2000
 key = {directory}/store.key
 {store_lines}
 [delivery]
-
+{delivery_lines}
 [endpoints]
 apns_production = {sink.apns_url}
 apns_development = {sink.apns_url}

@@ -381,16 +381,17 @@ class Sink:
 
     # ---- the receiver's record
 
-    def records(self):
+    def records(self, offset=0):
         """The access log as a list of dicts (t: seconds since the epoch at the end
         of the request, rt: seconds since its first bytes were read, both in whole
         milliseconds, s: status, a: listen address, p: port, u: path, fcm: the
-        FCM body's message.token, ua: user agent). A last line nginx has not
-        finished writing is left out."""
+        FCM body's message.token, ua: user agent), from byte `offset` on (a
+        `log_size()` taken earlier). A last line nginx has not finished writing is left out."""
         if not self.access_log:
             raise RuntimeError("the sink was started without access_log=True")
         try:
             with open(self.access_log, "rb") as f:
+                f.seek(offset)
                 data = f.read()
         except FileNotFoundError:
             return []
@@ -406,6 +407,13 @@ class Sink:
             except ValueError:
                 raise RuntimeError(f"access log: a line that is not JSON: {line[:200]!r}")
         return out
+
+    def log_size(self):
+        """The access log's size in bytes now (what nginx has written out of its buffer)."""
+        try:
+            return os.path.getsize(self.access_log)
+        except FileNotFoundError:
+            return 0
 
     def wait_records(self, enough, timeout=30.0, interval=0.1):
         """Reads the access log until `enough(records)` is true or `timeout` passes
