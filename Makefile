@@ -44,7 +44,7 @@ SANITIZE := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-o
 # sanitizer report makes the daemon exit non-zero at SIGTERM, which fails the test).
 SWIFT_SANITIZE := --scratch-path .build/sanitize --sanitize=address -Xcc -fsanitize=undefined \
 	-Xcc -fno-sanitize-recover=all
-SANITIZE_SUITES := APNsTests|HTTP2Tests|HeraldSchedulerTests|HeraldStoreTests|HTTPClientTests|SenderTests|PostgresTests|OperationsTests/metrics|EventLoopShutdownTests
+SANITIZE_SUITES := APNsTests|HTTP2Tests|HeraldSchedulerTests|HeraldStoreTests|HTTPClientTests|SenderTests|PostgresTests|OperationsTests/metrics|EventLoopShutdownTests|HeraldTimeTests
 
 .PHONY: deps debian-deps python-deps bench-deps build run demo openrpc test test-c test-swift test-sanitize \
 	test-interop bench bench-crypto bench-rpc bench-delivery bench-fanout bench-quick clean \
