@@ -60,7 +60,8 @@ struct DeliveryTiming: Equatable {
     /// past its send deadline (the claim then finds it `expired`).
     func nextAttemptAt(acceptedAt: Int64, expiresAt: Int64) -> Int64 {
         guard let heldUntil else { return acceptedAt }
-        return min(heldUntil, DeliveryJob.sendDeadline(expiresAt: expiresAt) + 1)
+        let deadline = DeliveryJob.sendDeadline(expiresAt: expiresAt)
+        return min(heldUntil, deadline == .max ? .max : deadline + 1)
     }
 }
 

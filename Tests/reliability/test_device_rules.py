@@ -247,6 +247,8 @@ def test_bad_preferences_and_send_times_are_refused_and_nothing_is_stored(gw):
             cases = [
                 ("device.register", {"time_zone": "Mars/Olympus_Mons"}, "time_zone"),
                 ("device.register", {"time_zone": "../../etc/passwd"}, "time_zone"),
+                ("device.register", {"time_zone": "localtime"}, "time_zone"),
+                ("device.register", {"time_zone": "right/Europe/Paris"}, "time_zone"),
                 ("device.register", {"time_zone": "UTC", "quiet_hours": {"start": "25:00", "end": "07:00"}},
                  "quiet_hours.start"),
                 ("device.register", {"time_zone": "UTC", "quiet_hours": {"start": "22:00", "end": "7:00"}},

@@ -59,6 +59,13 @@ extension HeraldService {
         if name.utf8.count > PreferenceLimits.maxTimeZoneBytes {
             throw p.invalid("time_zone", "must be at most \(PreferenceLimits.maxTimeZoneBytes) bytes")
         }
+        // Files of the database that are not zones of their own: the host's
+        // own zone (`localtime`), the rules' template, the placeholder, and the
+        // `posix/` and `right/` copies (the latter counting leap seconds).
+        let notZones = ["localtime", "posixrules", "Factory"]
+        if notZones.contains(name) || name.hasPrefix("posix/") || name.hasPrefix("right/") {
+            throw p.invalid("time_zone", "is not an IANA time zone (such as Europe/Paris or America/New_York)")
+        }
         do {
             _ = try TimeZoneDatabase.shared.zone(name)
         } catch {
