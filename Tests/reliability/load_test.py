@@ -62,8 +62,8 @@ from herald_fixtures import (  # noqa: E402
 
 USERS_PER_CLIENT = 60
 WEB_POOL = 300
-STATES = ("queued", "in_flight", "delivered", "retrying", "failed", "expired", "superseded", "skipped",
-          "removed_stale")
+STATES = ("queued", "held", "in_flight", "delivered", "retrying", "failed", "expired", "superseded",
+          "skipped", "removed_stale")
 DELIVERY = {"max_retries": 5, "backoff_base_ms": 200, "backoff_max_ms": 2000}
 
 
