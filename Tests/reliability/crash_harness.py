@@ -16,7 +16,7 @@ Fan-out rounds (--rounds, default 10). Each round:
     FCM UNAVAILABLE/INTERNAL/QUOTA_EXCEEDED, Web Push 429/500/503; some with Retry-After)
     before they accept, so that deliveries are `retrying` with a backoff pending at the kills;
   - sends 1 to 3 `push.send` messages that together reach every device (the users
-    split at random), and 1 or 2 timed messages (`not_before` 2-8 s after they are written, given
+    split at random), and 1 or 2 timed messages (`not_before` 2-6 s after they are written, given
     in Z or with an offset) to a random few hundred devices, all pipelined on one connection in a
     random order, each with an idempotency key and
     `data` = {hx: its tag, pz: a random value, u: non-ASCII text} (the gateways see it in the
@@ -157,10 +157,10 @@ TRANSIENT_PROGRAM = {
             {"status": 201}),
 }
 TRANSIENT_STATUS = (429, 500, 502, 503, 504)
-# Timed sends: in every round 1 or 2 messages with `not_before` 2-8 s after they are written (kills
+# Timed sends: in every round 1 or 2 messages with `not_before` 2-6 s after they are written (kills
 # land before, around and after their time), each to TIMED_USERS users (at most a quarter of them).
-TIMED_AHEAD_S = (2.0, 8.0)
-TIMED_USERS = 40
+TIMED_AHEAD_S = (2.0, 6.0)
+TIMED_USERS = 20
 TIMED_OFFSETS_MIN = (0, 0, 0, 330, -240, 60)   # not_before in Z, or the same instant with an offset
 # A gateway record of a timed message received before its not_before - EARLY_TOLERANCE_S is early;
 # its first copy later than LATE_BOUND_S (+ the gateway delay in effect) after it could go is late.
@@ -766,7 +766,7 @@ class Harness:
         hold = r == self.hold_round or rng.random() < HOLD_SHARE
         x = rng.random()
         mode = "hold" if hold else "enqueue" if x < 0.3 else "retry" if x < 0.55 else "send"
-        # timed messages: 1 or 2, each to a random few hundred devices, due 2-8 s after they are written
+        # timed messages: 1 or 2, each to a random 200 devices, due 2-6 s after they are written
         # (at least 3 s when killed mid-hold: time for the answers before the kill)
         per = min(TIMED_USERS, max(1, len(self.fan_users) // 4))
         timed = [f"r{r:02d}t{j}" for j in range(rng.choice((1, 2)))]
