@@ -1,3 +1,5 @@
+import HeraldTime
+
 /// RFC 3339 UTC times with milliseconds, as the interface shows them
 /// (`2026-12-02T14:50:00.123Z`).
 ///
@@ -56,7 +58,8 @@ enum Timestamp {
             let hour = digits(11, 2), b[13] == UInt8(ascii: ":"), let minute = digits(14, 2),
             b[16] == UInt8(ascii: ":"), let second = digits(17, 2)
         else { return nil }
-        guard (1...12).contains(month), day >= 1, day <= daysIn(month: month, year: year), hour < 24, minute < 60,
+        guard (1...12).contains(month), day >= 1, day <= CivilCalendar.daysInMonth(year: year, month: month), hour < 24,
+            minute < 60,
             second <= 60
         else { return nil }
         var i = 19
@@ -86,28 +89,9 @@ enum Timestamp {
             return nil
         }
         guard i == b.count else { return nil }
-        let days = daysFromCivil(year: Int64(year), month: month, day: day)
+        let days = Int64(CivilCalendar.days(year: year, month: month, day: day))
         let seconds = days * 86_400 + Int64(hour * 3600 + minute * 60 + second) - Int64(offsetMinutes * 60)
         return seconds * 1000 + Int64(millis)
-    }
-
-    private static func daysIn(month: Int, year: Int) -> Int {
-        switch month {
-        case 2: (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 ? 29 : 28
-        case 4, 6, 9, 11: 30
-        default: 31
-        }
-    }
-
-    /// Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
-    private static func daysFromCivil(year: Int64, month: Int, day: Int) -> Int64 {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let m = Int64(month)
-        let doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + Int64(day) - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146_097 + doe - 719_468
     }
 
     /// Quotient rounded toward minus infinity, and a remainder in 0..<divisor.

@@ -32,10 +32,12 @@ struct StoredPreferences: Sendable, Equatable {
 
     var preferences: DevicePreferences {
         DevicePreferences(
-            timeZone: timeZone, quietHours: quietHours.flatMap(QuietHoursRule.init(stored:)),
-            topics: topics.flatMap { text in
-                (try? JSONParser.parse(Array(text.utf8)))?.arrayValue?.compactMap(\.stringValue)
-            })
+            timeZone: timeZone, quietHours: quietHours.flatMap(QuietHoursRule.init(stored:)), topics: topicList)
+    }
+
+    /// The stored topics read back (nil: every message).
+    var topicList: [String]? {
+        topics.flatMap { text in (try? JSONParser.parse(Array(text.utf8)))?.arrayValue?.compactMap(\.stringValue) }
     }
 }
 
@@ -80,8 +82,7 @@ enum TimingRules {
     ) -> DeliveryTiming {
         if m.sendTime == nil && p.isEmpty { return .now }
         var t = DeliveryTiming()
-        if let wanted = m.topics, let text = p.topics {
-            let mine = (try? JSONParser.parse(Array(text.utf8)))?.arrayValue?.compactMap(\.stringValue) ?? []
+        if let wanted = m.topics, let mine = p.topicList {
             if !wanted.contains(where: mine.contains) {
                 t.skip = "not_subscribed"
                 return t

@@ -1,6 +1,6 @@
 /// Proleptic Gregorian calendar arithmetic on days since 1970-01-01 (Howard
 /// Hinnant's civil-date algorithms), exact for every `Int` day count in use.
-enum CivilCalendar {
+public enum CivilCalendar {
     static let secondsPerDay = 86_400
 
     /// `a / b` rounded towards negative infinity (`b > 0`).
@@ -16,7 +16,7 @@ enum CivilCalendar {
     }
 
     /// Days since 1970-01-01 of a date with `month` in 1...12 and `day` in 1...31.
-    static func days(year: Int, month: Int, day: Int) -> Int {
+    public static func days(year: Int, month: Int, day: Int) -> Int {
         let y = month <= 2 ? year - 1 : year
         let era = floorDiv(y, 400)
         let yearOfEra = y - era * 400
@@ -52,7 +52,7 @@ enum CivilCalendar {
         year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
     }
 
-    static func daysInMonth(year: Int, month: Int) -> Int {
+    public static func daysInMonth(year: Int, month: Int) -> Int {
         switch month {
         case 2: return isLeapYear(year) ? 29 : 28
         case 4, 6, 9, 11: return 30
