@@ -170,6 +170,9 @@ final class RPCServer: @unchecked Sendable {
     private var uidBudgets: [UInt32: ClientBudget] = [:]
     /// Connections not taking messages because a budget is spent, in the order they stopped.
     private var budgetWaiting: [UInt64] = []
+    /// A running estimate of each method's answer size (results only): a call
+    /// whose answer would not fit is refused before it runs.
+    private var answerSizes: [String: Int] = [:]
     /// Sweeps in a row that found `clientBudget` past its limit.
     private var overBudgetSweeps = 0
     /// The most `clientBudget` held since the last trim.
@@ -655,8 +658,13 @@ final class RPCServer: @unchecked Sendable {
                 emit(conn, Self.serialize(RPCResponse.failure(id: id, error: failure.error)), batch: batch)
             }
         case .success(let request):
-            if let id = request.id, conn.owed >= limits.maxReplyBytes {
-                // Nothing more fits: refused without running it.
+            if let id = request.id,
+                !conn.budget.hasRoom(answerSizes[request.method] ?? 1, besides: conn.decodedBytes)
+            {
+                // An answer of the method's usual size fits neither the
+                // connection's budget nor its uid's or the process's (what its
+                // own decoded calls hold aside: they are let go as they run):
+                // refused without running it, nor making an answer to drop.
                 counters.errors += 1
                 counters.overloaded += 1
                 emit(conn, Self.serialize(RPCResponse.failure(id: id, error: overloaded())), batch: batch)
@@ -665,6 +673,7 @@ final class RPCServer: @unchecked Sendable {
             conn.pending += 1
             let connID = conn.id
             let id = request.id
+            let method = request.method
             let budget = conn.budget
             let overloadedError = overloaded()
             handler.handle(request, context: conn.context) { [self] result in
@@ -673,10 +682,12 @@ final class RPCServer: @unchecked Sendable {
                 // does not is dropped here, before it reaches the loop.
                 var outcome = Outcome.answered
                 var bytes: [UInt8]? = nil
+                var made = 0
                 if let id {
                     switch result {
                     case .success(let value):
                         let answer = Self.serialize(RPCResponse.success(id: id, result: value))
+                        made = answer.count
                         if budget.reserve(answer.count) {
                             bytes = answer
                         } else {
@@ -689,15 +700,17 @@ final class RPCServer: @unchecked Sendable {
                         let answer = Self.serialize(RPCResponse.failure(id: id, error: error))
                         budget.force(answer.count)
                         bytes = answer
+                        made = answer.count
                     }
                 }
                 if case .failure = result { outcome = .failed }
                 let done = outcome
                 let answer = bytes
+                let size = made
                 if loop.inLoop {
-                    complete(connID, batch: batch, outcome: done, answer)
+                    complete(connID, method, batch: batch, outcome: done, made: size, answer)
                 } else {
-                    loop.execute { self.complete(connID, batch: batch, outcome: done, answer) }
+                    loop.execute { self.complete(connID, method, batch: batch, outcome: done, made: size, answer) }
                 }
             }
         }
@@ -716,9 +729,17 @@ final class RPCServer: @unchecked Sendable {
         case answered, failed, overloaded
     }
 
-    /// A call's answer, already counted in the connection's budget.
-    private func complete(_ connID: UInt64, batch: Int?, outcome: Outcome, _ bytes: [UInt8]?) {
+    /// A call's answer, already counted in the connection's budget; `made`:
+    /// the size of the answer as made (a refused one's too; 0 for a notification).
+    private func complete(
+        _ connID: UInt64, _ method: String, batch: Int?, outcome: Outcome, made: Int, _ bytes: [UInt8]?
+    ) {
         loop.preconditionInLoop()
+        if made > 0 && outcome != .failed {
+            // Only methods that exist answer with a result: the table stays as small as the method list.
+            let seen = answerSizes[method] ?? made
+            answerSizes[method] = (seen * 3 + made) / 4
+        }
         guard let conn = connections[connID] else { return }
         conn.pending -= 1
         answeredSinceTrim += 1
@@ -729,8 +750,8 @@ final class RPCServer: @unchecked Sendable {
             counters.errors += 1
             counters.overloaded += 1
         }
+        if made > 0 { conn.recordAnswer(made) }
         if let bytes {
-            conn.recordAnswer(bytes.count)
             emit(conn, bytes, batch: batch, reserved: true)
         }
         if conn.readPaused && !conn.shouldResume(limits) {
@@ -1050,6 +1071,11 @@ final class ClientBudget: Sendable {
     /// This group or a group it is part of holds its limit.
     var spent: Bool { value >= limit || parent?.spent == true }
 
+    /// `n` more bytes would fit here and in every parent now.
+    func hasRoom(_ n: Int) -> Bool {
+        value + n <= limit && parent?.hasRoom(n) != false
+    }
+
     /// Counts `n` bytes here and in every parent if they fit under every limit.
     func reserve(_ n: Int) -> Bool {
         let fits = held.withLock { held in
@@ -1090,6 +1116,15 @@ final class ReplyBudget: Sendable {
     }
 
     var value: Int { state.withLock { $0.held } }
+
+    /// `n` more bytes would fit under the limit, and under the uid's and the
+    /// process's once `besides` bytes they count (the connection's decoded
+    /// calls) are let go.
+    func hasRoom(_ n: Int, besides: Int = 0) -> Bool {
+        state.withLock { s in
+            s.held + n <= limit && (s.detached || shared?.hasRoom(n - besides) != false)
+        }
+    }
 
     /// Counts `n` bytes if they fit under the limit, the uid's and the process's.
     func reserve(_ n: Int) -> Bool {
@@ -1241,7 +1276,8 @@ final class Connection {
         return nextBatch
     }
 
-    /// A running estimate of this connection's answer size (0 before the first).
+    /// A running estimate of this connection's answer size (0 before the
+    /// first), from the answers made, refused ones included.
     var answerBytesEstimate = 0
 
     func recordAnswer(_ bytes: Int) {
