@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """Loopback test gateways for Herald: APNs, FCM HTTP v1 (+ OAuth2 token endpoint) and Web Push.
 
-One process, seven loopback listeners:
-  * apns        TLS, ALPN h2 only            (APNs production: api.push.apple.com)
+One process, nine loopback listeners:
+  * apns        TLS, ALPN h2 only            (APNs production: api.push.apple.com; device pushes and
+                                           broadcast sends)
   * apns_dev    TLS, ALPN h2 only            (APNs development: api.sandbox.push.apple.com; a gateway of
                                            its own: its records, programs, knobs and connections)
+  * apns_manage TLS, ALPN h2 only            (APNs channel management, production:
+                                           api-manage-broadcast.push.apple.com:2196)
+  * apns_manage_dev TLS, ALPN h2 only        (the same, development: api-manage-broadcast.sandbox.push.apple.com:2195;
+                                           its own channels)
   * fcm         TLS, ALPN h2 or http/1.1   (POST /token and POST /v1/projects/P/messages:send)
   * fcm_h1      TLS, ALPN http/1.1 only    (the fcm gateway again, for an FCM origin without HTTP/2)
   * webpush     TLS, ALPN h2 or http/1.1   (POST /push/ID)
@@ -61,10 +66,17 @@ MAX_RECORDS = 100_000          # cap on recorded requests per gateway
 BIG_STREAMS = 2**31 - 1
 MCS = SettingCodes.MAX_CONCURRENT_STREAMS
 
-GATEWAYS = ("apns", "apns_dev", "fcm", "webpush")
+GATEWAYS = ("apns", "apns_dev", "fcm", "webpush", "apns_manage", "apns_manage_dev")
 # The two APNs environments: one handler, separate hosts (listeners) and separate state, like
 # api.push.apple.com and api.sandbox.push.apple.com.
 APNS_GATEWAYS = ("apns", "apns_dev")
+# APNs channel management (broadcast push), one per environment: api-manage-broadcast.push.apple.com:2196
+# and api-manage-broadcast.sandbox.push.apple.com:2195. Each holds the channels of its environment.
+MANAGE_GATEWAYS = ("apns_manage", "apns_manage_dev")
+MANAGE_OF = {"apns": "apns_manage", "apns_dev": "apns_manage_dev"}
+# Listeners that speak only h2 (a TLS connection without ALPN h2 is closed) and raise
+# MAX_CONCURRENT_STREAMS after the first valid provider token, as APNs does.
+H2_ONLY_GATEWAYS = APNS_GATEWAYS + MANAGE_GATEWAYS
 # Extra TLS listeners that serve a gateway of GATEWAYS (its handler, state, records and knobs)
 # with other ALPN offers. Read-only views (received, connections) take their name as a filter.
 EXTRA_LISTENERS = {"webpush_h1": "webpush", "fcm_h1": "fcm"}
@@ -124,6 +136,12 @@ DEFAULT_KNOBS = {
 
 
 DEFAULT_KNOBS["apns_dev"] = json.loads(json.dumps(DEFAULT_KNOBS["apns"]))
+# The channel-management hosts: the HTTP/2 knobs and provider-token knobs of APNs (Apple documents
+# no SETTINGS of their own: they are given APNs' 1-then-500 streams), and the channel limit.
+DEFAULT_KNOBS["apns_manage"] = {k: v for k, v in json.loads(json.dumps(DEFAULT_KNOBS["apns"])).items()
+                                if k != "strict_token"}
+DEFAULT_KNOBS["apns_manage"]["channel_limit"] = 10_000   # channels per app (bundle id) in this environment
+DEFAULT_KNOBS["apns_manage_dev"] = json.loads(json.dumps(DEFAULT_KNOBS["apns_manage"]))
 
 
 # ---------------------------------------------------------------- helpers
@@ -366,6 +384,8 @@ class State:
         self.webpush_subs = {}     # id -> {priv, auth, vapid_keys:set|None}
         self.webpush_vapid_keys = set()  # global accepted application-server keys (raw 65-byte b64url)
         self.apns_device_env = {}  # device token (lower case) -> the APNs gateway (environment) that issued it
+        self.apns_device_kind = {}  # device token (lower case) -> the kind of token it is (alert, voip, liveactivity…)
+        self.issued_channel_ids = set()  # every channel id ever issued: a deleted id is never issued again
         self.reset_all()
 
     def reset_all(self):
@@ -375,6 +395,7 @@ class State:
         self.webpush_subs.clear()
         self.webpush_vapid_keys.clear()
         self.apns_device_env.clear()
+        self.apns_device_kind.clear()
 
     def reset(self, gateway=None):
         gws = [gateway] if gateway else list(GATEWAYS)
@@ -389,7 +410,12 @@ class State:
             # reset does not forget them (a reuse is refused across the gateways' lifetime).
             self.webpush_seen_salts = set()
             self.webpush_seen_keyids = set()
+            # Broadcast channels per channel-management gateway (environment):
+            # channel id -> {channel_id, bundle, policy, push_type, created}, in creation order.
+            self.channels = {g: collections.OrderedDict() for g in MANAGE_GATEWAYS}
         for g in gws:
+            if g in MANAGE_GATEWAYS:
+                self.channels[g].clear()
             self.received[g] = []
             self.knobs[g] = json.loads(json.dumps(DEFAULT_KNOBS[g]))
             self.connections[g] = [c for c in self.connections[g] if c.closed is None]
@@ -440,11 +466,13 @@ UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]
 APNS_PATH_RE = re.compile(r"^/3/device/([^/?]*)$")
 
 
-def apns_error(status, reason, timestamp=None, extra_headers=None, apns_id=None):
+def apns_error(status, reason, timestamp=None, extra_headers=None, apns_id=None, id_header="apns-id"):
+    """Apple's error answer: {"reason"} with the request's id (`apns-id`, or `apns-request-id` for
+    broadcast sends and channel management)."""
     body = {"reason": reason}
     if timestamp is not None:
         body["timestamp"] = timestamp
-    h = [("apns-id", apns_id or str(uuid.uuid4()))] + (extra_headers or [])
+    h = [(id_header, apns_id or str(uuid.uuid4()))] + (extra_headers or [])
     return Response.json(status, body, h)
 
 
@@ -537,12 +565,15 @@ def handle_apns(req: Request) -> Response:
     rec["errors"] = errors
     resp = _apns_validate(req, rec, errors, k)
     if resp is None:
-        token = rec.get("token")
+        # A broadcast is programmed (and hung) by its channel id, as a device push by its token.
+        token = rec.get("channel_id") if rec.get("broadcast") else rec.get("token")
         prog = STATE.next_program(gw, token)
         if token in (k.get("hang_tokens") or []):
             prog = {"hang": True}
         resp = build_programmed(prog, "apns", req, rec) if prog else None
-        if resp is None:
+        if resp is None and rec.get("broadcast"):
+            resp = Response(200, [("apns-request-id", rec["request_id"])], b"")
+        elif resp is None:
             apns_id = req.header("apns-id") or str(uuid.uuid4())
             resp = Response(200, [("apns-id", apns_id)], b"")
     if gw == "apns_dev" and resp.status == 200 and not resp.hang and resp.reset is None:
@@ -564,6 +595,9 @@ def _apns_validate(req, rec, errors, k):
         errors.append(reason)
         return apns_error(status, reason, apns_id=req.header("apns-id") if req.header("apns-id") and
                           UUID_RE.match(req.header("apns-id")) else None)
+    bm = APNS_BROADCAST_PATH_RE.match(req.path)
+    if bm:
+        return _apns_broadcast_validate(req, rec, errors, urllib.parse.unquote(bm.group(1)))
     if req.method != "POST":
         return err(405, "MethodNotAllowed")
     m = APNS_PATH_RE.match(req.path)
@@ -600,7 +634,7 @@ def _apns_validate(req, rec, errors, k):
     if not topic:
         return err(400, "MissingTopic")
     key = STATE.apns_keys.get((rec.get("jwt") or {}).get("kid")) or {}
-    if topic not in key.get("topics", ()):
+    if not apns_topic_allowed(key, topic):
         rec["topic_not_registered"] = topic
         return err(400, "TopicDisallowed")
     push_type = req.header("apns-push-type")
@@ -609,19 +643,48 @@ def _apns_validate(req, rec, errors, k):
         return err(400, "InvalidPushType")
     if push_type not in APNS_PUSH_TYPES:
         return err(400, "InvalidPushType")
-    if push_type == "voip" and not topic.endswith(".voip"):
-        rec["voip_topic_suffix_missing"] = True
+    suffix = apns_topic_suffix(topic)
+    need = APNS_TOPIC_SUFFIX.get(push_type)
+
+    def topic_mismatch():
+        # The push type needs another topic suffix (or none): Apple's answer for a token sent
+        # with the wrong topic, e.g. a Live Activity token with the bare bundle id.
+        rec["topic_mismatch"] = {"push_type": push_type, "topic": topic, "topic_suffix": suffix,
+                                 "expected_suffix": need}
         return err(400, "DeviceTokenNotForTopic")
-    if push_type != "voip" and topic.endswith(".voip"):
+    if push_type in APNS_SUFFIXED_PUSH_TYPES:
+        if suffix != need:
+            return topic_mismatch()
+    elif push_type == "voip" and not topic.endswith(".voip"):
+        rec["voip_topic_suffix_missing"] = True
+        return topic_mismatch()
+    elif push_type != "voip" and topic.endswith(".voip"):
         return err(400, "InvalidPushType")
+    elif push_type != "voip" and suffix is not None:
+        return topic_mismatch()
+    token_kind = STATE.apns_device_kind.get(token.lower())
+    if token_kind is not None and apns_push_kind(push_type) != token_kind:
+        # A token of one kind (registered with /control/apns-devices "kind") sent another kind of push.
+        rec["token_kind_mismatch"] = {"token_kind": token_kind, "push_type": push_type}
+        return err(400, "DeviceTokenNotForTopic")
     prio = req.header("apns-priority")
     if prio is not None:
         if prio not in ("10", "5", "1"):
             return err(400, "BadPriority")
         if push_type == "background" and prio == "10":
             return err(400, "BadPriority")
+        if push_type in ("liveactivity", "location", "widgets") and prio == "1":
+            rec["priority_error"] = f"{push_type} takes apns-priority 5 or 10"
+            return err(400, "BadPriority")
+        if push_type == "pushtotalk" and prio != "10":
+            rec["priority_error"] = "pushtotalk takes apns-priority 10"
+            return err(400, "BadPriority")
     exp = req.header("apns-expiration")
     if exp is not None and not re.fullmatch(r"\d{1,12}", exp):
+        return err(400, "BadExpirationDate")
+    if push_type == "pushtotalk" and (exp is None or int(exp) != 0):
+        # Apple's guidance for Push to Talk ("set the expiration to 0"), enforced here.
+        rec["expiration_error"] = "pushtotalk needs apns-expiration 0" + (" (none sent)" if exp is None else "")
         return err(400, "BadExpirationDate")
     cid = req.header("apns-collapse-id")
     if cid is not None and len(cid.encode("utf-8")) > 64:
@@ -635,6 +698,7 @@ def _apns_validate(req, rec, errors, k):
     if len(req.body) > limit:
         return err(413, "PayloadTooLarge")
     if not isinstance(rec.get("body"), dict):
+        rec["payload_error"] = "payload is not a JSON object"
         return err(400, "BadPayload")
     aps = rec["body"].get("aps")
     if not isinstance(aps, dict):
@@ -644,7 +708,382 @@ def _apns_validate(req, rec, errors, k):
     if mismatch:
         rec["payload_error"] = mismatch
         return err(400, "InvalidPushType")
+    problem = _special_payload_problem(push_type, rec["body"], aps)
+    if problem:
+        rec["payload_error"] = problem
+        return err(400, "BadPayload")
     return None
+
+
+# The apns-topic suffix each push type needs [Apple, "Sending notification requests to APNs"].
+APNS_TOPIC_SUFFIX = {"voip": ".voip", "liveactivity": ".push-type.liveactivity", "widgets": ".push-type.widgets",
+                     "location": ".location-query", "pushtotalk": ".voip-ptt"}
+# Push types judged by their topic suffix alone (DeviceTokenNotForTopic when it is not theirs).
+APNS_SUFFIXED_PUSH_TYPES = ("liveactivity", "widgets", "location", "pushtotalk")
+# Topics a key's base topic (a bundle id) gives without being registered one by one. `.voip`
+# is not among them: a VoIP topic is still registered explicitly, as before these push types.
+APNS_DERIVED_SUFFIXES = (".push-type.liveactivity", ".push-type.widgets", ".location-query", ".voip-ptt")
+# Kinds of device token (/control/apns-devices "kind"): the push type a token takes.
+APNS_TOKEN_KINDS = ("alert", "voip", "liveactivity", "widgets", "location", "pushtotalk")
+
+
+def apns_topic_suffix(topic):
+    """The push-type suffix `topic` ends with (the longest), or None."""
+    found = [x for x in APNS_TOPIC_SUFFIX.values() if topic.endswith(x) and len(topic) > len(x)]
+    return max(found, key=len) if found else None
+
+
+def apns_base_topics(key):
+    """The key's registered topics that carry no push-type suffix: its bundle ids."""
+    return [t for t in key.get("topics", ()) if apns_topic_suffix(t) is None]
+
+
+def apns_topic_allowed(key, topic):
+    if topic in key.get("topics", ()):
+        return True
+    suffix = apns_topic_suffix(topic)
+    return suffix in APNS_DERIVED_SUFFIXES and topic[: -len(suffix)] in apns_base_topics(key)
+
+
+def apns_push_kind(push_type):
+    """The kind of token a push type is for: alert and background both go to an alert token."""
+    return "alert" if push_type in ("alert", "background") else push_type
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_b64(s):
+    if not isinstance(s, str) or not s:
+        return False
+    try:
+        return len(base64.b64decode(s, validate=True)) > 0
+    except (ValueError, TypeError):
+        return False
+
+
+def _special_payload_problem(push_type, body, aps):
+    """Why a widgets, liveactivity, location or pushtotalk payload is not one Apple takes (None
+    when it is, and for the other push types)."""
+    if push_type == "widgets":
+        if set(body) != {"aps"} or set(aps) != {"content-changed"} or aps["content-changed"] is not True:
+            return 'a widgets payload is exactly {"aps":{"content-changed":true}}'
+    elif push_type == "liveactivity":
+        return live_activity_problem(aps)
+    # location and pushtotalk: aps (an object, possibly empty) is all Apple asks; custom keys
+    # at the top level are the app's.
+    return None
+
+
+def _alert_text_problem(name, v):
+    if isinstance(v, str):
+        return None
+    if isinstance(v, dict):
+        if not isinstance(v.get("loc-key"), str):
+            return f"aps.alert.{name}.loc-key must be a string"
+        args = v.get("loc-args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            return f"aps.alert.{name}.loc-args must be a list of strings"
+        return None
+    return f'aps.alert.{name} must be a string or {{"loc-key","loc-args"}}'
+
+
+def live_activity_problem(aps, broadcast=False):
+    """Why `aps` is not a Live Activity payload Apple takes [ActivityKit push notifications],
+    or None. A broadcast (channel) push may only update or end an activity."""
+    event = aps.get("event")
+    if event not in ("start", "update", "end"):
+        return f'aps.event must be "start", "update" or "end", not {json.dumps(event)}'
+    if broadcast and event == "start":
+        return "broadcast cannot start a Live Activity"
+    ts = aps.get("timestamp")
+    if not _is_int(ts):
+        return "aps.timestamp must be an integer (seconds since 1970)"
+    if ts > 10**11:
+        return f"aps.timestamp {ts} looks like milliseconds: it must be seconds since 1970"
+    if ts < 0:
+        return "aps.timestamp must not be negative"
+    if "content-state" in aps:
+        if not isinstance(aps["content-state"], dict):
+            return "aps.content-state must be an object"
+    elif event in ("start", "update"):
+        return f"aps.content-state is required for {event}"
+    for name in ("stale-date", "dismissal-date"):
+        if name in aps and not _is_int(aps[name]):
+            return f"aps.{name} must be an integer (seconds since 1970)"
+    if "relevance-score" in aps and not _is_number(aps["relevance-score"]):
+        return "aps.relevance-score must be a number"
+    if "alert" in aps:
+        alert = aps["alert"]
+        if not isinstance(alert, dict):
+            return "aps.alert must be an object"
+        for name in ("title", "body"):
+            if name in alert:
+                problem = _alert_text_problem(name, alert[name])
+                if problem:
+                    return problem
+        if "sound" in alert and not isinstance(alert["sound"], str):
+            return "aps.alert.sound must be a string"
+    if event == "start":
+        if "alert" not in aps:
+            return "start needs aps.alert"
+        if not isinstance(aps.get("attributes-type"), str) or not aps["attributes-type"]:
+            return "start needs aps.attributes-type (a non-empty string)"
+        if not isinstance(aps.get("attributes"), dict):
+            return "start needs aps.attributes (an object)"
+    if "input-push-token" in aps:
+        if event != "start":
+            return "aps.input-push-token is only for start"
+        if not _is_int(aps["input-push-token"]) or aps["input-push-token"] != 1:
+            return "aps.input-push-token must be 1"
+    if "input-push-channel" in aps:
+        if event != "start":
+            return "aps.input-push-channel is only for start"
+        if not _is_b64(aps["input-push-channel"]):
+            return "aps.input-push-channel must be a base64 channel id"
+    return None
+
+
+# ---------------------------------------------------------------- APNs broadcast (iOS 18 channels)
+
+APNS_BROADCAST_PATH_RE = re.compile(r"^/4/broadcasts/apps/([^/?]+)$")
+MANAGE_PATH_RE = re.compile(r"^/1/apps/([^/?]+)/(channels|all-channels)$")
+BROADCAST_MAX_PAYLOAD = 5120   # "max 5 KB (5,120 bytes)" for a broadcast push
+
+
+def _request_id(req, rec):
+    """The apns-request-id of a broadcast or channel-management request: the client's (when it is
+    a UUID) or a new one. Every answer carries it."""
+    rid = req.header("apns-request-id")
+    rec["request_id"] = rid if rid and UUID_RE.match(rid) else str(uuid.uuid4())
+    return rec["request_id"]
+
+
+def _judge_bundle(req, rec, err):
+    """Duplicate headers, the provider token and the bundle id of a broadcast or channel request
+    (the bare bundle id in the path): None when all is well, else the error answer."""
+    names = [n for n, _ in req.headers]
+    dups = {n for n in names if names.count(n) > 1 and (n.startswith("apns-") or n == "authorization")}
+    if dups:
+        rec["duplicate_headers"] = sorted(dups)
+        return err(400, "DuplicateHeaders")
+    auth_resp = check_apns_jwt(req, rec)
+    if auth_resp is not None:
+        reason = json.loads(auth_resp.body)["reason"]
+        return err(auth_resp.status, reason)
+    req.conn.valid_auth_seen = True
+    bundle = rec["bundle"]
+    if apns_topic_suffix(bundle) is not None:
+        # "Ensure that no push type suffix is added to the bundle ID"
+        rec["bundle_error"] = f"bundle id {bundle!r} carries the push-type suffix {apns_topic_suffix(bundle)!r}"
+        return err(400, "TopicDisallowed")
+    key = STATE.apns_keys.get((rec.get("jwt") or {}).get("kid")) or {}
+    if bundle not in apns_base_topics(key):
+        rec["bundle_error"] = f"bundle id {bundle!r} is not among the key's topics"
+        return err(403, "TopicMismatch")
+    for name in ("apns-request-id", "apns-id"):
+        v = req.header(name)
+        if v is not None and not UUID_RE.match(v):
+            rec["message_id_error"] = f"{name} is not a UUID"
+            return err(400, "BadMessageId")
+    return None
+
+
+def _channel_id_problem(manage_gw, req, rec, err):
+    """The apns-channel-id of a request: None when it names a channel of `rec["bundle"]` in that
+    environment, else the error answer."""
+    cid = req.header("apns-channel-id")
+    if cid is None or cid == "":
+        return err(400, "MissingChannelId")
+    rec["channel_id"] = cid
+    if len(cid) > 64 or not _is_b64(cid):
+        rec["channel_error"] = "apns-channel-id is not base64" if len(cid) <= 64 else "apns-channel-id over 64 characters"
+        return err(400, "BadChannelId")
+    ch = STATE.channels[manage_gw].get(cid)
+    if ch is None or ch["bundle"] != rec["bundle"]:
+        other = next((g for g in MANAGE_GATEWAYS if g != manage_gw and cid in STATE.channels[g]), None)
+        rec["channel_error"] = ("a channel of the other environment (" + other + ")" if other else
+                                f"a channel of {ch['bundle']!r}" if ch else "no such channel")
+        return err(400, "ChannelNotRegistered")
+    rec["channel_policy"] = ch["policy"]
+    return None
+
+
+def _apns_broadcast_validate(req, rec, errors, bundle):
+    """POST /4/broadcasts/apps/<bundle id> on apns / apns_dev: one Live Activity update or end
+    to every device subscribed to the channel in `apns-channel-id` [Apple, "Sending broadcast
+    push notification requests to APNs"]. `apns-topic` is not needed and not looked at."""
+    rec["broadcast"] = True
+    rec["bundle"] = bundle
+    rid = _request_id(req, rec)
+
+    def err(status, reason):
+        errors.append(reason)
+        return apns_error(status, reason, apns_id=rid, id_header="apns-request-id")
+    if req.method != "POST":
+        return err(405, "MethodNotAllowed")
+    bad = _judge_bundle(req, rec, err) or _channel_id_problem(MANAGE_OF[req.gateway], req, rec, err)
+    if bad is not None:
+        return bad
+    push_type = req.header("apns-push-type")
+    if push_type is None:
+        return err(400, "MissingPushType")
+    if push_type.lower() != "liveactivity":
+        return err(400, "InvalidPushType")
+    prio = req.header("apns-priority")
+    if prio is not None and prio not in ("10", "5", "1"):
+        return err(400, "BadPriority")
+    exp = req.header("apns-expiration")
+    if exp is not None and not re.fullmatch(r"\d{1,12}", exp):
+        return err(400, "BadExpirationDate")
+    if rec["channel_policy"] == 0 and (exp is None or int(exp) != 0):
+        # "For No-Messages-Stored channels only 0 is allowed"; a missing header is refused too.
+        rec["expiration_error"] = ("a No Message Stored channel (policy 0) takes apns-expiration 0"
+                                   + (" (none sent)" if exp is None else ""))
+        return err(400, "BadExpirationDate")
+    if not req.body:
+        return err(400, "PayloadEmpty")
+    if len(req.body) > BROADCAST_MAX_PAYLOAD:
+        return err(413, "PayloadTooLarge")
+    if not isinstance(rec.get("body"), dict):
+        rec["payload_error"] = "payload is not a JSON object"
+        return err(400, "BadPayload")
+    aps = rec["body"].get("aps")
+    if not isinstance(aps, dict):
+        rec["payload_error"] = "no aps dictionary"
+        return err(400, "BadPayload")
+    problem = live_activity_problem(aps, broadcast=True)
+    if problem:
+        rec["payload_error"] = problem
+        return err(400, "BadPayload")
+    return None
+
+
+def handle_apns_manage(req: Request) -> Response:
+    """Channel management (apns_manage, apns_manage_dev) [Apple, "Sending channel management
+    requests to APNs"]: create, read, delete and list the broadcast channels of a bundle id."""
+    gw = req.gateway
+    k = STATE.knobs[gw]
+    rec = {"gateway": gw, "listener": gw, "time": req.time, "conn": req.conn.id, "stream": req.stream_id,
+           "http_version": req.http_version, "method": req.method, "path": req.path,
+           "headers": dict(req.headers), "header_list": req.headers}
+    rec.update(decode_body(req.body))
+    errors = []
+    rec["errors"] = errors
+    resp = _manage_validate(req, rec, errors, k)
+    if resp is None:
+        resp = _manage_apply(req, rec, k)
+    rec["valid"] = not errors
+    _finish_record(gw, rec, resp)
+    return resp
+
+
+MANAGE_OPS = {("POST", "channels"): "create", ("GET", "channels"): "read", ("DELETE", "channels"): "delete",
+              ("GET", "all-channels"): "list"}
+
+
+def _manage_validate(req, rec, errors, k):
+    rid = _request_id(req, rec)
+
+    def err(status, reason):
+        errors.append(reason)
+        return apns_error(status, reason, apns_id=rid, id_header="apns-request-id")
+    m = MANAGE_PATH_RE.match(req.path)
+    if not m:
+        return err(404, "BadPath")
+    rec["bundle"] = urllib.parse.unquote(m.group(1))
+    op = MANAGE_OPS.get((req.method, m.group(2)))
+    if op is None:
+        return err(405, "MethodNotAllowed")
+    rec["op"] = op
+    bad = _judge_bundle(req, rec, err)
+    if bad is not None:
+        return bad
+    if op in ("read", "delete"):
+        return _channel_id_problem(req.gateway, req, rec, err)
+    if op == "create":
+        try:
+            body = json.loads(req.body.decode("utf-8")) if req.body else None
+        except (ValueError, UnicodeDecodeError):
+            body = None
+        if not isinstance(body, dict):
+            rec["params_error"] = "the body is not a JSON object"
+            return err(400, "BadRequestPayload")
+        unknown = sorted(set(body) - {"message-storage-policy", "push-type"})
+        if unknown:
+            rec["params_error"] = f"unknown members {unknown}"
+            return err(400, "BadRequestParams")
+        policy = body.get("message-storage-policy")
+        if not _is_int(policy) or policy not in (0, 1):
+            rec["params_error"] = f"message-storage-policy must be the integer 0 or 1, not {json.dumps(policy)}"
+            return err(400, "BadRequestParams")
+        if body.get("push-type") != "LiveActivity":
+            rec["params_error"] = f'push-type must be "LiveActivity", not {json.dumps(body.get("push-type"))}'
+            return err(400, "BadRequestParams")
+        rec["policy"] = policy
+        have = sum(1 for c in STATE.channels[req.gateway].values() if c["bundle"] == rec["bundle"])
+        if have >= int(k["channel_limit"]):
+            rec["params_error"] = f"{have} channels: the limit is {k['channel_limit']} per app and environment"
+            return err(400, "CannotCreateChannelConfig")
+    return None
+
+
+def _new_channel_id():
+    while True:
+        cid = base64.b64encode(secrets.token_bytes(16)).decode("ascii")
+        if cid not in STATE.issued_channel_ids:
+            STATE.issued_channel_ids.add(cid)
+            return cid
+
+
+def add_channel(gw, bundle, policy, cid=None):
+    cid = cid or _new_channel_id()
+    STATE.issued_channel_ids.add(cid)
+    ch = {"channel_id": cid, "bundle": bundle, "policy": policy, "push_type": "LiveActivity",
+          "created": time.time()}
+    STATE.channels[gw][cid] = ch
+    return ch
+
+
+def _manage_apply(req, rec, k):
+    """The operation of a request that passed the checks (or its programmed answer)."""
+    gw, rid, op = req.gateway, rec["request_id"], rec["op"]
+    key = rec.get("channel_id") or rec["bundle"]
+    prog = STATE.next_program(gw, key)
+    if key in (k.get("hang_tokens") or []):
+        prog = {"hang": True}
+    extra, delay, goaway, close = [], 0, None, False
+    if prog is not None:
+        status = int(prog.get("status", 200))
+        if prog.get("hang") or prog.get("reset") is not None or not 200 <= status < 300 \
+                or "body" in prog or prog.get("reason"):
+            return build_programmed(prog, "apns", req, rec)
+        # A programmed success: the operation is done, late or with extra headers as programmed.
+        rec["programmed"] = prog
+        extra = [(str(a).lower(), str(b)) for a, b in (prog.get("headers") or {}).items()]
+        delay, goaway, close = int(prog.get("delay_ms") or 0), prog.get("goaway"), prog.get("close", False)
+    idh = [("apns-request-id", rid)]
+    if op == "create":
+        ch = add_channel(gw, rec["bundle"], rec["policy"])
+        rec["channel_id"] = ch["channel_id"]
+        resp = Response(201, idh + [("apns-channel-id", ch["channel_id"])] + extra, b"")
+    elif op == "read":
+        ch = STATE.channels[gw][rec["channel_id"]]
+        resp = Response.json(200, {"message-storage-policy": ch["policy"], "push-type": ch["push_type"]}, idh + extra)
+    elif op == "delete":
+        del STATE.channels[gw][rec["channel_id"]]
+        resp = Response(204, idh + extra, b"")
+    else:
+        ids = [c["channel_id"] for c in STATE.channels[gw].values() if c["bundle"] == rec["bundle"]]
+        rec["channels"] = len(ids)
+        resp = Response.json(200, {"channels": ids}, idh + extra)
+    resp.delay_ms, resp.goaway, resp.close = delay, goaway, close
+    return resp
 
 
 def _push_type_mismatch(push_type, aps):
@@ -687,11 +1126,16 @@ def build_programmed(prog, gw, req, rec):
         ct = [("content-type", "application/json")] if not isinstance(prog["body"], str) else []
         return Response(status, ct + headers, body, delay_ms=delay, goaway=goaway, close=prog.get("close", False))
     if gw == "apns":
+        # Broadcast sends and channel-management requests answer with apns-request-id, device pushes with apns-id.
+        if rec.get("request_id"):
+            idh = [("apns-request-id", rec["request_id"])]
+        else:
+            idh = [("apns-id", req.header("apns-id") or str(uuid.uuid4()))]
         if status == 200:
             if prog.get("default", True) and not prog.get("reason"):
-                return Response(200, [("apns-id", req.header("apns-id") or str(uuid.uuid4()))] + headers,
-                                b"", delay_ms=delay, goaway=goaway)
-        reason = prog.get("reason") or {400: "BadDeviceToken", 403: "Forbidden", 404: "BadPath",
+                return Response(200, idh + headers, b"", delay_ms=delay, goaway=goaway)
+        reason = prog.get("reason") or {400: "BadRequestParams" if rec.get("request_id") else "BadDeviceToken",
+                                        403: "Forbidden", 404: "BadPath",
                                         405: "MethodNotAllowed", 410: "Unregistered",
                                         413: "PayloadTooLarge", 429: "TooManyRequests",
                                         500: "InternalServerError", 503: "ServiceUnavailable"}.get(status, "Unknown")
@@ -700,8 +1144,7 @@ def build_programmed(prog, gw, req, rec):
             body["timestamp"] = int(prog.get("timestamp", now_ms()))
         elif prog.get("timestamp") is not None:
             body["timestamp"] = int(prog["timestamp"])
-        r = Response.json(status, body, [("apns-id", req.header("apns-id") or str(uuid.uuid4()))] + headers,
-                          delay_ms=delay, goaway=goaway)
+        r = Response.json(status, body, idh + headers, delay_ms=delay, goaway=goaway)
         return r
     if gw == "fcm":
         code = prog.get("error")
@@ -741,9 +1184,18 @@ def _unprocessed_record(gw, info, pseudo, hdrs, body, sid):
            "unprocessed": True, "valid": True, "response": None}
     if gw in ("apns", "apns_dev"):
         m = APNS_PATH_RE.match(path)
-        rec["token"] = urllib.parse.unquote(m.group(1)) if m else None
-        if rec["token"] and APNS_NEVER_ISSUED_RE.fullmatch(rec["token"]):
+        bm = APNS_BROADCAST_PATH_RE.match(path)
+        if bm:
+            rec.update(broadcast=True, bundle=urllib.parse.unquote(bm.group(1)),
+                       channel_id=dict(hdrs).get("apns-channel-id"))
+        else:
+            rec["token"] = urllib.parse.unquote(m.group(1)) if m else None
+        if rec.get("token") and APNS_NEVER_ISSUED_RE.fullmatch(rec["token"]):
             rec["probe"] = True
+    elif gw in MANAGE_GATEWAYS:
+        m = MANAGE_PATH_RE.match(path)
+        rec["bundle"] = urllib.parse.unquote(m.group(1)) if m else None
+        rec["channel_id"] = dict(hdrs).get("apns-channel-id")
     elif gw == "fcm":
         rec["kind"] = "token" if path.split("?")[0] in ("/token", "/oauth2/v4/token") else "send"
         try:
@@ -1242,7 +1694,8 @@ def _decrypt(body, sub, rec):
     return None
 
 
-HANDLERS = {"apns": handle_apns, "apns_dev": handle_apns, "fcm": handle_fcm, "webpush": handle_webpush}
+HANDLERS = {"apns": handle_apns, "apns_dev": handle_apns, "fcm": handle_fcm, "webpush": handle_webpush,
+            "apns_manage": handle_apns_manage, "apns_manage_dev": handle_apns_manage}
 
 
 # ---------------------------------------------------------------- HTTP/2 server
@@ -1448,7 +1901,7 @@ class H2Server:
 
     def after_answer(self, sid, goaway_now, resp):
         k = STATE.knobs[self.gw]
-        if self.gw in APNS_GATEWAYS and not self.info.raised and self.info.valid_auth_seen \
+        if self.gw in H2_ONLY_GATEWAYS and not self.info.raised and self.info.valid_auth_seen \
                 and k.get("raised_max_streams") and not self.info.goaway_sent:
             self.info.raised = True
             v = int(k["raised_max_streams"])
@@ -1456,7 +1909,7 @@ class H2Server:
             self.conn.local_settings._settings[MCS] = collections.deque([BIG_STREAMS])
             self.pending_limits.append(v)
             self.info.settings_history.append({"time": time.time(), "value": v, "acked": None})
-        elif self.gw not in APNS_GATEWAYS and not self.info.raised and k.get("raised_max_streams"):
+        elif self.gw not in H2_ONLY_GATEWAYS and not self.info.raised and k.get("raised_max_streams"):
             self.info.raised = True
             v = int(k["raised_max_streams"])
             self.conn.update_settings({MCS: v})
@@ -1686,7 +2139,7 @@ def make_gateway_handler(gw, listener=None):
                 del STATE.connections[gw][:1000]
             if alpn == "h2":
                 await H2Server(gw, reader, writer, info).run()
-            elif gw in APNS_GATEWAYS:
+            elif gw in H2_ONLY_GATEWAYS:
                 info.closed = time.time()
                 info.error = "APNs requires ALPN h2"
                 writer.close()
@@ -1728,7 +2181,8 @@ def _gw_view(q):
 def ctl_program(b):
     g = b.get("gateway")
     if g not in GATEWAYS + ("fcm-token",):
-        raise ControlError(400, "gateway must be apns, apns_dev, fcm, fcm-token or webpush")
+        raise ControlError(400, "gateway must be apns, apns_dev, apns_manage, apns_manage_dev, fcm, fcm-token "
+                                "or webpush")
     token = b.get("token", "*")
     responses = b.get("responses")
     if responses is None and "response" in b:
@@ -1763,16 +2217,67 @@ def ctl_apns_key(b):
 
 def ctl_apns_devices(b):
     """Device tokens issued by one APNs environment: sent to the other one, they get 400
-    BadDeviceToken, as at Apple. Tokens never registered are accepted by both."""
+    BadDeviceToken, as at Apple. Tokens never registered are accepted by both.
+    With "kind" (alert, voip, liveactivity, widgets, location, pushtotalk), the tokens take only
+    that kind of push (alert and background are both "alert"); another gets 400
+    DeviceTokenNotForTopic. "kind": null forgets the kind. "gateway" may be left out when "kind"
+    is given: then the tokens' environment is left as it was."""
     g = b.get("gateway")
-    if g not in APNS_GATEWAYS:
+    has_kind = "kind" in b
+    if g is None and not has_kind or g is not None and g not in APNS_GATEWAYS:
         raise ControlError(400, f"gateway must be one of {APNS_GATEWAYS}")
+    kind = b.get("kind")
+    if kind is not None and kind not in APNS_TOKEN_KINDS:
+        raise ControlError(400, f"kind must be one of {APNS_TOKEN_KINDS} or null")
     tokens = b.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens):
         raise ControlError(400, "tokens must be a list of device tokens")
     for t in tokens:
-        STATE.apns_device_env[t.lower()] = g
+        if g is not None:
+            STATE.apns_device_env[t.lower()] = g
+        if has_kind:
+            if kind is None:
+                STATE.apns_device_kind.pop(t.lower(), None)
+            else:
+                STATE.apns_device_kind[t.lower()] = kind
     return {"ok": True, "registered": len(tokens)}
+
+
+def _manage_gw(body_or_q):
+    """The channel-management gateway named (apns and apns_dev name their environment's)."""
+    g = body_or_q.get("gateway")
+    g = MANAGE_OF.get(g, g)
+    if g not in MANAGE_GATEWAYS:
+        raise ControlError(400, f"gateway must be one of {MANAGE_GATEWAYS + APNS_GATEWAYS}")
+    return g
+
+
+def _channel_json(ch):
+    return {"channel_id": ch["channel_id"], "bundle": ch["bundle"], "policy": ch["policy"],
+            "push_type": ch["push_type"], "created": ch["created"]}
+
+
+def ctl_channels(q):
+    g = _manage_gw(q)
+    bundle = q.get("bundle")
+    return {"gateway": g, "channels": [_channel_json(c) for c in STATE.channels[g].values()
+                                       if bundle is None or c["bundle"] == bundle]}
+
+
+def ctl_channels_post(b):
+    """Creates a channel directly (no limit, no key needed): {"gateway", "bundle", "policy"?: 0|1
+    (default 0), "channel_id"?: base64 (default: a new one)}. Without "bundle": lists, as GET."""
+    g = _manage_gw(b)
+    if "bundle" not in b:
+        return ctl_channels(b)
+    bundle, policy, cid = b["bundle"], b.get("policy", 0), b.get("channel_id")
+    if not isinstance(bundle, str) or not bundle:
+        raise ControlError(400, "bundle must be a bundle id")
+    if not _is_int(policy) or policy not in (0, 1):
+        raise ControlError(400, "policy must be 0 or 1")
+    if cid is not None and (not _is_b64(cid) or len(cid) > 64 or any(cid in STATE.channels[x] for x in MANAGE_GATEWAYS)):
+        raise ControlError(400, "channel_id must be a new base64 string of at most 64 characters")
+    return {"ok": True, "gateway": g, "channel": _channel_json(add_channel(g, bundle, policy, cid))}
 
 
 def ctl_fcm_key(b):
@@ -1887,11 +2392,13 @@ def ctl_received(q):
     recs = STATE.received[g]
     since = int(q.get("since", 0))
     token = q.get("token")
+    channel = q.get("channel")
     kind = q.get("kind")
     probes = q.get("probes", "exclude")
     if probes not in ("exclude", "include", "only"):
         raise ControlError(400, "probes must be exclude, include or only")
     out = [r for r in recs if r["seq"] > since and (token is None or r.get("token") == token)
+           and (channel is None or r.get("channel_id") == channel)
            and (kind is None or r.get("kind", "send") == kind)
            and (listener is None or r.get("listener") == listener)
            and (probes == "include" or bool(r.get("probe")) == (probes == "only"))]
@@ -1932,9 +2439,11 @@ CONTROL_POST = {
     "/control/knobs": ctl_knobs,
     "/control/goaway": ctl_goaway,
     "/control/reset": ctl_reset,
+    "/control/channels": ctl_channels_post,
 }
 CONTROL_GET = {
     "/control/received": ctl_received,
+    "/control/channels": ctl_channels,
     "/control/connections": ctl_connections,
     "/control/stats": ctl_stats,
     "/control/knobs": lambda q: {"knobs": STATE.knobs} if not q.get("gateway") else {"knobs": STATE.knobs[_gw(q)]},
@@ -2021,7 +2530,7 @@ async def main_async(state_dir, exit_with_parent=False):
     paths = make_certs(state_dir)
     servers = {}
     alpn = {"apns": ["h2"], "apns_dev": ["h2"], "fcm": ["h2", "http/1.1"], "webpush": ["h2", "http/1.1"],
-            "webpush_h1": ["http/1.1"], "fcm_h1": ["http/1.1"]}
+            "webpush_h1": ["http/1.1"], "fcm_h1": ["http/1.1"], "apns_manage": ["h2"], "apns_manage_dev": ["h2"]}
     for name in GATEWAYS + tuple(EXTRA_LISTENERS):
         gw = EXTRA_LISTENERS.get(name, name)
         srv = await asyncio.start_server(make_gateway_handler(gw, name), HOST, 0, ssl=tls_context(paths, alpn[name]),
@@ -2036,6 +2545,7 @@ async def main_async(state_dir, exit_with_parent=False):
         "apns": STATE.ports["apns"], "apns_dev": STATE.ports["apns_dev"], "fcm": STATE.ports["fcm"],
         "webpush": STATE.ports["webpush"],
         "webpush_h1": STATE.ports["webpush_h1"], "fcm_h1": STATE.ports["fcm_h1"], "control": STATE.ports["control"],
+        "apns_manage": STATE.ports["apns_manage"], "apns_manage_dev": STATE.ports["apns_manage_dev"],
         "urls": {
             "apns": f"https://127.0.0.1:{STATE.ports['apns']}",
             "apns_dev": f"https://127.0.0.1:{STATE.ports['apns_dev']}",
@@ -2045,6 +2555,8 @@ async def main_async(state_dir, exit_with_parent=False):
             "webpush": f"https://127.0.0.1:{STATE.ports['webpush']}/push/",
             "webpush_h1": f"https://127.0.0.1:{STATE.ports['webpush_h1']}/push/",
             "control": f"http://127.0.0.1:{STATE.ports['control']}",
+            "apns_manage": f"https://127.0.0.1:{STATE.ports['apns_manage']}",
+            "apns_manage_dev": f"https://127.0.0.1:{STATE.ports['apns_manage_dev']}",
         },
     }
     tmp = os.path.join(state_dir, "gateways.json.tmp")

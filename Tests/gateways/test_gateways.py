@@ -1082,3 +1082,597 @@ def test_apns_token_of_the_other_environment_is_bad_device_token(apns):
         assert post(apns.apns, TOKEN).status_code == 200 and post(dev, TOKEN).status_code == 200
     assert apns.received("apns", token=dev_tok)[0]["wrong_environment"] == "apns_dev"
     assert apns.ctl.post("/control/apns-devices", json={"gateway": "fcm", "tokens": ["ab"]}).status_code == 400
+
+
+# ------------------------------------------------------------------ APNs: Live Activity, widgets, location, push to talk
+
+LA_TOPIC, WIDGETS_TOPIC = TOPIC + ".push-type.liveactivity", TOPIC + ".push-type.widgets"
+LOCATION_TOPIC, PTT_TOPIC = TOPIC + ".location-query", TOPIC + ".voip-ptt"
+WIDGETS_BODY = {"aps": {"content-changed": True}}
+
+
+def la_aps(event="update", **extra):
+    aps = {"timestamp": int(time.time()), "event": event, "content-state": {"score": 1}}
+    if event == "start":
+        aps.update({"alert": {"title": "Kick-off", "body": {"loc-key": "K", "loc-args": ["a"]}, "sound": "ding"},
+                    "attributes-type": "MatchAttributes", "attributes": {"home": "A"}})
+    aps.update(extra)
+    return {k: v for k, v in aps.items() if v is not None}
+
+
+# (push type, topic, headers, body) of a push Apple takes, per special push type
+SPECIAL = {
+    "liveactivity": (LA_TOPIC, {"apns-priority": "5"}, {"aps": la_aps()}),
+    "widgets": (WIDGETS_TOPIC, {"apns-priority": "5"}, WIDGETS_BODY),
+    "location": (LOCATION_TOPIC, {"apns-priority": "10"}, {"aps": {}}),
+    "pushtotalk": (PTT_TOPIC, {"apns-priority": "10", "apns-expiration": "0"}, {"aps": {}, "activeSpeaker": "Ada"}),
+}
+
+
+def special_post(c, apns, push_type, token=TOKEN, body=None, base=None, drop=(), **h):
+    topic, headers, good = SPECIAL.get(push_type, (TOPIC, {}, None))
+    hs = apns_headers(apns.jwt, **{"apns-push-type": push_type, "apns-topic": topic, **headers})
+    hs.update(h)
+    for name in drop:
+        del hs[name]
+    payload = good if body is None else body
+    content = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    return c.post(f"{base or apns.apns}/3/device/{token}", content=content, headers=hs)
+
+
+def test_apns_special_push_types_accepted_on_their_topics(apns):
+    """A key registered for the bundle id may send each push type to the bundle id plus that
+    type's suffix, without registering the suffixed topic."""
+    with apns.client() as c:
+        for pt in SPECIAL:
+            r = special_post(c, apns, pt)
+            assert r.status_code == 200, (pt, r.text)
+        r = special_post(c, apns, "liveactivity", base=apns.info["urls"]["apns_dev"])
+        assert r.status_code == 200 and "apns-unique-id" in r.headers
+    recs = apns.received("apns")
+    assert [x["headers"]["apns-push-type"] for x in recs] == list(SPECIAL) and all(x["valid"] for x in recs)
+
+
+def test_apns_push_type_topic_suffix_mismatch(apns):
+    """A push type whose topic carries another type's suffix, or none where one is needed, is
+    400 DeviceTokenNotForTopic with `topic_mismatch`; a suffix on a bundle id the key does not
+    serve is TopicDisallowed; explicitly registered topics are still accepted."""
+    with apns.client() as c:
+        cases = [
+            (special_post(c, apns, "liveactivity", **{"apns-topic": TOPIC}), "DeviceTokenNotForTopic"),
+            (special_post(c, apns, "liveactivity", **{"apns-topic": WIDGETS_TOPIC}), "DeviceTokenNotForTopic"),
+            (special_post(c, apns, "widgets", **{"apns-topic": LA_TOPIC}), "DeviceTokenNotForTopic"),
+            (special_post(c, apns, "location", **{"apns-topic": TOPIC + ".voip"}), "DeviceTokenNotForTopic"),
+            (special_post(c, apns, "pushtotalk", **{"apns-topic": TOPIC + ".voip"}), "DeviceTokenNotForTopic"),
+            (special_post(c, apns, "alert", body=json.loads(PAYLOAD), **{"apns-topic": LA_TOPIC}),
+             "DeviceTokenNotForTopic"),
+            (special_post(c, apns, "voip", body={"aps": {}}, **{"apns-topic": PTT_TOPIC}), "DeviceTokenNotForTopic"),
+            (special_post(c, apns, "widgets", **{"apns-topic": "com.example.other.push-type.widgets"}),
+             "TopicDisallowed"),
+            # unchanged: a .voip topic with another push type, an unregistered .voip topic
+            (special_post(c, apns, "alert", body=json.loads(PAYLOAD), **{"apns-topic": TOPIC + ".voip"}),
+             "InvalidPushType"),
+        ]
+        for i, (r, reason) in enumerate(cases):
+            assert r.status_code == 400 and r.json() == {"reason": reason}, (i, r.text)
+    recs = apns.received("apns")
+    assert recs[0]["topic_mismatch"] == {"push_type": "liveactivity", "topic": TOPIC, "topic_suffix": None,
+                                         "expected_suffix": ".push-type.liveactivity"}
+    assert recs[1]["topic_mismatch"]["topic_suffix"] == ".push-type.widgets"
+    assert recs[5]["topic_mismatch"] == {"push_type": "alert", "topic": LA_TOPIC,
+                                         "topic_suffix": ".push-type.liveactivity", "expected_suffix": None}
+    assert recs[6]["voip_topic_suffix_missing"] and recs[6]["topic_mismatch"]["topic_suffix"] == ".voip-ptt"
+    assert recs[7]["topic_not_registered"] == "com.example.other.push-type.widgets"
+    # A key registered with only a suffixed topic (no bundle id) may use exactly that topic.
+    key = ec.generate_private_key(ec.SECP256R1())
+    apns.post("/control/apns-key", {"key_id": "SOLOKEY123", "team_id": TEAM, "public_key_pem": pem(key.public_key()),
+                                    "topics": ["com.solo.push-type.widgets", "com.solo.voip"]})
+    solo = jwt_es256(key, {"alg": "ES256", "kid": "SOLOKEY123"}, {"iss": TEAM, "iat": int(time.time())})
+    with apns.client() as c:
+        hs = apns_headers(solo, **{"apns-push-type": "widgets", "apns-topic": "com.solo.push-type.widgets"})
+        assert c.post(f"{apns.apns}/3/device/{TOKEN}", content=json.dumps(WIDGETS_BODY), headers=hs).status_code == 200
+        hs["apns-topic"] = "com.solo.voip-ptt"   # com.solo is not a registered bundle id
+        hs["apns-push-type"] = "pushtotalk"
+        r = c.post(f"{apns.apns}/3/device/{TOKEN}", content=b'{"aps":{}}', headers=hs)
+        assert r.json() == {"reason": "TopicDisallowed"}
+
+
+def test_apns_token_kinds(apns):
+    """A token registered with a kind takes only that kind of push (alert and background are
+    both alert); another is 400 DeviceTokenNotForTopic with `token_kind_mismatch`."""
+    la_tok, alert_tok, ptt_tok, free = "1a" * 32, "2a" * 32, "3a" * 32, "4a" * 32
+    apns.post("/control/apns-devices", {"gateway": "apns", "tokens": [la_tok], "kind": "liveactivity"})
+    apns.post("/control/apns-devices", {"tokens": [alert_tok.upper()], "kind": "alert"})
+    apns.post("/control/apns-devices", {"gateway": "apns_dev", "tokens": [ptt_tok], "kind": "pushtotalk"})
+    bg = {"apns-push-type": "background", "apns-priority": "5"}
+    with apns.client() as c:
+        assert special_post(c, apns, "liveactivity", token=la_tok).status_code == 200
+        r = c.post(f"{apns.apns}/3/device/{la_tok}", content=PAYLOAD, headers=apns_headers(apns.jwt))
+        assert r.status_code == 400 and r.json() == {"reason": "DeviceTokenNotForTopic"}
+        assert c.post(f"{apns.apns}/3/device/{alert_tok}", content=PAYLOAD,
+                      headers=apns_headers(apns.jwt)).status_code == 200
+        assert c.post(f"{apns.apns}/3/device/{alert_tok}", content=b'{"aps":{"content-available":1}}',
+                      headers=apns_headers(apns.jwt, **bg)).status_code == 200
+        assert special_post(c, apns, "widgets", token=alert_tok).json() == {"reason": "DeviceTokenNotForTopic"}
+        dev = apns.info["urls"]["apns_dev"]
+        assert special_post(c, apns, "pushtotalk", token=ptt_tok, base=dev).status_code == 200
+        assert special_post(c, apns, "location", token=ptt_tok, base=dev).json() == {"reason": "DeviceTokenNotForTopic"}
+        # the environment is judged first: a development token at production is BadDeviceToken
+        assert special_post(c, apns, "pushtotalk", token=ptt_tok).json() == {"reason": "BadDeviceToken"}
+        for pt in SPECIAL:
+            assert special_post(c, apns, pt, token=free).status_code == 200
+    recs = apns.received("apns", token=la_tok)
+    assert recs[1]["token_kind_mismatch"] == {"token_kind": "liveactivity", "push_type": "alert"}
+    apns.post("/control/apns-devices", {"tokens": [la_tok], "kind": None})
+    with apns.client() as c:
+        assert c.post(f"{apns.apns}/3/device/{la_tok}", content=PAYLOAD,
+                      headers=apns_headers(apns.jwt)).status_code == 200
+    for bad in ({"tokens": [free], "kind": "complication"}, {"tokens": [free]},
+                {"gateway": "fcm", "tokens": [free], "kind": "alert"}):
+        assert apns.ctl.post("/control/apns-devices", json=bad).status_code == 400, bad
+
+
+def test_apns_special_push_type_priority_and_expiration(apns):
+    """liveactivity, location and widgets take priority 5 or 10; pushtotalk takes 10 and
+    apns-expiration 0."""
+    with apns.client() as c:
+        ok = [special_post(c, apns, pt, **{"apns-priority": p}) for pt in ("liveactivity", "location", "widgets")
+              for p in ("5", "10")]
+        ok.append(special_post(c, apns, "pushtotalk", drop=["apns-priority"]))   # omitted: 10
+        assert [r.status_code for r in ok] == [200] * 7, [r.text for r in ok]
+        cases = [
+            (special_post(c, apns, "liveactivity", **{"apns-priority": "1"}), "BadPriority"),
+            (special_post(c, apns, "location", **{"apns-priority": "1"}), "BadPriority"),
+            (special_post(c, apns, "widgets", **{"apns-priority": "1"}), "BadPriority"),
+            (special_post(c, apns, "pushtotalk", **{"apns-priority": "5"}), "BadPriority"),
+            (special_post(c, apns, "pushtotalk", **{"apns-expiration": str(int(time.time()) + 60)}),
+             "BadExpirationDate"),
+            (special_post(c, apns, "pushtotalk", drop=["apns-expiration"]), "BadExpirationDate"),
+        ]
+        for i, (r, reason) in enumerate(cases):
+            assert r.status_code == 400 and r.json() == {"reason": reason}, (i, r.text)
+    bad = [x for x in apns.received("apns") if not x["valid"]]
+    assert bad[0]["priority_error"] == "liveactivity takes apns-priority 5 or 10"
+    assert bad[3]["priority_error"] == "pushtotalk takes apns-priority 10"
+    assert bad[5]["expiration_error"] == "pushtotalk needs apns-expiration 0 (none sent)"
+
+
+def test_apns_widgets_location_pushtotalk_payloads(apns):
+    with apns.client() as c:
+        good = [
+            special_post(c, apns, "location", body={"aps": {}, "query": "where"}),
+            special_post(c, apns, "pushtotalk", body={"aps": {}}),
+            special_post(c, apns, "pushtotalk", body=b'{"aps":{},"activeSpeaker":"x"}'),
+        ]
+        assert [r.status_code for r in good] == [200] * 3
+        cases = [
+            (special_post(c, apns, "widgets", body={"aps": {"content-changed": 1}}), 400, "BadPayload"),
+            (special_post(c, apns, "widgets", body={"aps": {"content-changed": True, "badge": 1}}), 400, "BadPayload"),
+            (special_post(c, apns, "widgets", body={"aps": {"content-changed": True}, "x": 1}), 400, "BadPayload"),
+            (special_post(c, apns, "widgets", body={"aps": {}}), 400, "BadPayload"),
+            (special_post(c, apns, "location", body={"query": "where"}), 400, "BadPayload"),
+            (special_post(c, apns, "pushtotalk", body={"aps": []}), 400, "BadPayload"),
+            (special_post(c, apns, "pushtotalk", body=b"[1]"), 400, "BadPayload"),
+            (special_post(c, apns, "location", body={"aps": {}, "x": "y" * 4100}), 413, "PayloadTooLarge"),
+            (special_post(c, apns, "pushtotalk", body={"aps": {}, "x": "y" * 4100}), 413, "PayloadTooLarge"),
+            (special_post(c, apns, "liveactivity", body={"aps": la_aps(), "x": "y" * 4100}), 413, "PayloadTooLarge"),
+            (special_post(c, apns, "location", body=b""), 400, "PayloadEmpty"),
+        ]
+        for i, (r, status, reason) in enumerate(cases):
+            assert r.status_code == status and r.json() == {"reason": reason}, (i, r.text)
+    bad = [x for x in apns.received("apns") if not x["valid"]]
+    assert bad[0]["payload_error"] == 'a widgets payload is exactly {"aps":{"content-changed":true}}'
+    assert bad[4]["payload_error"] == "no aps dictionary"
+    assert bad[6]["payload_error"] == "payload is not a JSON object"
+
+
+LA_BAD = [
+    (dict(event="begin"), 'aps.event must be "start", "update" or "end", not "begin"'),
+    (dict(timestamp=None), "aps.timestamp must be an integer (seconds since 1970)"),
+    (dict(timestamp="1700000000"), "aps.timestamp must be an integer (seconds since 1970)"),
+    (dict(timestamp=1700000000.5), "aps.timestamp must be an integer (seconds since 1970)"),
+    (dict(timestamp=1700000000000), "aps.timestamp 1700000000000 looks like milliseconds: it must be seconds since 1970"),
+    (dict(**{"content-state": None}), "aps.content-state is required for update"),
+    (dict(**{"content-state": [1]}), "aps.content-state must be an object"),
+    (dict(**{"stale-date": "soon"}), "aps.stale-date must be an integer (seconds since 1970)"),
+    (dict(event="end", **{"dismissal-date": 1.5}), "aps.dismissal-date must be an integer (seconds since 1970)"),
+    (dict(**{"relevance-score": "high"}), "aps.relevance-score must be a number"),
+    (dict(alert="Goal!"), "aps.alert must be an object"),
+    (dict(alert={"title": 3}), 'aps.alert.title must be a string or {"loc-key","loc-args"}'),
+    (dict(alert={"body": {"loc-args": ["x"]}}), "aps.alert.body.loc-key must be a string"),
+    (dict(alert={"body": {"loc-key": "K", "loc-args": [1]}}), "aps.alert.body.loc-args must be a list of strings"),
+    (dict(alert={"title": "t", "sound": {"critical": 1}}), "aps.alert.sound must be a string"),
+    (dict(**{"input-push-token": 1}), "aps.input-push-token is only for start"),
+    (dict(**{"input-push-channel": "dHN0LXNyY2gtY2hubA=="}), "aps.input-push-channel is only for start"),
+]
+LA_START_BAD = [
+    (dict(alert=None), "start needs aps.alert"),
+    (dict(**{"attributes-type": ""}), "start needs aps.attributes-type (a non-empty string)"),
+    (dict(attributes=None), "start needs aps.attributes (an object)"),
+    (dict(**{"content-state": None}), "aps.content-state is required for start"),
+    (dict(**{"input-push-token": True}), "aps.input-push-token must be 1"),
+    (dict(**{"input-push-token": 2}), "aps.input-push-token must be 1"),
+    (dict(**{"input-push-channel": "not base64!"}), "aps.input-push-channel must be a base64 channel id"),
+]
+
+
+def _la_with(event, changes):
+    aps = la_aps(event)
+    for k, v in changes.items():
+        if v is None:
+            aps.pop(k, None)
+        else:
+            aps[k] = v
+    return {"aps": aps}
+
+
+def test_apns_live_activity_payloads(apns):
+    ts = int(time.time())
+    good = [
+        {"aps": la_aps("update", **{"stale-date": ts + 60, "relevance-score": 50.5,
+                                    "alert": {"title": "Goal", "body": "1-0", "sound": "default"}})},
+        {"aps": la_aps("end", **{"content-state": None, "dismissal-date": ts + 3600})},
+        {"aps": la_aps("end", **{"relevance-score": 100})},
+        {"aps": la_aps("start")},
+        {"aps": la_aps("start", **{"input-push-token": 1, "input-push-channel": "dHN0LXNyY2gtY2hubA=="})},
+        {"aps": la_aps("start", alert={"title": {"loc-key": "T"}})},
+        {"aps": la_aps("update"), "custom": 1},
+    ]
+    bad = [(_la_with("update", ch), why) for ch, why in LA_BAD] + \
+          [(_la_with("start", ch), why) for ch, why in LA_START_BAD] + [({"aps": {}}, LA_BAD[0][1].replace('"begin"', "null"))]
+    with apns.client() as c:
+        for i, body in enumerate(good):
+            r = special_post(c, apns, "liveactivity", body=body)
+            assert r.status_code == 200, (i, r.text)
+        for body, _ in bad:
+            r = special_post(c, apns, "liveactivity", body=body)
+            assert r.status_code == 400 and r.json() == {"reason": "BadPayload"}, (body, r.text)
+    recs = [x for x in apns.received("apns") if not x["valid"]]
+    assert [x["payload_error"] for x in recs] == [why for _, why in bad]
+
+
+# ------------------------------------------------------------------ APNs channel management and broadcast
+
+BUNDLE = TOPIC
+
+
+def manage_headers(jwt, **extra):
+    h = {"authorization": f"bearer {jwt}"}
+    h.update(extra)
+    return h
+
+
+class Manage:
+    """A client of one channel-management gateway."""
+
+    def __init__(self, gw, c, name="apns_manage"):
+        self.gw, self.c, self.url = gw, c, gw.info["urls"][name]
+
+    def req(self, method, bundle=BUNDLE, what="channels", body=None, jwt=None, **h):
+        content = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        return self.c.request(method, f"{self.url}/1/apps/{bundle}/{what}", content=content,
+                              headers=manage_headers(jwt or self.gw.jwt, **h))
+
+    def create(self, policy=0, bundle=BUNDLE, **h):
+        return self.req("POST", bundle, body={"message-storage-policy": policy, "push-type": "LiveActivity"}, **h)
+
+    def channel(self, policy=0, bundle=BUNDLE):
+        r = self.create(policy, bundle)
+        assert r.status_code == 201, r.text
+        return r.headers["apns-channel-id"]
+
+
+def test_apns_manage_listeners_in_gateways_json(apns):
+    info = apns.info
+    for name in ("apns_manage", "apns_manage_dev"):
+        assert info["urls"][name] == f"https://127.0.0.1:{info[name]}"
+    assert len({info[n] for n in ("apns", "apns_dev", "apns_manage", "apns_manage_dev")}) == 4
+    assert apns.get("/control/health")["ports"]["apns_manage_dev"] == info["apns_manage_dev"]
+    # h2 only, like APNs: a client offering only http/1.1 gets the connection closed
+    with apns.client(http2=False) as c, pytest.raises(httpx.HTTPError):
+        c.get(f"{info['urls']['apns_manage']}/1/apps/{BUNDLE}/all-channels")
+    assert apns.get("/control/knobs", gateway="apns_manage")["knobs"]["channel_limit"] == 10000
+
+
+def test_apns_channel_create_read_list_delete(apns):
+    rid = "2288cf3f-0a7b-4c8f-8e3e-1f1a1b2c3d4e"
+    with apns.client() as c:
+        m = Manage(apns, c)
+        r = m.create(1, **{"apns-request-id": rid})
+        assert r.status_code == 201 and r.content == b"" and r.headers["apns-request-id"] == rid
+        cid = r.headers["apns-channel-id"]
+        assert len(base64.b64decode(cid, validate=True)) == 16
+        r = m.req("GET", **{"apns-channel-id": cid})
+        assert r.status_code == 200 and r.json() == {"message-storage-policy": 1, "push-type": "LiveActivity"}
+        assert len(r.headers["apns-request-id"]) == 36
+        cid2 = m.channel(0)
+        r = m.req("GET", what="all-channels")
+        assert r.status_code == 200 and r.json() == {"channels": [cid, cid2]}
+        r = m.req("DELETE", **{"apns-channel-id": cid})
+        assert r.status_code == 204 and r.content == b"" and "apns-request-id" in r.headers
+        assert m.req("GET", what="all-channels").json() == {"channels": [cid2]}
+        r = m.req("GET", **{"apns-channel-id": cid})
+        assert r.status_code == 400 and r.json() == {"reason": "ChannelNotRegistered"}
+        assert m.req("DELETE", **{"apns-channel-id": cid}).json() == {"reason": "ChannelNotRegistered"}
+    chans = apns.get("/control/channels", gateway="apns_manage")["channels"]
+    assert [(x["channel_id"], x["bundle"], x["policy"]) for x in chans] == [(cid2, BUNDLE, 0)]
+    assert isinstance(chans[0]["created"], float)
+    recs = apns.received("apns_manage")
+    assert [x["op"] for x in recs] == ["create", "read", "create", "list", "delete", "list", "read", "delete"]
+    assert recs[0]["gateway"] == "apns_manage" and recs[0]["request_id"] == rid and recs[0]["channel_id"] == cid
+    assert recs[0]["policy"] == 1 and recs[0]["bundle"] == BUNDLE and recs[0]["valid"]
+    assert recs[0]["response"]["status"] == 201 and recs[3]["channels"] == 2
+    assert recs[6]["channel_error"] == "no such channel"
+    apns.post("/control/reset", {})
+    assert apns.get("/control/channels", gateway="apns_manage")["channels"] == []
+
+
+def test_apns_channel_management_errors(apns):
+    other_key = ec.generate_private_key(ec.SECP256R1())
+    bad_jwt = jwt_es256(other_key, {"alg": "ES256", "kid": KID}, {"iss": TEAM, "iat": int(time.time())})
+    with apns.client() as c:
+        m = Manage(apns, c)
+        cid = m.channel()
+        lt = {"push-type": "LiveActivity"}
+        cases = [
+            (m.req("POST", body=b"{not json"), 400, "BadRequestPayload"),
+            (m.req("POST", body=b""), 400, "BadRequestPayload"),
+            (m.req("POST", body=[1]), 400, "BadRequestPayload"),
+            (m.req("POST", body={"message-storage-policy": 0, "push-type": "LiveActivity", "ttl": 1}), 400,
+             "BadRequestParams"),
+            (m.req("POST", body={"message-storage-policy": 2, **lt}), 400, "BadRequestParams"),
+            (m.req("POST", body={"message-storage-policy": "1", **lt}), 400, "BadRequestParams"),
+            (m.req("POST", body={"message-storage-policy": True, **lt}), 400, "BadRequestParams"),
+            (m.req("POST", body={"message-storage-policy": 0, "push-type": "liveactivity"}), 400, "BadRequestParams"),
+            (m.req("POST", body={"message-storage-policy": 0}), 400, "BadRequestParams"),
+            (m.req("GET"), 400, "MissingChannelId"),
+            (m.req("DELETE"), 400, "MissingChannelId"),
+            (m.req("GET", **{"apns-channel-id": "not*base64"}), 400, "BadChannelId"),
+            (m.req("GET", **{"apns-channel-id": base64.b64encode(b"x" * 60).decode()}), 400, "BadChannelId"),
+            (m.req("GET", **{"apns-channel-id": "dHN0LXNyY2gtY2hubA=="}), 400, "ChannelNotRegistered"),
+            (m.create(bundle=LA_TOPIC), 400, "TopicDisallowed"),
+            (m.req("GET", bundle=TOPIC + ".voip", what="all-channels"), 400, "TopicDisallowed"),
+            (m.create(bundle="com.example.other"), 403, "TopicMismatch"),
+            (m.create(jwt=bad_jwt), 403, "InvalidProviderToken"),
+            (m.create(**{"apns-request-id": "not-a-uuid"}), 400, "BadMessageId"),
+            (m.req("GET", what="nothing"), 404, "BadPath"),
+            (c.get(f"{m.url}/3/device/{TOKEN}", headers=manage_headers(apns.jwt)), 404, "BadPath"),
+            (m.req("PUT", **{"apns-channel-id": cid}), 405, "MethodNotAllowed"),
+            (m.req("POST", what="all-channels"), 405, "MethodNotAllowed"),
+        ]
+        for i, (r, status, reason) in enumerate(cases):
+            assert r.status_code == status and r.json() == {"reason": reason}, (i, r.text)
+            assert len(r.headers["apns-request-id"]) == 36
+        r = m.create(**{"apns-request-id": "not-a-uuid"})
+        assert r.headers["apns-request-id"] != "not-a-uuid"
+        # without a provider token
+        r = c.get(f"{m.url}/1/apps/{BUNDLE}/all-channels")
+        assert r.status_code == 403 and r.json() == {"reason": "MissingProviderToken"}
+    recs = [x for x in apns.received("apns_manage") if not x["valid"]]
+    assert recs[3]["params_error"] == "unknown members ['ttl']"
+    assert recs[5]["params_error"] == 'message-storage-policy must be the integer 0 or 1, not "1"'
+    assert recs[14]["bundle_error"] == f"bundle id '{LA_TOPIC}' carries the push-type suffix '.push-type.liveactivity'"
+    assert apns.get("/control/channels", gateway="apns_manage")["channels"][0]["channel_id"] == cid
+
+
+def test_apns_channel_limit_and_environments(apns):
+    """At `channel_limit` channels per app and environment, create is 400
+    CannotCreateChannelConfig; the two environments never share channels."""
+    apns.post("/control/knobs", {"gateway": "apns_manage", "channel_limit": 2})
+    apns.post("/control/apns-key", {"key_id": KID, "team_id": TEAM, "public_key_pem": pem(apns.key.public_key()),
+                                    "topics": [TOPIC, TOPIC + ".voip", "com.example.second"]})
+    with apns.client() as c:
+        prod, dev = Manage(apns, c), Manage(apns, c, "apns_manage_dev")
+        a, b = prod.channel(), prod.channel(1)
+        r = prod.create()
+        assert r.status_code == 400 and r.json() == {"reason": "CannotCreateChannelConfig"}
+        assert "apns-channel-id" not in r.headers
+        assert prod.create(bundle="com.example.second").status_code == 201    # per app
+        d = dev.channel()                                                        # per environment
+        assert dev.req("GET", **{"apns-channel-id": a}).json() == {"reason": "ChannelNotRegistered"}
+        assert prod.req("GET", **{"apns-channel-id": d}).json() == {"reason": "ChannelNotRegistered"}
+        assert prod.req("GET", bundle="com.example.second", **{"apns-channel-id": a}).json() == \
+            {"reason": "ChannelNotRegistered"}
+        assert dev.req("GET", what="all-channels").json() == {"channels": [d]}
+        assert prod.req("GET", what="all-channels").json() == {"channels": [a, b]}
+        assert prod.req("DELETE", **{"apns-channel-id": a}).status_code == 204
+        assert prod.create().status_code == 201
+    assert apns.received("apns_manage_dev")[1]["channel_error"] == "a channel of the other environment (apns_manage)"
+    assert len(apns.get("/control/channels", gateway="apns_dev")["channels"]) == 1
+    assert len(apns.get("/control/channels", gateway="apns_manage", bundle=BUNDLE)["channels"]) == 2
+    apns.post("/control/reset", {"gateway": "apns_manage"})
+    assert apns.get("/control/channels", gateway="apns_manage")["channels"] == []
+    assert len(apns.get("/control/channels", gateway="apns_manage_dev")["channels"]) == 1
+    assert apns.get("/control/knobs", gateway="apns_manage")["knobs"]["channel_limit"] == 10000
+    assert apns.ctl.get("/control/channels", params={"gateway": "fcm"}).status_code == 400
+
+
+def test_apns_channel_programmed_answers(apns):
+    with apns.client() as c:
+        m = Manage(apns, c)
+        cid = m.channel()
+        apns.post("/control/program", {"gateway": "apns_manage", "token": cid, "responses": [
+            {"status": 500}, {"status": 200, "headers": {"x-seen": "1"}}]})
+        apns.post("/control/program", {"gateway": "apns_manage", "token": BUNDLE, "responses": [
+            {"status": 429, "reason": "TooManyRequests"}, {"status": 200}]})
+        r = m.req("GET", **{"apns-channel-id": cid})
+        assert r.status_code == 500 and r.json() == {"reason": "InternalServerError"}
+        assert len(r.headers["apns-request-id"]) == 36 and "apns-id" not in r.headers
+        r = m.req("GET", **{"apns-channel-id": cid})
+        assert r.status_code == 200 and r.json()["message-storage-policy"] == 0 and r.headers["x-seen"] == "1"
+        r = m.create()
+        assert r.status_code == 429 and r.json() == {"reason": "TooManyRequests"}
+        assert len(apns.get("/control/channels", gateway="apns_manage")["channels"]) == 1   # not created
+        assert m.create().status_code == 201
+    stats = apns.get("/control/stats")["counters"]
+    assert stats["apns_manage_programmed_500"] == 1 and stats["apns_manage_programmed_429"] == 1
+
+
+def broadcast_headers(jwt, cid, **extra):
+    h = {"authorization": f"bearer {jwt}", "apns-channel-id": cid, "apns-push-type": "liveactivity",
+         "apns-priority": "10", "apns-expiration": "0"}
+    h.update(extra)
+    return h
+
+
+def test_apns_broadcast_success(apns):
+    rid = "123e4567-e89b-12d3-a456-426614174000"
+    with apns.client() as c:
+        cid = Manage(apns, c).channel(0)
+        dcid = Manage(apns, c, "apns_manage_dev").channel(1)
+        body = json.dumps({"aps": la_aps("update")}).encode()
+        r = c.post(f"{apns.apns}/4/broadcasts/apps/{BUNDLE}", content=body,
+                   headers=broadcast_headers(apns.jwt, cid, **{"apns-request-id": rid, "apns-topic": "ignored"}))
+        assert r.status_code == 200 and r.content == b"" and r.headers["apns-request-id"] == rid
+        assert "apns-unique-id" not in r.headers
+        dev = apns.info["urls"]["apns_dev"]
+        r = c.post(f"{dev}/4/broadcasts/apps/{BUNDLE}", content=json.dumps({"aps": la_aps("end")}).encode(),
+                   headers=broadcast_headers(apns.jwt, dcid, **{"apns-push-type": "LiveActivity",
+                                                                  "apns-priority": "5",
+                                                                  "apns-expiration": str(int(time.time()) + 3600)}))
+        assert r.status_code == 200 and len(r.headers["apns-request-id"]) == 36 and "apns-unique-id" in r.headers
+        big = json.dumps({"aps": la_aps("update", **{"content-state": {"x": "y" * 4900}})}).encode()
+        assert 4096 < len(big) <= 5120
+        r = c.post(f"{apns.apns}/4/broadcasts/apps/{BUNDLE}", content=big, headers=broadcast_headers(apns.jwt, cid))
+        assert r.status_code == 200
+        r = c.post(f"{apns.apns}/4/broadcasts/apps/{BUNDLE}", content=body,
+                   headers=broadcast_headers(apns.jwt, cid, **{"apns-priority": "1"}))
+        assert r.status_code == 200
+    recs = apns.received("apns")
+    assert len(recs) == 3 and all(x["broadcast"] and x["valid"] for x in recs)
+    assert recs[0]["channel_id"] == cid and recs[0]["bundle"] == BUNDLE and recs[0]["request_id"] == rid
+    assert recs[0]["body"]["aps"]["event"] == "update" and recs[0]["channel_policy"] == 0 and "token" not in recs[0]
+    assert apns.received("apns", channel=cid) == recs
+    assert apns.received("apns_dev")[0]["channel_id"] == dcid
+
+
+def test_apns_broadcast_errors(apns):
+    other_key = ec.generate_private_key(ec.SECP256R1())
+    bad_jwt = jwt_es256(other_key, {"alg": "ES256", "kid": KID}, {"iss": TEAM, "iat": int(time.time())})
+    with apns.client() as c:
+        cid0 = Manage(apns, c).channel(0)
+        cid1 = Manage(apns, c).channel(1)
+        dev_cid = Manage(apns, c, "apns_manage_dev").channel(0)
+        good = json.dumps({"aps": la_aps("update")}).encode()
+
+        def post(cid=cid0, body=good, bundle=BUNDLE, jwt=None, drop=(), method="POST", **h):
+            hs = broadcast_headers(jwt or apns.jwt, cid, **h)
+            for name in drop:
+                del hs[name]
+            return c.request(method, f"{apns.apns}/4/broadcasts/apps/{bundle}", content=body, headers=hs)
+        la = lambda **kw: json.dumps({"aps": la_aps(**kw)}).encode()  # noqa: E731
+        cases = [
+            (post(bundle=LA_TOPIC), 400, "TopicDisallowed"),
+            (post(bundle="com.example.other"), 403, "TopicMismatch"),
+            (post(jwt=bad_jwt), 403, "InvalidProviderToken"),
+            (post(drop=["apns-channel-id"]), 400, "MissingChannelId"),
+            (post(cid="@@not base64@@"), 400, "BadChannelId"),
+            (post(cid="QUJD" * 17), 400, "BadChannelId"),
+            (post(cid="dHN0LXNyY2gtY2hubA=="), 400, "ChannelNotRegistered"),
+            (post(cid=dev_cid), 400, "ChannelNotRegistered"),
+            (post(drop=["apns-push-type"]), 400, "MissingPushType"),
+            (post(**{"apns-push-type": "alert"}), 400, "InvalidPushType"),
+            (post(**{"apns-priority": "7"}), 400, "BadPriority"),
+            (post(**{"apns-expiration": "3600"}), 400, "BadExpirationDate"),
+            (post(drop=["apns-expiration"]), 400, "BadExpirationDate"),
+            (post(cid=cid1, **{"apns-expiration": "soon"}), 400, "BadExpirationDate"),
+            (post(**{"apns-request-id": "nope"}), 400, "BadMessageId"),
+            (post(body=json.dumps({"aps": {}, "x": "y" * 5200}).encode()), 413, "PayloadTooLarge"),
+            (post(body=b""), 400, "PayloadEmpty"),
+            (post(body=b"not json"), 400, "BadPayload"),
+            (post(body=b'{"x":1}'), 400, "BadPayload"),
+            (post(body=la(event="start")), 400, "BadPayload"),
+            (post(body=la(timestamp=int(time.time() * 1000))), 400, "BadPayload"),
+            (post(body=la(**{"content-state": "x"})), 400, "BadPayload"),
+            (post(method="GET"), 405, "MethodNotAllowed"),
+            (c.post(f"{apns.apns}/4/broadcasts/apps/", content=good, headers=broadcast_headers(apns.jwt, cid0)), 404,
+             "BadPath"),
+        ]
+        for i, (r, status, reason) in enumerate(cases):
+            assert r.status_code == status and r.json() == {"reason": reason}, (i, r.text)
+        # policy 1 channels take any expiration date, and none
+        assert post(cid=cid1, drop=["apns-expiration"]).status_code == 200
+        assert post(cid=cid1, **{"apns-expiration": str(int(time.time()) + 3600)}).status_code == 200
+    recs = [x for x in apns.received("apns") if not x["valid"]]
+    assert len(recs) == len(cases)
+    assert all(x["broadcast"] for x in recs[:-1]) and "broadcast" not in recs[-1] and recs[-2]["bundle"] == BUNDLE
+    assert recs[0]["bundle"] == LA_TOPIC
+    assert recs[7]["channel_error"] == "a channel of the other environment (apns_manage_dev)"
+    assert recs[12]["expiration_error"] == "a No Message Stored channel (policy 0) takes apns-expiration 0 (none sent)"
+    assert recs[19]["payload_error"] == "broadcast cannot start a Live Activity"
+    assert "milliseconds" in recs[20]["payload_error"]
+
+
+def test_apns_broadcast_programmed_by_channel_id(apns):
+    """A program keyed by channel id answers broadcasts to that channel as a device token's
+    answers its pushes: 500 then 429 with Retry-After, then the default 200."""
+    with apns.client() as c:
+        cid = Manage(apns, c).channel(0)
+        other = Manage(apns, c).channel(0)
+        apns.post("/control/program", {"gateway": "apns", "token": cid, "responses": [
+            {"status": 500}, {"status": 429, "retry_after": 2}, {"status": 200}]})
+        body = json.dumps({"aps": la_aps("update")}).encode()
+        url = f"{apns.apns}/4/broadcasts/apps/{BUNDLE}"
+        rs = [c.post(url, content=body, headers=broadcast_headers(apns.jwt, cid)) for _ in range(3)]
+        assert rs[0].status_code == 500 and rs[0].json() == {"reason": "InternalServerError"}
+        assert "apns-request-id" in rs[0].headers and "apns-id" not in rs[0].headers
+        assert rs[1].status_code == 429 and rs[1].headers["retry-after"] == "2"
+        assert rs[1].json() == {"reason": "TooManyRequests"}
+        assert rs[2].status_code == 200 and "apns-request-id" in rs[2].headers
+        assert c.post(url, content=body, headers=broadcast_headers(apns.jwt, other)).status_code == 200
+        # a program for a device token does not touch broadcasts, and a broadcast's refusal uses none up
+        apns.post("/control/program", {"gateway": "apns", "token": other, "responses": [{"hang": True}]})
+        r = c.post(url, content=b"", headers=broadcast_headers(apns.jwt, other))
+        assert r.json() == {"reason": "PayloadEmpty"}
+    recs = apns.received("apns", channel=cid)
+    assert [x["response"]["status"] for x in recs] == [500, 429, 200]
+    assert recs[0]["programmed"] == {"status": 500}
+
+
+def test_control_channels_seed_and_reset(apns):
+    """POST /control/channels makes a channel without the management API; broadcasts to it are
+    accepted; /control/reset (all, or that environment's manage gateway) forgets it."""
+    ch = apns.post("/control/channels", {"gateway": "apns_dev", "bundle": BUNDLE, "policy": 1})["channel"]
+    assert ch["bundle"] == BUNDLE and ch["policy"] == 1 and base64.b64decode(ch["channel_id"])
+    fixed = apns.post("/control/channels", {"gateway": "apns_manage", "bundle": BUNDLE,
+                                            "channel_id": "dHN0LXNyY2gtY2hubA=="})["channel"]
+    assert fixed["channel_id"] == "dHN0LXNyY2gtY2hubA==" and fixed["policy"] == 0
+    for bad in ({"gateway": "apns_manage", "bundle": BUNDLE, "channel_id": "dHN0LXNyY2gtY2hubA=="},
+                {"gateway": "apns_manage", "bundle": BUNDLE, "policy": 3},
+                {"gateway": "webpush", "bundle": BUNDLE}):
+        assert apns.ctl.post("/control/channels", json=bad).status_code == 400, bad
+    with apns.client() as c:
+        dev = apns.info["urls"]["apns_dev"]
+        r = c.post(f"{dev}/4/broadcasts/apps/{BUNDLE}", content=json.dumps({"aps": la_aps()}).encode(),
+                   headers=broadcast_headers(apns.jwt, ch["channel_id"], **{"apns-expiration": "1"}))
+        assert r.status_code == 200
+        r = Manage(apns, c, "apns_manage_dev").req("GET", **{"apns-channel-id": ch["channel_id"]})
+        assert r.json() == {"message-storage-policy": 1, "push-type": "LiveActivity"}
+    listed = apns.post("/control/channels", {"gateway": "apns_manage_dev"})["channels"]
+    assert [x["channel_id"] for x in listed] == [ch["channel_id"]]
+    apns.post("/control/reset", {"gateway": "apns_dev"})       # APNs development's records, not its channels
+    assert len(apns.get("/control/channels", gateway="apns_manage_dev")["channels"]) == 1
+    apns.post("/control/reset", {"all": True})
+    assert apns.get("/control/channels", gateway="apns_manage_dev")["channels"] == []
+    assert apns.get("/control/channels", gateway="apns_manage")["channels"] == []
+
+
+def test_apns_manage_streams_and_unprocessed_broadcast(apns):
+    """The management hosts start at 1 stream and raise to 500 after a valid provider token, as
+    APNs; a broadcast left unprocessed by a GOAWAY is recorded with its channel."""
+    with apns.client() as c:
+        cid = Manage(apns, c).channel()
+        Manage(apns, c).req("GET", what="all-channels")
+    conn = apns.get("/control/connections", gateway="apns_manage")["connections"][0]
+    assert [h["value"] for h in conn["settings_history"]] == [1, 500] and conn["distinct_jwts"] == 1
+    apns.post("/control/knobs", {"gateway": "apns", "goaway_after": 1, "goaway_answer_last": False})
+    c = RawH2(apns.info["apns"], apns.info["ca"])
+    try:
+        s1 = c.request(f"/4/broadcasts/apps/{BUNDLE}", broadcast_headers(apns.jwt, cid),
+                       json.dumps({"aps": la_aps()}).encode())
+        assert c.pump(lambda ev: any(isinstance(e, h2.events.ConnectionTerminated) for e in ev))
+        assert c.status(s1) is None
+    finally:
+        c.close()
+    rec = apns.received("apns")[0]
+    assert rec["unprocessed"] and rec["broadcast"] and rec["channel_id"] == cid and rec["bundle"] == BUNDLE
