@@ -9,7 +9,8 @@ public final class TestGateways: @unchecked Sendable {
     public let dir: URL
     /// The CA that signed the gateways' certificate.
     public let ca: String
-    /// Ports by listener name ("apns", "apns_dev", "fcm", "fcm_h1", "webpush", "webpush_h1", "control").
+    /// Ports by listener name ("apns", "apns_dev", "apns_manage", "apns_manage_dev", "fcm", "fcm_h1",
+    /// "webpush", "webpush_h1", "control").
     public let ports: [String: Int]
     public let client: HTTPClient
 
@@ -27,6 +28,12 @@ public final class TestGateways: @unchecked Sendable {
     /// The FCM gateway again, on a listener whose TLS offers only ALPN `http/1.1`
     /// (an FCM origin without HTTP/2); its records and connections are fcm's.
     public var fcmH1: Int { ports["fcm_h1"] ?? 0 }
+    /// APNs channel management, production (api-manage-broadcast.push.apple.com:2196): h2 only,
+    /// the production environment's broadcast channels (gateway name `apns_manage`).
+    public var apnsManage: Int { ports["apns_manage"] ?? 0 }
+    /// APNs channel management, development (api-manage-broadcast.sandbox.push.apple.com:2195):
+    /// channels of its own, never shared with production (gateway name `apns_manage_dev`).
+    public var apnsManageDev: Int { ports["apns_manage_dev"] ?? 0 }
 
     public init() async throws {
         guard FileManager.default.isExecutableFile(atPath: venvPython) else {
@@ -63,7 +70,8 @@ public final class TestGateways: @unchecked Sendable {
             throw TestSupportError("gateways did not start")
         }
         var ports: [String: Int] = [:]
-        for name in ["apns", "apns_dev", "fcm", "fcm_h1", "webpush", "webpush_h1", "control"] {
+        for name in ["apns", "apns_dev", "apns_manage", "apns_manage_dev", "fcm", "fcm_h1", "webpush", "webpush_h1",
+                     "control"] {
             ports[name] = obj[name] as? Int
         }
         self.ports = ports

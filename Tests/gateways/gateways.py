@@ -919,6 +919,7 @@ def _apns_broadcast_validate(req, rec, errors, bundle):
     to every device subscribed to the channel in `apns-channel-id` [Apple, "Sending broadcast
     push notification requests to APNs"]. `apns-topic` is not needed and not looked at."""
     rec["broadcast"] = True
+    rec["token"] = None      # every record has one; a broadcast's target is its channel_id
     rec["bundle"] = bundle
     rid = _request_id(req, rec)
 
@@ -971,7 +972,7 @@ def handle_apns_manage(req: Request) -> Response:
     k = STATE.knobs[gw]
     rec = {"gateway": gw, "listener": gw, "time": req.time, "conn": req.conn.id, "stream": req.stream_id,
            "http_version": req.http_version, "method": req.method, "path": req.path,
-           "headers": dict(req.headers), "header_list": req.headers}
+           "headers": dict(req.headers), "header_list": req.headers, "token": None}
     rec.update(decode_body(req.body))
     errors = []
     rec["errors"] = errors
@@ -1186,7 +1187,7 @@ def _unprocessed_record(gw, info, pseudo, hdrs, body, sid):
         m = APNS_PATH_RE.match(path)
         bm = APNS_BROADCAST_PATH_RE.match(path)
         if bm:
-            rec.update(broadcast=True, bundle=urllib.parse.unquote(bm.group(1)),
+            rec.update(broadcast=True, token=None, bundle=urllib.parse.unquote(bm.group(1)),
                        channel_id=dict(hdrs).get("apns-channel-id"))
         else:
             rec["token"] = urllib.parse.unquote(m.group(1)) if m else None
@@ -1194,6 +1195,7 @@ def _unprocessed_record(gw, info, pseudo, hdrs, body, sid):
             rec["probe"] = True
     elif gw in MANAGE_GATEWAYS:
         m = MANAGE_PATH_RE.match(path)
+        rec["token"] = None
         rec["bundle"] = urllib.parse.unquote(m.group(1)) if m else None
         rec["channel_id"] = dict(hdrs).get("apns-channel-id")
     elif gw == "fcm":

@@ -1541,7 +1541,7 @@ def test_apns_broadcast_success(apns):
     recs = apns.received("apns")
     assert len(recs) == 3 and all(x["broadcast"] and x["valid"] for x in recs)
     assert recs[0]["channel_id"] == cid and recs[0]["bundle"] == BUNDLE and recs[0]["request_id"] == rid
-    assert recs[0]["body"]["aps"]["event"] == "update" and recs[0]["channel_policy"] == 0 and "token" not in recs[0]
+    assert recs[0]["body"]["aps"]["event"] == "update" and recs[0]["channel_policy"] == 0 and recs[0]["token"] is None
     assert apns.received("apns", channel=cid) == recs
     assert apns.received("apns_dev")[0]["channel_id"] == dcid
 

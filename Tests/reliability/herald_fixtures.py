@@ -367,7 +367,7 @@ class Gateways:
         self.info = json.loads(Path(info_path).read_text())
         self.ca = self.info["ca"]
         self.ports = {k: self.info[k] for k in ("apns", "apns_dev", "fcm", "fcm_h1", "webpush", "webpush_h1",
-                                                "control")}
+                                                "control", "apns_manage", "apns_manage_dev")}
         keys = Keys.shared()
         self.post("/control/apns-key", {"key_id": KEY_ID, "team_id": TEAM_ID, "public_key_pem": keys.apns_pub_pem,
                                         "topics": [TOPIC, TOPIC + ".voip"]})
@@ -452,6 +452,29 @@ class Gateways:
         """Registers subscriptions ``ids`` sharing one key pair and auth secret (the gateway can
         decrypt what is sent to each); the answer's ``endpoints`` are in the order of ``ids``."""
         return self.post("/control/webpush-subscription", dict(body, ids=list(ids)))
+
+    def channels(self, gateway="apns_manage", bundle=None):
+        """The broadcast channels of one environment (gateway apns_manage or apns_manage_dev; apns
+        and apns_dev name theirs): [{channel_id, bundle, policy, push_type, created}]."""
+        q = {"bundle": bundle} if bundle is not None else {}
+        return self.get("/control/channels", gateway=gateway, **q)["channels"]
+
+    def add_channel(self, gateway="apns_manage", bundle=TOPIC, policy=0, channel_id=None):
+        """Makes a channel without the management API (no limit); returns its entry."""
+        body = {"gateway": gateway, "bundle": bundle, "policy": policy}
+        if channel_id is not None:
+            body["channel_id"] = channel_id
+        return self.post("/control/channels", body)["channel"]
+
+    def apns_devices(self, tokens, gateway=None, kind=None):
+        """Registers APNs device tokens as issued by ``gateway`` (apns or apns_dev) and/or as of
+        ``kind`` (alert, voip, liveactivity, widgets, location, pushtotalk)."""
+        body = {"tokens": list(tokens)}
+        if gateway is not None:
+            body["gateway"] = gateway
+        if kind is not None:
+            body["kind"] = kind
+        return self.post("/control/apns-devices", body)
 
     def web_keys(self, sub) -> dict:
         """The ``keys`` of device.register for a subscription the gateway made."""
