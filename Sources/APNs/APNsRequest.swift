@@ -22,6 +22,13 @@ public enum APNsPushType: String, Sendable, Hashable, CaseIterable {
     case background
     /// A PushKit push to an `apns_voip` token (`kind: call_ring`).
     case voip
+    /// A widget reload to an `apns_widgets` token (`kind: widgets`).
+    case widgets
+    /// A location query to an `apns_location` token (`kind: location`).
+    case location
+    /// A PushToTalk push to an `apns_pushtotalk` token (`kind: pushtotalk`):
+    /// always priority 10 and `apns-expiration` 0.
+    case pushToTalk = "pushtotalk"
 }
 
 /// One APNs request for one device: the `apns-*` headers and the JSON body.
@@ -36,6 +43,12 @@ public enum APNsPushType: String, Sendable, Hashable, CaseIterable {
 /// | `notification` | `apns` | `alert` | `{"aps":{"alert":{"loc-key","loc-args","title-loc-key"},"badge","mutable-content":1,"sound":"default","interruption-level","relevance-score","thread-id","category"},…data}` |
 /// | `clear` | `apns` | `background` | `{"aps":{"content-available":1,"badge"},…data}` |
 /// | `call_ring` | `apns_voip` | `voip` | `{"aps":{},…data}` |
+/// | `widgets` | `apns_widgets` | `widgets` | `{"aps":{"content-changed":true}}` (nothing else) |
+/// | `location` | `apns_location` | `location` | `{"aps":{},…data}` |
+/// | `pushtotalk` | `apns_pushtotalk` | `pushtotalk` | `{"aps":{},…data}`, priority 10, expiration 0 |
+///
+/// Each platform's `apns-topic` is the bundle id with its suffix (`.voip`,
+/// `.push-type.widgets`, `.location-query`, `.voip-ptt`).
 ///
 /// Members that have no value are left out (no `badge` without a badge, no
 /// `alert` when neither the message nor the app names a loc key, none of the
@@ -119,7 +132,7 @@ public struct APNsRequest: Sendable, Hashable {
         message: PushMessage, platform: Platform, user: String, settings: APNsAppSettings, now: Int64,
         bundleID: String? = nil
     ) throws(APNsRequestError) {
-        guard platform == .apns || platform == .apnsVoIP else { throw .notAPNs(platform) }
+        guard let suffix = platform.apnsTopicSuffix else { throw .notAPNs(platform) }
         guard message.kind.reaches(platform) else {
             throw .kindNotRouted(kind: message.kind, platform: platform)
         }
@@ -158,10 +171,20 @@ public struct APNsRequest: Sendable, Hashable {
             if let badge { aps["badge"] = .int(badge) }
         case .callRing:
             pushType = .voip
+        case .widgets:
+            // WidgetKit wants exactly this: push.send refuses data and a badge.
+            pushType = .widgets
+            aps["content-changed"] = true
+        case .location:
+            pushType = .location
+        case .pushToTalk:
+            pushType = .pushToTalk
         }
         var body = JSONObject()
         body.append("aps", .object(aps))
-        for (key, value) in message.data { body.append(key, .string(value)) }
+        if pushType != .widgets {
+            for (key, value) in message.data { body.append(key, .string(value)) }
+        }
         let payload = JSON.object(body).serialized()
         let limit = Self.payloadLimit(for: platform)
         guard payload.count <= limit else {
@@ -171,9 +194,14 @@ public struct APNsRequest: Sendable, Hashable {
         let ttl = min(max(message.ttlSeconds, 0), Self.maximumTTLSeconds)
         self.platform = platform
         let base = bundleID ?? settings.topic
-        self.topic = platform == .apnsVoIP ? base + ".voip" : base
-        self.priority = pushType == .background || message.priority != .high ? 5 : 10
-        self.expiration = ttl == 0 ? 0 : now + Int64(ttl)
+        self.topic = base + suffix
+        self.priority =
+            switch pushType {
+            case .background: 5
+            case .pushToTalk: 10
+            default: message.priority == .high ? 10 : 5
+            }
+        self.expiration = ttl == 0 || pushType == .pushToTalk ? 0 : now + Int64(ttl)
         // Without a collapse key, the message's own id: a resend of it
         // replaces the first notification instead of showing a second.
         self.collapseID = Self.collapseID(for: message.collapseKey) ?? message.ownCollapseID

@@ -2,17 +2,45 @@
 public enum Platform: String, Sendable, CaseIterable, Hashable {
     case apns
     case apnsVoIP = "apns_voip"
+    /// A WidgetKit push token (iOS 26): widget reloads (`kind: widgets`).
+    case apnsWidgets = "apns_widgets"
+    /// A Core Location push token: location queries (`kind: location`).
+    case apnsLocation = "apns_location"
+    /// A PushToTalk channel's ephemeral token (`kind: pushtotalk`).
+    case apnsPushToTalk = "apns_pushtotalk"
     case fcm
     case web
     /// UnifiedPush: always the Web Push form (an https endpoint and its keys).
     case unifiedPush = "unified_push"
 
-    /// APNs and VoIP tokens are bound to an APNs environment; the others are not.
-    public var hasEnvironment: Bool { self == .apns || self == .apnsVoIP }
+    /// A token APNs issued (sent by the app's APNs transport).
+    public var isAPNs: Bool {
+        switch self {
+        case .apns, .apnsVoIP, .apnsWidgets, .apnsLocation, .apnsPushToTalk: true
+        case .fcm, .web, .unifiedPush: false
+        }
+    }
+
+    /// APNs tokens are bound to an APNs environment; the others are not.
+    public var hasEnvironment: Bool { isAPNs }
 
     /// Whether a registration of this platform may take the Web Push form
-    /// (an https endpoint with `p256dh` and `auth`): every platform but `apns`.
-    public var acceptsWebPushForm: Bool { self != .apns }
+    /// (an https endpoint with `p256dh` and `auth`): every platform but the
+    /// APNs ones, `apns_voip` aside.
+    public var acceptsWebPushForm: Bool { !isAPNs || self == .apnsVoIP }
+
+    /// What APNs adds to the bundle id for this platform's `apns-topic`
+    /// ("" for `apns`; nil off APNs).
+    public var apnsTopicSuffix: String? {
+        switch self {
+        case .apns: ""
+        case .apnsVoIP: ".voip"
+        case .apnsWidgets: ".push-type.widgets"
+        case .apnsLocation: ".location-query"
+        case .apnsPushToTalk: ".voip-ptt"
+        case .fcm, .web, .unifiedPush: nil
+        }
+    }
 
     /// Whether a registration of this platform must take the Web Push form.
     public var requiresWebPushForm: Bool { self == .web || self == .unifiedPush }

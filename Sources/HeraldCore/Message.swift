@@ -7,30 +7,55 @@ public enum PushKind: String, Sendable, CaseIterable, Hashable {
     /// An incoming call: TTL 0, urgency high; goes to apns_voip (either form)
     /// and to Web Push-form fcm registrations only.
     case callRing = "call_ring"
+    /// Reloads the app's widgets (`{"aps":{"content-changed":true}}`):
+    /// TTL 3600 s, urgency high; goes to `apns_widgets` tokens only.
+    case widgets
+    /// Asks the app's location push extension where the device is: TTL 60
+    /// s, urgency high; goes to `apns_location` tokens only.
+    case location
+    /// Tells a PushToTalk channel who speaks: sent once (TTL 0) at priority
+    /// 10, as Apple asks; goes to `apns_pushtotalk` tokens only.
+    case pushToTalk = "pushtotalk"
 
     public var defaultTTLSeconds: Int {
         switch self {
         case .notification: 86_400
-        case .clear: 3_600
-        case .callRing: 0
+        case .clear, .widgets: 3_600
+        case .location: 60
+        case .callRing, .pushToTalk: 0
         }
     }
 
     public var defaultPriority: PushPriority {
         switch self {
-        case .notification, .callRing: .high
+        case .notification, .callRing, .widgets, .location, .pushToTalk: .high
         case .clear: .low
+        }
+    }
+
+    /// The platform a kind of its own goes to, and only there (nil for the
+    /// kinds that go to the ordinary registrations).
+    public var ownPlatform: Platform? {
+        switch self {
+        case .widgets: .apnsWidgets
+        case .location: .apnsLocation
+        case .pushToTalk: .apnsPushToTalk
+        case .notification, .clear, .callRing: nil
         }
     }
 
     /// Whether this kind is delivered to a registration of `platform` in
     /// the given form: a ring goes to an iOS device's VoIP registration
-    /// (which gets nothing else) and to Web Push-form `fcm` registrations;
-    /// every other kind goes to every registration but the VoIP one.
+    /// and to Web Push-form `fcm` registrations; widgets, location and
+    /// pushtotalk to their own tokens; a notification or a clear to every
+    /// other registration (the VoIP, widget, location and PushToTalk tokens
+    /// get nothing else).
     public func reaches(_ platform: Platform, webPushForm: Bool) -> Bool {
         switch self {
         case .callRing: platform == .apnsVoIP || (platform == .fcm && webPushForm)
-        case .notification, .clear: platform != .apnsVoIP
+        case .widgets, .location, .pushToTalk: platform == ownPlatform
+        case .notification, .clear:
+            platform == .apns || platform == .fcm || platform == .web || platform == .unifiedPush
         }
     }
 
@@ -167,12 +192,17 @@ public struct PushMessage: Sendable, Equatable {
     }
 
     /// Why a message of this kind, level and topics breaks through quiet
-    /// hours, or nil: a call ring, a critical or time-sensitive
-    /// interruption level, or a topic among the app's `bypassTopics`.
+    /// hours, or nil: a call ring or a PushToTalk push (someone speaks
+    /// now), a widget reload or a location query (they show nothing), a
+    /// critical or time-sensitive interruption level, or a topic among the
+    /// app's `bypassTopics`.
     public static func quietBypass(
         kind: PushKind, interruptionLevel: InterruptionLevel?, topics: [String]?, bypassTopics: [String]
     ) -> String? {
-        if kind == .callRing { return "call_ring" }
+        switch kind {
+        case .callRing, .pushToTalk, .widgets, .location: return kind.rawValue
+        case .notification, .clear: break
+        }
         if let level = interruptionLevel, level == .critical || level == .timeSensitive { return level.rawValue }
         if let topic = topics?.first(where: { bypassTopics.contains($0) }) { return "topic:" + topic }
         return nil

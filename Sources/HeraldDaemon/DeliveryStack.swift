@@ -193,8 +193,7 @@ final class ProviderClients: Sendable {
             var off: [Platform: String] = [:]
             switch creds.apns {
             case .disabled(let reason):
-                off[.apns] = reason
-                off[.apnsVoIP] = reason
+                for platform in Platform.allCases where platform.isAPNs { off[platform] = reason }
             case .ready(let apnsCreds):
                 if let apns = c.apns, let production = apnsEndpoints.production,
                     let development = apnsEndpoints.development
@@ -204,12 +203,14 @@ final class ProviderClients: Sendable {
                         signer: APNsSigner(key: apnsCreds.key, keyID: apnsCreds.keyID, teamID: apnsCreds.teamID),
                         settings: APNsAppSettings(topic: apnsCreds.topic, defaultAlertLocKey: app.alertLocKey),
                         production: production, development: development)
-                    built.transports[QueueLane(app: name, platform: .apns)] = transport
-                    built.transports[QueueLane(app: name, platform: .apnsVoIP)] = transport
+                    for platform in Platform.allCases where platform.isAPNs {
+                        built.transports[QueueLane(app: name, platform: platform)] = transport
+                    }
                     built.probes[CredentialKey(app: name, platform: "apns")] = transport
                 } else {
-                    off[.apns] = "APNs endpoints must be https URLs"
-                    off[.apnsVoIP] = off[.apns]
+                    for platform in Platform.allCases where platform.isAPNs {
+                        off[platform] = "APNs endpoints must be https URLs"
+                    }
                 }
             }
             switch creds.fcm {

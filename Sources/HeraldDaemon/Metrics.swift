@@ -89,7 +89,7 @@ extension HeraldService {
         let reloads = self.reloads
         let degraded = delivery?.scheduler.degradedLanes ?? [:]
         let transports: [(String, [Platform])] = [
-            ("apns", [.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web, .unifiedPush]),
+            ("apns", Platform.allCases.filter(\.isAPNs)), ("fcm", [.fcm]), ("web", [.web, .unifiedPush]),
         ]
         var states: [(app: String, transport: String, kind: String)] = []
         for name in apps.keys.sorted() where only?.contains(name) ?? true {

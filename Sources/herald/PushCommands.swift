@@ -8,15 +8,22 @@ import HeraldJSON
 /// `herald send` and `herald status`: push.send and push.status from the shell.
 enum PushCommands {
     static let sendUsage = """
-        usage: herald send (--user U ... | --device ID ...) [--kind notification|clear|call_ring]
+        usage: herald send (--user U ... | --device ID ...)
+                   [--kind notification|clear|call_ring|widgets|location|pushtotalk]
                    [--data KEY=VALUE ...] [--badge N] [--loc-key K] [--collapse-key K]
                    [--priority high|normal|low] [--ttl SECONDS] [--idempotency-key K]
                    [--wait [--timeout-ms N]] [--app A]
                    [--interruption-level passive|active|time-sensitive|critical] [--relevance-score 0..1]
                    [--thread-id T] [--category C] [--android-channel-id C]
-                   [--web-payload JSON [--shrink JSON]] [--topics T,T...] [--not-before TIME | --at-local HH:MM]
+                   [--web-payload JSON | --notification JSON] [--shrink JSON] [--topics T,T...]
+                   [--not-before TIME | --at-local HH:MM]
+          --kind K            widgets, location and pushtotalk go to apns_widgets, apns_location
+                              and apns_pushtotalk tokens only
           --web-payload JSON  a JSON object: the content of Web Push-form records
-                              (never sent to APNs or FCM legacy-form devices)
+                              (never sent to APNs or FCM legacy-form devices); with "web_push": 8030,
+                              Declarative Web Push, checked as WebKit reads it
+          --notification JSON Declarative Web Push built for you:
+                              {"title":"…","navigate":"https://…","body":"…","app_badge":3}
           --shrink JSON       a JSON array of steps that bring it under the record, in order:
                               [{"drop":["/media"]},{"shorten":"/body"},{"keep":["/type"]}]
           --topics T,T...     what the message is about: a device with topics gets it only when
@@ -32,7 +39,7 @@ enum PushCommands {
             values: ClientCommands.clientOptions.union([
                 "app", "kind", "badge", "loc-key", "collapse-key", "priority", "ttl", "idempotency-key", "timeout-ms",
                 "interruption-level", "relevance-score", "thread-id", "category", "android-channel-id",
-                "web-payload", "shrink",
+                "web-payload", "shrink", "notification",
             ]).union(PreferenceOptions.sendValues), flags: ["wait"], repeated: ["user", "device", "data"])
         try options.noPositional()
         let users = options.all("user")
@@ -73,7 +80,7 @@ enum PushCommands {
             }
             params.append("relevance_score", .double(score))
         }
-        for (option, key) in [("web-payload", "web_payload"), ("shrink", "shrink")] {
+        for (option, key) in [("web-payload", "web_payload"), ("notification", "notification"), ("shrink", "shrink")] {
             guard let text = options.value(option) else { continue }
             guard let value = try? JSONParser.parse(text) else {
                 throw CommandFailure("--\(option) must be JSON, got '\(text)'")

@@ -10,7 +10,8 @@ let usage = """
 
     Clients (each takes --socket PATH; default $HERALD_SOCKET, then the config's socket):
       herald call METHOD [JSON-PARAMS]
-      herald register --user U --platform apns|apns_voip|fcm|web|unified_push --token T [--environment E]
+      herald register --user U --platform apns|apns_voip|apns_widgets|apns_location|apns_pushtotalk|fcm|web|unified_push
+                      --token T [--environment E]
                       [--p256dh B64 --auth B64] [--name N] [--app-version V] [--session S]
                       [--registration-id R --version N] [--bundle-id B] [--application-server-key B64]
                       [--app-id BUILD] [--user-agent UA] [--app A] [--time-zone TZ]

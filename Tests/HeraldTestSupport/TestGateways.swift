@@ -70,8 +70,10 @@ public final class TestGateways: @unchecked Sendable {
             throw TestSupportError("gateways did not start")
         }
         var ports: [String: Int] = [:]
-        for name in ["apns", "apns_dev", "apns_manage", "apns_manage_dev", "fcm", "fcm_h1", "webpush", "webpush_h1",
-                     "control"] {
+        for name in [
+            "apns", "apns_dev", "apns_manage", "apns_manage_dev", "fcm", "fcm_h1", "webpush", "webpush_h1",
+            "control",
+        ] {
             ports[name] = obj[name] as? Int
         }
         self.ports = ports

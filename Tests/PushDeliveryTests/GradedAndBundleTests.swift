@@ -229,7 +229,7 @@ extension PushDelivery {
                     (["platform": "apns", "token": hex(1), "bundle_id": devTopic + ".voip"], "must be one of"),
                     (["platform": "apns_voip", "token": hex(1), "bundle_id": "com.other.app.voip"], "must be one of"),
                     (["platform": "apns", "token": hex(1), "bundle_id": ""], "must not be empty"),
-                    (["platform": "fcm", "token": "f1", "bundle_id": topic], "is only for apns and apns_voip"),
+                    (["platform": "fcm", "token": "f1", "bundle_id": topic], "is only for the APNs platforms"),
                 ]
                 for (params, reason) in cases {
                     var p = params

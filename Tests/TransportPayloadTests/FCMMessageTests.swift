@@ -45,8 +45,8 @@ struct FCMMessageTests {
     }
 
     @Test(
-        "every kind reaches FCM (a ring only a Web Push-form registration); only notification has a notification block",
-        arguments: PushKind.allCases)
+        "every kind but the APNs-only ones reaches FCM (a ring only a Web Push-form registration); only notification has a notification block",
+        arguments: PushKind.allCases.filter { $0.ownPlatform == nil })
     func kinds(kind: PushKind) throws {
         #expect(kind.reaches(.fcm, webPushForm: true))
         #expect(kind.reaches(.fcm, webPushForm: false) == (kind != .callRing))
@@ -54,6 +54,17 @@ struct FCMMessageTests {
         #expect(json["message"]?["data"]?["kind"] == .string(kind.rawValue))
         #expect((json["message"]?["android"]?["notification"] != nil) == (kind == .notification))
         #expect(json["message"]?["notification"] == nil)
+    }
+
+    @Test("widgets, location and pushtotalk go to their own APNs tokens only, never to FCM or Web Push")
+    func ownKinds() {
+        for kind in PushKind.allCases {
+            guard let own = kind.ownPlatform else { continue }
+            for platform in Platform.allCases {
+                #expect(kind.reaches(platform, webPushForm: false) == (platform == own), "\(kind) \(platform)")
+                #expect(!kind.reaches(platform, webPushForm: true), "\(kind) \(platform)")
+            }
+        }
     }
 
     // MARK: Badge, alert, data

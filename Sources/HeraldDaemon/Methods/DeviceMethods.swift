@@ -24,7 +24,7 @@ extension HeraldService {
         var token = try p.string("token", required: true, maxBytes: 4096, content: .text)!
         var environment: APNsEnvironment?
         if let env = try p.enumeration("environment", allowed: APNsEnvironment.allCases.map(\.rawValue)) {
-            guard platform.hasEnvironment else { throw p.invalid("environment", "is only for apns and apns_voip") }
+            guard platform.hasEnvironment else { throw p.invalid("environment", "is only for the APNs platforms") }
             environment = APNsEnvironment(rawValue: env)
         } else if platform.hasEnvironment {
             environment = .production
@@ -46,11 +46,11 @@ extension HeraldService {
             }
         } else {
             if platform.requiresWebPushForm { throw p.invalid("keys", "is required for \(platform.rawValue)") }
-            if platform != .apns && token.contains("://") {
+            if platform.acceptsWebPushForm && token.contains("://") {
                 throw p.invalid("keys", "is required with an endpoint URL token (the Web Push form takes both keys)")
             }
             switch platform {
-            case .apns, .apnsVoIP:
+            case .apns, .apnsVoIP, .apnsWidgets, .apnsLocation, .apnsPushToTalk:
                 token = try Self.apnsToken(token, p)
             case .fcm:
                 if token.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7f }) {
@@ -169,20 +169,24 @@ extension HeraldService {
     }
 
     /// `bundle_id`: for APNs platforms only, one of the app's `apns_topics`.
-    /// An `apns_voip` device may name it as the base id or as its VoIP
-    /// topic (`<bundle id>.voip`); either is stored as the base id.
+    /// A device of a platform with a topic of its own (`apns_voip`,
+    /// `apns_widgets`, `apns_location`, `apns_pushtotalk`) may name it as
+    /// the base id or as that topic (`<bundle id>.voip`, …); either is
+    /// stored as the base id.
     static func bundleID(
         _ p: inout ParamReader, platform: Platform, topics: [String]
     ) throws(RPCError) -> String? {
         guard let given = try p.string("bundle_id", maxBytes: 256, content: .text) else { return nil }
-        guard platform.hasEnvironment else { throw p.invalid("bundle_id", "is only for apns and apns_voip") }
+        guard let suffix = platform.apnsTopicSuffix else {
+            throw p.invalid("bundle_id", "is only for the APNs platforms")
+        }
         if topics.contains(given) { return given }
-        if platform == .apnsVoIP, given.hasSuffix(".voip") {
-            let base = String(given.dropLast(5))
+        if !suffix.isEmpty, given.hasSuffix(suffix) {
+            let base = String(given.dropLast(suffix.count))
             if topics.contains(base) { return base }
         }
         if topics.isEmpty { throw p.invalid("bundle_id", "this app configures no apns_topics") }
-        let forms = platform == .apnsVoIP ? " (or one of them with .voip)" : ""
+        let forms = suffix.isEmpty ? "" : " (or one of them with \(suffix))"
         throw p.invalid("bundle_id", "must be one of the app's apns_topics\(forms): \(topics.joined(separator: ", "))")
     }
 
@@ -309,7 +313,7 @@ extension HeraldService {
                 if !endpoint || platform == .apns { token = try Self.apnsToken(token, p) }
                 environment = envName.flatMap(APNsEnvironment.init(rawValue:)) ?? .production
             } else if envName != nil {
-                throw p.invalid("environment", "is only for apns and apns_voip")
+                throw p.invalid("environment", "is only for the APNs platforms")
             }
             if platform.requiresWebPushForm || (endpoint && platform.acceptsWebPushForm),
                 let normalized = try? endpointGuard.normalize(token)

@@ -83,11 +83,17 @@ extension HeraldService {
         let timeout = try p.int("timeout_ms", range: 0...PushLimits.maxWaitMs)
         if timeout != nil && !wait { throw p.invalid("timeout_ms", "requires wait: true") }
         let presentation = try Self.presentation(&p, kind: kind)
-        let webContent = try Self.webContent(&p)
+        let webContent = try Self.webContent(&p, data: data)
         // A message about no topic at all says so by leaving `topics` out.
         let topics = try Self.topics(&p, "topics", minCount: 1, maxCount: PreferenceLimits.maxMessageTopics)
         let sendTime = try Self.sendTime(&p, kind: kind, now: SystemClock().nowMilliseconds())
         try p.finish()
+        if let platform = kind.ownPlatform {
+            try Self.checkOwnKind(
+                kind, platform: platform, data: data, alert: alert, badged: badge != nil || !badges.isEmpty,
+                priority: priority, ttl: ttl,
+                webField: webContent == nil ? nil : p.params["web_payload"] != nil ? "web_payload" : "notification")
+        }
 
         var message = PushMessage(
             kind: kind, data: data, alert: alert, badge: badge, badgePerUser: badges, collapseKey: collapseKey,
@@ -149,6 +155,41 @@ extension HeraldService {
         }
     }
 
+    /// A kind with a platform of its own (widgets, location, pushtotalk)
+    /// goes as Apple wants it or not at all: what APNs would refuse or the
+    /// device could not show is refused here, at the param.
+    static func checkOwnKind(
+        _ kind: PushKind, platform: Platform, data: [(key: String, value: String)], alert: PushAlert?,
+        badged: Bool, priority: PushPriority?, ttl: Int?, webField: String?
+    ) throws(RPCError) {
+        let only = "goes to \(platform.rawValue) tokens only, which show nothing of it"
+        if alert != nil { throw .invalidParams(field: "alert", reason: "kind \(kind.rawValue) \(only)") }
+        if badged { throw .invalidParams(field: "badge", reason: "kind \(kind.rawValue) \(only)") }
+        if let webField {
+            throw .invalidParams(
+                field: webField,
+                reason: "kind \(kind.rawValue) goes to \(platform.rawValue) tokens only, never to a Web Push record")
+        }
+        switch kind {
+        case .widgets:
+            if !data.isEmpty {
+                throw .invalidParams(
+                    field: "data",
+                    reason: "kind widgets carries no data: WidgetKit takes exactly {\"aps\":{\"content-changed\":true}}"
+                )
+            }
+        case .pushToTalk:
+            if let priority, priority != .high {
+                throw .invalidParams(field: "priority", reason: "kind pushtotalk is always sent at once (priority 10)")
+            }
+            if let ttl, ttl != 0 {
+                throw .invalidParams(
+                    field: "ttl", reason: "kind pushtotalk is sent once, never stored (apns-expiration 0): must be 0")
+            }
+        default: break
+        }
+    }
+
     /// The graded-intrusiveness params of `push.send`, checked.
     struct Presentation {
         var interruptionLevel: InterruptionLevel?
@@ -207,17 +248,31 @@ extension HeraldService {
         return out
     }
 
-    /// `web_payload` (a JSON object) and `shrink` (its steps), checked.
-    static func webContent(_ p: inout ParamReader) throws(RPCError) -> WebContent? {
+    /// `web_payload` (a JSON object, checked against the declarative form
+    /// when it names `web_push`) or the `notification` shorthand that builds
+    /// one, and `shrink` (its steps), checked.
+    static func webContent(
+        _ p: inout ParamReader, data: [(key: String, value: String)]
+    ) throws(RPCError) -> WebContent? {
         var payload: JSON?
+        var declarative = false
         switch p.value("web_payload") {
         case nil, .null?: break
         case .object(let o)?:
             if let problem = Self.webPayloadProblem(.object(o), depth: 1) {
                 throw p.invalid("web_payload", problem)
             }
+            if DeclarativeWebPush.isDeclarative(o) {
+                try DeclarativeWebPush.check(o, field: p.path("web_payload"))
+                declarative = true
+            }
             payload = .object(o)
         default: throw p.invalid("web_payload", "must be an object")
+        }
+        if let built = try DeclarativeWebPush.shorthand(&p, data: data) {
+            if payload != nil { throw p.invalid("notification", "give web_payload or notification, not both") }
+            payload = built
+            declarative = true
         }
         var steps: [ShrinkStep]?
         switch p.value("shrink") {
@@ -234,9 +289,10 @@ extension HeraldService {
         default: throw p.invalid("shrink", "must be an array")
         }
         guard let payload else {
-            if steps != nil { throw p.invalid("shrink", "requires web_payload") }
+            if steps != nil { throw p.invalid("shrink", "requires web_payload or notification") }
             return nil
         }
+        if declarative, let steps { try DeclarativeWebPush.checkShrink(steps, field: p.path("shrink")) }
         let text = String(decoding: payload.serialized(), as: UTF8.self)
         if text.utf8.count > PushLimits.maxWebPayloadBytes {
             throw p.invalid(
@@ -378,7 +434,7 @@ extension HeraldService {
         for platform in sent where runtime.disabled[platform] == nil {
             for user in users {
                 switch platform {
-                case .apns, .apnsVoIP:
+                case .apns, .apnsVoIP, .apnsWidgets, .apnsLocation, .apnsPushToTalk:
                     guard let apns = runtime.credentials.apns.value else { continue }
                     do {
                         _ = try APNsRequest(

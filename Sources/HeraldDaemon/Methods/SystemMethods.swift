@@ -44,7 +44,7 @@ extension HeraldService {
             var states = JSONObject()
             var proven = JSONObject()
             for (transport, platforms) in [
-                ("apns", [Platform.apns, .apnsVoIP]), ("fcm", [.fcm]), ("web", [.web, .unifiedPush]),
+                ("apns", Platform.allCases.filter(\.isAPNs)), ("fcm", [.fcm]), ("web", [.web, .unifiedPush]),
             ] {
                 let state = transportState(runtime, platforms, degraded: degraded)
                 if case .degraded = state { anyDegraded = true }

@@ -51,3 +51,29 @@ def test_bad_steps_and_a_payload_no_step_fits(daemon):
         assert ok.result()["devices"] == 0
         missing = refused.exception()
         assert isinstance(missing, InvalidParams) and missing.data["field"] == "shrink"
+
+
+def test_declarative_notification_and_apns_only_kinds(daemon, gw):
+    """``notification`` builds the Declarative Web Push record; ``kind="widgets"`` reaches an
+    ``apns_widgets`` registration only; a declarative payload without ``navigate`` is refused."""
+    with Client(daemon.socket) as herald:
+        sub = gw.subscription()
+        herald.device_register(user="c-dwp", platform="web", token=sub["endpoint"], keys=gw.web_keys(sub))
+        widget = hex_token(2, prefix=0xE8)
+        herald.device_register(user="c-dwp", platform="apns_widgets", token=widget)
+        sent = herald.push_send(
+            to={"users": ["c-dwp"]},
+            notification={"title": "Zoë", "navigate": "https://chat.example/c/7", "app_badge": 2},
+            wait=True, timeout_ms=20000)
+        assert sent["counts"]["delivered"] == 1 and sent["skipped"] == 1, sent
+        (pushed,) = gw.received("webpush", token=sub["id"])
+        assert json.loads(pushed["plaintext"]) == {
+            "web_push": 8030, "notification": {"title": "Zoë", "navigate": "https://chat.example/c/7", "app_badge": 2}}
+        reload = herald.push_send(to={"users": ["c-dwp"]}, kind="widgets", wait=True, timeout_ms=20000)
+        assert reload["counts"]["delivered"] == 1 and reload["skipped"] == 1, reload
+        (apns,) = gw.received("apns", token=widget)
+        assert apns["body"] == {"aps": {"content-changed": True}}
+        assert apns["headers"]["apns-push-type"] == "widgets"
+        with pytest.raises(InvalidParams) as bad:
+            herald.push_send(to={"users": ["c-dwp"]}, web_payload={"web_push": 8030, "notification": {"title": "t"}})
+        assert bad.value.data["field"] == "web_payload.notification.navigate"

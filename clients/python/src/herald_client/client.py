@@ -35,6 +35,7 @@ from .types import (
     Accepted,
     Alert,
     Cancelled,
+    DeclarativeNotification,
     DeviceList,
     During,
     Environment,
@@ -729,6 +730,7 @@ class Client:
         category: str | None = None,
         android_channel_id: str | None = None,
         web_payload: Mapping[str, Any] | None = None,
+        notification: DeclarativeNotification | Mapping[str, Any] | None = None,
         shrink: Sequence[ShrinkStep | Mapping[str, Any]] | None = None,
         topics: Sequence[str] | None = None,
         not_before: datetime.datetime | str | None = None,
@@ -746,7 +748,12 @@ class Client:
         ``web_payload`` (a JSON object, at most 16384 bytes) is the content of Web Push-form
         records, sealed to each device; ``shrink`` lists the steps that bring it under the
         record's 2713 bytes, in order: ``{"drop": [pointers]}``, ``{"shorten": pointer}``,
-        ``{"keep": [pointers]}``. APNs and FCM legacy-form devices never receive it.
+        ``{"keep": [pointers]}``. APNs and FCM legacy-form devices never receive it. A
+        ``web_payload`` with ``"web_push": 8030`` is Declarative Web Push, checked as WebKit reads
+        it; ``notification`` (``{"title", "navigate", "body"?, "app_badge"?, …}``) builds one.
+
+        ``kind`` ``widgets``, ``location`` and ``pushtotalk`` go to ``apns_widgets``,
+        ``apns_location`` and ``apns_pushtotalk`` registrations only.
 
         ``topics`` (up to 16): what the message is about; a device with topics gets it only when
         they share one (the others are ``skipped``, reason ``not_subscribed``). ``not_before``:
@@ -943,6 +950,7 @@ class Pipeline:
         category: str | None = None,
         android_channel_id: str | None = None,
         web_payload: Mapping[str, Any] | None = None,
+        notification: DeclarativeNotification | Mapping[str, Any] | None = None,
         shrink: Sequence[ShrinkStep | Mapping[str, Any]] | None = None,
         topics: Sequence[str] | None = None,
         not_before: datetime.datetime | str | None = None,

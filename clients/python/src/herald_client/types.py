@@ -27,6 +27,7 @@ __all__ = [
     "ShortenStep",
     "KeepStep",
     "ShrinkStep",
+    "DeclarativeNotification",
     "Registration",
     "Removed",
     "Device",
@@ -46,11 +47,15 @@ __all__ = [
     "OpenRPCDocument",
 ]
 
-Platform = Literal["apns", "apns_voip", "fcm", "web", "unified_push"]
+#: ``apns_widgets``, ``apns_location`` and ``apns_pushtotalk``: APNs tokens of their own (WidgetKit,
+#: Core Location, PushToTalk), reached by ``kind`` ``widgets``, ``location`` and ``pushtotalk`` only.
+Platform = Literal[
+    "apns", "apns_voip", "apns_widgets", "apns_location", "apns_pushtotalk", "fcm", "web", "unified_push"
+]
 #: How a registration is reached: an https endpoint with keys (``webpush``) or a raw vendor token.
 Form = Literal["webpush", "legacy"]
 Environment = Literal["production", "development"]
-Kind = Literal["notification", "clear", "call_ring"]
+Kind = Literal["notification", "clear", "call_ring", "widgets", "location", "pushtotalk"]
 Priority = Literal["high", "normal", "low"]
 #: ``push.send``'s ``interruption_level`` (APNs ``interruption-level``).
 InterruptionLevel = Literal["passive", "active", "time-sensitive", "critical"]
@@ -118,6 +123,23 @@ class KeepStep(TypedDict):
 
 #: One step of ``push.send``'s ``shrink``, tried in order while ``web_payload`` does not fit.
 ShrinkStep = DropStep | ShortenStep | KeepStep
+
+
+class DeclarativeNotification(TypedDict):
+    """``push.send``'s ``notification``: Declarative Web Push (``{"web_push": 8030, …}``), shown
+    by Safari without a service worker and handed to the service worker by other browsers.
+    ``title`` and ``navigate`` (an absolute https URL) are required."""
+
+    title: str
+    navigate: str
+    body: NotRequired[str]
+    lang: NotRequired[str]
+    dir: NotRequired[Literal["auto", "ltr", "rtl"]]
+    tag: NotRequired[str]
+    icon: NotRequired[str]
+    silent: NotRequired[bool]
+    app_badge: NotRequired[int]
+    mutable: NotRequired[bool]
 
 
 class QuietHours(TypedDict):
