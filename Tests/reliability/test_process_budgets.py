@@ -287,8 +287,9 @@ def _big_call_as_other_uid(socket_path, out):
 def test_one_uids_unfinished_messages_leave_room_for_another():
     """20 connections of one uid each send 4 MiB of a message that never ends (80 MiB, past the
     64 MiB the daemon takes of unfinished messages); another uid's complete 3.5 MB call is still
-    read and answered within 2 s, because one uid takes at most half of that room (before, it
-    waited for the first uid's messages to time out, about 10 s)."""
+    read and answered well before those messages' 10 s request timeout (under 5 s; about 1 s on an
+    idle machine, 2.6 s once on a busy 2-core CI run), because one uid takes at most half of that
+    room (before, it waited for the first uid's messages to time out, about 10 s)."""
     d = Daemon(transports=(), server={"system_calls_per_minute": 1_000_000}, socket_mode="0666", dir_mode=0o711)
     socks = []
     try:
@@ -315,7 +316,7 @@ def test_one_uids_unfinished_messages_leave_room_for_another():
         child.join(10)
         print(f"another uid's 3.5 MB call answered in {seconds:.2f} s (code {code})")
         assert code == -32602, code   # device.list does not take "padding": read, decoded, refused
-        assert seconds < 2, f"answered after {seconds:.1f} s"
+        assert seconds < 5, f"answered after {seconds:.1f} s"
     finally:
         for s in socks:
             s.close()
