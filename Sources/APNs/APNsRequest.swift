@@ -29,6 +29,8 @@ public enum APNsPushType: String, Sendable, Hashable, CaseIterable {
     /// A PushToTalk push to an `apns_pushtotalk` token (`kind: pushtotalk`):
     /// always priority 10 and `apns-expiration` 0.
     case pushToTalk = "pushtotalk"
+    /// A Live Activity start, update or end to an `apns_liveactivity` token.
+    case liveActivity = "liveactivity"
 }
 
 /// One APNs request for one device: the `apns-*` headers and the JSON body.
@@ -46,6 +48,12 @@ public enum APNsPushType: String, Sendable, Hashable, CaseIterable {
 /// | `widgets` | `apns_widgets` | `widgets` | `{"aps":{"content-changed":true}}` (nothing else) |
 /// | `location` | `apns_location` | `location` | `{"aps":{},…data}` |
 /// | `pushtotalk` | `apns_pushtotalk` | `pushtotalk` | `{"aps":{},…data}`, priority 10, expiration 0 |
+/// | `live_activity` | `apns_liveactivity` | `liveactivity` | `{"aps":{"timestamp","event","content-state","stale-date","dismissal-date","relevance-score","alert":{"title","body","sound"},"attributes-type","attributes","input-push-token"}}` |
+///
+/// A Live Activity push carries no data and no `apns-collapse-id` (a newer
+/// update supersedes an older one in Herald's queue instead); its alert is
+/// localised (`{"loc-key","loc-args"}` for `title` and `body`); a start asks
+/// for the activity's update token (`input-push-token: 1`).
 ///
 /// Each platform's `apns-topic` is the bundle id with its suffix (`.voip`,
 /// `.push-type.widgets`, `.location-query`, `.voip-ptt`).
@@ -179,10 +187,16 @@ public struct APNsRequest: Sendable, Hashable {
             pushType = .location
         case .pushToTalk:
             pushType = .pushToTalk
+        case .liveActivity:
+            pushType = .liveActivity
+            guard let activity = message.liveActivity else {
+                throw .kindNotRouted(kind: message.kind, platform: platform)
+            }
+            Self.liveActivity(activity, alert: message.alert, silent: message.silent, into: &aps)
         }
         var body = JSONObject()
         body.append("aps", .object(aps))
-        if pushType != .widgets {
+        if pushType != .widgets && pushType != .liveActivity {
             for (key, value) in message.data { body.append(key, .string(value)) }
         }
         let payload = JSON.object(body).serialized()
@@ -203,9 +217,42 @@ public struct APNsRequest: Sendable, Hashable {
             }
         self.expiration = ttl == 0 || pushType == .pushToTalk ? 0 : now + Int64(ttl)
         // Without a collapse key, the message's own id: a resend of it
-        // replaces the first notification instead of showing a second.
-        self.collapseID = Self.collapseID(for: message.collapseKey) ?? message.ownCollapseID
+        // replaces the first notification instead of showing a second. A
+        // Live Activity orders its pushes by their timestamp instead.
+        self.collapseID =
+            pushType == .liveActivity ? nil : Self.collapseID(for: message.collapseKey) ?? message.ownCollapseID
         self.payload = payload
+    }
+
+    /// The `aps` members of a Live Activity push (ActivityKit), in Apple's order.
+    static func liveActivity(
+        _ a: LiveActivity, alert: PushAlert?, silent: Bool, into aps: inout JSONObject
+    ) {
+        func object(_ text: String?) -> JSON? {
+            text.flatMap { try? JSONParser.parse(Array($0.utf8)) }
+        }
+        aps["timestamp"] = .int(a.timestamp)
+        aps["event"] = .string(a.event.rawValue)
+        if let state = object(a.contentState) { aps["content-state"] = state }
+        if let stale = a.staleDate { aps["stale-date"] = .int(stale) }
+        if let dismissal = a.dismissalDate { aps["dismissal-date"] = .int(dismissal) }
+        if let score = a.relevanceScore { aps["relevance-score"] = .double(score) }
+        if let alert {
+            var shown = JSONObject()
+            if let title = alert.titleLocKey { shown["title"] = ["loc-key": .string(title)] }
+            if let key = alert.locKey ?? alert.bodyLocKey {
+                var body: JSONObject = ["loc-key": .string(key)]
+                if let args = alert.locArgs { body["loc-args"] = .array(args.map(JSON.string)) }
+                shown["body"] = .object(body)
+            }
+            if !silent { shown["sound"] = "default" }
+            aps["alert"] = .object(shown)
+        }
+        if a.event == .start {
+            if let type = a.attributesType { aps["attributes-type"] = .string(type) }
+            aps["attributes"] = object(a.attributes) ?? .object(JSONObject())
+            aps["input-push-token"] = 1
+        }
     }
 
     /// The request headers, lowercase as HTTP/2 wants them, in a fixed order:

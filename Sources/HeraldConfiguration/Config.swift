@@ -286,6 +286,9 @@ public struct AppConfig: Sendable, Equatable, CustomStringConvertible {
     /// `quiet_hours_bypass_topics`: message topics that reach a device
     /// during its quiet hours as if it had none.
     public var quietHoursBypassTopics: [String] = []
+    /// `live_activity_high_per_hour`: priority-10 Live Activity pushes per
+    /// activity and hour; those past it go at priority 5.
+    public var liveActivityHighPerHour = 12
 
     public init(name: String) { self.name = name }
 

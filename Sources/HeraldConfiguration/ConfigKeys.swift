@@ -557,6 +557,14 @@ enum ConfigKeys {
                     "comma-separated message topics that reach a device during its quiet hours, e.g. security, urgent; empty: none",
                 { a, text, _, _ throws(ConfigValueProblem) in a.quietHoursBypassTopics = try ConfigValue.topics(text) },
                 show: { $0.quietHoursBypassTopics.joined(separator: ", ") }),
+            app(
+                "live_activity_high_per_hour", .integer(0...3600), default: "12",
+                doc:
+                    "Live Activity pushes a call may send at priority 10 per activity and hour (0-3600); past it they go at 5, as Apple budgets priority 10",
+                { a, text, _, _ throws(ConfigValueProblem) in
+                    a.liveActivityHighPerHour = try ConfigValue.integer(text, 0...3600)
+                },
+                show: { String($0.liveActivityHighPerHour) }),
         ]
     }
 }

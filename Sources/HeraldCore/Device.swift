@@ -8,6 +8,10 @@ public enum Platform: String, Sendable, CaseIterable, Hashable {
     case apnsLocation = "apns_location"
     /// A PushToTalk channel's ephemeral token (`kind: pushtotalk`).
     case apnsPushToTalk = "apns_pushtotalk"
+    /// A Live Activity token (`kind: live_activity`): a push-to-start token
+    /// of a device and an activity type, or a running activity's update
+    /// token. Registered with `activity.register`, never `device.register`.
+    case apnsLiveActivity = "apns_liveactivity"
     case fcm
     case web
     /// UnifiedPush: always the Web Push form (an https endpoint and its keys).
@@ -16,7 +20,7 @@ public enum Platform: String, Sendable, CaseIterable, Hashable {
     /// A token APNs issued (sent by the app's APNs transport).
     public var isAPNs: Bool {
         switch self {
-        case .apns, .apnsVoIP, .apnsWidgets, .apnsLocation, .apnsPushToTalk: true
+        case .apns, .apnsVoIP, .apnsWidgets, .apnsLocation, .apnsPushToTalk, .apnsLiveActivity: true
         case .fcm, .web, .unifiedPush: false
         }
     }
@@ -38,9 +42,14 @@ public enum Platform: String, Sendable, CaseIterable, Hashable {
         case .apnsWidgets: ".push-type.widgets"
         case .apnsLocation: ".location-query"
         case .apnsPushToTalk: ".voip-ptt"
+        case .apnsLiveActivity: ".push-type.liveactivity"
         case .fcm, .web, .unifiedPush: nil
         }
     }
+
+    /// Whether `device.register` takes this platform (Live Activity tokens
+    /// come through `activity.register`).
+    public var isDevicePlatform: Bool { self != .apnsLiveActivity }
 
     /// Whether a registration of this platform must take the Web Push form.
     public var requiresWebPushForm: Bool { self == .web || self == .unifiedPush }

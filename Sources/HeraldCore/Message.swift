@@ -16,11 +16,15 @@ public enum PushKind: String, Sendable, CaseIterable, Hashable {
     /// Tells a PushToTalk channel who speaks: sent once (TTL 0) at priority
     /// 10, as Apple asks; goes to `apns_pushtotalk` tokens only.
     case pushToTalk = "pushtotalk"
+    /// Starts, updates or ends a Live Activity (``LiveActivity``): TTL 3600
+    /// s, priority normal (Apple's budget counts priority 10 only); goes to
+    /// `apns_liveactivity` tokens only.
+    case liveActivity = "live_activity"
 
     public var defaultTTLSeconds: Int {
         switch self {
         case .notification: 86_400
-        case .clear, .widgets: 3_600
+        case .clear, .widgets, .liveActivity: 3_600
         case .location: 60
         case .callRing, .pushToTalk: 0
         }
@@ -29,6 +33,7 @@ public enum PushKind: String, Sendable, CaseIterable, Hashable {
     public var defaultPriority: PushPriority {
         switch self {
         case .notification, .callRing, .widgets, .location, .pushToTalk: .high
+        case .liveActivity: .normal
         case .clear: .low
         }
     }
@@ -40,6 +45,7 @@ public enum PushKind: String, Sendable, CaseIterable, Hashable {
         case .widgets: .apnsWidgets
         case .location: .apnsLocation
         case .pushToTalk: .apnsPushToTalk
+        case .liveActivity: .apnsLiveActivity
         case .notification, .clear, .callRing: nil
         }
     }
@@ -53,7 +59,7 @@ public enum PushKind: String, Sendable, CaseIterable, Hashable {
     public func reaches(_ platform: Platform, webPushForm: Bool) -> Bool {
         switch self {
         case .callRing: platform == .apnsVoIP || (platform == .fcm && webPushForm)
-        case .widgets, .location, .pushToTalk: platform == ownPlatform
+        case .widgets, .location, .pushToTalk, .liveActivity: platform == ownPlatform && !webPushForm
         case .notification, .clear:
             platform == .apns || platform == .fcm || platform == .web || platform == .unifiedPush
         }
@@ -150,6 +156,8 @@ public struct PushMessage: Sendable, Equatable {
     /// hours, `during: silent`): set per delivery as it is sent, never stored
     /// with the message.
     public var silent = false
+    /// `kind: live_activity`: the event and its content.
+    public var liveActivity: LiveActivity?
 
     public init(
         kind: PushKind, data: [(key: String, value: String)] = [], alert: PushAlert? = nil, badge: Int? = nil,
@@ -188,7 +196,7 @@ public struct PushMessage: Sendable, Equatable {
             && a.interruptionLevel == b.interruptionLevel && a.relevanceScore == b.relevanceScore
             && a.threadID == b.threadID && a.category == b.category && a.androidChannelID == b.androidChannelID
             && a.webContent == b.webContent && a.topics == b.topics && a.sendTime == b.sendTime
-            && a.quietBypass == b.quietBypass
+            && a.quietBypass == b.quietBypass && a.liveActivity == b.liveActivity
     }
 
     /// Why a message of this kind, level and topics breaks through quiet
@@ -201,7 +209,7 @@ public struct PushMessage: Sendable, Equatable {
     ) -> String? {
         switch kind {
         case .callRing, .pushToTalk, .widgets, .location: return kind.rawValue
-        case .notification, .clear: break
+        case .notification, .clear, .liveActivity: break
         }
         if let level = interruptionLevel, level == .critical || level == .timeSensitive { return level.rawValue }
         if let topic = topics?.first(where: { bypassTopics.contains($0) }) { return "topic:" + topic }

@@ -191,7 +191,7 @@ extension HeraldService {
                 "herald_queue_in_flight", .gauge, "Deliveries claimed and not yet recorded (in the store).",
                 depth.inFlight)
             m.family("herald_devices", .gauge, "Registered devices, by platform.")
-            for platform in Platform.allCases {
+            for platform in Platform.allCases where platform.isDevicePlatform {
                 m.sample("herald_devices", ["platform": platform.rawValue], counts[platform] ?? 0)
             }
             completion(.success(m.text))

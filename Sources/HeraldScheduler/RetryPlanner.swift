@@ -31,6 +31,15 @@ final class RetryPlanner {
             }
             s.recorder.finish(job, state: .delivered, httpStatus: status, reason: nil, shrink: shrink, receipt: receipt)
             s.stale.reportNotStale(job, now: now)
+            if job.message.liveActivity?.event == .end {
+                // The activity is over: its update token goes with it.
+                let log = s.log
+                s.store.letGoActivityTokens(ids: [job.deviceID]) { result in
+                    if case .failure(let error) = result {
+                        log?.warning("activity_token_kept", ["device": job.deviceID, "error": "\(error)"])
+                    }
+                }
+            }
         case .retry(let after, let reason):
             // A probe of an unresponsive origin that timed out again: tried
             // again at the origin's cadence, not the backoff's.

@@ -29,7 +29,9 @@ protocol ClaimStatements {
 /// then the device's (NULL when it is gone): environment, sealed token,
 /// sealed keys, token hash, `registered_at`; then the message's
 /// `created_at`, and the device's bundle id, VAPID key and enabled flag;
-/// then the delivery's `timing` notes (a silent send among them).
+/// then the delivery's `timing` notes (a silent send among them); then the
+/// message id of a newer delivery to the same device with the same collapse
+/// key, waiting, in flight or delivered (NULL when none).
 struct ClaimSorting {
     private let key: StoreKey
     private let now: Int64
@@ -40,6 +42,9 @@ struct ClaimSorting {
     private var jobs: [DeliveryJob] = []
     private var expired: [(Int64, BatchKey)] = []
     private var gone: [(Int64, BatchKey)] = []
+    /// Deliveries a newer message with the same collapse key overtook while
+    /// they waited for a retry: never sent again (the message id of the newer).
+    private var overtaken: [(Int64, BatchKey, String)] = []
     private var disabled: [(Int64, BatchKey)] = []
     private var unsendable: [(Int64, BatchKey)] = []
     private var unreadable: [(Int64, BatchKey)] = []
@@ -70,6 +75,12 @@ struct ClaimSorting {
         }
         guard let tokenSealed = try r.optionalBytes(10) else {
             gone.append((id, batch))
+            return
+        }
+        if let newer = try r.optionalText(19) {
+            // In flight when the newer message came (so not superseded
+            // then), and to be retried: the newer one stands for it.
+            overtaken.append((id, batch, newer))
             return
         }
         if try r.optionalFlag(17) == false {
@@ -121,12 +132,13 @@ struct ClaimSorting {
     /// before anything changes state, so that every delivery counted there
     /// is later reported once; batches in `counted` were counted before.
     func finish(counted: Set<BatchKey>, _ s: some ClaimStatements) throws -> Claim {
-        let finished = (expired + gone + disabled + unsendable + unreadable).map(\.1)
+        let finished = (expired + gone + disabled + unsendable + unreadable).map(\.1) + overtaken.map(\.1)
         let touched = Queue.uncounted(jobs.map(\.batch) + finished, counted)
         let sizes = touched.isEmpty ? [:] : try s.batchSizes(touched, now: now)
         for id in unreadableMessages { try s.mark(id, .failed, reason: "unreadable stored message", now: now) }
         for (id, _) in expired { try s.mark(id, .expired, reason: "ttl elapsed", now: now) }
         for (id, _) in gone { try s.mark(id, .skipped, reason: "device removed", now: now) }
+        for (id, _, newer) in overtaken { try s.mark(id, .superseded, reason: "superseded by \(newer)", now: now) }
         for (id, _) in disabled { try s.mark(id, .skipped, reason: DeliveryReason.deviceDisabled, now: now) }
         for (id, _) in unsendable {
             try s.mark(id, .skipped, reason: "transport_disabled: no live instance can send it", now: now)

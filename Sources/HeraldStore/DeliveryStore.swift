@@ -43,6 +43,18 @@ public protocol DeviceRegistry: StoreService {
         app: String, user: String, deviceID: String, name: String?, enabled: Bool?, preferences: PreferenceChanges,
         completion: @escaping @Sendable (Result<DeviceSummary?, any Error>) -> Void)
 
+    /// `activity.register`: a Live Activity token of one of the user's devices.
+    func registerActivity(
+        _ registration: ActivityRegistration,
+        completion: @escaping @Sendable (Result<ActivityOutcome, any Error>) -> Void)
+    /// `activity.unregister`: how many tokens went.
+    func unregisterActivity(
+        app: String, user: String, _ selector: ActivitySelector,
+        completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
+    /// `activity.list`: the user's Live Activity tokens.
+    func listActivities(
+        app: String, user: String, completion: @escaping @Sendable (Result<[ActivityTokenSummary], any Error>) -> Void)
+
     /// The user a device id belongs to in the app, or nil when the app has no
     /// such device (`device.update` and the CLI without a user).
     func deviceOwner(
@@ -52,6 +64,10 @@ public protocol DeviceRegistry: StoreService {
 /// The delivery queue: messages accepted, claimed, recorded and read back;
 /// what `push.*` and the delivery engine use.
 public protocol DeliveryQueue: StoreService {
+    /// A Live Activity's end reached these update tokens: the activity is
+    /// over, so they go (their rows, by id; ordinary devices are never touched).
+    func letGoActivityTokens(ids: [String], completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
+
     /// Commits a message and its deliveries (or finds it by idempotency key).
     func enqueue(_ e: Enqueue, completion: @escaping @Sendable (Result<Enqueued, any Error>) -> Void)
 

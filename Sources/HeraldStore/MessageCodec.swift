@@ -17,24 +17,70 @@ import HeraldJSON
 /// base64url, so the database never holds the content in the clear; and
 /// `"shrink"`: its steps, `[{"drop":[…]}|{"shorten":"…"}|{"keep":[…]}]`
 /// (field names only, no content).
+/// A Live Activity message adds `"activity"`: its event, ids and content
+/// (``LiveActivity``) as JSON, sealed the same way (bound to
+/// `activity:<message id>`).
 enum MessageCodec {
-    /// The stored form; `web_payload` sealed with `key` for `messageID`.
+    /// The stored form; `web_payload` and a Live Activity's content sealed
+    /// with `key` for `messageID`.
     static func encode(_ m: PushMessage, messageID: String, key: StoreKey) throws(CryptoError) -> String {
         var sealed: String?
         if let web = m.webContent {
             sealed = Base64URL.encode(
                 try key.seal(Array(web.payload.utf8), context: Identity.webPayloadContext(messageID)))
         }
-        return encode(m, sealedWebPayload: sealed)
+        var activity: String?
+        if let a = m.liveActivity {
+            activity = Base64URL.encode(
+                try key.seal(Self.activityJSON(a), context: Array("activity:\(messageID)".utf8)))
+        }
+        return encode(m, sealedWebPayload: sealed, sealedActivity: activity)
     }
 
-    /// The stored form, its `web_payload` opened with `key`; nil when the
-    /// text is not a message this version wrote or the payload does not open.
+    /// A Live Activity's event, ids and content, as compact JSON.
+    static func activityJSON(_ a: LiveActivity) -> [UInt8] {
+        var o: JSONObject = ["event": .string(a.event.rawValue), "timestamp": .int(a.timestamp)]
+        if let v = a.activityID { o.append("activity_id", .string(v)) }
+        if let v = a.attributesType { o.append("attributes_type", .string(v)) }
+        if let v = a.attributes { o.append("attributes", .string(v)) }
+        if let v = a.contentState { o.append("content_state", .string(v)) }
+        if let v = a.staleDate { o.append("stale_date", .int(v)) }
+        if let v = a.dismissalDate { o.append("dismissal_date", .int(v)) }
+        if let v = a.relevanceScore { o.append("relevance_score", .double(v)) }
+        if a.priorityLowered { o.append("priority_lowered", true) }
+        return JSON.object(o).serialized()
+    }
+
+    static func activity(_ bytes: [UInt8]) -> LiveActivity? {
+        guard let json = try? JSONParser.parse(bytes),
+            let event = json["event"]?.stringValue.flatMap(ActivityEvent.init(rawValue:)),
+            let timestamp = json["timestamp"]?.numberValue?.int64
+        else { return nil }
+        var a = LiveActivity(
+            event: event, activityID: json["activity_id"]?.stringValue,
+            attributesType: json["attributes_type"]?.stringValue, attributes: json["attributes"]?.stringValue,
+            contentState: json["content_state"]?.stringValue, timestamp: timestamp,
+            staleDate: json["stale_date"]?.numberValue?.int64,
+            dismissalDate: json["dismissal_date"]?.numberValue?.int64,
+            relevanceScore: json["relevance_score"]?.numberValue?.double)
+        a.priorityLowered = json["priority_lowered"]?.boolValue ?? false
+        return a
+    }
+
+    /// The stored form, its `web_payload` and Live Activity opened with
+    /// `key`; nil when the text is not a message this version wrote or
+    /// what was sealed does not open.
     static func decode(_ text: String, messageID: String, key: StoreKey) -> PushMessage? {
         guard var m = decode(text) else { return nil }
-        guard let json = try? JSONParser.parse(Array(text.utf8)), let sealed = json["web"]?.stringValue else {
-            return m
+        guard let json = try? JSONParser.parse(Array(text.utf8)) else { return m }
+        if let sealed = json["activity"]?.stringValue {
+            guard let bytes = try? Base64URL.decode(sealed),
+                let opened = try? key.open(bytes, context: Array("activity:\(messageID)".utf8)),
+                let activity = Self.activity(opened)
+            else { return nil }
+            m.liveActivity = activity
         }
+        guard let sealed = json["web"]?.stringValue else { return m }
         guard let bytes = try? Base64URL.decode(sealed),
             let payload = try? key.open(bytes, context: Identity.webPayloadContext(messageID))
         else { return nil }
@@ -54,7 +100,7 @@ enum MessageCodec {
         return m
     }
 
-    private static func encode(_ m: PushMessage, sealedWebPayload: String?) -> String {
+    private static func encode(_ m: PushMessage, sealedWebPayload: String?, sealedActivity: String?) -> String {
         var o: JSONObject = ["v": 1, "kind": .string(m.kind.rawValue)]
         var data = JSONObject()
         for (key, value) in m.data { data.append(key, .string(value)) }
@@ -89,6 +135,7 @@ enum MessageCodec {
         case nil: break
         }
         if let v = m.quietBypass { o.append("quiet_bypass", .string(v)) }
+        if let sealedActivity { o.append("activity", .string(sealedActivity)) }
         if let sealedWebPayload, let web = m.webContent {
             o.append("web", .string(sealedWebPayload))
             o.append(

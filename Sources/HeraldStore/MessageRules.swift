@@ -45,6 +45,49 @@ enum MessageRules {
         return Base64URL.encode(SHA256.hash(Array(source.utf8)).prefix(24))
     }
 
+    /// Which rows of `devices` a message goes to: ordinary devices (no
+    /// activity role), or for a Live Activity the tokens of its activity:
+    /// the push-to-start tokens of its type (start), the update tokens of
+    /// its id (update, end). `role` nil: ordinary devices; `key` is the
+    /// activity type or id.
+    static func targetRows(_ m: PushMessage) -> (role: ActivityRole?, key: String) {
+        guard m.kind == .liveActivity, let a = m.liveActivity else { return (nil, "") }
+        return a.event == .start ? (.start, a.attributesType ?? "") : (.update, a.activityID ?? "")
+    }
+
+    /// A Live Activity push asked at priority 10 goes at 10 while its
+    /// activity has sent fewer than `e.activityHighPerHour` of them in the
+    /// last hour (then this one is noted), else at 5, marked lowered. Apple
+    /// budgets priority-10 Live Activity pushes per hour and throttles
+    /// past it; 5 does not count.
+    static func budgeted(
+        _ m: PushMessage, _ e: Enqueue, now: Int64, _ s: some ActivityBudgetStatements
+    ) throws -> PushMessage {
+        guard var activity = m.liveActivity, m.priority == .high, let id = activity.activityID else { return m }
+        let used = try s.highSends(app: e.app, activityID: id, since: now - 3_600_000)
+        if used < e.activityHighPerHour {
+            try s.noteHighSend(app: e.app, activityID: id, at: now)
+            return m
+        }
+        var lowered = m
+        lowered.priority = .normal
+        activity.priorityLowered = true
+        lowered.liveActivity = activity
+        return lowered
+    }
+
+    /// What `push.status` shows of a Live Activity message: its event,
+    /// activity and whether its priority was lowered, without its content.
+    static func activityOutline(_ payload: String, messageID: String, key: StoreKey) -> LiveActivity? {
+        guard payload.contains("\"activity\":"),
+            let a = MessageCodec.decode(payload, messageID: messageID, key: key)?.liveActivity
+        else { return nil }
+        var outline = LiveActivity(
+            event: a.event, activityID: a.activityID, attributesType: a.attributesType, timestamp: a.timestamp)
+        outline.priorityLowered = a.priorityLowered
+        return outline
+    }
+
     /// Refuses a message to more devices than ``maxDevicesPerMessage``.
     static func checkSize(_ devices: Int) throws(EnqueueError) {
         guard devices <= maxDevicesPerMessage else {
@@ -67,6 +110,16 @@ enum MessageRules {
         }
         return nil
     }
+}
+
+/// What the Live Activity budget reads and writes, inside the enqueue's
+/// transaction (and, where instances share the store, under a lock on the
+/// activity).
+protocol ActivityBudgetStatements {
+    /// Priority-10 pushes the app's activity sent since `since`.
+    func highSends(app: String, activityID: String, since: Int64) throws -> Int
+    /// Notes one sent at `at`, and lets go of the app's notes older than an hour.
+    func noteHighSend(app: String, activityID: String, at: Int64) throws
 }
 
 /// What the idempotency rule reads and writes, inside the caller's

@@ -110,8 +110,10 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
             }
         }
         let messageID = try SecureRandom.bytes(16).hexString
+        let message = try MessageRules.budgeted(
+            MessageRules.stored(e, messageID: messageID), e, now: now, SQLiteActivityBudget(db: db))
         var a = Assembly(
-            enqueue: e, messageID: messageID, message: MessageRules.stored(e, messageID: messageID), acceptedAt: now,
+            enqueue: e, messageID: messageID, message: message, acceptedAt: now,
             expiresAt: MessageRules.expiresAt(e, now: now), idempotency: idempotency,
             recipients: Self.distinct(e.recipients), room: handoff, roomLeft: handoffLimit,
             earlyChunk: early == nil ? Int.max : Self.firstEarlyChunk, early: early)
@@ -123,7 +125,7 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
         let inParts = assemblingSizes.count < Self.maxAssembling
         let large =
             try inParts && census == nil && Self.mayBeLarge(a.recipients)
-            && rowCount(a.recipients, app: e.app) > Self.partThreshold
+            && rowCount(a.recipients, e) > Self.partThreshold
         if large {
             // Large: its devices are counted by platform, on the reader
             // when the caller can (`countElsewhere`), here otherwise.
@@ -132,7 +134,7 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
         }
         guard inParts, let census, census.rows > Self.partThreshold else {
             // Whole: every target now, the batch sizes from them.
-            let targets = try resolve(a.recipients, app: e.app)
+            let targets = try resolve(a.recipients, e)
             try MessageRules.checkSize(targets.count)
             let planned = plan(targets, firstID: try nextDeliveryID(), a: a)
             var sizes: [BatchKey: Int] = [:]
@@ -192,7 +194,7 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
     func resume(_ assembly: Assembly, now: Int64) throws -> EnqueueStep {
         var a = assembly
         let take = a.next(rows: Self.partRows)
-        let targets = try resolve(take, app: a.enqueue.app)
+        let targets = try resolve(take, a.enqueue)
         a.counted(rows: targets.count, recipients: take.count)
         // Devices registered after the count are not written: the message
         // goes to the devices its first part counted, ids taken for them.
@@ -443,23 +445,33 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
     /// How many devices the recipients name, from the index alone (a
     /// message of a few hundred devices learns it is not large in
     /// microseconds).
-    private func rowCount(_ recipients: Recipients, app: String) throws(StoreError) -> Int {
+    private func rowCount(_ recipients: Recipients, _ e: Enqueue) throws(StoreError) -> Int {
         let (column, names): (String, [String]) =
             switch recipients {
             case .users(let users): ("user", users)
             case .devices(let ids): ("device_id", ids)
             }
+        let (rowsSQL, rowsValues) = Self.targetRows(e.message)
         var rows = 0
         let all = try db.statement(
-            "SELECT count(*) FROM devices WHERE app = ? AND \(column) IN (SELECT value FROM json_each(?))")
-        try all.bind(.text(app), .text(Self.jsonTextList(names.filter { !$0.utf8.contains(0) })))
+            "SELECT count(*) FROM devices WHERE app = ? AND \(column) IN (SELECT value FROM json_each(?))" + rowsSQL)
+        try all.bind([.text(e.app), .text(Self.jsonTextList(names.filter { !$0.utf8.contains(0) }))] + rowsValues)
         if try all.step() { rows += Int(all.int64(0)) }
         for name in names where name.utf8.contains(0) {
-            let one = try db.statement("SELECT count(*) FROM devices WHERE app = ? AND \(column) = ?")
-            try one.bind(.text(app), .text(name))
+            let one = try db.statement("SELECT count(*) FROM devices WHERE app = ? AND \(column) = ?" + rowsSQL)
+            try one.bind([.text(e.app), .text(name)] + rowsValues)
             if try one.step() { rows += Int(one.int64(0)) }
         }
         return rows
+    }
+
+    /// The condition on `devices` that picks the rows a message goes to
+    /// (``MessageRules/targetRows(_:)``), and its values.
+    static func targetRows(_ m: PushMessage) -> (sql: String, values: [StoreValue]) {
+        let (role, key) = MessageRules.targetRows(m)
+        guard let role else { return (" AND activity_role IS NULL", []) }
+        let column = role == .start ? "activity_type" : "activity_id"
+        return (" AND activity_role = ? AND \(column) = ?", [.text(role.rawValue), .text(key)])
     }
 
     private func count(_ recipients: Recipients, _ e: Enqueue) throws(StoreError) -> Census {
@@ -484,13 +496,15 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
             case .users(let users): ("user", users)
             case .devices(let ids): ("device_id", ids)
             }
+        let (rowsSQL, rowsValues) = Self.targetRows(e.message)
         let plain = names.filter { !$0.utf8.contains(0) }
-        let all = try db.statement(head + column + " IN (SELECT value FROM json_each(?)) GROUP BY 1, 2, 3")
-        try all.bind(.text(e.app), .text(Self.jsonTextList(plain)))
+        let all = try db.statement(
+            head + column + " IN (SELECT value FROM json_each(?))" + rowsSQL + " GROUP BY 1, 2, 3")
+        try all.bind([.text(e.app), .text(Self.jsonTextList(plain))] + rowsValues)
         try add(all)
         for name in names where name.utf8.contains(0) {
-            let one = try db.statement(head + column + " = ? GROUP BY 1, 2, 3")
-            try one.bind(.text(e.app), .text(name))
+            let one = try db.statement(head + column + " = ?" + rowsSQL + " GROUP BY 1, 2, 3")
+            try one.bind([.text(e.app), .text(name)] + rowsValues)
             try add(one)
         }
         return Census(rows: rows, sizes: sizes)
@@ -541,7 +555,9 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
 
     /// The app's devices of the named users, or the named devices of the app
     /// (unknown ones are left out), each once.
-    private func resolve(_ recipients: Recipients, app: String) throws(StoreError) -> [DeviceTarget] {
+    private func resolve(_ recipients: Recipients, _ e: Enqueue) throws(StoreError) -> [DeviceTarget] {
+        let app = e.app
+        let (rowsSQL, rowsValues) = Self.targetRows(e.message)
         var out: [DeviceTarget] = []
         var seen = Set<String>()
         func collect(_ stmt: Statement) throws(StoreError) {
@@ -573,18 +589,19 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
                 """
                 SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at,
                     bundle_id, server_key, enabled, time_zone, quiet_hours, topics
-                FROM devices WHERE app = ? AND user IN (SELECT value FROM json_each(?)) ORDER BY user, registered_seq
+                FROM devices WHERE app = ? AND user IN (SELECT value FROM json_each(?))\(rowsSQL)
+                ORDER BY user, registered_seq
                 """)
-            try stmt.bind(.text(app), .text(Self.jsonTextList(plain)))
+            try stmt.bind([.text(app), .text(Self.jsonTextList(plain))] + rowsValues)
             try collect(stmt)
             for user in withNUL {
                 let one = try db.statement(
                     """
                     SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at,
                         bundle_id, server_key, enabled, time_zone, quiet_hours, topics
-                    FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq
+                    FROM devices WHERE app = ? AND user = ?\(rowsSQL) ORDER BY registered_seq
                     """)
-                try one.bind(.text(app), .text(user))
+                try one.bind([.text(app), .text(user)] + rowsValues)
                 try collect(one)
             }
         case .devices(let ids):
@@ -593,9 +610,9 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
                     """
                     SELECT device_id, user, platform, token_hash, environment, token_sealed, keys_sealed, registered_at,
                         bundle_id, server_key, enabled, time_zone, quiet_hours, topics
-                    FROM devices WHERE app = ? AND device_id = ?
+                    FROM devices WHERE app = ? AND device_id = ?\(rowsSQL)
                     """)
-                try stmt.bind(.text(app), .text(id))
+                try stmt.bind([.text(app), .text(id)] + rowsValues)
                 try collect(stmt)
             }
         }
@@ -669,6 +686,11 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
             var attempts: [MessageStatus.Attempt] = []
             while try stmt.step() { attempts.append(try numbering.take(SQLiteRow(stmt))) }
             status.attempts = attempts
+            let payload = try db.statement("SELECT payload FROM messages WHERE message_id = ?")
+            try payload.bind(.text(messageID))
+            if try payload.step() {
+                status.liveActivity = MessageRules.activityOutline(payload.text(0), messageID: messageID, key: key)
+            }
         }
         return status
     }
@@ -732,7 +754,12 @@ final class Queue: ClaimStatements, StaleStatements, IdempotencyStatements {
         let select = """
             SELECT d.delivery_id, d.message_id, m.app, d.device_id, d.user, d.platform, d.attempts, m.expires_at,
                 m.payload, v.environment, v.token_sealed, v.keys_sealed, v.token_hash, v.registered_at, m.created_at,
-                v.bundle_id, v.server_key, v.enabled, d.timing
+                v.bundle_id, v.server_key, v.enabled, d.timing,
+                CASE WHEN d.collapse_key IS NULL THEN NULL ELSE (
+                    SELECT n.message_id FROM deliveries n
+                    WHERE n.device_id = d.device_id AND n.collapse_key = d.collapse_key AND n.delivery_id > d.delivery_id
+                        AND n.state IN ('queued', 'retrying', 'in_flight', 'delivered')
+                    ORDER BY n.delivery_id DESC LIMIT 1) END
             FROM deliveries d JOIN messages m ON m.message_id = d.message_id
             LEFT JOIN devices v ON v.device_id = d.device_id
             WHERE d.state IN ('queued', 'retrying') AND d.next_attempt_at <= ?

@@ -20,6 +20,9 @@ public struct Enqueue: Sendable {
     /// Refuse the message when the deliveries waiting to be sent, with its
     /// own, would exceed this (`[delivery] max_queued`).
     public var pendingLimit: Int
+    /// `live_activity_high_per_hour`: priority-10 Live Activity pushes an
+    /// activity may send per hour (``MessageRules/budgeted(_:_:now:_:)``).
+    public var activityHighPerHour = Int.max
     /// The apps configured, among which `pendingLimit` is shared (see
     /// ``QueueAdmission``); 1: the limit is the app's alone.
     public var pendingApps = 1
@@ -154,6 +157,9 @@ public struct MessageStatus: Sendable {
     public let devices: [Device]?
     /// With `detail`: every attempt recorded, by device.
     public var attempts: [Attempt]? = nil
+    /// With `detail`, a Live Activity message's event, activity and whether
+    /// its priority was lowered (never its content).
+    public var liveActivity: LiveActivity? = nil
 
     /// complete when every delivery is final.
     public var isComplete: Bool {

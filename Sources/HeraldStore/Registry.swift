@@ -108,7 +108,7 @@ final class Registry: RegistryStatements {
     func evict(app: String, user: String, keep: Int) throws(StoreError) -> [(String, String)] {
         let stmt = try db.statement(
             """
-            SELECT device_id, platform FROM devices WHERE app = ? AND user = ?
+            SELECT device_id, platform FROM devices WHERE app = ? AND user = ? AND activity_role IS NULL
             ORDER BY registered_seq DESC LIMIT -1 OFFSET ?
             """)
         try stmt.bind(.text(app), .text(user), .int(Int64(keep)))
@@ -221,7 +221,10 @@ final class Registry: RegistryStatements {
 
     func list(app: String, user: String) throws -> [DeviceSummary] {
         let stmt = try db.statement(
-            "SELECT \(DeviceSummary.listColumns) FROM devices WHERE app = ? AND user = ? ORDER BY registered_seq DESC")
+            """
+            SELECT \(DeviceSummary.listColumns) FROM devices WHERE app = ? AND user = ? AND activity_role IS NULL
+            ORDER BY registered_seq DESC
+            """)
         try stmt.bind(.text(app), .text(user))
         var out: [DeviceSummary] = []
         while try stmt.step() { out.append(try DeviceSummary(listed: SQLiteRow(stmt))) }
@@ -230,8 +233,9 @@ final class Registry: RegistryStatements {
 
     /// The user `deviceID` belongs to in `app`, or nil.
     func deviceOwner(app: String, deviceID: String) throws(StoreError) -> String? {
-        let stmt = try db.statement("SELECT user FROM devices WHERE app = ? AND device_id = ?")
-            .bind(.text(app), .text(deviceID))
+        let stmt = try db.statement(
+            "SELECT user FROM devices WHERE app = ? AND device_id = ? AND activity_role IS NULL"
+        ).bind(.text(app), .text(deviceID))
         return try stmt.step() ? stmt.text(0) : nil
     }
 
@@ -290,5 +294,103 @@ final class Registry: RegistryStatements {
         try db.statement("DELETE FROM tombstones WHERE created_at < ?").bind(
             .int(now - RegistryLimits.tombstoneLifetimeMs)
         ).run()
+    }
+
+    // MARK: Live Activity tokens
+
+    func activityParent(app: String, user: String, deviceID: String) throws(StoreError) -> ActivityParent? {
+        let stmt = try db.statement(
+            """
+            SELECT platform, environment, bundle_id, app_id FROM devices
+            WHERE app = ? AND user = ? AND device_id = ? AND activity_role IS NULL
+            """
+        ).bind(.text(app), .text(user), .text(deviceID))
+        guard try stmt.step(), let platform = Platform(rawValue: stmt.text(0)) else { return nil }
+        return ActivityParent(
+            platform: platform, environment: stmt.optionalText(1).flatMap(APNsEnvironment.init(rawValue:)),
+            bundleID: stmt.optionalText(2), appID: stmt.optionalText(3) ?? ClientBuild.defaultAppID)
+    }
+
+    func putActivityToken(_ r: ActivityTokenRow, now: Int64) throws(StoreError) -> Bool {
+        try db.statement("DELETE FROM devices WHERE device_id = ? AND activity_role IS NOT NULL").bind(.text(r.id))
+            .run()
+        let replaced = db.changes > 0
+        // The same token bound to another row (another activity's, say): it is this one's now.
+        try db.statement("DELETE FROM devices WHERE binding_hash = ? AND activity_role IS NOT NULL")
+            .bind(.blob(r.bindingHash)).run()
+        try db.statement(
+            """
+            INSERT INTO devices (device_id, app, user, platform, environment, binding_hash, token_hash,
+                token_sealed, created_at, registered_at, registered_seq, bundle_id, app_id,
+                parent_device_id, activity_role, activity_type, activity_id)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """
+        ).bind(
+            .text(r.id), .text(r.app), .text(r.user), .text(Platform.apnsLiveActivity.rawValue),
+            .optional(r.environment?.rawValue), .blob(r.bindingHash), .text(r.tokenHash), .blob(r.tokenSealed),
+            .int(now), .int(now), .int(nextSequence()), .optional(r.bundleID), .text(r.appID),
+            .text(r.parentDeviceID), .text(r.role.rawValue), .optional(r.activityType), .optional(r.activityID)
+        ).run()
+        return replaced
+    }
+
+    func activityTokenIDs(parentDeviceID: String, role: ActivityRole) throws(StoreError) -> [String] {
+        let stmt = try db.statement(
+            """
+            SELECT device_id FROM devices WHERE parent_device_id = ? AND activity_role = ?
+            ORDER BY registered_seq DESC
+            """
+        ).bind(.text(parentDeviceID), .text(role.rawValue))
+        var out: [String] = []
+        while try stmt.step() { out.append(stmt.text(0)) }
+        return out
+    }
+
+    func deleteActivityTokens(ids: [String]) throws(StoreError) -> Int {
+        var n = 0
+        for id in ids {
+            try db.statement("DELETE FROM devices WHERE device_id = ? AND activity_role IS NOT NULL")
+                .bind(.text(id)).run()
+            n += db.changes
+        }
+        return n
+    }
+
+    func deleteActivityTokens(app: String, user: String, _ selector: ActivitySelector) throws(StoreError) -> Int {
+        switch selector {
+        case .activity(let id):
+            try db.statement(
+                "DELETE FROM devices WHERE app = ? AND user = ? AND activity_role = 'update' AND activity_id = ?"
+            ).bind(.text(app), .text(user), .text(id)).run()
+        case .pushToStart(let deviceID, let type):
+            try db.statement(
+                """
+                DELETE FROM devices WHERE app = ? AND user = ? AND parent_device_id = ? AND activity_role = 'start'
+                    AND activity_type = ?
+                """
+            ).bind(.text(app), .text(user), .text(deviceID), .text(type)).run()
+        }
+        return db.changes
+    }
+
+    func activityTokens(app: String, user: String) throws(StoreError) -> [ActivityTokenSummary] {
+        let stmt = try db.statement(
+            """
+            SELECT device_id, parent_device_id, activity_role, activity_type, activity_id, token_hash, environment,
+                registered_at
+            FROM devices WHERE app = ? AND user = ? AND activity_role IS NOT NULL ORDER BY registered_seq DESC
+            """
+        ).bind(.text(app), .text(user))
+        var out: [ActivityTokenSummary] = []
+        while try stmt.step() {
+            guard let role = ActivityRole(rawValue: stmt.text(2)) else { continue }
+            out.append(
+                ActivityTokenSummary(
+                    tokenID: stmt.text(0), deviceID: stmt.optionalText(1) ?? "", role: role,
+                    activityType: stmt.optionalText(3), activityID: stmt.optionalText(4), tokenHash: stmt.text(5),
+                    environment: stmt.optionalText(6).flatMap(APNsEnvironment.init(rawValue:)),
+                    registeredAt: stmt.int64(7)))
+        }
+        return out
     }
 }

@@ -97,6 +97,21 @@ protocol RegistryStatements: EventStatements {
     /// Records `key` on the app's Web Push devices that record none (those
     /// registered before Herald recorded keys); answers how many.
     func recordServerKey(app: String, key: String) throws -> Int
+
+    // Live Activity tokens (``ActivityRules``): rows of `devices` with a role.
+    /// The user's ordinary device `deviceID` (no activity role), or nil.
+    func activityParent(app: String, user: String, deviceID: String) throws -> ActivityParent?
+    /// Writes a token row, replacing the row with its id and any row bound
+    /// to the same token; whether one with its id was there.
+    func putActivityToken(_ row: ActivityTokenRow, now: Int64) throws -> Bool
+    /// A device's tokens of `role`, newest first.
+    func activityTokenIDs(parentDeviceID: String, role: ActivityRole) throws -> [String]
+    /// Deletes token rows by id; how many.
+    func deleteActivityTokens(ids: [String]) throws -> Int
+    /// Deletes the user's tokens the selector names; how many.
+    func deleteActivityTokens(app: String, user: String, _ selector: ActivitySelector) throws -> Int
+    /// The user's Live Activity tokens, newest first.
+    func activityTokens(app: String, user: String) throws -> [ActivityTokenSummary]
 }
 
 /// The registry's rules, for every backend.

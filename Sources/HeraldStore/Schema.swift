@@ -228,6 +228,39 @@ enum Schema {
             FROM messages WHERE message_id = NEW.message_id;
         END;
         """,
+        // 12: Live Activity tokens. A row of `devices` with platform
+        // `apns_liveactivity` and an `activity_role`: `start` (a device's
+        // push-to-start token for an `activity_type`) or `update` (a running
+        // activity's token, by the app's `activity_id`), under the device it
+        // came from (`parent_device_id`), in that device's app, user,
+        // environment and bundle. Ordinary devices have no role; what lists,
+        // counts or fans out to devices reads only those. A device that goes
+        // takes its activity tokens with it; one whose id moves keeps them.
+        """
+        ALTER TABLE devices ADD COLUMN parent_device_id TEXT;
+        ALTER TABLE devices ADD COLUMN activity_role TEXT;
+        ALTER TABLE devices ADD COLUMN activity_type TEXT;
+        ALTER TABLE devices ADD COLUMN activity_id TEXT;
+        CREATE INDEX devices_by_parent ON devices (parent_device_id) WHERE parent_device_id IS NOT NULL;
+        CREATE INDEX devices_by_activity ON devices (app, user, activity_role, activity_id, activity_type)
+            WHERE activity_role IS NOT NULL;
+        CREATE TRIGGER devices_deleted_activities AFTER DELETE ON devices WHEN OLD.activity_role IS NULL
+        BEGIN
+            DELETE FROM devices WHERE parent_device_id = OLD.device_id;
+        END;
+        CREATE TRIGGER devices_moved_activities AFTER UPDATE OF device_id ON devices
+            WHEN OLD.activity_role IS NULL AND NEW.device_id <> OLD.device_id
+        BEGIN
+            UPDATE devices SET parent_device_id = NEW.device_id WHERE parent_device_id = OLD.device_id;
+        END;
+        CREATE TABLE activity_high_sends (
+            app TEXT NOT NULL,
+            activity_id TEXT NOT NULL,
+            sent_at INTEGER NOT NULL
+        ) STRICT;
+        CREATE INDEX activity_high_sends_by_activity ON activity_high_sends (app, activity_id, sent_at);
+        CREATE INDEX activity_high_sends_by_age ON activity_high_sends (app, sent_at);
+        """,
     ]
 
     /// Brings the database to the newest version inside one transaction each.

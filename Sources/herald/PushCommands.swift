@@ -17,6 +17,13 @@ enum PushCommands {
                    [--thread-id T] [--category C] [--android-channel-id C]
                    [--web-payload JSON | --notification JSON] [--shrink JSON] [--topics T,T...]
                    [--not-before TIME | --at-local HH:MM]
+                   [--live-activity start|update|end [--activity-id ID] [--attributes-type T]
+                    [--attributes JSON] [--content-state JSON] [--timestamp T] [--stale-date T]
+                    [--dismissal-date T]]
+          --live-activity E   kind live_activity: start (to the push-to-start tokens of
+                              --attributes-type; needs --attributes, --content-state and --loc-key),
+                              update or end (to the update tokens of --activity-id); T is Unix
+                              seconds or RFC 3339 ('herald activity help' for the tokens)
           --kind K            widgets, location and pushtotalk go to apns_widgets, apns_location
                               and apns_pushtotalk tokens only
           --web-payload JSON  a JSON object: the content of Web Push-form records
@@ -39,7 +46,8 @@ enum PushCommands {
             values: ClientCommands.clientOptions.union([
                 "app", "kind", "badge", "loc-key", "collapse-key", "priority", "ttl", "idempotency-key", "timeout-ms",
                 "interruption-level", "relevance-score", "thread-id", "category", "android-channel-id",
-                "web-payload", "shrink", "notification",
+                "web-payload", "shrink", "notification", "live-activity", "activity-id", "attributes-type",
+                "attributes", "content-state", "timestamp", "stale-date", "dismissal-date",
             ]).union(PreferenceOptions.sendValues), flags: ["wait"], repeated: ["user", "device", "data"])
         try options.noPositional()
         let users = options.all("user")
@@ -52,7 +60,31 @@ enum PushCommands {
         params.append(
             "to",
             users.isEmpty ? ["devices": .array(devices.map(JSON.string))] : ["users": .array(users.map(JSON.string))])
-        if let kind = options.value("kind") { params.append("kind", .string(kind)) }
+        if let event = options.value("live-activity") {
+            if let kind = options.value("kind"), kind != "live_activity" {
+                throw CommandFailure("--live-activity sends kind live_activity, not \(kind)")
+            }
+            params.append("kind", "live_activity")
+            params.append("event", .string(event))
+        } else if let kind = options.value("kind") {
+            params.append("kind", .string(kind))
+        }
+        for (option, key) in [("activity-id", "activity_id"), ("attributes-type", "attributes_type")] {
+            if let v = options.value(option) { params.append(key, .string(v)) }
+        }
+        for (option, key) in [("attributes", "attributes"), ("content-state", "content_state")] {
+            guard let text = options.value(option) else { continue }
+            guard let value = try? JSONParser.parse(text) else {
+                throw CommandFailure("--\(option) must be JSON, got '\(text)'")
+            }
+            params.append(key, value)
+        }
+        for (option, key) in [
+            ("timestamp", "timestamp"), ("stale-date", "stale_date"), ("dismissal-date", "dismissal_date"),
+        ] {
+            guard let text = options.value(option) else { continue }
+            params.append(key, Int64(text).map { .int($0) } ?? .string(text))
+        }
         if !options.all("data").isEmpty {
             var data = JSONObject()
             for pair in options.all("data") {

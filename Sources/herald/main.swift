@@ -23,6 +23,7 @@ let usage = """
                       the device's own rules: 'herald device help')
       herald devices USER [--app A]  (each device's form, app_id, user_agent, time_zone, quiet_hours
                       and topics too)
+      herald activity register|list|unregister ...  (Live Activity tokens: 'herald activity help')
       herald device rename DEVICE_ID NAME [--user U] [--app A]
       herald device disable DEVICE_ID [--user U] [--app A] (kept; sends skip it)
       herald device enable DEVICE_ID [--user U] [--app A]
@@ -68,6 +69,7 @@ func dispatch(_ arguments: [String]) throws(CommandFailure) -> Int32 {
     case "register": return try ClientCommands.register(rest)
     case "devices": return try ClientCommands.devices(rest)
     case "device": return try DeviceCommand.run(rest)
+    case "activity": return try ActivityCommand.run(rest)
     case "send": return try PushCommands.send(rest)
     case "status": return try PushCommands.status(rest)
     case "events": return try EventsCommand.run(rest)

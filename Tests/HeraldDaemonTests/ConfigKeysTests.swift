@@ -163,6 +163,7 @@ struct ConfigKeysTests {
             "metrics.listen": "127.0.0.1:9", "app.device_cap": "7", "app.allow_uids": "7", "app.allow_gids": "7",
             "app.alert_loc_key": "X", "app.android_channel_id": "x", "app.apns_topics": "com.x, com.y",
             "app.quiet_hours_bypass_topics": "security",
+            "app.live_activity_high_per_hour": "30",
         ]
         let postgresBase = try HeraldConfig.parse(
             "[store]\nbackend = postgres\ndsn = host=/a dbname=b user=c\n", file: "/etc/herald/herald.conf")

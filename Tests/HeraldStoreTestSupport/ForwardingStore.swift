@@ -37,6 +37,20 @@ open class ForwardingStore: DeliveryStore, @unchecked Sendable {
     open func forget(app: String, user: String, completion: @escaping @Sendable (Result<Int, any Error>) -> Void) {
         inner.forget(app: app, user: user, completion: completion)
     }
+    open func registerActivity(
+        _ registration: ActivityRegistration,
+        completion: @escaping @Sendable (Result<ActivityOutcome, any Error>) -> Void
+    ) { inner.registerActivity(registration, completion: completion) }
+    open func unregisterActivity(
+        app: String, user: String, _ selector: ActivitySelector,
+        completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    ) { inner.unregisterActivity(app: app, user: user, selector, completion: completion) }
+    open func letGoActivityTokens(
+        ids: [String], completion: @escaping @Sendable (Result<Int, any Error>) -> Void
+    ) { inner.letGoActivityTokens(ids: ids, completion: completion) }
+    open func listActivities(
+        app: String, user: String, completion: @escaping @Sendable (Result<[ActivityTokenSummary], any Error>) -> Void
+    ) { inner.listActivities(app: app, user: user, completion: completion) }
     open func deviceCounts(completion: @escaping @Sendable (Result<[Platform: Int], any Error>) -> Void) {
         inner.deviceCounts(completion: completion)
     }

@@ -243,7 +243,16 @@ struct FormsAndBuildsTests {
         #expect(ring.sent == ["voip legacy", "voip webpush", "fcm webpush"])
         #expect(Set(ring.reasons.keys) == ["apns", "fcm legacy", "web", "unified_push"])
         #expect(ring.reasons.values.allSatisfy { $0 == "kind_not_for_platform" })
-        #expect(PushKind.allCases.count == 3, "a new kind needs its row in this test and in the routing table")
+        // The kinds with tokens of their own reach none of these registrations.
+        for kind in PushKind.allCases where kind.ownPlatform != nil {
+            var m = PushMessage(kind: kind)
+            if kind == .liveActivity { m.liveActivity = LiveActivity(event: .update, activityID: "a", timestamp: 0) }
+            let own = try routed(t, ids, send(m, to: .users(["alice"])))
+            #expect(own.sent.isEmpty, "\(kind)")
+            // A Live Activity reads only its activity's tokens: the devices are not even skipped.
+            #expect(kind == .liveActivity ? own.reasons.isEmpty : own.reasons.count == 7, "\(kind): \(own.reasons)")
+        }
+        #expect(PushKind.allCases.count == 7, "a new kind needs its row in this test and in the routing table")
     }
 
     @Test(

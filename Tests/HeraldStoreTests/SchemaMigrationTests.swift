@@ -130,11 +130,14 @@ struct SchemaMigrationTests {
         }
         try db.migrate()
         let known = PostgresSchema.migrations.count
-        #expect(known == 7)
+        #expect(known == 8)
         #expect(try db.levelRows() == [currentLevel], "one row, the compatibility level")
         let recorded = try db.recorded()
         #expect(recorded.map(\.version) == Array(1...known))
-        #expect(recorded.map(\.kind) == ["contract", "contract", "contract", "expand", "expand", "expand", "expand"])
+        #expect(
+            recorded.map(\.kind) == [
+                "contract", "contract", "contract", "expand", "expand", "expand", "expand", "expand",
+            ])
         // Applied before the table existed: no time; applied now: stamped.
         #expect(recorded.map(\.stamped) == (1...known).map { $0 > version })
         #expect(try db.scalar("SELECT count(*) FROM pg_class WHERE relname = 'instances'") == 1)
@@ -236,7 +239,7 @@ struct SchemaMigrationTests {
                 deviceCap: 20, completion: done)
         }
         #expect(try store.sync { s, done in s.list(app: "default", user: "hal", completion: done) }.count == 1)
-        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6, 7])
+        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6, 7, 8])
         #expect(try db.levelRows() == [currentLevel])
     }
 
@@ -247,28 +250,28 @@ struct SchemaMigrationTests {
         try db.migrate()
         let c = try db.connect()
         defer { c.close() }
-        // A newer release applied 8 (expand), 9 and 10 (contracts) and needs schema 10 now.
+        // A newer release applied 9 (expand), 10 and 11 (contracts) and needs schema 11 now.
         try c.execute(
-            "INSERT INTO schema_migrations (version, kind, applied_at) VALUES (8, 'expand', now()), "
-                + "(9, 'contract', now()), (10, 'contract', now())")
-        try c.execute("UPDATE schema_version SET version = 10")
+            "INSERT INTO schema_migrations (version, kind, applied_at) VALUES (9, 'expand', now()), "
+                + "(10, 'contract', now()), (11, 'contract', now())")
+        try c.execute("UPDATE schema_version SET version = 11")
         try c.execute("DELETE FROM schema_migrations WHERE version = 4")
         try c.execute("DROP TABLE instances")
         let error = try #require(schemaError { try db.migrate() })
-        #expect(error.problem == .incompatible(needs: 10, knows: 7))
-        #expect(error.message.contains("requires herald schema 10"), "\(error)")
-        #expect(error.message.contains("knows schema 7"), "\(error)")
-        #expect(error.message.contains("schema version 10 is newer than this herald"), "\(error)")
+        #expect(error.problem == .incompatible(needs: 11, knows: 8))
+        #expect(error.message.contains("requires herald schema 11"), "\(error)")
+        #expect(error.message.contains("knows schema 8"), "\(error)")
+        #expect(error.message.contains("schema version 11 is newer than this herald"), "\(error)")
         // Refused before anything ran: migration 4 (missing) was not applied.
         #expect(try db.scalar("SELECT count(*) FROM pg_class WHERE relname = 'instances'") == 0)
-        #expect(try db.recorded().map(\.version) == [1, 2, 3, 5, 6, 7, 8, 9, 10])
+        #expect(try db.recorded().map(\.version) == [1, 2, 3, 5, 6, 7, 8, 9, 10, 11])
         // The store refuses to open, with the same words.
         do {
             let store = try db.scratch.open(key: try StoreKey.generate(), instance: "host-old")
             store.close()
-            Issue.record("a store opened a database that requires schema 10")
+            Issue.record("a store opened a database that requires schema 11")
         } catch {
-            #expect("\(error)".contains("requires herald schema 10"), "\(error)")
+            #expect("\(error)".contains("requires herald schema 11"), "\(error)")
         }
     }
 
@@ -281,9 +284,9 @@ struct SchemaMigrationTests {
         defer { c.close() }
         try c.execute("UPDATE schema_version SET version = 99")
         let error = try #require(schemaError { try db.migrate() })
-        #expect(error.problem == .incompatible(needs: 99, knows: 7))
+        #expect(error.problem == .incompatible(needs: 99, knows: 8))
         #expect(error.message.contains("requires herald schema 99"), "\(error)")
-        #expect(error.message.contains("this herald knows schema 7"), "\(error)")
+        #expect(error.message.contains("this herald knows schema 8"), "\(error)")
         #expect(try c.execute("SELECT to_regclass('schema_migrations') IS NULL").first?.bool(0) == true)
     }
 
@@ -291,7 +294,7 @@ struct SchemaMigrationTests {
     func newerExpandAccepted() throws {
         let db = try SchemaDatabase()
         defer { db.remove() }
-        // A newer release (schema 9) migrated the database from the previous release's 3.
+        // A newer release (schema 10) migrated the database from the previous release's 3.
         try db.leaveAsReleased(at: 3)
         let newer =
             PostgresSchema.migrations + [
@@ -299,12 +302,12 @@ struct SchemaMigrationTests {
                 .expand("CREATE TABLE newer_things (id bigint PRIMARY KEY)"),
             ]
         try db.migrate(newer)
-        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6, 7, 8, 9])
+        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
         #expect(try db.levelRows() == [currentLevel])
         #expect(try db.acceptedByReleaseKnowing(3))
         // This herald starts on it and works.
         try db.migrate()
-        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6, 7, 8, 9])
+        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
         let store = try db.scratch.open(key: try StoreKey.generate(), instance: "host-this")
         defer { store.close() }
         _ = try store.sync { s, done in
@@ -320,17 +323,17 @@ struct SchemaMigrationTests {
         let db = try SchemaDatabase()
         defer { db.remove() }
         try db.migrate()
-        // Release 8 stops using devices.user_agent (and adds a column); release 9 drops it.
-        let eight = PostgresSchema.migrations + [.expand("ALTER TABLE devices ADD COLUMN agent_v2 bytea")]
-        let nine = eight + [.contract(requires: 8, "ALTER TABLE devices DROP COLUMN user_agent")]
-        try db.migrate(eight)
-        #expect(try db.levelRows() == [currentLevel])
+        // Release 9 stops using devices.user_agent (and adds a column); release 10 drops it.
+        let nine = PostgresSchema.migrations + [.expand("ALTER TABLE devices ADD COLUMN agent_v2 bytea")]
+        let ten = nine + [.contract(requires: 9, "ALTER TABLE devices DROP COLUMN user_agent")]
         try db.migrate(nine)
-        #expect(try db.levelRows() == [8])
+        #expect(try db.levelRows() == [currentLevel])
+        try db.migrate(ten)
+        #expect(try db.levelRows() == [9])
         #expect(try db.recorded().map(\.kind).suffix(2) == ["expand", "contract"])
-        try db.migrate(eight)  // release 8 keeps running on schema 9
+        try db.migrate(nine)  // release 9 keeps running on schema 10
         let error = try #require(schemaError { try db.migrate() })
-        #expect(error.problem == .incompatible(needs: 8, knows: 7), "\(error)")
+        #expect(error.problem == .incompatible(needs: 9, knows: 8), "\(error)")
         #expect(!(try db.acceptedByReleaseKnowing(3)), "the release of schema 3 refuses it too")
     }
 
@@ -375,7 +378,7 @@ struct SchemaMigrationTests {
         stop.update { $0 = true }
         readerDone.wait()
         #expect(error.problem == .lockTimeout)
-        #expect(error.message.contains("migration 8 (expand)"), "\(error)")
+        #expect(error.message.contains("migration 9 (expand)"), "\(error)")
         #expect(error.message.contains("within lock_timeout 0.3 s in 3 tries"), "\(error)")
         // Three tries of 300 ms and pauses of 100 and 200 ms: about 1.2 s, never a hang.
         #expect(took >= .milliseconds(900), "\(took)")
@@ -383,7 +386,7 @@ struct SchemaMigrationTests {
         #expect(reads.current > 0)
         #expect(slowest.current < .seconds(2), "a read of devices waited \(slowest.current) behind the migration")
         // Nothing of it applied.
-        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6, 7])
+        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6, 7, 8])
         #expect(
             try db.scalar(
                 "SELECT count(*) FROM information_schema.columns WHERE table_name = 'devices' AND column_name = 'probe'"
@@ -392,7 +395,7 @@ struct SchemaMigrationTests {
         // Once the long transaction ends, the same migration goes through.
         try holder.commit()
         try db.migrate(withSix, policy: policy)
-        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6, 7, 8])
+        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6, 7, 8, 9])
         #expect(try db.levelRows() == [currentLevel])
     }
 
@@ -418,6 +421,6 @@ struct SchemaMigrationTests {
         // Released (the other instance finished): it migrates.
         try other.execute("SELECT pg_advisory_unlock($1)", [.int(PostgresSchema.migrationLock)])
         try db.migrate(policy: policy)
-        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6, 7])
+        #expect(try db.recorded().map(\.version) == [1, 2, 3, 4, 5, 6, 7, 8])
     }
 }

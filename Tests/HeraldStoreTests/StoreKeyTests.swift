@@ -201,6 +201,10 @@ struct StoreKeyTests {
         // damaged too: one bad row does not decide.
         try d.edit(
             """
+            DROP TRIGGER devices_deleted_activities; DROP TRIGGER devices_moved_activities;
+            DROP INDEX devices_by_parent; DROP INDEX devices_by_activity; DROP TABLE activity_high_sends;
+            ALTER TABLE devices DROP COLUMN parent_device_id; ALTER TABLE devices DROP COLUMN activity_role;
+            ALTER TABLE devices DROP COLUMN activity_type; ALTER TABLE devices DROP COLUMN activity_id;
             DROP TABLE store_meta; ALTER TABLE deliveries DROP COLUMN sent_by; ALTER TABLE devices DROP COLUMN enabled;
             ALTER TABLE devices DROP COLUMN bundle_id; ALTER TABLE devices DROP COLUMN server_key;
             ALTER TABLE devices DROP COLUMN app_id; ALTER TABLE devices DROP COLUMN user_agent;

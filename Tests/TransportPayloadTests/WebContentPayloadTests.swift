@@ -106,7 +106,7 @@ struct WebContentPayloadTests {
 
     @Test(
         "APNs and FCM bodies and headers are byte-for-byte the same with web_payload",
-        arguments: PushKind.allCases)
+        arguments: PushKind.allCases.filter { $0.ownPlatform == nil })
     func legacyUntouched(_ kind: PushKind) throws {
         var plain = PushMessage(kind: kind, data: [("m", "1")], collapseKey: "k")
         plain.collapseID = nil

@@ -129,6 +129,23 @@ REG_WEB = {"user": HU, "platform": "web", "token": "https://public.herald.test/p
 MSG = "0" * 32
 
 
+LIVE_ACTIVITY_PARAMS = ("event", "activity_id", "attributes_type", "attributes", "content_state", "timestamp",
+                        "stale_date", "dismissal_date")
+
+
+def live_activity_base(param=None):
+    """A valid push.send of kind live_activity that has `param` (an update, a start or an end)."""
+    base = {"to": {"users": [WIT]}, "kind": "live_activity", "event": "update", "activity_id": "a",
+            "content_state": {"s": 1}}
+    if param in ("attributes_type", "attributes"):
+        base.update(event="start", attributes_type="T", attributes={}, alert={"loc_key": "L"})
+    elif param == "dismissal_date":
+        base.update(event="end", dismissal_date=1_900_000_000)
+    elif param in ("timestamp", "stale_date"):
+        base[param] = 1_900_000_000
+    return base
+
+
 def base_for(method, param, witness):
     """A valid params object of `method` that contains `param`."""
     if method == "device.register":
@@ -152,6 +169,18 @@ def base_for(method, param, witness):
         return {"user": HU}
     if method == "session.end":
         return {"user": HU, "session": "s"}
+    if method == "activity.register":
+        if param in ("push_to_start_token", "activity_type"):
+            return {"user": HU, "device_id": "f" * 32, "push_to_start_token": APNS_TOK, "activity_type": "T"}
+        return {"user": HU, "device_id": "f" * 32, "update_token": APNS_TOK, "activity_id": "a"}
+    if method == "activity.unregister":
+        if param in ("device_id", "activity_type"):
+            return {"user": HU, "device_id": "f" * 32, "activity_type": "T"}
+        return {"user": HU, "activity_id": "a"}
+    if method == "activity.list":
+        return {"user": HU}
+    if method == "push.send" and param in LIVE_ACTIVITY_PARAMS:
+        return live_activity_base(param)
     if method == "push.send":
         base = {"to": {"users": [WIT]}}
         sample = {"kind": "notification", "data": {"k": "v"}, "alert": {"loc_key": "L"}, "badge": 1,
@@ -717,6 +746,35 @@ def nul_refused_cases(witness):
         ("push.status", "message_id", {"message_id": MSG[:31] + "\u0000"}, -32602, "message_id"),
         ("push.cancel", "message_id", {"message_id": MSG[:31] + "\u0000"}, -32602, "message_id"),
         ("events.subscribe", "since", {"since": "1\u0000"}, -32602, "since"),
+        ("activity.register", "device_id", {"user": WIT, "device_id": witness["apns"][:31] + NUL,
+                                            "update_token": APNS_TOK, "activity_id": "a"}, -32602, "device_id"),
+        ("activity.register", "update_token", {"user": WIT, "device_id": witness["apns"],
+                                               "update_token": APNS_TOK + NUL, "activity_id": "a"}, -32602,
+         "update_token"),
+        ("activity.register", "push_to_start_token", {"user": WIT, "device_id": witness["apns"],
+                                                      "push_to_start_token": APNS_TOK + NUL, "activity_type": "T"},
+         -32602, "push_to_start_token"),
+        ("activity.register", "activity_type", {"user": WIT, "device_id": witness["apns"],
+                                                "push_to_start_token": APNS_TOK, "activity_type": "T" + NUL},
+         -32602, "activity_type"),
+        ("activity.register", "activity_id", {"user": WIT, "device_id": witness["apns"], "update_token": APNS_TOK,
+                                              "activity_id": "a" + NUL}, -32602, "activity_id"),
+        ("activity.unregister", "activity_id", {"user": WIT, "activity_id": "a" + NUL}, -32602, "activity_id"),
+        ("activity.unregister", "device_id", {"user": WIT, "device_id": witness["apns"][:31] + NUL,
+                                              "activity_type": "T"}, -32602, "device_id"),
+        ("activity.unregister", "activity_type", {"user": WIT, "device_id": witness["apns"],
+                                                  "activity_type": "T" + NUL}, -32602, "activity_type"),
+        ("push.send", "event", dict(live_activity_base(), event="update" + NUL), -32602, "event"),
+        ("push.send", "activity_id", dict(live_activity_base(), activity_id="a" + NUL), -32602, "activity_id"),
+        ("push.send", "attributes_type", dict(live_activity_base("attributes_type"), attributes_type="T" + NUL),
+         -32602, "attributes_type"),
+        ("push.send", "timestamp", dict(live_activity_base(), timestamp="2030-01-01T00:00:00Z" + NUL), -32602,
+         "timestamp"),
+        ("push.send", "stale_date", dict(live_activity_base(), stale_date="2030-01-01T00:00:00Z" + NUL), -32602,
+         "stale_date"),
+        ("push.send", "dismissal_date",
+         dict(live_activity_base("dismissal_date"), dismissal_date="2030-01-01T00:00:00Z" + NUL), -32602,
+         "dismissal_date"),
     ] + [
         # `app` must name a configured app: a NUL never does.
         (m, "app", dict(base_for(m, "app", witness), app="default\u0000"), 1004, None)
@@ -730,6 +788,7 @@ NUL_KEPT = {
     "device.unregister": {"user", "registration_id"},
     "device.list": {"user"}, "device.update": {"user", "name"}, "session.end": {"user", "session"},
     "user.forget": {"user"}, "push.send": {"collapse_key", "idempotency_key"},
+    "activity.register": {"user"}, "activity.unregister": {"user"}, "activity.list": {"user"},
 }
 # Nested strings of push.send and what happens to a NUL in them.
 NUL_NESTED = {("to", "users", 0): "kept", ("to", "devices", 0): "refused", ("data", "k"): "kept",

@@ -20,7 +20,8 @@ extension HeraldService {
         let runtime = try app(&p, context)
         let user = try user(&p)
         let platform = Platform(
-            rawValue: try p.enumeration("platform", required: true, allowed: Platform.allCases.map(\.rawValue))!)!
+            rawValue: try p.enumeration(
+                "platform", required: true, allowed: Platform.allCases.filter(\.isDevicePlatform).map(\.rawValue))!)!
         var token = try p.string("token", required: true, maxBytes: 4096, content: .text)!
         var environment: APNsEnvironment?
         if let env = try p.enumeration("environment", allowed: APNsEnvironment.allCases.map(\.rawValue)) {
@@ -50,7 +51,7 @@ extension HeraldService {
                 throw p.invalid("keys", "is required with an endpoint URL token (the Web Push form takes both keys)")
             }
             switch platform {
-            case .apns, .apnsVoIP, .apnsWidgets, .apnsLocation, .apnsPushToTalk:
+            case .apns, .apnsVoIP, .apnsWidgets, .apnsLocation, .apnsPushToTalk, .apnsLiveActivity:
                 token = try Self.apnsToken(token, p)
             case .fcm:
                 if token.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7f }) {
@@ -276,7 +277,8 @@ extension HeraldService {
         let runtime = try app(&p, context)
         let user = try user(&p)
         let deviceID = try p.string("device_id", maxBytes: 32, content: .text)
-        let platformName = try p.enumeration("platform", allowed: Platform.allCases.map(\.rawValue))
+        let platformName = try p.enumeration(
+            "platform", allowed: Platform.allCases.filter(\.isDevicePlatform).map(\.rawValue))
         let token = try p.string("token", maxBytes: 4096, content: .text)
         let envName = try p.enumeration("environment", allowed: APNsEnvironment.allCases.map(\.rawValue))
         let registrationID = try p.string("registration_id", maxBytes: 128)

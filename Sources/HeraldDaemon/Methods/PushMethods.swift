@@ -86,9 +86,30 @@ extension HeraldService {
         let webContent = try Self.webContent(&p, data: data)
         // A message about no topic at all says so by leaving `topics` out.
         let topics = try Self.topics(&p, "topics", minCount: 1, maxCount: PreferenceLimits.maxMessageTopics)
-        let sendTime = try Self.sendTime(&p, kind: kind, now: SystemClock().nowMilliseconds())
+        let now = SystemClock().nowMilliseconds()
+        let sendTime = try Self.sendTime(&p, kind: kind, now: now)
+        var liveActivity = try Self.liveActivity(&p, kind: kind, alert: alert, nowSeconds: now / 1000)
         try p.finish()
-        if let platform = kind.ownPlatform {
+        if kind == .liveActivity {
+            if case .devices = recipients {
+                throw .invalidParams(field: "to.devices", reason: "a Live Activity is addressed by to.users")
+            }
+            if !data.isEmpty { throw p.invalid("data", "is not for kind live_activity: put it in content_state") }
+            if collapseKey != nil {
+                throw p.invalid(
+                    "collapse_key", "is not for kind live_activity: a newer update to the activity supersedes an older")
+            }
+            if badge != nil || !badges.isEmpty {
+                throw p.invalid("badge", "is not for kind live_activity: the activity shows its content_state")
+            }
+            if webContent != nil {
+                let field = p.params["web_payload"] != nil ? "web_payload" : "notification"
+                throw p.invalid(
+                    field, "kind live_activity goes to apns_liveactivity tokens only, never to a Web Push record")
+            }
+            liveActivity?.relevanceScore = presentation.relevanceScore
+        }
+        if let platform = kind.ownPlatform, kind != .liveActivity {
             try Self.checkOwnKind(
                 kind, platform: platform, data: data, alert: alert, badged: badge != nil || !badges.isEmpty,
                 priority: priority, ttl: ttl,
@@ -99,6 +120,11 @@ extension HeraldService {
             kind: kind, data: data, alert: alert, badge: badge, badgePerUser: badges, collapseKey: collapseKey,
             priority: priority, ttlSeconds: ttl)
         presentation.apply(to: &message)
+        if let liveActivity {
+            message.relevanceScore = nil
+            message.liveActivity = liveActivity
+            message.collapseKey = liveActivity.supersedeKey
+        }
         message.webContent = webContent
         message.topics = topics
         message.sendTime = sendTime
@@ -113,6 +139,7 @@ extension HeraldService {
             app: runtime.config.name, message: message, recipients: recipients, idempotencyKey: idempotencyKey,
             disabled: runtime.disabled, pendingLimit: delivery?.maxQueued ?? .max)
         enqueue.awaitsResults = wait
+        enqueue.activityHighPerHour = runtime.config.liveActivityHighPerHour
         enqueue.pendingApps = apps.count
         let waitMs = Int64(timeout ?? PushLimits.defaultWaitMs)
         let log = self.log
@@ -221,9 +248,14 @@ extension HeraldService {
         case nil, .null?: break
         case .number(let n)?
         where !n.text.utf8.contains(where: { $0 == UInt8(ascii: "e") || $0 == UInt8(ascii: "E") })
-            && (0...1).contains(n.double):
+            && (kind == .liveActivity ? (0...1_000_000).contains(n.double) : (0...1).contains(n.double)):
             out.relevanceScore = n.double
-        default: throw p.invalid("relevance_score", "must be a number from 0 to 1, written without an exponent")
+        default:
+            throw p.invalid(
+                "relevance_score",
+                kind == .liveActivity
+                    ? "must be a number from 0 to 1000000 (which activity the Dynamic Island shows first)"
+                    : "must be a number from 0 to 1, written without an exponent")
         }
         func label(_ name: String, maxBytes: Int) throws(RPCError) -> String? {
             guard let text = try p.string(name, maxBytes: maxBytes, content: .text) else { return nil }
@@ -237,7 +269,8 @@ extension HeraldService {
         out.androidChannelID = try label("android_channel_id", maxBytes: PushLimits.maxChannelIDBytes)
         if kind != .notification {
             let given: [(String, Bool)] = [
-                ("interruption_level", out.interruptionLevel != nil), ("relevance_score", out.relevanceScore != nil),
+                ("interruption_level", out.interruptionLevel != nil),
+                ("relevance_score", out.relevanceScore != nil && kind != .liveActivity),
                 ("thread_id", out.threadID != nil), ("category", out.category != nil),
                 ("android_channel_id", out.androidChannelID != nil),
             ]
@@ -429,12 +462,13 @@ extension HeraldService {
         // Every kind reaches some Web Push-form registration (a ring: Web Push
         // fcm ones), so the Web Push record is built whenever VAPID is on.
         let sent = Platform.allCases.filter {
-            $0 != .unifiedPush && ($0 == .web || message.kind.reaches($0, webPushForm: false))
+            $0 != .unifiedPush
+                && (($0 == .web && message.kind.ownPlatform == nil) || message.kind.reaches($0, webPushForm: false))
         }
         for platform in sent where runtime.disabled[platform] == nil {
             for user in users {
                 switch platform {
-                case .apns, .apnsVoIP, .apnsWidgets, .apnsLocation, .apnsPushToTalk:
+                case .apns, .apnsVoIP, .apnsWidgets, .apnsLocation, .apnsPushToTalk, .apnsLiveActivity:
                     guard let apns = runtime.credentials.apns.value else { continue }
                     do {
                         _ = try APNsRequest(
@@ -541,6 +575,15 @@ extension HeraldService {
                                 (d.timing?.split(separator: ",").map { .string(String($0)) }) ?? []),
                         ]
                     }))
+        }
+        if let a = s.liveActivity {
+            o.append(
+                "live_activity",
+                [
+                    "event": .string(a.event.rawValue), "activity_id": a.activityID.map(JSON.string) ?? .null,
+                    "attributes_type": a.attributesType.map(JSON.string) ?? .null,
+                    "timestamp": .int(a.timestamp), "priority_lowered": .bool(a.priorityLowered),
+                ])
         }
         if let attempts = s.attempts {
             o.append(

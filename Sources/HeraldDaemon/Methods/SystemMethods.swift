@@ -90,7 +90,9 @@ extension HeraldService {
             let counts = figures.devices(only: only)
             let webKeys = Self.webSubscriptionsByKey(figures.webSubscriptions, configuredKeys)
             var devices = JSONObject()
-            for platform in Platform.allCases { devices.append(platform.rawValue, .int(counts[platform] ?? 0)) }
+            for platform in Platform.allCases where platform.isDevicePlatform {
+                devices.append(platform.rawValue, .int(counts[platform] ?? 0))
+            }
             var transports = JSONObject()
             for platform in Platform.allCases {
                 let c = scheduler?.platforms[platform] ?? PlatformCounters()

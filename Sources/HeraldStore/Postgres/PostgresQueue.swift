@@ -209,7 +209,10 @@ final class PostgresQueue: Sendable {
         }
         let messageID = try plan.messageID ?? SecureRandom.bytes(16).hexString
         let expires = MessageRules.expiresAt(e, now: now)
-        let message = MessageRules.stored(e, messageID: messageID)
+        var message = MessageRules.stored(e, messageID: messageID)
+        if message.liveActivity != nil {
+            message = try MessageRules.budgeted(message, e, now: now, PostgresActivityBudget(c: c))
+        }
         // Early sends only where nothing after them can wait on another
         // transaction: a message without a collapse key (whose queued rows
         // another instance's uncommitted message could hold up in the unique
@@ -226,7 +229,9 @@ final class PostgresQueue: Sendable {
         ]
         // Sent early: the devices, the message's row and the ids of its
         // deliveries (taken ahead, under the table's lock) in one round trip.
-        let (targets, taken) = try resolve(c, e.recipients, app: e.app, writing: sendsEarly ? messageRow : nil)
+        let (targets, taken) = try resolve(
+            c, e.recipients, app: e.app, rows: MessageRules.targetRows(e.message),
+            writing: sendsEarly ? messageRow : nil)
         try MessageRules.checkSize(targets.count)
         try admit(c, e, adding: targets.count, now: now)
 
@@ -534,21 +539,24 @@ final class PostgresQueue: Sendable {
     /// statement writes the message and takes an id for each device's
     /// delivery: `ids[i]` is the id of the `i`th device's.
     private func resolve(
-        _ c: PostgresConnection, _ recipients: Recipients, app: String, writing message: [PostgresValue]? = nil
+        _ c: PostgresConnection, _ recipients: Recipients, app: String, rows: (role: ActivityRole?, key: String),
+        writing message: [PostgresValue]? = nil
     ) throws -> (targets: [DeviceTarget], ids: [Int64]) {
         let result: PostgresResult
+        // Which rows: ordinary devices (no role), or a Live Activity's tokens.
+        let picked: [PostgresValue] = [.optional(rows.role?.rawValue), .text(rows.key)]
         switch (recipients, message) {
         case (.users(let users), nil):
             result = try c.execute(
-                Statements.resolveUsers, [.text(app), .array(.bytea(users.map { Array($0.utf8) }))])
+                Statements.resolveUsers, [.text(app), .array(.bytea(users.map { Array($0.utf8) }))] + picked)
         case (.users(let users), let message?):
             result = try c.execute(
                 Statements.resolveUsersWritingMessage,
-                message + [.array(.bytea(users.map { Array($0.utf8) }))])
+                message + [.array(.bytea(users.map { Array($0.utf8) }))] + picked)
         case (.devices(let ids), nil):
-            result = try c.execute(Statements.resolveDevices, [.text(app), .array(.text(ids))])
+            result = try c.execute(Statements.resolveDevices, [.text(app), .array(.text(ids))] + picked)
         case (.devices(let ids), let message?):
-            result = try c.execute(Statements.resolveDevicesWritingMessage, message + [.array(.text(ids))])
+            result = try c.execute(Statements.resolveDevicesWritingMessage, message + [.array(.text(ids))] + picked)
         }
         var out: [DeviceTarget] = []
         var ids: [Int64] = []
@@ -620,6 +628,11 @@ final class PostgresQueue: Sendable {
             var numbering = MessageStatus.Attempt.Numbering()
             status.attempts = try c.execute(MessageStatus.Attempt.query(message: "$1"), [.text(messageID)]).rows.map {
                 try numbering.take($0)
+            }
+            if let payload = try c.execute("SELECT payload FROM messages WHERE message_id = $1", [.text(messageID)])
+                .first?.text(0)
+            {
+                status.liveActivity = MessageRules.activityOutline(payload, messageID: messageID, key: key)
             }
         }
         return status
@@ -1140,13 +1153,15 @@ final class PostgresQueue: Sendable {
             name: "q_resolve_users",
             sql: """
                 SELECT \(resolveColumns)
-                FROM devices v WHERE v.app = $1 AND v.user_name = ANY($2::bytea[]) ORDER BY v.user_name, v.registered_seq
+                FROM devices v WHERE v.app = $1 AND v.user_name = ANY($2::bytea[]) AND \(picked(3, 4))
+                ORDER BY v.user_name, v.registered_seq
                 """)
         static let resolveDevices = PostgresStatement(
             name: "q_resolve_devices",
             sql: """
                 SELECT \(resolveColumns)
                 FROM unnest($2::text[]) WITH ORDINALITY AS n(id, i) JOIN devices v ON v.device_id = n.id AND v.app = $1
+                WHERE \(picked(3, 4))
                 ORDER BY n.i
                 """)
         /// As ``resolveUsers`` (the app `$2`, the users `$7`), writing the
@@ -1160,7 +1175,7 @@ final class PostgresQueue: Sendable {
             sql: """
                 WITH \(messageAndLock)
                 SELECT \(resolveColumns), nextval('deliveries_delivery_id_seq')
-                FROM m, locked, devices v WHERE v.app = $2 AND v.user_name = ANY($7::bytea[])
+                FROM m, locked, devices v WHERE v.app = $2 AND v.user_name = ANY($7::bytea[]) AND \(picked(8, 9))
                 ORDER BY v.user_name, v.registered_seq
                 """)
         /// As ``resolveUsersWritingMessage``, for devices by id.
@@ -1171,8 +1186,19 @@ final class PostgresQueue: Sendable {
                 SELECT \(resolveColumns), nextval('deliveries_delivery_id_seq')
                 FROM m, locked, unnest($7::text[]) WITH ORDINALITY AS n(id, i)
                 JOIN devices v ON v.device_id = n.id AND v.app = $2
+                WHERE \(picked(8, 9))
                 ORDER BY n.i
                 """)
+        /// The rows a message goes to (``MessageRules/targetRows(_:)``): with
+        /// `$role` null, ordinary devices; else the Live Activity tokens of
+        /// that role whose type (start) or id (update) is `$key`.
+        private static func picked(_ role: Int, _ key: Int) -> String {
+            """
+            (CASE WHEN $\(role)::text IS NULL THEN v.activity_role IS NULL
+                WHEN $\(role)::text = 'start' THEN v.activity_role = 'start' AND v.activity_type = $\(key)::text
+                ELSE v.activity_role = $\(role)::text AND v.activity_id = $\(key)::text END)
+            """
+        }
         private static let resolveColumns = """
             v.device_id, v.user_name, v.platform, v.token_hash, v.environment, v.token_sealed, v.keys_sealed,
                 v.registered_at, v.bundle_id, v.server_key, v.enabled, v.time_zone, v.quiet_hours, v.topics
@@ -1204,7 +1230,12 @@ final class PostgresQueue: Sendable {
         static let claimColumns = """
             SELECT d.delivery_id, d.message_id, d.app, d.device_id, d.user_name, d.platform, d.attempts, m.expires_at,
                 m.payload, v.environment, v.token_sealed, v.keys_sealed, v.token_hash, v.registered_at, m.created_at,
-                v.bundle_id, v.server_key, v.enabled, d.timing
+                v.bundle_id, v.server_key, v.enabled, d.timing,
+                CASE WHEN d.collapse_key IS NULL THEN NULL ELSE (
+                    SELECT n.message_id FROM deliveries n
+                    WHERE n.device_id = d.device_id AND n.collapse_key = d.collapse_key AND n.delivery_id > d.delivery_id
+                        AND n.state IN ('queued', 'retrying', 'in_flight', 'delivered')
+                    ORDER BY n.delivery_id DESC LIMIT 1) END
             FROM picked p JOIN deliveries d ON d.delivery_id = p.delivery_id
             JOIN messages m ON m.message_id = d.message_id
             LEFT JOIN devices v ON v.device_id = d.device_id

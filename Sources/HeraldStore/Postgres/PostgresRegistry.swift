@@ -239,7 +239,8 @@ struct PostgresRegistry: RegistryStatements {
     /// The user `deviceID` belongs to in `app`, or nil.
     func deviceOwner(app: String, deviceID: String) throws -> String? {
         let rows = try c.execute(
-            "SELECT user_name FROM devices WHERE app = $1 AND device_id = $2", [.text(app), .text(deviceID)]
+            "SELECT user_name FROM devices WHERE app = $1 AND device_id = $2 AND activity_role IS NULL",
+            [.text(app), .text(deviceID)]
         ).rows
         return try rows.first.map { try $0.clientText(0) }
     }
@@ -280,6 +281,99 @@ struct PostgresRegistry: RegistryStatements {
 
     func expireTombstones(now: Int64) throws {
         try c.execute("DELETE FROM tombstones WHERE created_at < $1", [.int(now - RegistryLimits.tombstoneLifetimeMs)])
+    }
+
+    // MARK: Live Activity tokens
+
+    func activityParent(app: String, user: String, deviceID: String) throws -> ActivityParent? {
+        guard
+            let r = try c.execute(
+                """
+                SELECT platform, environment, bundle_id, app_id FROM devices
+                WHERE app = $1 AND user_name = $2 AND device_id = $3 AND activity_role IS NULL
+                """, [.text(app), Self.bytes(user), .text(deviceID)]
+            ).rows.first, let platform = Platform(rawValue: try r.text(0))
+        else { return nil }
+        return ActivityParent(
+            platform: platform, environment: try r.optionalText(1).flatMap(APNsEnvironment.init(rawValue:)),
+            bundleID: try r.optionalText(2), appID: try r.optionalClientText(3) ?? ClientBuild.defaultAppID)
+    }
+
+    func putActivityToken(_ r: ActivityTokenRow, now: Int64) throws -> Bool {
+        let replaced =
+            try c.execute(
+                "DELETE FROM devices WHERE device_id = $1 AND activity_role IS NOT NULL", [.text(r.id)]
+            ).affectedRows > 0
+        // The same token bound to another row (another activity's, say): it is this one's now.
+        try c.execute(
+            "DELETE FROM devices WHERE binding_hash = $1 AND activity_role IS NOT NULL", [.bytes(r.bindingHash)])
+        try c.execute(
+            """
+            INSERT INTO devices (device_id, app, user_name, platform, environment, binding_hash, token_hash,
+                token_sealed, created_at, registered_at, registered_seq, bundle_id, app_id,
+                parent_device_id, activity_role, activity_type, activity_id)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, nextval('registration_seq'), $10, $11, $12, $13, $14, $15)
+            """,
+            [
+                .text(r.id), .text(r.app), Self.bytes(r.user), .text(Platform.apnsLiveActivity.rawValue),
+                .optional(r.environment?.rawValue), .bytes(r.bindingHash), .text(r.tokenHash), .bytes(r.tokenSealed),
+                .int(now), .optional(r.bundleID), Self.bytes(r.appID), .text(r.parentDeviceID),
+                .text(r.role.rawValue), .optional(r.activityType), .optional(r.activityID),
+            ])
+        return replaced
+    }
+
+    func activityTokenIDs(parentDeviceID: String, role: ActivityRole) throws -> [String] {
+        try c.execute(
+            """
+            SELECT device_id FROM devices WHERE parent_device_id = $1 AND activity_role = $2
+            ORDER BY registered_seq DESC
+            """, [.text(parentDeviceID), .text(role.rawValue)]
+        ).rows.map { try $0.text(0) }
+    }
+
+    func deleteActivityTokens(ids: [String]) throws -> Int {
+        try c.execute(
+            "DELETE FROM devices WHERE device_id = ANY($1::text[]) AND activity_role IS NOT NULL",
+            [.array(.text(ids))]
+        ).affectedRows
+    }
+
+    func deleteActivityTokens(app: String, user: String, _ selector: ActivitySelector) throws -> Int {
+        switch selector {
+        case .activity(let id):
+            try c.execute(
+                """
+                DELETE FROM devices WHERE app = $1 AND user_name = $2 AND activity_role = 'update'
+                    AND activity_id = $3
+                """, [.text(app), Self.bytes(user), .text(id)]
+            ).affectedRows
+        case .pushToStart(let deviceID, let type):
+            try c.execute(
+                """
+                DELETE FROM devices WHERE app = $1 AND user_name = $2 AND parent_device_id = $3
+                    AND activity_role = 'start' AND activity_type = $4
+                """, [.text(app), Self.bytes(user), .text(deviceID), .text(type)]
+            ).affectedRows
+        }
+    }
+
+    func activityTokens(app: String, user: String) throws -> [ActivityTokenSummary] {
+        try c.execute(
+            """
+            SELECT device_id, parent_device_id, activity_role, activity_type, activity_id, token_hash, environment,
+                registered_at
+            FROM devices WHERE app = $1 AND user_name = $2 AND activity_role IS NOT NULL
+            ORDER BY registered_seq DESC
+            """, [.text(app), Self.bytes(user)]
+        ).rows.compactMap { r in
+            guard let role = ActivityRole(rawValue: try r.text(2)) else { return nil }
+            return ActivityTokenSummary(
+                tokenID: try r.text(0), deviceID: try r.optionalText(1) ?? "", role: role,
+                activityType: try r.optionalText(3), activityID: try r.optionalText(4), tokenHash: try r.text(5),
+                environment: try r.optionalText(6).flatMap(APNsEnvironment.init(rawValue:)),
+                registeredAt: try r.int64(7))
+        }
     }
 
     private enum Statements {
@@ -328,7 +422,9 @@ struct PostgresRegistry: RegistryStatements {
             sql: """
                 WITH gone AS (
                     SELECT device_id, registered_seq, platform FROM devices WHERE app = $1 AND user_name = $2
-                        AND (SELECT count(*) FROM devices WHERE app = $1 AND user_name = $2) > $3
+                        AND activity_role IS NULL
+                        AND (SELECT count(*) FROM devices WHERE app = $1 AND user_name = $2 AND activity_role IS NULL)
+                            > $3
                     ORDER BY registered_seq DESC OFFSET $3 FOR UPDATE),
                 deleted AS (DELETE FROM devices WHERE device_id IN (SELECT device_id FROM gone))
                 SELECT device_id, platform FROM gone ORDER BY registered_seq DESC
@@ -337,7 +433,7 @@ struct PostgresRegistry: RegistryStatements {
             name: "reg_list",
             sql: """
                 SELECT \(DeviceSummary.listColumns)
-                FROM devices WHERE app = $1 AND user_name = $2 ORDER BY registered_seq DESC
+                FROM devices WHERE app = $1 AND user_name = $2 AND activity_role IS NULL ORDER BY registered_seq DESC
                 """)
         static let updateByID = PostgresStatement(
             name: "reg_update_by_id",

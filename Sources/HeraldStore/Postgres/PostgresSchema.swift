@@ -475,6 +475,43 @@ enum PostgresSchema {
                 RETURN NULL;
             END $$;
             """),
+        // 8: Live Activity tokens (SQLite's 12): rows of `devices` with
+        // platform `apns_liveactivity` and an `activity_role` (`start`, by
+        // `activity_type`; `update`, by `activity_id`) under their
+        // `parent_device_id`. A device that goes takes them with it; one
+        // whose id moves keeps them. Older binaries pass over the rows (they
+        // do not know the platform).
+        .expand(
+            """
+            ALTER TABLE devices ADD COLUMN parent_device_id text, ADD COLUMN activity_role text,
+                ADD COLUMN activity_type text, ADD COLUMN activity_id text;
+            CREATE INDEX devices_by_parent ON devices (parent_device_id) WHERE parent_device_id IS NOT NULL;
+            CREATE INDEX devices_by_activity ON devices (app, user_name, activity_role, activity_id, activity_type)
+                WHERE activity_role IS NOT NULL;
+            CREATE FUNCTION devices_deleted_activities() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                -- The tokens' own deletion fires this again, with no device among them: it stops there.
+                IF EXISTS (SELECT 1 FROM deleted_devices o WHERE o.activity_role IS NULL) THEN
+                    DELETE FROM devices WHERE parent_device_id IN (
+                        SELECT o.device_id FROM deleted_devices o WHERE o.activity_role IS NULL);
+                END IF;
+                RETURN NULL;
+            END $$;
+            CREATE TRIGGER devices_deleted_activities AFTER DELETE ON devices
+                REFERENCING OLD TABLE AS deleted_devices FOR EACH STATEMENT
+                EXECUTE FUNCTION devices_deleted_activities();
+            CREATE FUNCTION devices_moved_activities() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                UPDATE devices SET parent_device_id = NEW.device_id WHERE parent_device_id = OLD.device_id;
+                RETURN NULL;
+            END $$;
+            CREATE TRIGGER devices_moved_activities AFTER UPDATE OF device_id ON devices
+                FOR EACH ROW WHEN (OLD.activity_role IS NULL AND NEW.device_id <> OLD.device_id)
+                EXECUTE FUNCTION devices_moved_activities();
+            CREATE TABLE activity_high_sends (app text NOT NULL, activity_id text NOT NULL, sent_at bigint NOT NULL);
+            CREATE INDEX activity_high_sends_by_activity ON activity_high_sends (app, activity_id, sent_at);
+            CREATE INDEX activity_high_sends_by_age ON activity_high_sends (app, sent_at);
+            """),
     ]
 
     /// Brings the database to the newest schema this binary knows; applies

@@ -33,6 +33,9 @@ from .errors import (
 from .events import EventStream
 from .types import (
     Accepted,
+    ActivityEvent,
+    ActivityList,
+    ActivityRegistration,
     Alert,
     Cancelled,
     DeclarativeNotification,
@@ -710,6 +713,40 @@ class Client:
         """Deletes everything Herald holds for the user in the app (``user.forget``)."""
         return cast(Removed, self.call("user.forget", _given(locals())))
 
+    def activity_register(
+        self,
+        *,
+        user: str,
+        device_id: str,
+        push_to_start_token: str | None = None,
+        update_token: str | None = None,
+        activity_type: str | None = None,
+        activity_id: str | None = None,
+        app: str | None = None,
+    ) -> ActivityRegistration:
+        """Registers a Live Activity token of the user's ``apns`` device ``device_id``
+        (``activity.register``): ``push_to_start_token`` with ``activity_type`` (what a
+        ``push_send(kind="live_activity", event="start", attributes_type=...)`` reaches), or a
+        running activity's ``update_token`` with the app's ``activity_id``."""
+        return cast(ActivityRegistration, self.call("activity.register", _given(locals())))
+
+    def activity_unregister(
+        self,
+        *,
+        user: str,
+        activity_id: str | None = None,
+        device_id: str | None = None,
+        activity_type: str | None = None,
+        app: str | None = None,
+    ) -> Removed:
+        """Removes an activity's update tokens (``activity_id``) or a device's push-to-start
+        token (``device_id`` and ``activity_type``) (``activity.unregister``)."""
+        return cast(Removed, self.call("activity.unregister", _given(locals())))
+
+    def activity_list(self, *, user: str, app: str | None = None) -> ActivityList:
+        """The user's Live Activity tokens, newest first (``activity.list``)."""
+        return cast(ActivityList, self.call("activity.list", _given(locals())))
+
     def push_send(
         self,
         *,
@@ -735,6 +772,14 @@ class Client:
         topics: Sequence[str] | None = None,
         not_before: datetime.datetime | str | None = None,
         at_local: str | None = None,
+        event: ActivityEvent | None = None,
+        activity_id: str | None = None,
+        attributes_type: str | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        content_state: Mapping[str, Any] | None = None,
+        timestamp: int | str | None = None,
+        stale_date: int | str | None = None,
+        dismissal_date: int | str | None = None,
         app: str | None = None,
     ) -> Accepted:
         """Sends a content-free notification to ``to={"users": [...]}`` or
@@ -754,6 +799,12 @@ class Client:
 
         ``kind`` ``widgets``, ``location`` and ``pushtotalk`` go to ``apns_widgets``,
         ``apns_location`` and ``apns_pushtotalk`` registrations only.
+
+        ``kind="live_activity"``: ``event`` ``"start"`` (to the push-to-start tokens of
+        ``attributes_type``; needs ``attributes``, ``content_state`` and an ``alert``),
+        ``"update"`` or ``"end"`` (to the update tokens of ``activity_id``); ``timestamp``,
+        ``stale_date``, ``dismissal_date`` are Unix seconds or RFC 3339 strings. Priority is
+        ``normal`` (APNs 5) unless ``"high"`` within the app's ``live_activity_high_per_hour``.
 
         ``topics`` (up to 16): what the message is about; a device with topics gets it only when
         they share one (the others are ``skipped``, reason ``not_subscribed``). ``not_before``:
@@ -927,6 +978,33 @@ class Pipeline:
     def session_end(self, *, user: str, session: str, app: str | None = None) -> Pending[Removed]:
         return self.call("session.end", _given(locals()))
 
+    def activity_register(
+        self,
+        *,
+        user: str,
+        device_id: str,
+        push_to_start_token: str | None = None,
+        update_token: str | None = None,
+        activity_type: str | None = None,
+        activity_id: str | None = None,
+        app: str | None = None,
+    ) -> Pending[ActivityRegistration]:
+        return self.call("activity.register", _given(locals()))
+
+    def activity_unregister(
+        self,
+        *,
+        user: str,
+        activity_id: str | None = None,
+        device_id: str | None = None,
+        activity_type: str | None = None,
+        app: str | None = None,
+    ) -> Pending[Removed]:
+        return self.call("activity.unregister", _given(locals()))
+
+    def activity_list(self, *, user: str, app: str | None = None) -> Pending[ActivityList]:
+        return self.call("activity.list", _given(locals()))
+
     def user_forget(self, *, user: str, app: str | None = None) -> Pending[Removed]:
         return self.call("user.forget", _given(locals()))
 
@@ -955,6 +1033,14 @@ class Pipeline:
         topics: Sequence[str] | None = None,
         not_before: datetime.datetime | str | None = None,
         at_local: str | None = None,
+        event: ActivityEvent | None = None,
+        activity_id: str | None = None,
+        attributes_type: str | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        content_state: Mapping[str, Any] | None = None,
+        timestamp: int | str | None = None,
+        stale_date: int | str | None = None,
+        dismissal_date: int | str | None = None,
         app: str | None = None,
     ) -> Pending[Accepted]:
         return self.call("push.send", _given(locals()))

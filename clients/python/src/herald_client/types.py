@@ -28,6 +28,10 @@ __all__ = [
     "KeepStep",
     "ShrinkStep",
     "DeclarativeNotification",
+    "ActivityEvent",
+    "ActivityRegistration",
+    "ActivityToken",
+    "ActivityList",
     "Registration",
     "Removed",
     "Device",
@@ -55,7 +59,9 @@ Platform = Literal[
 #: How a registration is reached: an https endpoint with keys (``webpush``) or a raw vendor token.
 Form = Literal["webpush", "legacy"]
 Environment = Literal["production", "development"]
-Kind = Literal["notification", "clear", "call_ring", "widgets", "location", "pushtotalk"]
+Kind = Literal["notification", "clear", "call_ring", "widgets", "location", "pushtotalk", "live_activity"]
+#: ``push.send``'s ``event`` for ``kind="live_activity"``.
+ActivityEvent = Literal["start", "update", "end"]
 Priority = Literal["high", "normal", "low"]
 #: ``push.send``'s ``interruption_level`` (APNs ``interruption-level``).
 InterruptionLevel = Literal["passive", "active", "time-sensitive", "critical"]
@@ -215,6 +221,34 @@ class DeviceList(TypedDict):
     """``device.list``: newest registration first."""
 
     devices: list[Device]
+
+
+class ActivityRegistration(TypedDict):
+    """``activity.register``: the token's id, whether it is new, and older tokens let go."""
+
+    token_id: str
+    token_hash: str
+    created: bool
+    evicted: list[str]
+
+
+class ActivityToken(TypedDict):
+    """One Live Activity token as ``activity.list`` shows it (never the token)."""
+
+    token_id: str
+    device_id: str
+    role: Literal["push_to_start", "update"]
+    activity_type: str | None
+    activity_id: str | None
+    token_hash: str
+    environment: Environment | None
+    registered_at: str
+
+
+class ActivityList(TypedDict):
+    """``activity.list``: newest first."""
+
+    activities: list[ActivityToken]
 
 
 class Counts(TypedDict):
