@@ -228,6 +228,19 @@ public struct APNsLaneHandle: Sendable {
         lane.send(request) { result in completion(result.map(APNsAnswer.response)) }
     }
 
+    /// Sends any request on the lane (`method` and `path` below the
+    /// endpoint's prefix), with the lane's provider token: the channel
+    /// management API and broadcasts. The completion runs once, on the
+    /// client's thread, with the whole answer.
+    public func request(
+        method: String, path: String, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
+        notAfter: Int64? = nil, completion: @escaping @Sendable (Result<HTTP2Response, APNsClientError>) -> Void
+    ) {
+        lane.send(
+            HTTP2Request(method: method, path: pathPrefix + path, headers: headers, body: body, notAfter: notAfter),
+            completion: completion)
+    }
+
     /// The async form of ``send(_:completion:)``.
     public func send(_ push: APNsPush) async -> Result<APNsResponse, APNsClientError> {
         await withCheckedContinuation { c in send(push) { c.resume(returning: $0) } }

@@ -171,6 +171,12 @@ public struct HeraldConfig: Sendable, Equatable, CustomStringConvertible {
         public var apnsDevelopment = HTTPURL(
             origin: Origin(scheme: .https, host: "api.sandbox.push.apple.com"), target: "")
         public var fcm = HTTPURL(origin: Origin(scheme: .https, host: "fcm.googleapis.com"), target: "")
+        /// APNs' channel management (broadcast channels), production: Apple's port 2196.
+        public var apnsManageProduction = HTTPURL(
+            origin: Origin(scheme: .https, host: "api-manage-broadcast.push.apple.com", port: 2196), target: "")
+        /// The same for the development environment (the sandbox, port 2195).
+        public var apnsManageDevelopment = HTTPURL(
+            origin: Origin(scheme: .https, host: "api-manage-broadcast.sandbox.push.apple.com", port: 2195), target: "")
         /// An extra CA bundle trusted for all providers.
         public var caFile: ConfigFileReference?
         /// Lets Web Push endpoints resolve to private or loopback addresses (tests only).

@@ -427,6 +427,14 @@ enum ConfigKeys {
             endpoint(
                 "apns_development", \.endpoints.apnsDevelopment, default: "https://api.sandbox.push.apple.com", doc: ""),
             endpoint("fcm", \.endpoints.fcm, default: "https://fcm.googleapis.com", doc: ""),
+            endpoint(
+                "apns_manage_production", \.endpoints.apnsManageProduction,
+                default: "https://api-manage-broadcast.push.apple.com:2196",
+                doc: "APNs channel management (broadcast channels), production"),
+            endpoint(
+                "apns_manage_development", \.endpoints.apnsManageDevelopment,
+                default: "https://api-manage-broadcast.sandbox.push.apple.com:2195",
+                doc: "APNs channel management, development"),
             Key(
                 section: .endpoints, name: "ca_file", kind: .file, defaultValue: "", reload: .restart, backend: nil,
                 doc: "extra CA bundle trusted for all providers (empty: system CAs only)",
