@@ -79,9 +79,10 @@ public struct APNsRequest: Sendable, Hashable {
     /// push; APNs itself stores for "30 days or less".
     public static let maximumTTLSeconds = 2_419_200
 
-    /// The body limit for `platform`: 5120 for `apns_voip`, else 4096.
+    /// The body limit for `platform`: 5120 for `apns_voip` and for a
+    /// broadcast (`apns_channel`), else 4096.
     public static func payloadLimit(for platform: Platform) -> Int {
-        platform == .apnsVoIP ? voipPayloadLimit : payloadLimit
+        platform == .apnsVoIP || platform == .apnsChannel ? voipPayloadLimit : payloadLimit
     }
 
     /// Whether `key` may not appear in `data` because the body uses it: `aps`.
@@ -215,7 +216,9 @@ public struct APNsRequest: Sendable, Hashable {
             case .pushToTalk: 10
             default: message.priority == .high ? 10 : 5
             }
-        self.expiration = ttl == 0 || pushType == .pushToTalk ? 0 : now + Int64(ttl)
+        // A channel that stores nothing takes 0 only (else BadExpirationDate).
+        let storesNothing = platform == .apnsChannel && message.liveActivity?.channelStoresLatest != true
+        self.expiration = ttl == 0 || pushType == .pushToTalk || storesNothing ? 0 : now + Int64(ttl)
         // Without a collapse key, the message's own id: a resend of it
         // replaces the first notification instead of showing a second. A
         // Live Activity orders its pushes by their timestamp instead.
@@ -251,7 +254,11 @@ public struct APNsRequest: Sendable, Hashable {
         if a.event == .start {
             if let type = a.attributesType { aps["attributes-type"] = .string(type) }
             aps["attributes"] = object(a.attributes) ?? .object(JSONObject())
-            aps["input-push-token"] = 1
+            if let channel = a.inputPushChannel {
+                aps["input-push-channel"] = .string(channel)
+            } else {
+                aps["input-push-token"] = 1
+            }
         }
     }
 
@@ -259,12 +266,10 @@ public struct APNsRequest: Sendable, Hashable {
     /// `apns-push-type`, `apns-topic`, `apns-priority`, `apns-expiration`, and
     /// `apns-collapse-id` when there is one.
     public var headers: [(name: String, value: String)] {
-        var fields: [(name: String, value: String)] = [
-            ("apns-push-type", pushType.rawValue),
-            ("apns-topic", topic),
-            ("apns-priority", String(priority)),
-            ("apns-expiration", String(expiration)),
-        ]
+        // A broadcast names its bundle in the path: no apns-topic.
+        var fields: [(name: String, value: String)] = [("apns-push-type", pushType.rawValue)]
+        if platform != .apnsChannel { fields.append(("apns-topic", topic)) }
+        fields += [("apns-priority", String(priority)), ("apns-expiration", String(expiration))]
         if let collapseID { fields.append(("apns-collapse-id", collapseID)) }
         return fields
     }

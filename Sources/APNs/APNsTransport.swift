@@ -103,10 +103,36 @@ public final class APNsTransport: PushTransport {
         let registeredAt = job.registeredAt
         let clock = self.clock
         let apnsID = Self.apnsID(messageID: job.messageID, deviceID: job.deviceID)
+        let started = monotonicMilliseconds()
+        if job.platform == .apnsChannel {
+            // A broadcast: the channel (the row's token) in apns-channel-id,
+            // the bundle in the path; apns-request-id for apns-id.
+            let bundle = job.bundleID ?? settings.topic
+            lane.request(
+                method: "POST", path: "/4/broadcasts/apps/\(bundle)",
+                headers: request.headers + [("apns-channel-id", job.token), ("apns-request-id", apnsID)],
+                body: request.payload, notAfter: job.sendDeadline
+            ) { result in
+                var receipt = ProviderReceipt(
+                    apnsID: apnsID, origin: origin, elapsedMs: monotonicMilliseconds() - started)
+                switch result.map(APNsAnswer.response) {
+                case .success(let r):
+                    receipt.apnsUniqueID = r.uniqueID
+                    let retryAfter = r.retryAfter.flatMap { RetryAfter.parse($0, now: clock.nowMilliseconds()) }
+                    // A broadcast has no device token to go stale: a 410 is not one.
+                    let outcome = APNsClassifier.classify(
+                        status: r.status == 410 ? 400 : r.status, reason: r.reason, timestamp: nil,
+                        registeredAt: registeredAt, retryAfter: retryAfter)
+                    completion(AttemptReport(outcome: outcome, httpStatus: r.status, receipt: receipt))
+                case .failure(let error):
+                    completion(AttemptReport(outcome: .transient(reason: ProviderReason(error)), receipt: receipt))
+                }
+            }
+            return
+        }
         let push = APNsPush(
             deviceToken: job.token, headers: request.headers + [("apns-id", apnsID)], payload: request.payload,
             notAfter: job.sendDeadline)
-        let started = monotonicMilliseconds()
         lane.send(push) { result in
             var receipt = ProviderReceipt(
                 apnsID: apnsID, origin: origin, elapsedMs: monotonicMilliseconds() - started)

@@ -12,6 +12,10 @@ public enum Platform: String, Sendable, CaseIterable, Hashable {
     /// of a device and an activity type, or a running activity's update
     /// token. Registered with `activity.register`, never `device.register`.
     case apnsLiveActivity = "apns_liveactivity"
+    /// An APNs broadcast channel (iOS 18): one request reaches every Live
+    /// Activity subscribed to it. Created with `channel.create`; its
+    /// deliveries are `push.broadcast`'s.
+    case apnsChannel = "apns_channel"
     case fcm
     case web
     /// UnifiedPush: always the Web Push form (an https endpoint and its keys).
@@ -20,7 +24,7 @@ public enum Platform: String, Sendable, CaseIterable, Hashable {
     /// A token APNs issued (sent by the app's APNs transport).
     public var isAPNs: Bool {
         switch self {
-        case .apns, .apnsVoIP, .apnsWidgets, .apnsLocation, .apnsPushToTalk, .apnsLiveActivity: true
+        case .apns, .apnsVoIP, .apnsWidgets, .apnsLocation, .apnsPushToTalk, .apnsLiveActivity, .apnsChannel: true
         case .fcm, .web, .unifiedPush: false
         }
     }
@@ -43,13 +47,15 @@ public enum Platform: String, Sendable, CaseIterable, Hashable {
         case .apnsLocation: ".location-query"
         case .apnsPushToTalk: ".voip-ptt"
         case .apnsLiveActivity: ".push-type.liveactivity"
+        // A broadcast names its bundle in the path and has no apns-topic.
+        case .apnsChannel: ""
         case .fcm, .web, .unifiedPush: nil
         }
     }
 
     /// Whether `device.register` takes this platform (Live Activity tokens
     /// come through `activity.register`).
-    public var isDevicePlatform: Bool { self != .apnsLiveActivity }
+    public var isDevicePlatform: Bool { self != .apnsLiveActivity && self != .apnsChannel }
 
     /// Whether a registration of this platform must take the Web Push form.
     public var requiresWebPushForm: Bool { self == .web || self == .unifiedPush }

@@ -14,6 +14,8 @@ public enum ActivityRole: String, Sendable, CaseIterable, Hashable {
     case start
     /// A running activity's update token, one per device and activity id.
     case update
+    /// Not a token: a broadcast channel of the app (`activity_id` its channel id).
+    case channel
 }
 
 /// One `push.send kind: live_activity`: the event, the activity it is
@@ -41,6 +43,14 @@ public struct LiveActivity: Sendable, Hashable {
     /// The call asked for priority 10 past the activity's hourly allowance
     /// (`live_activity_high_per_hour`): it goes at 5 instead.
     public var priorityLowered = false
+    /// `push.broadcast`: the channel it goes to, and what the channel stores
+    /// (a channel that stores nothing takes `apns-expiration: 0` only).
+    public var channelID: String?
+    public var channelStoresLatest = false
+    /// `push.send` start with `channel_id`: the started activity subscribes
+    /// to that channel (`input-push-channel`) instead of asking for an
+    /// update token.
+    public var inputPushChannel: String?
 
     public init(
         event: ActivityEvent, activityID: String? = nil, attributesType: String? = nil, attributes: String? = nil,
@@ -61,6 +71,7 @@ public struct LiveActivity: Sendable, Hashable {
     /// The collapse key that makes a newer update or an end supersede what
     /// waits for the same activity's tokens (never sent as `apns-collapse-id`).
     public var supersedeKey: String? {
+        if let channelID { return "herald-channel:" + channelID }
         guard event != .start, let activityID else { return nil }
         return "herald-activity:" + activityID
     }

@@ -59,7 +59,8 @@ public enum PushKind: String, Sendable, CaseIterable, Hashable {
     public func reaches(_ platform: Platform, webPushForm: Bool) -> Bool {
         switch self {
         case .callRing: platform == .apnsVoIP || (platform == .fcm && webPushForm)
-        case .widgets, .location, .pushToTalk, .liveActivity: platform == ownPlatform && !webPushForm
+        case .widgets, .location, .pushToTalk: platform == ownPlatform && !webPushForm
+        case .liveActivity: (platform == .apnsLiveActivity || platform == .apnsChannel) && !webPushForm
         case .notification, .clear:
             platform == .apns || platform == .fcm || platform == .web || platform == .unifiedPush
         }
