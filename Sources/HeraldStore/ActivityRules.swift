@@ -182,6 +182,100 @@ extension RegistryHost {
     }
 }
 
+/// One broadcast channel as Herald keeps it (`channel.list`).
+public struct ChannelRecord: Sendable, Equatable {
+    public let channelID: String
+    /// Its row in `devices` (a `push.broadcast` delivery's device id).
+    public let rowID: String
+    public let bundleID: String?
+    public let environment: APNsEnvironment?
+    /// `latest` (message-storage-policy 1) or `none` (0).
+    public let storesLatest: Bool
+    public let createdAt: Int64
+
+    public init(
+        channelID: String, rowID: String, bundleID: String?, environment: APNsEnvironment?, storesLatest: Bool,
+        createdAt: Int64
+    ) {
+        self.channelID = channelID
+        self.rowID = rowID
+        self.bundleID = bundleID
+        self.environment = environment
+        self.storesLatest = storesLatest
+        self.createdAt = createdAt
+    }
+}
+
+/// A channel row as written.
+struct ChannelRow {
+    let rowID: String
+    let app: String
+    let channelID: String
+    let environment: APNsEnvironment
+    let bundleID: String
+    let storesLatest: Bool
+    let bindingHash: [UInt8]
+    let tokenHash: String
+    let tokenSealed: [UInt8]
+}
+
+/// Bounds of the broadcast channels.
+public enum ChannelLimits {
+    /// Apple's limit per app and environment; Herald keeps no more per app.
+    public static let perApp = 10_000
+}
+
+/// A channel past ``ChannelLimits/perApp``.
+public struct ChannelLimitReached: Error, Sendable {}
+
+extension Identity {
+    /// A channel's row id: 32 hex chars from the app and the channel id.
+    static func channelRowID(app: String, channelID: String) -> String {
+        String(SHA256.hex(Array("channel\u{0}\(app)\u{0}\(channelID)".utf8)).prefix(32))
+    }
+}
+
+extension RegistryHost {
+    /// Records a channel APNs created (`channel.create`).
+    public func recordChannel(
+        app: String, channelID: String, environment: APNsEnvironment, bundleID: String, storesLatest: Bool,
+        completion: @escaping @Sendable (Result<ChannelRecord, any Error>) -> Void
+    ) {
+        writeRows(
+            durable: true, fence: nil,
+            { rows, now in
+                let rowID = Identity.channelRowID(app: app, channelID: channelID)
+                let key = rows.key
+                try rows.putChannel(
+                    ChannelRow(
+                        rowID: rowID, app: app, channelID: channelID, environment: environment, bundleID: bundleID,
+                        storesLatest: storesLatest,
+                        bindingHash: Identity.bindingHash(
+                            app: app, platform: .apnsChannel, environment: environment, token: channelID),
+                        tokenHash: Identity.tokenHash(channelID),
+                        tokenSealed: try key.seal(Array(channelID.utf8), context: Identity.tokenContext(rowID))),
+                    now: now)
+                return ChannelRecord(
+                    channelID: channelID, rowID: rowID, bundleID: bundleID, environment: environment,
+                    storesLatest: storesLatest, createdAt: now)
+            }, completion)
+    }
+
+    public func channels(
+        app: String, channelID: String?, completion: @escaping @Sendable (Result<[ChannelRecord], any Error>) -> Void
+    ) {
+        readRows(fence: nil, figures: false, { rows in try rows.channels(app: app, channelID: channelID) }, completion)
+    }
+
+    public func forgetChannel(
+        app: String, channelID: String, completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
+    ) {
+        writeRows(
+            durable: true, fence: nil, { rows, _ in try rows.deleteChannel(app: app, channelID: channelID) },
+            completion)
+    }
+}
+
 /// The Live Activity budget's notes on SQLite (one writer: no lock needed).
 struct SQLiteActivityBudget: ActivityBudgetStatements {
     let db: Database

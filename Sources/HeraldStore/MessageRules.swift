@@ -52,6 +52,7 @@ enum MessageRules {
     /// activity type or id.
     static func targetRows(_ m: PushMessage) -> (role: ActivityRole?, key: String) {
         guard m.kind == .liveActivity, let a = m.liveActivity else { return (nil, "") }
+        if let channel = a.channelID { return (.channel, channel) }
         return a.event == .start ? (.start, a.attributesType ?? "") : (.update, a.activityID ?? "")
     }
 

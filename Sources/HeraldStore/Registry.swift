@@ -373,6 +373,52 @@ final class Registry: RegistryStatements {
         return db.changes
     }
 
+    // MARK: Broadcast channels
+
+    func putChannel(_ r: ChannelRow, now: Int64) throws(StoreError) {
+        let count = try db.statement("SELECT count(*) FROM devices WHERE app = ? AND activity_role = 'channel'")
+            .bind(.text(r.app))
+        if try count.step(), count.int64(0) >= Int64(ChannelLimits.perApp) { throw ChannelLimitReached() }
+        try db.statement("DELETE FROM devices WHERE device_id = ?").bind(.text(r.rowID)).run()
+        try db.statement(
+            """
+            INSERT INTO devices (device_id, app, user, platform, environment, binding_hash, token_hash,
+                token_sealed, created_at, registered_at, registered_seq, bundle_id, activity_role, activity_type,
+                activity_id)
+            VALUES (?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, 'channel', ?, ?)
+            """
+        ).bind(
+            .text(r.rowID), .text(r.app), .text(Platform.apnsChannel.rawValue), .text(r.environment.rawValue),
+            .blob(r.bindingHash), .text(r.tokenHash), .blob(r.tokenSealed), .int(now), .int(now),
+            .int(nextSequence()), .text(r.bundleID), .text(r.storesLatest ? "latest" : "none"), .text(r.channelID)
+        ).run()
+    }
+
+    func channels(app: String, channelID: String?) throws(StoreError) -> [ChannelRecord] {
+        let stmt = try db.statement(
+            """
+            SELECT activity_id, device_id, bundle_id, environment, activity_type, created_at FROM devices
+            WHERE app = ? AND activity_role = 'channel' AND (? IS NULL OR activity_id = ?)
+            ORDER BY registered_seq DESC
+            """
+        ).bind(.text(app), .optional(channelID), .optional(channelID))
+        var out: [ChannelRecord] = []
+        while try stmt.step() {
+            out.append(
+                ChannelRecord(
+                    channelID: stmt.text(0), rowID: stmt.text(1), bundleID: stmt.optionalText(2),
+                    environment: stmt.optionalText(3).flatMap(APNsEnvironment.init(rawValue:)),
+                    storesLatest: stmt.optionalText(4) == "latest", createdAt: stmt.int64(5)))
+        }
+        return out
+    }
+
+    func deleteChannel(app: String, channelID: String) throws(StoreError) -> Bool {
+        try db.statement("DELETE FROM devices WHERE app = ? AND activity_role = 'channel' AND activity_id = ?")
+            .bind(.text(app), .text(channelID)).run()
+        return db.changes > 0
+    }
+
     func activityTokens(app: String, user: String) throws(StoreError) -> [ActivityTokenSummary] {
         let stmt = try db.statement(
             """

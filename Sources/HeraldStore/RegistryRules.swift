@@ -112,6 +112,14 @@ protocol RegistryStatements: EventStatements {
     func deleteActivityTokens(app: String, user: String, _ selector: ActivitySelector) throws -> Int
     /// The user's Live Activity tokens, newest first.
     func activityTokens(app: String, user: String) throws -> [ActivityTokenSummary]
+
+    // Broadcast channels (``ChannelRecord``): rows of `devices` with role `channel`, of no user.
+    /// Writes a channel's row (its id sealed as the row's token).
+    func putChannel(_ row: ChannelRow, now: Int64) throws
+    /// The app's channels, newest first (nil `channelID`: all).
+    func channels(app: String, channelID: String?) throws -> [ChannelRecord]
+    /// Deletes the app's channel row; whether there was one.
+    func deleteChannel(app: String, channelID: String) throws -> Bool
 }
 
 /// The registry's rules, for every backend.

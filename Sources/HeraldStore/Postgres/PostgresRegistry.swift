@@ -358,6 +358,53 @@ struct PostgresRegistry: RegistryStatements {
         }
     }
 
+    // MARK: Broadcast channels
+
+    func putChannel(_ r: ChannelRow, now: Int64) throws {
+        try Self.lock(c, Self.lockKey("channels", r.app))
+        let count =
+            try c.execute(
+                "SELECT count(*) FROM devices WHERE app = $1 AND activity_role = 'channel'", [.text(r.app)]
+            ).first?.int64(0) ?? 0
+        if count >= Int64(ChannelLimits.perApp) { throw ChannelLimitReached() }
+        try c.execute("DELETE FROM devices WHERE device_id = $1", [.text(r.rowID)])
+        try c.execute(
+            """
+            INSERT INTO devices (device_id, app, user_name, platform, environment, binding_hash, token_hash,
+                token_sealed, created_at, registered_at, registered_seq, bundle_id, activity_role, activity_type,
+                activity_id)
+            VALUES ($1, $2, ''::bytea, $3, $4, $5, $6, $7, $8, $8, nextval('registration_seq'), $9, 'channel', $10,
+                $11)
+            """,
+            [
+                .text(r.rowID), .text(r.app), .text(Platform.apnsChannel.rawValue), .text(r.environment.rawValue),
+                .bytes(r.bindingHash), .text(r.tokenHash), .bytes(r.tokenSealed), .int(now), .text(r.bundleID),
+                .text(r.storesLatest ? "latest" : "none"), .text(r.channelID),
+            ])
+    }
+
+    func channels(app: String, channelID: String?) throws -> [ChannelRecord] {
+        try c.execute(
+            """
+            SELECT activity_id, device_id, bundle_id, environment, activity_type, created_at FROM devices
+            WHERE app = $1 AND activity_role = 'channel' AND ($2::text IS NULL OR activity_id = $2::text)
+            ORDER BY registered_seq DESC
+            """, [.text(app), .optional(channelID)]
+        ).rows.map { r in
+            ChannelRecord(
+                channelID: try r.text(0), rowID: try r.text(1), bundleID: try r.optionalText(2),
+                environment: try r.optionalText(3).flatMap(APNsEnvironment.init(rawValue:)),
+                storesLatest: try r.optionalText(4) == "latest", createdAt: try r.int64(5))
+        }
+    }
+
+    func deleteChannel(app: String, channelID: String) throws -> Bool {
+        try c.execute(
+            "DELETE FROM devices WHERE app = $1 AND activity_role = 'channel' AND activity_id = $2",
+            [.text(app), .text(channelID)]
+        ).affectedRows > 0
+    }
+
     func activityTokens(app: String, user: String) throws -> [ActivityTokenSummary] {
         try c.execute(
             """
