@@ -375,7 +375,7 @@ final class Registry: RegistryStatements {
 
     // MARK: Broadcast channels
 
-    func putChannel(_ r: ChannelRow, now: Int64) throws(StoreError) {
+    func putChannel(_ r: ChannelRow, now: Int64) throws {
         let count = try db.statement("SELECT count(*) FROM devices WHERE app = ? AND activity_role = 'channel'")
             .bind(.text(r.app))
         if try count.step(), count.int64(0) >= Int64(ChannelLimits.perApp) { throw ChannelLimitReached() }
