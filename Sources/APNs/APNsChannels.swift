@@ -1,5 +1,6 @@
 public import HTTP2
 public import HeraldCore
+import HeraldCrypto
 internal import HeraldJSON
 
 /// What a broadcast channel keeps for devices that subscribe later
@@ -85,6 +86,42 @@ public enum ChannelAnswer: Sendable, Hashable {
             return .listed(json?["channels"]?.arrayValue?.compactMap(\.stringValue) ?? [])
         default:
             return .refused(status: r.status, reason: json?["reason"]?.stringValue)
+        }
+    }
+}
+
+/// One app's channel management: a lane to each environment's management
+/// host (Apple's `api-manage-broadcast…`), signed with the app's key.
+public final class APNsChannelManager: Sendable {
+    private let production: APNsLaneHandle
+    private let development: APNsLaneHandle
+    /// The app's default bundle id.
+    public let topic: String
+
+    public init(
+        client: APNsClient, app: String, signer: APNsSigner, topic: String, production: APNsEndpoint,
+        development: APNsEndpoint
+    ) {
+        self.topic = topic
+        let keyTag = "manage-" + String(SHA256.hex(signer.key.publicKey).prefix(16))
+        func lane(_ env: APNsEnvironment, _ endpoint: APNsEndpoint) -> APNsLaneHandle {
+            client.lane(
+                APNsLaneKey(app: app, keyID: signer.keyID, teamID: signer.teamID, environment: env, keyTag: keyTag),
+                endpoint: endpoint, signer: signer)
+        }
+        self.production = lane(.production, production)
+        self.development = lane(.development, development)
+    }
+
+    /// Sends one management request to the environment's host.
+    public func perform(
+        _ request: ChannelRequest, environment: APNsEnvironment,
+        completion: @escaping @Sendable (Result<ChannelAnswer, APNsClientError>) -> Void
+    ) {
+        let lane = environment == .development ? development : production
+        lane.request(method: request.method, path: request.path, headers: request.headers, body: request.body) {
+            result in
+            completion(result.map { ChannelAnswer.read($0, for: request) })
         }
     }
 }
