@@ -26,6 +26,8 @@ final class DeliveryStack: Sendable {
     let initialDisabled: [String: [Platform: String]]
     /// What proves the credentials of the configuration the stack was made with.
     let initialProbes: [CredentialKey: any CredentialProbe]
+    /// Each app's channel management, as the last configuration made it.
+    private let managers: Locked<[String: APNsChannelManager]>
 
     init(
         config: HeraldConfig, credentials: [String: LoadedCredentials], store: any DeliveryStore,
@@ -37,6 +39,7 @@ final class DeliveryStack: Sendable {
         let built = try providers.transports(apps: config.apps, credentials: credentials)
         initialDisabled = built.disabled
         initialProbes = built.probes
+        managers = Locked(built.channelManagers)
         let d = config.delivery
         var settings = SchedulerSettings(
             maxInflight: config.server.maxInflight,
@@ -51,6 +54,12 @@ final class DeliveryStack: Sendable {
 
     var apns: APNsClient? { providers.apns }
 
+    /// The app's channel management, nil when its APNs is not configured.
+    func channelManager(_ app: String) -> APNsChannelManager? { managers.withLock { $0[app] } }
+
+    /// A reload's channel management.
+    func replaceChannelManagers(_ next: [String: APNsChannelManager]) { managers.withLock { $0 = next } }
+
     /// Ends every provider connection; sends still out complete as failures
     /// (`shutdown`) and are recorded as retrying.
     func shutdownTransports() { providers.shutdown() }
@@ -63,6 +72,8 @@ struct BuiltTransports {
     var disabled: [String: [Platform: String]] = [:]
     /// What proves each configured credential (``CredentialMonitor``).
     var probes: [CredentialKey: any CredentialProbe] = [:]
+    /// Each app's APNs channel management (broadcast channels), where APNs is configured.
+    var channelManagers: [String: APNsChannelManager] = [:]
 
     /// The lanes whose raw-token registrations this instance can send (a
     /// lane may have a transport for its Web Push-form registrations only):
@@ -134,6 +145,10 @@ final class ProviderClients: Sendable {
         let apnsEndpoints = (
             production: Self.apnsEndpoint(endpoints.apnsProduction),
             development: Self.apnsEndpoint(endpoints.apnsDevelopment)
+        )
+        let manageEndpoints = (
+            production: Self.apnsEndpoint(endpoints.apnsManageProduction),
+            development: Self.apnsEndpoint(endpoints.apnsManageDevelopment)
         )
         let needsAPNs = credentials.values.contains { $0.apns.isReady }
         let needsFCM = credentials.values.contains { $0.fcm.isReady }
@@ -207,6 +222,12 @@ final class ProviderClients: Sendable {
                         built.transports[QueueLane(app: name, platform: platform)] = transport
                     }
                     built.probes[CredentialKey(app: name, platform: "apns")] = transport
+                    if let production = manageEndpoints.production, let development = manageEndpoints.development {
+                        built.channelManagers[name] = APNsChannelManager(
+                            client: apns, app: name,
+                            signer: APNsSigner(key: apnsCreds.key, keyID: apnsCreds.keyID, teamID: apnsCreds.teamID),
+                            topic: apnsCreds.topic, production: production, development: development)
+                    }
                 } else {
                     for platform in Platform.allCases where platform.isAPNs {
                         off[platform] = "APNs endpoints must be https URLs"

@@ -73,6 +73,7 @@ final class Reloader: Sendable {
             apps[name] = AppRuntime(config: app, credentials: credentials[name]!, disabled: built.disabled[name] ?? [:])
         }
         delivery.scheduler.replaceTransports(built.transports)
+        delivery.replaceChannelManagers(built.channelManagers)
         delivery.scheduler.publish(lanes: built.sendable)
         // READY=1 and `config_reloaded` only once calls see the new apps (the
         // loop may be busy; a loop that has stopped never runs it: no wait then).
