@@ -51,6 +51,16 @@ public protocol DeviceRegistry: StoreService {
     func unregisterActivity(
         app: String, user: String, _ selector: ActivitySelector,
         completion: @escaping @Sendable (Result<Int, any Error>) -> Void)
+    /// `channel.create`: records a channel APNs created.
+    func recordChannel(
+        app: String, channelID: String, environment: APNsEnvironment, bundleID: String, storesLatest: Bool,
+        completion: @escaping @Sendable (Result<ChannelRecord, any Error>) -> Void)
+    /// `channel.list` (nil `channelID`), or one channel.
+    func channels(
+        app: String, channelID: String?, completion: @escaping @Sendable (Result<[ChannelRecord], any Error>) -> Void)
+    /// `channel.delete`: whether Herald kept it.
+    func forgetChannel(
+        app: String, channelID: String, completion: @escaping @Sendable (Result<Bool, any Error>) -> Void)
     /// `activity.list`: the user's Live Activity tokens.
     func listActivities(
         app: String, user: String, completion: @escaping @Sendable (Result<[ActivityTokenSummary], any Error>) -> Void)

@@ -48,6 +48,20 @@ open class ForwardingStore: DeliveryStore, @unchecked Sendable {
     open func letGoActivityTokens(
         ids: [String], completion: @escaping @Sendable (Result<Int, any Error>) -> Void
     ) { inner.letGoActivityTokens(ids: ids, completion: completion) }
+    open func recordChannel(
+        app: String, channelID: String, environment: APNsEnvironment, bundleID: String, storesLatest: Bool,
+        completion: @escaping @Sendable (Result<ChannelRecord, any Error>) -> Void
+    ) {
+        inner.recordChannel(
+            app: app, channelID: channelID, environment: environment, bundleID: bundleID, storesLatest: storesLatest,
+            completion: completion)
+    }
+    open func channels(
+        app: String, channelID: String?, completion: @escaping @Sendable (Result<[ChannelRecord], any Error>) -> Void
+    ) { inner.channels(app: app, channelID: channelID, completion: completion) }
+    open func forgetChannel(
+        app: String, channelID: String, completion: @escaping @Sendable (Result<Bool, any Error>) -> Void
+    ) { inner.forgetChannel(app: app, channelID: channelID, completion: completion) }
     open func listActivities(
         app: String, user: String, completion: @escaping @Sendable (Result<[ActivityTokenSummary], any Error>) -> Void
     ) { inner.listActivities(app: app, user: user, completion: completion) }
