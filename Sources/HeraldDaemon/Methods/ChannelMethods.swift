@@ -1,0 +1,131 @@
+import APNs
+import HeraldCore
+import HeraldJSON
+import HeraldStore
+import JSONRPC
+
+extension HeraldService {
+    // MARK: channel.create, channel.list, channel.delete, push.broadcast
+
+    /// `channel.create {bundle_id?, environment?, storage: none|latest}`:
+    /// APNs creates the channel (its management host); Herald records it.
+    func createChannel(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let bundle = try p.string("bundle_id", maxBytes: 256, content: .text)
+        let environment = APNsEnvironment(
+            rawValue: try p.enumeration("environment", allowed: APNsEnvironment.allCases.map(\.rawValue))
+                ?? "production")!
+        let storage = ChannelStorage(
+            rawValue: try p.enumeration("storage", required: true, allowed: ChannelStorage.allCases.map(\.rawValue))!)!
+        try p.finish()
+        guard let manager = delivery?.channelManager(runtime.config.name) else {
+            throw .invalidParams(field: "app", reason: "has no APNs credentials: channels are APNs'")
+        }
+        let topics = runtime.config.allAPNsTopics.isEmpty ? [manager.topic] : runtime.config.allAPNsTopics
+        let bundleID = bundle ?? topics[0]
+        guard topics.contains(bundleID) else {
+            throw p.invalid("bundle_id", "must be one of the app's apns_topics: " + topics.joined(separator: ", "))
+        }
+        let store = self.store
+        let app = runtime.config.name
+        let log = self.log
+        manager.perform(.create(bundleID: bundleID, storage: storage), environment: environment) { result in
+            switch result {
+            case .success(.created(let id)):
+                store.recordChannel(
+                    app: app, channelID: id, environment: environment, bundleID: bundleID,
+                    storesLatest: storage == .latest
+                ) { recorded in
+                    switch recorded {
+                    case .success(let c): reply(.success(Self.channelJSON(c)))
+                    case .failure(let error):
+                        log.error("store_failed", ["error": String(describing: error)])
+                        reply(.failure(.storeUnavailable))
+                    }
+                }
+            case .success(let answer):
+                reply(.failure(Self.channelRefusal(answer)))
+            case .failure(let error):
+                reply(.failure(RPCError(.overloaded("APNs channel management unreachable: \(error)", retryAfterMs: 1000))))
+            }
+        }
+    }
+
+    /// `channel.list`: the app's channels Herald created, newest first.
+    func listChannels(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        try p.finish()
+        store.channels(
+            app: runtime.config.name, channelID: nil,
+            completion: finish(reply) { ["channels": .array($0.map(Self.channelJSON))] })
+    }
+
+    /// `channel.delete {channel_id}`: APNs deletes it (one it no longer
+    /// knows is gone already); Herald forgets it.
+    func deleteChannel(_ p: inout ParamReader, _ context: CallContext, _ reply: @escaping Reply) throws(RPCError) {
+        let runtime = try app(&p, context)
+        let channelID = try Self.channelIDParam(&p)
+        try p.finish()
+        guard let manager = delivery?.channelManager(runtime.config.name) else {
+            throw .invalidParams(field: "app", reason: "has no APNs credentials: channels are APNs'")
+        }
+        let store = self.store
+        let app = runtime.config.name
+        store.channels(app: app, channelID: channelID) { found in
+            guard case .success(let list) = found else {
+                reply(.failure(.storeUnavailable))
+                return
+            }
+            guard let channel = list.first else {
+                reply(.failure(RPCError(.notFound(messageID: channelID))))
+                return
+            }
+            manager.perform(
+                .delete(bundleID: channel.bundleID ?? manager.topic, channelID: channelID),
+                environment: channel.environment ?? .production
+            ) { result in
+                switch result {
+                case .success(.deleted), .success(.refused(400, "ChannelNotRegistered"?)):
+                    store.forgetChannel(app: app, channelID: channelID) { _ in reply(.success(["removed": 1])) }
+                case .success(let answer): reply(.failure(Self.channelRefusal(answer)))
+                case .failure(let error):
+                    reply(
+                        .failure(RPCError(.overloaded("APNs channel management unreachable: \(error)", retryAfterMs: 1000))))
+                }
+            }
+        }
+    }
+
+    static func channelIDParam(_ p: inout ParamReader) throws(RPCError) -> String {
+        let id = try p.string("channel_id", required: true, maxBytes: 64, content: .text)!
+        guard
+            id.utf8.allSatisfy({
+                ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) || $0 == 0x2B
+                    || $0 == 0x2F || $0 == 0x3D
+            })
+        else { throw p.invalid("channel_id", "must be a channel id as APNs gave it (base64)") }
+        return id
+    }
+
+    static func channelJSON(_ c: ChannelRecord) -> JSON {
+        [
+            "channel_id": .string(c.channelID), "bundle_id": c.bundleID.map(JSON.string) ?? .null,
+            "environment": .string((c.environment ?? .production).rawValue),
+            "storage": .string(c.storesLatest ? "latest" : "none"),
+            "created_at": .string(Timestamp.rfc3339(c.createdAt)),
+        ]
+    }
+
+    /// APNs refused a management request: its reason, as 1009 `provider_refused`? No: -32602 where the
+    /// caller can fix it, else 1007 with APNs' status and reason.
+    static func channelRefusal(_ answer: ChannelAnswer) -> RPCError {
+        guard case .refused(let status, let reason) = answer else {
+            return RPCError(.overloaded("APNs answered unexpectedly", retryAfterMs: 1000))
+        }
+        let why = reason ?? "status \(status)"
+        if status == 400 || status == 403 {
+            return .invalidParams(field: "channel_id", reason: "APNs refused it: \(why)")
+        }
+        return RPCError(.overloaded("APNs channel management answered \(status) \(why)", retryAfterMs: 1000))
+    }
+}
