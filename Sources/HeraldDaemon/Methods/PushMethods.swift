@@ -141,6 +141,15 @@ extension HeraldService {
         enqueue.awaitsResults = wait
         enqueue.activityHighPerHour = runtime.config.liveActivityHighPerHour
         enqueue.pendingApps = apps.count
+        accept(enqueue, runtime, scheduler: scheduler, wait: wait, timeoutMs: timeout, reply)
+    }
+
+    /// Queues a message (push.send, push.broadcast) and answers: at once,
+    /// or with `wait` when every delivery is final or the timeout passes.
+    func accept(
+        _ enqueue: Enqueue, _ runtime: AppRuntime, scheduler: Scheduler, wait: Bool, timeoutMs timeout: Int?,
+        _ reply: @escaping Reply
+    ) {
         let waitMs = Int64(timeout ?? PushLimits.defaultWaitMs)
         let log = self.log
         scheduler.enqueue(enqueue) { [self] result in
