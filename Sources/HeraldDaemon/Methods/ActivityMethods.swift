@@ -228,7 +228,7 @@ extension HeraldService {
     }
 
     /// A JSON object param, as compact text (nil when absent).
-    private static func jsonObjectText(_ p: inout ParamReader, _ name: String) throws(RPCError) -> String? {
+    static func jsonObjectText(_ p: inout ParamReader, _ name: String) throws(RPCError) -> String? {
         switch p.value(name) {
         case nil, .null?: return nil
         case .object(let o)?:
@@ -253,7 +253,7 @@ extension HeraldService {
     }
 
     /// A time param: Unix seconds, or an RFC 3339 date-time.
-    private static func unixSeconds(_ p: inout ParamReader, _ name: String) throws(RPCError) -> Int64? {
+    static func unixSeconds(_ p: inout ParamReader, _ name: String) throws(RPCError) -> Int64? {
         let reason = "must be Unix seconds (an integer) or an RFC 3339 date-time with Z or an offset"
         switch p.value(name) {
         case nil, .null?: return nil

@@ -194,7 +194,20 @@ extension HeraldService {
     static func broadcastActivity(
         _ p: inout ParamReader, event: ActivityEvent, nowSeconds: Int64
     ) throws(RPCError) -> LiveActivity {
-        // TODO(next session): share push.send's readers (jsonObjectText, unixSeconds) — make them internal.
-        throw p.invalid("event", "push.broadcast is not finished (see the issue 32 note)")
+        let contentState = try jsonObjectText(&p, "content_state")
+        if event == .update && contentState == nil { throw p.invalid("content_state", "is required for event update") }
+        let timestamp = try unixSeconds(&p, "timestamp")
+        let staleDate = try unixSeconds(&p, "stale_date")
+        let dismissalDate = try unixSeconds(&p, "dismissal_date")
+        if dismissalDate != nil && event != .end { throw p.invalid("dismissal_date", "is only for event end") }
+        var relevance: Double?
+        switch p.value("relevance_score") {
+        case nil, .null?: break
+        case .number(let n)? where (0...1_000_000).contains(n.double): relevance = n.double
+        default: throw p.invalid("relevance_score", "must be a number from 0 to 1000000")
+        }
+        return LiveActivity(
+            event: event, contentState: contentState, timestamp: timestamp ?? nowSeconds, staleDate: staleDate,
+            dismissalDate: dismissalDate, relevanceScore: relevance)
     }
 }
