@@ -168,7 +168,7 @@ public enum Daemon {
         Task { await waiters.startTicking() }
         service.delivery = DeliveryWiring(
             scheduler: delivery.scheduler, maxQueued: config.delivery.maxQueued, waiters: waiters,
-            providers: delivery.providers)
+            providers: delivery.providers, channelManager: { [delivery] in delivery.channelManager($0) })
         delivery.scheduler.onProgress = { finals in waiters.recorded(finals) }
         let server = RPCServer(
             loop: loop, listener: listener, handler: service, log: log, limits: ServerLimits(config.server))

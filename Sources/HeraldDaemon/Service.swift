@@ -27,6 +27,8 @@ struct DeliveryWiring: Sendable {
     let maxQueued: Int
     let waiters: MessageWaiters
     let providers: ProviderClients
+    /// Each app's channel management, as the current configuration has it.
+    let channelManager: @Sendable (String) -> APNsChannelManager?
 }
 
 /// What `system.stats` and the metrics say of the store: its backend and,

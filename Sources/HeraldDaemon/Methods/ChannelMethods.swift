@@ -1,5 +1,7 @@
 import APNs
 import HeraldCore
+import HeraldIO
+import HeraldScheduler
 import HeraldJSON
 import HeraldStore
 import JSONRPC
@@ -21,7 +23,7 @@ extension HeraldService {
         guard let manager = delivery?.channelManager(runtime.config.name) else {
             throw .invalidParams(field: "app", reason: "has no APNs credentials: channels are APNs'")
         }
-        let topics = runtime.config.allAPNsTopics.isEmpty ? [manager.topic] : runtime.config.allAPNsTopics
+        let topics = runtime.config.apnsBundleIDs.isEmpty ? [manager.topic] : runtime.config.apnsBundleIDs
         let bundleID = bundle ?? topics[0]
         guard topics.contains(bundleID) else {
             throw p.invalid("bundle_id", "must be one of the app's apns_topics: " + topics.joined(separator: ", "))
@@ -46,7 +48,9 @@ extension HeraldService {
             case .success(let answer):
                 reply(.failure(Self.channelRefusal(answer)))
             case .failure(let error):
-                reply(.failure(RPCError(.overloaded("APNs channel management unreachable: \(error)", retryAfterMs: 1000))))
+                reply(
+                    .failure(RPCError(.overloaded("APNs channel management unreachable: \(error)", retryAfterMs: 1000)))
+                )
             }
         }
     }
@@ -77,7 +81,8 @@ extension HeraldService {
                 return
             }
             guard let channel = list.first else {
-                reply(.failure(RPCError(.notFound(messageID: channelID))))
+                reply(
+                    .failure(.invalidParams(field: "channel_id", reason: "names no channel of the app (channel.list)")))
                 return
             }
             manager.perform(
@@ -85,12 +90,15 @@ extension HeraldService {
                 environment: channel.environment ?? .production
             ) { result in
                 switch result {
-                case .success(.deleted), .success(.refused(400, "ChannelNotRegistered"?)):
+                case .success(let answer)
+                where answer == .deleted || answer == .refused(status: 400, reason: "ChannelNotRegistered"):
+                    // Gone at APNs (now, or before): Herald forgets it.
                     store.forgetChannel(app: app, channelID: channelID) { _ in reply(.success(["removed": 1])) }
                 case .success(let answer): reply(.failure(Self.channelRefusal(answer)))
                 case .failure(let error):
                     reply(
-                        .failure(RPCError(.overloaded("APNs channel management unreachable: \(error)", retryAfterMs: 1000))))
+                        .failure(
+                            RPCError(.overloaded("APNs channel management unreachable: \(error)", retryAfterMs: 1000))))
                 }
             }
         }
@@ -158,7 +166,7 @@ extension HeraldService {
         if timeout != nil && !wait { throw p.invalid("timeout_ms", "requires wait: true") }
         let now = SystemClock().nowMilliseconds()
         // The Live Activity members, read as push.send reads them (activity_id is not one here).
-        var activity = try Self.broadcastActivity(&p, event: event, nowSeconds: now / 1000)
+        let read = try Self.broadcastActivity(&p, event: event, nowSeconds: now / 1000)
         try p.finish()
         guard let scheduler = delivery?.scheduler else {
             throw RPCError(.overloaded("delivery is not running", retryAfterMs: 1000))
@@ -171,13 +179,16 @@ extension HeraldService {
                 return
             }
             guard let channel = list.first else {
-                reply(.failure(.invalidParams(field: "channel_id", reason: "names no channel of the app (channel.list)")))
+                reply(
+                    .failure(.invalidParams(field: "channel_id", reason: "names no channel of the app (channel.list)")))
                 return
             }
+            var activity = read
             activity.channelID = channelID
             activity.channelStoresLatest = channel.storesLatest
             var message = PushMessage(
-                kind: .liveActivity, alert: alert, priority: priority, ttlSeconds: ttl ?? (channel.storesLatest ? 3600 : 0))
+                kind: .liveActivity, alert: alert, priority: priority,
+                ttlSeconds: ttl ?? (channel.storesLatest ? 3600 : 0))
             message.liveActivity = activity
             message.collapseKey = activity.supersedeKey
             var enqueue = Enqueue(

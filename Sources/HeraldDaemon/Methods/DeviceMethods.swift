@@ -51,7 +51,7 @@ extension HeraldService {
                 throw p.invalid("keys", "is required with an endpoint URL token (the Web Push form takes both keys)")
             }
             switch platform {
-            case .apns, .apnsVoIP, .apnsWidgets, .apnsLocation, .apnsPushToTalk, .apnsLiveActivity:
+            case .apns, .apnsVoIP, .apnsWidgets, .apnsLocation, .apnsPushToTalk, .apnsLiveActivity, .apnsChannel:
                 token = try Self.apnsToken(token, p)
             case .fcm:
                 if token.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7f }) {

@@ -2,6 +2,7 @@ import APNs
 import FCM
 import HeraldCore
 import HeraldIO
+import HeraldScheduler
 import HeraldStore
 import HeraldJSON
 import JSONRPC
@@ -477,7 +478,7 @@ extension HeraldService {
         for platform in sent where runtime.disabled[platform] == nil {
             for user in users {
                 switch platform {
-                case .apns, .apnsVoIP, .apnsWidgets, .apnsLocation, .apnsPushToTalk, .apnsLiveActivity:
+                case .apns, .apnsVoIP, .apnsWidgets, .apnsLocation, .apnsPushToTalk, .apnsLiveActivity, .apnsChannel:
                     guard let apns = runtime.credentials.apns.value else { continue }
                     do {
                         _ = try APNsRequest(
