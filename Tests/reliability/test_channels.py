@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from herald_fixtures import Daemon, Gateways, backend_store
+from herald_fixtures import Daemon, Gateways, backend_store, hex_token
 
 
 @pytest.fixture()
@@ -42,5 +42,38 @@ def test_create_broadcast_delete(gw):
         assert d.call("channel.delete", {"channel_id": ch["channel_id"]}) == {"removed": 1}
         assert d.call("channel.list", {})["channels"] == []
         assert gw.channels("apns_manage") == []
+    finally:
+        d.cleanup()
+
+
+def test_three_devices_started_on_a_channel_get_one_broadcast(gw):
+    ep = {"apns_manage_production": f"https://127.0.0.1:{gw.ports['apns_manage']}",
+          "apns_manage_development": f"https://127.0.0.1:{gw.ports['apns_manage_dev']}"}
+    d = Daemon(gateways=gw, transports=("apns",), store=backend_store(), endpoints=ep)
+    try:
+        ch = d.call("channel.create", {"storage": "latest"})
+        starts = []
+        for i in range(3):
+            device = d.register(f"fan-{i}", "apns", hex_token(40 + i, prefix=0x2C))["device_id"]
+            token = hex_token(50 + i, prefix=0x2C)
+            starts.append(token)
+            d.call("activity.register", {"user": f"fan-{i}", "device_id": device, "push_to_start_token": token,
+                                         "activity_type": "MatchAttributes"})
+        r = d.call("push.send", {"to": {"users": [f"fan-{i}" for i in range(3)]}, "kind": "live_activity",
+                                 "event": "start", "attributes_type": "MatchAttributes", "attributes": {},
+                                 "content_state": {"score": "0-0"}, "alert": {"loc_key": "KICKOFF"},
+                                 "channel_id": ch["channel_id"], "wait": True, "timeout_ms": 20000})
+        assert r["counts"]["delivered"] == 3, r
+        for token in starts:
+            (rec,) = [x for x in gw.received("apns") if x.get("token") == token]
+            assert rec["body"]["aps"]["input-push-channel"] == ch["channel_id"], rec["body"]
+            assert "input-push-token" not in rec["body"]["aps"]
+        before = len([x for x in gw.received("apns") if x.get("broadcast")])
+        b = d.call("push.broadcast", {"channel_id": ch["channel_id"], "event": "update",
+                                      "content_state": {"score": "1-0"}, "wait": True, "timeout_ms": 20000})
+        assert b["counts"]["delivered"] == 1 and b["devices"] == 1, b
+        broadcasts = [x for x in gw.received("apns") if x.get("broadcast")]
+        assert len(broadcasts) - before == 1, "one request for every subscribed activity"
+        assert broadcasts[-1]["headers"]["apns-expiration"] != "0", "a channel that stores keeps its TTL"
     finally:
         d.cleanup()

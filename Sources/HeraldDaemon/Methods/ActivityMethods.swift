@@ -170,12 +170,14 @@ extension HeraldService {
         let timestamp = try Self.unixSeconds(&p, "timestamp")
         let staleDate = try Self.unixSeconds(&p, "stale_date")
         let dismissalDate = try Self.unixSeconds(&p, "dismissal_date")
+        let channel: String? = p.params["channel_id"] == nil ? nil : try Self.channelIDParam(&p)
         guard kind == .liveActivity else {
             let given: [(String, Bool)] = [
                 ("event", event != nil), ("activity_id", activityID != nil),
                 ("attributes_type", attributesType != nil), ("attributes", attributes != nil),
                 ("content_state", contentState != nil), ("timestamp", timestamp != nil),
                 ("stale_date", staleDate != nil), ("dismissal_date", dismissalDate != nil),
+                ("channel_id", channel != nil),
             ]
             if let first = given.first(where: { $0.1 }) {
                 throw p.invalid(first.0, "is only for kind live_activity")
@@ -207,10 +209,15 @@ extension HeraldService {
             }
         }
         if dismissalDate != nil && event != .end { throw p.invalid("dismissal_date", "is only for event end") }
-        return LiveActivity(
+        if channel != nil && event != .start {
+            throw p.invalid("channel_id", "is only for event start (the activity subscribes to the channel)")
+        }
+        var activity = LiveActivity(
             event: event, activityID: activityID, attributesType: attributesType, attributes: attributes,
             contentState: contentState, timestamp: timestamp ?? nowSeconds, staleDate: staleDate,
             dismissalDate: dismissalDate)
+        activity.inputPushChannel = channel
+        return activity
     }
 
     /// A Swift type name param (letters, digits, `_`, `.`).
