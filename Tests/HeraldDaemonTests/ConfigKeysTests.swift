@@ -159,6 +159,8 @@ struct ConfigKeysTests {
             "delivery.credential_check_interval": "60",
             "endpoints.apns_production": "https://apns.example",
             "endpoints.apns_development": "https://apns-dev.example", "endpoints.fcm": "https://fcm.example",
+            "endpoints.apns_manage_production": "https://manage.example:2196",
+            "endpoints.apns_manage_development": "https://manage-dev.example:2195",
             "endpoints.ca_file": "/etc/ca.pem", "endpoints.webpush_allow_private": "true",
             "metrics.listen": "127.0.0.1:9", "app.device_cap": "7", "app.allow_uids": "7", "app.allow_gids": "7",
             "app.alert_loc_key": "X", "app.android_channel_id": "x", "app.apns_topics": "com.x, com.y",

@@ -130,14 +130,14 @@ MSG = "0" * 32
 
 
 LIVE_ACTIVITY_PARAMS = ("event", "activity_id", "attributes_type", "attributes", "content_state", "timestamp",
-                        "stale_date", "dismissal_date")
+                        "stale_date", "dismissal_date", "channel_id")
 
 
 def live_activity_base(param=None):
     """A valid push.send of kind live_activity that has `param` (an update, a start or an end)."""
     base = {"to": {"users": [WIT]}, "kind": "live_activity", "event": "update", "activity_id": "a",
             "content_state": {"s": 1}}
-    if param in ("attributes_type", "attributes"):
+    if param in ("attributes_type", "attributes", "channel_id"):
         base.update(event="start", attributes_type="T", attributes={}, alert={"loc_key": "L"})
     elif param == "dismissal_date":
         base.update(event="end", dismissal_date=1_900_000_000)
@@ -179,6 +179,27 @@ def base_for(method, param, witness):
         return {"user": HU, "activity_id": "a"}
     if method == "activity.list":
         return {"user": HU}
+    if method == "channel.create":
+        return {"storage": "none"}
+    if method == "channel.delete":
+        return {"channel_id": "AAAA"}
+    if method == "push.broadcast":
+        base = {"channel_id": "AAAA", "event": "update", "content_state": {"s": 1}}
+        if param == "dismissal_date":
+            base.update(event="end", dismissal_date=1_900_000_000)
+        elif param == "timeout_ms":
+            base.update(wait=True, timeout_ms=10)
+        elif param in ("timestamp", "stale_date"):
+            base[param] = 1_900_000_000
+        elif param == "priority":
+            base[param] = "high"
+        elif param == "ttl":
+            base[param] = 60
+        elif param == "idempotency_key":
+            base[param] = "i"
+        elif param == "relevance_score":
+            base[param] = 1
+        return base
     if method == "push.send" and param in LIVE_ACTIVITY_PARAMS:
         return live_activity_base(param)
     if method == "push.send":
@@ -765,6 +786,26 @@ def nul_refused_cases(witness):
         ("activity.unregister", "activity_type", {"user": WIT, "device_id": witness["apns"],
                                                   "activity_type": "T" + NUL}, -32602, "activity_type"),
         ("push.send", "event", dict(live_activity_base(), event="update" + NUL), -32602, "event"),
+        ("push.send", "channel_id", dict(live_activity_base("channel_id"), channel_id="AAAA" + NUL), -32602,
+         "channel_id"),
+        ("channel.create", "bundle_id", {"storage": "none", "bundle_id": "com.x" + NUL}, -32602, "bundle_id"),
+        ("channel.create", "environment", {"storage": "none", "environment": "production" + NUL}, -32602,
+         "environment"),
+        ("channel.create", "storage", {"storage": "none" + NUL}, -32602, "storage"),
+        ("channel.delete", "channel_id", {"channel_id": "AAAA" + NUL}, -32602, "channel_id"),
+        ("push.broadcast", "channel_id", {"channel_id": "AAAA" + NUL, "event": "update", "content_state": {}},
+         -32602, "channel_id"),
+        ("push.broadcast", "event", {"channel_id": "AAAA", "event": "update" + NUL, "content_state": {}}, -32602,
+         "event"),
+        ("push.broadcast", "priority", {"channel_id": "AAAA", "event": "update", "content_state": {},
+                                        "priority": "high" + NUL}, -32602, "priority"),
+        ("push.broadcast", "timestamp", {"channel_id": "AAAA", "event": "update", "content_state": {},
+                                         "timestamp": "2030-01-01T00:00:00Z" + NUL}, -32602, "timestamp"),
+        ("push.broadcast", "stale_date", {"channel_id": "AAAA", "event": "update", "content_state": {},
+                                          "stale_date": "2030-01-01T00:00:00Z" + NUL}, -32602, "stale_date"),
+        ("push.broadcast", "dismissal_date", {"channel_id": "AAAA", "event": "end",
+                                              "dismissal_date": "2030-01-01T00:00:00Z" + NUL}, -32602,
+         "dismissal_date"),
         ("push.send", "activity_id", dict(live_activity_base(), activity_id="a" + NUL), -32602, "activity_id"),
         ("push.send", "attributes_type", dict(live_activity_base("attributes_type"), attributes_type="T" + NUL),
          -32602, "attributes_type"),
@@ -789,6 +830,7 @@ NUL_KEPT = {
     "device.list": {"user"}, "device.update": {"user", "name"}, "session.end": {"user", "session"},
     "user.forget": {"user"}, "push.send": {"collapse_key", "idempotency_key"},
     "activity.register": {"user"}, "activity.unregister": {"user"}, "activity.list": {"user"},
+    "push.broadcast": {"idempotency_key"},
 }
 # Nested strings of push.send and what happens to a NUL in them.
 NUL_NESTED = {("to", "users", 0): "kept", ("to", "devices", 0): "refused", ("data", "k"): "kept",
