@@ -214,8 +214,11 @@ extension HeraldService {
         var relevance: Double?
         switch p.value("relevance_score") {
         case nil, .null?: break
-        case .number(let n)? where (0...1_000_000).contains(n.double): relevance = n.double
-        default: throw p.invalid("relevance_score", "must be a number from 0 to 1000000")
+        case .number(let n)?
+        where !n.text.utf8.contains(where: { $0 == UInt8(ascii: "e") || $0 == UInt8(ascii: "E") })
+            && (0...1_000_000).contains(n.double):
+            relevance = n.double
+        default: throw p.invalid("relevance_score", "must be a number from 0 to 1000000, written without an exponent")
         }
         return LiveActivity(
             event: event, contentState: contentState, timestamp: timestamp ?? nowSeconds, staleDate: staleDate,
