@@ -40,8 +40,9 @@ test-crash-postgres: python-deps build
 
 ## test-hostile-postgres: the hostile-input and SSRF suite (test_hostile.py), the event stream's
 ## checks (test_events.py), each device's own rules (test_device_rules.py) and the Live Activities and other
-## APNs surfaces (test_live_activities.py) with their daemons on PostgreSQL
+## APNs surfaces (test_live_activities.py, test_channels.py) with their daemons on PostgreSQL
 test-hostile-postgres: python-deps build
 	HERALD_BIN=$(HERALD) HERALD_STORE_BACKEND=postgres PYTHONDONTWRITEBYTECODE=1 $(VENV)/bin/python -m pytest \
 		-q -p no:cacheprovider Tests/reliability/test_hostile.py Tests/reliability/test_events.py \
-		Tests/reliability/test_device_rules.py Tests/reliability/test_live_activities.py
+		Tests/reliability/test_device_rules.py Tests/reliability/test_live_activities.py \
+		Tests/reliability/test_channels.py

@@ -14,7 +14,7 @@ RELIABILITY_SUITES := Tests/reliability/test_faults.py Tests/reliability/test_ho
 	Tests/reliability/test_send_slots.py Tests/reliability/test_dns_starvation.py \
 	Tests/reliability/test_dashboards.py Tests/reliability/test_events.py \
 	Tests/reliability/test_credential_health.py Tests/reliability/test_device_rules.py \
-	Tests/reliability/test_live_activities.py
+	Tests/reliability/test_live_activities.py Tests/reliability/test_channels.py
 
 .PHONY: test-reliability-checks
 

@@ -19,7 +19,7 @@ enum PushCommands {
                    [--not-before TIME | --at-local HH:MM]
                    [--live-activity start|update|end [--activity-id ID] [--attributes-type T]
                     [--attributes JSON] [--content-state JSON] [--timestamp T] [--stale-date T]
-                    [--dismissal-date T]]
+                    [--dismissal-date T] [--channel CHANNEL_ID]]
           --live-activity E   kind live_activity: start (to the push-to-start tokens of
                               --attributes-type; needs --attributes, --content-state and --loc-key),
                               update or end (to the update tokens of --activity-id); T is Unix
@@ -47,7 +47,7 @@ enum PushCommands {
                 "app", "kind", "badge", "loc-key", "collapse-key", "priority", "ttl", "idempotency-key", "timeout-ms",
                 "interruption-level", "relevance-score", "thread-id", "category", "android-channel-id",
                 "web-payload", "shrink", "notification", "live-activity", "activity-id", "attributes-type",
-                "attributes", "content-state", "timestamp", "stale-date", "dismissal-date",
+                "attributes", "content-state", "timestamp", "stale-date", "dismissal-date", "channel",
             ]).union(PreferenceOptions.sendValues), flags: ["wait"], repeated: ["user", "device", "data"])
         try options.noPositional()
         let users = options.all("user")
@@ -69,7 +69,9 @@ enum PushCommands {
         } else if let kind = options.value("kind") {
             params.append("kind", .string(kind))
         }
-        for (option, key) in [("activity-id", "activity_id"), ("attributes-type", "attributes_type")] {
+        for (option, key) in [
+            ("activity-id", "activity_id"), ("attributes-type", "attributes_type"), ("channel", "channel_id"),
+        ] {
             if let v = options.value(option) { params.append(key, .string(v)) }
         }
         for (option, key) in [("attributes", "attributes"), ("content-state", "content_state")] {

@@ -24,6 +24,7 @@ let usage = """
       herald devices USER [--app A]  (each device's form, app_id, user_agent, time_zone, quiet_hours
                       and topics too)
       herald activity register|list|unregister ...  (Live Activity tokens: 'herald activity help')
+      herald channel create|list|delete|broadcast ...  (APNs broadcast channels: 'herald channel help')
       herald device rename DEVICE_ID NAME [--user U] [--app A]
       herald device disable DEVICE_ID [--user U] [--app A] (kept; sends skip it)
       herald device enable DEVICE_ID [--user U] [--app A]
@@ -70,6 +71,7 @@ func dispatch(_ arguments: [String]) throws(CommandFailure) -> Int32 {
     case "devices": return try ClientCommands.devices(rest)
     case "device": return try DeviceCommand.run(rest)
     case "activity": return try ActivityCommand.run(rest)
+    case "channel": return try ChannelCommand.run(rest)
     case "send": return try PushCommands.send(rest)
     case "status": return try PushCommands.status(rest)
     case "events": return try EventsCommand.run(rest)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from herald_fixtures import Daemon, Gateways, backend_store, hex_token
+from herald_fixtures import Daemon, Gateways, RPCError, backend_store, hex_token
 
 
 @pytest.fixture()
@@ -75,5 +75,43 @@ def test_three_devices_started_on_a_channel_get_one_broadcast(gw):
         broadcasts = [x for x in gw.received("apns") if x.get("broadcast")]
         assert len(broadcasts) - before == 1, "one request for every subscribed activity"
         assert broadcasts[-1]["headers"]["apns-expiration"] != "0", "a channel that stores keeps its TTL"
+    finally:
+        d.cleanup()
+
+
+def test_the_channel_limit_and_the_environments(gw):
+    """Past APNs' channel limit (the gateway's knob, 10,000 at Apple) channel.create is -32602 with
+    APNs' reason and nothing is recorded; a development channel is created at the sandbox's host and
+    broadcast to the development push host; bad input names the field."""
+    ep = {"apns_manage_production": f"https://127.0.0.1:{gw.ports['apns_manage']}",
+          "apns_manage_development": f"https://127.0.0.1:{gw.ports['apns_manage_dev']}"}
+    d = Daemon(gateways=gw, transports=("apns",), store=backend_store(), endpoints=ep)
+    try:
+        gw.knobs("apns_manage", channel_limit=1)
+        first = d.call("channel.create", {"storage": "latest"})
+        with pytest.raises(RPCError) as e:
+            d.call("channel.create", {"storage": "none"})
+        assert e.value.code == -32602 and "CannotCreateChannelConfig" in e.value.data["reason"], e.value.data
+        dev = d.call("channel.create", {"storage": "none", "environment": "development"})
+        assert dev["environment"] == "development"
+        assert [c["channel_id"] for c in gw.channels("apns_manage_dev")] == [dev["channel_id"]]
+        assert {c["channel_id"] for c in d.call("channel.list", {})["channels"]} == {first["channel_id"],
+                                                                                    dev["channel_id"]}
+        r = d.call("push.broadcast", {"channel_id": dev["channel_id"], "event": "end", "wait": True,
+                                      "timeout_ms": 20000})
+        assert r["counts"]["delivered"] == 1, r
+        assert [x for x in gw.received("apns_dev") if x.get("broadcast")][-1]["channel_id"] == dev["channel_id"]
+        for params, field in [({"storage": "some"}, "storage"), ({"storage": "none", "bundle_id": "com.other"},
+                                                                  "bundle_id")]:
+            with pytest.raises(RPCError) as e:
+                d.call("channel.create", params)
+            assert e.value.data["field"] == field
+        for params, field in [({"channel_id": dev["channel_id"], "event": "start"}, "event"),
+                              ({"channel_id": dev["channel_id"], "event": "update"}, "content_state"),
+                              ({"channel_id": "AAAA", "event": "end"}, "channel_id"),
+                              ({"channel_id": "not base64!", "event": "end"}, "channel_id")]:
+            with pytest.raises(RPCError) as e:
+                d.call("push.broadcast", params)
+            assert e.value.data["field"] == field, (params, e.value.data)
     finally:
         d.cleanup()

@@ -47,3 +47,29 @@ def test_a_live_activity_through_the_client(daemon, gw):
         with pytest.raises(InvalidParams) as bad:
             herald.activity_register(user="c-la", device_id=device, update_token=update)
         assert bad.value.data["field"] == "activity_id"
+
+
+def test_channels_through_the_client(gateways, gw):
+    """channel_create against the management gateway, a start subscribed to the channel,
+    push_broadcast as one request, channel_delete; on a daemon whose manage endpoints are the
+    gateways'."""
+    from herald_fixtures import Daemon
+
+    ep = {"apns_manage_production": f"https://127.0.0.1:{gateways.ports['apns_manage']}",
+          "apns_manage_development": f"https://127.0.0.1:{gateways.ports['apns_manage_dev']}"}
+    d = Daemon(gateways=gateways, transports=("apns",), endpoints=ep)
+    try:
+        with Client(d.socket) as herald:
+            ch = herald.channel_create(storage="none")
+            assert herald.channel_list()["channels"] == [ch]
+            sent = herald.push_broadcast(channel_id=ch["channel_id"], event="update", content_state={"n": 1},
+                                         wait=True, timeout_ms=20000)
+            assert sent["counts"]["delivered"] == 1, sent
+            (rec,) = [r for r in gw.received("apns") if r.get("broadcast")]
+            assert rec["channel_id"] == ch["channel_id"] and rec["headers"]["apns-expiration"] == "0"
+            assert herald.channel_delete(channel_id=ch["channel_id"]) == {"removed": 1}
+            with pytest.raises(InvalidParams) as bad:
+                herald.push_broadcast(channel_id=ch["channel_id"], event="update", content_state={})
+            assert bad.value.data["field"] == "channel_id"
+    finally:
+        d.cleanup()

@@ -38,6 +38,8 @@ from .types import (
     ActivityRegistration,
     Alert,
     Cancelled,
+    Channel,
+    ChannelList,
     DeclarativeNotification,
     DeviceList,
     During,
@@ -747,6 +749,44 @@ class Client:
         """The user's Live Activity tokens, newest first (``activity.list``)."""
         return cast(ActivityList, self.call("activity.list", _given(locals())))
 
+    def channel_create(
+        self, *, storage: str, bundle_id: str | None = None, environment: Environment | None = None,
+        app: str | None = None,
+    ) -> Channel:
+        """Creates an APNs broadcast channel (``channel.create``): ``storage`` ``"none"`` or
+        ``"latest"``."""
+        return cast(Channel, self.call("channel.create", _given(locals())))
+
+    def channel_list(self, *, app: str | None = None) -> ChannelList:
+        """The app's broadcast channels, newest first (``channel.list``)."""
+        return cast(ChannelList, self.call("channel.list", _given(locals())))
+
+    def channel_delete(self, *, channel_id: str, app: str | None = None) -> Removed:
+        """Deletes a broadcast channel at APNs and in Herald (``channel.delete``)."""
+        return cast(Removed, self.call("channel.delete", _given(locals())))
+
+    def push_broadcast(
+        self,
+        *,
+        channel_id: str,
+        event: ActivityEvent,
+        content_state: Mapping[str, Any] | None = None,
+        alert: Alert | Mapping[str, Any] | None = None,
+        timestamp: int | str | None = None,
+        stale_date: int | str | None = None,
+        dismissal_date: int | str | None = None,
+        relevance_score: float | None = None,
+        priority: Priority | None = None,
+        ttl: int | None = None,
+        idempotency_key: str | None = None,
+        wait: bool | None = None,
+        timeout_ms: int | None = None,
+        app: str | None = None,
+    ) -> Accepted:
+        """Updates or ends every Live Activity subscribed to the channel with one request to
+        APNs (``push.broadcast``); durable like ``push_send``."""
+        return cast(Accepted, self.call("push.broadcast", _given(locals())))
+
     def push_send(
         self,
         *,
@@ -780,6 +820,7 @@ class Client:
         timestamp: int | str | None = None,
         stale_date: int | str | None = None,
         dismissal_date: int | str | None = None,
+        channel_id: str | None = None,
         app: str | None = None,
     ) -> Accepted:
         """Sends a content-free notification to ``to={"users": [...]}`` or
@@ -1005,6 +1046,38 @@ class Pipeline:
     def activity_list(self, *, user: str, app: str | None = None) -> Pending[ActivityList]:
         return self.call("activity.list", _given(locals()))
 
+    def channel_create(
+        self, *, storage: str, bundle_id: str | None = None, environment: Environment | None = None,
+        app: str | None = None,
+    ) -> Pending[Channel]:
+        return self.call("channel.create", _given(locals()))
+
+    def channel_list(self, *, app: str | None = None) -> Pending[ChannelList]:
+        return self.call("channel.list", _given(locals()))
+
+    def channel_delete(self, *, channel_id: str, app: str | None = None) -> Pending[Removed]:
+        return self.call("channel.delete", _given(locals()))
+
+    def push_broadcast(
+        self,
+        *,
+        channel_id: str,
+        event: ActivityEvent,
+        content_state: Mapping[str, Any] | None = None,
+        alert: Alert | Mapping[str, Any] | None = None,
+        timestamp: int | str | None = None,
+        stale_date: int | str | None = None,
+        dismissal_date: int | str | None = None,
+        relevance_score: float | None = None,
+        priority: Priority | None = None,
+        ttl: int | None = None,
+        idempotency_key: str | None = None,
+        wait: bool | None = None,
+        timeout_ms: int | None = None,
+        app: str | None = None,
+    ) -> Pending[Accepted]:
+        return self.call("push.broadcast", _given(locals()))
+
     def user_forget(self, *, user: str, app: str | None = None) -> Pending[Removed]:
         return self.call("user.forget", _given(locals()))
 
@@ -1041,6 +1114,7 @@ class Pipeline:
         timestamp: int | str | None = None,
         stale_date: int | str | None = None,
         dismissal_date: int | str | None = None,
+        channel_id: str | None = None,
         app: str | None = None,
     ) -> Pending[Accepted]:
         return self.call("push.send", _given(locals()))

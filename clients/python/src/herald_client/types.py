@@ -32,6 +32,8 @@ __all__ = [
     "ActivityRegistration",
     "ActivityToken",
     "ActivityList",
+    "Channel",
+    "ChannelList",
     "Registration",
     "Removed",
     "Device",
@@ -249,6 +251,22 @@ class ActivityList(TypedDict):
     """``activity.list``: newest first."""
 
     activities: list[ActivityToken]
+
+
+class Channel(TypedDict):
+    """An APNs broadcast channel (``channel.create``, ``channel.list``)."""
+
+    channel_id: str
+    bundle_id: str | None
+    environment: Environment
+    storage: Literal["none", "latest"]
+    created_at: str
+
+
+class ChannelList(TypedDict):
+    """``channel.list``: newest first."""
+
+    channels: list[Channel]
 
 
 class Counts(TypedDict):
