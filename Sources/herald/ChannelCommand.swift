@@ -58,7 +58,9 @@ enum ChannelCommand {
                 }
                 if let key = options.value("loc-key") { params.append("alert", ["loc_key": .string(key)]) }
                 if let v = options.value("priority") { params.append("priority", .string(v)) }
-                if options.value("ttl") != nil { params.append("ttl", .int(try options.integer("ttl", default: 0, in: 0...28_800))) }
+                if options.value("ttl") != nil {
+                    params.append("ttl", .int(try options.integer("ttl", default: 0, in: 0...28_800)))
+                }
                 for (option, key) in [("stale-date", "stale_date"), ("dismissal-date", "dismissal_date")] {
                     guard let text = options.value(option) else { continue }
                     params.append(key, Int64(text).map { .int($0) } ?? .string(text))
