@@ -61,7 +61,9 @@ struct FCMMessageTests {
         for kind in PushKind.allCases {
             guard let own = kind.ownPlatform else { continue }
             for platform in Platform.allCases {
-                #expect(kind.reaches(platform, webPushForm: false) == (platform == own), "\(kind) \(platform)")
+                // A Live Activity goes to its tokens and to broadcast channels.
+                let reached = platform == own || (kind == .liveActivity && platform == .apnsChannel)
+                #expect(kind.reaches(platform, webPushForm: false) == reached, "\(kind) \(platform)")
                 #expect(!kind.reaches(platform, webPushForm: true), "\(kind) \(platform)")
             }
         }
