@@ -149,14 +149,7 @@ extension HeraldService {
         let channelID = try Self.channelIDParam(&p)
         let event = ActivityEvent(
             rawValue: try p.enumeration("event", required: true, allowed: ["update", "end"])!)!
-        let alert = try p.object("alert") { (a: inout ParamReader) throws(RPCError) in
-            PushAlert(
-                locKey: try a.string("loc_key", maxBytes: PushLimits.maxLocBytes),
-                locArgs: try a.stringArray(
-                    "loc_args", maxCount: PushLimits.maxLocArgs, maxBytes: PushLimits.maxLocBytes, allowEmpty: true),
-                titleLocKey: try a.string("title_loc_key", maxBytes: PushLimits.maxLocBytes),
-                bodyLocKey: try a.string("body_loc_key", maxBytes: PushLimits.maxLocBytes))
-        }
+        let alert = try Self.alert(&p)
         let priority = try p.enumeration("priority", allowed: PushPriority.allCases.map(\.rawValue))
             .flatMap(PushPriority.init(rawValue:))
         let ttl = try p.int("ttl", range: 0...28_800)

@@ -66,14 +66,7 @@ extension HeraldService {
             try p.stringMap(
                 "data", maxCount: PushLimits.maxDataMembers, maxKeyBytes: PushLimits.maxKeyBytes,
                 maxValueBytes: PushLimits.maxValueBytes) ?? []
-        let alert = try p.object("alert") { (a: inout ParamReader) throws(RPCError) in
-            PushAlert(
-                locKey: try a.string("loc_key", maxBytes: PushLimits.maxLocBytes),
-                locArgs: try a.stringArray(
-                    "loc_args", maxCount: PushLimits.maxLocArgs, maxBytes: PushLimits.maxLocBytes, allowEmpty: true),
-                titleLocKey: try a.string("title_loc_key", maxBytes: PushLimits.maxLocBytes),
-                bodyLocKey: try a.string("body_loc_key", maxBytes: PushLimits.maxLocBytes))
-        }
+        let alert = try Self.alert(&p)
         let (badge, badges) = try Self.badge(&p)
         let collapseKey = try p.string("collapse_key", maxBytes: PushLimits.maxCollapseKeyBytes)
         let priority = try p.enumeration("priority", allowed: PushPriority.allCases.map(\.rawValue))
@@ -189,6 +182,18 @@ extension HeraldService {
                 log.error("store_failed", ["error": String(describing: error)])
                 reply(.failure(.storeUnavailable))
             }
+        }
+    }
+
+    /// `alert`: localisation keys only (`push.send`, `push.broadcast`).
+    static func alert(_ p: inout ParamReader) throws(RPCError) -> PushAlert? {
+        try p.object("alert") { (a: inout ParamReader) throws(RPCError) in
+            PushAlert(
+                locKey: try a.string("loc_key", maxBytes: PushLimits.maxLocBytes),
+                locArgs: try a.stringArray(
+                    "loc_args", maxCount: PushLimits.maxLocArgs, maxBytes: PushLimits.maxLocBytes, allowEmpty: true),
+                titleLocKey: try a.string("title_loc_key", maxBytes: PushLimits.maxLocBytes),
+                bodyLocKey: try a.string("body_loc_key", maxBytes: PushLimits.maxLocBytes))
         }
     }
 
